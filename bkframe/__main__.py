@@ -1,0 +1,3 @@
+from bkframe.cli import main
+
+main()

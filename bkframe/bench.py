@@ -1,0 +1,151 @@
+"""``bkframe bench``: drive a bookie with pipelined adds and report throughput and latency."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import attrs
+import click
+import numpy as np
+import trio
+
+from bkframe.core import protocol as p
+from bkframe.core.bookie_client import PendingResponse, connect_bookie
+
+
+@attrs.frozen
+class BenchResult:
+    mode: str
+    entry_size: int
+    count: int
+    window: int
+    seconds: float
+    entries_per_s: float
+    mb_per_s: float
+    p50_ms: float
+    p99_ms: float
+    fsyncs_per_s: float
+    entries_per_fsync: float
+    payload_bytes: int
+    bookie_bytes_written: int
+
+    def human(self) -> str:
+        return (
+            f"{self.mode}: {self.count} entries of {self.entry_size} B, window {self.window}, {self.seconds:.2f} s\n"
+            f"  {self.entries_per_s:,.0f} entries/s  {self.mb_per_s:,.1f} MB/s\n"
+            f"  latency p50 {self.p50_ms:.3f} ms  p99 {self.p99_ms:.3f} ms\n"
+            f"  {self.fsyncs_per_s:,.0f} fsyncs/s  {self.entries_per_fsync:,.1f} entries per fsync\n"
+            f"  bookie wrote {self.bookie_bytes_written:,} bytes for {self.payload_bytes:,} payload bytes"
+        )
+
+
+async def bench_bookie(host: str, port: int, *, entry_size: int, count: int, window: int, ledger_id: int) -> BenchResult:
+    """Append ``count`` entries to one ledger of one bookie with ``window`` in flight."""
+    payload = os.urandom(entry_size)
+    key = b"bench-key"
+    latencies = np.empty(count, dtype=np.float64)
+    async with connect_bookie(host, port) as bookie:
+        before = (await bookie.info())["counters"]
+        inflight: deque[tuple[int, float, PendingResponse]] = deque()
+        start = time.perf_counter()
+        next_entry = 0
+        done = 0
+        while done < count:
+            while next_entry < count and len(inflight) < window:
+                pending = bookie.submit_add(ledger_id, next_entry, payload, master_key=key, lac=done - 1)
+                inflight.append((next_entry, time.perf_counter(), pending))
+                next_entry += 1
+            entry_id, sent, pending = inflight.popleft()
+            response = await pending.wait()
+            if response.status != p.Status.OK:
+                raise click.ClickException(f"add {entry_id} failed: {response.status.name} {response.message}")
+            latencies[done] = time.perf_counter() - sent
+            done += 1
+        seconds = time.perf_counter() - start
+        after = (await bookie.info())["counters"]
+    fsyncs = after["journal_fsyncs"] - before["journal_fsyncs"]
+    written = sum(after[k] - before[k] for k in ("journal_bytes_written", "storage_bytes_written"))
+    return BenchResult(
+        mode="bookie",
+        entry_size=entry_size,
+        count=count,
+        window=window,
+        seconds=seconds,
+        entries_per_s=count / seconds,
+        mb_per_s=count * entry_size / seconds / 1e6,
+        p50_ms=float(np.percentile(latencies, 50) * 1e3),
+        p99_ms=float(np.percentile(latencies, 99) * 1e3),
+        fsyncs_per_s=fsyncs / seconds,
+        entries_per_fsync=count / fsyncs if fsyncs else float("inf"),
+        payload_bytes=count * entry_size,
+        bookie_bytes_written=written,
+    )
+
+
+def start_bookie_process(data_dir: Path, extra_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], str, int]:
+    """Start ``bkframe bookie`` on port 0 in its own process; return it with its address."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bkframe", "bookie", "--data-dir", str(data_dir), "--port", "0", *extra_args],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise click.ClickException(f"bookie did not start (printed {line!r}, exit {proc.wait()})")
+    host, _, port = line.split()[-1].rpartition(":")
+    return proc, host, int(port)
+
+
+@click.command()
+@click.option("--bookie", "address", help="HOST:PORT of a running bookie. Default: start one in a subprocess.")
+@click.option("--data-dir", type=click.Path(path_type=Path), help="Data dir of the bookie started for the run.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="Config of the bookie started for the run.")
+@click.option("--entry-size", type=int, default=1024, show_default=True)
+@click.option("--count", type=int, default=100_000, show_default=True)
+@click.option("--window", type=int, default=256, show_default=True, help="Adds in flight at most.")
+@click.option("--ledger", "ledger_id", type=int, default=1, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON line instead of text.")
+def bench(
+    address: str | None,
+    data_dir: Path | None,
+    config_path: Path | None,
+    entry_size: int,
+    count: int,
+    window: int,
+    ledger_id: int,
+    as_json: bool,
+) -> None:
+    """Benchmark pipelined adds against one bookie directly (no metadata store needed)."""
+    proc = None
+    tmp = None
+    if address:
+        host, _, port_s = address.rpartition(":")
+        port = int(port_s)
+    else:
+        if data_dir is None:
+            tmp = tempfile.TemporaryDirectory(prefix="bkframe-bench-")
+            data_dir = Path(tmp.name)
+        extra = ("--config", str(config_path)) if config_path else ()
+        proc, host, port = start_bookie_process(data_dir, extra)
+    try:
+        result = trio.run(
+            lambda: bench_bookie(host, port, entry_size=entry_size, count=count, window=window, ledger_id=ledger_id)
+        )
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=60)
+        if tmp is not None:
+            tmp.cleanup()
+    out: dict[str, Any] = attrs.asdict(result)
+    click.echo(json.dumps(out) if as_json else result.human())

@@ -1,0 +1,329 @@
+"""The bookie: journal + ledger storage + ledger types, composed from config by plugins.
+
+``Bookie.handle`` turns a frame's requests into a :class:`ResponseBatch`: the encoded
+responses plus the journal sequence that must be durable before they may be sent. It does
+all its work synchronously on the event loop (page-cache writes, memory copies); the only
+wait on the add path is the journal's group commit, which the connection's writer awaits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from bkframe.core import journal_records as jr
+from bkframe.core import protocol as p
+from bkframe.core.config import Config
+from bkframe.core.counters import Counters
+from bkframe.core.interfaces import Buffer, DurabilityPolicy, Journal, JournalPosition, LedgerState, LedgerStorage
+from bkframe.core.plugin_manager import PluginManager
+
+log = logging.getLogger("bkframe.bookie")
+
+LASTMARK_FILE = "lastmark.json"
+
+
+@attrs.define
+class ResponseBatch:
+    """Responses to one request frame, to be sent once the journal is durable to ``wait_seq``."""
+
+    parts: list[Buffer] = attrs.Factory(list)
+    wait_seq: int = 0
+
+
+class Bookie:
+    """One bookie's storage and request semantics (the network server is separate)."""
+
+    def __init__(self, config: Config, plugins: PluginManager) -> None:
+        self.config = config
+        self.plugins = plugins
+        self.counters = Counters()
+        self.data_dir = Path(config.bookie.data_dir)
+        self.bookie_id = config.bookie.bookie_id
+        self.started_at = time.time()
+        dirs = {name: self.data_dir / name for name in ("journal", "entrylogs", "ledgers")}
+        for d in dirs.values():
+            d.mkdir(parents=True, exist_ok=True)
+        self.journal: Journal = plugins.journal(
+            config=dict(config.journal), directory=dirs["journal"], counters=self.counters
+        )
+        entry_logs = plugins.entry_log_manager(
+            config=dict(config.entry_log_manager), directory=dirs["entrylogs"], counters=self.counters
+        )
+        self.storage: LedgerStorage = plugins.ledger_storage(
+            config=dict(config.ledger_storage), directory=dirs["ledgers"], entry_logs=entry_logs, counters=self.counters
+        )
+        self._types_by_id: dict[int, DurabilityPolicy] = {t.type_id: t for t in plugins.ledger_types().values()}
+        #: Journal sequence of each ledger's fence record, so a repeated fence waits for it.
+        self._fence_seq: dict[int, int] = {}
+        self._checkpoint_lock = trio.Lock()
+        self.replayed_records = 0
+
+    # -- start-up ------------------------------------------------------------------------
+
+    def replay(self) -> int:
+        """Apply the journal after the last checkpoint's LastLogMark to ledger storage."""
+        mark = self._read_lastmark()
+        count = 0
+        for _, record in self.journal.replay(mark):
+            self._apply(jr.decode(record))
+            count += 1
+        self.replayed_records = count
+        log.info("replayed %d journal records after %s", count, mark)
+        return count
+
+    def _apply(self, rec: jr.Record) -> None:
+        storage = self.storage
+        if isinstance(rec, jr.MasterRecord):
+            storage.ensure_ledger(rec.ledger_id, rec.master_key, rec.ledger_type)
+        elif isinstance(rec, jr.EntriesRecord):
+            if storage.ledger_state(rec.ledger_id) is None:
+                storage.ensure_ledger(rec.ledger_id, b"", 0)
+            storage.add_entries(rec.ledger_id, rec.entry_ids, rec.entries)
+            storage.set_lac(rec.ledger_id, rec.lac)
+        elif isinstance(rec, jr.FenceRecord):
+            if storage.ledger_state(rec.ledger_id) is None:
+                storage.ensure_ledger(rec.ledger_id, b"", 0)
+            storage.set_fenced(rec.ledger_id)
+        elif isinstance(rec, jr.LacRecord):
+            if storage.ledger_state(rec.ledger_id) is not None:
+                storage.set_lac(rec.ledger_id, rec.lac)
+
+    def _read_lastmark(self) -> JournalPosition | None:
+        path = self.data_dir / LASTMARK_FILE
+        try:
+            raw = json.loads(path.read_text())
+            return JournalPosition(int(raw["file_id"]), int(raw["offset"]))
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as e:
+            raise RuntimeError(
+                f"{path} is corrupt ({e}); delete it to replay the whole journal on the next start"
+            ) from None
+
+    # -- checkpoint ----------------------------------------------------------------------
+
+    async def checkpoint(self) -> JournalPosition:
+        """Flush ledger storage, persist LastLogMark, drop journal files before it."""
+        async with self._checkpoint_lock:
+            # The mark is taken first: every record before it was applied to storage
+            # before being appended, so flushing storage afterwards covers all of them.
+            mark = self.journal.position()
+            await self.storage.checkpoint()
+            await trio.to_thread.run_sync(self._write_lastmark, mark)
+            removed = self.journal.remove_files_before(mark)
+            self.counters.checkpoints += 1
+            log.debug("checkpoint at %s removed %d journal files", mark, removed)
+            return mark
+
+    def _write_lastmark(self, mark: JournalPosition) -> None:
+        path = self.data_dir / LASTMARK_FILE
+        tmp = path.with_suffix(".tmp")
+        data = json.dumps({"file_id": mark.file_id, "offset": mark.offset}).encode()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        dfd = os.open(self.data_dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    async def run_checkpoints(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(self.config.bookie.checkpoint_interval_s)
+            await self.checkpoint()
+
+    async def aclose(self) -> None:
+        """Make everything durable and close: journal, then storage, then the final mark."""
+        await self.journal.aclose()
+        async with self._checkpoint_lock:
+            mark = self.journal.position()
+            await self.storage.aclose()
+            await trio.to_thread.run_sync(self._write_lastmark, mark)
+
+    # -- requests ------------------------------------------------------------------------
+
+    def handle(self, requests: Sequence[p.Request | p.BadMessage]) -> ResponseBatch:
+        """Serve one frame's requests; never raises for bad input."""
+        batch = ResponseBatch()
+        self.counters.requests += len(requests)
+        i = 0
+        n = len(requests)
+        while i < n:
+            req = requests[i]
+            if type(req) is p.AddRequest:
+                # Consecutive adds to one ledger are stored and journaled as one batch.
+                j = i + 1
+                while (
+                    j < n
+                    and type(requests[j]) is p.AddRequest
+                    and requests[j].ledger_id == req.ledger_id  # type: ignore[union-attr]
+                ):
+                    j += 1
+                self._add_run(requests[i:j], batch)  # type: ignore[arg-type]
+                i = j
+                continue
+            if type(req) is p.ReadRequest:
+                self._read(req, batch)
+            elif type(req) is p.ReadLacRequest:
+                self._read_lac(req, batch)
+            elif type(req) is p.BookieInfoRequest:
+                batch.parts.append(p.encode_bookie_info_response(req.request_id, self.info()))
+            else:
+                assert isinstance(req, p.BadMessage)
+                self.counters.bad_requests += 1
+                batch.parts.append(p.encode_error_response(req.request_id, p.Status.BAD_REQUEST, req.reason))
+            i += 1
+        return batch
+
+    def _add_run(self, adds: Sequence[p.AddRequest], batch: ResponseBatch) -> None:
+        first = adds[0]
+        ledger_id = first.ledger_id
+        storage = self.storage
+        # Requests of one run may still disagree on key, type or recovery flag: serve the
+        # agreeing prefix together and the rest one by one (rare, only from odd clients).
+        if any(
+            a.master_key != first.master_key or a.ledger_type != first.ledger_type or a.recovery != first.recovery
+            for a in adds
+        ):
+            for a in adds:
+                self._add_run([a], batch)
+            return
+        policy = self._types_by_id.get(first.ledger_type)
+        if policy is None:
+            self._reject_adds(
+                adds,
+                batch,
+                p.Status.BAD_REQUEST,
+                f"unknown ledger type id {first.ledger_type}; this bookie serves "
+                + ", ".join(f"{t.name}={t.type_id}" for t in self._types_by_id.values()),
+            )
+            return
+        state = storage.ledger_state(ledger_id)
+        if state is None:
+            state = storage.ensure_ledger(ledger_id, first.master_key, first.ledger_type)
+            batch.wait_seq = max(
+                batch.wait_seq, self.journal.append(jr.master_record(ledger_id, first.ledger_type, first.master_key))
+            )
+        elif not state.master_key:
+            # Known only from replayed entries or a fence without a key: adopt this key.
+            state = storage.ensure_ledger(ledger_id, first.master_key, first.ledger_type)
+        if state.master_key != first.master_key:
+            self._reject_adds(adds, batch, p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}")
+            return
+        if state.fenced and not first.recovery:
+            self._reject_adds(adds, batch, p.Status.FENCED, f"ledger {ledger_id} is fenced")
+            return
+        entry_ids = [a.entry_id for a in adds]
+        datas = [a.data for a in adds]
+        lac = max(a.lac for a in adds)
+        try:
+            storage.add_entries(ledger_id, entry_ids, datas)
+        except ValueError as e:  # e.g. an entry id beyond what the storage can index
+            self._reject_adds(adds, batch, p.Status.BAD_REQUEST, f"ledger storage refused the entries: {e}")
+            return
+        storage.set_lac(ledger_id, lac)
+        if policy.journal_data:
+            seq = self.journal.append(jr.entries_record(ledger_id, entry_ids, datas, lac))
+            if policy.sync_before_ack:
+                batch.wait_seq = max(batch.wait_seq, seq)
+        self.counters.entries_added += len(adds)
+        ok = p.Status.OK
+        encode = p.encode_add_response
+        batch.parts.extend(encode(a.request_id, ok, ledger_id, a.entry_id) for a in adds)
+
+    @staticmethod
+    def _reject_adds(adds: Sequence[p.AddRequest], batch: ResponseBatch, status: p.Status, message: str) -> None:
+        for a in adds:
+            batch.parts.append(p.encode_add_response(a.request_id, status, a.ledger_id, a.entry_id, message=message))
+
+    def _read(self, req: p.ReadRequest, batch: ResponseBatch) -> None:
+        storage = self.storage
+        ledger_id = req.ledger_id
+        state = storage.ledger_state(ledger_id)
+
+        def reply(status: p.Status, entry_id: int, payload: Buffer) -> None:
+            lac = state.lac if state is not None else -1
+            batch.parts.extend(p.encode_read_response(req.request_id, status, ledger_id, entry_id, lac, payload))
+
+        if req.fence:
+            if not req.master_key:
+                reply(p.Status.BAD_REQUEST, req.entry_id, b"a fencing read must carry the ledger's master key")
+                return
+            if state is None:
+                # Fence even a ledger this bookie never saw, so the old writer cannot
+                # start writing to it after recovery has read around it.
+                state = storage.ensure_ledger(ledger_id, req.master_key, 0)
+                self._append_master(ledger_id, state, batch)
+        if state is None:
+            reply(p.Status.NO_LEDGER, req.entry_id, f"ledger {ledger_id} is not on this bookie".encode())
+            return
+        if req.master_key and state.master_key and req.master_key != state.master_key:
+            reply(p.Status.UNAUTHORIZED, req.entry_id, f"wrong master key for ledger {ledger_id}".encode())
+            return
+        if req.fence:
+            self._fence(ledger_id, state, batch)
+        entry_id = req.entry_id
+        if entry_id == p.LAST_ENTRY:
+            entry_id = storage.last_entry_id(ledger_id)
+            if entry_id < 0:
+                reply(p.Status.NO_ENTRY, p.LAST_ENTRY, f"ledger {ledger_id} has no entries here".encode())
+                return
+        data = storage.get_entry(ledger_id, entry_id)
+        if data is None:
+            reply(p.Status.NO_ENTRY, entry_id, f"entry {ledger_id}:{entry_id} is not on this bookie".encode())
+            return
+        self.counters.entries_read += 1
+        reply(p.Status.OK, entry_id, data)
+
+    def _append_master(self, ledger_id: int, state: LedgerState, batch: ResponseBatch) -> None:
+        seq = self.journal.append(jr.master_record(ledger_id, state.ledger_type, state.master_key))
+        batch.wait_seq = max(batch.wait_seq, seq)
+
+    def _fence(self, ledger_id: int, state: LedgerState, batch: ResponseBatch) -> None:
+        if self.storage.set_fenced(ledger_id):
+            self._fence_seq[ledger_id] = self.journal.append(jr.fence_record(ledger_id))
+            self.counters.fenced_ledgers += 1
+        # A fence is acknowledged only once durable, also when an earlier request set it.
+        batch.wait_seq = max(batch.wait_seq, self._fence_seq.get(ledger_id, 0))
+
+    def _read_lac(self, req: p.ReadLacRequest, batch: ResponseBatch) -> None:
+        state = self.storage.ledger_state(req.ledger_id)
+        if state is None:
+            batch.parts.append(
+                p.encode_read_lac_response(
+                    req.request_id, p.Status.NO_LEDGER, req.ledger_id, -1, -1, f"ledger {req.ledger_id} is not here"
+                )
+            )
+            return
+        last = self.storage.last_entry_id(req.ledger_id)
+        batch.parts.append(p.encode_read_lac_response(req.request_id, p.Status.OK, req.ledger_id, state.lac, last))
+
+    def info(self) -> dict[str, Any]:
+        usage = shutil.disk_usage(self.data_dir)
+        return {
+            "bookie_id": self.bookie_id,
+            "protocol_version": p.PROTOCOL_VERSION,
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "free_disk_bytes": usage.free,
+            "total_disk_bytes": usage.total,
+            "ledgers": sum(1 for _ in self.storage.ledgers()),
+            "ledger_types": {t.name: t.type_id for t in self._types_by_id.values()},
+            "replayed_records": self.replayed_records,
+            "counters": self.counters.as_dict(),
+        }

@@ -1,0 +1,204 @@
+"""A pipelined connection to one bookie (the transport under the client library).
+
+Requests submitted while a send is in progress are coalesced into the next frame, so a
+writer with many adds in flight sends few large frames; responses are matched to their
+requests by request id, whatever order the bookie answers in.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from bkframe.core import protocol as p
+from bkframe.core.interfaces import Buffer
+
+
+class BookieConnectionError(ConnectionError):
+    """The connection to a bookie failed or closed before the response came."""
+
+
+class PendingResponse:
+    """A response that will come; ``await pending.wait()`` returns it."""
+
+    __slots__ = ("_event", "_response", "_error", "callback")
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self._response: p.Response | None = None
+        self._error: BaseException | None = None
+        #: Called synchronously with (response, None) or (None, error) when it completes;
+        #: lets a writer track thousands of adds without a task each.
+        self.callback: Callable[[p.Response | None, BaseException | None], None] | None = None
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> p.Response:
+        await self._event.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._response is not None
+        return self._response
+
+    def _set(self, response: p.Response) -> None:
+        self._response = response
+        self._event.set()
+        if self.callback is not None:
+            self.callback(response, None)
+
+    def _fail(self, error: BaseException) -> None:
+        if not self._event.is_set():
+            self._error = error
+            self._event.set()
+            if self.callback is not None:
+                self.callback(None, error)
+
+
+class BookieClient:
+    """Use :func:`connect_bookie` to make one."""
+
+    def __init__(self, stream: trio.SocketStream, address: str) -> None:
+        self.address = address
+        self._stream = stream
+        self._ids = itertools.count(1)
+        self._pending: dict[int, PendingResponse] = {}
+        self._outgoing: list[Buffer] = []
+        self._wake_sender = trio.Event()
+        self._closed: BaseException | None = None
+        self._closed_event = trio.Event()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    async def wait_closed(self) -> None:
+        await self._closed_event.wait()
+
+    # -- submission ----------------------------------------------------------------------
+
+    def _submit(self, request_id: int, parts: list[Buffer]) -> PendingResponse:
+        if self._closed is not None:
+            raise BookieConnectionError(f"connection to bookie {self.address} is closed: {self._closed}")
+        pending = PendingResponse()
+        self._pending[request_id] = pending
+        self._outgoing.extend(parts)
+        self._wake_sender.set()
+        return pending
+
+    def submit_add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        data: Buffer,
+        *,
+        master_key: bytes,
+        lac: int = -1,
+        ledger_type: int = 0,
+        recovery: bool = False,
+    ) -> PendingResponse:
+        rid = next(self._ids)
+        parts = p.encode_add(rid, ledger_id, entry_id, lac, ledger_type, master_key, data, recovery=recovery)
+        return self._submit(rid, parts)
+
+    def submit_read(self, ledger_id: int, entry_id: int, *, master_key: bytes = b"", fence: bool = False) -> PendingResponse:
+        rid = next(self._ids)
+        return self._submit(rid, [p.encode_read(rid, ledger_id, entry_id, master_key=master_key, fence=fence)])
+
+    def submit_read_lac(self, ledger_id: int) -> PendingResponse:
+        rid = next(self._ids)
+        return self._submit(rid, [p.encode_read_lac(rid, ledger_id)])
+
+    def submit_raw(self, request_id: int, message: bytes) -> PendingResponse:
+        """Send a pre-encoded message (tests of malformed input use this)."""
+        return self._submit(request_id, [message])
+
+    async def add(self, ledger_id: int, entry_id: int, data: Buffer, **kw: Any) -> p.Response:
+        return await self.submit_add(ledger_id, entry_id, data, **kw).wait()
+
+    async def read(self, ledger_id: int, entry_id: int, **kw: Any) -> p.Response:
+        return await self.submit_read(ledger_id, entry_id, **kw).wait()
+
+    async def read_lac(self, ledger_id: int) -> p.Response:
+        return await self.submit_read_lac(ledger_id).wait()
+
+    async def info(self) -> dict[str, Any]:
+        rid = next(self._ids)
+        response = await self._submit(rid, [p.encode_bookie_info(rid)]).wait()
+        assert response.info is not None
+        return response.info
+
+    # -- background tasks ----------------------------------------------------------------
+
+    async def _send_loop(self) -> None:
+        while True:
+            await self._wake_sender.wait()
+            self._wake_sender = trio.Event()
+            parts, self._outgoing = self._outgoing, []
+            if parts:
+                await self._stream.send_all(p.frame(parts))
+
+    async def _receive_loop(self) -> None:
+        buf = bytearray()
+        while True:
+            while len(buf) >= 4:
+                (length,) = p.FRAME_HEADER.unpack_from(buf)
+                if len(buf) < 4 + length:
+                    break
+                body = bytes(buf[4 : 4 + length])
+                del buf[: 4 + length]
+                for response in p.decode_responses(body):
+                    pending = self._pending.pop(response.request_id, None)
+                    if pending is not None:
+                        pending._set(response)
+                    elif response.request_id == 0 and response.status == p.Status.BAD_REQUEST:
+                        raise BookieConnectionError(f"bookie {self.address} rejected the stream: {response.message}")
+            data = await self._stream.receive_some(256 * 1024)
+            if not data:
+                raise BookieConnectionError(f"bookie {self.address} closed the connection")
+            buf += data
+
+    def _fail_all(self, error: BaseException) -> None:
+        if self._closed is None:
+            self._closed = error
+        self._closed_event.set()
+        pending, self._pending = self._pending, {}
+        for waiter in pending.values():
+            waiter._fail(error)
+
+
+@asynccontextmanager
+async def connect_bookie(host: str, port: int) -> AsyncIterator[BookieClient]:
+    """Connect to a bookie; the connection lives for the ``async with`` block.
+
+    A broken connection fails every pending response with :class:`BookieConnectionError`
+    and does not raise out of the block by itself.
+    """
+    address = f"{host}:{port}"
+    try:
+        stream = await trio.open_tcp_stream(host, port)
+    except OSError as e:
+        raise BookieConnectionError(f"cannot connect to bookie {address}: {e}") from e
+    client = BookieClient(stream, address)
+
+    async def run(task: Any) -> None:
+        try:
+            await task()
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, p.ProtocolError, BookieConnectionError) as e:
+            err = e if isinstance(e, BookieConnectionError) else BookieConnectionError(f"bookie {address}: {e!r}")
+            client._fail_all(err)
+            nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, client._send_loop)
+        nursery.start_soon(run, client._receive_loop)
+        try:
+            yield client
+        finally:
+            client._fail_all(BookieConnectionError(f"connection to bookie {address} was closed"))
+            nursery.cancel_scope.cancel()
+            await stream.aclose()

@@ -1,0 +1,56 @@
+"""Connections to bookies by bookie id, opened on demand and reopened after a failure."""
+
+from __future__ import annotations
+
+import trio
+
+from bkframe.core.bookie_client import BookieClient, BookieConnectionError, connect_bookie
+from bkframe.core.metadata import MetadataStore
+
+
+class BookiePool:
+    """Holds one connection per bookie inside the client's nursery."""
+
+    def __init__(self, nursery: trio.Nursery, metadata: MetadataStore) -> None:
+        self._nursery = nursery
+        self._metadata = metadata
+        self._clients: dict[str, BookieClient] = {}
+        self._addresses: dict[str, str] = {}
+        self._locks: dict[str, trio.Lock] = {}
+
+    async def resolve(self, bookie_id: str, *, refresh: bool = False) -> str:
+        if refresh or bookie_id not in self._addresses:
+            for info in await self._metadata.list_bookies():
+                self._addresses[info.bookie_id] = info.address
+        try:
+            return self._addresses[bookie_id]
+        except KeyError:
+            raise BookieConnectionError(f"bookie {bookie_id} is not registered (not running?)") from None
+
+    def connected(self, bookie_id: str) -> BookieClient | None:
+        client = self._clients.get(bookie_id)
+        return client if client is not None and not client.closed else None
+
+    async def get(self, bookie_id: str) -> BookieClient:
+        client = self.connected(bookie_id)
+        if client is not None:
+            return client
+        lock = self._locks.setdefault(bookie_id, trio.Lock())
+        async with lock:
+            client = self.connected(bookie_id)
+            if client is not None:
+                return client
+            address = await self.resolve(bookie_id, refresh=bookie_id in self._clients)
+            host, _, port = address.rpartition(":")
+            client = await self._nursery.start(self._hold, bookie_id, host, int(port))
+            return client
+
+    async def _hold(self, bookie_id: str, host: str, port: int, *, task_status: trio.TaskStatus[BookieClient]) -> None:
+        try:
+            async with connect_bookie(host, port) as client:
+                self._clients[bookie_id] = client
+                task_status.started(client)
+                await client.wait_closed()
+        except BookieConnectionError:
+            if bookie_id not in self._clients or not self._clients[bookie_id].closed:
+                raise

@@ -1,0 +1,68 @@
+"""Runs a composed bookie: replay, journal, checkpoints, server, and a clean stop."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import trio
+
+from bkframe.core.bookie import Bookie
+from bkframe.core.config import Config
+from bkframe.core.metadata import BookieInfo, BookieRegistration, MetadataStore
+from bkframe.core.plugin_manager import PluginManager
+from bkframe.core.server import BookieServer
+
+log = logging.getLogger("bkframe.bookie")
+
+
+class BookieService:
+    """``await nursery.start(service.run)`` returns ``(host, port)`` once connections are accepted."""
+
+    def __init__(self, config: Config, plugins: PluginManager | None = None) -> None:
+        self.config = config
+        self.plugins = plugins if plugins is not None else PluginManager()
+        self.bookie: Bookie | None = None
+        self.server: BookieServer | None = None
+        self._stop_requested = False
+
+    def stop(self) -> None:
+        """Stop accepting, drain in-flight requests (bounded), flush and return from run."""
+        self._stop_requested = True
+        if self.server is not None:
+            self.server.stop()
+
+    async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
+        cfg = self.config.bookie
+        bookie = self.bookie = Bookie(self.config, self.plugins)
+        bookie.replay()
+        server = self.server = BookieServer(bookie, cfg.host, cfg.port)
+        if self._stop_requested:
+            server.stop()
+        store: MetadataStore | None = None
+        registration: BookieRegistration | None = None
+        try:
+            if cfg.metadata:
+                store = self.plugins.metadata_store(cfg.metadata)
+            async with trio.open_nursery() as background:
+                await background.start(bookie.journal.run)
+                if bookie.replayed_records:
+                    await bookie.checkpoint()
+                await background.start(bookie.run_checkpoints)
+                async with trio.open_nursery() as serving:
+                    host, port = await serving.start(server.run)
+                    bookie_id = cfg.bookie_id or f"{host}:{port}"
+                    bookie.bookie_id = bookie_id
+                    if store is not None:
+                        info = BookieInfo(bookie_id=bookie_id, address=f"{host}:{port}", pid=os.getpid())
+                        registration = await store.register_bookie(info, cfg.registration_ttl_s)
+                    task_status.started((host, port))
+                background.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                if registration is not None:
+                    await registration.aclose()
+                if store is not None:
+                    await store.aclose()
+                await bookie.aclose()
+        log.info("bookie stopped cleanly")

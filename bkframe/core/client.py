@@ -1,0 +1,170 @@
+"""The trio-native client: create, open (with recovery), delete and list ledgers.
+
+::
+
+    async with bkframe.open_client("sqlite:///tmp/meta.db") as bk:
+        writer = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
+        await writer.append(b"hello")
+        await writer.close()
+        reader = await bk.open_ledger(writer.ledger_id, password=b"pw")
+        entries = await reader.read(0, reader.lac)
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from bkframe.core.bookie_pool import BookiePool
+from bkframe.core.client_errors import (
+    LedgerClosedError,
+    LedgerFencedError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
+    UnauthorizedError,
+)
+from bkframe.core.entry_format import Digester, master_key
+from bkframe.core.metadata import (
+    BadVersionError,
+    DigestType,
+    LedgerExistsError,
+    LedgerMetadata,
+    LedgerStateName,
+    MetadataStore,
+    password_hash,
+)
+from bkframe.core.metadata import NoSuchLedgerError as MetadataNoSuchLedger
+from bkframe.core.plugin_manager import PluginManager
+from bkframe.core.read_handle import ReadHandle
+from bkframe.core.recovery import Recovery
+from bkframe.core.write_handle import WriteHandle
+
+
+class Client:
+    """Use :func:`open_client`; the client lives for the ``async with`` block."""
+
+    def __init__(self, nursery: trio.Nursery, metadata: MetadataStore, plugins: PluginManager) -> None:
+        self.nursery = nursery
+        self.metadata = metadata
+        self.plugins = plugins
+        self.pool = BookiePool(nursery, metadata)
+        self.client_id = uuid.uuid4().hex
+
+    async def create_ledger(
+        self,
+        *,
+        ensemble: int = 3,
+        write_quorum: int = 2,
+        ack_quorum: int = 2,
+        ledger_type: str = "PD_JOURNAL",
+        digest: DigestType | str = DigestType.CRC32C,
+        password: bytes = b"",
+        custom: Mapping[str, str] | None = None,
+        claim: bool = True,
+    ) -> WriteHandle:
+        """Create a ledger and return its writer. ``claim=False`` leaves the ledger for
+        another process to claim with :meth:`open_writer` (the CLI's create/append)."""
+        self.plugins.ledger_type(ledger_type)  # unknown type: a clear error before anything is stored
+        bookies = [b.bookie_id for b in await self.metadata.list_bookies(writable_only=True)]
+        random.shuffle(bookies)
+        chosen: list[str] = []
+        for bookie_id in bookies:
+            if len(chosen) == ensemble:
+                break
+            try:
+                await self.pool.get(bookie_id)
+            except ConnectionError:
+                continue
+            chosen.append(bookie_id)
+        if len(chosen) < ensemble:
+            raise NotEnoughBookiesError(
+                f"ensemble of {ensemble} needs {ensemble} writable bookies, {len(chosen)} are reachable "
+                f"({len(bookies)} registered)"
+            )
+        while True:
+            ledger_id = await self.metadata.new_ledger_id()
+            md = LedgerMetadata(
+                ledger_id=ledger_id,
+                ensemble_size=ensemble,
+                write_quorum=write_quorum,
+                ack_quorum=ack_quorum,
+                fragments=((0, tuple(chosen)),),
+                ledger_type=ledger_type,
+                digest_type=DigestType(digest),
+                password_hash=password_hash(password),
+                custom=dict(custom or {}),
+                writer=self.client_id if claim else "",
+            )
+            try:
+                md = await self.metadata.create_ledger(md)
+                break
+            except LedgerExistsError:
+                continue
+        return WriteHandle(self, md, master_key(password), Digester.for_ledger(md.digest_type, password))
+
+    async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        try:
+            return await self.metadata.read_ledger(ledger_id)
+        except MetadataNoSuchLedger:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist") from None
+
+    async def open_ledger(self, ledger_id: int, *, password: bytes = b"", recovery: bool = True) -> ReadHandle:
+        """Open for reading. With ``recovery`` an unclosed ledger is fenced, its end found and
+        it is closed (the old writer's next add fails); without, it is read as it is."""
+        md = await self.ledger_metadata(ledger_id)
+        if md.password_hash != password_hash(password):
+            raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+        key = master_key(password)
+        digester = Digester.for_ledger(md.digest_type, password)
+        if recovery and not md.closed:
+            md = await Recovery(self, md, key, digester).run()
+        return ReadHandle(self, md, key, digester)
+
+    async def open_writer(self, ledger_id: int, *, password: bytes = b"") -> WriteHandle:
+        """Claim an unclaimed, empty, open ledger (made with ``claim=False``) for writing."""
+        md = await self.ledger_metadata(ledger_id)
+        if md.password_hash != password_hash(password):
+            raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+        while True:
+            if md.state != LedgerStateName.OPEN:
+                raise LedgerClosedError(f"ledger {ledger_id} is {md.state.value}; it takes no more entries")
+            if md.writer:
+                raise LedgerFencedError(
+                    f"ledger {ledger_id} already has a writer (ledgers have a single writer); create a new ledger"
+                )
+            try:
+                md = await self.metadata.update_ledger(attrs.evolve(md, writer=self.client_id), md.version)
+                break
+            except BadVersionError:
+                md = await self.ledger_metadata(ledger_id)
+        return WriteHandle(self, md, master_key(password), Digester.for_ledger(md.digest_type, password))
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        try:
+            await self.metadata.delete_ledger(ledger_id)
+        except MetadataNoSuchLedger:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist") from None
+
+    async def list_ledgers(self) -> list[int]:
+        return await self.metadata.list_ledgers()
+
+
+@asynccontextmanager
+async def open_client(metadata_uri: str, *, plugins: PluginManager | None = None) -> AsyncIterator[Client]:
+    plugins = plugins or PluginManager()
+    store = plugins.metadata_store(metadata_uri)
+    try:
+        async with trio.open_nursery() as nursery:
+            client = Client(nursery, store, plugins)
+            try:
+                yield client
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()

@@ -1,0 +1,33 @@
+"""Bookie counters, reported by GET_BOOKIE_INFO and ``bkframe bench``.
+
+One mutable object per bookie, handed to every plugin factory so that storage plugins
+count their own bytes and fsyncs. Plain ints: the bookie is one trio thread, and the
+worker threads that fsync only hand results back to it.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.define
+class Counters:
+    entries_added: int = 0
+    entries_read: int = 0
+    journal_bytes_written: int = 0
+    journal_fsyncs: int = 0
+    storage_bytes_written: int = 0
+    storage_fsyncs: int = 0
+    fenced_ledgers: int = 0
+    requests: int = 0
+    bad_requests: int = 0
+    checkpoints: int = 0
+
+    @property
+    def fsyncs(self) -> int:
+        return self.journal_fsyncs + self.storage_fsyncs
+
+    def as_dict(self) -> dict[str, int]:
+        d = attrs.asdict(self)
+        d["fsyncs"] = self.fsyncs
+        return d

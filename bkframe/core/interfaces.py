@@ -1,0 +1,231 @@
+"""The typed interfaces every storage and coordination plugin implements.
+
+A plugin's factory hook (see :mod:`bkframe.core.hookspecs`) returns an object that
+satisfies one of these protocols. The bookie core only ever talks to these methods, so a
+plugin is free in how it stores things, as long as it keeps the documented guarantees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+import trio
+
+Buffer = bytes | bytearray | memoryview
+
+
+@attrs.frozen(order=True)
+class JournalPosition:
+    """A point in the journal: the file it is in and the byte offset inside that file.
+
+    Positions order like the journal itself: by file id, then offset. The LastLogMark of a
+    checkpoint is one of these (seed: bookkeeper-overview, "Data Flush").
+    """
+
+    file_id: int
+    offset: int
+
+
+@runtime_checkable
+class Journal(Protocol):
+    """An append-only, group-committed write-ahead log of opaque records.
+
+    Records are opaque bytes to the journal; :mod:`bkframe.core.journal_records` says what
+    the bookie puts in them. The journal frames each record (length + CRC) so that a torn
+    tail is detected at replay.
+
+    Life cycle: ``replay`` is called once before ``run``; then the bookie starts ``run``
+    in its nursery, calls ``append`` from the event loop and awaits ``wait_durable``.
+    """
+
+    def replay(self, since: JournalPosition | None) -> Iterable[tuple[JournalPosition, bytes]]:
+        """Yield ``(position_after_record, record)`` for every complete record after ``since``.
+
+        ``since=None`` replays every journal file present. A torn tail (an incomplete or
+        CRC-failing record with nothing valid after it, in the last file) is truncated;
+        corruption before the tail raises :class:`JournalCorruptError` naming file and
+        offset. Must be fully consumed before ``run`` starts.
+        """
+        ...
+
+    def append(self, parts: Sequence[Buffer]) -> int:
+        """Append one record made of the concatenation of ``parts``; return its sequence.
+
+        Never blocks and never waits for the disk. The returned sequence number is
+        monotonic; pass it to :meth:`wait_durable` to wait until the record is fsynced.
+        """
+        ...
+
+    async def wait_durable(self, seq: int) -> None:
+        """Return once every record up to and including ``seq`` is fsynced."""
+        ...
+
+    @property
+    def durable_seq(self) -> int:
+        """The highest sequence number known to be on disk (fsynced)."""
+        ...
+
+    def position(self) -> JournalPosition:
+        """The position just after the last appended record (the next LastLogMark)."""
+        ...
+
+    def remove_files_before(self, mark: JournalPosition) -> int:
+        """Delete journal files wholly before ``mark``; return how many were deleted."""
+        ...
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The group-commit loop: write and fsync appended records, off the event loop.
+
+        Calls ``task_status.started()`` once it accepts appends; runs until cancelled.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Write and fsync everything appended so far, then close the files."""
+        ...
+
+
+@attrs.define
+class LedgerState:
+    """What a bookie keeps about one ledger besides its entries."""
+
+    ledger_id: int
+    master_key: bytes = b""
+    fenced: bool = False
+    limbo: bool = False
+    write_closed: bool = False
+    #: Highest LAC this bookie has seen for the ledger (piggybacked on adds or explicit).
+    lac: int = -1
+    #: Wire id of the ledger type the first add carried (see :class:`DurabilityPolicy`).
+    ledger_type: int = 0
+
+
+@runtime_checkable
+class LedgerStorage(Protocol):
+    """Where entries live after the journal: ledger storage (entry logs + index).
+
+    Writes here need not be durable until :meth:`checkpoint` returns: the journal covers
+    them until then. All methods but ``checkpoint`` and ``aclose`` are called from the event
+    loop and must not block for long (page-cache writes and reads are fine).
+    """
+
+    def ledger_state(self, ledger_id: int) -> LedgerState | None:
+        """The ledger's state, or ``None`` if this bookie has never seen the ledger."""
+        ...
+
+    def ensure_ledger(self, ledger_id: int, master_key: bytes, ledger_type: int) -> LedgerState:
+        """Return the ledger's state, creating it with ``master_key`` if it is new."""
+        ...
+
+    def set_fenced(self, ledger_id: int) -> bool:
+        """Mark the ledger fenced; return True if it was not fenced before."""
+        ...
+
+    def set_lac(self, ledger_id: int, lac: int) -> None:
+        """Raise the ledger's known LAC to ``lac`` (never lowers it)."""
+        ...
+
+    def add_entries(self, ledger_id: int, entry_ids: Sequence[int], entries: Sequence[Buffer]) -> int:
+        """Store entries of one ledger (an existing entry id is overwritten); return bytes written."""
+        ...
+
+    def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
+        """The entry's bytes as added, or ``None`` if this bookie does not hold it."""
+        ...
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        """The highest entry id held for the ledger, -1 if none."""
+        ...
+
+    def ledgers(self) -> Iterable[int]:
+        """Every ledger id this storage holds."""
+        ...
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Forget the ledger: its index and state. Entry-log space is reclaimed by GC."""
+        ...
+
+    async def checkpoint(self) -> None:
+        """Make every write made before the call durable (fsync logs, index, state)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Flush and close. A later open of the same directory sees every write."""
+        ...
+
+
+@runtime_checkable
+class EntryLogManager(Protocol):
+    """Chooses the entry log an entry goes to and owns the entry-log files.
+
+    The ledger storage decides the byte format of what it appends; the manager only
+    places bytes in files, reads them back and makes them durable.
+    """
+
+    def append(self, ledger_id: int, data: Buffer) -> tuple[int, int]:
+        """Append ``data`` (records of one ledger) to a log; return ``(log_id, offset)``."""
+        ...
+
+    def read(self, log_id: int, offset: int, length: int) -> bytes:
+        """Read ``length`` bytes at ``offset`` of log ``log_id``."""
+        ...
+
+    def log_ids(self) -> list[int]:
+        """Every entry log present, oldest first."""
+        ...
+
+    def write_close(self, ledger_id: int) -> None:
+        """Advisory: the ledger's writer is done (BP-32). The default ignores it."""
+        ...
+
+    async def flush(self) -> None:
+        """fsync every log written since the last flush (off the event loop)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Flush and close every log."""
+        ...
+
+
+@runtime_checkable
+class DurabilityPolicy(Protocol):
+    """A ledger type: how an add to a ledger of this type is made durable and acknowledged."""
+
+    #: The ledger type's name as users and metadata spell it, e.g. ``"PD_JOURNAL"``.
+    name: str
+    #: The id carried in ADD requests on the wire (0-65535, unique per bookie).
+    type_id: int
+    #: Entry data is written to the journal.
+    journal_data: bool
+    #: The add is acknowledged only after the journal record is fsynced.
+    sync_before_ack: bool
+    #: One line for ``bkframe plugins`` and the docs.
+    description: str
+
+
+@attrs.frozen
+class LedgerType:
+    """A plain :class:`DurabilityPolicy` value, enough for most ledger types."""
+
+    name: str
+    type_id: int
+    journal_data: bool
+    sync_before_ack: bool
+    description: str
+
+
+class JournalCorruptError(Exception):
+    """The journal is corrupt before its tail; the bookie must not start on it."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+        super().__init__(
+            f"journal file {path} is corrupt at offset {offset}: {reason}. Records after it "
+            f"are intact, so this is not a torn tail; refusing to start rather than lose "
+            f"acknowledged entries. Restore the file from a replica or backup, or move the "
+            f"bookie's data dir aside and let the cluster re-replicate it."
+        )

@@ -1,0 +1,222 @@
+"""Ledger metadata, bookie registrations, cookies, and the MetadataStore interface.
+
+Every update of ledger metadata is a compare-and-set on ``version``: read, ``attrs.evolve``,
+``update_ledger(new, expected_version=old.version)``. A store raises
+:class:`BadVersionError` when someone else updated first.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+
+class LedgerStateName(str, enum.Enum):
+    OPEN = "OPEN"
+    IN_RECOVERY = "IN_RECOVERY"
+    CLOSED = "CLOSED"
+
+
+class DigestType(str, enum.Enum):
+    CRC32C = "CRC32C"
+    HMAC_SHA256 = "HMAC_SHA256"
+
+
+def _quorums(instance: LedgerMetadata, attribute: attrs.Attribute[Any], value: Any) -> None:
+    e, w, a = instance.ensemble_size, instance.write_quorum, instance.ack_quorum
+    if not (e >= w >= a >= 1):
+        raise ValueError(f"quorum sizes must satisfy E >= W >= A >= 1, got E={e} W={w} A={a}")
+
+
+def _fragments(instance: LedgerMetadata, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+    first_ids = [first for first, _ in value]
+    if first_ids != sorted(set(first_ids)):
+        raise ValueError(f"fragments must start at strictly increasing entry ids, got {first_ids}")
+    if value and value[0][0] != 0:
+        raise ValueError("the first fragment must start at entry 0")
+    for first, ensemble in value:
+        if len(ensemble) != instance.ensemble_size:
+            raise ValueError(f"fragment at entry {first} has {len(ensemble)} bookies, ensemble size is {instance.ensemble_size}")
+        if len(set(ensemble)) != len(ensemble):
+            raise ValueError(f"fragment at entry {first} names a bookie twice: {ensemble}")
+
+
+def password_hash(password: bytes) -> str:
+    """What metadata keeps of a ledger's password (never the password itself)."""
+    return hashlib.sha256(b"bkframe-ledger-password:" + password).hexdigest()
+
+
+@attrs.frozen
+class LedgerMetadata:
+    ledger_id: int
+    ensemble_size: int = attrs.field(validator=_quorums)
+    write_quorum: int
+    ack_quorum: int
+    #: (first entry id, bookie ids) per fragment, ordered by first entry id.
+    fragments: tuple[tuple[int, tuple[str, ...]], ...] = attrs.field(
+        converter=lambda fs: tuple((int(f), tuple(ens)) for f, ens in fs), validator=_fragments
+    )
+    ledger_type: str = "PD_JOURNAL"
+    digest_type: DigestType = attrs.field(default=DigestType.CRC32C, converter=DigestType)
+    password_hash: str = ""
+    state: LedgerStateName = attrs.field(default=LedgerStateName.OPEN, converter=LedgerStateName)
+    last_entry_id: int = -1
+    length: int = 0
+    custom: Mapping[str, str] = attrs.field(factory=dict, converter=lambda d: dict(sorted(dict(d).items())))
+    created_at: float = attrs.field(factory=time.time)
+    #: The writer that claimed the ledger (ledgers have a single writer); empty if unclaimed.
+    writer: str = ""
+    #: The store's version of this record; -1 before it is stored. CAS compares it.
+    version: int = -1
+
+    @property
+    def closed(self) -> bool:
+        return self.state == LedgerStateName.CLOSED
+
+    def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
+        """The ensemble of the fragment that holds ``entry_id``."""
+        chosen = self.fragments[0][1]
+        for first, ensemble in self.fragments:
+            if first > entry_id:
+                break
+            chosen = ensemble
+        return chosen
+
+    def bookies(self) -> set[str]:
+        return {b for _, ensemble in self.fragments for b in ensemble}
+
+    def to_json(self) -> dict[str, Any]:
+        d = attrs.asdict(self, recurse=False)
+        d["fragments"] = [[first, list(ens)] for first, ens in self.fragments]
+        d["digest_type"] = self.digest_type.value
+        d["state"] = self.state.value
+        d["custom"] = dict(self.custom)
+        del d["version"]
+        return d
+
+    def serialize(self) -> bytes:
+        return json.dumps(self.to_json(), sort_keys=True).encode()
+
+    @classmethod
+    def deserialize(cls, data: bytes, version: int) -> LedgerMetadata:
+        try:
+            raw = json.loads(data)
+            return cls(**raw, version=version)
+        except (ValueError, TypeError) as e:
+            raise MetadataError(f"stored ledger metadata does not parse: {e}") from None
+
+
+@attrs.frozen
+class BookieInfo:
+    """A registered bookie: where to reach it and whether it takes writes."""
+
+    bookie_id: str
+    address: str
+    read_only: bool = False
+    pid: int = 0
+
+    def serialize(self) -> bytes:
+        return json.dumps(attrs.asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def deserialize(cls, data: bytes) -> BookieInfo:
+        return cls(**json.loads(data))
+
+
+@attrs.frozen
+class Versioned:
+    """A value with the store version it was read at (for cookies)."""
+
+    value: bytes
+    version: int
+
+
+class MetadataError(Exception):
+    """A metadata store failed or holds something unreadable."""
+
+
+class NoSuchLedgerError(MetadataError):
+    def __init__(self, ledger_id: int) -> None:
+        super().__init__(f"ledger {ledger_id} does not exist")
+        self.ledger_id = ledger_id
+
+
+class LedgerExistsError(MetadataError):
+    def __init__(self, ledger_id: int) -> None:
+        super().__init__(f"ledger {ledger_id} already exists")
+        self.ledger_id = ledger_id
+
+
+class BadVersionError(MetadataError):
+    """A compare-and-set lost: the stored version is not the expected one."""
+
+
+@runtime_checkable
+class BookieRegistration(Protocol):
+    """A live registration; it vanishes when closed or when its holder dies."""
+
+    async def set_read_only(self, read_only: bool) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class MetadataStore(Protocol):
+    """Where ledgers and bookies are coordinated. Every method is async and may be
+    called concurrently from several tasks, processes and machines."""
+
+    uri: str
+
+    async def new_ledger_id(self) -> int:
+        """A ledger id never returned before, by any client of this store (ids start at 1)."""
+        ...
+
+    async def create_ledger(self, metadata: LedgerMetadata) -> LedgerMetadata:
+        """Store new metadata; returns it with its version. LedgerExistsError if the id is taken."""
+        ...
+
+    async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
+        """The current metadata with its version. NoSuchLedgerError if absent."""
+        ...
+
+    async def update_ledger(self, metadata: LedgerMetadata, expected_version: int) -> LedgerMetadata:
+        """CAS: replace if the stored version is ``expected_version``; returns the new version.
+        BadVersionError if it moved, NoSuchLedgerError if deleted."""
+        ...
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Remove the ledger's metadata. NoSuchLedgerError if absent."""
+        ...
+
+    async def list_ledgers(self) -> list[int]:
+        """Every ledger id, ascending."""
+        ...
+
+    def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
+        """Yields the current metadata at once, then each change (``None`` once deleted)."""
+        ...
+
+    async def register_bookie(self, info: BookieInfo, ttl_s: float) -> BookieRegistration:
+        """Register a bookie for as long as the returned registration lives; if the holder
+        dies, the registration expires within about ``ttl_s``."""
+        ...
+
+    async def list_bookies(self, *, writable_only: bool = False) -> list[BookieInfo]:
+        """Registered, live bookies (only those taking writes if ``writable_only``)."""
+        ...
+
+    async def read_cookie(self, bookie_id: str) -> Versioned | None:
+        """The bookie's cookie with its version, or None."""
+        ...
+
+    async def write_cookie(self, bookie_id: str, value: bytes, expected_version: int | None) -> int:
+        """CAS a cookie: ``expected_version=None`` creates (fails if it exists); returns the new version."""
+        ...
+
+    async def aclose(self) -> None: ...

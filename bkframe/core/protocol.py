@@ -1,0 +1,351 @@
+"""The bkframe wire protocol: frames, requests, responses, status codes.
+
+``docs/protocol.md`` documents every byte; keep the two in step. In short: a connection
+carries length-prefixed *frames* in both directions; a frame holds one or more
+*messages*, each with its own length, an op code, flags and a request id. Responses carry
+the request id of their request and may come in any order and any grouping.
+All integers are little-endian.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from bkframe.core.interfaces import Buffer
+
+PROTOCOL_VERSION = 1
+
+FRAME_HEADER = struct.Struct("<I")
+#: Every message starts with: length of the rest u32, op u8, flags-or-status u8, request id u64.
+MSG_HEADER = struct.Struct("<IBBQ")
+#: Frames larger than this close the connection: the peer is not speaking our protocol.
+MAX_FRAME_SIZE = 64 * 1024 * 1024
+MAX_MASTER_KEY = 64
+
+
+class Op(enum.IntEnum):
+    ERROR = 0  # only in responses: a message that could not be parsed
+    ADD = 1
+    READ = 2
+    READ_LAC = 3
+    GET_BOOKIE_INFO = 4
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    NO_LEDGER = 1
+    NO_ENTRY = 2
+    FENCED = 3
+    UNAUTHORIZED = 4
+    UNKNOWN = 5
+    READ_ONLY = 6
+    BAD_REQUEST = 7
+    IO_ERROR = 8
+    TOO_MANY_REQUESTS = 9
+
+
+class AddFlag(enum.IntFlag):
+    RECOVERY = 0x01
+
+
+class ReadFlag(enum.IntFlag):
+    FENCE = 0x01
+
+
+#: Read of this entry id means "the last entry this bookie holds" (as in BookKeeper).
+LAST_ENTRY = -1
+
+_ADD = struct.Struct("<QqqHH")  # ledger, entry, lac, ledger_type, key_len
+_READ = struct.Struct("<QqH")  # ledger, entry, key_len
+_READ_LAC = struct.Struct("<Q")  # ledger
+_ADD_RESP = struct.Struct("<Qqq")  # ledger, entry, last_add_synced
+_READ_RESP = struct.Struct("<Qqq")  # ledger, entry, lac
+_READ_LAC_RESP = struct.Struct("<Qqq")  # ledger, lac, last_entry
+
+
+class ProtocolError(ValueError):
+    """Bytes that do not follow the protocol."""
+
+
+# --- requests -----------------------------------------------------------------------
+
+
+@attrs.frozen
+class AddRequest:
+    request_id: int
+    ledger_id: int
+    entry_id: int
+    lac: int
+    ledger_type: int
+    master_key: bytes
+    data: memoryview
+    recovery: bool = False
+
+
+@attrs.frozen
+class ReadRequest:
+    request_id: int
+    ledger_id: int
+    entry_id: int
+    master_key: bytes = b""
+    fence: bool = False
+
+
+@attrs.frozen
+class ReadLacRequest:
+    request_id: int
+    ledger_id: int
+
+
+@attrs.frozen
+class BookieInfoRequest:
+    request_id: int
+
+
+@attrs.frozen
+class BadMessage:
+    """A message of a frame that could not be parsed; answered with BAD_REQUEST."""
+
+    request_id: int
+    op: int
+    reason: str
+
+
+Request = AddRequest | ReadRequest | ReadLacRequest | BookieInfoRequest
+
+
+def encode_add(
+    request_id: int,
+    ledger_id: int,
+    entry_id: int,
+    lac: int,
+    ledger_type: int,
+    master_key: bytes,
+    data: Buffer,
+    *,
+    recovery: bool = False,
+) -> list[Buffer]:
+    """The parts of one ADD message (data is not copied)."""
+    rest = _ADD.size + len(master_key) + len(data)
+    flags = AddFlag.RECOVERY if recovery else 0
+    head = MSG_HEADER.pack(rest + 10, Op.ADD, flags, request_id) + _ADD.pack(
+        ledger_id, entry_id, lac, ledger_type, len(master_key)
+    )
+    return [head + master_key, data]
+
+
+def encode_read(
+    request_id: int, ledger_id: int, entry_id: int, *, master_key: bytes = b"", fence: bool = False
+) -> bytes:
+    flags = ReadFlag.FENCE if fence else 0
+    rest = _READ.size + len(master_key)
+    return MSG_HEADER.pack(rest + 10, Op.READ, flags, request_id) + _READ.pack(ledger_id, entry_id, len(master_key)) + master_key
+
+
+def encode_read_lac(request_id: int, ledger_id: int) -> bytes:
+    return MSG_HEADER.pack(_READ_LAC.size + 10, Op.READ_LAC, 0, request_id) + _READ_LAC.pack(ledger_id)
+
+
+def encode_bookie_info(request_id: int) -> bytes:
+    return MSG_HEADER.pack(10, Op.GET_BOOKIE_INFO, 0, request_id)
+
+
+def frame(messages: Iterable[Buffer]) -> bytes:
+    """Join messages (or message parts) into one length-prefixed frame."""
+    body = b"".join(messages)
+    return FRAME_HEADER.pack(len(body)) + body
+
+
+def decode_requests(body: memoryview, max_entry_size: int) -> list[Request | BadMessage]:
+    """Parse every message of a request frame's body.
+
+    A message that does not parse becomes a :class:`BadMessage`; the others are still
+    served. A broken message length makes the rest of the frame unparseable, so parsing
+    stops there with one BadMessage.
+    """
+    out: list[Request | BadMessage] = []
+    pos = 0
+    end = len(body)
+    unpack_header = MSG_HEADER.unpack_from
+    while pos < end:
+        if end - pos < MSG_HEADER.size:
+            out.append(BadMessage(0, 0, f"truncated message header at byte {pos} of the frame"))
+            break
+        length, op, flags, request_id = unpack_header(body, pos)
+        msg_end = pos + 4 + length
+        if length < 10 or msg_end > end:
+            out.append(BadMessage(request_id, op, f"message length {length} does not fit the frame"))
+            break
+        fields_at = pos + MSG_HEADER.size
+        pos = msg_end
+        try:
+            out.append(_decode_one(body, op, flags, request_id, fields_at, msg_end, max_entry_size))
+        except (struct.error, ProtocolError) as e:
+            out.append(BadMessage(request_id, op, str(e)))
+    return out
+
+
+def _decode_one(
+    body: memoryview, op: int, flags: int, request_id: int, at: int, end: int, max_entry_size: int
+) -> Request:
+    if op == Op.ADD:
+        if end - at < _ADD.size:
+            raise ProtocolError("ADD message too short")
+        ledger_id, entry_id, lac, ledger_type, key_len = _ADD.unpack_from(body, at)
+        if flags & ~AddFlag.RECOVERY:
+            raise ProtocolError(f"unknown ADD flags {flags:#x}")
+        key_at = at + _ADD.size
+        data_at = key_at + key_len
+        if key_len > MAX_MASTER_KEY or data_at > end:
+            raise ProtocolError(f"ADD master key length {key_len} is invalid (at most {MAX_MASTER_KEY})")
+        if entry_id < 0:
+            raise ProtocolError(f"ADD entry id {entry_id} is negative")
+        if end - data_at > max_entry_size:
+            raise ProtocolError(
+                f"entry of {end - data_at} bytes is larger than this bookie's max_entry_size "
+                f"{max_entry_size}; split it or raise [bookie] max_entry_size"
+            )
+        return AddRequest(
+            request_id,
+            ledger_id,
+            entry_id,
+            lac,
+            ledger_type,
+            bytes(body[key_at:data_at]),
+            body[data_at:end],
+            bool(flags & AddFlag.RECOVERY),
+        )
+    if op == Op.READ:
+        ledger_id, entry_id, key_len = _READ.unpack_from(body, at)
+        if flags & ~ReadFlag.FENCE:
+            raise ProtocolError(f"unknown READ flags {flags:#x}")
+        key_at = at + _READ.size
+        if key_len > MAX_MASTER_KEY or key_at + key_len != end:
+            raise ProtocolError(f"READ master key length {key_len} does not match the message")
+        if entry_id < LAST_ENTRY:
+            raise ProtocolError(f"READ entry id {entry_id} is invalid")
+        return ReadRequest(request_id, ledger_id, entry_id, bytes(body[key_at:end]), bool(flags & ReadFlag.FENCE))
+    if op == Op.READ_LAC:
+        if end - at != _READ_LAC.size:
+            raise ProtocolError("READ_LAC message has the wrong length")
+        (ledger_id,) = _READ_LAC.unpack_from(body, at)
+        return ReadLacRequest(request_id, ledger_id)
+    if op == Op.GET_BOOKIE_INFO:
+        if end != at:
+            raise ProtocolError("GET_BOOKIE_INFO message has the wrong length")
+        return BookieInfoRequest(request_id)
+    raise ProtocolError(f"unknown op code {op}")
+
+
+# --- responses ----------------------------------------------------------------------
+
+
+def encode_add_response(
+    request_id: int, status: Status, ledger_id: int, entry_id: int, last_add_synced: int = -1, message: str = ""
+) -> bytes:
+    tail = message.encode() if message else b""
+    return (
+        MSG_HEADER.pack(10 + _ADD_RESP.size + len(tail), Op.ADD, status, request_id)
+        + _ADD_RESP.pack(ledger_id, entry_id, last_add_synced)
+        + tail
+    )
+
+
+def encode_read_response(
+    request_id: int, status: Status, ledger_id: int, entry_id: int, lac: int, payload: Buffer = b""
+) -> list[Buffer]:
+    """Parts of a READ response; ``payload`` is the entry (OK) or a UTF-8 message."""
+    head = MSG_HEADER.pack(10 + _READ_RESP.size + len(payload), Op.READ, status, request_id) + _READ_RESP.pack(
+        ledger_id, entry_id, lac
+    )
+    return [head, payload]
+
+
+def encode_read_lac_response(
+    request_id: int, status: Status, ledger_id: int, lac: int, last_entry: int, message: str = ""
+) -> bytes:
+    tail = message.encode() if message else b""
+    return (
+        MSG_HEADER.pack(10 + _READ_LAC_RESP.size + len(tail), Op.READ_LAC, status, request_id)
+        + _READ_LAC_RESP.pack(ledger_id, lac, last_entry)
+        + tail
+    )
+
+
+def encode_bookie_info_response(request_id: int, info: dict[str, Any]) -> bytes:
+    body = json.dumps(info, sort_keys=True).encode()
+    return MSG_HEADER.pack(10 + len(body), Op.GET_BOOKIE_INFO, Status.OK, request_id) + body
+
+
+def encode_error_response(request_id: int, status: Status, message: str) -> bytes:
+    body = message.encode()
+    return MSG_HEADER.pack(10 + len(body), Op.ERROR, status, request_id) + body
+
+
+@attrs.frozen
+class Response:
+    """A decoded response (client side)."""
+
+    op: Op
+    status: Status
+    request_id: int
+    ledger_id: int = 0
+    entry_id: int = -1
+    #: ADD: the bookie's LastAddSynced; READ: the bookie's LAC; READ_LAC: the LAC.
+    lac: int = -1
+    #: READ_LAC: the last entry the bookie holds.
+    last_entry: int = -1
+    #: READ: the entry. Other ops: empty.
+    data: bytes = b""
+    #: A non-OK status's explanation, from the bookie.
+    message: str = ""
+    info: dict[str, Any] | None = None
+
+
+def decode_responses(body: bytes) -> list[Response]:
+    """Parse every message of a response frame; raises ProtocolError on nonsense."""
+    out = []
+    pos = 0
+    end = len(body)
+    while pos < end:
+        if end - pos < MSG_HEADER.size:
+            raise ProtocolError("truncated response header")
+        length, op, status_code, request_id = MSG_HEADER.unpack_from(body, pos)
+        msg_end = pos + 4 + length
+        if length < 10 or msg_end > end:
+            raise ProtocolError(f"response length {length} does not fit the frame")
+        at = pos + MSG_HEADER.size
+        pos = msg_end
+        try:
+            status = Status(status_code)
+            out.append(_decode_response(body, Op(op), status, request_id, at, msg_end))
+        except (ValueError, struct.error) as e:
+            raise ProtocolError(f"bad response: {e}") from None
+    return out
+
+
+def _decode_response(body: bytes, op: Op, status: Status, request_id: int, at: int, end: int) -> Response:
+    if op == Op.ADD:
+        ledger_id, entry_id, las = _ADD_RESP.unpack_from(body, at)
+        msg = body[at + _ADD_RESP.size : end].decode(errors="replace")
+        return Response(op, status, request_id, ledger_id, entry_id, las, message=msg)
+    if op == Op.READ:
+        ledger_id, entry_id, lac = _READ_RESP.unpack_from(body, at)
+        payload = body[at + _READ_RESP.size : end]
+        if status == Status.OK:
+            return Response(op, status, request_id, ledger_id, entry_id, lac, data=payload)
+        return Response(op, status, request_id, ledger_id, entry_id, lac, message=payload.decode(errors="replace"))
+    if op == Op.READ_LAC:
+        ledger_id, lac, last = _READ_LAC_RESP.unpack_from(body, at)
+        msg = body[at + _READ_LAC_RESP.size : end].decode(errors="replace")
+        return Response(op, status, request_id, ledger_id, lac=lac, last_entry=last, message=msg)
+    if op == Op.GET_BOOKIE_INFO:
+        return Response(op, status, request_id, info=json.loads(body[at:end]))
+    return Response(op, status, request_id, message=body[at:end].decode(errors="replace"))
+

@@ -1,0 +1,308 @@
+"""Writing a ledger: pipelined appends completing in entry order, ensemble change, close.
+
+Each append is encoded once and sent to its write set (striped: entry e goes to the W
+bookies starting at e mod E). Bookie responses arrive through callbacks, not tasks; the
+LAC advances over the head of the queue while it has A acknowledgements, so completions
+are always in entry order. When a bookie fails, a PD_JOURNAL writer replaces it in a new
+fragment (metadata CAS) and re-sends everything not yet confirmed that it should hold.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+from functools import partial
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from bkframe.core import protocol as p
+from bkframe.core.client_errors import (
+    BKError,
+    LedgerClosedError,
+    LedgerFencedError,
+    NotEnoughBookiesError,
+    UnsupportedError,
+    error_for,
+)
+from bkframe.core.entry_format import Digester
+from bkframe.core.metadata import BadVersionError, LedgerMetadata, LedgerStateName
+
+if TYPE_CHECKING:
+    from bkframe.core.client import Client
+
+log = logging.getLogger("bkframe.client")
+
+
+def write_set(entry_id: int, ensemble_size: int, write_quorum: int) -> list[int]:
+    """Indices into the ensemble of the bookies that store ``entry_id``."""
+    return [(entry_id + i) % ensemble_size for i in range(write_quorum)]
+
+
+@attrs.define(eq=False)
+class PendingAppend:
+    """An append in flight; ``await pending.wait()`` returns its entry id once confirmed."""
+
+    entry_id: int
+    data: bytes
+    acked: set[int] = attrs.Factory(set)
+    _done: trio.Event = attrs.Factory(trio.Event)
+    error: BaseException | None = None
+
+    async def wait(self) -> int:
+        await self._done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.entry_id
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def _finish(self, error: BaseException | None = None) -> None:
+        if not self._done.is_set():
+            self.error = error
+            self._done.set()
+
+
+class WriteHandle:
+    """Made by :meth:`Client.create_ledger`; the only writer of its ledger."""
+
+    def __init__(self, client: Client, metadata: LedgerMetadata, master_key: bytes, digester: Digester) -> None:
+        self._client = client
+        self.metadata = metadata
+        self.ledger_id = metadata.ledger_id
+        self._master_key = master_key
+        self._digester = digester
+        policy = client.plugins.ledger_type(metadata.ledger_type)
+        self._type_id = policy.type_id
+        self._can_change_ensemble = policy.sync_before_ack and policy.journal_data
+        self._ensemble = list(metadata.fragments[-1][1])
+        self._pending: deque[PendingAppend] = deque()
+        self._next_entry = metadata.last_entry_id + 1
+        self._lac = metadata.last_entry_id
+        self._length = metadata.length
+        self._error: BKError | None = None
+        self._closed = False
+        self._changing = False
+        self._held: list[PendingAppend] = []
+        self._failed_bookies: set[str] = set()
+        self._idle = trio.Event()
+        self._idle.set()
+
+    @property
+    def lac(self) -> int:
+        """Last add confirmed: every entry up to it is acknowledged by an ack quorum."""
+        return self._lac
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append_async(self, payload: bytes) -> PendingAppend:
+        """Start an append; completions of successive appends come in entry order."""
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
+        entry_id = self._next_entry
+        self._next_entry += 1
+        self._length += len(payload)
+        data = self._digester.encode(self.ledger_id, entry_id, self._lac, self._length, payload)
+        pending = PendingAppend(entry_id, data)
+        self._pending.append(pending)
+        self._idle = trio.Event() if self._idle.is_set() else self._idle
+        if self._changing:
+            self._held.append(pending)
+        else:
+            for idx in write_set(entry_id, len(self._ensemble), self.metadata.write_quorum):
+                self._send(pending, idx)
+        return pending
+
+    async def append(self, payload: bytes) -> int:
+        """Append one entry and wait until it is confirmed; returns its entry id."""
+        return await self.append_async(payload).wait()
+
+    def _send(self, pending: PendingAppend, idx: int, *, recovery: bool = False) -> None:
+        bookie_id = self._ensemble[idx]
+        client = self._client.pool.connected(bookie_id)
+        if client is None:
+            self._bookie_failed(bookie_id, "not connected")
+            return
+        try:
+            response = client.submit_add(
+                self.ledger_id,
+                pending.entry_id,
+                pending.data,
+                master_key=self._master_key,
+                lac=self._lac,
+                ledger_type=self._type_id,
+                recovery=recovery,
+            )
+        except ConnectionError as e:
+            self._bookie_failed(bookie_id, str(e))
+            return
+        response.callback = partial(self._on_response, pending, idx, bookie_id)
+
+    def _on_response(
+        self, pending: PendingAppend, idx: int, bookie_id: str, response: p.Response | None, error: BaseException | None
+    ) -> None:
+        if self._ensemble[idx] != bookie_id or pending.done():
+            return  # an answer from a bookie since replaced, or for a finished entry
+        if response is not None and response.status == p.Status.OK:
+            pending.acked.add(idx)
+            self._advance()
+            return
+        if response is not None and response.status in (p.Status.FENCED, p.Status.UNAUTHORIZED):
+            self._fail(error_for(response.status, response.message, bookie_id))
+            return
+        reason = str(error) if error is not None else f"{response.status.name}: {response.message}"  # type: ignore[union-attr]
+        self._bookie_failed(bookie_id, reason)
+
+    def _advance(self) -> None:
+        ack_quorum = self.metadata.ack_quorum
+        pending = self._pending
+        while pending and len(pending[0].acked) >= ack_quorum:
+            head = pending.popleft()
+            self._lac = head.entry_id
+            head._finish()
+        if not pending:
+            self._idle.set()
+
+    def _fail(self, error: BKError) -> None:
+        if self._error is None:
+            self._error = error
+        while self._pending:
+            self._pending.popleft()._finish(self._error)
+        self._idle.set()
+
+    # -- ensemble change -----------------------------------------------------------------
+
+    def _bookie_failed(self, bookie_id: str, reason: str) -> None:
+        if self._error is not None or bookie_id in self._failed_bookies:
+            return
+        if not self._can_change_ensemble:
+            self._fail(
+                UnsupportedError(
+                    f"bookie {bookie_id} failed ({reason}) and ledger {self.ledger_id} is "
+                    f"{self.metadata.ledger_type}: ensemble change is only allowed for PD_JOURNAL "
+                    f"ledgers, because a replacement bookie cannot be given entries the failed one "
+                    f"had acknowledged but not synced"
+                )
+            )
+            return
+        log.warning("ledger %d: bookie %s failed (%s); changing ensemble", self.ledger_id, bookie_id, reason)
+        self._failed_bookies.add(bookie_id)
+        if not self._changing:
+            self._changing = True
+            self._client.nursery.start_soon(self._change_ensemble)
+
+    async def _change_ensemble(self) -> None:
+        try:
+            while self._error is None:
+                failed = [i for i, b in enumerate(self._ensemble) if b in self._failed_bookies]
+                if not failed:
+                    break
+                boundary = self._lac + 1
+                resend = [pa for pa in self._pending if pa.entry_id >= boundary]
+                for pa in resend:
+                    pa.acked.difference_update(failed)
+                new_ensemble = await self._replacements(failed)
+                await self._commit_fragment(boundary, new_ensemble)
+                self._ensemble = list(new_ensemble)
+                e, w = len(self._ensemble), self.metadata.write_quorum
+                for pa in resend:
+                    if pa in self._held:
+                        continue
+                    for idx in write_set(pa.entry_id, e, w):
+                        if idx in failed:
+                            self._send(pa, idx)
+        except BKError as err:
+            self._fail(err)
+        except Exception as err:  # metadata store failures end the writer, loudly
+            self._fail(BKError(f"ensemble change of ledger {self.ledger_id} failed: {err!r}"))
+        finally:
+            self._changing = False
+        held, self._held = self._held, []
+        if self._error is None:
+            for pa in held:
+                for idx in write_set(pa.entry_id, len(self._ensemble), self.metadata.write_quorum):
+                    self._send(pa, idx)
+
+    async def _replacements(self, failed: list[int]) -> list[str]:
+        ensemble = list(self._ensemble)
+        while True:
+            candidates = [
+                b.bookie_id
+                for b in await self._client.metadata.list_bookies(writable_only=True)
+                if b.bookie_id not in ensemble and b.bookie_id not in self._failed_bookies
+            ]
+            random.shuffle(candidates)
+            for idx in failed:
+                if ensemble[idx] not in self._failed_bookies:
+                    continue
+                while candidates:
+                    cand = candidates.pop()
+                    try:
+                        await self._client.pool.get(cand)
+                    except ConnectionError:
+                        self._failed_bookies.add(cand)
+                        continue
+                    ensemble[idx] = cand
+                    break
+                else:
+                    raise NotEnoughBookiesError(
+                        f"ledger {self.ledger_id}: no writable bookie left to replace {ensemble[idx]}"
+                    )
+            if not any(b in self._failed_bookies for b in ensemble):
+                return ensemble
+
+    async def _commit_fragment(self, boundary: int, ensemble: list[str]) -> None:
+        md = self.metadata
+        while True:
+            fragments = [f for f in md.fragments if f[0] < boundary]
+            fragments.append((boundary, tuple(ensemble)))
+            new = attrs.evolve(md, fragments=tuple(fragments))
+            try:
+                self.metadata = await self._client.metadata.update_ledger(new, md.version)
+                return
+            except BadVersionError:
+                md = await self._client.metadata.read_ledger(self.ledger_id)
+                if md.state != LedgerStateName.OPEN:
+                    raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client") from None
+
+    # -- closing -------------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Wait until every append made so far is confirmed (or the handle failed)."""
+        while self._pending and self._error is None:
+            await self._idle.wait()
+        if self._error is not None:
+            raise self._error
+
+    async def close(self) -> LedgerMetadata:
+        """Wait for pending appends, then record the last entry id and length (CAS)."""
+        if self._closed:
+            return self.metadata
+        await self.flush()
+        self._closed = True
+        md = self.metadata
+        while True:
+            new = attrs.evolve(md, state=LedgerStateName.CLOSED, last_entry_id=self._lac, length=self._length)
+            try:
+                self.metadata = await self._client.metadata.update_ledger(new, md.version)
+                return self.metadata
+            except BadVersionError:
+                md = await self._client.metadata.read_ledger(self.ledger_id)
+                if md.closed:
+                    if md.last_entry_id == self._lac:
+                        self.metadata = md
+                        return md
+                    raise LedgerFencedError(
+                        f"ledger {self.ledger_id} was closed by recovery at entry {md.last_entry_id}"
+                    ) from None
+                if md.state != LedgerStateName.OPEN:
+                    raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client") from None

@@ -1,0 +1,170 @@
+"""One ledger's index file: its state header and an entry-id-addressed location table.
+
+Layout of ``index/{ledger_id:016x}.idx`` (little endian), mapped with ``numpy.memmap``:
+
+* a 128-byte header: magic, version, ledger id, master-key length and key (64 bytes max),
+  fenced/limbo/write_closed flags, lac, ledger type, and a CRC32C of the bytes before it;
+* then one 16-byte record per entry id, ``(offset u64, log_id u32, length u32)``, where
+  ``offset``/``length`` locate the entry's whole record in entry log ``log_id``. The
+  length includes the record header, so it is never 0 for a stored entry and 0 can mean
+  "absent" even for an empty entry.
+
+Updates go to the mapping (page cache) only; :meth:`LedgerIndex.sync` makes them durable
+and is called from a worker thread at checkpoint. A fixed-width table indexed by entry id
+lets a whole batch be located and stored with numpy fancy indexing, without a per-entry
+Python loop.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import crc32c
+import numpy as np
+import numpy.typing as npt
+
+from bkframe.core.interfaces import LedgerState
+
+INDEX_MAGIC = b"BKIX"
+INDEX_VERSION = 1
+MAX_MASTER_KEY = 64
+HEADER_SIZE = 128
+#: magic, version, ledger id, key length, key, fenced, limbo, write_closed, pad, lac, type.
+_HEADER = struct.Struct("<4sIQI64sBBBxqI")  # 100 bytes; the rest up to the CRC is reserved
+_CRC_AT = HEADER_SIZE - 4
+RECORD_DTYPE = np.dtype([("offset", "<u8"), ("log_id", "<u4"), ("length", "<u4")])
+
+
+class IndexCorruptError(Exception):
+    """An index file cannot be trusted; the message names the file and what is wrong."""
+
+
+def index_path(directory: Path, ledger_id: int) -> Path:
+    return directory / f"{ledger_id:016x}.idx"
+
+
+def encode_header(state: LedgerState) -> bytes:
+    body = _HEADER.pack(
+        INDEX_MAGIC,
+        INDEX_VERSION,
+        state.ledger_id,
+        len(state.master_key),
+        state.master_key,
+        state.fenced,
+        state.limbo,
+        state.write_closed,
+        state.lac,
+        state.ledger_type,
+    ).ljust(_CRC_AT, b"\0")
+    return body + struct.pack("<I", crc32c.crc32c(body))
+
+
+def decode_header(raw: bytes, path: Path) -> LedgerState:
+    if len(raw) < HEADER_SIZE:
+        raise IndexCorruptError(f"index file {path} is truncated: {len(raw)} bytes, header needs {HEADER_SIZE}")
+    body, (crc,) = raw[:_CRC_AT], struct.unpack_from("<I", raw, _CRC_AT)
+    magic, version, ledger_id, key_len, key, fenced, limbo, write_closed, lac, ledger_type = _HEADER.unpack_from(body)
+    if magic != INDEX_MAGIC:
+        raise IndexCorruptError(f"index file {path} has bad magic {magic!r} (expected {INDEX_MAGIC!r})")
+    if version != INDEX_VERSION:
+        raise IndexCorruptError(f"index file {path} has version {version}; this bkframe reads version {INDEX_VERSION}")
+    if crc32c.crc32c(body) != crc:
+        raise IndexCorruptError(f"index file {path} has a header CRC mismatch; the ledger state in it is corrupt")
+    if key_len > MAX_MASTER_KEY:
+        raise IndexCorruptError(f"index file {path} says the master key is {key_len} bytes (max {MAX_MASTER_KEY})")
+    return LedgerState(
+        ledger_id=ledger_id,
+        master_key=bytes(key[:key_len]),
+        fenced=bool(fenced),
+        limbo=bool(limbo),
+        write_closed=bool(write_closed),
+        lac=lac,
+        ledger_type=ledger_type,
+    )
+
+
+class LedgerIndex:
+    """The open index file of one ledger. Use :meth:`create` or :meth:`open`."""
+
+    def __init__(self, path: Path, fd: int, state: LedgerState) -> None:
+        self.path = path
+        self.state = state
+        #: The fd stays the same for the file's life (growth only remaps), so a checkpoint
+        #: thread may fsync it while the event loop grows the index.
+        self.fd = fd
+        self._mm: np.memmap = self._map()
+        self.records: npt.NDArray[np.void] = self._records()
+        nonzero = np.flatnonzero(self.records["length"])
+        self.last_entry_id: int = int(nonzero[-1]) if nonzero.size else -1
+
+    @classmethod
+    def create(cls, path: Path, state: LedgerState, capacity: int) -> LedgerIndex:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            # The header goes in before the file is sized, so that a kernel write-back
+            # never shows a sized file with no header to a bookie restarting after a crash
+            # (an all-zero header is still tolerated by the storage as "never created").
+            os.pwrite(fd, encode_header(state), 0)
+            os.ftruncate(fd, HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
+            return cls(path, fd, state)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @classmethod
+    def open(cls, path: Path) -> LedgerIndex:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            raw = os.pread(fd, HEADER_SIZE, 0)
+            state = decode_header(raw, path)
+            if os.fstat(fd).st_size < HEADER_SIZE + RECORD_DTYPE.itemsize:
+                raise IndexCorruptError(f"index file {path} has a header but no entry table")
+            return cls(path, fd, state)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _map(self) -> np.memmap:
+        size = os.fstat(self.fd).st_size
+        # numpy.memmap wants a file object or path; the path is fine since the file is ours.
+        return np.memmap(self.path, dtype=np.uint8, mode="r+", shape=(size,))
+
+    def _records(self) -> npt.NDArray[np.void]:
+        usable = (self._mm.shape[0] - HEADER_SIZE) // RECORD_DTYPE.itemsize * RECORD_DTYPE.itemsize
+        return self._mm[HEADER_SIZE : HEADER_SIZE + usable].view(RECORD_DTYPE)
+
+    @property
+    def capacity(self) -> int:
+        return int(self.records.shape[0])
+
+    def ensure_capacity(self, max_entry_id: int) -> None:
+        """Grow (by doubling) until ``max_entry_id`` has a slot; remaps the file."""
+        capacity = self.capacity
+        if max_entry_id < capacity:
+            return
+        while capacity <= max_entry_id:
+            capacity *= 2
+        os.ftruncate(self.fd, HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
+        # The old mapping is dropped, not closed: a checkpoint thread may still be
+        # msyncing it, and its dirty pages belong to the file's page cache either way.
+        self._mm = self._map()
+        self.records = self._records()
+
+    def write_state(self) -> int:
+        """Store ``self.state`` in the mapped header; return the bytes written."""
+        self._mm[:HEADER_SIZE] = np.frombuffer(encode_header(self.state), dtype=np.uint8)
+        return HEADER_SIZE
+
+    def sync(self) -> None:
+        """msync the mapping and fsync the file. Blocking: call from a worker thread."""
+        mm = self._mm  # a concurrent grow swaps self._mm; flush the one we read
+        mm.flush()
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        self.records = np.empty(0, dtype=RECORD_DTYPE)
+        del self._mm
+        os.close(self.fd)
+        self.fd = -1

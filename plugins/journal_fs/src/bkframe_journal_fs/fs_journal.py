@@ -1,0 +1,317 @@
+"""The filesystem journal: group commit, preallocation, rolling, replay with torn-tail repair.
+
+File ``DIR/{file_id:016x}.txn``: a 16-byte header (magic, version, file id), then records
+``magic u32 | body length u32 | CRC32C(body) u32 | body``, then zeros (preallocated).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import crc32c
+import trio
+
+from bkframe.core.counters import Counters
+from bkframe.core.interfaces import Buffer, JournalCorruptError, JournalPosition
+
+log = logging.getLogger("bkframe.journal_fs")
+
+FILE_MAGIC = b"BKFJRNL1"
+FILE_HEADER = struct.Struct("<8sII")  # magic, version, file id (low 32 bits)
+FORMAT_VERSION = 1
+RECORD_MAGIC = 0xB0C4_1E55
+RECORD_HEADER = struct.Struct("<III")
+_MAGIC_BYTES = struct.pack("<I", RECORD_MAGIC)
+
+
+class JournalFailedError(OSError):
+    """A journal write or fsync failed; the bookie must stop (acknowledging would lie)."""
+
+
+class FsJournal:
+    def __init__(
+        self,
+        directory: Path,
+        counters: Counters,
+        *,
+        max_wait_ms: float = 1.0,
+        buffered_bytes_threshold: int = 512 * 1024,
+        flush_when_queue_empty: bool = True,
+        preallocate_bytes: int = 16 * 1024 * 1024,
+        max_file_size: int = 256 * 1024 * 1024,
+        fsync: bool = True,
+    ) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._counters = counters
+        self._max_wait = max_wait_ms / 1000.0
+        self._threshold = buffered_bytes_threshold
+        self._flush_when_empty = flush_when_queue_empty
+        self._prealloc = preallocate_bytes
+        self._max_file_size = max_file_size
+        self._fsync = fsync
+        self._limiter = trio.CapacityLimiter(1)
+        #: Appended records not yet written, as (file id, bytes) segments: a record's file
+        #: is decided when it is appended, so positions are exact across rolls.
+        self._segments: list[tuple[int, bytearray]] = []
+        self._buffered = 0
+        self._seq = 0  # sequence of the last appended record
+        self._durable = 0
+        self._group_done = trio.Event()
+        self._wake = trio.Event()
+        self._failure: BaseException | None = None
+        existing = self._file_ids()
+        #: The file being written (opened by ``run``) and the first file of this run.
+        self._file_id = (existing[-1] + 1) if existing else 1
+        self._first_file_id = self._file_id
+        self._fd: int | None = None
+        #: Where the next appended record lands.
+        self._append_file_id = self._file_id
+        self._append_offset = FILE_HEADER.size
+        #: Bytes of the open file written so far, and how far it is preallocated.
+        self._written = 0
+        self._allocated = 0
+
+    # -- files ---------------------------------------------------------------------------
+
+    def _file_ids(self) -> list[int]:
+        ids = []
+        for p in self.directory.glob("*.txn"):
+            try:
+                ids.append(int(p.stem, 16))
+            except ValueError:
+                continue
+        return sorted(ids)
+
+    def _path(self, file_id: int) -> Path:
+        return self.directory / f"{file_id:016x}.txn"
+
+    def _open_file(self, file_id: int) -> None:
+        """Runs in the worker thread: close the open file, create ``file_id`` with its header."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, self._written)  # drop the unused preallocated tail
+            if self._fsync:
+                os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+        self._file_id = file_id
+        path = self._path(file_id)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        header = FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, self._file_id & 0xFFFFFFFF)
+        os.write(fd, header)
+        self._fd = fd
+        self._written = len(header)
+        self._allocated = 0
+        self._preallocate()
+        dfd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def _preallocate(self) -> None:
+        if self._prealloc <= 0 or self._fd is None:
+            return
+        while self._written + self._threshold > self._allocated:
+            try:
+                os.posix_fallocate(self._fd, self._allocated, self._prealloc)
+            except OSError:
+                return  # not supported here: writes extend the file instead
+            self._allocated += self._prealloc
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append(self, parts: Sequence[Buffer]) -> int:
+        if self._failure is not None:
+            raise JournalFailedError(f"journal in {self.directory} failed earlier: {self._failure}")
+        crc = 0
+        length = 0
+        for part in parts:
+            crc = crc32c.crc32c(part, crc)
+            length += len(part)
+        if self._append_offset > self._max_file_size:
+            self._append_file_id += 1
+            self._append_offset = FILE_HEADER.size
+        segments = self._segments
+        if not segments or segments[-1][0] != self._append_file_id:
+            segments.append((self._append_file_id, bytearray()))
+        buf = segments[-1][1]
+        buf += RECORD_HEADER.pack(RECORD_MAGIC, length, crc)
+        for part in parts:
+            buf += part
+        size = RECORD_HEADER.size + length
+        self._buffered += size
+        self._append_offset += size
+        self._seq += 1
+        self._wake.set()
+        return self._seq
+
+    @property
+    def durable_seq(self) -> int:
+        return self._durable
+
+    async def wait_durable(self, seq: int) -> None:
+        while self._durable < seq:
+            if self._failure is not None:
+                raise JournalFailedError(f"journal in {self.directory} failed: {self._failure}")
+            await self._group_done.wait()
+
+    def position(self) -> JournalPosition:
+        return JournalPosition(self._append_file_id, self._append_offset)
+
+    def remove_files_before(self, mark: JournalPosition) -> int:
+        removed = 0
+        for file_id in self._file_ids():
+            if file_id < mark.file_id and file_id < self._file_id:
+                self._path(file_id).unlink(missing_ok=True)
+                removed += 1
+        return removed
+
+    # -- group commit --------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await trio.to_thread.run_sync(self._open_file, self._file_id, limiter=self._limiter)
+        task_status.started()
+        try:
+            while True:
+                if not self._buffered:
+                    await self._wake.wait()
+                    self._wake = trio.Event()
+                    if not self._buffered:
+                        continue
+                await self._gather_group()
+                await self._flush_group()
+        except BaseException as e:
+            if not isinstance(e, trio.Cancelled):
+                self._failure = e
+                self._group_done.set()
+            raise
+
+    async def _gather_group(self) -> None:
+        """Let more records join the group, within the configured bounds."""
+        if self._buffered >= self._threshold:
+            return
+        if self._flush_when_empty:
+            # Let every task that is ready to run append first: that is the "queue".
+            before = -1
+            while before != self._buffered and self._buffered < self._threshold:
+                before = self._buffered
+                await trio.lowlevel.checkpoint()
+            return
+        with trio.move_on_after(self._max_wait):
+            while self._buffered < self._threshold:
+                self._wake = trio.Event()
+                await self._wake.wait()
+
+    async def _flush_group(self) -> None:
+        segments, self._segments = self._segments, []
+        size, self._buffered = self._buffered, 0
+        seq = self._seq
+        # Shielded: once the bytes are handed to the thread, the bookkeeping after it must
+        # happen too, or waiters would never learn their records are durable.
+        with trio.CancelScope(shield=True):
+            syncs = await trio.to_thread.run_sync(self._write_and_sync, segments, limiter=self._limiter)
+            self._counters.journal_bytes_written += size
+            self._counters.journal_fsyncs += syncs
+            self._durable = seq
+            done, self._group_done = self._group_done, trio.Event()
+            done.set()
+
+    def _write_and_sync(self, segments: list[tuple[int, bytearray]]) -> int:
+        """Runs in the worker thread: write each segment to its file, fsync; return fsyncs."""
+        syncs = 0
+        for file_id, data in segments:
+            if file_id != self._file_id:
+                if self._fsync and self._fd is not None:
+                    syncs += 1  # the roll fsyncs the file it closes
+                self._open_file(file_id)
+            assert self._fd is not None
+            view = memoryview(data)
+            while view:
+                n = os.pwrite(self._fd, view, self._written)
+                self._written += n
+                view = view[n:]
+        if self._fsync:
+            os.fdatasync(self._fd)  # type: ignore[arg-type]
+            syncs += 1
+        self._preallocate()
+        return syncs
+
+    async def aclose(self) -> None:
+        if self._buffered and self._fd is not None and self._failure is None:
+            await self._flush_group()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            await trio.to_thread.run_sync(os.close, fd, limiter=self._limiter)
+
+    # -- replay --------------------------------------------------------------------------
+
+    def replay(self, since: JournalPosition | None) -> Iterator[tuple[JournalPosition, bytes]]:
+        ids = [i for i in self._file_ids() if i < self._first_file_id]
+        if since is not None:
+            ids = [i for i in ids if i >= since.file_id]
+        for n, file_id in enumerate(ids):
+            start = since.offset if since is not None and file_id == since.file_id else FILE_HEADER.size
+            yield from self._replay_file(file_id, start, last=n == len(ids) - 1)
+
+    def _replay_file(self, file_id: int, start: int, *, last: bool) -> Iterator[tuple[JournalPosition, bytes]]:
+        path = self._path(file_id)
+        data = path.read_bytes()
+        if len(data) < FILE_HEADER.size:
+            if last:
+                log.warning("journal file %s has a torn header; removing it", path)
+                path.unlink()
+                return
+            raise JournalCorruptError(str(path), 0, "the file header is incomplete")
+        magic, version, low_id = FILE_HEADER.unpack_from(data)
+        if magic != FILE_MAGIC or version != FORMAT_VERSION or low_id != file_id & 0xFFFFFFFF:
+            raise JournalCorruptError(str(path), 0, "not a bkframe journal file of this version")
+        pos = max(start, FILE_HEADER.size)
+        end = len(data)
+        while pos < end:
+            problem = self._check_record(data, pos)
+            if problem is None:
+                magic, length, _ = RECORD_HEADER.unpack_from(data, pos)
+                body_at = pos + RECORD_HEADER.size
+                pos = body_at + length
+                yield JournalPosition(file_id, pos), data[body_at:pos]
+                continue
+            if problem == "end":
+                return
+            if last and not self._valid_record_after(data, pos + 1):
+                log.warning("journal %s: torn tail at offset %d (%s); truncating", path, pos, problem)
+                with open(path, "r+b") as f:
+                    f.truncate(pos)
+                    os.fsync(f.fileno())
+                return
+            raise JournalCorruptError(str(path), pos, problem)
+
+    @staticmethod
+    def _check_record(data: bytes, pos: int) -> str | None:
+        """None if a valid record starts at ``pos``; "end" at preallocated zeros; else why not."""
+        if len(data) - pos < RECORD_HEADER.size:
+            return "end" if not any(data[pos:]) else "truncated record header"
+        magic, length, crc = RECORD_HEADER.unpack_from(data, pos)
+        if magic == 0 and length == 0 and crc == 0:
+            return "end" if not any(data[pos : pos + 4096]) else "zeroed record header"
+        if magic != RECORD_MAGIC:
+            return f"bad record magic {magic:#010x}"
+        body_at = pos + RECORD_HEADER.size
+        if body_at + length > len(data):
+            return f"record of {length} bytes runs past the end of the file"
+        if crc32c.crc32c(data[body_at : body_at + length]) != crc:
+            return "record CRC mismatch"
+        return None
+
+    def _valid_record_after(self, data: bytes, pos: int) -> bool:
+        while True:
+            at = data.find(_MAGIC_BYTES, pos)
+            if at < 0:
+                return False
+            if self._check_record(data, at) is None:
+                return True
+            pos = at + 1

@@ -1,0 +1,160 @@
+"""Plugins compose a bookie: a test plugin replaces the ledger storage and is used."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bkframe.core import protocol as p
+from bkframe.core.bookie_client import connect_bookie
+from bkframe.core.config import ConfigError, load_config
+from bkframe.core.counters import Counters
+from bkframe.core.hookspecs import hookimpl
+from bkframe.core.interfaces import Buffer, DurabilityPolicy, EntryLogManager, LedgerState, LedgerStorage, LedgerType
+from bkframe.core.plugin_manager import PluginManager, UnknownLedgerTypeError
+from tests.conftest import running_bookie
+
+
+class DictStorage:
+    """An in-memory ledger storage: enough to prove the bookie stores through the plugin."""
+
+    def __init__(self) -> None:
+        self.states: dict[int, LedgerState] = {}
+        self.entries: dict[tuple[int, int], bytes] = {}
+        self.checkpoints = 0
+
+    def ledger_state(self, ledger_id: int) -> LedgerState | None:
+        return self.states.get(ledger_id)
+
+    def ensure_ledger(self, ledger_id: int, master_key: bytes, ledger_type: int) -> LedgerState:
+        state = self.states.setdefault(ledger_id, LedgerState(ledger_id, master_key, ledger_type=ledger_type))
+        if not state.master_key:
+            state.master_key = master_key
+        return state
+
+    def set_fenced(self, ledger_id: int) -> bool:
+        was = self.states[ledger_id].fenced
+        self.states[ledger_id].fenced = True
+        return not was
+
+    def set_lac(self, ledger_id: int, lac: int) -> None:
+        self.states[ledger_id].lac = max(self.states[ledger_id].lac, lac)
+
+    def add_entries(self, ledger_id: int, entry_ids: Sequence[int], entries: Sequence[Buffer]) -> int:
+        for e, data in zip(entry_ids, entries):
+            self.entries[(ledger_id, e)] = bytes(data)
+        return sum(len(d) for d in entries)
+
+    def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
+        return self.entries.get((ledger_id, entry_id))
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        return max((e for (led, e) in self.entries if led == ledger_id), default=-1)
+
+    def ledgers(self) -> Iterable[int]:
+        return list(self.states)
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        self.states.pop(ledger_id, None)
+
+    async def checkpoint(self) -> None:
+        self.checkpoints += 1
+
+    async def aclose(self) -> None:
+        await self.checkpoint()
+
+
+class DictStoragePlugin:
+    def __init__(self) -> None:
+        self.storage = DictStorage()
+
+    @hookimpl
+    def bkframe_ledger_storage(
+        self, name: str, config: dict[str, Any], directory: Path, entry_logs: EntryLogManager, counters: Counters
+    ) -> LedgerStorage | None:
+        return self.storage if name == "dict" else None  # type: ignore[return-value]
+
+
+async def test_test_plugin_replaces_ledger_storage(tmp_path: Path) -> None:
+    config_file = tmp_path / "bookie.toml"
+    config_file.write_text('[ledger_storage]\nplugin = "dict"\n')
+    config = load_config(config_file, {"data_dir": tmp_path / "data", "port": 0})
+    plugin = DictStoragePlugin()
+    pm = PluginManager(extra_plugins=[plugin])
+    async with running_bookie(config, pm) as (service, host, port):
+        assert service.bookie is not None and service.bookie.storage is plugin.storage
+        async with connect_bookie(host, port) as bk:
+            assert (await bk.add(4, 0, b"via plugin", master_key=b"k")).status == p.Status.OK
+            assert (await bk.read(4, 0)).data == b"via plugin"
+    assert plugin.storage.entries[(4, 0)] == b"via plugin"
+    assert plugin.storage.checkpoints >= 1  # the clean stop flushed through the plugin
+    names = {info.name for info in pm.plugins()}
+    assert "journal_fs" in names  # the separately distributed journal came in by entry point
+
+
+def test_unknown_plugin_name_is_a_clear_error(tmp_path: Path) -> None:
+    from bkframe.core.bookie import Bookie
+
+    config_file = tmp_path / "bookie.toml"
+    config_file.write_text('[ledger_storage]\nplugin = "nosuch"\n')
+    config = load_config(config_file, {"data_dir": tmp_path / "data"})
+    with pytest.raises(ConfigError, match="plugin = 'nosuch'.*bkframe plugins"):
+        Bookie(config, PluginManager())
+
+
+class ExtraTypePlugin:
+    @hookimpl
+    def bkframe_register_ledger_types(self, register: Any) -> None:
+        register(LedgerType("TEST_TYPE", 77, journal_data=True, sync_before_ack=True, description="a test type"))
+
+
+def test_register_ledger_types_hook() -> None:
+    pm = PluginManager(extra_plugins=[ExtraTypePlugin()])
+    types = pm.ledger_types()
+    assert types["PD_JOURNAL"].sync_before_ack and types["PD_JOURNAL"].type_id == 0
+    assert isinstance(types["TEST_TYPE"], DurabilityPolicy)
+    assert pm.ledger_type_by_id(77) is types["TEST_TYPE"]
+    with pytest.raises(UnknownLedgerTypeError, match="unknown ledger type 'NOPE'; known types: PD_JOURNAL, TEST_TYPE"):
+        pm.ledger_type("NOPE")
+
+
+def test_ledger_type_id_clash_is_an_error() -> None:
+    class Clash:
+        @hookimpl
+        def bkframe_register_ledger_types(self, register: Any) -> None:
+            register(LedgerType("OTHER", 0, journal_data=True, sync_before_ack=True, description=""))
+
+    with pytest.raises(ValueError, match="ledger types (OTHER and PD_JOURNAL|PD_JOURNAL and OTHER) both use wire id 0"):
+        PluginManager(extra_plugins=[Clash()]).ledger_types()
+
+
+def test_plugins_command_lists_plugins_and_hooks() -> None:
+    from click.testing import CliRunner
+
+    from bkframe.cli import main
+
+    result = CliRunner().invoke(main, ["plugins"])
+    assert result.exit_code == 0, result.output
+    assert "journal_fs  [bkframe-journal-fs]" in result.output
+    assert "bkframe.plugins.ledger_storage_default  [bkframe]" in result.output
+    assert "bkframe_journal" in result.output and "bkframe_ledger_storage" in result.output
+    assert "PD_JOURNAL (wire id 0)" in result.output
+
+
+def test_metadata_store_hook_picks_by_scheme() -> None:
+    from bkframe.core.metadata import MetadataError
+
+    marker = object()
+
+    class SchemePlugin:
+        @hookimpl
+        def bkframe_metadata_store(self, uri: str) -> object | None:
+            return marker if uri.startswith("test://") else None
+
+    pm = PluginManager(extra_plugins=[SchemePlugin()])
+    assert pm.metadata_store("test://anything") is marker
+    with pytest.raises(MetadataError, match="no installed plugin serves metadata URI 'nosuch://x'"):
+        pm.metadata_store("nosuch://x")
