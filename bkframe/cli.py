@@ -79,7 +79,7 @@ def _known_error(e: BaseException) -> BaseException | None:
 
 async def _stop_on_signal(signals: trio.abc.ReceiveChannel[int], service: object) -> None:
     async for signum in signals:
-        logging.getLogger("bkframe").warning("received %s; draining and stopping", signal.Signals(signum).name)
+        logging.getLogger("bkframe").info("received %s; draining and stopping", signal.Signals(signum).name)
         service.stop()  # type: ignore[attr-defined]
         return
 

@@ -46,11 +46,8 @@ class BookiePool:
             return client
 
     async def _hold(self, bookie_id: str, host: str, port: int, *, task_status: trio.TaskStatus[BookieClient]) -> None:
-        try:
-            async with connect_bookie(host, port) as client:
-                self._clients[bookie_id] = client
-                task_status.started(client)
-                await client.wait_closed()
-        except BookieConnectionError:
-            if bookie_id not in self._clients or not self._clients[bookie_id].closed:
-                raise
+        # A failed connect raises out of nursery.start to the caller of get().
+        async with connect_bookie(host, port) as client:
+            self._clients[bookie_id] = client
+            task_status.started(client)
+            await client.wait_closed()

@@ -58,6 +58,11 @@ class ReadFlag(enum.IntFlag):
     FENCE = 0x01
 
 
+_RECOVERY = int(AddFlag.RECOVERY)
+_FENCE = int(ReadFlag.FENCE)
+#: Frames a client builds are cut at about this size (a frame holds whole messages).
+TARGET_FRAME_SIZE = 1024 * 1024
+
 #: Read of this entry id means "the last entry this bookie holds" (as in BookKeeper).
 LAST_ENTRY = -1
 
@@ -133,7 +138,7 @@ def encode_add(
 ) -> list[Buffer]:
     """The parts of one ADD message (data is not copied)."""
     rest = _ADD.size + len(master_key) + len(data)
-    flags = AddFlag.RECOVERY if recovery else 0
+    flags = _RECOVERY if recovery else 0
     head = MSG_HEADER.pack(rest + 10, Op.ADD, flags, request_id) + _ADD.pack(
         ledger_id, entry_id, lac, ledger_type, len(master_key)
     )
@@ -198,7 +203,7 @@ def _decode_one(
         if end - at < _ADD.size:
             raise ProtocolError("ADD message too short")
         ledger_id, entry_id, lac, ledger_type, key_len = _ADD.unpack_from(body, at)
-        if flags & ~AddFlag.RECOVERY:
+        if flags & ~_RECOVERY:
             raise ProtocolError(f"unknown ADD flags {flags:#x}")
         key_at = at + _ADD.size
         data_at = key_at + key_len
@@ -219,18 +224,18 @@ def _decode_one(
             ledger_type,
             bytes(body[key_at:data_at]),
             body[data_at:end],
-            bool(flags & AddFlag.RECOVERY),
+            bool(flags & _RECOVERY),
         )
     if op == Op.READ:
         ledger_id, entry_id, key_len = _READ.unpack_from(body, at)
-        if flags & ~ReadFlag.FENCE:
+        if flags & ~_FENCE:
             raise ProtocolError(f"unknown READ flags {flags:#x}")
         key_at = at + _READ.size
         if key_len > MAX_MASTER_KEY or key_at + key_len != end:
             raise ProtocolError(f"READ master key length {key_len} does not match the message")
         if entry_id < LAST_ENTRY:
             raise ProtocolError(f"READ entry id {entry_id} is invalid")
-        return ReadRequest(request_id, ledger_id, entry_id, bytes(body[key_at:end]), bool(flags & ReadFlag.FENCE))
+        return ReadRequest(request_id, ledger_id, entry_id, bytes(body[key_at:end]), bool(flags & _FENCE))
     if op == Op.READ_LAC:
         if end - at != _READ_LAC.size:
             raise ProtocolError("READ_LAC message has the wrong length")

@@ -1,1 +1,166 @@
-"""(being written)"""
+"""``memory://NAME``: an in-process metadata store, for unit tests and single-process use.
+
+Stores opened with the same NAME in one process share their state; ``memory://`` alone
+is a fresh private store. Registrations vanish on ``aclose`` or on :meth:`MemoryMetadataStore.expire`,
+which stands in for "the holder died" in tests.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+
+import attrs
+import trio
+
+from bkframe.core.hookspecs import hookimpl
+from bkframe.core.metadata import (
+    BadVersionError,
+    BookieInfo,
+    LedgerExistsError,
+    LedgerMetadata,
+    NoSuchLedgerError,
+    Versioned,
+)
+
+SCHEME = "memory://"
+
+
+@attrs.define
+class _State:
+    ids: itertools.count[int] = attrs.Factory(lambda: itertools.count(1))
+    ledgers: dict[int, LedgerMetadata] = attrs.Factory(dict)
+    bookies: dict[str, BookieInfo] = attrs.Factory(dict)
+    cookies: dict[str, Versioned] = attrs.Factory(dict)
+    changed: trio.Event = attrs.Factory(trio.Event)
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+
+_SHARED: dict[str, _State] = {}
+
+
+def reset_shared() -> None:
+    """Forget every named store (tests call this between cases)."""
+    _SHARED.clear()
+
+
+class MemoryRegistration:
+    def __init__(self, store: MemoryMetadataStore, bookie_id: str) -> None:
+        self._store = store
+        self.bookie_id = bookie_id
+
+    async def set_read_only(self, read_only: bool) -> None:
+        state = self._store._state
+        info = state.bookies.get(self.bookie_id)
+        if info is not None:
+            state.bookies[self.bookie_id] = attrs.evolve(info, read_only=read_only)
+
+    async def aclose(self) -> None:
+        self._store.expire(self.bookie_id)
+
+
+class MemoryMetadataStore:
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        name = uri[len(SCHEME) :]
+        self._state = _SHARED.setdefault(name, _State()) if name else _State()
+
+    async def new_ledger_id(self) -> int:
+        await trio.lowlevel.checkpoint()
+        state = self._state
+        while True:
+            ledger_id = next(state.ids)
+            if ledger_id not in state.ledgers:
+                return ledger_id
+
+    async def create_ledger(self, metadata: LedgerMetadata) -> LedgerMetadata:
+        await trio.lowlevel.checkpoint()
+        if metadata.ledger_id in self._state.ledgers:
+            raise LedgerExistsError(metadata.ledger_id)
+        stored = attrs.evolve(metadata, version=1)
+        self._state.ledgers[metadata.ledger_id] = stored
+        self._state.notify()
+        return stored
+
+    async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
+        await trio.lowlevel.checkpoint()
+        try:
+            return self._state.ledgers[ledger_id]
+        except KeyError:
+            raise NoSuchLedgerError(ledger_id) from None
+
+    async def update_ledger(self, metadata: LedgerMetadata, expected_version: int) -> LedgerMetadata:
+        await trio.lowlevel.checkpoint()
+        current = self._state.ledgers.get(metadata.ledger_id)
+        if current is None:
+            raise NoSuchLedgerError(metadata.ledger_id)
+        if current.version != expected_version:
+            raise BadVersionError(
+                f"ledger {metadata.ledger_id} is at version {current.version}, not {expected_version}"
+            )
+        stored = attrs.evolve(metadata, version=expected_version + 1)
+        self._state.ledgers[metadata.ledger_id] = stored
+        self._state.notify()
+        return stored
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        await trio.lowlevel.checkpoint()
+        if self._state.ledgers.pop(ledger_id, None) is None:
+            raise NoSuchLedgerError(ledger_id)
+        self._state.notify()
+
+    async def list_ledgers(self) -> list[int]:
+        await trio.lowlevel.checkpoint()
+        return sorted(self._state.ledgers)
+
+    async def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
+        last: object = object()
+        while True:
+            changed = self._state.changed
+            current = self._state.ledgers.get(ledger_id)
+            if current != last:
+                last = current
+                yield current
+                if current is None:
+                    return
+            await changed.wait()
+
+    async def register_bookie(self, info: BookieInfo, ttl_s: float) -> MemoryRegistration:
+        await trio.lowlevel.checkpoint()
+        self._state.bookies[info.bookie_id] = info
+        return MemoryRegistration(self, info.bookie_id)
+
+    def expire(self, bookie_id: str) -> None:
+        """Drop a registration as if its holder had died."""
+        self._state.bookies.pop(bookie_id, None)
+
+    async def list_bookies(self, *, writable_only: bool = False) -> list[BookieInfo]:
+        await trio.lowlevel.checkpoint()
+        return sorted(
+            (b for b in self._state.bookies.values() if not (writable_only and b.read_only)), key=lambda b: b.bookie_id
+        )
+
+    async def read_cookie(self, bookie_id: str) -> Versioned | None:
+        await trio.lowlevel.checkpoint()
+        return self._state.cookies.get(bookie_id)
+
+    async def write_cookie(self, bookie_id: str, value: bytes, expected_version: int | None) -> int:
+        await trio.lowlevel.checkpoint()
+        current = self._state.cookies.get(bookie_id)
+        found = None if current is None else current.version
+        if found != expected_version:
+            raise BadVersionError(f"cookie of {bookie_id} is at version {found}, not {expected_version}")
+        version = 1 if current is None else current.version + 1
+        self._state.cookies[bookie_id] = Versioned(value, version)
+        return version
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+@hookimpl
+def bkframe_metadata_store(uri: str) -> MemoryMetadataStore | None:
+    return MemoryMetadataStore(uri) if uri.startswith(SCHEME) else None

@@ -1,1 +1,245 @@
-"""(being written)"""
+"""``sqlite://PATH``: the embedded metadata store; processes on one machine share it safely.
+
+SQLite in WAL mode with a busy timeout serialises writers across processes; every
+compare-and-set is one ``UPDATE ... WHERE version = ?``. All calls run in a worker thread
+(``trio.to_thread.run_sync`` with the store's own limiter of 1), so the event loop never
+blocks on the database. A bookie registration is a row with an expiry time that a
+heartbeat task pushes forward; a dead bookie stops heartbeating and its row expires.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import attrs
+import trio
+
+from bkframe.core.hookspecs import hookimpl
+from bkframe.core.metadata import (
+    BadVersionError,
+    BookieInfo,
+    LedgerExistsError,
+    LedgerMetadata,
+    MetadataError,
+    NoSuchLedgerError,
+    Versioned,
+)
+
+log = logging.getLogger("bkframe.metadata.sqlite")
+
+SCHEME = "sqlite://"
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS ledgers (id INTEGER PRIMARY KEY, data BLOB NOT NULL, version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS id_counter (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS bookies (id TEXT PRIMARY KEY, data BLOB NOT NULL, expires_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS cookies (id TEXT PRIMARY KEY, value BLOB NOT NULL, version INTEGER NOT NULL);
+INSERT OR IGNORE INTO id_counter (name, value) VALUES ('ledger', 0);
+"""
+
+#: How often watches look for a new version.
+WATCH_POLL_S = 0.05
+
+
+class SqliteRegistration:
+    """Keeps a bookie's row alive until closed; the heartbeat is a trio system task."""
+
+    def __init__(self, store: SqliteMetadataStore, info: BookieInfo, ttl_s: float) -> None:
+        self._store = store
+        self.info = info
+        self._ttl = ttl_s
+        self._scope = trio.CancelScope()
+        self._stopped = trio.Event()
+
+    async def _heartbeat(self) -> None:
+        try:
+            with self._scope:
+                while True:
+                    await trio.sleep(self._ttl / 3)
+                    try:
+                        await self._store._upsert_bookie(self.info, self._ttl)
+                    except MetadataError as e:
+                        # Keep trying: the row comes back as soon as the store answers again.
+                        log.warning("bookie %s: registration heartbeat failed: %s", self.info.bookie_id, e)
+        finally:
+            self._stopped.set()
+
+    async def set_read_only(self, read_only: bool) -> None:
+        self.info = attrs.evolve(self.info, read_only=read_only)
+        await self._store._upsert_bookie(self.info, self._ttl)
+
+    async def aclose(self) -> None:
+        self._scope.cancel()
+        await self._stopped.wait()
+        await self._store._call(lambda db: db.execute("DELETE FROM bookies WHERE id = ?", (self.info.bookie_id,)))
+
+
+class SqliteMetadataStore:
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        path = Path(uri[len(SCHEME) :])
+        if not str(path):
+            raise MetadataError(f"metadata URI {uri!r} names no file; use sqlite:///abs/path.db")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=30000")
+            self._db.executescript(SCHEMA)
+        except (OSError, sqlite3.Error) as e:
+            raise MetadataError(f"cannot open metadata store {uri!r}: {e}") from None
+        self._limiter = trio.CapacityLimiter(1)
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def run() -> T:
+            try:
+                return fn(self._db)
+            except sqlite3.Error as e:
+                raise MetadataError(f"metadata store {self.uri}: {e}") from None
+
+        return await trio.to_thread.run_sync(run, limiter=self._limiter)
+
+    async def _transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` inside BEGIN IMMEDIATE ... COMMIT (a write lock across processes)."""
+
+        def run(db: sqlite3.Connection) -> T:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return result
+
+        return await self._call(run)
+
+    # -- ledgers -------------------------------------------------------------------------
+
+    async def new_ledger_id(self) -> int:
+        def take(db: sqlite3.Connection) -> int:
+            db.execute("UPDATE id_counter SET value = value + 1 WHERE name = 'ledger'")
+            return int(db.execute("SELECT value FROM id_counter WHERE name = 'ledger'").fetchone()[0])
+
+        return await self._transaction(take)
+
+    async def create_ledger(self, metadata: LedgerMetadata) -> LedgerMetadata:
+        def insert(db: sqlite3.Connection) -> None:
+            try:
+                db.execute("INSERT INTO ledgers (id, data, version) VALUES (?, ?, 1)", (metadata.ledger_id, metadata.serialize()))
+            except sqlite3.IntegrityError:
+                raise LedgerExistsError(metadata.ledger_id) from None
+
+        await self._call(insert)
+        return LedgerMetadata.deserialize(metadata.serialize(), 1)
+
+    async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
+        row = await self._call(lambda db: db.execute("SELECT data, version FROM ledgers WHERE id = ?", (ledger_id,)).fetchone())
+        if row is None:
+            raise NoSuchLedgerError(ledger_id)
+        return LedgerMetadata.deserialize(row[0], row[1])
+
+    async def update_ledger(self, metadata: LedgerMetadata, expected_version: int) -> LedgerMetadata:
+        data = metadata.serialize()
+
+        def cas(db: sqlite3.Connection) -> int:
+            cur = db.execute(
+                "UPDATE ledgers SET data = ?, version = version + 1 WHERE id = ? AND version = ?",
+                (data, metadata.ledger_id, expected_version),
+            )
+            if cur.rowcount == 1:
+                return expected_version + 1
+            row = db.execute("SELECT version FROM ledgers WHERE id = ?", (metadata.ledger_id,)).fetchone()
+            if row is None:
+                raise NoSuchLedgerError(metadata.ledger_id)
+            raise BadVersionError(f"ledger {metadata.ledger_id} is at version {row[0]}, not {expected_version}")
+
+        version = await self._transaction(cas)
+        return LedgerMetadata.deserialize(data, version)
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        cur = await self._call(lambda db: db.execute("DELETE FROM ledgers WHERE id = ?", (ledger_id,)))
+        if cur.rowcount == 0:
+            raise NoSuchLedgerError(ledger_id)
+
+    async def list_ledgers(self) -> list[int]:
+        rows = await self._call(lambda db: db.execute("SELECT id FROM ledgers ORDER BY id").fetchall())
+        return [r[0] for r in rows]
+
+    async def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
+        last_version: int | None = -1
+        while True:
+            row = await self._call(
+                lambda db: db.execute("SELECT data, version FROM ledgers WHERE id = ?", (ledger_id,)).fetchone()
+            )
+            version = None if row is None else row[1]
+            if version != last_version:
+                last_version = version
+                if row is None:
+                    yield None
+                    return
+                yield LedgerMetadata.deserialize(row[0], row[1])
+            await trio.sleep(WATCH_POLL_S)
+
+    # -- bookies -------------------------------------------------------------------------
+
+    async def _upsert_bookie(self, info: BookieInfo, ttl_s: float) -> None:
+        await self._call(
+            lambda db: db.execute(
+                "INSERT OR REPLACE INTO bookies (id, data, expires_at) VALUES (?, ?, ?)",
+                (info.bookie_id, info.serialize(), time.time() + ttl_s),
+            )
+        )
+
+    async def register_bookie(self, info: BookieInfo, ttl_s: float) -> SqliteRegistration:
+        await self._upsert_bookie(info, ttl_s)
+        registration = SqliteRegistration(self, info, ttl_s)
+        trio.lowlevel.spawn_system_task(registration._heartbeat, name=f"bkframe-heartbeat-{info.bookie_id}")
+        return registration
+
+    async def list_bookies(self, *, writable_only: bool = False) -> list[BookieInfo]:
+        rows = await self._call(
+            lambda db: db.execute("SELECT data FROM bookies WHERE expires_at > ? ORDER BY id", (time.time(),)).fetchall()
+        )
+        infos = [BookieInfo.deserialize(r[0]) for r in rows]
+        return [b for b in infos if not (writable_only and b.read_only)]
+
+    # -- cookies -------------------------------------------------------------------------
+
+    async def read_cookie(self, bookie_id: str) -> Versioned | None:
+        row = await self._call(lambda db: db.execute("SELECT value, version FROM cookies WHERE id = ?", (bookie_id,)).fetchone())
+        return None if row is None else Versioned(bytes(row[0]), row[1])
+
+    async def write_cookie(self, bookie_id: str, value: bytes, expected_version: int | None) -> int:
+        def cas(db: sqlite3.Connection) -> int:
+            if expected_version is None:
+                try:
+                    db.execute("INSERT INTO cookies (id, value, version) VALUES (?, ?, 1)", (bookie_id, value))
+                except sqlite3.IntegrityError:
+                    raise BadVersionError(f"cookie of {bookie_id} already exists") from None
+                return 1
+            cur = db.execute(
+                "UPDATE cookies SET value = ?, version = version + 1 WHERE id = ? AND version = ?",
+                (value, bookie_id, expected_version),
+            )
+            if cur.rowcount != 1:
+                raise BadVersionError(f"cookie of {bookie_id} is not at version {expected_version}")
+            return expected_version + 1
+
+        return await self._transaction(cas)
+
+    async def aclose(self) -> None:
+        await trio.to_thread.run_sync(self._db.close, limiter=self._limiter)
+
+
+@hookimpl
+def bkframe_metadata_store(uri: str) -> SqliteMetadataStore | None:
+    return SqliteMetadataStore(uri) if uri.startswith(SCHEME) else None
+
