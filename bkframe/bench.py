@@ -32,8 +32,9 @@ class BenchResult:
     mb_per_s: float
     p50_ms: float
     p99_ms: float
-    fsyncs_per_s: float
-    entries_per_fsync: float
+    #: Only in bookie mode (one bookie's journal); None through the client.
+    fsyncs_per_s: float | None
+    entries_per_fsync: float | None
     payload_bytes: int
     bookie_bytes_written: int
 
@@ -42,8 +43,9 @@ class BenchResult:
             f"{self.mode}: {self.count} entries of {self.entry_size} B, window {self.window}, {self.seconds:.2f} s\n"
             f"  {self.entries_per_s:,.0f} entries/s  {self.mb_per_s:,.1f} MB/s\n"
             f"  latency p50 {self.p50_ms:.3f} ms  p99 {self.p99_ms:.3f} ms\n"
-            f"  {self.fsyncs_per_s:,.0f} fsyncs/s  {self.entries_per_fsync:,.1f} entries per fsync\n"
-            f"  bookie wrote {self.bookie_bytes_written:,} bytes for {self.payload_bytes:,} payload bytes"
+            + (f"  {self.fsyncs_per_s:,.0f} fsyncs/s  {self.entries_per_fsync:,.1f} entries per fsync\n"
+               if self.fsyncs_per_s is not None and self.entries_per_fsync is not None else "")
+            + f"  bookie wrote {self.bookie_bytes_written:,} bytes for {self.payload_bytes:,} payload bytes"
         )
 
 
@@ -94,6 +96,79 @@ async def bench_bookie(host: str, port: int, *, entry_size: int, count: int, win
     )
 
 
+async def _bookie_bytes(client: Any, bookie_ids: list[str]) -> int:
+    total = 0
+    for bookie_id in bookie_ids:
+        c = (await (await client.pool.get(bookie_id)).info())["counters"]
+        total += c["journal_bytes_written"] + c["storage_bytes_written"]
+    return total
+
+
+async def bench_client(
+    metadata: str,
+    *,
+    entry_size: int,
+    count: int,
+    window: int,
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    ledger_type: str,
+    progress: bool,
+) -> BenchResult:
+    """Append through the client library to a new ledger with ``window`` appends in flight."""
+    from bkframe.core.client import open_client
+
+    payload = os.urandom(entry_size)
+    latencies = np.empty(count, dtype=np.float64)
+    async with open_client(metadata) as client:
+        writer = await client.create_ledger(
+            ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type, password=b"bench"
+        )
+        bookies = list(writer.metadata.fragments[0][1])
+        before = await _bookie_bytes(client, bookies)
+        bar = click.progressbar(length=count, file=sys.stderr, label="appending") if progress else None
+        inflight: deque[tuple[float, Any]] = deque()
+        start = time.perf_counter()
+        submitted = done = 0
+        while done < count:
+            while submitted < count and len(inflight) < window:
+                inflight.append((time.perf_counter(), writer.append_async(payload)))
+                submitted += 1
+            await inflight[0][1].wait()
+            now = time.perf_counter()
+            finished = 0
+            while inflight and inflight[0][1].done():
+                sent, pending = inflight.popleft()
+                if pending.error is not None:
+                    raise pending.error
+                latencies[done] = now - sent
+                done += 1
+                finished += 1
+            if bar is not None:
+                bar.update(finished)
+        seconds = time.perf_counter() - start
+        await writer.close()
+        if bar is not None:
+            bar.render_finish()
+        written = await _bookie_bytes(client, list(writer.metadata.bookies())) - before
+    return BenchResult(
+        mode=f"client {ledger_type} E={ensemble} W={write_quorum} A={ack_quorum}",
+        entry_size=entry_size,
+        count=count,
+        window=window,
+        seconds=seconds,
+        entries_per_s=count / seconds,
+        mb_per_s=count * entry_size / seconds / 1e6,
+        p50_ms=float(np.percentile(latencies, 50) * 1e3),
+        p99_ms=float(np.percentile(latencies, 99) * 1e3),
+        fsyncs_per_s=None,
+        entries_per_fsync=None,
+        payload_bytes=count * entry_size,
+        bookie_bytes_written=written,
+    )
+
+
 def start_bookie_process(data_dir: Path, extra_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], str, int]:
     """Start ``bkframe bookie`` on port 0 in its own process; return it with its address."""
     proc = subprocess.Popen(
@@ -117,7 +192,12 @@ def start_bookie_process(data_dir: Path, extra_args: tuple[str, ...] = ()) -> tu
 @click.option("--entry-size", type=int, default=1024, show_default=True)
 @click.option("--count", type=int, default=100_000, show_default=True)
 @click.option("--window", type=int, default=256, show_default=True, help="Adds in flight at most.")
-@click.option("--ledger", "ledger_id", type=int, default=1, show_default=True)
+@click.option("--ledger", "ledger_id", type=int, default=1, show_default=True, help="Ledger id (bookie mode).")
+@click.option("--metadata", help="Client mode: append through the client library on this cluster.")
+@click.option("-e", "--ensemble", type=int, default=3, show_default=True, help="Client mode.")
+@click.option("-w", "--write-quorum", type=int, default=3, show_default=True, help="Client mode.")
+@click.option("-a", "--ack-quorum", type=int, default=2, show_default=True, help="Client mode.")
+@click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True, help="Client mode: ledger type.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line instead of text.")
 def bench(
     address: str | None,
@@ -127,9 +207,26 @@ def bench(
     count: int,
     window: int,
     ledger_id: int,
+    metadata: str | None,
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    ledger_type: str,
     as_json: bool,
 ) -> None:
-    """Benchmark pipelined adds against one bookie directly (no metadata store needed)."""
+    """Benchmark pipelined adds: against one bookie directly (default, no metadata store
+    needed), or through the client library on a cluster (--metadata)."""
+    if metadata:
+        result = trio.run(
+            lambda: bench_client(
+                metadata, entry_size=entry_size, count=count, window=window, ensemble=ensemble,
+                write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type,
+                progress=count >= 50_000 and sys.stderr.isatty(),
+            )
+        )
+        out = attrs.asdict(result)
+        click.echo(json.dumps(out) if as_json else result.human())
+        return
     proc = None
     tmp = None
     if address:

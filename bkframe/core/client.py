@@ -142,6 +142,11 @@ class Client:
                 break
             except BadVersionError:
                 md = await self.ledger_metadata(ledger_id)
+        for bookie_id in md.fragments[-1][1]:
+            try:
+                await self.pool.get(bookie_id)
+            except ConnectionError:
+                pass  # the first append finds it down and changes the ensemble
         return WriteHandle(self, md, master_key(password), Digester.for_ledger(md.digest_type, password))
 
     async def delete_ledger(self, ledger_id: int) -> None:

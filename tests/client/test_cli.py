@@ -1,0 +1,97 @@
+"""The ledger command line and the sandbox, run as real processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def bk(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bkframe", *args], input=stdin, capture_output=True, text=True, timeout=120
+    )
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_ledger_commands(cluster_factory: Any) -> None:
+    meta = ["--metadata", cluster_factory(3).metadata]
+    ledger_id = bk("ledger", "create", *meta, "-e", "3", "-w", "2", "-a", "2", "--password", "pw").stdout.strip()
+    assert ledger_id.isdigit()
+    appended = bk("ledger", "append", ledger_id, *meta, "--password", "pw", stdin="alpha\nbeta\ngamma\n")
+    assert appended.stdout.split() == ["0", "1", "2"]
+    assert bk("ledger", "read", ledger_id, *meta, "--password", "pw").stdout == "alpha\nbeta\ngamma\n"
+    assert bk("ledger", "read", ledger_id, *meta, "--password", "pw", "--from", "1", "--to", "1").stdout == "beta\n"
+    md = json.loads(bk("ledger", "metadata", ledger_id, *meta).stdout)
+    assert (md["state"], md["last_entry_id"], md["ledger_type"], md["ensemble_size"]) == ("CLOSED", 2, "PD_JOURNAL", 3)
+    assert ledger_id in bk("ledger", "list", *meta).stdout.split()
+    # A second writer may not claim the ledger, and it is closed anyway.
+    again = bk("ledger", "append", ledger_id, *meta, "--password", "pw", stdin="x\n", check=False)
+    assert again.returncode != 0 and "CLOSED" in again.stderr
+    bk("ledger", "delete", ledger_id, *meta)
+    assert ledger_id not in bk("ledger", "list", *meta).stdout.split()
+
+
+def test_ledger_command_errors(cluster_factory: Any) -> None:
+    meta = ["--metadata", cluster_factory(3).metadata]
+    ledger_id = bk("ledger", "create", *meta, "--password", "pw").stdout.strip()
+    for args, message in [
+        (["ledger", "read", ledger_id, *meta, "--password", "wrong"], "wrong password"),
+        (["ledger", "read", "999999", *meta], "ledger 999999 does not exist"),
+        (["ledger", "create", *meta, "--type", "NOPE"], "unknown ledger type 'NOPE'"),
+        (["ledger", "create", *meta, "-e", "2", "-w", "3"], "E >= W >= A >= 1"),
+    ]:
+        proc = bk(*args, check=False)
+        assert proc.returncode != 0
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_keep_open_then_recover_with_close(cluster_factory: Any) -> None:
+    meta = ["--metadata", cluster_factory(3).metadata]
+    ledger_id = bk("ledger", "create", *meta).stdout.strip()
+    bk("ledger", "append", ledger_id, *meta, "--keep-open", stdin="one\ntwo\n")
+    assert json.loads(bk("ledger", "metadata", ledger_id, *meta).stdout)["state"] == "OPEN"
+    assert bk("ledger", "read", ledger_id, *meta, "--unconfirmed", "--to", "1").stdout == "one\ntwo\n"
+    assert bk("ledger", "close", ledger_id, *meta).stdout.strip() == f"ledger {ledger_id} closed at entry 1"
+    assert bk("ledger", "read", ledger_id, *meta).stdout == "one\ntwo\n"
+
+
+def test_sandbox_demo_is_the_main_job(tmp_path: Path) -> None:
+    proc = bk("sandbox", "--bookies", "3", "--data-dir", str(tmp_path), "--demo")
+    out = proc.stdout
+    assert "created ledger" in out and "all match" in out and "sandbox stopped" in out
+    state = json.loads((tmp_path / "sandbox.json").read_text())
+    assert state["metadata"] == f"sqlite://{tmp_path / 'metadata.db'}"
+    assert [b["id"] for b in state["bookies"]] == ["bookie-1", "bookie-2", "bookie-3"]
+
+
+def test_sandbox_runs_until_sigterm(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bkframe", "sandbox", "--bookies", "3", "--data-dir", str(tmp_path)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "sandbox.json").exists():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        state = json.loads((tmp_path / "sandbox.json").read_text())
+        meta = ["--metadata", state["metadata"]]
+        ledger_id = bk("ledger", "create", *meta).stdout.strip()
+        bk("ledger", "append", ledger_id, *meta, stdin="hello\n")
+        assert bk("ledger", "read", ledger_id, *meta).stdout == "hello\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        pids = [b["pid"] for b in state["bookies"]]
+        for pid in pids:
+            assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    finally:
+        if proc.poll() is None:
+            proc.kill()

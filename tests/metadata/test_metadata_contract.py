@@ -1,0 +1,218 @@
+"""One contract suite for every MetadataStore: parametrized over the backends.
+
+Adding a backend = adding a parameter to ``store_uri`` (ZooKeeper and etcd are planned).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+
+from bkframe.core.metadata import (
+    BadVersionError,
+    BookieInfo,
+    LedgerExistsError,
+    LedgerMetadata,
+    LedgerStateName,
+    MetadataStore,
+    NoSuchLedgerError,
+)
+from bkframe.core.plugin_manager import PluginManager
+from bkframe.plugins.metadata_memory import MemoryMetadataStore, reset_shared
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "memory":
+        reset_shared()
+        yield f"memory://contract-{os.getpid()}"
+    else:
+        yield f"sqlite://{tmp_path / 'meta.db'}"
+
+
+@pytest.fixture
+async def store(store_uri: str) -> AsyncIterator[MetadataStore]:
+    s = PluginManager().metadata_store(store_uri)
+    assert isinstance(s, MetadataStore)
+    yield s
+    await s.aclose()
+
+
+def ledger(ledger_id: int, **kw: object) -> LedgerMetadata:
+    return LedgerMetadata(ledger_id, 3, 2, 2, ((0, ("a", "b", "c")),), **kw)  # type: ignore[arg-type]
+
+
+async def test_ids_are_unique_under_concurrency(store: MetadataStore, store_uri: str) -> None:
+    ids: list[int] = []
+
+    async def take(n: int) -> None:
+        other = PluginManager().metadata_store(store_uri)
+        for _ in range(n):
+            ids.append(await other.new_ledger_id())
+        await other.aclose()
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(8):
+            nursery.start_soon(take, 25)
+    assert len(ids) == 200 and len(set(ids)) == 200 and min(ids) >= 1
+
+
+async def test_ids_are_unique_across_processes(tmp_path: Path) -> None:
+    uri = f"sqlite://{tmp_path / 'meta.db'}"
+    script = textwrap.dedent(
+        f"""
+        import trio
+        from bkframe.core.plugin_manager import PluginManager
+        async def main():
+            s = PluginManager().metadata_store({uri!r})
+            ids = [await s.new_ledger_id() for _ in range(100)]
+            print(" ".join(map(str, ids)))
+            await s.aclose()
+        trio.run(main)
+        """
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    ids = [int(x) for out in outs for x in out.split()]
+    assert len(ids) == 400 and len(set(ids)) == 400
+
+
+async def test_create_read_update_delete_list(store: MetadataStore) -> None:
+    created = await store.create_ledger(ledger(7, custom={"app": "x"}))
+    assert created.version >= 0
+    with pytest.raises(LedgerExistsError):
+        await store.create_ledger(ledger(7))
+    read = await store.read_ledger(7)
+    assert read == created and read.custom == {"app": "x"}
+    with pytest.raises(NoSuchLedgerError):
+        await store.read_ledger(8)
+    closed = await store.update_ledger(attrs.evolve(read, state=LedgerStateName.CLOSED, last_entry_id=4), read.version)
+    assert closed.version != read.version and (await store.read_ledger(7)).last_entry_id == 4
+    with pytest.raises(BadVersionError):
+        await store.update_ledger(attrs.evolve(read, last_entry_id=9), read.version)
+    await store.create_ledger(ledger(3))
+    assert await store.list_ledgers() == [3, 7]
+    await store.delete_ledger(7)
+    with pytest.raises(NoSuchLedgerError):
+        await store.delete_ledger(7)
+    with pytest.raises(NoSuchLedgerError):
+        await store.update_ledger(closed, closed.version)
+    assert await store.list_ledgers() == [3]
+
+
+async def test_concurrent_cas_one_wins(store: MetadataStore, store_uri: str) -> None:
+    base = await store.create_ledger(ledger(1))
+    outcomes: list[str] = []
+
+    async def update(entry: int) -> None:
+        other = PluginManager().metadata_store(store_uri)
+        try:
+            await other.update_ledger(attrs.evolve(base, last_entry_id=entry), base.version)
+            outcomes.append("won")
+        except BadVersionError:
+            outcomes.append("lost")
+        finally:
+            await other.aclose()
+
+    async with trio.open_nursery() as nursery:
+        for i in range(5):
+            nursery.start_soon(update, i)
+    assert sorted(outcomes) == ["lost"] * 4 + ["won"]
+
+
+async def test_watch_sees_create_update_delete(store: MetadataStore) -> None:
+    md = await store.create_ledger(ledger(5))
+    seen: list[LedgerMetadata | None] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                async for value in store.watch_ledger(5):
+                    seen.append(value)
+
+            nursery.start_soon(watch)
+            while not seen:
+                await trio.sleep(0.01)
+            await store.update_ledger(attrs.evolve(md, state=LedgerStateName.CLOSED), md.version)
+            while len(seen) < 2:
+                await trio.sleep(0.01)
+            await store.delete_ledger(5)
+    assert seen[0] is not None and seen[0].state == LedgerStateName.OPEN
+    assert seen[1] is not None and seen[1].state == LedgerStateName.CLOSED
+    assert seen[-1] is None
+
+
+async def test_bookie_registration(store: MetadataStore) -> None:
+    reg_a = await store.register_bookie(BookieInfo("a", "127.0.0.1:1"), ttl_s=5)
+    reg_b = await store.register_bookie(BookieInfo("b", "127.0.0.1:2"), ttl_s=5)
+    assert [b.bookie_id for b in await store.list_bookies()] == ["a", "b"]
+    await reg_b.set_read_only(True)
+    assert [b.bookie_id for b in await store.list_bookies(writable_only=True)] == ["a"]
+    assert [b.read_only for b in await store.list_bookies()] == [False, True]
+    await reg_a.aclose()
+    assert [b.bookie_id for b in await store.list_bookies()] == ["b"]
+    await reg_b.aclose()
+    assert await store.list_bookies() == []
+
+
+async def test_registration_expires_when_the_holder_dies(store: MetadataStore, store_uri: str) -> None:
+    if isinstance(store, MemoryMetadataStore):
+        await store.register_bookie(BookieInfo("gone", "127.0.0.1:1"), ttl_s=1)
+        store.expire("gone")  # in one process, "dies" can only be simulated
+        assert await store.list_bookies() == []
+        return
+    script = textwrap.dedent(
+        f"""
+        import trio
+        from bkframe.core.metadata import BookieInfo
+        from bkframe.core.plugin_manager import PluginManager
+        async def main():
+            s = PluginManager().metadata_store({store_uri!r})
+            await s.register_bookie(BookieInfo("doomed", "127.0.0.1:9"), ttl_s=1.0)
+            print("registered", flush=True)
+            await trio.sleep_forever()
+        trio.run(main)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "registered"
+    # Alive and heartbeating: still there after more than one TTL.
+    await trio.sleep(1.5)
+    assert [b.bookie_id for b in await store.list_bookies()] == ["doomed"]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with trio.fail_after(5):
+        while await store.list_bookies():
+            await trio.sleep(0.1)
+
+
+async def test_cookies_cas(store: MetadataStore) -> None:
+    assert await store.read_cookie("b1") is None
+    v1 = await store.write_cookie("b1", b"instance-1", None)
+    with pytest.raises(BadVersionError):
+        await store.write_cookie("b1", b"other", None)
+    cookie = await store.read_cookie("b1")
+    assert cookie is not None and (cookie.value, cookie.version) == (b"instance-1", v1)
+    v2 = await store.write_cookie("b1", b"instance-2", v1)
+    with pytest.raises(BadVersionError):
+        await store.write_cookie("b1", b"stale", v1)
+    cookie = await store.read_cookie("b1")
+    assert cookie is not None and (cookie.value, cookie.version) == (b"instance-2", v2)
+
+
+def test_unopenable_sqlite_uri_names_it(tmp_path: Path) -> None:
+    from bkframe.core.metadata import MetadataError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a dir")
+    with pytest.raises(MetadataError, match="sqlite://.*file/meta.db"):
+        PluginManager().metadata_store(f"sqlite://{blocker / 'meta.db'}")
