@@ -56,25 +56,27 @@ async def bench_bookie(host: str, port: int, *, entry_size: int, count: int, win
     latencies = np.empty(count, dtype=np.float64)
     async with connect_bookie(host, port) as bookie:
         before = (await bookie.info())["counters"]
-        inflight: deque[tuple[int, float, PendingResponse]] = deque()
+        # Each refill of the window goes out as one ADD_BATCH, as the client library does.
+        inflight: deque[tuple[int, int, float, PendingResponse]] = deque()
         start = time.perf_counter()
         next_entry = 0
         done = 0
+        in_window = 0
         while done < count:
-            while next_entry < count and len(inflight) < window:
-                pending = bookie.submit_add(ledger_id, next_entry, payload, master_key=key, lac=done - 1)
-                inflight.append((next_entry, time.perf_counter(), pending))
-                next_entry += 1
-            await inflight[0][2].wait()
-            now = time.perf_counter()
-            # Everything already answered is taken in one go (responses come in batches).
-            while inflight and inflight[0][2].done():
-                entry_id, sent, pending = inflight.popleft()
-                response = pending.result()
-                if response.status != p.Status.OK:
-                    raise click.ClickException(f"add {entry_id} failed: {response.status.name} {response.message}")
-                latencies[done] = now - sent
-                done += 1
+            room = min(window - in_window, count - next_entry)
+            if room > 0:
+                ids = list(range(next_entry, next_entry + room))
+                pending = bookie.submit_add_batch(ledger_id, ids, [payload] * room, master_key=key, lac=done - 1)
+                inflight.append((next_entry, room, time.perf_counter(), pending))
+                next_entry += room
+                in_window += room
+            first, n, sent, pending = inflight.popleft()
+            response = await pending.wait()
+            if response.status != p.Status.OK:
+                raise click.ClickException(f"adds from {first} failed: {response.status.name} {response.message}")
+            latencies[done : done + n] = time.perf_counter() - sent
+            done += n
+            in_window -= n
         seconds = time.perf_counter() - start
         after = (await bookie.info())["counters"]
     fsyncs = after["journal_fsyncs"] - before["journal_fsyncs"]

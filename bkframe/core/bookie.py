@@ -182,6 +182,8 @@ class Bookie:
                 self._read(req, batch)
             elif type(req) is p.ReadLacRequest:
                 self._read_lac(req, batch)
+            elif type(req) is p.AddBatchRequest:
+                self._add_batch(req, batch)
             elif type(req) is p.BookieInfoRequest:
                 batch.parts.append(p.encode_bookie_info_response(req.request_id, self.info()))
             else:
@@ -193,64 +195,77 @@ class Bookie:
 
     def _add_run(self, adds: Sequence[p.AddRequest], batch: ResponseBatch) -> None:
         first = adds[0]
-        ledger_id = first.ledger_id
-        storage = self.storage
-        # Requests of one run may still disagree on key, type or recovery flag: serve the
-        # agreeing prefix together and the rest one by one (rare, only from odd clients).
-        if any(
+        # Requests of one run may still disagree on key, type or recovery flag: then
+        # serve them one by one (rare, only from odd clients).
+        if len(adds) > 1 and any(
             a.master_key != first.master_key or a.ledger_type != first.ledger_type or a.recovery != first.recovery
             for a in adds
         ):
             for a in adds:
                 self._add_run([a], batch)
             return
-        policy = self._types_by_id.get(first.ledger_type)
+        status, message = self._store(
+            first.ledger_id,
+            first.master_key,
+            first.ledger_type,
+            first.recovery,
+            max(a.lac for a in adds),
+            [a.entry_id for a in adds],
+            [a.data for a in adds],
+            batch,
+        )
+        encode = p.encode_add_response
+        batch.parts.extend(encode(a.request_id, status, a.ledger_id, a.entry_id, message=message) for a in adds)
+
+    def _add_batch(self, req: p.AddBatchRequest, batch: ResponseBatch) -> None:
+        status, message = self._store(
+            req.ledger_id, req.master_key, req.ledger_type, req.recovery, req.lac, req.entry_ids, req.entries, batch
+        )
+        batch.parts.append(
+            p.encode_add_batch_response(req.request_id, status, req.ledger_id, len(req.entry_ids), message=message)
+        )
+
+    def _store(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        ledger_type: int,
+        recovery: bool,
+        lac: int,
+        entry_ids: Sequence[int],
+        datas: Sequence[Buffer],
+        batch: ResponseBatch,
+    ) -> tuple[p.Status, str]:
+        """Store entries of one ledger (all or none); return the status for all of them."""
+        storage = self.storage
+        policy = self._types_by_id.get(ledger_type)
         if policy is None:
-            self._reject_adds(
-                adds,
-                batch,
-                p.Status.BAD_REQUEST,
-                f"unknown ledger type id {first.ledger_type}; this bookie serves "
-                + ", ".join(f"{t.name}={t.type_id}" for t in self._types_by_id.values()),
+            return p.Status.BAD_REQUEST, (
+                f"unknown ledger type id {ledger_type}; this bookie serves "
+                + ", ".join(f"{t.name}={t.type_id}" for t in self._types_by_id.values())
             )
-            return
         state = storage.ledger_state(ledger_id)
         if state is None:
-            state = storage.ensure_ledger(ledger_id, first.master_key, first.ledger_type)
-            batch.wait_seq = max(
-                batch.wait_seq, self.journal.append(jr.master_record(ledger_id, first.ledger_type, first.master_key))
-            )
+            state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
+            batch.wait_seq = max(batch.wait_seq, self.journal.append(jr.master_record(ledger_id, ledger_type, master_key)))
         elif not state.master_key:
             # Known only from replayed entries or a fence without a key: adopt this key.
-            state = storage.ensure_ledger(ledger_id, first.master_key, first.ledger_type)
-        if state.master_key != first.master_key:
-            self._reject_adds(adds, batch, p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}")
-            return
-        if state.fenced and not first.recovery:
-            self._reject_adds(adds, batch, p.Status.FENCED, f"ledger {ledger_id} is fenced")
-            return
-        entry_ids = [a.entry_id for a in adds]
-        datas = [a.data for a in adds]
-        lac = max(a.lac for a in adds)
+            state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
+        if state.master_key != master_key:
+            return p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}"
+        if state.fenced and not recovery:
+            return p.Status.FENCED, f"ledger {ledger_id} is fenced"
         try:
             storage.add_entries(ledger_id, entry_ids, datas)
         except ValueError as e:  # e.g. an entry id beyond what the storage can index
-            self._reject_adds(adds, batch, p.Status.BAD_REQUEST, f"ledger storage refused the entries: {e}")
-            return
+            return p.Status.BAD_REQUEST, f"ledger storage refused the entries: {e}"
         storage.set_lac(ledger_id, lac)
         if policy.journal_data:
             seq = self.journal.append(jr.entries_record(ledger_id, entry_ids, datas, lac))
             if policy.sync_before_ack:
                 batch.wait_seq = max(batch.wait_seq, seq)
-        self.counters.entries_added += len(adds)
-        ok = p.Status.OK
-        encode = p.encode_add_response
-        batch.parts.extend(encode(a.request_id, ok, ledger_id, a.entry_id) for a in adds)
-
-    @staticmethod
-    def _reject_adds(adds: Sequence[p.AddRequest], batch: ResponseBatch, status: p.Status, message: str) -> None:
-        for a in adds:
-            batch.parts.append(p.encode_add_response(a.request_id, status, a.ledger_id, a.entry_id, message=message))
+        self.counters.entries_added += len(entry_ids)
+        return p.Status.OK, ""
 
     def _read(self, req: p.ReadRequest, batch: ResponseBatch) -> None:
         storage = self.storage

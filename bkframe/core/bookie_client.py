@@ -123,6 +123,22 @@ class BookieClient:
         parts = p.encode_add(rid, ledger_id, entry_id, lac, ledger_type, master_key, data, recovery=recovery)
         return self._submit(rid, parts)
 
+    def submit_add_batch(
+        self,
+        ledger_id: int,
+        entry_ids: list[int],
+        entries: list[Buffer],
+        *,
+        master_key: bytes,
+        lac: int = -1,
+        ledger_type: int = 0,
+        recovery: bool = False,
+    ) -> PendingResponse:
+        """Many entries of one ledger in one ADD_BATCH message; one status for all."""
+        rid = next(self._ids)
+        parts = p.encode_add_batch(rid, ledger_id, lac, ledger_type, master_key, entry_ids, entries, recovery=recovery)
+        return self._submit(rid, parts)
+
     def submit_read(self, ledger_id: int, entry_id: int, *, master_key: bytes = b"", fence: bool = False) -> PendingResponse:
         rid = next(self._ids)
         return self._submit(rid, [p.encode_read(rid, ledger_id, entry_id, master_key=master_key, fence=fence)])

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import attrs
+import numpy as np
 
 from bkframe.core.interfaces import Buffer
 
@@ -35,6 +36,7 @@ class Op(enum.IntEnum):
     READ = 2
     READ_LAC = 3
     GET_BOOKIE_INFO = 4
+    ADD_BATCH = 5
 
 
 class Status(enum.IntEnum):
@@ -72,6 +74,10 @@ _READ_LAC = struct.Struct("<Q")  # ledger
 _ADD_RESP = struct.Struct("<Qqq")  # ledger, entry, last_add_synced
 _READ_RESP = struct.Struct("<Qqq")  # ledger, entry, lac
 _READ_LAC_RESP = struct.Struct("<Qqq")  # ledger, lac, last_entry
+_ADD_BATCH = struct.Struct("<QqHHI")  # ledger, lac, ledger_type, key_len, count
+_ADD_BATCH_RESP = struct.Struct("<QIq")  # ledger, count, last_add_synced
+#: The directory of an ADD_BATCH: one (entry id, length) per entry, in order.
+BATCH_DIRECTORY = np.dtype([("entry_id", "<i8"), ("length", "<u4")])
 
 
 class ProtocolError(ValueError):
@@ -122,7 +128,21 @@ class BadMessage:
     reason: str
 
 
-Request = AddRequest | ReadRequest | ReadLacRequest | BookieInfoRequest
+@attrs.frozen
+class AddBatchRequest:
+    """Many entries of one ledger in one message: the add path's fast lane."""
+
+    request_id: int
+    ledger_id: int
+    lac: int
+    ledger_type: int
+    master_key: bytes
+    entry_ids: list[int]
+    entries: list[memoryview]
+    recovery: bool = False
+
+
+Request = AddRequest | ReadRequest | ReadLacRequest | BookieInfoRequest | AddBatchRequest
 
 
 def encode_add(
@@ -155,6 +175,28 @@ def encode_read(
 
 def encode_read_lac(request_id: int, ledger_id: int) -> bytes:
     return MSG_HEADER.pack(_READ_LAC.size + 10, Op.READ_LAC, 0, request_id) + _READ_LAC.pack(ledger_id)
+
+
+def encode_add_batch(
+    request_id: int,
+    ledger_id: int,
+    lac: int,
+    ledger_type: int,
+    master_key: bytes,
+    entry_ids: list[int],
+    entries: list[Buffer],
+    *,
+    recovery: bool = False,
+) -> list[Buffer]:
+    """The parts of one ADD_BATCH message (entries are not copied)."""
+    directory = np.empty(len(entry_ids), dtype=BATCH_DIRECTORY)
+    directory["entry_id"] = entry_ids
+    directory["length"] = [len(e) for e in entries]
+    size = 10 + _ADD_BATCH.size + len(master_key) + directory.nbytes + int(directory["length"].sum())
+    head = MSG_HEADER.pack(size, Op.ADD_BATCH, _RECOVERY if recovery else 0, request_id) + _ADD_BATCH.pack(
+        ledger_id, lac, ledger_type, len(master_key), len(entry_ids)
+    )
+    return [head + master_key + directory.tobytes(), *entries]
 
 
 def encode_bookie_info(request_id: int) -> bytes:
@@ -241,6 +283,35 @@ def _decode_one(
             raise ProtocolError("READ_LAC message has the wrong length")
         (ledger_id,) = _READ_LAC.unpack_from(body, at)
         return ReadLacRequest(request_id, ledger_id)
+    if op == Op.ADD_BATCH:
+        ledger_id, lac, ledger_type, key_len, count = _ADD_BATCH.unpack_from(body, at)
+        if flags & ~_RECOVERY:
+            raise ProtocolError(f"unknown ADD_BATCH flags {flags:#x}")
+        key_at = at + _ADD_BATCH.size
+        dir_at = key_at + key_len
+        data_at = dir_at + count * BATCH_DIRECTORY.itemsize
+        if key_len > MAX_MASTER_KEY or count == 0 or data_at > end:
+            raise ProtocolError(f"ADD_BATCH with key length {key_len} and {count} entries does not fit its message")
+        directory = np.frombuffer(body, dtype=BATCH_DIRECTORY, count=count, offset=dir_at)
+        lengths = directory["length"].tolist()
+        entry_ids = directory["entry_id"].tolist()
+        if data_at + sum(lengths) != end:
+            raise ProtocolError("ADD_BATCH entry lengths do not add up to the message")
+        if max(lengths) > max_entry_size:
+            raise ProtocolError(
+                f"entry of {max(lengths)} bytes is larger than this bookie's max_entry_size "
+                f"{max_entry_size}; split it or raise [bookie] max_entry_size"
+            )
+        if min(entry_ids) < 0:
+            raise ProtocolError(f"ADD_BATCH entry id {min(entry_ids)} is negative")
+        entries = []
+        pos = data_at
+        for length in lengths:
+            entries.append(body[pos : pos + length])
+            pos += length
+        return AddBatchRequest(
+            request_id, ledger_id, lac, ledger_type, bytes(body[key_at:dir_at]), entry_ids, entries, bool(flags & _RECOVERY)
+        )
     if op == Op.GET_BOOKIE_INFO:
         if end != at:
             raise ProtocolError("GET_BOOKIE_INFO message has the wrong length")
@@ -286,6 +357,18 @@ def encode_read_lac_response(
 def encode_bookie_info_response(request_id: int, info: dict[str, Any]) -> bytes:
     body = json.dumps(info, sort_keys=True).encode()
     return MSG_HEADER.pack(10 + len(body), Op.GET_BOOKIE_INFO, Status.OK, request_id) + body
+
+
+def encode_add_batch_response(
+    request_id: int, status: Status, ledger_id: int, count: int, last_add_synced: int = -1, message: str = ""
+) -> bytes:
+    """One status for the whole batch: its entries are stored together or not at all."""
+    tail = message.encode() if message else b""
+    return (
+        MSG_HEADER.pack(10 + _ADD_BATCH_RESP.size + len(tail), Op.ADD_BATCH, status, request_id)
+        + _ADD_BATCH_RESP.pack(ledger_id, count, last_add_synced)
+        + tail
+    )
 
 
 def encode_error_response(request_id: int, status: Status, message: str) -> bytes:
@@ -350,6 +433,10 @@ def _decode_response(body: bytes, op: Op, status: Status, request_id: int, at: i
         ledger_id, lac, last = _READ_LAC_RESP.unpack_from(body, at)
         msg = body[at + _READ_LAC_RESP.size : end].decode(errors="replace")
         return Response(op, status, request_id, ledger_id, lac=lac, last_entry=last, message=msg)
+    if op == Op.ADD_BATCH:
+        ledger_id, count, las = _ADD_BATCH_RESP.unpack_from(body, at)
+        msg = body[at + _ADD_BATCH_RESP.size : end].decode(errors="replace")
+        return Response(op, status, request_id, ledger_id, lac=las, last_entry=count, message=msg)
     if op == Op.GET_BOOKIE_INFO:
         return Response(op, status, request_id, info=json.loads(body[at:end]))
     return Response(op, status, request_id, message=body[at:end].decode(errors="replace"))

@@ -87,6 +87,9 @@ class WriteHandle:
         self._closed = False
         self._changing = False
         self._held: list[PendingAppend] = []
+        #: Appends waiting for the next batch send (a task sends them once the appender yields).
+        self._unsent: list[PendingAppend] = []
+        self._flush_scheduled = False
         self._failed_bookies: set[str] = set()
         self._idle = trio.Event()
         self._idle.set()
@@ -115,45 +118,87 @@ class WriteHandle:
         pending = PendingAppend(entry_id, data)
         self._pending.append(pending)
         self._idle = trio.Event() if self._idle.is_set() else self._idle
-        if self._changing:
-            self._held.append(pending)
-        else:
-            for idx in write_set(entry_id, len(self._ensemble), self.metadata.write_quorum):
-                self._send(pending, idx)
+        self._unsent.append(pending)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._client.nursery.start_soon(self._flush_soon)
         return pending
 
     async def append(self, payload: bytes) -> int:
         """Append one entry and wait until it is confirmed; returns its entry id."""
         return await self.append_async(payload).wait()
 
-    def _send(self, pending: PendingAppend, idx: int, *, recovery: bool = False) -> None:
+    async def _flush_soon(self) -> None:
+        # Let the appender queue more first: every entry queued by then shares one
+        # ADD_BATCH message per bookie (and one journal record on each bookie).
+        before = -1
+        while before != len(self._unsent):
+            before = len(self._unsent)
+            await trio.lowlevel.checkpoint()
+        self._flush_scheduled = False
+        unsent, self._unsent = self._unsent, []
+        if self._changing:
+            self._held.extend(unsent)
+        elif self._error is None:
+            self._send_entries(unsent)
+
+    def _send_entries(self, pendings: list[PendingAppend]) -> None:
+        e, w = len(self._ensemble), self.metadata.write_quorum
+        if w == e:
+            for idx in range(e):
+                self._send_batch(pendings, idx)
+            return
+        per_bookie: list[list[PendingAppend]] = [[] for _ in range(e)]
+        for pa in pendings:
+            for idx in write_set(pa.entry_id, e, w):
+                per_bookie[idx].append(pa)
+        for idx, batch in enumerate(per_bookie):
+            if batch:
+                self._send_batch(batch, idx)
+
+    def _send_batch(self, pendings: list[PendingAppend], idx: int) -> None:
         bookie_id = self._ensemble[idx]
         client = self._client.pool.connected(bookie_id)
         if client is None:
             self._bookie_failed(bookie_id, "not connected")
             return
-        try:
-            response = client.submit_add(
-                self.ledger_id,
-                pending.entry_id,
-                pending.data,
-                master_key=self._master_key,
-                lac=self._lac,
-                ledger_type=self._type_id,
-                recovery=recovery,
-            )
-        except ConnectionError as e:
-            self._bookie_failed(bookie_id, str(e))
-            return
-        response.callback = partial(self._on_response, pending, idx, bookie_id)
+        start = 0
+        while start < len(pendings):
+            # Messages of about a frame each: big batches of big entries are cut.
+            size = 0
+            end = start
+            while end < len(pendings) and (end == start or size < p.TARGET_FRAME_SIZE):
+                size += len(pendings[end].data)
+                end += 1
+            chunk = pendings[start:end]
+            start = end
+            try:
+                response = client.submit_add_batch(
+                    self.ledger_id,
+                    [pa.entry_id for pa in chunk],
+                    [pa.data for pa in chunk],
+                    master_key=self._master_key,
+                    lac=self._lac,
+                    ledger_type=self._type_id,
+                )
+            except ConnectionError as err:
+                self._bookie_failed(bookie_id, str(err))
+                return
+            response.callback = partial(self._on_response, chunk, idx, bookie_id)
 
     def _on_response(
-        self, pending: PendingAppend, idx: int, bookie_id: str, response: p.Response | None, error: BaseException | None
+        self,
+        pendings: list[PendingAppend],
+        idx: int,
+        bookie_id: str,
+        response: p.Response | None,
+        error: BaseException | None,
     ) -> None:
-        if self._ensemble[idx] != bookie_id or pending.done():
-            return  # an answer from a bookie since replaced, or for a finished entry
+        if self._ensemble[idx] != bookie_id:
+            return  # an answer from a bookie since replaced
         if response is not None and response.status == p.Status.OK:
-            pending.acked.add(idx)
+            for pa in pendings:
+                pa.acked.add(idx)
             self._advance()
             return
         if response is not None and response.status in (p.Status.FENCED, p.Status.UNAUTHORIZED):
@@ -214,12 +259,11 @@ class WriteHandle:
                 await self._commit_fragment(boundary, new_ensemble)
                 self._ensemble = list(new_ensemble)
                 e, w = len(self._ensemble), self.metadata.write_quorum
-                for pa in resend:
-                    if pa in self._held:
-                        continue
-                    for idx in write_set(pa.entry_id, e, w):
-                        if idx in failed:
-                            self._send(pa, idx)
+                held = set(map(id, self._held))
+                for idx in failed:
+                    todo = [pa for pa in resend if id(pa) not in held and idx in write_set(pa.entry_id, e, w)]
+                    if todo:
+                        self._send_batch(todo, idx)
         except BKError as err:
             self._fail(err)
         except Exception as err:  # metadata store failures end the writer, loudly
@@ -227,10 +271,8 @@ class WriteHandle:
         finally:
             self._changing = False
         held, self._held = self._held, []
-        if self._error is None:
-            for pa in held:
-                for idx in write_set(pa.entry_id, len(self._ensemble), self.metadata.write_quorum):
-                    self._send(pa, idx)
+        if self._error is None and held:
+            self._send_entries(held)
 
     async def _replacements(self, failed: list[int]) -> list[str]:
         ensemble = list(self._ensemble)
