@@ -38,6 +38,8 @@ class ResponseBatch:
 
     parts: list[Buffer] = attrs.Factory(list)
     wait_seq: int = 0
+    #: Long-poll READ_LAC requests to answer later (the server runs them as tasks).
+    long_polls: list[p.ReadLacRequest] = attrs.Factory(list)
 
 
 class Bookie:
@@ -66,6 +68,8 @@ class Bookie:
         #: Journal sequence of each ledger's fence record, so a repeated fence waits for it.
         self._fence_seq: dict[int, int] = {}
         self._checkpoint_lock = trio.Lock()
+        #: Long polls waiting for a ledger's LAC to move.
+        self._lac_moved: dict[int, trio.Event] = {}
         self.replayed_records = 0
 
     # -- start-up ------------------------------------------------------------------------
@@ -260,6 +264,9 @@ class Bookie:
         except ValueError as e:  # e.g. an entry id beyond what the storage can index
             return p.Status.BAD_REQUEST, f"ledger storage refused the entries: {e}"
         storage.set_lac(ledger_id, lac)
+        moved = self._lac_moved.pop(ledger_id, None)
+        if moved is not None:
+            moved.set()
         if policy.journal_data:
             seq = self.journal.append(jr.entries_record(ledger_id, entry_ids, datas, lac))
             if policy.sync_before_ack:
@@ -326,8 +333,23 @@ class Bookie:
                 )
             )
             return
+        if req.previous_lac is not None and state.lac <= req.previous_lac:
+            batch.long_polls.append(req)
+            return
         last = self.storage.last_entry_id(req.ledger_id)
         batch.parts.append(p.encode_read_lac_response(req.request_id, p.Status.OK, req.ledger_id, state.lac, last))
+
+    async def long_poll_lac(self, req: p.ReadLacRequest) -> bytes:
+        """Wait until the ledger's LAC passes ``req.previous_lac`` or the timeout; answer."""
+        assert req.previous_lac is not None
+        with trio.move_on_after(req.timeout_ms / 1000):
+            while (state := self.storage.ledger_state(req.ledger_id)) is not None and state.lac <= req.previous_lac:
+                await self._lac_moved.setdefault(req.ledger_id, trio.Event()).wait()
+        state = self.storage.ledger_state(req.ledger_id)
+        if state is None:
+            return p.encode_read_lac_response(req.request_id, p.Status.NO_LEDGER, req.ledger_id, -1, -1, "ledger deleted")
+        last = self.storage.last_entry_id(req.ledger_id)
+        return p.encode_read_lac_response(req.request_id, p.Status.OK, req.ledger_id, state.lac, last)
 
     def info(self) -> dict[str, Any]:
         usage = shutil.disk_usage(self.data_dir)

@@ -143,9 +143,10 @@ class BookieClient:
         rid = next(self._ids)
         return self._submit(rid, [p.encode_read(rid, ledger_id, entry_id, master_key=master_key, fence=fence)])
 
-    def submit_read_lac(self, ledger_id: int) -> PendingResponse:
+    def submit_read_lac(self, ledger_id: int, *, previous_lac: int | None = None, timeout_ms: int = 0) -> PendingResponse:
+        """READ_LAC; with ``previous_lac`` a long poll answered once the LAC passes it."""
         rid = next(self._ids)
-        return self._submit(rid, [p.encode_read_lac(rid, ledger_id)])
+        return self._submit(rid, [p.encode_read_lac(rid, ledger_id, previous_lac=previous_lac, timeout_ms=timeout_ms)])
 
     def submit_raw(self, request_id: int, message: bytes) -> PendingResponse:
         """Send a pre-encoded message (tests of malformed input use this)."""
@@ -157,8 +158,8 @@ class BookieClient:
     async def read(self, ledger_id: int, entry_id: int, **kw: Any) -> p.Response:
         return await self.submit_read(ledger_id, entry_id, **kw).wait()
 
-    async def read_lac(self, ledger_id: int) -> p.Response:
-        return await self.submit_read_lac(ledger_id).wait()
+    async def read_lac(self, ledger_id: int, *, previous_lac: int | None = None, timeout_ms: int = 0) -> p.Response:
+        return await self.submit_read_lac(ledger_id, previous_lac=previous_lac, timeout_ms=timeout_ms).wait()
 
     async def info(self) -> dict[str, Any]:
         rid = next(self._ids)

@@ -56,6 +56,11 @@ class AddFlag(enum.IntFlag):
     RECOVERY = 0x01
 
 
+class ReadLacFlag(enum.IntFlag):
+    #: Hold the response until the bookie's LAC passes ``previous_lac`` or the timeout ends.
+    LONG_POLL = 0x01
+
+
 class ReadFlag(enum.IntFlag):
     FENCE = 0x01
 
@@ -71,6 +76,7 @@ LAST_ENTRY = -1
 _ADD = struct.Struct("<QqqHH")  # ledger, entry, lac, ledger_type, key_len
 _READ = struct.Struct("<QqH")  # ledger, entry, key_len
 _READ_LAC = struct.Struct("<Q")  # ledger
+_LONG_POLL = struct.Struct("<qI")  # previous lac, timeout ms (with ReadLacFlag.LONG_POLL)
 _ADD_RESP = struct.Struct("<Qqq")  # ledger, entry, last_add_synced
 _READ_RESP = struct.Struct("<Qqq")  # ledger, entry, lac
 _READ_LAC_RESP = struct.Struct("<Qqq")  # ledger, lac, last_entry
@@ -112,6 +118,9 @@ class ReadRequest:
 class ReadLacRequest:
     request_id: int
     ledger_id: int
+    #: Long poll: answer once the LAC is above this (None: answer at once).
+    previous_lac: int | None = None
+    timeout_ms: int = 0
 
 
 @attrs.frozen
@@ -173,8 +182,17 @@ def encode_read(
     return MSG_HEADER.pack(rest + 10, Op.READ, flags, request_id) + _READ.pack(ledger_id, entry_id, len(master_key)) + master_key
 
 
-def encode_read_lac(request_id: int, ledger_id: int) -> bytes:
-    return MSG_HEADER.pack(_READ_LAC.size + 10, Op.READ_LAC, 0, request_id) + _READ_LAC.pack(ledger_id)
+def encode_read_lac(
+    request_id: int, ledger_id: int, *, previous_lac: int | None = None, timeout_ms: int = 0
+) -> bytes:
+    if previous_lac is None:
+        return MSG_HEADER.pack(_READ_LAC.size + 10, Op.READ_LAC, 0, request_id) + _READ_LAC.pack(ledger_id)
+    size = _READ_LAC.size + _LONG_POLL.size + 10
+    return (
+        MSG_HEADER.pack(size, Op.READ_LAC, ReadLacFlag.LONG_POLL, request_id)
+        + _READ_LAC.pack(ledger_id)
+        + _LONG_POLL.pack(previous_lac, timeout_ms)
+    )
 
 
 def encode_add_batch(
@@ -279,9 +297,12 @@ def _decode_one(
             raise ProtocolError(f"READ entry id {entry_id} is invalid")
         return ReadRequest(request_id, ledger_id, entry_id, bytes(body[key_at:end]), bool(flags & _FENCE))
     if op == Op.READ_LAC:
-        if end - at != _READ_LAC.size:
-            raise ProtocolError("READ_LAC message has the wrong length")
         (ledger_id,) = _READ_LAC.unpack_from(body, at)
+        if flags == ReadLacFlag.LONG_POLL and end - at == _READ_LAC.size + _LONG_POLL.size:
+            previous, timeout_ms = _LONG_POLL.unpack_from(body, at + _READ_LAC.size)
+            return ReadLacRequest(request_id, ledger_id, previous, timeout_ms)
+        if flags != 0 or end - at != _READ_LAC.size:
+            raise ProtocolError("READ_LAC message has the wrong length or unknown flags")
         return ReadLacRequest(request_id, ledger_id)
     if op == Op.ADD_BATCH:
         ledger_id, lac, ledger_type, key_len, count = _ADD_BATCH.unpack_from(body, at)

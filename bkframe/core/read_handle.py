@@ -140,21 +140,48 @@ class ReadHandle:
             self._lac = self.metadata.last_entry_id
         return self.metadata
 
-    async def tail(self, start: int = 0, *, poll_interval_s: float = 0.05) -> AsyncIterator[Entry]:
-        """Yield entries from ``start`` as they are confirmed, until the ledger is closed and read."""
+    async def wait_for_lac(self, previous: int, *, timeout_s: float = 1.0) -> int:
+        """Long poll: return once some bookie's LAC passes ``previous`` (or the timeout ends)."""
+        if self.closed:
+            return self._lac
+        ensemble = self.metadata.fragments[-1][1]
+        timeout_ms = int(timeout_s * 1000)
+        best = self._lac
+        async with trio.open_nursery() as nursery:
+
+            async def poll(bookie_id: str) -> None:
+                nonlocal best
+                try:
+                    client = await self._client.pool.get(bookie_id)
+                    response = await client.read_lac(self.ledger_id, previous_lac=previous, timeout_ms=timeout_ms)
+                except ConnectionError:
+                    return
+                if response.status == p.Status.OK and response.lac > previous:
+                    best = max(best, response.lac)
+                    nursery.cancel_scope.cancel()  # one answer is enough
+
+            for bookie_id in ensemble:
+                nursery.start_soon(poll, bookie_id)
+        self._lac = max(self._lac, best)
+        return self._lac
+
+    async def tail(self, start: int = 0, *, poll_timeout_s: float = 1.0) -> AsyncIterator[Entry]:
+        """Yield entries from ``start`` as they are confirmed, until the ledger is closed and read.
+
+        Waits with long polls on the bookies (READ_LAC with LONG_POLL), so a quiet ledger
+        costs one request per bookie per ``poll_timeout_s``.
+        """
         next_entry = start
         while True:
             if next_entry <= self._lac:
-                for entry in await self._read_range(next_entry, self._lac):
-                    yield entry
+                for first in range(next_entry, self._lac + 1, 1000):
+                    for entry in await self._read_range(first, min(first + 999, self._lac)):
+                        yield entry
                 next_entry = self._lac + 1
                 continue
             if self.closed:
                 return
             before = self._lac
-            await self.read_lac()
+            await self.wait_for_lac(next_entry - 1, timeout_s=poll_timeout_s)
             if self._lac == before:
-                await self.refresh()
-                if self._lac == before and not self.closed:
-                    await trio.sleep(poll_interval_s)
-
+                await self.refresh()  # a closed ledger's end comes from its metadata

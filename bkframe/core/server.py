@@ -64,7 +64,7 @@ class BookieServer:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_responses, stream, receive)
                 async with send:
-                    await self._read_requests(stream, send)
+                    await self._read_requests(stream, send, nursery)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the peer went away; nothing it sent is lost, it just gets no answer
         except Exception:
@@ -77,7 +77,17 @@ class BookieServer:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async def _read_requests(self, stream: trio.SocketStream, send: trio.MemorySendChannel[ResponseBatch]) -> None:
+    async def _long_poll(self, req: p.ReadLacRequest, send: trio.MemorySendChannel[ResponseBatch]) -> None:
+        async with send:
+            response = await self.bookie.long_poll_lac(req)
+            try:
+                await send.send(ResponseBatch([response]))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the connection is gone
+
+    async def _read_requests(
+        self, stream: trio.SocketStream, send: trio.MemorySendChannel[ResponseBatch], nursery: trio.Nursery
+    ) -> None:
         bookie = self.bookie
         max_entry = bookie.config.bookie.max_entry_size
         buf = bytearray()
@@ -105,8 +115,11 @@ class BookieServer:
                             continue
                         # Shield the hand-off: a frame that was served (written to the
                         # journal) must also be answered, even while draining.
+                        batch = bookie.handle(requests)
+                        for poll in batch.long_polls:
+                            nursery.start_soon(self._long_poll, poll, send.clone())
                         with trio.CancelScope(shield=True):
-                            await send.send(bookie.handle(requests))
+                            await send.send(batch)
                     data = await stream.receive_some(max(RECEIVE_SIZE, _needed(buf)))
                     if not data:
                         return

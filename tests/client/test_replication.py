@@ -186,3 +186,52 @@ def test_blocking_facade(cluster_factory: Any) -> None:
         reader = bk.open_ledger(writer.ledger_id, password=PW)
         assert [e.payload for e in reader.read(0, reader.lac)] == [b"a", b"b", b"c"]
         assert writer.ledger_id in bk.list_ledgers()
+
+
+async def test_tailing_reader_follows_the_writer(cluster_factory: Any) -> None:
+    cluster = cluster_factory(3)
+    async with bkframe.open_client(cluster.metadata) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PW)
+        reader = await client.open_ledger(writer.ledger_id, password=PW, recovery=False)
+        seen: list[bytes] = []
+
+        async def tail() -> None:
+            async for entry in reader.tail(0, poll_timeout_s=0.5):
+                seen.append(entry.payload)
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(tail)
+                for i in range(20):
+                    await writer.append(payload(i))
+                    await trio.sleep(0.01)
+                # The piggybacked LAC lags one entry behind the last add: the reader has seen
+                # entries up to 18 by now, without the writer closing anything.
+                while len(seen) < 19:
+                    await trio.sleep(0.01)
+                assert seen == [payload(i) for i in range(19)]
+                await writer.close()
+        # After the close the tail delivered the last entry and ended by itself.
+        assert seen == [payload(i) for i in range(20)]
+
+
+async def test_long_poll_waits_for_the_lac(cluster_factory: Any) -> None:
+    cluster = cluster_factory(3)
+    async with bkframe.open_client(cluster.metadata) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PW)
+        await writer.append(b"a")
+        bookie = await client.pool.get(writer.metadata.fragments[0][1][0])
+        start = trio.current_time()
+        r = await bookie.read_lac(writer.ledger_id, previous_lac=-1, timeout_ms=200)
+        assert r.lac == -1 and trio.current_time() - start >= 0.15  # nothing moved: timed out
+        async with trio.open_nursery() as nursery:
+            got: list[int] = []
+
+            async def poll() -> None:
+                got.append((await bookie.read_lac(writer.ledger_id, previous_lac=-1, timeout_ms=10_000)).lac)
+
+            nursery.start_soon(poll)
+            await trio.sleep(0.1)
+            assert got == []
+            await writer.append(b"b")  # piggybacks LAC 0
+        assert got == [0]
