@@ -54,14 +54,15 @@ class ClusterBookie:
 class Cluster:
     """``Cluster(tmp_path, 3).start()``; ``close()`` kills what is still running."""
 
-    def __init__(self, root: Path, bookies: int, metadata: str | None = None) -> None:
+    def __init__(self, root: Path, bookies: int, metadata: str | None = None, bookie_args: tuple[str, ...] = ()) -> None:
         self.root = root
+        self.bookie_args = bookie_args
         self.metadata = metadata or f"sqlite://{root / 'metadata.db'}"
         self.bookies = [ClusterBookie(f"bookie-{i}", root / f"bookie-{i}", self.metadata) for i in range(bookies)]
 
     def start(self) -> Cluster:
         for b in self.bookies:
-            b.start()
+            b.start(*self.bookie_args)
         return self
 
     def by_id(self, bookie_id: str) -> ClusterBookie:

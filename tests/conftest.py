@@ -84,8 +84,15 @@ def cluster_factory(tmp_path: Path) -> Iterator[Any]:
 
     made: list[Cluster] = []
 
-    def make(bookies: int = 3, metadata: str | None = None) -> Cluster:
-        cluster = Cluster(tmp_path / f"cluster-{len(made)}", bookies, metadata).start()
+    def make(bookies: int = 3, metadata: str | None = None, config: str | None = None) -> Cluster:
+        """``config``: TOML text every bookie of the cluster is started with."""
+        root = tmp_path / f"cluster-{len(made)}"
+        args: tuple[str, ...] = ()
+        if config is not None:
+            root.mkdir(parents=True, exist_ok=True)
+            (root / "bookie.toml").write_text(config)
+            args = ("--config", str(root / "bookie.toml"))
+        cluster = Cluster(root, bookies, metadata, bookie_args=args).start()
         made.append(cluster)
         return cluster
 

@@ -13,7 +13,9 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from bkframe.core.config import Config
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import Buffer, DurabilityPolicy, Journal, JournalPosition, LedgerState, LedgerStorage
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.core.sync_cursor import SyncCursor
 
 log = logging.getLogger("bkframe.bookie")
 
@@ -38,8 +41,9 @@ class ResponseBatch:
 
     parts: list[Buffer] = attrs.Factory(list)
     wait_seq: int = 0
-    #: Long-poll READ_LAC requests to answer later (the server runs them as tasks).
-    long_polls: list[p.ReadLacRequest] = attrs.Factory(list)
+    #: Responses that must wait for something (a long poll, a sync): the server runs each
+    #: as a task and sends what it returns.
+    deferred: list[Callable[[], Awaitable[bytes]]] = attrs.Factory(list)
 
 
 class Bookie:
@@ -70,6 +74,12 @@ class Bookie:
         self._checkpoint_lock = trio.Lock()
         #: Long polls waiting for a ledger's LAC to move.
         self._lac_moved: dict[int, trio.Event] = {}
+        #: BP-14 sync cursors of ledgers whose adds are acknowledged before their fsync,
+        #: the journal records not yet known durable, and each ledger's last record.
+        self._cursors: dict[int, SyncCursor] = {}
+        self._unsynced: deque[tuple[int, int, Sequence[int]]] = deque()
+        self._unsynced_added = trio.Event()
+        self._last_seq: dict[int, int] = {}
         self.replayed_records = 0
 
     # -- start-up ------------------------------------------------------------------------
@@ -188,6 +198,13 @@ class Bookie:
                 self._read_lac(req, batch)
             elif type(req) is p.AddBatchRequest:
                 self._add_batch(req, batch)
+            elif type(req) is p.SyncRequest:
+                if self.storage.ledger_state(req.ledger_id) is None:
+                    batch.parts.append(
+                        p.encode_sync_response(req.request_id, p.Status.NO_LEDGER, req.ledger_id, -1, "ledger not here")
+                    )
+                else:
+                    batch.deferred.append(partial(self.sync_ledger, req))
             elif type(req) is p.BookieInfoRequest:
                 batch.parts.append(p.encode_bookie_info_response(req.request_id, self.info()))
             else:
@@ -219,15 +236,52 @@ class Bookie:
             batch,
         )
         encode = p.encode_add_response
-        batch.parts.extend(encode(a.request_id, status, a.ledger_id, a.entry_id, message=message) for a in adds)
+        las = self.last_add_synced(first.ledger_id)
+        batch.parts.extend(encode(a.request_id, status, a.ledger_id, a.entry_id, las, message) for a in adds)
 
     def _add_batch(self, req: p.AddBatchRequest, batch: ResponseBatch) -> None:
         status, message = self._store(
             req.ledger_id, req.master_key, req.ledger_type, req.recovery, req.lac, req.entry_ids, req.entries, batch
         )
         batch.parts.append(
-            p.encode_add_batch_response(req.request_id, status, req.ledger_id, len(req.entry_ids), message=message)
+            p.encode_add_batch_response(
+                req.request_id, status, req.ledger_id, len(req.entry_ids), self.last_add_synced(req.ledger_id), message
+            )
         )
+
+    def last_add_synced(self, ledger_id: int) -> int:
+        """BP-14 LastAddSynced of a ledger acknowledged before fsync (-1 for others)."""
+        self._apply_durable()
+        cursor = self._cursors.get(ledger_id)
+        return cursor.last_add_synced if cursor is not None else -1
+
+    def _apply_durable(self) -> None:
+        """Move sync cursors over every journal record the journal has made durable."""
+        durable = self.journal.durable_seq
+        unsynced = self._unsynced
+        while unsynced and unsynced[0][0] <= durable:
+            _, ledger_id, entry_ids = unsynced.popleft()
+            cursor = self._cursors.get(ledger_id)
+            if cursor is not None:
+                cursor.synced(entry_ids)
+
+    async def run_sync_tracker(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep sync cursors current as group commits land (cheap: one wait per group)."""
+        task_status.started()
+        while True:
+            if not self._unsynced:
+                await self._unsynced_added.wait()
+                self._unsynced_added = trio.Event()
+                continue
+            await self.journal.wait_durable(self._unsynced[0][0])
+            self._apply_durable()
+
+    async def sync_ledger(self, req: p.SyncRequest) -> bytes:
+        """SYNC: make what this bookie holds of the ledger durable; answer LastAddSynced."""
+        seq = self._last_seq.get(req.ledger_id, 0)
+        if seq > self.journal.durable_seq:
+            await self.journal.wait_durable(seq)
+        return p.encode_sync_response(req.request_id, p.Status.OK, req.ledger_id, self.last_add_synced(req.ledger_id))
 
     def _store(
         self,
@@ -259,6 +313,10 @@ class Bookie:
             return p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}"
         if state.fenced and not recovery:
             return p.Status.FENCED, f"ledger {ledger_id} is fenced"
+        cursor = self._cursors.get(ledger_id)
+        if cursor is None and not policy.sync_before_ack:
+            # What the bookie held before this add survived a restart, so it is durable.
+            cursor = self._cursors[ledger_id] = SyncCursor(storage.last_entry_id(ledger_id))
         try:
             storage.add_entries(ledger_id, entry_ids, datas)
         except ValueError as e:  # e.g. an entry id beyond what the storage can index
@@ -271,6 +329,11 @@ class Bookie:
             seq = self.journal.append(jr.entries_record(ledger_id, entry_ids, datas, lac))
             if policy.sync_before_ack:
                 batch.wait_seq = max(batch.wait_seq, seq)
+            else:
+                cursor.confirmed(lac)
+                self._last_seq[ledger_id] = seq
+                self._unsynced.append((seq, ledger_id, entry_ids))
+                self._unsynced_added.set()
         self.counters.entries_added += len(entry_ids)
         return p.Status.OK, ""
 
@@ -334,7 +397,7 @@ class Bookie:
             )
             return
         if req.previous_lac is not None and state.lac <= req.previous_lac:
-            batch.long_polls.append(req)
+            batch.deferred.append(partial(self.long_poll_lac, req))
             return
         last = self.storage.last_entry_id(req.ledger_id)
         batch.parts.append(p.encode_read_lac_response(req.request_id, p.Status.OK, req.ledger_id, state.lac, last))

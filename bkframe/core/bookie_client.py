@@ -139,6 +139,11 @@ class BookieClient:
         parts = p.encode_add_batch(rid, ledger_id, lac, ledger_type, master_key, entry_ids, entries, recovery=recovery)
         return self._submit(rid, parts)
 
+    def submit_sync(self, ledger_id: int) -> PendingResponse:
+        """SYNC (BP-14 force): the bookie fsyncs what it holds of the ledger; answers LastAddSynced."""
+        rid = next(self._ids)
+        return self._submit(rid, [p.encode_sync(rid, ledger_id)])
+
     def submit_read(self, ledger_id: int, entry_id: int, *, master_key: bytes = b"", fence: bool = False) -> PendingResponse:
         rid = next(self._ids)
         return self._submit(rid, [p.encode_read(rid, ledger_id, entry_id, master_key=master_key, fence=fence)])

@@ -49,6 +49,7 @@ class BookieService:
                 if bookie.replayed_records:
                     await bookie.checkpoint()
                 await background.start(bookie.run_checkpoints)
+                await background.start(bookie.run_sync_tracker)
                 async with trio.open_nursery() as serving:
                     host, port = await serving.start(server.run)
                     bookie_id = cfg.bookie_id or f"{host}:{port}"

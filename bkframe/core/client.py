@@ -27,6 +27,7 @@ from bkframe.core.client_errors import (
     NoSuchLedgerError,
     NotEnoughBookiesError,
     UnauthorizedError,
+    UnsupportedError,
 )
 from bkframe.core.entry_format import Digester, master_key
 from bkframe.core.metadata import (
@@ -69,7 +70,12 @@ class Client:
     ) -> WriteHandle:
         """Create a ledger and return its writer. ``claim=False`` leaves the ledger for
         another process to claim with :meth:`open_writer` (the CLI's create/append)."""
-        self.plugins.ledger_type(ledger_type)  # unknown type: a clear error before anything is stored
+        policy = self.plugins.ledger_type(ledger_type)  # unknown type: a clear error before anything is stored
+        if not policy.sync_before_ack and ensemble > write_quorum:
+            raise UnsupportedError(
+                f"{ledger_type} ledgers cannot be striped (E={ensemble} > W={write_quorum}): the LastAddSynced "
+                f"rule needs every bookie to hold every entry; use E = W"
+            )
         bookies = [b.bookie_id for b in await self.metadata.list_bookies(writable_only=True)]
         random.shuffle(bookies)
         chosen: list[str] = []

@@ -37,6 +37,7 @@ class Op(enum.IntEnum):
     READ_LAC = 3
     GET_BOOKIE_INFO = 4
     ADD_BATCH = 5
+    SYNC = 6
 
 
 class Status(enum.IntEnum):
@@ -80,6 +81,8 @@ _LONG_POLL = struct.Struct("<qI")  # previous lac, timeout ms (with ReadLacFlag.
 _ADD_RESP = struct.Struct("<Qqq")  # ledger, entry, last_add_synced
 _READ_RESP = struct.Struct("<Qqq")  # ledger, entry, lac
 _READ_LAC_RESP = struct.Struct("<Qqq")  # ledger, lac, last_entry
+_SYNC = struct.Struct("<Q")  # ledger
+_SYNC_RESP = struct.Struct("<Qq")  # ledger, last_add_synced
 _ADD_BATCH = struct.Struct("<QqHHI")  # ledger, lac, ledger_type, key_len, count
 _ADD_BATCH_RESP = struct.Struct("<QIq")  # ledger, count, last_add_synced
 #: The directory of an ADD_BATCH: one (entry id, length) per entry, in order.
@@ -151,7 +154,13 @@ class AddBatchRequest:
     recovery: bool = False
 
 
-Request = AddRequest | ReadRequest | ReadLacRequest | BookieInfoRequest | AddBatchRequest
+@attrs.frozen
+class SyncRequest:
+    request_id: int
+    ledger_id: int
+
+
+Request = AddRequest | ReadRequest | ReadLacRequest | BookieInfoRequest | AddBatchRequest | SyncRequest
 
 
 def encode_add(
@@ -215,6 +224,19 @@ def encode_add_batch(
         ledger_id, lac, ledger_type, len(master_key), len(entry_ids)
     )
     return [head + master_key + directory.tobytes(), *entries]
+
+
+def encode_sync(request_id: int, ledger_id: int) -> bytes:
+    return MSG_HEADER.pack(10 + _SYNC.size, Op.SYNC, 0, request_id) + _SYNC.pack(ledger_id)
+
+
+def encode_sync_response(request_id: int, status: Status, ledger_id: int, last_add_synced: int, message: str = "") -> bytes:
+    tail = message.encode() if message else b""
+    return (
+        MSG_HEADER.pack(10 + _SYNC_RESP.size + len(tail), Op.SYNC, status, request_id)
+        + _SYNC_RESP.pack(ledger_id, last_add_synced)
+        + tail
+    )
 
 
 def encode_bookie_info(request_id: int) -> bytes:
@@ -333,6 +355,11 @@ def _decode_one(
         return AddBatchRequest(
             request_id, ledger_id, lac, ledger_type, bytes(body[key_at:dir_at]), entry_ids, entries, bool(flags & _RECOVERY)
         )
+    if op == Op.SYNC:
+        if flags or end - at != _SYNC.size:
+            raise ProtocolError("SYNC message has the wrong length or unknown flags")
+        (ledger_id,) = _SYNC.unpack_from(body, at)
+        return SyncRequest(request_id, ledger_id)
     if op == Op.GET_BOOKIE_INFO:
         if end != at:
             raise ProtocolError("GET_BOOKIE_INFO message has the wrong length")
@@ -458,6 +485,10 @@ def _decode_response(body: bytes, op: Op, status: Status, request_id: int, at: i
         ledger_id, count, las = _ADD_BATCH_RESP.unpack_from(body, at)
         msg = body[at + _ADD_BATCH_RESP.size : end].decode(errors="replace")
         return Response(op, status, request_id, ledger_id, lac=las, last_entry=count, message=msg)
+    if op == Op.SYNC:
+        ledger_id, las = _SYNC_RESP.unpack_from(body, at)
+        msg = body[at + _SYNC_RESP.size : end].decode(errors="replace")
+        return Response(op, status, request_id, ledger_id, lac=las, message=msg)
     if op == Op.GET_BOOKIE_INFO:
         return Response(op, status, request_id, info=json.loads(body[at:end]))
     return Response(op, status, request_id, message=body[at:end].decode(errors="replace"))

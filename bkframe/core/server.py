@@ -10,6 +10,7 @@ of all batches made durable by one fsync go out in one send.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 import trio
@@ -77,9 +78,11 @@ class BookieServer:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async def _long_poll(self, req: p.ReadLacRequest, send: trio.MemorySendChannel[ResponseBatch]) -> None:
+    async def _respond_later(
+        self, respond: Callable[[], Awaitable[bytes]], send: trio.MemorySendChannel[ResponseBatch]
+    ) -> None:
         async with send:
-            response = await self.bookie.long_poll_lac(req)
+            response = await respond()
             try:
                 await send.send(ResponseBatch([response]))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -116,8 +119,8 @@ class BookieServer:
                         # Shield the hand-off: a frame that was served (written to the
                         # journal) must also be answered, even while draining.
                         batch = bookie.handle(requests)
-                        for poll in batch.long_polls:
-                            nursery.start_soon(self._long_poll, poll, send.clone())
+                        for later in batch.deferred:
+                            nursery.start_soon(self._respond_later, later, send.clone())
                         with trio.CancelScope(shield=True):
                             await send.send(batch)
                     data = await stream.receive_some(max(RECEIVE_SIZE, _needed(buf)))

@@ -78,10 +78,15 @@ class WriteHandle:
         policy = client.plugins.ledger_type(metadata.ledger_type)
         self._type_id = policy.type_id
         self._can_change_ensemble = policy.sync_before_ack and policy.journal_data
+        #: BP-14: acks come before the fsync, so the LAC follows the bookies' LastAddSynced.
+        self._vd = not policy.sync_before_ack
+        self._las = [-1] * metadata.ensemble_size
         self._ensemble = list(metadata.fragments[-1][1])
         self._pending: deque[PendingAppend] = deque()
         self._next_entry = metadata.last_entry_id + 1
         self._lac = metadata.last_entry_id
+        #: Last add pushed: acknowledged by an ack quorum, in order (= LAC for PD ledgers).
+        self._lap = metadata.last_entry_id
         self._length = metadata.length
         self._error: BKError | None = None
         self._closed = False
@@ -98,6 +103,11 @@ class WriteHandle:
     def lac(self) -> int:
         """Last add confirmed: every entry up to it is acknowledged by an ack quorum."""
         return self._lac
+
+    @property
+    def lap(self) -> int:
+        """Last add pushed: acknowledged by an ack quorum (for VD ledgers maybe not yet synced)."""
+        return self._lap
 
     @property
     def length(self) -> int:
@@ -199,6 +209,8 @@ class WriteHandle:
         if response is not None and response.status == p.Status.OK:
             for pa in pendings:
                 pa.acked.add(idx)
+            if self._vd and response.lac > self._las[idx]:
+                self._las[idx] = response.lac
             self._advance()
             return
         if response is not None and response.status in (p.Status.FENCED, p.Status.UNAUTHORIZED):
@@ -212,10 +224,50 @@ class WriteHandle:
         pending = self._pending
         while pending and len(pending[0].acked) >= ack_quorum:
             head = pending.popleft()
-            self._lac = head.entry_id
+            self._lap = head.entry_id
             head._finish()
+        if not self._vd:
+            self._lac = self._lap
+        else:
+            self._advance_lac_by_sync()
         if not pending:
             self._idle.set()
+
+    def _advance_lac_by_sync(self) -> None:
+        """BP-14: LAC = sorted(LastAddSynced of the write set)[W - A], never beyond LAP."""
+        synced = sorted(self._las)[self.metadata.write_quorum - self.metadata.ack_quorum]
+        lac = min(synced, self._lap)
+        if lac > self._lac:
+            self._lac = lac
+
+    async def sync(self) -> int:
+        """Wait for pending appends, make the bookies fsync them, return the new LAC.
+
+        For VD ledgers this sends SYNC to the ensemble and returns as soon as the
+        LastAddSynced rule confirms everything pushed, so a bookie that is down does not
+        block it while enough others answer. For PD ledgers it is flush().
+        """
+        await self.flush()
+        if not self._vd or self._lac >= self._lap:
+            return self._lac
+        target = self._lap
+        async with trio.open_nursery() as nursery:
+
+            async def sync_one(idx: int, bookie_id: str) -> None:
+                try:
+                    client = await self._client.pool.get(bookie_id)
+                    response = await client.submit_sync(self.ledger_id).wait()
+                except ConnectionError:
+                    return
+                if response.status == p.Status.OK:
+                    self._las[idx] = max(self._las[idx], response.lac)
+                    self._advance_lac_by_sync()
+                    if self._lac >= target:
+                        nursery.cancel_scope.cancel()
+
+            for idx, bookie_id in enumerate(self._ensemble):
+                nursery.start_soon(sync_one, idx, bookie_id)
+        return self._lac
 
     def _fail(self, error: BKError) -> None:
         if self._error is None:
@@ -329,7 +381,12 @@ class WriteHandle:
         """Wait for pending appends, then record the last entry id and length (CAS)."""
         if self._closed:
             return self.metadata
-        await self.flush()
+        await self.sync()
+        if self._lac < self._lap:
+            raise BKError(
+                f"ledger {self.ledger_id}: only entries up to {self._lac} of {self._lap} could be synced on "
+                f"enough bookies; the ledger stays open: retry close() when the bookies are back"
+            )
         self._closed = True
         md = self.metadata
         while True:

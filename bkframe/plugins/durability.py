@@ -1,7 +1,9 @@
 """Built-in ledger types (durability policies).
 
 ``PD_JOURNAL`` is the default: an add is acknowledged only after its journal record is
-fsynced, so an acknowledged entry survives any crash of the bookie.
+fsynced, so an acknowledged entry survives any crash of the bookie. ``VD_JOURNAL``
+(BP-14) acknowledges once the record is in the journal's buffer; bookies report which
+entries are synced (LastAddSynced) and the client advances the LAC from that.
 """
 
 from __future__ import annotations
@@ -19,7 +21,19 @@ PD_JOURNAL = LedgerType(
     description="persistent durability: acknowledged after the journal fsync; a crash loses nothing acknowledged",
 )
 
+VD_JOURNAL = LedgerType(
+    name="VD_JOURNAL",
+    type_id=1,
+    journal_data=True,
+    sync_before_ack=False,
+    description=(
+        "volatile durability (BP-14): acknowledged once written to the journal, before its fsync; "
+        "LAC advances by the LastAddSynced rule; sync() and close() make entries durable"
+    ),
+)
+
 
 @hookimpl
 def bkframe_register_ledger_types(register: Callable[[DurabilityPolicy], None]) -> None:
     register(PD_JOURNAL)
+    register(VD_JOURNAL)
