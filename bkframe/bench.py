@@ -117,6 +117,7 @@ async def bench_client(
     ack_quorum: int,
     ledger_type: str,
     progress: bool,
+    sync_every: int = 0,
 ) -> BenchResult:
     """Append through the client library to a new ledger with ``window`` appends in flight."""
     from bkframe.core.client import open_client
@@ -137,6 +138,8 @@ async def bench_client(
             while submitted < count and len(inflight) < window:
                 inflight.append((time.perf_counter(), writer.append_async(payload)))
                 submitted += 1
+                if sync_every and submitted % sync_every == 0:
+                    break
             await inflight[0][1].wait()
             now = time.perf_counter()
             finished = 0
@@ -149,13 +152,16 @@ async def bench_client(
                 finished += 1
             if bar is not None:
                 bar.update(finished)
+            if sync_every and done % sync_every == 0 and not inflight:
+                await writer.sync()
         seconds = time.perf_counter() - start
         await writer.close()
         if bar is not None:
             bar.render_finish()
         written = await _bookie_bytes(client, list(writer.metadata.bookies())) - before
     return BenchResult(
-        mode=f"client {ledger_type} E={ensemble} W={write_quorum} A={ack_quorum}",
+        mode=f"client {ledger_type} E={ensemble} W={write_quorum} A={ack_quorum}"
+        + (f" sync every {sync_every}" if sync_every else ""),
         entry_size=entry_size,
         count=count,
         window=window,
@@ -200,6 +206,7 @@ def start_bookie_process(data_dir: Path, extra_args: tuple[str, ...] = ()) -> tu
 @click.option("-w", "--write-quorum", type=int, default=3, show_default=True, help="Client mode.")
 @click.option("-a", "--ack-quorum", type=int, default=2, show_default=True, help="Client mode.")
 @click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True, help="Client mode: ledger type.")
+@click.option("--sync-every", type=int, default=0, help="Client mode: call sync() after every N appends.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line instead of text.")
 def bench(
     address: str | None,
@@ -214,6 +221,7 @@ def bench(
     write_quorum: int,
     ack_quorum: int,
     ledger_type: str,
+    sync_every: int,
     as_json: bool,
 ) -> None:
     """Benchmark pipelined adds: against one bookie directly (default, no metadata store
@@ -223,7 +231,7 @@ def bench(
             lambda: bench_client(
                 metadata, entry_size=entry_size, count=count, window=window, ensemble=ensemble,
                 write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type,
-                progress=count >= 50_000 and sys.stderr.isatty(),
+                progress=count >= 50_000 and sys.stderr.isatty(), sync_every=sync_every,
             )
         )
         out = attrs.asdict(result)

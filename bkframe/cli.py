@@ -41,6 +41,9 @@ def bookie(
 ) -> None:
     """Run one bookie composed from the config file."""
     from bkframe.core.bookie_service import BookieService
+    from bkframe.testing.powerloss import install_from_env
+
+    install_from_env()  # only with BKFRAME_POWERLOSS_* set: the tests' power-cut simulation
 
     try:
         config = load_config(config_path, {"data_dir": data_dir, "host": host, "port": port, "metadata": metadata, "bookie_id": bookie_id})

@@ -16,9 +16,22 @@ class ClusterBookie:
         self.metadata = metadata
         self.proc: subprocess.Popen[str] | None = None
         self.address = ""
+        self.shadow = data_dir.with_name(data_dir.name + "-synced")
 
-    def start(self, *extra: str) -> None:
+    def lose_power(self) -> None:
+        """SIGKILL the bookie and keep only what it had fsynced (see bkframe.testing.powerloss)."""
+        from bkframe.testing.powerloss import lose_power
+
+        self.kill()
+        lose_power(self.data_dir, self.shadow)
+
+    def start(self, *extra: str, powerloss: bool = False) -> None:
+        """``powerloss``: record what is fsynced, so that :meth:`lose_power` can drop the rest."""
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if powerloss:
+            env["BKFRAME_POWERLOSS_SHADOW"] = str(self.shadow)
+            env["BKFRAME_POWERLOSS_ROOT"] = str(self.data_dir)
+            self.data_dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [
                 sys.executable, "-m", "bkframe", "bookie", "--data-dir", str(self.data_dir), "--port", "0",
@@ -54,15 +67,23 @@ class ClusterBookie:
 class Cluster:
     """``Cluster(tmp_path, 3).start()``; ``close()`` kills what is still running."""
 
-    def __init__(self, root: Path, bookies: int, metadata: str | None = None, bookie_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        root: Path,
+        bookies: int,
+        metadata: str | None = None,
+        bookie_args: tuple[str, ...] = (),
+        powerloss: bool = False,
+    ) -> None:
         self.root = root
         self.bookie_args = bookie_args
+        self.powerloss = powerloss
         self.metadata = metadata or f"sqlite://{root / 'metadata.db'}"
         self.bookies = [ClusterBookie(f"bookie-{i}", root / f"bookie-{i}", self.metadata) for i in range(bookies)]
 
     def start(self) -> Cluster:
         for b in self.bookies:
-            b.start(*self.bookie_args)
+            b.start(*self.bookie_args, powerloss=self.powerloss)
         return self
 
     def by_id(self, bookie_id: str) -> ClusterBookie:

@@ -84,15 +84,15 @@ def cluster_factory(tmp_path: Path) -> Iterator[Any]:
 
     made: list[Cluster] = []
 
-    def make(bookies: int = 3, metadata: str | None = None, config: str | None = None) -> Cluster:
-        """``config``: TOML text every bookie of the cluster is started with."""
+    def make(bookies: int = 3, metadata: str | None = None, config: str | None = None, powerloss: bool = False) -> Cluster:
+        """``config``: TOML text every bookie is started with; ``powerloss``: bookies can lose power."""
         root = tmp_path / f"cluster-{len(made)}"
         args: tuple[str, ...] = ()
         if config is not None:
             root.mkdir(parents=True, exist_ok=True)
             (root / "bookie.toml").write_text(config)
             args = ("--config", str(root / "bookie.toml"))
-        cluster = Cluster(root, bookies, metadata, bookie_args=args).start()
+        cluster = Cluster(root, bookies, metadata, bookie_args=args, powerloss=powerloss).start()
         made.append(cluster)
         return cluster
 
