@@ -158,3 +158,22 @@ def test_metadata_store_hook_picks_by_scheme() -> None:
     assert pm.metadata_store("test://anything") is marker
     with pytest.raises(MetadataError, match="no installed plugin serves metadata URI 'nosuch://x'"):
         pm.metadata_store("nosuch://x")
+
+
+async def test_third_party_ledger_type_end_to_end(tmp_path: Path) -> None:
+    """A plugin's own ledger type is usable by bookie and client alike."""
+    from bkframe.core.client import open_client
+    from bkframe.plugins.metadata_memory import reset_shared
+
+    reset_shared()
+    pm = PluginManager(extra_plugins=[ExtraTypePlugin()])
+    config = load_config(None, {"data_dir": tmp_path, "port": 0, "metadata": "memory://third-party"})
+    async with running_bookie(config, pm), open_client("memory://third-party", plugins=pm) as client:
+        writer = await client.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1, ledger_type="TEST_TYPE")
+        assert await writer.append(b"typed") == 0
+        md = await writer.close()
+        assert md.ledger_type == "TEST_TYPE"
+        reader = await client.open_ledger(writer.ledger_id)
+        assert [e.payload for e in await reader.read(0, 0)] == [b"typed"]
+        with pytest.raises(UnknownLedgerTypeError, match="unknown ledger type 'NOPE'"):
+            await client.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1, ledger_type="NOPE")
