@@ -99,3 +99,23 @@ def cluster_factory(tmp_path: Path) -> Iterator[Any]:
     yield make
     for c in made:
         c.close()
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real ZooKeeper for the whole session (tests use their own ROOT paths)."""
+    from tests.servers import ZooKeeperServer
+
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real etcd for the whole session (tests use their own ROOT prefixes)."""
+    from tests.servers import EtcdServer
+
+    server = EtcdServer(tmp_path_factory.mktemp("etcd")).start()
+    yield server
+    server.stop()

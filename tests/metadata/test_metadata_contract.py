@@ -1,6 +1,7 @@
 """One contract suite for every MetadataStore: parametrized over the backends.
 
-Adding a backend = adding a parameter to ``store_uri`` (ZooKeeper and etcd are planned).
+memory and sqlite are embedded; ZooKeeper and etcd are real servers started by the
+session fixtures. Adding a backend = adding a parameter to ``store_uri``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -30,13 +32,28 @@ from bkframe.core.plugin_manager import PluginManager
 from bkframe.plugins.metadata_memory import MemoryMetadataStore, reset_shared
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+def _uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    root = f"t-{uuid.uuid4().hex[:12]}"
     if request.param == "memory":
         reset_shared()
         yield f"memory://contract-{os.getpid()}"
-    else:
+    elif request.param == "sqlite":
         yield f"sqlite://{tmp_path / 'meta.db'}"
+    elif request.param == "zookeeper":
+        yield f"zk://{request.getfixturevalue('zk_server').address}/{root}"
+    else:
+        yield f"etcd://{request.getfixturevalue('etcd_server').address}/{root}"
+
+
+@pytest.fixture(params=["memory", "sqlite", "zookeeper", "etcd"])
+def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from _uri(request, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "zookeeper", "etcd"])
+def shared_store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Backends that several processes share (memory:// lives in one process by design)."""
+    yield from _uri(request, tmp_path)
 
 
 @pytest.fixture
@@ -66,8 +83,8 @@ async def test_ids_are_unique_under_concurrency(store: MetadataStore, store_uri:
     assert len(ids) == 200 and len(set(ids)) == 200 and min(ids) >= 1
 
 
-async def test_ids_are_unique_across_processes(tmp_path: Path) -> None:
-    uri = f"sqlite://{tmp_path / 'meta.db'}"
+async def test_ids_are_unique_across_processes(shared_store_uri: str) -> None:
+    uri = shared_store_uri
     script = textwrap.dedent(
         f"""
         import trio
@@ -190,7 +207,8 @@ async def test_registration_expires_when_the_holder_dies(store: MetadataStore, s
     assert [b.bookie_id for b in await store.list_bookies()] == ["doomed"]
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    with trio.fail_after(5):
+    # sqlite/etcd: TTL (etcd leases are at least 2 s); ZooKeeper: the session timeout.
+    with trio.fail_after(20):
         while await store.list_bookies():
             await trio.sleep(0.1)
 

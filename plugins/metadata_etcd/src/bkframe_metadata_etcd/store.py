@@ -1,0 +1,257 @@
+"""etcd v3 metadata store on etcd3gw (etcd's JSON gRPC gateway).
+
+Why etcd3gw: it speaks HTTP/JSON to etcd's gateway, so it needs no protobuf or gRPC
+build (the ``etcd3`` package needs ``PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python``
+with current protobuf) and it is maintained.
+
+Keys under ROOT: ``ROOT/ledgers/L<id, 19 digits>`` (metadata JSON; the key's etcd
+``version`` is the CAS version), ``ROOT/idgen`` (the last ledger id, advanced by CAS),
+``ROOT/bookies/<id>`` (attached to a lease kept alive by a heartbeat; a dead bookie's
+lease expires), ``ROOT/cookies/<id>`` (CAS on version). Every call runs in a worker
+thread with the store's limiter; with several hosts in the URI, a call that cannot reach
+one tries the next. Watches poll by version (the gateway's streaming watch would need a
+thread of its own for as long as the watch lives).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+import attrs
+import requests
+import trio
+from etcd3gw.client import Etcd3Client
+from etcd3gw.exceptions import Etcd3Exception
+
+from bkframe.core.metadata import (
+    BadVersionError,
+    BookieInfo,
+    LedgerExistsError,
+    LedgerMetadata,
+    MetadataError,
+    NoSuchLedgerError,
+    Versioned,
+)
+
+log = logging.getLogger("bkframe.metadata.etcd")
+
+SCHEME = "etcd://"
+T = TypeVar("T")
+WATCH_POLL_S = 0.05
+#: How long a call keeps retrying unreachable hosts before it fails.
+DEADLINE_S = 30.0
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def parse_uri(uri: str) -> tuple[list[tuple[str, int]], str]:
+    rest = uri[len(SCHEME) :]
+    hosts, _, root = rest.partition("/")
+    endpoints = []
+    for hp in filter(None, hosts.split(",")):
+        host, _, port = hp.rpartition(":")
+        try:
+            endpoints.append((host or "127.0.0.1", int(port)))
+        except ValueError:
+            raise MetadataError(f"metadata URI {uri!r}: {hp!r} is not HOST:PORT") from None
+    if not endpoints:
+        raise MetadataError(f"metadata URI {uri!r} names no etcd host; use etcd://HOST:PORT/ROOT")
+    return endpoints, "/" + (root.strip("/") or "bkframe")
+
+
+class EtcdRegistration:
+    def __init__(self, store: EtcdMetadataStore, info: BookieInfo, ttl_s: float) -> None:
+        self._store = store
+        self.info = info
+        self._ttl = max(2, math.ceil(ttl_s))
+        self._lease: Any = None
+        self._scope = trio.CancelScope()
+        self._stopped = trio.Event()
+
+    def _key(self) -> bytes:
+        return f"{self._store.root}/bookies/{self.info.bookie_id}".encode()
+
+    def _put(self, client: Etcd3Client) -> None:
+        self._lease = client.lease(ttl=self._ttl)
+        client.put(self._key(), self.info.serialize(), lease=self._lease)
+
+    def _refresh(self, client: Etcd3Client) -> None:
+        if self._lease is None or self._lease.refresh() <= 0:
+            # The lease expired (etcd was away too long): register again.
+            self._put(client)
+            log.warning("bookie %s registered again with a new lease", self.info.bookie_id)
+
+    async def _heartbeat(self) -> None:
+        try:
+            with self._scope:
+                while True:
+                    await trio.sleep(self._ttl / 3)
+                    try:
+                        await self._store._call(self._refresh)
+                    except MetadataError as e:
+                        log.warning("bookie %s: lease keep-alive failed: %s", self.info.bookie_id, e)
+                        self._lease = None
+        finally:
+            self._stopped.set()
+
+    async def set_read_only(self, read_only: bool) -> None:
+        self.info = attrs.evolve(self.info, read_only=read_only)
+        await self._store._call(lambda c: c.put(self._key(), self.info.serialize(), lease=self._lease))
+
+    async def aclose(self) -> None:
+        self._scope.cancel()
+        await self._stopped.wait()
+
+        def revoke(client: Etcd3Client) -> None:
+            if self._lease is not None:
+                self._lease.revoke()
+            client.delete(self._key())
+
+        await self._store._call(revoke)
+
+
+class EtcdMetadataStore:
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        endpoints, self.root = parse_uri(uri)
+        self._clients = [Etcd3Client(host=h, port=p, timeout=5) for h, p in endpoints]
+        self._current = 0
+        self._limiter = trio.CapacityLimiter(4)
+
+    async def _call(self, fn: Callable[[Etcd3Client], T]) -> T:
+        def run() -> T:
+            deadline = time.monotonic() + DEADLINE_S
+            delay = 0.1
+            while True:
+                client = self._clients[self._current]
+                try:
+                    return fn(client)
+                except (MetadataError, LedgerExistsError, NoSuchLedgerError, BadVersionError):
+                    raise
+                except (Etcd3Exception, requests.RequestException, OSError) as e:
+                    if time.monotonic() > deadline:
+                        raise MetadataError(f"cannot reach the etcd metadata store {self.uri!r}: {e}") from None
+                    self._current = (self._current + 1) % len(self._clients)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+
+        return await trio.to_thread.run_sync(run, limiter=self._limiter)
+
+    def _ledger(self, ledger_id: int) -> bytes:
+        return f"{self.root}/ledgers/L{ledger_id:019d}".encode()
+
+    @staticmethod
+    def _cas_put(client: Etcd3Client, key: bytes, value: bytes, version: int) -> bool:
+        """Put if the key's version is ``version`` (0: the key must not exist)."""
+        txn = {
+            "compare": [{"key": _b64(key), "result": "EQUAL", "target": "VERSION", "version": version}],
+            "success": [{"request_put": {"key": _b64(key), "value": _b64(value)}}],
+            "failure": [],
+        }
+        return bool(client.transaction(txn).get("succeeded", False))
+
+    @staticmethod
+    def _get(client: Etcd3Client, key: bytes) -> tuple[bytes, int] | None:
+        found = client.get(key, metadata=True)
+        if not found:
+            return None
+        value, kv = found[0]
+        return value, int(kv["version"])
+
+    # -- ledgers -------------------------------------------------------------------------
+
+    async def new_ledger_id(self) -> int:
+        key = f"{self.root}/idgen".encode()
+
+        def take(client: Etcd3Client) -> int:
+            while True:
+                current = self._get(client, key)
+                last, version = (int(current[0]), current[1]) if current else (0, 0)
+                if self._cas_put(client, key, str(last + 1).encode(), version):
+                    return last + 1
+
+        return await self._call(take)
+
+    async def create_ledger(self, metadata: LedgerMetadata) -> LedgerMetadata:
+        data = metadata.serialize()
+        if not await self._call(lambda c: self._cas_put(c, self._ledger(metadata.ledger_id), data, 0)):
+            raise LedgerExistsError(metadata.ledger_id)
+        return LedgerMetadata.deserialize(data, 1)
+
+    async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
+        found = await self._call(lambda c: self._get(c, self._ledger(ledger_id)))
+        if found is None:
+            raise NoSuchLedgerError(ledger_id)
+        return LedgerMetadata.deserialize(found[0], found[1])
+
+    async def update_ledger(self, metadata: LedgerMetadata, expected_version: int) -> LedgerMetadata:
+        data = metadata.serialize()
+        key = self._ledger(metadata.ledger_id)
+
+        def cas(client: Etcd3Client) -> None:
+            if expected_version > 0 and self._cas_put(client, key, data, expected_version):
+                return
+            if self._get(client, key) is None:
+                raise NoSuchLedgerError(metadata.ledger_id)
+            raise BadVersionError(f"ledger {metadata.ledger_id} is not at version {expected_version}")
+
+        await self._call(cas)
+        return LedgerMetadata.deserialize(data, expected_version + 1)
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        if not await self._call(lambda c: c.delete(self._ledger(ledger_id))):
+            raise NoSuchLedgerError(ledger_id)
+
+    async def list_ledgers(self) -> list[int]:
+        prefix = f"{self.root}/ledgers/L".encode()
+        items = await self._call(lambda c: c.get_prefix(prefix))
+        return sorted(int(bytes(kv["key"])[len(prefix) :]) for _, kv in items)
+
+    async def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
+        last: int | None = -1
+        while True:
+            found = await self._call(lambda c: self._get(c, self._ledger(ledger_id)))
+            version = None if found is None else found[1]
+            if version != last:
+                last = version
+                if found is None:
+                    yield None
+                    return
+                yield LedgerMetadata.deserialize(found[0], found[1])
+            await trio.sleep(WATCH_POLL_S)
+
+    # -- bookies -------------------------------------------------------------------------
+
+    async def register_bookie(self, info: BookieInfo, ttl_s: float) -> EtcdRegistration:
+        registration = EtcdRegistration(self, info, ttl_s)
+        await self._call(registration._put)
+        trio.lowlevel.spawn_system_task(registration._heartbeat, name=f"bkframe-lease-{info.bookie_id}")
+        return registration
+
+    async def list_bookies(self, *, writable_only: bool = False) -> list[BookieInfo]:
+        items = await self._call(lambda c: c.get_prefix(f"{self.root}/bookies/".encode()))
+        infos = sorted((BookieInfo.deserialize(value) for value, _ in items), key=lambda b: b.bookie_id)
+        return [b for b in infos if not (writable_only and b.read_only)]
+
+    # -- cookies -------------------------------------------------------------------------
+
+    async def read_cookie(self, bookie_id: str) -> Versioned | None:
+        found = await self._call(lambda c: self._get(c, f"{self.root}/cookies/{bookie_id}".encode()))
+        return None if found is None else Versioned(found[0], found[1])
+
+    async def write_cookie(self, bookie_id: str, value: bytes, expected_version: int | None) -> int:
+        key = f"{self.root}/cookies/{bookie_id}".encode()
+        version = 0 if expected_version is None else expected_version
+        if expected_version == 0 or not await self._call(lambda c: self._cas_put(c, key, value, version)):
+            raise BadVersionError(f"cookie of {bookie_id} is not at version {expected_version}")
+        return version + 1
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()

@@ -1,0 +1,285 @@
+"""ZooKeeper metadata store on kazoo.
+
+Layout under ROOT (in the spirit of BookKeeper's):
+
+    ROOT/ledgers/L<id, 19 digits>   ledger metadata (JSON); the znode version is the CAS version
+    ROOT/idgen/id-<seq>             transient sequential nodes: their sequence makes ledger ids
+    ROOT/bookies/<bookie id>        ephemeral: a live bookie's BookieInfo (JSON)
+    ROOT/cookies/<bookie id>        cookies; the znode version is the CAS version
+
+kazoo is blocking and runs its own threads: every call goes through
+``trio.to_thread.run_sync`` with the store's limiter, and watch callbacks come back into
+trio through a memory channel. Ephemeral nodes vanish when the session expires (a dead
+bookie); a registration re-creates its node when a new session is established.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+import attrs
+import trio
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError as ZkBadVersion
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.retry import KazooRetry
+
+from bkframe.core.metadata import (
+    BadVersionError,
+    BookieInfo,
+    LedgerExistsError,
+    LedgerMetadata,
+    MetadataError,
+    NoSuchLedgerError,
+    Versioned,
+)
+
+log = logging.getLogger("bkframe.metadata.zk")
+
+SCHEME = "zk://"
+T = TypeVar("T")
+#: Session timeout: how long after a bookie dies its registration disappears.
+SESSION_TIMEOUT_S = 6.0
+#: How long a call keeps retrying through connection loss before it fails.
+DEADLINE_S = 30.0
+
+
+def parse_uri(uri: str) -> tuple[str, str]:
+    rest = uri[len(SCHEME) :]
+    hosts, _, root = rest.partition("/")
+    if not hosts:
+        raise MetadataError(f"metadata URI {uri!r} names no ZooKeeper host; use zk://HOST:PORT/ROOT")
+    return hosts, "/" + root.strip("/") if root.strip("/") else "/bkframe"
+
+
+class ZkRegistration:
+    def __init__(self, store: ZkMetadataStore, info: BookieInfo) -> None:
+        self._store = store
+        self.info = info
+        self._closed = False
+
+    def _node(self) -> str:
+        return f"{self._store.root}/bookies/{self.info.bookie_id}"
+
+    def recreate(self) -> None:
+        """In a kazoo thread: put the ephemeral node back after a new session."""
+        if self._closed:
+            return
+        try:
+            self._store.zk.create(self._node(), self.info.serialize(), ephemeral=True, makepath=True)
+            log.warning("bookie %s registered again after the session was lost", self.info.bookie_id)
+        except NodeExistsError:
+            pass
+        except KazooException as e:
+            log.warning("bookie %s could not register again yet: %s", self.info.bookie_id, e)
+
+    async def set_read_only(self, read_only: bool) -> None:
+        self.info = attrs.evolve(self.info, read_only=read_only)
+        await self._store._call(lambda zk: zk.set(self._node(), self.info.serialize()))
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._store._registrations.discard(self)
+
+        def delete(zk: KazooClient) -> None:
+            try:
+                zk.delete(self._node())
+            except NoNodeError:
+                pass
+
+        await self._store._call(delete)
+
+
+class ZkMetadataStore:
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        hosts, self.root = parse_uri(uri)
+        self.zk = KazooClient(
+            hosts=hosts,
+            timeout=SESSION_TIMEOUT_S,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2.0),
+            command_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2.0, deadline=DEADLINE_S),
+        )
+        self._limiter = trio.CapacityLimiter(4)
+        self._started = False
+        self._start_lock = trio.Lock()
+        self._registrations: set[ZkRegistration] = set()
+        self._lost = False
+        self.zk.add_listener(self._on_state)
+
+    def _on_state(self, state: str) -> None:
+        # Called from a kazoo thread: never block here, hand work to kazoo's handler.
+        if state == KazooState.LOST:
+            self._lost = True
+        elif state == KazooState.CONNECTED and self._lost:
+            self._lost = False
+            for reg in list(self._registrations):
+                self.zk.handler.spawn(reg.recreate)
+
+    async def _start(self) -> None:
+        async with self._start_lock:
+            if self._started:
+                return
+
+            def start() -> None:
+                try:
+                    self.zk.start(timeout=10)
+                except Exception as e:  # kazoo raises its own timeout type
+                    self.zk.stop()
+                    raise MetadataError(f"cannot reach the ZooKeeper metadata store {self.uri!r}: {e}") from None
+                for path in ("ledgers", "idgen", "bookies", "cookies"):
+                    self.zk.ensure_path(f"{self.root}/{path}")
+
+            await trio.to_thread.run_sync(start, limiter=self._limiter)
+            self._started = True
+
+    async def _call(self, fn: Callable[[KazooClient], T]) -> T:
+        if not self._started:
+            await self._start()
+
+        def run() -> T:
+            try:
+                return self.zk.retry(fn, self.zk)
+            except (MetadataError, NoNodeError, NodeExistsError, ZkBadVersion):
+                raise
+            except KazooException as e:
+                raise MetadataError(f"ZooKeeper metadata store {self.uri}: {e!r}") from None
+
+        return await trio.to_thread.run_sync(run, limiter=self._limiter)
+
+    def _ledger(self, ledger_id: int) -> str:
+        return f"{self.root}/ledgers/L{ledger_id:019d}"
+
+    # -- ledgers -------------------------------------------------------------------------
+
+    async def new_ledger_id(self) -> int:
+        def take(zk: KazooClient) -> int:
+            path = zk.create(f"{self.root}/idgen/id-", b"", sequence=True)
+            zk.delete(path)
+            return int(path.rsplit("-", 1)[1]) + 1
+
+        return await self._call(take)
+
+    async def create_ledger(self, metadata: LedgerMetadata) -> LedgerMetadata:
+        data = metadata.serialize()
+        try:
+            await self._call(lambda zk: zk.create(self._ledger(metadata.ledger_id), data))
+        except NodeExistsError:
+            raise LedgerExistsError(metadata.ledger_id) from None
+        return LedgerMetadata.deserialize(data, 0)
+
+    async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
+        try:
+            data, stat = await self._call(lambda zk: zk.get(self._ledger(ledger_id)))
+        except NoNodeError:
+            raise NoSuchLedgerError(ledger_id) from None
+        return LedgerMetadata.deserialize(data, stat.version)
+
+    async def update_ledger(self, metadata: LedgerMetadata, expected_version: int) -> LedgerMetadata:
+        data = metadata.serialize()
+        try:
+            stat = await self._call(lambda zk: zk.set(self._ledger(metadata.ledger_id), data, version=expected_version))
+        except NoNodeError:
+            raise NoSuchLedgerError(metadata.ledger_id) from None
+        except ZkBadVersion:
+            raise BadVersionError(f"ledger {metadata.ledger_id} is not at version {expected_version}") from None
+        return LedgerMetadata.deserialize(data, stat.version)
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        try:
+            await self._call(lambda zk: zk.delete(self._ledger(ledger_id)))
+        except NoNodeError:
+            raise NoSuchLedgerError(ledger_id) from None
+
+    async def list_ledgers(self) -> list[int]:
+        names = await self._call(lambda zk: zk.get_children(f"{self.root}/ledgers"))
+        return sorted(int(n[1:]) for n in names if n.startswith("L"))
+
+    async def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
+        if not self._started:
+            await self._start()
+        send, receive = trio.open_memory_channel[tuple[bytes, Any] | None](64)
+        token = trio.lowlevel.current_trio_token()
+        stopped = False
+
+        def on_change(data: bytes | None, stat: Any, event: Any = None) -> bool:
+            if stopped:
+                return False
+            value = None if data is None or stat is None else (data, stat.version)
+            try:
+                trio.from_thread.run_sync(send.send_nowait, value, trio_token=token)
+            except (trio.RunFinishedError, trio.WouldBlock, trio.ClosedResourceError):
+                return False
+            return value is not None
+
+        await trio.to_thread.run_sync(lambda: self.zk.DataWatch(self._ledger(ledger_id), on_change), limiter=self._limiter)
+        try:
+            async with receive:
+                async for item in receive:
+                    if item is None:
+                        yield None
+                        return
+                    yield LedgerMetadata.deserialize(item[0], item[1])
+        finally:
+            stopped = True
+
+    # -- bookies -------------------------------------------------------------------------
+
+    async def register_bookie(self, info: BookieInfo, ttl_s: float) -> ZkRegistration:
+        """``ttl_s`` is bounded by the ZooKeeper session timeout (``SESSION_TIMEOUT_S``)."""
+        registration = ZkRegistration(self, info)
+
+        def create(zk: KazooClient) -> None:
+            path = f"{self.root}/bookies/{info.bookie_id}"
+            try:
+                zk.create(path, info.serialize(), ephemeral=True, makepath=True)
+            except NodeExistsError:
+                # A previous session of ours (or a dead twin) still holds it: replace it.
+                zk.delete(path)
+                zk.create(path, info.serialize(), ephemeral=True, makepath=True)
+
+        await self._call(create)
+        self._registrations.add(registration)
+        return registration
+
+    async def list_bookies(self, *, writable_only: bool = False) -> list[BookieInfo]:
+        def read(zk: KazooClient) -> list[BookieInfo]:
+            out = []
+            for name in sorted(zk.get_children(f"{self.root}/bookies")):
+                try:
+                    data, _ = zk.get(f"{self.root}/bookies/{name}")
+                except NoNodeError:
+                    continue
+                out.append(BookieInfo.deserialize(data))
+            return out
+
+        infos = await self._call(read)
+        return [b for b in infos if not (writable_only and b.read_only)]
+
+    # -- cookies -------------------------------------------------------------------------
+
+    async def read_cookie(self, bookie_id: str) -> Versioned | None:
+        try:
+            data, stat = await self._call(lambda zk: zk.get(f"{self.root}/cookies/{bookie_id}"))
+        except NoNodeError:
+            return None
+        return Versioned(data, stat.version)
+
+    async def write_cookie(self, bookie_id: str, value: bytes, expected_version: int | None) -> int:
+        path = f"{self.root}/cookies/{bookie_id}"
+        try:
+            if expected_version is None:
+                await self._call(lambda zk: zk.create(path, value))
+                return 0
+            stat = await self._call(lambda zk: zk.set(path, value, version=expected_version))
+            return int(stat.version)
+        except NodeExistsError:
+            raise BadVersionError(f"cookie of {bookie_id} already exists") from None
+        except (ZkBadVersion, NoNodeError):
+            raise BadVersionError(f"cookie of {bookie_id} is not at version {expected_version}") from None
+
+    async def aclose(self) -> None:
+        if self._started:
+            await trio.to_thread.run_sync(lambda: (self.zk.stop(), self.zk.close()), limiter=self._limiter)
