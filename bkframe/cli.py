@@ -101,9 +101,11 @@ def plugins() -> None:
 
 
 from bkframe.bench import bench  # noqa: E402  (subcommands in their own modules)
+from bkframe.bookies_cli import bookies  # noqa: E402
 from bkframe.ledger_cli import ledger  # noqa: E402
 from bkframe.sandbox import sandbox  # noqa: E402
 
 main.add_command(bench)
+main.add_command(bookies)
 main.add_command(ledger)
 main.add_command(sandbox)

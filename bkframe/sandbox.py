@@ -72,13 +72,10 @@ async def run_demo(metadata: str, bookies: int, out: Any) -> dict[str, Any]:
         writer = await client.create_ledger(ensemble=e, write_quorum=e, ack_quorum=a, password=b"demo")
         out(f"created ledger {writer.ledger_id}: E={e} W={e} A={a} PD_JOURNAL on {', '.join(writer.metadata.fragments[0][1])}")
         start = time.perf_counter()
-        pending = []
-        for payload in payloads:
-            pending.append(writer.append_async(payload))
-            if len(pending) >= 512:
-                await pending.pop(0).wait()
-        for pa in pending:
-            await pa.wait()
+        for first in range(0, count, 512):  # 512 appends in flight, sent as batches
+            pending = [writer.append_async(payload) for payload in payloads[first : first + 512]]
+            for pa in pending:
+                await pa.wait()
         write_s = time.perf_counter() - start
         md = await writer.close()
         out(f"wrote {count} entries of {size} B in {write_s:.2f} s: {count / write_s:,.0f} entries/s, "

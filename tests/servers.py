@@ -91,6 +91,7 @@ class EtcdServer:
     def __init__(self, root: Path) -> None:
         require("etcd (Debian package etcd-server)", shutil.which("etcd") is not None)
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.peer_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
