@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 import trio
 
+from bkframe.cli_errors import find_error
 from bkframe.core.config import ConfigError, load_config
 from bkframe.core.interfaces import JournalCorruptError
 from bkframe.core.metadata import MetadataError
@@ -62,22 +63,10 @@ def bookie(
     try:
         trio.run(run)
     except BaseException as e:
-        known = _known_error(e)
+        known = find_error(e, (ConfigError, JournalCorruptError, MetadataError))
         if known is None:
             raise
         raise click.ClickException(str(known)) from None
-
-
-def _known_error(e: BaseException) -> BaseException | None:
-    """The user-facing error inside ``e`` (trio wraps task errors in exception groups)."""
-    if isinstance(e, (ConfigError, JournalCorruptError, MetadataError)):
-        return e
-    if isinstance(e, BaseExceptionGroup):
-        for inner in e.exceptions:
-            found = _known_error(inner)
-            if found is not None:
-                return found
-    return None
 
 
 async def _stop_on_signal(signals: trio.abc.ReceiveChannel[int], service: object) -> None:

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 import trio
 
+from bkframe.cli_errors import find_error
 from bkframe.core.client import Client, open_client
 from bkframe.core.client_errors import BKError
 from bkframe.core.metadata import MetadataError
@@ -31,21 +32,10 @@ def _run(metadata: str, fn: Callable[[Client], Awaitable[T]]) -> T:
     try:
         return trio.run(main)
     except BaseException as e:
-        known = _known(e)
+        known = find_error(e, (BKError, MetadataError, UnknownLedgerTypeError))
         if known is None:
             raise
         raise click.ClickException(str(known)) from None
-
-
-def _known(e: BaseException) -> BaseException | None:
-    if isinstance(e, (BKError, MetadataError, UnknownLedgerTypeError)):
-        return e
-    if isinstance(e, BaseExceptionGroup):
-        for inner in e.exceptions:
-            found = _known(inner)
-            if found is not None:
-                return found
-    return None
 
 
 @click.group()
