@@ -12,6 +12,7 @@ import trio
 
 from bkframe.cli_errors import find_error
 from bkframe.core.config import ConfigError, load_config
+from bkframe.core.cookies import CookieError
 from bkframe.core.interfaces import JournalCorruptError
 from bkframe.core.metadata import MetadataError
 from bkframe.core.plugin_manager import PluginManager
@@ -63,7 +64,7 @@ def bookie(
     try:
         trio.run(run)
     except BaseException as e:
-        known = find_error(e, (ConfigError, JournalCorruptError, MetadataError))
+        known = find_error(e, (ConfigError, JournalCorruptError, MetadataError, CookieError))
         if known is None:
             raise
         raise click.ClickException(str(known)) from None
@@ -91,10 +92,12 @@ def plugins() -> None:
 
 from bkframe.bench import bench  # noqa: E402  (subcommands in their own modules)
 from bkframe.bookies_cli import bookies  # noqa: E402
+from bkframe.cookie_cli import cookie  # noqa: E402
 from bkframe.ledger_cli import ledger  # noqa: E402
 from bkframe.sandbox import sandbox  # noqa: E402
 
 main.add_command(bench)
 main.add_command(bookies)
+main.add_command(cookie)
 main.add_command(ledger)
 main.add_command(sandbox)

@@ -25,10 +25,12 @@ import trio
 from bkframe.core import journal_records as jr
 from bkframe.core import protocol as p
 from bkframe.core.config import Config
+from bkframe.core.cookies import CookieCheck
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import Buffer, DurabilityPolicy, Journal, JournalPosition, LedgerState, LedgerStorage
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.sync_cursor import SyncCursor
+from bkframe.core.unclean_marker import mark_clean, mark_running
 
 log = logging.getLogger("bkframe.bookie")
 
@@ -81,6 +83,10 @@ class Bookie:
         self._unsynced_added = trio.Event()
         self._last_seq: dict[int, int] = {}
         self.replayed_records = 0
+        #: Whether the previous run stopped cleanly (BP-46); the marker is set for this run.
+        self.last_shutdown_clean = mark_running(self.data_dir)
+        #: Outcome of the cookie check at boot (None without a metadata store).
+        self.cookie_check: CookieCheck | None = None
 
     # -- start-up ------------------------------------------------------------------------
 
@@ -169,6 +175,7 @@ class Bookie:
             mark = self.journal.position()
             await self.storage.aclose()
             await trio.to_thread.run_sync(self._write_lastmark, mark)
+        await trio.to_thread.run_sync(mark_clean, self.data_dir)
 
     # -- requests ------------------------------------------------------------------------
 
@@ -425,5 +432,7 @@ class Bookie:
             "ledgers": sum(1 for _ in self.storage.ledgers()),
             "ledger_types": {t.name: t.type_id for t in self._types_by_id.values()},
             "replayed_records": self.replayed_records,
+            "last_shutdown_clean": self.last_shutdown_clean,
+            "cookie_check": self.cookie_check.name if self.cookie_check else None,
             "counters": self.counters.as_dict(),
         }

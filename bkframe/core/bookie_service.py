@@ -9,6 +9,7 @@ import trio
 
 from bkframe.core.bookie import Bookie
 from bkframe.core.config import Config
+from bkframe.core.cookies import check_cookies
 from bkframe.core.metadata import BookieInfo, BookieRegistration, MetadataStore
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.server import BookieServer
@@ -55,6 +56,11 @@ class BookieService:
                     bookie_id = cfg.bookie_id or f"{host}:{port}"
                     bookie.bookie_id = bookie_id
                     if store is not None:
+                        bookie.cookie_check = await check_cookies(
+                            store, bookie.data_dir, bookie_id, f"{host}:{port}",
+                            auto_fix=cfg.auto_fix_cookies, metadata_uri=cfg.metadata,
+                        )
+                        log.info("bookie %s: %s", bookie_id, bookie.cookie_check.value)
                         info = BookieInfo(bookie_id=bookie_id, address=f"{host}:{port}", pid=os.getpid())
                         registration = await store.register_bookie(info, cfg.registration_ttl_s)
                     task_status.started((host, port))

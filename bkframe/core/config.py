@@ -45,6 +45,8 @@ class BookieConfig:
     max_pending_batches: int = attrs.field(default=64, validator=attrs.validators.gt(0))
     #: The id the bookie registers with; defaults to HOST:PORT.
     bookie_id: str = ""
+    #: On a cookie mismatch (data dir missing or replaced): re-stamp and start instead of refusing.
+    auto_fix_cookies: bool = False
     #: A dead bookie's registration disappears from the metadata store after about this long.
     registration_ttl_s: float = attrs.field(default=6.0, validator=attrs.validators.gt(0))
 

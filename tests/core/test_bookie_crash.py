@@ -136,3 +136,21 @@ async def test_corrupt_journal_middle_refuses_to_start(tmp_path: Path, bookie_pr
     assert "listening on" not in proc.stdout
     assert str(journal) in proc.stderr
     assert "offset" in proc.stderr
+
+
+async def test_unclean_shutdown_is_detected(tmp_path: Path, bookie_processes: list[BookieProcess]) -> None:
+    async def last_clean(b: BookieProcess) -> bool:
+        async with connect_bookie(b.host, b.port) as bk:
+            return bool((await bk.info())["last_shutdown_clean"])
+
+    first = BookieProcess(tmp_path)
+    bookie_processes.append(first)
+    assert await last_clean(first)  # a new data dir counts as clean
+    assert first.terminate() == 0
+    clean = BookieProcess(tmp_path)
+    bookie_processes.append(clean)
+    assert await last_clean(clean)
+    clean.kill()
+    crashed = BookieProcess(tmp_path)
+    bookie_processes.append(crashed)
+    assert not await last_clean(crashed)

@@ -1,0 +1,40 @@
+"""Unclean-shutdown detection (BP-46): a marker file set at start, cleared on a clean stop.
+
+A crash, SIGKILL or power cut leaves the marker behind, so the next start knows the last
+shutdown was not clean and that writes not yet fsynced may be gone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MARKER = "UNCLEAN_SHUTDOWN"
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def mark_running(data_dir: Path) -> bool:
+    """Set the marker durably; return whether the previous shutdown was clean."""
+    path = data_dir / MARKER
+    clean = not path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, f"pid {os.getpid()}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_dir(data_dir)
+    return clean
+
+
+def mark_clean(data_dir: Path) -> None:
+    """Clear the marker durably, after everything else is flushed."""
+    (data_dir / MARKER).unlink(missing_ok=True)
+    _fsync_dir(data_dir)
