@@ -200,7 +200,8 @@ class BookieClient:
                 (length,) = p.FRAME_HEADER.unpack_from(buf)
                 if len(buf) < 4 + length:
                     break
-                body = bytes(buf[4 : 4 + length])
+                with memoryview(buf) as view:  # one copy; released before the del below
+                    body = bytes(view[4 : 4 + length])
                 del buf[: 4 + length]
                 for response in p.decode_responses(body):
                     pending = self._pending.pop(response.request_id, None)

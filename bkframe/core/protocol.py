@@ -244,9 +244,9 @@ def encode_bookie_info(request_id: int) -> bytes:
 
 
 def frame(messages: Iterable[Buffer]) -> bytes:
-    """Join messages (or message parts) into one length-prefixed frame."""
-    body = b"".join(messages)
-    return FRAME_HEADER.pack(len(body)) + body
+    """Join messages (or message parts) into one length-prefixed frame (one copy)."""
+    parts = list(messages)
+    return b"".join([FRAME_HEADER.pack(sum(map(len, parts))), *parts])
 
 
 def decode_requests(body: memoryview, max_entry_size: int) -> list[Request | BadMessage]:

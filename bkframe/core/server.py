@@ -111,7 +111,8 @@ class BookieServer:
                             return
                         if len(buf) < 4 + length:
                             break
-                        body = memoryview(bytes(buf[4 : 4 + length]))
+                        with memoryview(buf) as view:  # one copy; released before the del below
+                            body = memoryview(bytes(view[4 : 4 + length]))
                         del buf[: 4 + length]
                         requests = p.decode_requests(body, max_entry)
                         if not requests:
