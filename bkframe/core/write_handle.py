@@ -141,10 +141,7 @@ class WriteHandle:
     async def _flush_soon(self) -> None:
         # Let the appender queue more first: every entry queued by then shares one
         # ADD_BATCH message per bookie (and one journal record on each bookie).
-        before = -1
-        while before != len(self._unsent):
-            before = len(self._unsent)
-            await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint()
         self._flush_scheduled = False
         unsent, self._unsent = self._unsent, []
         if self._changing:
