@@ -321,7 +321,7 @@ class Bookie:
         if state.fenced and not recovery:
             return p.Status.FENCED, f"ledger {ledger_id} is fenced"
         cursor = self._cursors.get(ledger_id)
-        if cursor is None and not policy.sync_before_ack:
+        if cursor is None and policy.lac_by_sync:
             # What the bookie held before this add survived a restart, so it is durable.
             cursor = self._cursors[ledger_id] = SyncCursor(storage.last_entry_id(ledger_id))
         try:
@@ -336,7 +336,7 @@ class Bookie:
             seq = self.journal.append(jr.entries_record(ledger_id, entry_ids, datas, lac))
             if policy.sync_before_ack:
                 batch.wait_seq = max(batch.wait_seq, seq)
-            else:
+            if cursor is not None:
                 cursor.confirmed(lac)
                 self._last_seq[ledger_id] = seq
                 self._unsynced.append((seq, ledger_id, entry_ids))

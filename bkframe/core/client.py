@@ -71,7 +71,7 @@ class Client:
         """Create a ledger and return its writer. ``claim=False`` leaves the ledger for
         another process to claim with :meth:`open_writer` (the CLI's create/append)."""
         policy = self.plugins.ledger_type(ledger_type)  # unknown type: a clear error before anything is stored
-        if not policy.sync_before_ack and ensemble > write_quorum:
+        if policy.lac_by_sync and ensemble > write_quorum:
             raise UnsupportedError(
                 f"{ledger_type} ledgers cannot be striped (E={ensemble} > W={write_quorum}): the LastAddSynced "
                 f"rule needs every bookie to hold every entry; use E = W"

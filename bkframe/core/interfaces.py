@@ -203,6 +203,9 @@ class DurabilityPolicy(Protocol):
     sync_before_ack: bool
     #: One line for ``bkframe plugins`` and the docs.
     description: str
+    #: BP-14: acks do not mean durable, so bookies track LastAddSynced and the client
+    #: advances the LAC by the LastAddSynced rule (otherwise: on A acknowledgements).
+    lac_by_sync: bool
 
 
 @attrs.frozen
@@ -214,6 +217,7 @@ class LedgerType:
     journal_data: bool
     sync_before_ack: bool
     description: str
+    lac_by_sync: bool = False
 
 
 class JournalCorruptError(Exception):

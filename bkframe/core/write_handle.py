@@ -79,7 +79,7 @@ class WriteHandle:
         self._type_id = policy.type_id
         self._can_change_ensemble = policy.sync_before_ack and policy.journal_data
         #: BP-14: acks come before the fsync, so the LAC follows the bookies' LastAddSynced.
-        self._vd = not policy.sync_before_ack
+        self._vd = policy.lac_by_sync
         self._las = [-1] * metadata.ensemble_size
         self._ensemble = list(metadata.fragments[-1][1])
         self._pending: deque[PendingAppend] = deque()

@@ -30,6 +30,7 @@ VD_JOURNAL = LedgerType(
         "volatile durability (BP-14): acknowledged once written to the journal, before its fsync; "
         "LAC advances by the LastAddSynced rule; sync() and close() make entries durable"
     ),
+    lac_by_sync=True,
 )
 
 
