@@ -33,6 +33,16 @@ class JournalFailedError(OSError):
 
 
 class FsJournal:
+    """A :class:`~bkframe.core.interfaces.Journal` in ``directory``; see the plugin's config keys.
+
+    ``max_wait_ms``: how long a group may wait for more records. ``buffered_bytes_threshold``:
+    flush at once when this much is buffered. ``flush_when_queue_empty``: flush as soon as no
+    task is ready to append (bounded by ``max_wait_ms``). ``preallocate_bytes``: extend the
+    open file this far ahead of the write position (0 disables). ``max_file_size``: roll to a
+    new file once a file exceeds this. ``fsync``: false skips fsync -- acknowledged records
+    can then be lost on power failure; for benchmarks only.
+    """
+
     def __init__(
         self,
         directory: Path,
@@ -64,6 +74,7 @@ class FsJournal:
         self._group_done = trio.Event()
         self._wake = trio.Event()
         self._failure: BaseException | None = None
+        self._closed = False
         existing = self._file_ids()
         #: The file being written (opened by ``run``) and the first file of this run.
         self._file_id = (existing[-1] + 1) if existing else 1
@@ -128,6 +139,8 @@ class FsJournal:
     def append(self, parts: Sequence[Buffer]) -> int:
         if self._failure is not None:
             raise JournalFailedError(f"journal in {self.directory} failed earlier: {self._failure}")
+        if self._closed:
+            raise JournalFailedError(f"journal in {self.directory} is closed")
         crc = 0
         length = 0
         for part in parts:
@@ -186,7 +199,7 @@ class FsJournal:
                 await self._gather_group()
                 await self._flush_group()
         except BaseException as e:
-            if not isinstance(e, trio.Cancelled):
+            if not isinstance(e, trio.Cancelled) and self._failure is None:
                 self._failure = e
                 self._group_done.set()
             raise
@@ -196,9 +209,11 @@ class FsJournal:
         if self._buffered >= self._threshold:
             return
         if self._flush_when_empty:
-            # Let every task that is ready to run append first: that is the "queue".
+            # Let every task that is ready to run append first: that is the "queue". The
+            # deadline keeps a steady stream of appenders from growing one group forever.
+            deadline = trio.current_time() + self._max_wait
             before = -1
-            while before != self._buffered and self._buffered < self._threshold:
+            while before != self._buffered and self._buffered < self._threshold and trio.current_time() < deadline:
                 before = self._buffered
                 await trio.lowlevel.checkpoint()
             return
@@ -211,13 +226,24 @@ class FsJournal:
         segments, self._segments = self._segments, []
         size, self._buffered = self._buffered, 0
         seq = self._seq
+        if not segments:
+            return  # a concurrent aclose took the group; its flush sets durable_seq
         # Shielded: once the bytes are handed to the thread, the bookkeeping after it must
         # happen too, or waiters would never learn their records are durable.
         with trio.CancelScope(shield=True):
-            syncs = await trio.to_thread.run_sync(self._write_and_sync, segments, limiter=self._limiter)
+            try:
+                syncs = await trio.to_thread.run_sync(self._write_and_sync, segments, limiter=self._limiter)
+            except BaseException as e:
+                # Acknowledging anything after a failed write would lie: fail every waiter
+                # (they see _failure when woken) and every later append.
+                self._failure = e
+                self._group_done.set()
+                raise JournalFailedError(f"journal write to {self.directory} failed: {e}") from e
             self._counters.journal_bytes_written += size
             self._counters.journal_fsyncs += syncs
-            self._durable = seq
+            # Groups reach the thread in limiter (FIFO) order, but max() keeps this
+            # monotonic even if a concurrent aclose flush finished first.
+            self._durable = max(self._durable, seq)
             done, self._group_done = self._group_done, trio.Event()
             done.set()
 
@@ -242,11 +268,23 @@ class FsJournal:
         return syncs
 
     async def aclose(self) -> None:
-        if self._buffered and self._fd is not None and self._failure is None:
-            await self._flush_group()
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            await trio.to_thread.run_sync(os.close, fd, limiter=self._limiter)
+        self._closed = True
+        try:
+            if self._buffered and self._fd is not None and self._failure is None:
+                await self._flush_group()
+        finally:
+            if self._fd is not None:
+                await trio.to_thread.run_sync(self._close_fd, limiter=self._limiter)
+
+    def _close_fd(self) -> None:
+        """Runs in the worker thread: give back the unused preallocated tail, close."""
+        fd, self._fd = self._fd, None
+        assert fd is not None
+        try:
+            if self._failure is None:
+                os.ftruncate(fd, self._written)
+        finally:
+            os.close(fd)
 
     # -- replay --------------------------------------------------------------------------
 
@@ -281,7 +319,11 @@ class FsJournal:
                 yield JournalPosition(file_id, pos), data[body_at:pos]
                 continue
             if problem == "end":
-                return
+                # Zeros where a header should be: the end of the data, unless records follow
+                # (then acknowledged records were lost in between, which is corruption).
+                if not self._valid_record_after(data, pos + 1):
+                    return
+                raise JournalCorruptError(str(path), pos, "zeroed bytes followed by valid records")
             if last and not self._valid_record_after(data, pos + 1):
                 log.warning("journal %s: torn tail at offset %d (%s); truncating", path, pos, problem)
                 with open(path, "r+b") as f:

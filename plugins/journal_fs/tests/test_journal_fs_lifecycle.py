@@ -1,0 +1,227 @@
+"""The filesystem journal's life cycle: positions, failures, cancellation, crash recovery."""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from pathlib import Path
+
+import pytest
+import trio
+
+from bkframe.core.config import ConfigError
+from bkframe.core.counters import Counters
+from bkframe.core.interfaces import JournalCorruptError, JournalPosition
+from bkframe_journal_fs.fs_journal import FILE_HEADER, FsJournal, JournalFailedError
+from bkframe_journal_fs.plugin import bkframe_journal
+
+
+def make(tmp_path: Path, counters: Counters | None = None, **config: object) -> FsJournal:
+    journal = bkframe_journal(
+        name="journal_fs", config={"plugin": "journal_fs", **config}, directory=tmp_path, counters=counters or Counters()
+    )
+    assert isinstance(journal, FsJournal)
+    return journal
+
+
+def replay_all(tmp_path: Path, since: JournalPosition | None = None) -> list[tuple[JournalPosition, bytes]]:
+    return list(FsJournal(tmp_path, Counters()).replay(since))
+
+
+async def test_position_is_where_replay_says_the_record_ends(tmp_path: Path) -> None:
+    """position() after each append is the LastLogMark: it must match replay, across rolls."""
+    journal = make(tmp_path, max_file_size=5_000, preallocate_bytes=64 * 1024)
+    records = [os.urandom(1 + i * 7 % 400) for i in range(150)]
+    positions = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        for rec in records:
+            seq = journal.append([rec])
+            positions.append(journal.position())
+            if seq % 10 == 0:
+                await journal.wait_durable(seq)
+        await journal.aclose()
+        nursery.cancel_scope.cancel()
+    replayed = replay_all(tmp_path)
+    assert [r for _, r in replayed] == records
+    assert [p for p, _ in replayed] == positions
+    assert len({p.file_id for p in positions}) >= 5
+    # Replay from any mark yields exactly the records after it.
+    assert [r for _, r in replay_all(tmp_path, positions[77])] == records[78:]
+
+
+async def test_write_failure_fails_every_waiter_and_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    journal = make(tmp_path)
+    failures: list[BaseException] = []
+
+    def broken_fdatasync(fd: int) -> None:
+        raise OSError(errno.EIO, "simulated disk error")
+
+    async def waiter(seq: int) -> None:
+        try:
+            await journal.wait_durable(seq)
+        except JournalFailedError as e:
+            failures.append(e)
+
+    with pytest.RaisesGroup(JournalFailedError, flatten_subgroups=True):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(journal.run)
+            await journal.wait_durable(journal.append([b"before the failure"]))
+            monkeypatch.setattr(os, "fdatasync", broken_fdatasync)
+            async with trio.open_nursery() as waiters:
+                for i in range(20):
+                    waiters.start_soon(waiter, journal.append([b"doomed %d" % i]))
+    # Nobody hung, nobody was told a lost record is durable.
+    assert len(failures) == 20
+    assert journal.durable_seq == 1
+    with pytest.raises(JournalFailedError):
+        journal.append([b"after the failure"])
+    await journal.aclose()
+
+
+async def test_cancelled_run_exits_and_aclose_flushes_the_rest(tmp_path: Path) -> None:
+    journal = make(tmp_path)
+    with trio.move_on_after(5) as timeout:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(journal.run)
+            await journal.wait_durable(journal.append([b"one"]))
+            nursery.cancel_scope.cancel()
+    assert not timeout.cancelled_caught
+    # The loop is gone: records appended now are made durable by aclose.
+    seq = journal.append([b"two"])
+    assert journal.durable_seq < seq
+    await journal.aclose()
+    assert journal.durable_seq == seq
+    assert [r for _, r in replay_all(tmp_path)] == [b"one", b"two"]
+    with pytest.raises(JournalFailedError, match="closed"):
+        journal.append([b"three"])
+
+
+async def test_max_wait_groups_without_flush_when_queue_empty(tmp_path: Path) -> None:
+    counters = Counters()
+    journal = make(tmp_path, counters, flush_when_queue_empty=False, max_wait_ms=20.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        # A lone record is not held back longer than about max_wait.
+        start = trio.current_time()
+        await journal.wait_durable(journal.append([b"alone"]))
+        assert trio.current_time() - start < 1.0
+        before = counters.journal_fsyncs
+        async with trio.open_nursery() as writers:
+            for i in range(300):
+                writers.start_soon(lambda i=i: journal.wait_durable(journal.append([b"r%d" % i])))
+        assert counters.journal_fsyncs - before < 300 / 5
+        await journal.aclose()
+        nursery.cancel_scope.cancel()
+    assert len(replay_all(tmp_path)) == 301
+
+
+async def test_remove_files_before_keeps_the_mark_file_and_later(tmp_path: Path) -> None:
+    journal = make(tmp_path, max_file_size=4096, preallocate_bytes=0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        for i in range(60):
+            await journal.wait_durable(journal.append([b"%03d" % i + b"." * 500]))
+        ids_before = sorted(int(p.stem, 16) for p in tmp_path.glob("*.txn"))
+        assert ids_before == list(range(1, ids_before[-1] + 1))
+        # Even a mark beyond every file never deletes the file being written.
+        assert journal.remove_files_before(JournalPosition(4, 0)) == 3
+        assert journal.remove_files_before(JournalPosition(10**6, 0)) == len(ids_before) - 4
+        await journal.wait_durable(journal.append([b"still writing"]))
+        await journal.aclose()
+        nursery.cancel_scope.cancel()
+    assert sorted(int(p.stem, 16) for p in tmp_path.glob("*.txn")) == [ids_before[-1]]
+    assert replay_all(tmp_path)[-1][1] == b"still writing"
+
+
+async def test_crash_with_preallocated_tail_replays_and_appends_to_a_new_file(tmp_path: Path) -> None:
+    journal = make(tmp_path, preallocate_bytes=1 << 20)
+    records = [b"durable %d" % i for i in range(50)]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        for rec in records:
+            seq = journal.append([rec])
+        await journal.wait_durable(seq)
+        (path,) = tmp_path.glob("*.txn")
+        data_end = journal.position().offset
+        assert path.stat().st_size >= 1 << 20 > data_end  # preallocated beyond the data
+        nursery.cancel_scope.cancel()
+    os.close(journal._fd)  # type: ignore[arg-type]  # a crash: no aclose, zeros stay on disk
+    reopened = make(tmp_path)
+    assert [r for _, r in reopened.replay(None)] == records
+    async with trio.open_nursery() as nursery:
+        await nursery.start(reopened.run)
+        await reopened.wait_durable(reopened.append([b"after restart"]))
+        assert reopened.position().file_id == 2
+        await reopened.aclose()
+        nursery.cancel_scope.cancel()
+    # A clean close gives the unused preallocation back.
+    assert (tmp_path / f"{2:016x}.txn").stat().st_size == reopened.position().offset
+    assert [r for _, r in replay_all(tmp_path)] == records + [b"after restart"]
+
+
+@pytest.mark.parametrize("hole_records", [1, 20])  # a short hole, and one past the 4 KiB zero scan
+async def test_zeroed_hole_before_valid_records_is_corruption(tmp_path: Path, hole_records: int) -> None:
+    journal = make(tmp_path, preallocate_bytes=0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        for i in range(40):
+            await journal.wait_durable(journal.append([b"%03d" % i + b"." * 297]))
+        await journal.aclose()
+        nursery.cancel_scope.cancel()
+    (path,) = tmp_path.glob("*.txn")
+    data = bytearray(path.read_bytes())
+    hole = FILE_HEADER.size + 3 * (12 + 300)  # from the fourth record on, as if never written
+    data[hole : hole + hole_records * 312] = bytes(hole_records * 312)
+    path.write_bytes(bytes(data))
+    with pytest.raises(JournalCorruptError) as err:
+        replay_all(tmp_path)
+    assert err.value.path == str(path) and err.value.offset == hole
+
+
+async def test_torn_record_in_an_older_file_is_corruption(tmp_path: Path) -> None:
+    journal = make(tmp_path, max_file_size=4096, preallocate_bytes=0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        for i in range(40):
+            await journal.wait_durable(journal.append([b"x" * 300]))
+        await journal.aclose()
+        nursery.cancel_scope.cancel()
+    first = tmp_path / f"{1:016x}.txn"
+    with open(first, "r+b") as f:
+        f.truncate(first.stat().st_size - 5)
+    with pytest.raises(JournalCorruptError, match=str(first)):
+        replay_all(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("buffered_bytes_threshold", 1.5, "buffered_bytes_threshold = 1.5 should be"),
+        ("max_wait_ms", -1, "max_wait_ms = -1 should be"),
+        ("preallocate_bytes", "16MiB", "preallocate_bytes = '16MiB' should be"),
+        ("max_file_size", 100, "max_file_size = 100 is too small"),
+        ("flush_when_queue_empty", 1, "flush_when_queue_empty = 1 should be true or false"),
+    ],
+)
+def test_bad_config_values_name_the_key(tmp_path: Path, key: str, value: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make(tmp_path, **{key: value})
+
+
+def test_record_framing_is_little_endian_magic_length_crc(tmp_path: Path) -> None:
+    """The on-disk format docs/protocol.md describes; other tools parse it."""
+    import crc32c
+
+    async def write() -> None:
+        journal = make(tmp_path, preallocate_bytes=0)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(journal.run)
+            await journal.wait_durable(journal.append([b"ab", b"cd"]))
+            await journal.aclose()
+            nursery.cancel_scope.cancel()
+
+    trio.run(write)
+    data = (tmp_path / f"{1:016x}.txn").read_bytes()
+    assert data[FILE_HEADER.size :] == struct.pack("<III", 0xB0C41E55, 4, crc32c.crc32c(b"abcd")) + b"abcd"
