@@ -87,6 +87,10 @@ class Bookie:
         self.last_shutdown_clean = mark_running(self.data_dir)
         #: Outcome of the cookie check at boot (None without a metadata store).
         self.cookie_check: CookieCheck | None = None
+        #: Set once boot protection (BP-46 phase one) is done; requests wait for it.
+        self.ready = trio.Event()
+        #: What the limbo repair task reports in GET_BOOKIE_INFO.
+        self.repair_status: dict[str, Any] = {"repaired_ledgers": 0, "entries_copied": 0, "last_error": ""}
 
     # -- start-up ------------------------------------------------------------------------
 
@@ -176,6 +180,37 @@ class Bookie:
             await self.storage.aclose()
             await trio.to_thread.run_sync(self._write_lastmark, mark)
         await trio.to_thread.run_sync(mark_clean, self.data_dir)
+
+    # -- BP-46 protection ------------------------------------------------------------------
+
+    def protect(self, ledgers: Sequence[tuple[int, int]]) -> int:
+        """Fence and put in limbo each ``(ledger_id, ledger_type)``; return how many changed.
+
+        Ledgers this bookie has no trace of (a replaced disk) are created keyless, so that
+        they refuse the old writer's adds and never answer "no such entry".
+        Durable only after the next :meth:`checkpoint`; boot runs one before serving.
+        """
+        storage = self.storage
+        changed = 0
+        for ledger_id, ledger_type in ledgers:
+            state = storage.ledger_state(ledger_id)
+            if state is None:
+                state = storage.ensure_ledger(ledger_id, b"", ledger_type)
+            if state.fenced and state.limbo:
+                continue
+            if storage.set_fenced(ledger_id):
+                self.counters.fenced_ledgers += 1
+            storage.set_limbo(ledger_id, True)
+            changed += 1
+        return changed
+
+    def limbo_ledgers(self) -> list[int]:
+        storage = self.storage
+        return [
+            ledger_id
+            for ledger_id in storage.ledgers()
+            if (state := storage.ledger_state(ledger_id)) is not None and state.limbo
+        ]
 
     # -- requests ------------------------------------------------------------------------
 
@@ -371,17 +406,35 @@ class Bookie:
         if req.fence:
             self._fence(ledger_id, state, batch)
         entry_id = req.entry_id
+        # In limbo this bookie may have lost what it acknowledged: never an explicit negative.
+        missing = p.Status.UNKNOWN if state.limbo else p.Status.NO_ENTRY
         if entry_id == p.LAST_ENTRY:
             entry_id = storage.last_entry_id(ledger_id)
             if entry_id < 0:
-                reply(p.Status.NO_ENTRY, p.LAST_ENTRY, f"ledger {ledger_id} has no entries here".encode())
+                reply(missing, p.LAST_ENTRY, self._missing(state, f"ledger {ledger_id} has no entries here"))
                 return
-        data = storage.get_entry(ledger_id, entry_id)
+        try:
+            data = storage.get_entry(ledger_id, entry_id)
+        except Exception as e:  # the storage names the file and offset; the bookie keeps serving
+            log.error("read of entry %d:%d failed: %s", ledger_id, entry_id, e)
+            if not state.limbo:
+                reply(p.Status.IO_ERROR, entry_id, f"reading entry {ledger_id}:{entry_id} failed here: {e}".encode())
+                return
+            data = None  # a torn write from before the crash; the repair task replaces it
         if data is None:
-            reply(p.Status.NO_ENTRY, entry_id, f"entry {ledger_id}:{entry_id} is not on this bookie".encode())
+            reply(missing, entry_id, self._missing(state, f"entry {ledger_id}:{entry_id} is not on this bookie"))
             return
         self.counters.entries_read += 1
         reply(p.Status.OK, entry_id, data)
+
+    @staticmethod
+    def _missing(state: LedgerState, what: str) -> bytes:
+        if state.limbo:
+            return (
+                f"{what}, but ledger {state.ledger_id} is in limbo here (this bookie may have lost "
+                f"writes in a crash and is repairing it), so that says nothing; ask another replica"
+            ).encode()
+        return what.encode()
 
     def _append_master(self, ledger_id: int, state: LedgerState, batch: ResponseBatch) -> None:
         seq = self.journal.append(jr.master_record(ledger_id, state.ledger_type, state.master_key))
@@ -434,5 +487,7 @@ class Bookie:
             "replayed_records": self.replayed_records,
             "last_shutdown_clean": self.last_shutdown_clean,
             "cookie_check": self.cookie_check.name if self.cookie_check else None,
+            "limbo_ledgers": self.limbo_ledgers(),
+            "repair": dict(self.repair_status),
             "counters": self.counters.as_dict(),
         }

@@ -42,7 +42,12 @@ class BookiePool:
                 return client
             address = await self.resolve(bookie_id, refresh=bookie_id in self._clients)
             host, _, port = address.rpartition(":")
-            client = await self._nursery.start(self._hold, bookie_id, host, int(port))
+            try:
+                client = await self._nursery.start(self._hold, bookie_id, host, int(port))
+            except ConnectionError:
+                # A restarted bookie listens elsewhere: look it up afresh next time.
+                self._addresses.pop(bookie_id, None)
+                raise
             return client
 
     async def _hold(self, bookie_id: str, host: str, port: int, *, task_status: trio.TaskStatus[BookieClient]) -> None:

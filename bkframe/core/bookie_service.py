@@ -10,6 +10,7 @@ import trio
 from bkframe.core.bookie import Bookie
 from bkframe.core.config import Config
 from bkframe.core.cookies import check_cookies
+from bkframe.core.data_integrity import LimboRepair, protect_at_boot
 from bkframe.core.metadata import BookieInfo, BookieRegistration, MetadataStore
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.server import BookieServer
@@ -61,6 +62,11 @@ class BookieService:
                             auto_fix=cfg.auto_fix_cookies, metadata_uri=cfg.metadata,
                         )
                         log.info("bookie %s: %s", bookie_id, bookie.cookie_check.value)
+                    await protect_at_boot(bookie, store, bookie_id)
+                    bookie.ready.set()
+                    if store is not None:
+                        if bookie.limbo_ledgers():
+                            background.start_soon(LimboRepair(bookie, store, bookie_id).run)
                         info = BookieInfo(bookie_id=bookie_id, address=f"{host}:{port}", pid=os.getpid())
                         registration = await store.register_bookie(info, cfg.registration_ttl_s)
                     task_status.started((host, port))

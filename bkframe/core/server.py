@@ -97,6 +97,8 @@ class BookieServer:
         with trio.CancelScope() as scope:
             self._readers.add(scope)
             try:
+                # Nothing is served before boot protection (BP-46 phase one) is durable.
+                await bookie.ready.wait()
                 if self._stop.is_set():
                     return
                 while True:

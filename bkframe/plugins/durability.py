@@ -4,6 +4,10 @@
 fsynced, so an acknowledged entry survives any crash of the bookie. ``VD_JOURNAL``
 (BP-14) acknowledges once the record is in the journal's buffer; bookies report which
 entries are synced (LastAddSynced) and the client advances the LAC from that.
+``BYPASS_JOURNAL`` (BP-46) writes entries only to ledger storage and acknowledges at once;
+master keys and fences still go to the journal, synced. A bookie that may have lost
+writes (unclean shutdown, replaced disk) protects such ledgers with fence + limbo and
+repairs them from its peers (see :mod:`bkframe.core.data_integrity`).
 """
 
 from __future__ import annotations
@@ -34,7 +38,20 @@ VD_JOURNAL = LedgerType(
 )
 
 
+BYPASS_JOURNAL = LedgerType(
+    name="BYPASS_JOURNAL",
+    type_id=2,
+    journal_data=False,
+    sync_before_ack=False,
+    description=(
+        "journal bypass (BP-46): entries go only to ledger storage, acknowledged before any fsync; "
+        "after a crash the bookie fences the ledger, answers UNKNOWN for what it lacks and repairs from peers"
+    ),
+)
+
+
 @hookimpl
 def bkframe_register_ledger_types(register: Callable[[DurabilityPolicy], None]) -> None:
     register(PD_JOURNAL)
     register(VD_JOURNAL)
+    register(BYPASS_JOURNAL)

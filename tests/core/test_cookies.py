@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bkframe.core.cookies import DATA_LOSS_MARKER
+
 
 def start(data_dir: Path, meta: str, bookie_id: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
@@ -57,7 +59,11 @@ def test_cookie_cases(tmp_path: Path) -> None:
     # 'bkframe cookie fix' re-stamps; then the bookie starts.
     fixed = cookie("fix", "--data-dir", str(b1), "--metadata", meta, "--bookie-id", "b1")
     assert fixed.returncode == 0, fixed.stderr
+    # The fix leaves a durable note that the next boot must protect every ledger (BP-46);
+    # the boot clears it once that protection is on disk.
+    assert (b1 / DATA_LOSS_MARKER).exists()
     runs(b1, meta, "b1")
+    assert not (b1 / DATA_LOSS_MARKER).exists()
     # With auto_fix_cookies on, a wiped dir is re-stamped at boot instead.
     shutil.rmtree(b1)
     config = tmp_path / "autofix.toml"

@@ -43,6 +43,9 @@ class DictStorage:
     def set_lac(self, ledger_id: int, lac: int) -> None:
         self.states[ledger_id].lac = max(self.states[ledger_id].lac, lac)
 
+    def set_limbo(self, ledger_id: int, limbo: bool) -> None:
+        self.states[ledger_id].limbo = limbo
+
     def add_entries(self, ledger_id: int, entry_ids: Sequence[int], entries: Sequence[Buffer]) -> int:
         for e, data in zip(entry_ids, entries):
             self.entries[(ledger_id, e)] = bytes(data)
@@ -117,7 +120,7 @@ def test_register_ledger_types_hook() -> None:
     assert types["PD_JOURNAL"].sync_before_ack and types["PD_JOURNAL"].type_id == 0
     assert isinstance(types["TEST_TYPE"], DurabilityPolicy)
     assert pm.ledger_type_by_id(77) is types["TEST_TYPE"]
-    with pytest.raises(UnknownLedgerTypeError, match="unknown ledger type 'NOPE'; known types: PD_JOURNAL, TEST_TYPE"):
+    with pytest.raises(UnknownLedgerTypeError, match="unknown ledger type 'NOPE'; known types: BYPASS_JOURNAL, PD_JOURNAL, TEST_TYPE, VD_JOURNAL"):
         pm.ledger_type("NOPE")
 
 

@@ -179,7 +179,7 @@ class DefaultLedgerStorage:
             self._state_changed(ledger_id, idx)
 
     def set_limbo(self, ledger_id: int, limbo: bool) -> None:
-        """Not in the protocol yet: BP-46 limbo, set with the fence and cleared after repair."""
+        """BP-46 limbo, set with the fence at boot and cleared after repair; kept in the index header."""
         idx = self._index(ledger_id)
         if idx.state.limbo != limbo:
             idx.state.limbo = limbo

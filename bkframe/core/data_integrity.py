@@ -1,0 +1,258 @@
+"""BP-46 data integrity: protect ledgers at boot after possible data loss, then repair them.
+
+Phase one (before the bookie serves anything): when the last shutdown was not clean or
+the cookie check found a replaced/missing data dir, every ledger that may have lost
+acknowledged writes here is **fenced** (so the old writer cannot add to it through this
+bookie: BP-46 scenario 1) and put in **limbo** (reads of what it lacks answer UNKNOWN,
+never NO_ENTRY: scenario 2). Which ledgers:
+
+* after an unclean shutdown: ledgers whose type acknowledges adds without a journal
+  record (``journal_data = False``, e.g. BYPASS_JOURNAL), since only those lose writes;
+* after a lost disk: every ledger, of every type;
+
+and of those, every one with this bookie in an ensemble per the metadata store, closed
+ones included: a closed ledger must stay closed to its old writer (scenario 1) and its
+entries here must be restored too. Without a metadata store only local ledgers are known.
+
+Phase two (:class:`LimboRepair`, in the background): for each limbo ledger, an open one
+is recovered (fence, find the end, close) when this bookie holds its master key; without
+the key (a replaced disk) the repair waits until a client recovers or closes it. Then
+every entry this bookie should hold (its positions in each fragment's write sets) that
+it lacks is copied from a peer; once all are here and synced, limbo is cleared.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import trio
+
+from bkframe.core import protocol as p
+from bkframe.core.bookie import Bookie
+from bkframe.core.bookie_pool import BookiePool
+from bkframe.core.client_errors import BKError
+from bkframe.core.cookies import clear_data_loss, data_loss_marked
+from bkframe.core.entry_format import Digester, DigestMismatchError
+from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore, NoSuchLedgerError
+from bkframe.core.write_handle import write_set
+
+log = logging.getLogger("bkframe.data_integrity")
+
+#: Missing entries read from peers per round trip during repair.
+COPY_BATCH = 256
+
+
+def ledgers_to_protect(
+    bookie: Bookie, bookie_id: str, metadata: Sequence[LedgerMetadata] | None, *, lost_disk: bool
+) -> list[tuple[int, int]]:
+    """``(ledger_id, type_id)`` of every ledger phase one must fence and put in limbo."""
+    types = {t.name: t for t in bookie.plugins.ledger_types().values()}
+    at_risk = {name for name, t in types.items() if lost_disk or not t.journal_data}
+    at_risk_ids = {types[name].type_id for name in at_risk}
+    chosen: dict[int, int] = {}
+    if metadata is not None:
+        for md in metadata:
+            if md.ledger_type in at_risk and bookie_id in md.bookies():
+                chosen[md.ledger_id] = types[md.ledger_type].type_id
+    else:
+        for ledger_id in bookie.storage.ledgers():
+            state = bookie.storage.ledger_state(ledger_id)
+            if state is not None and (lost_disk or state.ledger_type in at_risk_ids):
+                chosen[ledger_id] = state.ledger_type
+    return sorted(chosen.items())
+
+
+async def read_all_metadata(store: MetadataStore) -> list[LedgerMetadata]:
+    out: list[LedgerMetadata] = []
+    for ledger_id in await store.list_ledgers():
+        try:
+            out.append(await store.read_ledger(ledger_id))
+        except NoSuchLedgerError:
+            continue  # deleted between list and read
+    return out
+
+
+async def protect_at_boot(bookie: Bookie, store: MetadataStore | None, bookie_id: str) -> int:
+    """Phase one. Returns how many ledgers were newly fenced and put in limbo."""
+    lost_disk = data_loss_marked(bookie.data_dir) or (
+        bookie.cookie_check is not None and bookie.cookie_check.data_loss_suspected
+    )
+    if bookie.last_shutdown_clean and not lost_disk:
+        return 0
+    reason = "its data dir was replaced or lost" if lost_disk else "the last shutdown was not clean"
+    if not bookie.config.bookie.data_loss_protection:
+        log.warning(
+            "%s but data_loss_protection is off: ledgers that lost writes here may answer NO_ENTRY "
+            "and take writes after being closed (BP-46 scenarios 1 and 2)",
+            reason,
+        )
+        return 0
+    metadata = await read_all_metadata(store) if store is not None else None
+    todo = ledgers_to_protect(bookie, bookie_id, metadata, lost_disk=lost_disk)
+    changed = bookie.protect(todo)
+    # Fence and limbo must be durable before the first request is served.
+    await bookie.checkpoint()
+    if lost_disk:
+        await trio.to_thread.run_sync(clear_data_loss, bookie.data_dir)
+    log.warning(
+        "%s: fenced and put in limbo %d ledger(s) (%d already were); they are repaired in the background",
+        reason, changed, len(todo) - changed,
+    )
+    return changed
+
+
+class LimboRepair:
+    """Phase two: recover and repair every limbo ledger, retrying with backoff until done."""
+
+    def __init__(self, bookie: Bookie, store: MetadataStore, bookie_id: str, *, retry_s: float = 0.5) -> None:
+        self.bookie = bookie
+        self.store = store
+        self.bookie_id = bookie_id
+        self.retry_s = retry_s
+        self.max_retry_s = 10.0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        from bkframe.core.client import Client  # the client imports much; only the repair needs it
+
+        task_status.started()
+        pending = self.bookie.limbo_ledgers()
+        if not pending:
+            return
+        log.info("repairing %d limbo ledger(s): %s", len(pending), pending)
+        async with trio.open_nursery() as nursery:
+            client = Client(nursery, self.store, self.bookie.plugins)
+            delay = self.retry_s
+            while pending:
+                still: list[int] = []
+                for ledger_id in pending:
+                    try:
+                        done = await self.repair(client, ledger_id)
+                    except (BKError, MetadataError, ConnectionError, OSError) as e:
+                        self.bookie.repair_status["last_error"] = f"ledger {ledger_id}: {e}"
+                        log.info("repair of ledger %d not done yet: %s", ledger_id, e)
+                        done = False
+                    if not done:
+                        still.append(ledger_id)
+                pending = still
+                if pending:
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, self.max_retry_s)
+            nursery.cancel_scope.cancel()
+        self.bookie.repair_status["last_error"] = ""
+        log.info("every limbo ledger is repaired")
+
+    async def repair(self, client: object, ledger_id: int) -> bool:
+        """One attempt; True once the ledger left limbo (repaired or deleted)."""
+        from bkframe.core.client import Client
+        from bkframe.core.recovery import Recovery
+
+        assert isinstance(client, Client)
+        bookie = self.bookie
+        storage = bookie.storage
+        state = storage.ledger_state(ledger_id)
+        if state is None or not state.limbo:
+            return True
+        try:
+            md = await self.store.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            log.info("limbo ledger %d was deleted; dropping it here", ledger_id)
+            storage.delete_ledger(ledger_id)
+            return True
+        if not md.closed:
+            if not state.master_key:
+                self.bookie.repair_status["last_error"] = (
+                    f"ledger {ledger_id}: waiting for a client to recover or close it "
+                    f"(this bookie lost the ledger's master key with its disk)"
+                )
+                return False
+            # The bookie cannot know the ledger's password, so it cannot check HMAC
+            # digests; it copies entries as opaque bytes and readers verify them.
+            md = await Recovery(client, md, state.master_key, Digester.unkeyed(md.digest_type)).run()
+        await self._copy_missing(client.pool, md)
+        storage.set_limbo(ledger_id, False)
+        await bookie.checkpoint()  # logs first, then the index whose header clears limbo
+        bookie.repair_status["repaired_ledgers"] += 1
+        log.info("ledger %d repaired (last entry %d); out of limbo", ledger_id, md.last_entry_id)
+        return True
+
+    def _missing_entries(self, md: LedgerMetadata) -> list[tuple[int, list[str]]]:
+        """Entries this bookie should hold but does not, each with the peers that should."""
+        storage = self.bookie.storage
+        missing: list[tuple[int, list[str]]] = []
+        bounds = [first for first, _ in md.fragments[1:]] + [md.last_entry_id + 1]
+        for (first, ensemble), end in zip(md.fragments, bounds):
+            if self.bookie_id not in ensemble:
+                continue
+            me = ensemble.index(self.bookie_id)
+            for entry_id in range(first, end):
+                members = write_set(entry_id, len(ensemble), md.write_quorum)
+                if me not in members:
+                    continue
+                try:
+                    present = storage.get_entry(md.ledger_id, entry_id) is not None
+                except Exception:  # a torn record from before the crash: copy it again
+                    present = False
+                if not present:
+                    missing.append((entry_id, [ensemble[i] for i in members if i != me]))
+        return missing
+
+    async def _copy_missing(self, pool: BookiePool, md: LedgerMetadata) -> None:
+        missing = self._missing_entries(md)
+        digester = Digester.unkeyed(md.digest_type)
+        copied = 0
+        for start in range(0, len(missing), COPY_BATCH):
+            chunk = missing[start : start + COPY_BATCH]
+            got: dict[int, bytes] = {}
+            await self._fetch(pool, md.ledger_id, chunk, got, digester)
+            lost = [entry_id for entry_id, _ in chunk if entry_id not in got]
+            if lost:
+                raise BKError(
+                    f"ledger {md.ledger_id}: no peer could give entries {lost[:10]}"
+                    f"{' ...' if len(lost) > 10 else ''}; retrying later"
+                )
+            ids = sorted(got)
+            self.bookie.storage.add_entries(md.ledger_id, ids, [got[i] for i in ids])
+            copied += len(ids)
+        self.bookie.repair_status["entries_copied"] += copied
+        if copied:
+            log.info("ledger %d: copied %d missing entries from peers", md.ledger_id, copied)
+
+    async def _fetch(
+        self,
+        pool: BookiePool,
+        ledger_id: int,
+        chunk: list[tuple[int, list[str]]],
+        got: dict[int, bytes],
+        digester: Digester,
+    ) -> None:
+        """Read each entry from its peers in turn; requests to one peer are pipelined."""
+        rounds = max((len(peers) for _, peers in chunk), default=0)
+        for r in range(rounds):
+            by_peer: dict[str, list[int]] = {}
+            for entry_id, peers in chunk:
+                if entry_id not in got and r < len(peers):
+                    by_peer.setdefault(peers[r], []).append(entry_id)
+            async with trio.open_nursery() as nursery:
+                for peer, ids in by_peer.items():
+                    nursery.start_soon(self._fetch_from, pool, peer, ledger_id, ids, got, digester)
+
+    async def _fetch_from(
+        self, pool: BookiePool, peer: str, ledger_id: int, ids: list[int], got: dict[int, bytes], digester: Digester
+    ) -> None:
+        try:
+            conn = await pool.get(peer)
+            pendings = [(entry_id, conn.submit_read(ledger_id, entry_id)) for entry_id in ids]
+            for entry_id, pending in pendings:
+                response = await pending.wait()
+                if response.status != p.Status.OK:
+                    continue
+                data = bytes(response.data)
+                try:
+                    digester.decode(ledger_id, entry_id, data)
+                except DigestMismatchError as e:
+                    log.warning("repair of ledger %d: %s on %s; trying another peer", ledger_id, e, peer)
+                    continue
+                got[entry_id] = data
+        except ConnectionError as e:
+            log.info("repair of ledger %d: peer %s unreachable (%s)", ledger_id, peer, e)

@@ -1,0 +1,99 @@
+"""BP-46 on one bookie over a real socket: BYPASS_JOURNAL adds skip the journal; after an
+unclean shutdown its ledgers are fenced and in limbo (UNKNOWN, never NO_ENTRY), and that
+state survives another restart. (Repair from peers is tested on clusters.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bkframe.core import protocol as p
+from bkframe.core.bookie_client import connect_bookie
+from bkframe.core.unclean_marker import MARKER
+from tests.conftest import make_config, running_bookie
+
+KEY = b"k" * 20
+PD, BYPASS = 0, 2
+
+
+async def test_bypass_adds_write_no_journal_data(tmp_path: Path) -> None:
+    payload = b"x" * 4096
+    async with running_bookie(make_config(tmp_path)) as (service, host, port):
+        counters = service.bookie.counters  # type: ignore[union-attr]
+        async with connect_bookie(host, port) as bk:
+            for ledger, type_id in ((1, PD), (2, BYPASS)):
+                assert (await bk.add(ledger, 0, payload, master_key=KEY, ledger_type=type_id)).status == p.Status.OK
+                before = counters.journal_bytes_written
+                for i in range(1, 101):
+                    r = await bk.add(ledger, i, payload, master_key=KEY, ledger_type=type_id)
+                    assert r.status == p.Status.OK
+                journaled = counters.journal_bytes_written - before
+                if type_id == PD:
+                    assert journaled >= 100 * len(payload)
+                else:
+                    assert journaled == 0  # only the first add's master key went to the journal
+            assert (await bk.read(2, 100)).data == payload
+
+
+def crash_marker(data_dir: Path) -> None:
+    """What a SIGKILL leaves behind (the bookie process itself stops cleanly here)."""
+    (data_dir / MARKER).write_text("pid 0\n")
+
+
+async def test_unclean_restart_puts_bypass_ledgers_in_limbo(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    async with running_bookie(config) as (_, host, port):
+        async with connect_bookie(host, port) as bk:
+            for ledger, type_id in ((1, PD), (2, BYPASS)):
+                for i in range(3):
+                    assert (await bk.add(ledger, i, b"e%d" % i, master_key=KEY, ledger_type=type_id)).status == p.Status.OK
+    crash_marker(tmp_path)
+    for restart in range(2):  # limbo and fence survive a further (clean) restart
+        async with running_bookie(config) as (service, host, port):
+            async with connect_bookie(host, port) as bk:
+                info = await bk.info()
+                assert info["limbo_ledgers"] == [2]
+                assert info["last_shutdown_clean"] is (restart == 1)
+                # The PD ledger lost nothing in the crash: untouched.
+                assert (await bk.read(1, 7)).status == p.Status.NO_ENTRY
+                assert (await bk.add(1, 3, b"e3", master_key=KEY)).status == p.Status.OK
+                # The bypass ledger serves what it holds, never an explicit negative.
+                ok = await bk.read(2, 1)
+                assert (ok.status, ok.data) == (p.Status.OK, b"e1")
+                missing = await bk.read(2, 7)
+                assert missing.status == p.Status.UNKNOWN and "limbo" in missing.message
+                # Fenced: the old writer is refused; a recovery add is taken.
+                add = await bk.add(2, 3 + restart, b"late", master_key=KEY, ledger_type=BYPASS)
+                assert add.status == p.Status.FENCED
+                rec = await bk.add(2, 3, b"e3", master_key=KEY, ledger_type=BYPASS, recovery=True)
+                assert rec.status == p.Status.OK
+
+
+async def test_limbo_ledger_without_entries_answers_unknown_to_last_entry(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    async with running_bookie(config) as (service, host, port):
+        bookie = service.bookie
+        assert bookie is not None
+        async with connect_bookie(host, port) as bk:
+            assert (await bk.add(9, 0, b"a", master_key=KEY, ledger_type=BYPASS)).status == p.Status.OK
+            # A ledger this bookie never saw (its disk was replaced) is created keyless.
+            assert bookie.protect([(9, BYPASS), (10, BYPASS)]) == 2
+            assert bookie.protect([(9, BYPASS)]) == 0
+            assert (await bk.read(10, p.LAST_ENTRY)).status == p.Status.UNKNOWN
+            fence = await bk.read(10, p.LAST_ENTRY, master_key=KEY, fence=True)
+            assert fence.status == p.Status.UNKNOWN
+            assert (await bk.read(9, p.LAST_ENTRY)).status == p.Status.OK
+            assert (await bk.read(10, 0)).status == p.Status.UNKNOWN
+            assert (await bk.read_lac(10)).status == p.Status.OK
+            assert (await bk.add(10, 0, b"x", master_key=KEY, ledger_type=BYPASS)).status == p.Status.FENCED
+
+
+async def test_protection_can_be_switched_off(tmp_path: Path) -> None:
+    config = make_config(tmp_path, data_loss_protection=False)
+    async with running_bookie(config) as (_, host, port):
+        async with connect_bookie(host, port) as bk:
+            assert (await bk.add(2, 0, b"a", master_key=KEY, ledger_type=BYPASS)).status == p.Status.OK
+    crash_marker(tmp_path)
+    async with running_bookie(config) as (_, host, port):
+        async with connect_bookie(host, port) as bk:
+            assert (await bk.info())["limbo_ledgers"] == []
+            assert (await bk.read(2, 5)).status == p.Status.NO_ENTRY
