@@ -37,3 +37,42 @@ def list_bookies(metadata: str, as_json: bool) -> None:
         state = "read-only" if b.read_only else "writable"
         click.echo(json.dumps({"id": b.bookie_id, "address": b.address, "state": state}) if as_json
                    else f"{b.bookie_id}\t{b.address}\t{state}")
+
+
+@bookies.command(name="info")
+@click.argument("bookie_ids", nargs=-1)
+@click.option("--metadata", envvar="BKFRAME_METADATA", required=True, help="Metadata store URI (or $BKFRAME_METADATA).")
+def bookie_info(bookie_ids: tuple[str, ...], metadata: str) -> None:
+    """GET_BOOKIE_INFO of the given bookies (default: every registered one), one JSON line
+    each: counters, last_shutdown_clean, cookie_check, limbo_ledgers and repair progress."""
+    from bkframe.core.bookie_client import BookieConnectionError, connect_bookie
+
+    async def run() -> list[dict[str, object]]:
+        store = PluginManager().metadata_store(metadata)
+        try:
+            registered = {b.bookie_id: b.address for b in await store.list_bookies()}
+        finally:
+            await store.aclose()
+        wanted = list(bookie_ids) or sorted(registered)
+        out: list[dict[str, object]] = []
+        for bookie_id in wanted:
+            address = registered.get(bookie_id)
+            if address is None:
+                out.append({"bookie_id": bookie_id, "error": "not registered (not running?)"})
+                continue
+            host, _, port = address.rpartition(":")
+            try:
+                async with connect_bookie(host, int(port)) as conn:
+                    out.append(await conn.info())
+            except BookieConnectionError as e:
+                out.append({"bookie_id": bookie_id, "error": str(e)})
+        return out
+
+    try:
+        infos = trio.run(run)
+    except MetadataError as e:
+        raise click.ClickException(str(e)) from None
+    for info in infos:
+        click.echo(json.dumps(info, sort_keys=True))
+    if any("error" in info for info in infos):
+        raise SystemExit(1)

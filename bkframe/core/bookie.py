@@ -247,6 +247,8 @@ class Bookie:
                     )
                 else:
                     batch.deferred.append(partial(self.sync_ledger, req))
+            elif type(req) is p.WriteLacRequest:
+                self._write_lac(req, batch)
             elif type(req) is p.BookieInfoRequest:
                 batch.parts.append(p.encode_bookie_info_response(req.request_id, self.info()))
             else:
@@ -446,6 +448,31 @@ class Bookie:
             self.counters.fenced_ledgers += 1
         # A fence is acknowledged only once durable, also when an earlier request set it.
         batch.wait_seq = max(batch.wait_seq, self._fence_seq.get(ledger_id, 0))
+
+    def _write_lac(self, req: p.WriteLacRequest, batch: ResponseBatch) -> None:
+        """Explicit LAC: journaled and synced for every ledger type (BYPASS ones included)."""
+        state = self.storage.ledger_state(req.ledger_id)
+
+        def reply(status: p.Status, message: str = "") -> None:
+            lac = state.lac if state is not None else -1
+            batch.parts.append(p.encode_write_lac_response(req.request_id, status, req.ledger_id, lac, message))
+
+        if state is None:
+            reply(p.Status.NO_LEDGER, f"ledger {req.ledger_id} is not on this bookie; add an entry first")
+            return
+        if state.master_key != req.master_key:
+            reply(p.Status.UNAUTHORIZED, f"wrong master key for ledger {req.ledger_id}")
+            return
+        if state.fenced:
+            reply(p.Status.FENCED, f"ledger {req.ledger_id} is fenced")
+            return
+        if req.lac > state.lac:
+            self.storage.set_lac(req.ledger_id, req.lac)
+            batch.wait_seq = max(batch.wait_seq, self.journal.append(jr.lac_record(req.ledger_id, req.lac)))
+            moved = self._lac_moved.pop(req.ledger_id, None)
+            if moved is not None:
+                moved.set()
+        reply(p.Status.OK)
 
     def _read_lac(self, req: p.ReadLacRequest, batch: ResponseBatch) -> None:
         state = self.storage.ledger_state(req.ledger_id)

@@ -153,6 +153,11 @@ class BookieClient:
         rid = next(self._ids)
         return self._submit(rid, [p.encode_read_lac(rid, ledger_id, previous_lac=previous_lac, timeout_ms=timeout_ms)])
 
+    def submit_write_lac(self, ledger_id: int, lac: int, *, master_key: bytes) -> PendingResponse:
+        """WRITE_LAC: an explicit LAC, answered once the bookie journaled and synced it."""
+        rid = next(self._ids)
+        return self._submit(rid, [p.encode_write_lac(rid, ledger_id, lac, master_key)])
+
     def submit_raw(self, request_id: int, message: bytes) -> PendingResponse:
         """Send a pre-encoded message (tests of malformed input use this)."""
         return self._submit(request_id, [message])

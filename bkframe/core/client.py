@@ -49,10 +49,15 @@ from bkframe.core.write_handle import WriteHandle
 class Client:
     """Use :func:`open_client`; the client lives for the ``async with`` block."""
 
-    def __init__(self, nursery: trio.Nursery, metadata: MetadataStore, plugins: PluginManager) -> None:
+    def __init__(
+        self, nursery: trio.Nursery, metadata: MetadataStore, plugins: PluginManager, *, explicit_lac_interval_s: float = 0.0
+    ) -> None:
         self.nursery = nursery
         self.metadata = metadata
         self.plugins = plugins
+        #: > 0: write handles send their LAC explicitly when it moved and no add carried it
+        #: for this long, so tailing readers see the last entry without waiting for the next.
+        self.explicit_lac_interval_s = explicit_lac_interval_s
         self.pool = BookiePool(nursery, metadata)
         self.client_id = uuid.uuid4().hex
 
@@ -166,12 +171,18 @@ class Client:
 
 
 @asynccontextmanager
-async def open_client(metadata_uri: str, *, plugins: PluginManager | None = None) -> AsyncIterator[Client]:
+async def open_client(
+    metadata_uri: str, *, plugins: PluginManager | None = None, explicit_lac_interval_s: float = 0.0
+) -> AsyncIterator[Client]:
+    """``explicit_lac_interval_s`` > 0 makes writers publish their LAC when idle (BookKeeper's
+    explicitLacInterval); 0 (the default) sends it only with adds and on ``write_lac()``."""
+    if explicit_lac_interval_s < 0:
+        raise ValueError(f"explicit_lac_interval_s must be >= 0, got {explicit_lac_interval_s}")
     plugins = plugins or PluginManager()
     store = plugins.metadata_store(metadata_uri)
     try:
         async with trio.open_nursery() as nursery:
-            client = Client(nursery, store, plugins)
+            client = Client(nursery, store, plugins, explicit_lac_interval_s=explicit_lac_interval_s)
             try:
                 yield client
             finally:

@@ -88,7 +88,14 @@ async def protect_at_boot(bookie: Bookie, store: MetadataStore | None, bookie_id
             reason,
         )
         return 0
-    metadata = await read_all_metadata(store) if store is not None else None
+    try:
+        metadata = await read_all_metadata(store) if store is not None else None
+    except MetadataError as e:
+        raise MetadataError(
+            f"{reason}, so the bookie must fence and put in limbo the ledgers that may have lost "
+            f"writes here before serving, but it cannot list them: {e}. Start it again once the "
+            f"metadata store is reachable"
+        ) from e
     todo = ledgers_to_protect(bookie, bookie_id, metadata, lost_disk=lost_disk)
     changed = bookie.protect(todo)
     # Fence and limbo must be durable before the first request is served.

@@ -38,6 +38,7 @@ class Op(enum.IntEnum):
     GET_BOOKIE_INFO = 4
     ADD_BATCH = 5
     SYNC = 6
+    WRITE_LAC = 7
 
 
 class Status(enum.IntEnum):
@@ -83,6 +84,8 @@ _READ_RESP = struct.Struct("<Qqq")  # ledger, entry, lac
 _READ_LAC_RESP = struct.Struct("<Qqq")  # ledger, lac, last_entry
 _SYNC = struct.Struct("<Q")  # ledger
 _SYNC_RESP = struct.Struct("<Qq")  # ledger, last_add_synced
+_WRITE_LAC = struct.Struct("<QqH")  # ledger, lac, key_len
+_WRITE_LAC_RESP = struct.Struct("<Qq")  # ledger, the bookie's lac after the write
 _ADD_BATCH = struct.Struct("<QqHHI")  # ledger, lac, ledger_type, key_len, count
 _ADD_BATCH_RESP = struct.Struct("<QIq")  # ledger, count, last_add_synced
 #: The directory of an ADD_BATCH: one (entry id, length) per entry, in order.
@@ -160,7 +163,19 @@ class SyncRequest:
     ledger_id: int
 
 
-Request = AddRequest | ReadRequest | ReadLacRequest | BookieInfoRequest | AddBatchRequest | SyncRequest
+@attrs.frozen
+class WriteLacRequest:
+    """An explicit LAC from the writer (answered once journaled and synced)."""
+
+    request_id: int
+    ledger_id: int
+    lac: int
+    master_key: bytes
+
+
+Request = (
+    AddRequest | ReadRequest | ReadLacRequest | BookieInfoRequest | AddBatchRequest | SyncRequest | WriteLacRequest
+)
 
 
 def encode_add(
@@ -235,6 +250,20 @@ def encode_sync_response(request_id: int, status: Status, ledger_id: int, last_a
     return (
         MSG_HEADER.pack(10 + _SYNC_RESP.size + len(tail), Op.SYNC, status, request_id)
         + _SYNC_RESP.pack(ledger_id, last_add_synced)
+        + tail
+    )
+
+
+def encode_write_lac(request_id: int, ledger_id: int, lac: int, master_key: bytes) -> bytes:
+    size = 10 + _WRITE_LAC.size + len(master_key)
+    return MSG_HEADER.pack(size, Op.WRITE_LAC, 0, request_id) + _WRITE_LAC.pack(ledger_id, lac, len(master_key)) + master_key
+
+
+def encode_write_lac_response(request_id: int, status: Status, ledger_id: int, lac: int, message: str = "") -> bytes:
+    tail = message.encode() if message else b""
+    return (
+        MSG_HEADER.pack(10 + _WRITE_LAC_RESP.size + len(tail), Op.WRITE_LAC, status, request_id)
+        + _WRITE_LAC_RESP.pack(ledger_id, lac)
         + tail
     )
 
@@ -360,6 +389,14 @@ def _decode_one(
             raise ProtocolError("SYNC message has the wrong length or unknown flags")
         (ledger_id,) = _SYNC.unpack_from(body, at)
         return SyncRequest(request_id, ledger_id)
+    if op == Op.WRITE_LAC:
+        ledger_id, lac, key_len = _WRITE_LAC.unpack_from(body, at)
+        key_at = at + _WRITE_LAC.size
+        if flags or key_len > MAX_MASTER_KEY or key_at + key_len != end:
+            raise ProtocolError("WRITE_LAC message has the wrong length, key length or unknown flags")
+        if lac < -1:
+            raise ProtocolError(f"WRITE_LAC lac {lac} is invalid")
+        return WriteLacRequest(request_id, ledger_id, lac, bytes(body[key_at:end]))
     if op == Op.GET_BOOKIE_INFO:
         if end != at:
             raise ProtocolError("GET_BOOKIE_INFO message has the wrong length")
@@ -433,7 +470,7 @@ class Response:
     request_id: int
     ledger_id: int = 0
     entry_id: int = -1
-    #: ADD: the bookie's LastAddSynced; READ: the bookie's LAC; READ_LAC: the LAC.
+    #: ADD: the bookie's LastAddSynced; READ: the bookie's LAC; READ_LAC, WRITE_LAC: the LAC.
     lac: int = -1
     #: READ_LAC: the last entry the bookie holds.
     last_entry: int = -1
@@ -489,6 +526,10 @@ def _decode_response(body: bytes, op: Op, status: Status, request_id: int, at: i
         ledger_id, las = _SYNC_RESP.unpack_from(body, at)
         msg = body[at + _SYNC_RESP.size : end].decode(errors="replace")
         return Response(op, status, request_id, ledger_id, lac=las, message=msg)
+    if op == Op.WRITE_LAC:
+        ledger_id, lac = _WRITE_LAC_RESP.unpack_from(body, at)
+        msg = body[at + _WRITE_LAC_RESP.size : end].decode(errors="replace")
+        return Response(op, status, request_id, ledger_id, lac=lac, message=msg)
     if op == Op.GET_BOOKIE_INFO:
         return Response(op, status, request_id, info=json.loads(body[at:end]))
     return Response(op, status, request_id, message=body[at:end].decode(errors="replace"))

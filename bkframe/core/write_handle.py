@@ -98,6 +98,10 @@ class WriteHandle:
         self._failed_bookies: set[str] = set()
         self._idle = trio.Event()
         self._idle.set()
+        #: Highest LAC the bookies have been told (piggybacked on an add or explicit).
+        self._lac_sent = metadata.last_entry_id
+        if client.explicit_lac_interval_s > 0:
+            client.nursery.start_soon(self._publish_lac_when_idle, client.explicit_lac_interval_s)
 
     @property
     def lac(self) -> int:
@@ -179,6 +183,7 @@ class WriteHandle:
                 end += 1
             chunk = pendings[start:end]
             start = end
+            self._lac_sent = max(self._lac_sent, self._lac)
             try:
                 response = client.submit_add_batch(
                     self.ledger_id,
@@ -265,6 +270,38 @@ class WriteHandle:
             for idx, bookie_id in enumerate(self._ensemble):
                 nursery.start_soon(sync_one, idx, bookie_id)
         return self._lac
+
+    async def write_lac(self) -> int:
+        """Tell the ensemble the current LAC now (journaled and synced on each bookie), so
+        readers see every confirmed entry; adds only carry the LAC as of their sending."""
+        await self.flush()
+        lac = self._lac
+        if lac < 0:
+            return lac
+        acks = 0
+        for bookie_id in self._ensemble:
+            try:
+                conn = await self._client.pool.get(bookie_id)
+                response = await conn.submit_write_lac(self.ledger_id, lac, master_key=self._master_key).wait()
+            except ConnectionError:
+                continue
+            if response.status == p.Status.OK:
+                acks += 1
+            elif response.status in (p.Status.FENCED, p.Status.UNAUTHORIZED):
+                raise error_for(response.status, response.message, bookie_id)
+        if acks == 0:
+            raise BKError(f"ledger {self.ledger_id}: no bookie of {self._ensemble} took the explicit LAC {lac}")
+        self._lac_sent = max(self._lac_sent, lac)
+        return lac
+
+    async def _publish_lac_when_idle(self, interval: float) -> None:
+        while not self._closed and self._error is None:
+            await trio.sleep(interval)
+            if self._lac > self._lac_sent and not self._closed and self._error is None:
+                try:
+                    await self.write_lac()
+                except BKError as e:
+                    log.info("ledger %d: explicit LAC not written: %s", self.ledger_id, e)
 
     def _fail(self, error: BKError) -> None:
         if self._error is None:

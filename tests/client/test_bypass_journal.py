@@ -4,8 +4,10 @@ answers UNKNOWN and is repaired from peers; a crash loop loses nothing acknowled
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
+import sys
 from typing import Any
 
 import pytest
@@ -263,6 +265,15 @@ async def test_replaced_disk_is_refilled_for_every_ledger_type(cluster_factory: 
         reader = await recover(client, open_bypass.ledger_id)
         assert reader.metadata.last_entry_id == 29
         await wait_out_of_limbo(client, lost.bookie_id)
+        # What an operator sees: `bkframe bookies info`.
+        shown = await trio.run_process(
+            [sys.executable, "-m", "bkframe", "bookies", "info", lost.bookie_id, "--metadata", cluster.metadata],
+            capture_stdout=True,
+        )
+        info_line = json.loads(shown.stdout)
+        assert info_line["cookie_check"] == "FIXED" and info_line["limbo_ledgers"] == []
+        # 50 + 30 entries, less entry 29 that the client's recovery wrote back (it was past the LAC).
+        assert info_line["repair"]["repaired_ledgers"] == 2 and info_line["repair"]["entries_copied"] == 79
         conn = await client.pool.get(lost.bookie_id)
         for ledger, count in ((pd.ledger_id, 50), (open_bypass.ledger_id, 30)):
             for i in range(count):

@@ -235,3 +235,22 @@ async def test_long_poll_waits_for_the_lac(cluster_factory: Any) -> None:
             assert got == []
             await writer.append(b"b")  # piggybacks LAC 0
         assert got == [0]
+
+
+@pytest.mark.parametrize("ledger_type", ["PD_JOURNAL", "BYPASS_JOURNAL"])
+async def test_explicit_lac_lets_a_tailing_reader_see_the_last_entry(cluster_factory: Any, ledger_type: str) -> None:
+    cluster = cluster_factory(3)
+    async with bkframe.open_client(cluster.metadata, explicit_lac_interval_s=0.1) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, ledger_type=ledger_type, password=PW)
+        reader = await client.open_ledger(writer.ledger_id, password=PW, recovery=False)
+        for i in range(5):
+            await writer.append(payload(i))
+        # No further add carries LAC 4; the handle publishes it on its own once idle.
+        with trio.fail_after(10):
+            while await reader.read_lac() < 4:
+                await trio.sleep(0.05)
+        assert [e.payload for e in await reader.read(0, 4)] == [payload(i) for i in range(5)]
+        # And write_lac() does it at once.
+        await writer.append(payload(5))
+        assert await writer.write_lac() == 5
+        assert await reader.read_lac() == 5

@@ -25,6 +25,7 @@ buffered_bytes_threshold = 104857600
 
 class _Plugins:
     plugins = PluginManager()
+    explicit_lac_interval_s = 0.0
 
 
 def _handle(w: int, a: int) -> WriteHandle:

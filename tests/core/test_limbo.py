@@ -97,3 +97,33 @@ async def test_protection_can_be_switched_off(tmp_path: Path) -> None:
         async with connect_bookie(host, port) as bk:
             assert (await bk.info())["limbo_ledgers"] == []
             assert (await bk.read(2, 5)).status == p.Status.NO_ENTRY
+
+
+async def test_explicit_lac_is_journaled_for_bypass_ledgers(tmp_path: Path) -> None:
+    """WRITE_LAC: checked like an add, synced before its answer, kept across a crash."""
+    from tests.conftest import BookieProcess
+
+    b = BookieProcess(tmp_path)
+    try:
+        async with connect_bookie(b.host, b.port) as bk:
+            missing = await bk.submit_write_lac(3, 0, master_key=KEY).wait()
+            assert missing.status == p.Status.NO_LEDGER and "add an entry first" in missing.message
+            for i in range(5):
+                assert (await bk.add(3, i, b"e", master_key=KEY, lac=i - 1, ledger_type=BYPASS)).status == p.Status.OK
+            assert (await bk.read_lac(3)).lac == 3  # what the last add carried
+            wrong = await bk.submit_write_lac(3, 4, master_key=b"x" * 20).wait()
+            assert wrong.status == p.Status.UNAUTHORIZED
+            ok = await bk.submit_write_lac(3, 4, master_key=KEY).wait()
+            assert (ok.status, ok.lac) == (p.Status.OK, 4)
+            assert (await bk.read_lac(3)).lac == 4
+            # A lower explicit LAC never moves it back.
+            assert (await bk.submit_write_lac(3, 1, master_key=KEY).wait()).lac == 4
+        b.kill()  # the LAC was acknowledged after its journal fsync: it survives
+        b = BookieProcess(tmp_path)
+        async with connect_bookie(b.host, b.port) as bk:
+            assert (await bk.read_lac(3)).lac == 4
+            await bk.read(3, p.LAST_ENTRY, master_key=KEY, fence=True)
+            fenced = await bk.submit_write_lac(3, 5, master_key=KEY).wait()
+            assert fenced.status == p.Status.FENCED
+    finally:
+        b.kill()

@@ -37,7 +37,17 @@ mangled_add = st.builds(
     st.integers(0, 40),
     st.one_of(st.none(), st.integers(0, 30)),
 )
-body = st.lists(st.one_of(message_header, valid_add, mangled_add, st.binary(max_size=50)), max_size=6).map(b"".join)
+mangled_write_lac = st.builds(
+    lambda rid, led, lac, key, cut: p.encode_write_lac(rid, led, lac, key)[:cut],
+    st.integers(1, 2**64 - 1),
+    st.integers(0, 2**64 - 1),
+    st.integers(-3, 2**63 - 1),
+    st.binary(max_size=40),
+    st.integers(0, 80),
+)
+body = st.lists(
+    st.one_of(message_header, valid_add, mangled_add, mangled_write_lac, st.binary(max_size=50)), max_size=6
+).map(b"".join)
 
 
 async def _probe_healthy(host: str, port: int) -> None:
