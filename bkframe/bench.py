@@ -234,8 +234,7 @@ def bench(
                 progress=count >= 50_000 and sys.stderr.isatty(), sync_every=sync_every,
             )
         )
-        out = attrs.asdict(result)
-        click.echo(json.dumps(out) if as_json else result.human())
+        click.echo(json.dumps(attrs.asdict(result)) if as_json else result.human())
         return
     proc = None
     tmp = None

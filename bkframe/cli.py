@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import trio
@@ -16,6 +18,9 @@ from bkframe.core.cookies import CookieError
 from bkframe.core.interfaces import JournalCorruptError
 from bkframe.core.metadata import MetadataError
 from bkframe.core.plugin_manager import PluginManager
+
+if TYPE_CHECKING:
+    from bkframe.core.bookie_service import BookieService
 
 
 @click.group()
@@ -70,10 +75,10 @@ def bookie(
         raise click.ClickException(str(known)) from None
 
 
-async def _stop_on_signal(signals: trio.abc.ReceiveChannel[int], service: object) -> None:
+async def _stop_on_signal(signals: AsyncIterator[int], service: BookieService) -> None:
     async for signum in signals:
         logging.getLogger("bkframe").info("received %s; draining and stopping", signal.Signals(signum).name)
-        service.stop()  # type: ignore[attr-defined]
+        service.stop()
         return
 
 

@@ -13,6 +13,7 @@ import enum
 import json
 import os
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
@@ -28,11 +29,15 @@ class CookieError(Exception):
     """The data dir and the metadata store disagree about who this bookie is."""
 
 
+def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
 @attrs.frozen
 class Cookie:
     bookie_id: str
     address: str
-    data_dirs: tuple[str, ...] = attrs.field(converter=tuple)
+    data_dirs: tuple[str, ...] = attrs.field(converter=_str_tuple)
     instance_id: str
 
     def serialize(self) -> bytes:

@@ -31,10 +31,12 @@ import trio
 from bkframe.core import protocol as p
 from bkframe.core.bookie import Bookie
 from bkframe.core.bookie_pool import BookiePool
+from bkframe.core.client import Client
 from bkframe.core.client_errors import BKError
 from bkframe.core.cookies import clear_data_loss, data_loss_marked
 from bkframe.core.entry_format import Digester, DigestMismatchError
 from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore, NoSuchLedgerError
+from bkframe.core.recovery import Recovery
 from bkframe.core.write_handle import write_set
 
 log = logging.getLogger("bkframe.data_integrity")
@@ -120,8 +122,6 @@ class LimboRepair:
         self.max_retry_s = 10.0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        from bkframe.core.client import Client  # the client imports much; only the repair needs it
-
         task_status.started()
         pending = self.bookie.limbo_ledgers()
         if not pending:
@@ -149,12 +149,8 @@ class LimboRepair:
         self.bookie.repair_status["last_error"] = ""
         log.info("every limbo ledger is repaired")
 
-    async def repair(self, client: object, ledger_id: int) -> bool:
+    async def repair(self, client: Client, ledger_id: int) -> bool:
         """One attempt; True once the ledger left limbo (repaired or deleted)."""
-        from bkframe.core.client import Client
-        from bkframe.core.recovery import Recovery
-
-        assert isinstance(client, Client)
         bookie = self.bookie
         storage = bookie.storage
         state = storage.ledger_state(ledger_id)

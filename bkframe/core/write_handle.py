@@ -345,9 +345,9 @@ class WriteHandle:
                 await self._commit_fragment(boundary, new_ensemble)
                 self._ensemble = list(new_ensemble)
                 e, w = len(self._ensemble), self.metadata.write_quorum
-                held = set(map(id, self._held))
+                held_ids = set(map(id, self._held))
                 for idx in failed:
-                    todo = [pa for pa in resend if id(pa) not in held and idx in write_set(pa.entry_id, e, w)]
+                    todo = [pa for pa in resend if id(pa) not in held_ids and idx in write_set(pa.entry_id, e, w)]
                     if todo:
                         self._send_batch(todo, idx)
         except BKError as err:
