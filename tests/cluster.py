@@ -17,6 +17,11 @@ class ClusterBookie:
         self.proc: subprocess.Popen[str] | None = None
         self.address = ""
         self.shadow = data_dir.with_name(data_dir.name + "-synced")
+        #: The bookie's stderr (its log), across restarts.
+        self.log_path = data_dir.with_name(data_dir.name + ".log")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def lose_power(self) -> None:
         """SIGKILL the bookie and keep only what it had fsynced (see bkframe.testing.powerloss)."""
@@ -32,21 +37,24 @@ class ClusterBookie:
             env["BKFRAME_POWERLOSS_SHADOW"] = str(self.shadow)
             env["BKFRAME_POWERLOSS_ROOT"] = str(self.data_dir)
             self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "bkframe", "bookie", "--data-dir", str(self.data_dir), "--port", "0",
-                "--metadata", self.metadata, "--bookie-id", self.bookie_id, *extra,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        # The log goes to a file: a pipe nobody reads fills up and blocks the bookie.
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "a") as log_file:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable, "-m", "bkframe", "bookie", "--data-dir", str(self.data_dir), "--port", "0",
+                    "--metadata", self.metadata, "--bookie-id", self.bookie_id, *extra,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=log_file,
+                text=True,
+                env=env,
+            )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line.startswith("listening on "):
-            _, err = self.proc.communicate(timeout=30)
-            raise RuntimeError(f"bookie {self.bookie_id} did not start: {line!r} {err[-2000:]}")
+            self.proc.wait(timeout=30)
+            raise RuntimeError(f"bookie {self.bookie_id} did not start: {line!r} {self.log()[-2000:]}")
         self.address = line.split()[-1]
 
     @property

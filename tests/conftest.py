@@ -40,17 +40,20 @@ class BookieProcess:
 
     def __init__(self, data_dir: Path, *extra: str) -> None:
         self.data_dir = data_dir
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bkframe", "bookie", "--data-dir", str(data_dir), "--port", "0", *extra],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        # The log goes to a file: a pipe nobody reads fills up and blocks the bookie.
+        self.log_path = data_dir.with_name(data_dir.name + ".log")
+        with open(self.log_path, "a") as log_file:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "bkframe", "bookie", "--data-dir", str(data_dir), "--port", "0", *extra],
+                stdout=subprocess.PIPE,
+                stderr=log_file,
+                text=True,
+            )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line.startswith("listening on "):
-            _, err = self.proc.communicate(timeout=30)
-            raise RuntimeError(f"bookie did not start: stdout {line!r} stderr {err!r}")
+            self.proc.wait(timeout=30)
+            raise RuntimeError(f"bookie did not start: stdout {line!r} stderr {self.log_path.read_text()[-3000:]!r}")
         host, _, port = line.split()[-1].rpartition(":")
         self.host, self.port = host, int(port)
 

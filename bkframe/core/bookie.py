@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import numpy as np
 import trio
 
 from bkframe.core import journal_records as jr
@@ -249,6 +250,8 @@ class Bookie:
                     batch.deferred.append(partial(self.sync_ledger, req))
             elif type(req) is p.WriteLacRequest:
                 self._write_lac(req, batch)
+            elif type(req) is p.ListEntriesRequest:
+                self._list_entries(req, batch)
             elif type(req) is p.BookieInfoRequest:
                 batch.parts.append(p.encode_bookie_info_response(req.request_id, self.info()))
             else:
@@ -418,8 +421,8 @@ class Bookie:
         try:
             data = storage.get_entry(ledger_id, entry_id)
         except Exception as e:  # the storage names the file and offset; the bookie keeps serving
-            log.error("read of entry %d:%d failed: %s", ledger_id, entry_id, e)
             if not state.limbo:
+                log.error("read of entry %d:%d failed: %s", ledger_id, entry_id, e)
                 reply(p.Status.IO_ERROR, entry_id, f"reading entry {ledger_id}:{entry_id} failed here: {e}".encode())
                 return
             data = None  # a torn write from before the crash; the repair task replaces it
@@ -473,6 +476,33 @@ class Bookie:
             if moved is not None:
                 moved.set()
         reply(p.Status.OK)
+
+    def _list_entries(self, req: p.ListEntriesRequest, batch: ResponseBatch) -> None:
+        state = self.storage.ledger_state(req.ledger_id)
+        if state is None:
+            batch.parts.append(
+                p.encode_list_entries_response(
+                    req.request_id, p.Status.NO_LEDGER, req.ledger_id, message=f"ledger {req.ledger_id} is not here"
+                )
+            )
+            return
+        last = min(req.last, req.first + p.MAX_LIST_SPAN - 1)
+        held = np.asarray(self.storage.held_entries(req.ledger_id, req.first, last), dtype=np.int64)
+        # Runs of consecutive ids: split where the step is not 1.
+        breaks = np.flatnonzero(np.diff(held) != 1) + 1 if held.size else np.empty(0, dtype=np.int64)
+        starts = np.concatenate(([0], breaks)) if held.size else breaks
+        ends = np.concatenate((breaks - 1, [held.size - 1])) if held.size else breaks
+        runs = list(zip(held[starts].tolist(), held[ends].tolist()))
+        batch.parts.append(
+            p.encode_list_entries_response(
+                req.request_id,
+                p.Status.OK,
+                req.ledger_id,
+                limbo=state.limbo,
+                next_first=last + 1 if last < req.last else -1,
+                runs=runs,
+            )
+        )
 
     def _read_lac(self, req: p.ReadLacRequest, batch: ResponseBatch) -> None:
         state = self.storage.ledger_state(req.ledger_id)

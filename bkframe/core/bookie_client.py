@@ -158,6 +158,12 @@ class BookieClient:
         rid = next(self._ids)
         return self._submit(rid, [p.encode_write_lac(rid, ledger_id, lac, master_key)])
 
+    def submit_list_entries(self, ledger_id: int, first: int, last: int) -> PendingResponse:
+        """LIST_ENTRIES: the runs of entries of ``first..last`` the bookie holds (one answer
+        covers at most ``protocol.MAX_LIST_SPAN`` ids; ``next_first`` says where to go on)."""
+        rid = next(self._ids)
+        return self._submit(rid, [p.encode_list_entries(rid, ledger_id, first, last)])
+
     def submit_raw(self, request_id: int, message: bytes) -> PendingResponse:
         """Send a pre-encoded message (tests of malformed input use this)."""
         return self._submit(request_id, [message])

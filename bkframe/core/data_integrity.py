@@ -18,7 +18,9 @@ Phase two (:class:`LimboRepair`, in the background): for each limbo ledger, an o
 is recovered (fence, find the end, close) when this bookie holds its master key; without
 the key (a replaced disk) the repair waits until a client recovers or closes it. Then
 every entry this bookie should hold (its positions in each fragment's write sets) that
-it lacks is copied from a peer; once all are here and synced, limbo is cleared.
+it lacks (not in the index, ``LedgerStorage.held_entries``, or unreadable: a torn write) is
+copied from a peer, asking peers first which entries they hold (LIST_ENTRIES); once all are
+here and synced, limbo is cleared.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import numpy as np
 import trio
 
 from bkframe.core import protocol as p
@@ -43,6 +46,8 @@ log = logging.getLogger("bkframe.data_integrity")
 
 #: Missing entries read from peers per round trip during repair.
 COPY_BATCH = 256
+#: Entry ids examined at a time when looking for what this bookie lacks.
+REPAIR_WINDOW = 65536
 
 
 def ledgers_to_protect(
@@ -179,47 +184,91 @@ class LimboRepair:
         log.info("ledger %d repaired (last entry %d); out of limbo", ledger_id, md.last_entry_id)
         return True
 
-    def _missing_entries(self, md: LedgerMetadata) -> list[tuple[int, list[str]]]:
-        """Entries this bookie should hold but does not, each with the peers that should."""
+    async def _copy_missing(self, pool: BookiePool, md: LedgerMetadata) -> None:
+        """Copy every entry this bookie should hold and lacks, window by window."""
+        digester = Digester.unkeyed(md.digest_type)
         storage = self.bookie.storage
-        missing: list[tuple[int, list[str]]] = []
+        copied = 0
         bounds = [first for first, _ in md.fragments[1:]] + [md.last_entry_id + 1]
         for (first, ensemble), end in zip(md.fragments, bounds):
             if self.bookie_id not in ensemble:
                 continue
             me = ensemble.index(self.bookie_id)
-            for entry_id in range(first, end):
-                members = write_set(entry_id, len(ensemble), md.write_quorum)
-                if me not in members:
+            e, w = len(ensemble), md.write_quorum
+            for lo in range(first, end, REPAIR_WINDOW):
+                hi = min(end, lo + REPAIR_WINDOW) - 1
+                ids = np.arange(lo, hi + 1, dtype=np.int64)
+                # Entry x goes to the w bookies from x mod e on: is this bookie one of them?
+                mine = ids[(me - ids) % e < w]
+                held = np.asarray(storage.held_entries(md.ledger_id, lo, hi), dtype=np.int64)
+                present = mine[np.isin(mine, held)].tolist()
+                missing = mine[~np.isin(mine, held)].tolist()
+                # The index can be ahead of the entry log after a crash (its pages reach the
+                # disk on their own schedule), so an entry it lists may be torn: read it.
+                torn = [i for i in present if not self._readable(md.ledger_id, i)]
+                if torn:
+                    log.warning(
+                        "ledger %d: %d local entries (first %d) are listed in the index but unreadable "
+                        "(torn by the crash); copying them again", md.ledger_id, len(torn), torn[0],
+                    )
+                missing = sorted(missing + torn)
+                if not missing:
                     continue
-                try:
-                    present = storage.get_entry(md.ledger_id, entry_id) is not None
-                except Exception:  # a torn record from before the crash: copy it again
-                    present = False
-                if not present:
-                    missing.append((entry_id, [ensemble[i] for i in members if i != me]))
-        return missing
-
-    async def _copy_missing(self, pool: BookiePool, md: LedgerMetadata) -> None:
-        missing = self._missing_entries(md)
-        digester = Digester.unkeyed(md.digest_type)
-        copied = 0
-        for start in range(0, len(missing), COPY_BATCH):
-            chunk = missing[start : start + COPY_BATCH]
-            got: dict[int, bytes] = {}
-            await self._fetch(pool, md.ledger_id, chunk, got, digester)
-            lost = [entry_id for entry_id, _ in chunk if entry_id not in got]
-            if lost:
-                raise BKError(
-                    f"ledger {md.ledger_id}: no peer could give entries {lost[:10]}"
-                    f"{' ...' if len(lost) > 10 else ''}; retrying later"
-                )
-            ids = sorted(got)
-            self.bookie.storage.add_entries(md.ledger_id, ids, [got[i] for i in ids])
-            copied += len(ids)
+                holders = await self._list_on_peers(pool, md.ledger_id, lo, hi, [b for b in ensemble if b != self.bookie_id])
+                for start in range(0, len(missing), COPY_BATCH):
+                    chunk = []
+                    for entry_id in missing[start : start + COPY_BATCH]:
+                        peers = [ensemble[i] for i in write_set(entry_id, e, w) if i != me]
+                        # Peers known to hold the entry first; unknown ones (unlisted) after.
+                        peers.sort(key=lambda b: 0 if entry_id in holders.get(b, ()) else 1 if b not in holders else 2)
+                        chunk.append((entry_id, peers))
+                    got: dict[int, bytes] = {}
+                    await self._fetch(pool, md.ledger_id, chunk, got, digester)
+                    lost = [entry_id for entry_id, _ in chunk if entry_id not in got]
+                    if lost:
+                        raise BKError(
+                            f"ledger {md.ledger_id}: no peer could give entries {lost[:10]}"
+                            f"{' ...' if len(lost) > 10 else ''}; retrying later"
+                        )
+                    got_ids = sorted(got)
+                    storage.add_entries(md.ledger_id, got_ids, [got[i] for i in got_ids])
+                    copied += len(got_ids)
         self.bookie.repair_status["entries_copied"] += copied
         if copied:
             log.info("ledger %d: copied %d missing entries from peers", md.ledger_id, copied)
+
+    def _readable(self, ledger_id: int, entry_id: int) -> bool:
+        try:
+            return self.bookie.storage.get_entry(ledger_id, entry_id) is not None
+        except Exception:  # a short or mismatched record: counted and logged by the caller
+            return False
+
+    async def _list_on_peers(
+        self, pool: BookiePool, ledger_id: int, lo: int, hi: int, peers: list[str]
+    ) -> dict[str, set[int]]:
+        """LIST_ENTRIES on each reachable peer: which of ``lo..hi`` it holds."""
+        holders: dict[str, set[int]] = {}
+
+        async def list_one(peer: str) -> None:
+            try:
+                conn = await pool.get(peer)
+                held: set[int] = set()
+                first = lo
+                while first != -1:
+                    r = await conn.submit_list_entries(ledger_id, first, hi).wait()
+                    if r.status != p.Status.OK:
+                        return
+                    for a, b in r.runs:
+                        held.update(range(a, b + 1))
+                    first = r.next_first
+                holders[peer] = held
+            except ConnectionError:
+                return
+
+        async with trio.open_nursery() as nursery:
+            for peer in peers:
+                nursery.start_soon(list_one, peer)
+        return holders
 
     async def _fetch(
         self,

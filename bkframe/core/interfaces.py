@@ -146,6 +146,11 @@ class LedgerStorage(Protocol):
         """The highest entry id held for the ledger, -1 if none."""
         ...
 
+    def held_entries(self, ledger_id: int, first: int, last: int) -> Sequence[int]:
+        """Ascending ids of the entries held with ``first <= id <= last`` (without reading
+        them: repair and LIST_ENTRIES call it over whole ledgers)."""
+        ...
+
     def ledgers(self) -> Iterable[int]:
         """Every ledger id this storage holds."""
         ...

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import json
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -39,6 +39,7 @@ class Op(enum.IntEnum):
     ADD_BATCH = 5
     SYNC = 6
     WRITE_LAC = 7
+    LIST_ENTRIES = 8
 
 
 class Status(enum.IntEnum):
@@ -86,6 +87,11 @@ _SYNC = struct.Struct("<Q")  # ledger
 _SYNC_RESP = struct.Struct("<Qq")  # ledger, last_add_synced
 _WRITE_LAC = struct.Struct("<QqH")  # ledger, lac, key_len
 _WRITE_LAC_RESP = struct.Struct("<Qq")  # ledger, the bookie's lac after the write
+_LIST_ENTRIES = struct.Struct("<Qqq")  # ledger, first, last
+_LIST_ENTRIES_RESP = struct.Struct("<QBqI")  # ledger, limbo, next first (-1: done), run count
+_RUN = np.dtype([("first", "<i8"), ("last", "<i8")])
+#: A LIST_ENTRIES answer covers at most this many entry ids; ``next`` says where to go on.
+MAX_LIST_SPAN = 1 << 20
 _ADD_BATCH = struct.Struct("<QqHHI")  # ledger, lac, ledger_type, key_len, count
 _ADD_BATCH_RESP = struct.Struct("<QIq")  # ledger, count, last_add_synced
 #: The directory of an ADD_BATCH: one (entry id, length) per entry, in order.
@@ -173,8 +179,25 @@ class WriteLacRequest:
     master_key: bytes
 
 
+@attrs.frozen
+class ListEntriesRequest:
+    """Which entries of ``first..last`` a bookie holds (repair picks its sources with it)."""
+
+    request_id: int
+    ledger_id: int
+    first: int
+    last: int
+
+
 Request = (
-    AddRequest | ReadRequest | ReadLacRequest | BookieInfoRequest | AddBatchRequest | SyncRequest | WriteLacRequest
+    AddRequest
+    | ReadRequest
+    | ReadLacRequest
+    | BookieInfoRequest
+    | AddBatchRequest
+    | SyncRequest
+    | WriteLacRequest
+    | ListEntriesRequest
 )
 
 
@@ -266,6 +289,29 @@ def encode_write_lac_response(request_id: int, status: Status, ledger_id: int, l
         + _WRITE_LAC_RESP.pack(ledger_id, lac)
         + tail
     )
+
+
+def encode_list_entries(request_id: int, ledger_id: int, first: int, last: int) -> bytes:
+    return MSG_HEADER.pack(10 + _LIST_ENTRIES.size, Op.LIST_ENTRIES, 0, request_id) + _LIST_ENTRIES.pack(
+        ledger_id, first, last
+    )
+
+
+def encode_list_entries_response(
+    request_id: int,
+    status: Status,
+    ledger_id: int,
+    *,
+    limbo: bool = False,
+    next_first: int = -1,
+    runs: Sequence[tuple[int, int]] = (),
+    message: str = "",
+) -> bytes:
+    """``runs``: inclusive ``(first, last)`` ranges of held entries, ascending."""
+    table = np.array(list(runs), dtype=np.int64).reshape(-1, 2).tobytes() if runs else b""
+    tail = message.encode() if message else b""
+    head = _LIST_ENTRIES_RESP.pack(ledger_id, limbo, next_first, len(runs))
+    return MSG_HEADER.pack(10 + len(head) + len(table) + len(tail), Op.LIST_ENTRIES, status, request_id) + head + table + tail
 
 
 def encode_bookie_info(request_id: int) -> bytes:
@@ -397,6 +443,13 @@ def _decode_one(
         if lac < -1:
             raise ProtocolError(f"WRITE_LAC lac {lac} is invalid")
         return WriteLacRequest(request_id, ledger_id, lac, bytes(body[key_at:end]))
+    if op == Op.LIST_ENTRIES:
+        if flags or end - at != _LIST_ENTRIES.size:
+            raise ProtocolError("LIST_ENTRIES message has the wrong length or unknown flags")
+        ledger_id, first, last = _LIST_ENTRIES.unpack_from(body, at)
+        if first < 0 or last < first:
+            raise ProtocolError(f"LIST_ENTRIES range {first}..{last} is invalid (need 0 <= first <= last)")
+        return ListEntriesRequest(request_id, ledger_id, first, last)
     if op == Op.GET_BOOKIE_INFO:
         if end != at:
             raise ProtocolError("GET_BOOKIE_INFO message has the wrong length")
@@ -479,6 +532,11 @@ class Response:
     #: A non-OK status's explanation, from the bookie.
     message: str = ""
     info: dict[str, Any] | None = None
+    #: LIST_ENTRIES: inclusive (first, last) runs of held entries, where to continue (-1:
+    #: the asked range is complete), and whether the ledger is in limbo on that bookie.
+    runs: tuple[tuple[int, int], ...] = ()
+    next_first: int = -1
+    limbo: bool = False
 
 
 def decode_responses(body: bytes) -> list[Response]:
@@ -530,6 +588,18 @@ def _decode_response(body: bytes, op: Op, status: Status, request_id: int, at: i
         ledger_id, lac = _WRITE_LAC_RESP.unpack_from(body, at)
         msg = body[at + _WRITE_LAC_RESP.size : end].decode(errors="replace")
         return Response(op, status, request_id, ledger_id, lac=lac, message=msg)
+    if op == Op.LIST_ENTRIES:
+        ledger_id, limbo, next_first, count = _LIST_ENTRIES_RESP.unpack_from(body, at)
+        table_at = at + _LIST_ENTRIES_RESP.size
+        table_end = table_at + count * _RUN.itemsize
+        if table_end > end:
+            raise ProtocolError("LIST_ENTRIES response is shorter than its run count")
+        runs = np.frombuffer(body, dtype=_RUN, count=count, offset=table_at)
+        pairs = tuple(zip(runs["first"].tolist(), runs["last"].tolist()))
+        msg = body[table_end:end].decode(errors="replace")
+        return Response(
+            op, status, request_id, ledger_id, message=msg, runs=pairs, next_first=next_first, limbo=bool(limbo)
+        )
     if op == Op.GET_BOOKIE_INFO:
         return Response(op, status, request_id, info=json.loads(body[at:end]))
     return Response(op, status, request_id, message=body[at:end].decode(errors="replace"))

@@ -5,6 +5,7 @@ state survives another restart. (Repair from peers is tested on clusters.)"""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from bkframe.core import protocol as p
 from bkframe.core.bookie_client import connect_bookie
@@ -127,3 +128,21 @@ async def test_explicit_lac_is_journaled_for_bypass_ledgers(tmp_path: Path) -> N
             assert fenced.status == p.Status.FENCED
     finally:
         b.kill()
+
+
+async def test_list_entries_reports_runs_and_limbo(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(p, "MAX_LIST_SPAN", 8)  # the bookie runs in this process
+    async with running_bookie(make_config(tmp_path)) as (service, host, port):
+        async with connect_bookie(host, port) as bk:
+            for i in (0, 1, 2, 5, 9, 10):
+                assert (await bk.add(4, i, b"e", master_key=KEY, ledger_type=BYPASS)).status == p.Status.OK
+            first = await bk.submit_list_entries(4, 0, 20).wait()
+            assert (first.status, first.runs, first.next_first, first.limbo) == (p.Status.OK, ((0, 2), (5, 5)), 8, False)
+            rest = await bk.submit_list_entries(4, first.next_first, 20).wait()
+            assert (rest.runs, rest.next_first) == (((9, 10),), -1)
+            assert (await bk.submit_list_entries(4, 3, 4).wait()).runs == ()
+            assert (await bk.submit_list_entries(99, 0, 1).wait()).status == p.Status.NO_LEDGER
+            service.bookie.protect([(4, BYPASS)])  # type: ignore[union-attr]
+            assert (await bk.submit_list_entries(4, 0, 3).wait()).limbo is True
+            bad = await bk.submit_raw(77, p.encode_list_entries(77, 4, 5, 2)).wait()
+            assert bad.status == p.Status.BAD_REQUEST and "invalid" in bad.message

@@ -57,6 +57,9 @@ class DictStorage:
     def last_entry_id(self, ledger_id: int) -> int:
         return max((e for (led, e) in self.entries if led == ledger_id), default=-1)
 
+    def held_entries(self, ledger_id: int, first: int, last: int) -> list[int]:
+        return sorted(e for (led, e) in self.entries if led == ledger_id and first <= e <= last)
+
     def ledgers(self) -> Iterable[int]:
         return list(self.states)
 

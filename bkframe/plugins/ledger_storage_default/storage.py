@@ -264,6 +264,14 @@ class DefaultLedgerStorage:
             )
         return raw[ENTRY_RECORD.size :]
 
+    def held_entries(self, ledger_id: int, first: int, last: int) -> list[int]:
+        idx = self._indexes.get(ledger_id)
+        first = max(first, 0)
+        if idx is None or last < first:
+            return []
+        lengths = idx.records["length"][first : min(last, idx.capacity - 1) + 1]
+        return (np.flatnonzero(lengths) + first).tolist()
+
     def last_entry_id(self, ledger_id: int) -> int:
         idx = self._indexes.get(ledger_id)
         return idx.last_entry_id if idx is not None else -1
