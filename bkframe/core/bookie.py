@@ -205,6 +205,16 @@ class Bookie:
             changed += 1
         return changed
 
+    def forget_ledger(self, ledger_id: int) -> None:
+        """Drop a deleted ledger: its storage and every trace of it in this bookie."""
+        self.storage.delete_ledger(ledger_id)
+        self._fence_seq.pop(ledger_id, None)
+        self._cursors.pop(ledger_id, None)
+        self._last_seq.pop(ledger_id, None)
+        moved = self._lac_moved.pop(ledger_id, None)
+        if moved is not None:
+            moved.set()  # long polls answer NO_LEDGER
+
     def limbo_ledgers(self) -> list[int]:
         storage = self.storage
         return [

@@ -264,4 +264,8 @@ async def connect_bookie(host: str, port: int) -> AsyncIterator[BookieClient]:
         finally:
             client._fail_all(BookieConnectionError(f"connection to bookie {address} was closed"))
             nursery.cancel_scope.cancel()
-            await stream.aclose()
+            # Shielded: an unshielded await here would raise Cancelled (the scope was just
+            # cancelled) and replace whatever the body raised, which the nursery would
+            # then swallow: errors inside ``async with connect_bookie(...)`` would vanish.
+            with trio.CancelScope(shield=True):
+                await stream.aclose()

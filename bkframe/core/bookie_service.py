@@ -11,6 +11,7 @@ from bkframe.core.bookie import Bookie
 from bkframe.core.config import Config
 from bkframe.core.cookies import check_cookies
 from bkframe.core.data_integrity import LimboRepair, protect_at_boot
+from bkframe.core.garbage_collector import GarbageCollector
 from bkframe.core.metadata import BookieInfo, BookieRegistration, MetadataStore
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.server import BookieServer
@@ -67,6 +68,7 @@ class BookieService:
                     if store is not None:
                         if bookie.limbo_ledgers():
                             background.start_soon(LimboRepair(bookie, store, bookie_id).run)
+                        background.start_soon(GarbageCollector(bookie, store, cfg.gc_interval_s).run)
                         info = BookieInfo(bookie_id=bookie_id, address=f"{host}:{port}", pid=os.getpid())
                         registration = await store.register_bookie(info, cfg.registration_ttl_s)
                     task_status.started((host, port))

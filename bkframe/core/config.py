@@ -51,6 +51,9 @@ class BookieConfig:
     #: ledgers that may have lost writes here, and repair them. Off only to demonstrate
     #: what it prevents (tests of BP-46 scenarios 1 and 2).
     data_loss_protection: bool = True
+    #: Seconds between garbage collections (with a metadata store): ledgers deleted from
+    #: the store are deleted here and entry logs no ledger uses any more are removed.
+    gc_interval_s: float = attrs.field(default=60.0, validator=attrs.validators.gt(0))
     #: A dead bookie's registration disappears from the metadata store after about this long.
     registration_ttl_s: float = attrs.field(default=6.0, validator=attrs.validators.gt(0))
 

@@ -22,6 +22,8 @@ class Counters:
     requests: int = 0
     bad_requests: int = 0
     checkpoints: int = 0
+    gc_ledgers_deleted: int = 0
+    gc_bytes_freed: int = 0
 
     @property
     def fsyncs(self) -> int:

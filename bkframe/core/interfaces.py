@@ -163,6 +163,11 @@ class LedgerStorage(Protocol):
         """Make every write made before the call durable (fsync logs, index, state)."""
         ...
 
+    async def collect_garbage(self) -> int:
+        """Reclaim space of deleted ledgers (e.g. entry logs no index points into any
+        more); return the bytes freed. Called periodically by the bookie's GC."""
+        ...
+
     async def aclose(self) -> None:
         """Flush and close. A later open of the same directory sees every write."""
         ...
@@ -185,11 +190,20 @@ class EntryLogManager(Protocol):
         ...
 
     def log_ids(self) -> list[int]:
-        """Every entry log present, oldest first."""
+        """Every entry log present, oldest first. Appends only ever go to the newest one."""
+        ...
+
+    def log_size(self, log_id: int) -> int:
+        """Bytes in the log (0 if it does not exist)."""
         ...
 
     def write_close(self, ledger_id: int) -> None:
         """Advisory: the ledger's writer is done (BP-32). The default ignores it."""
+        ...
+
+    async def remove_log(self, log_id: int) -> bool:
+        """Delete a log no index points into any more; False (and nothing done) for a log
+        still being written. The deletion is durable after the next :meth:`flush`."""
         ...
 
     async def flush(self) -> None:

@@ -157,9 +157,24 @@ class SingleEntryLogManager:
     def log_ids(self) -> list[int]:
         return sorted(self._fds)
 
+    def log_size(self, log_id: int) -> int:
+        fd = self._fds.get(log_id)
+        return os.fstat(fd).st_size if fd is not None else 0
+
     def write_close(self, ledger_id: int) -> None:
         # One log is shared by all ledgers, so a writer finishing changes nothing here.
         return None
+
+    async def remove_log(self, log_id: int) -> bool:
+        if log_id == self._active_id or log_id not in self._fds:
+            return False  # still being written (or already gone)
+        async with self._flush_lock:  # never under a flush thread's fsync
+            fd = self._fds.pop(log_id)
+            self._unflushed.discard(log_id)
+            os.close(fd)
+            self._path(log_id).unlink()
+            self._dir_dirty = True
+        return True
 
     async def flush(self) -> None:
         async with self._flush_lock:

@@ -126,3 +126,15 @@ async def test_clean_restart_keeps_everything_and_trims_journal(tmp_path: Path) 
             assert (await bk.read_lac(9)).lac == 18
             # The master key survived too.
             assert (await bk.add(9, 20, b"", master_key=b"nope")).status == p.Status.UNAUTHORIZED
+
+
+async def test_an_error_inside_a_connection_block_propagates(tmp_path: Path) -> None:
+    """Regression: closing the connection used to raise Cancelled over the body's error,
+    which the connection's nursery then swallowed (failing asserts passed silently)."""
+    import pytest
+
+    async with running_bookie(make_config(tmp_path)) as (_, host, port):
+        with pytest.RaisesGroup(pytest.RaisesExc(KeyError, match="boom"), flatten_subgroups=True, allow_unwrapped=True):
+            async with connect_bookie(host, port) as bk:
+                await bk.info()
+                raise KeyError("boom")

@@ -139,7 +139,9 @@ async def test_list_entries_reports_runs_and_limbo(tmp_path: Path, monkeypatch: 
             first = await bk.submit_list_entries(4, 0, 20).wait()
             assert (first.status, first.runs, first.next_first, first.limbo) == (p.Status.OK, ((0, 2), (5, 5)), 8, False)
             rest = await bk.submit_list_entries(4, first.next_first, 20).wait()
-            assert (rest.runs, rest.next_first) == (((9, 10),), -1)
+            assert (rest.runs, rest.next_first) == (((9, 10),), 16)
+            end = await bk.submit_list_entries(4, rest.next_first, 20).wait()
+            assert (end.runs, end.next_first) == ((), -1)
             assert (await bk.submit_list_entries(4, 3, 4).wait()).runs == ()
             assert (await bk.submit_list_entries(99, 0, 1).wait()).status == p.Status.NO_LEDGER
             service.bookie.protect([(4, BYPASS)])  # type: ignore[union-attr]

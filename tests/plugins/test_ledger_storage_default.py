@@ -258,3 +258,38 @@ async def test_bad_config_is_a_config_error(tmp_path: Path, config: dict[str, ob
             name="default", config=config, directory=tmp_path / "l", entry_logs=logs, counters=Counters()
         )
     await logs.aclose()
+
+
+async def test_garbage_collection_removes_only_dead_sealed_logs(tmp_path: Path) -> None:
+    storage = open_storage(tmp_path, max_log_size=4096)
+    blob = b"x" * 1000
+    # Ledger 1 fills the first logs alone; then ledgers 2 and 3 interleave.
+    storage.ensure_ledger(1, b"k", 0)
+    for e in range(8):
+        storage.add_entries(1, [e], [blob])
+    for lid in (2, 3):
+        storage.ensure_ledger(lid, b"k", 0)
+    for e in range(8):
+        for lid in (2, 3):
+            storage.add_entries(lid, [e], [blob])
+    logs = tmp_path / "entrylogs"
+    before = sorted(p.name for p in logs.glob("*.log"))
+    assert len(before) >= 6  # 3 entries a log: 3 of ledger 1 alone, 3+ mixed
+    assert await storage.collect_garbage() == 0  # every log still has a live entry
+    storage.delete_ledger(1)
+    freed = await storage.collect_garbage()
+    after = sorted(p.name for p in logs.glob("*.log"))
+    assert freed > 0 and len(after) < len(before)
+    storage.delete_ledger(2)
+    await storage.collect_garbage()
+    # Ledger 3 is intact, and the newest (active) log was never removed.
+    assert [storage.get_entry(3, e) for e in range(8)] == [blob] * 8
+    assert before[-1] in sorted(p.name for p in logs.glob("*.log"))
+    storage.delete_ledger(3)
+    await storage.collect_garbage()
+    assert sorted(p.name for p in logs.glob("*.log")) == [before[-1]]
+    await storage.aclose()
+    # A restart sees the same: no ledger, one (empty of live entries) log.
+    storage = open_storage(tmp_path, max_log_size=4096)
+    assert storage.ledgers() == []
+    await storage.aclose()

@@ -300,6 +300,35 @@ class DefaultLedgerStorage:
                 self._graveyard.clear()
             self._counters.storage_fsyncs += n
 
+    async def collect_garbage(self) -> int:
+        """Remove entry logs that no ledger's index points into (all their ledgers deleted).
+
+        Deletions are made durable first (a checkpoint), so that a crash cannot bring back
+        an index that points into a removed log. Logs still holding live entries stay:
+        copying those out (compaction) is not done yet.
+        """
+        await self.checkpoint()
+        # One synchronous pass (no await): which logs indexes point into, and which logs
+        # are sealed. Appends only ever go to the newest log, so every older one is sealed
+        # and cannot gain entries while the removals below await.
+        logs = self._entry_logs.log_ids()
+        sealed = [log_id for log_id in logs if log_id < max(logs, default=0)]
+        referenced: set[int] = set()
+        for idx in self._indexes.values():
+            records = idx.records
+            referenced.update(np.unique(records["log_id"][records["length"] > 0]).tolist())
+        freed = 0
+        for log_id in sealed:
+            if log_id in referenced:
+                continue
+            size = self._entry_logs.log_size(log_id)
+            if await self._entry_logs.remove_log(log_id):
+                freed += size
+                log.info("removed entry log %08x (%d bytes): no ledger points into it", log_id, size)
+        if freed:
+            await self._entry_logs.flush()  # the directory: the removals are durable
+        return freed
+
     def _sync(self, targets: list[LedgerIndex], dir_dirty: bool) -> int:
         for idx in targets:
             idx.sync()

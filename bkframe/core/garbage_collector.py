@@ -1,0 +1,78 @@
+"""The bookie's garbage collector: forget ledgers deleted from the metadata store, reclaim space.
+
+A client deletes a ledger from the metadata store only; each bookie notices on its own.
+Every ``gc_interval_s`` the collector lists the store's ledgers once, confirms each local
+ledger missing from that list with a read of its metadata (a ledger created after the
+listing is not deleted), deletes the confirmed ones from ledger storage, checkpoints (so the
+journal does not replay them back), then asks the ledger storage to reclaim their space
+(the default storage removes entry logs no index points into any more).
+
+Ledgers in limbo are left alone: the repair task decides about them. A bookie whose
+cookie the metadata store did not have at boot deletes no ledgers until restarted: the
+store may be the wrong one, and its empty listing must not wipe the bookie.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from bkframe.core.bookie import Bookie
+from bkframe.core.cookies import CookieCheck
+from bkframe.core.metadata import MetadataError, MetadataStore, NoSuchLedgerError
+
+log = logging.getLogger("bkframe.gc")
+
+
+class GarbageCollector:
+    def __init__(self, bookie: Bookie, store: MetadataStore, interval_s: float) -> None:
+        self.bookie = bookie
+        self.store = store
+        self.interval_s = interval_s
+        self._warned = False
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(self.interval_s)
+            try:
+                await self.collect()
+            except MetadataError as e:
+                log.warning("garbage collection skipped: metadata store failed: %s", e)
+
+    async def collect(self) -> tuple[int, int]:
+        """One pass; returns (ledgers deleted here, bytes the storage freed)."""
+        bookie = self.bookie
+        storage = bookie.storage
+        deleted = 0
+        if bookie.cookie_check is CookieCheck.STAMPED_METADATA:
+            # The store did not know this bookie at boot: maybe the wrong store (a typo in
+            # the URI), whose missing ledgers say nothing. Deleting would wipe the bookie.
+            if not self._warned:
+                log.warning(
+                    "not deleting ledgers: the metadata store had no cookie for this bookie at boot, so it "
+                    "may not be the store these ledgers belong to; restart the bookie once it is confirmed"
+                )
+                self._warned = True
+            known = set(storage.ledgers())
+        else:
+            known = set(await self.store.list_ledgers())
+        for ledger_id in list(storage.ledgers()):
+            state = storage.ledger_state(ledger_id)
+            if ledger_id in known or state is None or state.limbo:
+                continue
+            try:
+                await self.store.read_ledger(ledger_id)
+                continue  # created after the listing
+            except NoSuchLedgerError:
+                pass
+            bookie.forget_ledger(ledger_id)
+            deleted += 1
+        if deleted:
+            await bookie.checkpoint()
+            log.info("deleted %d ledger(s) that are gone from the metadata store", deleted)
+        freed = await storage.collect_garbage()
+        bookie.counters.gc_ledgers_deleted += deleted
+        bookie.counters.gc_bytes_freed += freed
+        return deleted, freed
