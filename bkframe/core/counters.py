@@ -24,6 +24,7 @@ class Counters:
     checkpoints: int = 0
     gc_ledgers_deleted: int = 0
     gc_bytes_freed: int = 0
+    compacted_bytes: int = 0
 
     @property
     def fsyncs(self) -> int:

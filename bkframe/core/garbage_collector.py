@@ -5,7 +5,8 @@ Every ``gc_interval_s`` the collector lists the store's ledgers once, confirms e
 ledger missing from that list with a read of its metadata (a ledger created after the
 listing is not deleted), deletes the confirmed ones from ledger storage, checkpoints (so the
 journal does not replay them back), then asks the ledger storage to reclaim their space
-(the default storage removes entry logs no index points into any more).
+(the default storage removes entry logs no index points into any more and compacts the
+mostly-dead ones).
 
 Ledgers in limbo are left alone: the repair task decides about them. A bookie whose
 cookie the metadata store did not have at boot deletes no ledgers until restarted: the

@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 #: Entry record header in the entry log: data length, ledger id, entry id.
 ENTRY_RECORD = struct.Struct("<IQq")
 DEFAULT_INDEX_INITIAL_ENTRIES = 1024
+#: A sealed entry log whose live bytes are below this fraction of its size is compacted.
+DEFAULT_COMPACTION_THRESHOLD = 0.5
+#: Bytes of live records copied per step of a compaction (the event loop runs in between).
+COMPACTION_STEP_BYTES = 4 << 20
 #: Entry ids index a dense table, so a huge id would mean a huge (sparse) index file;
 #: BookKeeper ids count up from 0, and 2**31 entries is far beyond any real ledger.
 MAX_ENTRY_ID = (1 << 31) - 1
@@ -71,9 +75,13 @@ class DefaultLedgerStorage:
         counters: Counters,
         *,
         index_initial_entries: int = DEFAULT_INDEX_INITIAL_ENTRIES,
+        compaction_threshold: float = DEFAULT_COMPACTION_THRESHOLD,
     ) -> None:
         if index_initial_entries < 1:
             raise ValueError("index_initial_entries must be at least 1")
+        if not 0 <= compaction_threshold <= 1:
+            raise ValueError("compaction_threshold must be from 0 to 1")
+        self._compaction_threshold = compaction_threshold
         self._dir = Path(directory)
         self._index_dir = self._dir / "index"
         self._entry_logs = entry_logs
@@ -301,33 +309,94 @@ class DefaultLedgerStorage:
             self._counters.storage_fsyncs += n
 
     async def collect_garbage(self) -> int:
-        """Remove entry logs that no ledger's index points into (all their ledgers deleted).
+        """Reclaim the entry-log space of deleted ledgers; return the bytes freed.
 
         Deletions are made durable first (a checkpoint), so that a crash cannot bring back
-        an index that points into a removed log. Logs still holding live entries stay:
-        copying those out (compaction) is not done yet.
+        an index that points into a removed log. Then, for sealed logs only (appends go to
+        the newest log alone): a log no index points into is removed; a log whose live
+        records are under ``compaction_threshold`` of its size is compacted: its live
+        records are copied to the active log, the copies are fsynced, the indexes are
+        pointed at them and checkpointed, and only then is the old log removed. A crash at
+        any step leaves every index pointing at durable data.
         """
         await self.checkpoint()
-        # One synchronous pass (no await): which logs indexes point into, and which logs
-        # are sealed. Appends only ever go to the newest log, so every older one is sealed
-        # and cannot gain entries while the removals below await.
+        # One synchronous pass (no await): live bytes per log, and which logs are sealed.
         logs = self._entry_logs.log_ids()
         sealed = [log_id for log_id in logs if log_id < max(logs, default=0)]
-        referenced: set[int] = set()
+        live: dict[int, int] = {}
         for idx in self._indexes.values():
             records = idx.records
-            referenced.update(np.unique(records["log_id"][records["length"] > 0]).tolist())
+            held = records[records["length"] > 0]
+            if held.size:
+                ids, inverse = np.unique(held["log_id"], return_inverse=True)
+                sums = np.bincount(inverse, weights=held["length"])
+                for log_id, total in zip(ids.tolist(), sums.tolist()):
+                    live[log_id] = live.get(log_id, 0) + int(total)
         freed = 0
         for log_id in sealed:
-            if log_id in referenced:
-                continue
             size = self._entry_logs.log_size(log_id)
-            if await self._entry_logs.remove_log(log_id):
-                freed += size
-                log.info("removed entry log %08x (%d bytes): no ledger points into it", log_id, size)
+            in_use = live.get(log_id, 0)
+            if in_use == 0:
+                if await self._entry_logs.remove_log(log_id):
+                    freed += size
+                    log.info("removed entry log %08x (%d bytes): no ledger points into it", log_id, size)
+            elif size and in_use / size < self._compaction_threshold:
+                copied = await self._compact(log_id)
+                if await self._entry_logs.remove_log(log_id):
+                    freed += size - copied
+                    log.info("compacted entry log %08x: kept %d of %d bytes", log_id, copied, size)
         if freed:
             await self._entry_logs.flush()  # the directory: the removals are durable
         return freed
+
+    async def _compact(self, old_log: int) -> int:
+        """Copy ``old_log``'s live records to the active log and repoint the indexes to them."""
+        moved: list[tuple[int, np.ndarray, np.ndarray, int, np.ndarray]] = []
+        copied = 0
+        for ledger_id in sorted(self._indexes):
+            idx = self._indexes.get(ledger_id)
+            if idx is None:
+                continue  # deleted while an earlier step yielded
+            records = idx.records
+            ids = np.flatnonzero((records["log_id"] == old_log) & (records["length"] > 0))
+            steps = int(records["length"][ids].sum()) // COMPACTION_STEP_BYTES + 1
+            for chunk in np.array_split(ids, steps):
+                idx = self._indexes.get(ledger_id)
+                if idx is None or not chunk.size:
+                    continue
+                # Re-read after every yield: an add may have grown (remapped) the index.
+                rows = idx.records[chunk].copy()
+                keep = (rows["log_id"] == old_log) & (rows["length"] > 0)
+                chunk, rows = chunk[keep], rows[keep]
+                if not chunk.size:
+                    continue
+                blob = b"".join(
+                    self._entry_logs.read(old_log, offset, length)
+                    for offset, length in zip(rows["offset"].tolist(), rows["length"].tolist())
+                )
+                new_log, base = self._entry_logs.append(ledger_id, blob)
+                lengths = rows["length"].astype(np.int64)
+                new_offsets = (np.cumsum(lengths) - lengths + base).astype(np.uint64)
+                moved.append((ledger_id, chunk, rows["offset"].copy(), new_log, new_offsets))
+                copied += len(blob)
+                await trio.sleep(0)  # let requests in between steps
+        # The copies must be durable before any index points at them.
+        await self._entry_logs.flush()
+        for ledger_id, chunk, old_offsets, new_log, new_offsets in moved:
+            idx = self._indexes.get(ledger_id)
+            if idx is None:
+                continue
+            current = idx.records[chunk]
+            # Only records still where the copy was taken from: an entry rewritten since
+            # (a recovery add) keeps its newer location.
+            still = (current["log_id"] == old_log) & (current["offset"] == old_offsets)
+            targets = chunk[still]
+            idx.records["offset"][targets] = new_offsets[still]
+            idx.records["log_id"][targets] = new_log
+            self._dirty.add(ledger_id)
+        await self.checkpoint()
+        self._counters.compacted_bytes += copied
+        return copied
 
     def _sync(self, targets: list[LedgerIndex], dir_dirty: bool) -> int:
         for idx in targets:
