@@ -190,7 +190,12 @@ class EntryLogManager(Protocol):
         ...
 
     def log_ids(self) -> list[int]:
-        """Every entry log present, oldest first. Appends only ever go to the newest one."""
+        """Every entry log present, oldest first."""
+        ...
+
+    def sealed_log_ids(self) -> list[int]:
+        """The logs that will never be appended to again (garbage collection only touches
+        these). Once sealed, a log stays sealed."""
         ...
 
     def log_size(self, log_id: int) -> int:

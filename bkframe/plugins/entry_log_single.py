@@ -157,6 +157,11 @@ class SingleEntryLogManager:
     def log_ids(self) -> list[int]:
         return sorted(self._fds)
 
+    def sealed_log_ids(self) -> list[int]:
+        # Appends go to the active log only; every other log (earlier ids, or logs of an
+        # earlier run: a restart never appends to them) is sealed.
+        return sorted(i for i in self._fds if i != self._active_id)
+
     def log_size(self, log_id: int) -> int:
         fd = self._fds.get(log_id)
         return os.fstat(fd).st_size if fd is not None else 0

@@ -312,17 +312,17 @@ class DefaultLedgerStorage:
         """Reclaim the entry-log space of deleted ledgers; return the bytes freed.
 
         Deletions are made durable first (a checkpoint), so that a crash cannot bring back
-        an index that points into a removed log. Then, for sealed logs only (appends go to
-        the newest log alone): a log no index points into is removed; a log whose live
-        records are under ``compaction_threshold`` of its size is compacted: its live
+        an index that points into a removed log. Then, for sealed logs only (the entry-log
+        manager says which will never be appended to again): a log no index points into
+        is removed; a log whose live records are under ``compaction_threshold`` of its size is compacted: its live
         records are copied to the active log, the copies are fsynced, the indexes are
         pointed at them and checkpointed, and only then is the old log removed. A crash at
         any step leaves every index pointing at durable data.
         """
         await self.checkpoint()
-        # One synchronous pass (no await): live bytes per log, and which logs are sealed.
-        logs = self._entry_logs.log_ids()
-        sealed = [log_id for log_id in logs if log_id < max(logs, default=0)]
+        # One synchronous pass (no await): which logs are sealed, and their live bytes. A
+        # sealed log gains no entries while the steps below await.
+        sealed = self._entry_logs.sealed_log_ids()
         live: dict[int, int] = {}
         for idx in self._indexes.values():
             records = idx.records
