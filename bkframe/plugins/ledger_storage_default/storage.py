@@ -314,9 +314,10 @@ class DefaultLedgerStorage:
         Deletions are made durable first (a checkpoint), so that a crash cannot bring back
         an index that points into a removed log. Then, for sealed logs only (the entry-log
         manager says which will never be appended to again): a log no index points into
-        is removed; a log whose live records are under ``compaction_threshold`` of its size is compacted: its live
-        records are copied to the active log, the copies are fsynced, the indexes are
-        pointed at them and checkpointed, and only then is the old log removed. A crash at
+        is removed; a log whose live records are under ``compaction_threshold`` of its size
+        is compacted: its live records are copied to the active log, the copies are
+        fsynced, the indexes are pointed at them and checkpointed, and only then is the
+        old log removed. A crash at
         any step leaves every index pointing at durable data.
         """
         await self.checkpoint()
