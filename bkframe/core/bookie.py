@@ -262,6 +262,8 @@ class Bookie:
                 self._write_lac(req, batch)
             elif type(req) is p.ListEntriesRequest:
                 self._list_entries(req, batch)
+            elif type(req) is p.WriteCloseRequest:
+                self._write_close(req, batch)
             elif type(req) is p.BookieInfoRequest:
                 batch.parts.append(p.encode_bookie_info_response(req.request_id, self.info()))
             else:
@@ -459,6 +461,10 @@ class Bookie:
         if self.storage.set_fenced(ledger_id):
             self._fence_seq[ledger_id] = self.journal.append(jr.fence_record(ledger_id))
             self.counters.fenced_ledgers += 1
+            if not state.write_closed:
+                # BP-32: a fenced ledger's writer is done; only recovery adds may follow.
+                self.storage.set_write_closed(ledger_id)
+                self.counters.write_closed_ledgers += 1
         # A fence is acknowledged only once durable, also when an earlier request set it.
         batch.wait_seq = max(batch.wait_seq, self._fence_seq.get(ledger_id, 0))
 
@@ -486,6 +492,19 @@ class Bookie:
             if moved is not None:
                 moved.set()
         reply(p.Status.OK)
+
+    def _write_close(self, req: p.WriteCloseRequest, batch: ResponseBatch) -> None:
+        """BP-32: advisory, so nothing is journaled; the storage keeps the flag."""
+        state = self.storage.ledger_state(req.ledger_id)
+        status, message = p.Status.OK, ""
+        if state is None:
+            status, message = p.Status.NO_LEDGER, f"ledger {req.ledger_id} is not on this bookie"
+        elif state.master_key != req.master_key:
+            status, message = p.Status.UNAUTHORIZED, f"wrong master key for ledger {req.ledger_id}"
+        elif not state.write_closed:
+            self.storage.set_write_closed(req.ledger_id)
+            self.counters.write_closed_ledgers += 1
+        batch.parts.append(p.encode_write_close_response(req.request_id, status, req.ledger_id, message))
 
     def _list_entries(self, req: p.ListEntriesRequest, batch: ResponseBatch) -> None:
         state = self.storage.ledger_state(req.ledger_id)

@@ -158,6 +158,11 @@ class BookieClient:
         rid = next(self._ids)
         return self._submit(rid, [p.encode_write_lac(rid, ledger_id, lac, master_key)])
 
+    def submit_write_close(self, ledger_id: int, *, master_key: bytes) -> PendingResponse:
+        """WRITE_CLOSE (BP-32): advisory; the writer is done with the ledger."""
+        rid = next(self._ids)
+        return self._submit(rid, [p.encode_write_close(rid, ledger_id, master_key)])
+
     def submit_list_entries(self, ledger_id: int, first: int, last: int) -> PendingResponse:
         """LIST_ENTRIES: the runs of entries of ``first..last`` the bookie holds (one answer
         covers at most ``protocol.MAX_LIST_SPAN`` ids; ``next_first`` says where to go on)."""

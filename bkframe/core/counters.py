@@ -19,6 +19,7 @@ class Counters:
     storage_bytes_written: int = 0
     storage_fsyncs: int = 0
     fenced_ledgers: int = 0
+    write_closed_ledgers: int = 0
     requests: int = 0
     bad_requests: int = 0
     checkpoints: int = 0

@@ -127,6 +127,11 @@ class LedgerStorage(Protocol):
         """Raise the ledger's known LAC to ``lac`` (never lowers it)."""
         ...
 
+    def set_write_closed(self, ledger_id: int) -> None:
+        """BP-32 advisory write close: the writer is done (closed, or the ledger was fenced).
+        Kept across restarts; passed on to the entry-log manager's ``write_close``."""
+        ...
+
     def set_limbo(self, ledger_id: int, limbo: bool) -> None:
         """Set or clear BP-46 limbo: the bookie may have lost entries of this ledger.
 

@@ -40,6 +40,7 @@ class Op(enum.IntEnum):
     SYNC = 6
     WRITE_LAC = 7
     LIST_ENTRIES = 8
+    WRITE_CLOSE = 9
 
 
 class Status(enum.IntEnum):
@@ -87,6 +88,8 @@ _SYNC = struct.Struct("<Q")  # ledger
 _SYNC_RESP = struct.Struct("<Qq")  # ledger, last_add_synced
 _WRITE_LAC = struct.Struct("<QqH")  # ledger, lac, key_len
 _WRITE_LAC_RESP = struct.Struct("<Qq")  # ledger, the bookie's lac after the write
+_WRITE_CLOSE = struct.Struct("<QH")  # ledger, key_len
+_WRITE_CLOSE_RESP = struct.Struct("<Q")  # ledger
 _LIST_ENTRIES = struct.Struct("<Qqq")  # ledger, first, last
 _LIST_ENTRIES_RESP = struct.Struct("<QBqI")  # ledger, limbo, next first (-1: done), run count
 _RUN = np.dtype([("first", "<i8"), ("last", "<i8")])
@@ -189,8 +192,18 @@ class ListEntriesRequest:
     last: int
 
 
+@attrs.frozen
+class WriteCloseRequest:
+    """BP-32 advisory write close: the writer is done with the ledger."""
+
+    request_id: int
+    ledger_id: int
+    master_key: bytes
+
+
 Request = (
-    AddRequest
+    WriteCloseRequest
+    | AddRequest
     | ReadRequest
     | ReadLacRequest
     | BookieInfoRequest
@@ -287,6 +300,20 @@ def encode_write_lac_response(request_id: int, status: Status, ledger_id: int, l
     return (
         MSG_HEADER.pack(10 + _WRITE_LAC_RESP.size + len(tail), Op.WRITE_LAC, status, request_id)
         + _WRITE_LAC_RESP.pack(ledger_id, lac)
+        + tail
+    )
+
+
+def encode_write_close(request_id: int, ledger_id: int, master_key: bytes) -> bytes:
+    size = 10 + _WRITE_CLOSE.size + len(master_key)
+    return MSG_HEADER.pack(size, Op.WRITE_CLOSE, 0, request_id) + _WRITE_CLOSE.pack(ledger_id, len(master_key)) + master_key
+
+
+def encode_write_close_response(request_id: int, status: Status, ledger_id: int, message: str = "") -> bytes:
+    tail = message.encode() if message else b""
+    return (
+        MSG_HEADER.pack(10 + _WRITE_CLOSE_RESP.size + len(tail), Op.WRITE_CLOSE, status, request_id)
+        + _WRITE_CLOSE_RESP.pack(ledger_id)
         + tail
     )
 
@@ -443,6 +470,12 @@ def _decode_one(
         if lac < -1:
             raise ProtocolError(f"WRITE_LAC lac {lac} is invalid")
         return WriteLacRequest(request_id, ledger_id, lac, bytes(body[key_at:end]))
+    if op == Op.WRITE_CLOSE:
+        ledger_id, key_len = _WRITE_CLOSE.unpack_from(body, at)
+        key_at = at + _WRITE_CLOSE.size
+        if flags or key_len > MAX_MASTER_KEY or key_at + key_len != end:
+            raise ProtocolError("WRITE_CLOSE message has the wrong length, key length or unknown flags")
+        return WriteCloseRequest(request_id, ledger_id, bytes(body[key_at:end]))
     if op == Op.LIST_ENTRIES:
         if flags or end - at != _LIST_ENTRIES.size:
             raise ProtocolError("LIST_ENTRIES message has the wrong length or unknown flags")
@@ -588,6 +621,10 @@ def _decode_response(body: bytes, op: Op, status: Status, request_id: int, at: i
         ledger_id, lac = _WRITE_LAC_RESP.unpack_from(body, at)
         msg = body[at + _WRITE_LAC_RESP.size : end].decode(errors="replace")
         return Response(op, status, request_id, ledger_id, lac=lac, message=msg)
+    if op == Op.WRITE_CLOSE:
+        (ledger_id,) = _WRITE_CLOSE_RESP.unpack_from(body, at)
+        msg = body[at + _WRITE_CLOSE_RESP.size : end].decode(errors="replace")
+        return Response(op, status, request_id, ledger_id, message=msg)
     if op == Op.LIST_ENTRIES:
         ledger_id, limbo, next_first, count = _LIST_ENTRIES_RESP.unpack_from(body, at)
         table_at = at + _LIST_ENTRIES_RESP.size

@@ -294,6 +294,20 @@ class WriteHandle:
         self._lac_sent = max(self._lac_sent, lac)
         return lac
 
+    async def _advise_write_close(self, ensemble: list[str]) -> None:
+        """BP-32: tell the bookies the writer is done, so they can seal the ledger's entry
+        log. Advisory: close() does not wait for it and a failure only gets logged."""
+        done = 0
+        for bookie_id in ensemble:
+            try:
+                conn = await self._client.pool.get(bookie_id)
+                response = await conn.submit_write_close(self.ledger_id, master_key=self._master_key).wait()
+            except ConnectionError as e:
+                log.debug("ledger %d: write close not delivered to %s: %s", self.ledger_id, bookie_id, e)
+                continue
+            done += response.status == p.Status.OK
+        log.debug("ledger %d: write close acknowledged by %d of %d bookies", self.ledger_id, done, len(ensemble))
+
     async def _publish_lac_when_idle(self, interval: float) -> None:
         while not self._closed and self._error is None:
             await trio.sleep(interval)
@@ -427,6 +441,7 @@ class WriteHandle:
             new = attrs.evolve(md, state=LedgerStateName.CLOSED, last_entry_id=self._lac, length=self._length)
             try:
                 self.metadata = await self._client.metadata.update_ledger(new, md.version)
+                self._client.nursery.start_soon(self._advise_write_close, list(self._ensemble))
                 return self.metadata
             except BadVersionError:
                 md = await self._client.metadata.read_ledger(self.ledger_id)

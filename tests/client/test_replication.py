@@ -254,3 +254,16 @@ async def test_explicit_lac_lets_a_tailing_reader_see_the_last_entry(cluster_fac
         await writer.append(payload(5))
         assert await writer.write_lac() == 5
         assert await reader.read_lac() == 5
+
+
+async def test_close_sends_an_advisory_write_close(cluster_factory: Any) -> None:
+    cluster = cluster_factory(3)
+    async with bkframe.open_client(cluster.metadata) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PW)
+        await writer.append(b"last")
+        await writer.close()  # does not wait for the write closes
+        with trio.fail_after(10):
+            for bookie_id in writer.metadata.fragments[-1][1]:
+                conn = await client.pool.get(bookie_id)
+                while (await conn.info())["counters"]["write_closed_ledgers"] < 1:
+                    await trio.sleep(0.05)

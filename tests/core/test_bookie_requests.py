@@ -138,3 +138,32 @@ async def test_an_error_inside_a_connection_block_propagates(tmp_path: Path) -> 
             async with connect_bookie(host, port) as bk:
                 await bk.info()
                 raise KeyError("boom")
+
+
+async def test_write_close_is_advisory_and_kept(tmp_path: Path) -> None:
+    """BP-32: WRITE_CLOSE (and a fence) mark the ledger write-closed, tell the entry-log
+    manager, and the flag survives a restart."""
+    config = make_config(tmp_path)
+    async with running_bookie(config) as (service, host, port):
+        bookie = service.bookie
+        assert bookie is not None
+        told: list[int] = []
+        logs = bookie.storage._entry_logs  # type: ignore[attr-defined]
+        real = logs.write_close
+        logs.write_close = lambda ledger_id: (told.append(ledger_id), real(ledger_id))[1]
+        async with connect_bookie(host, port) as bk:
+            assert (await bk.submit_write_close(8, master_key=KEY).wait()).status == p.Status.NO_LEDGER
+            for ledger in (8, 9):
+                assert (await bk.add(ledger, 0, b"a", master_key=KEY)).status == p.Status.OK
+            assert (await bk.submit_write_close(8, master_key=b"bad").wait()).status == p.Status.UNAUTHORIZED
+            ok = await bk.submit_write_close(8, master_key=KEY).wait()
+            assert (ok.status, ok.ledger_id) == (p.Status.OK, 8)
+            assert (await bk.submit_write_close(8, master_key=KEY).wait()).status == p.Status.OK  # idempotent
+            await bk.read(9, p.LAST_ENTRY, master_key=KEY, fence=True)
+            # Advisory: the writer may still add (only a fence refuses adds).
+            assert (await bk.add(8, 1, b"b", master_key=KEY)).status == p.Status.OK
+            assert (await bk.info())["counters"]["write_closed_ledgers"] == 2
+        assert told == [8, 9]
+    async with running_bookie(config) as (service, _, _):
+        storage = service.bookie.storage  # type: ignore[union-attr]
+        assert storage.ledger_state(8).write_closed and storage.ledger_state(9).write_closed  # type: ignore[union-attr]

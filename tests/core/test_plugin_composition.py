@@ -43,6 +43,9 @@ class DictStorage:
     def set_lac(self, ledger_id: int, lac: int) -> None:
         self.states[ledger_id].lac = max(self.states[ledger_id].lac, lac)
 
+    def set_write_closed(self, ledger_id: int) -> None:
+        self.states[ledger_id].write_closed = True
+
     def set_limbo(self, ledger_id: int, limbo: bool) -> None:
         self.states[ledger_id].limbo = limbo
 

@@ -194,7 +194,7 @@ class DefaultLedgerStorage:
             self._state_changed(ledger_id, idx)
 
     def set_write_closed(self, ledger_id: int) -> None:
-        """Not in the protocol yet: the advisory WRITE_CLOSE of BP-32, kept across restarts."""
+        """The advisory write close of BP-32, kept in the index header across restarts."""
         idx = self._index(ledger_id)
         if not idx.state.write_closed:
             idx.state.write_closed = True
