@@ -18,6 +18,7 @@ from pathlib import Path
 
 import attrs
 
+from bkframe.core.fsync import fsync_dir
 from bkframe.core.metadata import MetadataStore
 
 COOKIE_FILE = "cookie.json"
@@ -70,15 +71,7 @@ def write_local(data_dir: Path, cookie: Cookie) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(data_dir)
-
-
-def _fsync_dir(directory: Path) -> None:
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_dir(data_dir)
 
 
 class CookieCheck(enum.Enum):
@@ -145,7 +138,7 @@ def mark_data_loss(data_dir: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _fsync_dir(data_dir)
+    fsync_dir(data_dir)
 
 
 def data_loss_marked(data_dir: Path) -> bool:
@@ -154,7 +147,7 @@ def data_loss_marked(data_dir: Path) -> bool:
 
 def clear_data_loss(data_dir: Path) -> None:
     (data_dir / DATA_LOSS_MARKER).unlink(missing_ok=True)
-    _fsync_dir(data_dir)
+    fsync_dir(data_dir)
 
 
 async def fix_cookies(store: MetadataStore, data_dir: Path, bookie_id: str, address: str) -> Cookie:

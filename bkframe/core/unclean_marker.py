@@ -9,15 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from bkframe.core.fsync import fsync_dir
+
 MARKER = "UNCLEAN_SHUTDOWN"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def mark_running(data_dir: Path) -> bool:
@@ -30,11 +24,11 @@ def mark_running(data_dir: Path) -> bool:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _fsync_dir(data_dir)
+    fsync_dir(data_dir)
     return clean
 
 
 def mark_clean(data_dir: Path) -> None:
     """Clear the marker durably, after everything else is flushed."""
     (data_dir / MARKER).unlink(missing_ok=True)
-    _fsync_dir(data_dir)
+    fsync_dir(data_dir)

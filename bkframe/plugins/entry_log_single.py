@@ -23,6 +23,7 @@ import trio
 
 from bkframe.core.config import ConfigError
 from bkframe.core.counters import Counters
+from bkframe.core.fsync import fsync_files
 from bkframe.core.hookspecs import hookimpl
 from bkframe.core.interfaces import Buffer
 
@@ -192,19 +193,14 @@ class SingleEntryLogManager:
             dir_dirty, self._dir_dirty = self._dir_dirty, False
             fds = [self._fds[i] for i in todo]
             try:
-                n = await trio.to_thread.run_sync(self._fsync_all, fds, dir_dirty, limiter=self._limiter)
+                n = await trio.to_thread.run_sync(
+                    fsync_files, fds, self._dir if dir_dirty else None, limiter=self._limiter
+                )
             except BaseException:
                 self._unflushed.update(todo)
                 self._dir_dirty = self._dir_dirty or dir_dirty
                 raise
             self._counters.storage_fsyncs += n
-
-    def _fsync_all(self, fds: list[int], dir_dirty: bool) -> int:
-        for fd in fds:
-            os.fsync(fd)
-        if dir_dirty:
-            _fsync_dir(self._dir)
-        return len(fds) + (1 if dir_dirty else 0)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -220,14 +216,6 @@ class SingleEntryLogManager:
 
     def __repr__(self) -> str:
         return f"SingleEntryLogManager({str(self._dir)!r}, logs={len(self._fds)})"
-
-
-def _fsync_dir(directory: Path) -> None:
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def parse_config(config: dict[str, Any]) -> dict[str, Any]:
