@@ -214,6 +214,12 @@ Request = (
 )
 
 
+def _message(op: Op, flags_or_status: int, request_id: int, *fields: Buffer) -> bytes:
+    """One whole message: header (length, op, flags or status, request id), then fields."""
+    body = b"".join(fields)
+    return MSG_HEADER.pack(MSG_HEADER.size - 4 + len(body), op, flags_or_status, request_id) + body
+
+
 def encode_add(
     request_id: int,
     ledger_id: int,
@@ -238,21 +244,16 @@ def encode_read(
     request_id: int, ledger_id: int, entry_id: int, *, master_key: bytes = b"", fence: bool = False
 ) -> bytes:
     flags = ReadFlag.FENCE if fence else 0
-    rest = _READ.size + len(master_key)
-    return MSG_HEADER.pack(rest + 10, Op.READ, flags, request_id) + _READ.pack(ledger_id, entry_id, len(master_key)) + master_key
+    return _message(Op.READ, flags, request_id, _READ.pack(ledger_id, entry_id, len(master_key)), master_key)
 
 
 def encode_read_lac(
     request_id: int, ledger_id: int, *, previous_lac: int | None = None, timeout_ms: int = 0
 ) -> bytes:
     if previous_lac is None:
-        return MSG_HEADER.pack(_READ_LAC.size + 10, Op.READ_LAC, 0, request_id) + _READ_LAC.pack(ledger_id)
-    size = _READ_LAC.size + _LONG_POLL.size + 10
-    return (
-        MSG_HEADER.pack(size, Op.READ_LAC, ReadLacFlag.LONG_POLL, request_id)
-        + _READ_LAC.pack(ledger_id)
-        + _LONG_POLL.pack(previous_lac, timeout_ms)
-    )
+        return _message(Op.READ_LAC, 0, request_id, _READ_LAC.pack(ledger_id))
+    poll = _LONG_POLL.pack(previous_lac, timeout_ms)
+    return _message(Op.READ_LAC, ReadLacFlag.LONG_POLL, request_id, _READ_LAC.pack(ledger_id), poll)
 
 
 def encode_add_batch(
@@ -278,50 +279,31 @@ def encode_add_batch(
 
 
 def encode_sync(request_id: int, ledger_id: int) -> bytes:
-    return MSG_HEADER.pack(10 + _SYNC.size, Op.SYNC, 0, request_id) + _SYNC.pack(ledger_id)
+    return _message(Op.SYNC, 0, request_id, _SYNC.pack(ledger_id))
 
 
 def encode_sync_response(request_id: int, status: Status, ledger_id: int, last_add_synced: int, message: str = "") -> bytes:
-    tail = message.encode() if message else b""
-    return (
-        MSG_HEADER.pack(10 + _SYNC_RESP.size + len(tail), Op.SYNC, status, request_id)
-        + _SYNC_RESP.pack(ledger_id, last_add_synced)
-        + tail
-    )
+    return _message(Op.SYNC, status, request_id, _SYNC_RESP.pack(ledger_id, last_add_synced), message.encode())
 
 
 def encode_write_lac(request_id: int, ledger_id: int, lac: int, master_key: bytes) -> bytes:
-    size = 10 + _WRITE_LAC.size + len(master_key)
-    return MSG_HEADER.pack(size, Op.WRITE_LAC, 0, request_id) + _WRITE_LAC.pack(ledger_id, lac, len(master_key)) + master_key
+    return _message(Op.WRITE_LAC, 0, request_id, _WRITE_LAC.pack(ledger_id, lac, len(master_key)), master_key)
 
 
 def encode_write_lac_response(request_id: int, status: Status, ledger_id: int, lac: int, message: str = "") -> bytes:
-    tail = message.encode() if message else b""
-    return (
-        MSG_HEADER.pack(10 + _WRITE_LAC_RESP.size + len(tail), Op.WRITE_LAC, status, request_id)
-        + _WRITE_LAC_RESP.pack(ledger_id, lac)
-        + tail
-    )
+    return _message(Op.WRITE_LAC, status, request_id, _WRITE_LAC_RESP.pack(ledger_id, lac), message.encode())
 
 
 def encode_write_close(request_id: int, ledger_id: int, master_key: bytes) -> bytes:
-    size = 10 + _WRITE_CLOSE.size + len(master_key)
-    return MSG_HEADER.pack(size, Op.WRITE_CLOSE, 0, request_id) + _WRITE_CLOSE.pack(ledger_id, len(master_key)) + master_key
+    return _message(Op.WRITE_CLOSE, 0, request_id, _WRITE_CLOSE.pack(ledger_id, len(master_key)), master_key)
 
 
 def encode_write_close_response(request_id: int, status: Status, ledger_id: int, message: str = "") -> bytes:
-    tail = message.encode() if message else b""
-    return (
-        MSG_HEADER.pack(10 + _WRITE_CLOSE_RESP.size + len(tail), Op.WRITE_CLOSE, status, request_id)
-        + _WRITE_CLOSE_RESP.pack(ledger_id)
-        + tail
-    )
+    return _message(Op.WRITE_CLOSE, status, request_id, _WRITE_CLOSE_RESP.pack(ledger_id), message.encode())
 
 
 def encode_list_entries(request_id: int, ledger_id: int, first: int, last: int) -> bytes:
-    return MSG_HEADER.pack(10 + _LIST_ENTRIES.size, Op.LIST_ENTRIES, 0, request_id) + _LIST_ENTRIES.pack(
-        ledger_id, first, last
-    )
+    return _message(Op.LIST_ENTRIES, 0, request_id, _LIST_ENTRIES.pack(ledger_id, first, last))
 
 
 def encode_list_entries_response(
@@ -336,13 +318,12 @@ def encode_list_entries_response(
 ) -> bytes:
     """``runs``: inclusive ``(first, last)`` ranges of held entries, ascending."""
     table = np.array(list(runs), dtype=np.int64).reshape(-1, 2).tobytes() if runs else b""
-    tail = message.encode() if message else b""
     head = _LIST_ENTRIES_RESP.pack(ledger_id, limbo, next_first, len(runs))
-    return MSG_HEADER.pack(10 + len(head) + len(table) + len(tail), Op.LIST_ENTRIES, status, request_id) + head + table + tail
+    return _message(Op.LIST_ENTRIES, status, request_id, head, table, message.encode())
 
 
 def encode_bookie_info(request_id: int) -> bytes:
-    return MSG_HEADER.pack(10, Op.GET_BOOKIE_INFO, 0, request_id)
+    return _message(Op.GET_BOOKIE_INFO, 0, request_id)
 
 
 def frame(messages: Iterable[Buffer]) -> bytes:
@@ -496,12 +477,7 @@ def _decode_one(
 def encode_add_response(
     request_id: int, status: Status, ledger_id: int, entry_id: int, last_add_synced: int = -1, message: str = ""
 ) -> bytes:
-    tail = message.encode() if message else b""
-    return (
-        MSG_HEADER.pack(10 + _ADD_RESP.size + len(tail), Op.ADD, status, request_id)
-        + _ADD_RESP.pack(ledger_id, entry_id, last_add_synced)
-        + tail
-    )
+    return _message(Op.ADD, status, request_id, _ADD_RESP.pack(ledger_id, entry_id, last_add_synced), message.encode())
 
 
 def encode_read_response(
@@ -517,34 +493,22 @@ def encode_read_response(
 def encode_read_lac_response(
     request_id: int, status: Status, ledger_id: int, lac: int, last_entry: int, message: str = ""
 ) -> bytes:
-    tail = message.encode() if message else b""
-    return (
-        MSG_HEADER.pack(10 + _READ_LAC_RESP.size + len(tail), Op.READ_LAC, status, request_id)
-        + _READ_LAC_RESP.pack(ledger_id, lac, last_entry)
-        + tail
-    )
+    return _message(Op.READ_LAC, status, request_id, _READ_LAC_RESP.pack(ledger_id, lac, last_entry), message.encode())
 
 
 def encode_bookie_info_response(request_id: int, info: dict[str, Any]) -> bytes:
-    body = json.dumps(info, sort_keys=True).encode()
-    return MSG_HEADER.pack(10 + len(body), Op.GET_BOOKIE_INFO, Status.OK, request_id) + body
+    return _message(Op.GET_BOOKIE_INFO, Status.OK, request_id, json.dumps(info, sort_keys=True).encode())
 
 
 def encode_add_batch_response(
     request_id: int, status: Status, ledger_id: int, count: int, last_add_synced: int = -1, message: str = ""
 ) -> bytes:
     """One status for the whole batch: its entries are stored together or not at all."""
-    tail = message.encode() if message else b""
-    return (
-        MSG_HEADER.pack(10 + _ADD_BATCH_RESP.size + len(tail), Op.ADD_BATCH, status, request_id)
-        + _ADD_BATCH_RESP.pack(ledger_id, count, last_add_synced)
-        + tail
-    )
+    return _message(Op.ADD_BATCH, status, request_id, _ADD_BATCH_RESP.pack(ledger_id, count, last_add_synced), message.encode())
 
 
 def encode_error_response(request_id: int, status: Status, message: str) -> bytes:
-    body = message.encode()
-    return MSG_HEADER.pack(10 + len(body), Op.ERROR, status, request_id) + body
+    return _message(Op.ERROR, status, request_id, message.encode())
 
 
 @attrs.frozen
