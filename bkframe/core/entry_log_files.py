@@ -1,0 +1,135 @@
+"""The files under an entry-log manager: ``DIR/{log_id:08x}.log``, open fds by log id, what
+is not yet fsynced, and the flush that makes it durable.
+
+Entry-log managers (the built-in ``single``, ``plugins/entrylog_per_ledger``) differ only in
+which log an append goes to and when a log is sealed; they keep their files in one of these.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from bkframe.core.counters import Counters
+from bkframe.core.fsync import fsync_files
+from bkframe.core.interfaces import Buffer
+
+_LOG_NAME = re.compile(r"^([0-9a-f]{8})\.log$")
+
+
+class EntryLogError(Exception):
+    """An entry log is unreadable or a read falls outside it."""
+
+
+class EntryLogFiles:
+    def __init__(self, directory: Path, counters: Counters) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._counters = counters
+        #: Every log's fd by id.
+        self._fds: dict[int, int] = {}
+        #: Logs with writes not yet fsynced. A log a manager stopped appending to stays
+        #: here until a flush has fsynced it, so rotation never loses un-synced bytes.
+        self._unflushed: set[int] = set()
+        #: Log files were created or removed since the last flush: the directory needs an fsync.
+        self._dir_dirty = False
+        # One thread is enough: fsyncs of one disk do not go faster in parallel, and a
+        # limiter of our own keeps them from starving trio's default thread pool.
+        self._limiter = trio.CapacityLimiter(1)
+        self._flush_lock = trio.Lock()
+
+    def path(self, log_id: int) -> Path:
+        return self.dir / f"{log_id:08x}.log"
+
+    def open_existing(self, check: Callable[[int, int], None]) -> None:
+        """Open every log already in the directory read-only; ``check(log_id, fd)`` may raise
+        (its header is wrong), and then every fd opened so far is closed."""
+        try:
+            for name in sorted(os.listdir(self.dir)):
+                m = _LOG_NAME.match(name)
+                if m:
+                    log_id = int(m.group(1), 16)
+                    fd = self._fds[log_id] = os.open(self.dir / name, os.O_RDONLY)
+                    check(log_id, fd)
+        except BaseException:
+            self.close()
+            raise
+
+    def create(self, log_id: int) -> int:
+        """A new, empty log open for appends; returns its fd."""
+        fd = os.open(self.path(log_id), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self._fds[log_id] = fd
+        self._dir_dirty = True
+        return fd
+
+    def write(self, log_id: int, fd: int, data: Buffer) -> int:
+        """Append ``data`` to the log (page cache only); return the bytes written."""
+        view = memoryview(data)
+        total = view.nbytes
+        written = 0
+        while written < total:  # os.write may be partial (e.g. on a full disk's edge)
+            written += os.write(fd, view[written:])
+        self._unflushed.add(log_id)
+        self._counters.storage_bytes_written += total
+        return total
+
+    def read(self, log_id: int, offset: int, length: int) -> bytes:
+        fd = self._fds.get(log_id)
+        if fd is None:
+            raise EntryLogError(f"entry log {self.path(log_id)} does not exist (or the manager is closed)")
+        data = os.pread(fd, length, offset)
+        if len(data) != length:
+            raise EntryLogError(
+                f"entry log {self.path(log_id)}: read of {length} bytes at offset {offset} got only "
+                f"{len(data)}; the log is shorter than the index says (lost unsynced tail?)"
+            )
+        return data
+
+    def log_ids(self) -> list[int]:
+        return sorted(self._fds)
+
+    def log_size(self, log_id: int) -> int:
+        fd = self._fds.get(log_id)
+        return os.fstat(fd).st_size if fd is not None else 0
+
+    async def remove(self, log_id: int) -> bool:
+        """Delete a log (the caller knows it is sealed); durable after the next flush."""
+        async with self._flush_lock:  # never under a flush thread's fsync
+            fd = self._fds.pop(log_id, None)
+            if fd is None:
+                return False
+            self._unflushed.discard(log_id)
+            os.close(fd)
+            self.path(log_id).unlink()
+            self._dir_dirty = True
+        return True
+
+    async def flush(self) -> None:
+        """fsync every log written since the last flush, and the directory if it changed."""
+        async with self._flush_lock:
+            if not self._unflushed and not self._dir_dirty:
+                return
+            todo = sorted(self._unflushed)
+            # Taken before the thread starts: appends made while it runs re-add their log
+            # and are covered by the next flush, not silently by this one.
+            self._unflushed.clear()
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            fds = [self._fds[i] for i in todo]
+            try:
+                n = await trio.to_thread.run_sync(
+                    fsync_files, fds, self.dir if dir_dirty else None, limiter=self._limiter
+                )
+            except BaseException:
+                self._unflushed.update(todo)
+                self._dir_dirty = self._dir_dirty or dir_dirty
+                raise
+            self._counters.storage_fsyncs += n
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
