@@ -63,8 +63,19 @@ class ClusterBookie:
 
     def kill(self) -> None:
         assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)  # a hung (stopped) process dies as well
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
+
+    def hang(self) -> None:
+        """SIGSTOP: the bookie keeps its sockets (the kernel still accepts connections
+        and buffers requests) but answers nothing until :meth:`resume`."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
 
     def stop(self) -> int:
         assert self.proc is not None

@@ -90,6 +90,10 @@ class Bookie:
         self.cookie_check: CookieCheck | None = None
         #: Set once boot protection (BP-46 phase one) is done; requests wait for it.
         self.ready = trio.Event()
+        #: ``await key_verifier(ledger_id, master_key)``: whether the ledger's metadata vouches
+        #: for the key (set by the service when there is a metadata store; raises if the
+        #: store cannot say). Keys of ledgers the bookie knows no key for are checked with it.
+        self.key_verifier: Callable[[int, bytes], Awaitable[bool]] | None = None
         #: What the limbo repair task reports in GET_BOOKIE_INFO.
         self.repair_status: dict[str, Any] = {"repaired_ledgers": 0, "entries_copied": 0, "last_error": ""}
 
@@ -242,7 +246,10 @@ class Bookie:
                     and requests[j].ledger_id == req.ledger_id  # type: ignore[union-attr]
                 ):
                     j += 1
-                self._add_run(requests[i:j], batch)  # type: ignore[arg-type]
+                if self._needs_key_check(req.ledger_id):  # type: ignore[union-attr]
+                    batch.deferred.append(partial(self._add_after_key_check, requests[i:j]))  # type: ignore[arg-type]
+                else:
+                    self._add_run(requests[i:j], batch)  # type: ignore[arg-type]
                 i = j
                 continue
             if type(req) is p.ReadRequest:
@@ -250,7 +257,10 @@ class Bookie:
             elif type(req) is p.ReadLacRequest:
                 self._read_lac(req, batch)
             elif type(req) is p.AddBatchRequest:
-                self._add_batch(req, batch)
+                if self._needs_key_check(req.ledger_id):
+                    batch.deferred.append(partial(self._add_after_key_check, req))
+                else:
+                    self._add_batch(req, batch)
             elif type(req) is p.SyncRequest:
                 if self.storage.ledger_state(req.ledger_id) is None:
                     batch.parts.append(
@@ -366,7 +376,14 @@ class Bookie:
             state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
             batch.wait_seq = max(batch.wait_seq, self.journal.append(jr.master_record(ledger_id, ledger_type, master_key)))
         elif not state.master_key:
-            # Known only from replayed entries or a fence without a key: adopt this key.
+            if self.key_verifier is not None:
+                # Known only from a lost disk's protection, replayed entries or a keyless
+                # fence: _add_after_key_check adopts a key once metadata vouches for it.
+                return p.Status.UNAUTHORIZED, (
+                    f"wrong master key for ledger {ledger_id}: it does not match the password hash "
+                    f"in the ledger's metadata"
+                )
+            # No metadata store to check against (a standalone bookie): adopt this key.
             state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
         if state.master_key != master_key:
             return p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}"
@@ -376,17 +393,30 @@ class Bookie:
         if cursor is None and policy.lac_by_sync:
             # What the bookie held before this add survived a restart, so it is durable.
             cursor = self._cursors[ledger_id] = SyncCursor(storage.last_entry_id(ledger_id))
+        new_ids, new_datas = entry_ids, datas
+        if recovery:
+            # A recovery-add never overwrites a copy this bookie can read: the copy it
+            # brings is one replica's, which may be the corrupt one. The journal gets the
+            # copy kept here, so that what is acknowledged is durable (below).
+            held = [self._readable(ledger_id, entry_id) for entry_id in entry_ids]
+            if any(h is not None for h in held):
+                datas = [h if h is not None else d for h, d in zip(held, datas)]
+                new_ids = [e for e, h in zip(entry_ids, held) if h is None]
+                new_datas = [d for d, h in zip(datas, held) if h is None]
         try:
-            storage.add_entries(ledger_id, entry_ids, datas)
+            if new_ids:
+                storage.add_entries(ledger_id, new_ids, new_datas)
         except ValueError as e:  # e.g. an entry id beyond what the storage can index
             return p.Status.BAD_REQUEST, f"ledger storage refused the entries: {e}"
         storage.set_lac(ledger_id, lac)
         moved = self._lac_moved.pop(ledger_id, None)
         if moved is not None:
             moved.set()
-        if policy.journal_data:
+        if policy.journal_data or recovery:
             seq = self.journal.append(jr.entries_record(ledger_id, entry_ids, datas, lac))
-            if policy.sync_before_ack:
+            # Recovery closes the ledger on what recovery-adds acknowledge, so those are
+            # synced whatever the ledger type promises its writer.
+            if policy.sync_before_ack or recovery:
                 batch.wait_seq = max(batch.wait_seq, seq)
             if cursor is not None:
                 cursor.confirmed(lac)
@@ -395,6 +425,48 @@ class Bookie:
                 self._unsynced_added.set()
         self.counters.entries_added += len(entry_ids)
         return p.Status.OK, ""
+
+    def _readable(self, ledger_id: int, entry_id: int) -> bytes | None:
+        try:
+            return self.storage.get_entry(ledger_id, entry_id)
+        except Exception:  # a torn or misplaced record is not a copy worth keeping
+            return None
+
+    async def _add_after_key_check(self, adds: Sequence[p.AddRequest] | p.AddBatchRequest) -> bytes:
+        """Adds to a ledger this bookie holds no master key for (it lost its disk): adopt
+        the key they carry only if the ledger's metadata vouches for it, then serve them."""
+        first = adds if isinstance(adds, p.AddBatchRequest) else adds[0]
+        assert self.key_verifier is not None
+        try:
+            matches = await self.key_verifier(first.ledger_id, first.master_key)
+        except Exception as e:  # the store is down: say so; the client retries or moves on
+            log.warning("cannot check the master key of ledger %d: %s", first.ledger_id, e)
+            msg = f"this bookie cannot check the master key of ledger {first.ledger_id} now ({e}); retry"
+            if isinstance(adds, p.AddBatchRequest):
+                return p.encode_add_batch_response(
+                    adds.request_id, p.Status.IO_ERROR, adds.ledger_id, len(adds.entry_ids), -1, msg
+                )
+            return b"".join(
+                p.encode_add_response(a.request_id, p.Status.IO_ERROR, a.ledger_id, a.entry_id, -1, msg) for a in adds
+            )
+        sub = ResponseBatch()
+        state = self.storage.ledger_state(first.ledger_id)
+        if matches and state is not None and not state.master_key:
+            state = self.storage.ensure_ledger(first.ledger_id, first.master_key, first.ledger_type)
+            self._append_master(first.ledger_id, state, sub)
+        if isinstance(adds, p.AddBatchRequest):
+            self._add_batch(adds, sub)
+        else:
+            self._add_run(adds, sub)
+        if sub.wait_seq > self.journal.durable_seq:
+            await self.journal.wait_durable(sub.wait_seq)
+        return b"".join(bytes(part) for part in sub.parts)
+
+    def _needs_key_check(self, ledger_id: int) -> bool:
+        if self.key_verifier is None:
+            return False
+        state = self.storage.ledger_state(ledger_id)
+        return state is not None and not state.master_key
 
     def _read(self, req: p.ReadRequest, batch: ResponseBatch) -> None:
         storage = self.storage

@@ -7,6 +7,7 @@ requests by request id, whatever order the bookie answers in.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -22,13 +23,25 @@ class BookieConnectionError(ConnectionError):
     """The connection to a bookie failed or closed before the response came."""
 
 
+class BookieTimeoutError(BookieConnectionError):
+    """A bookie did not answer a request in time: hung, overloaded or cut off. Callers
+    treat it like a failed connection (the connection itself stays open: a late answer
+    is dropped)."""
+
+
+#: Requests without a timeout of their own get this one: nothing waits on a bookie forever.
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+
+
 class PendingResponse:
     """A response that will come; ``await pending.wait()`` returns it."""
 
-    __slots__ = ("_event", "_response", "_error", "callback")
+    __slots__ = ("_event", "_response", "_error", "callback", "deadline")
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: float = float("inf")) -> None:
         self._event = trio.Event()
+        #: trio clock time after which the request fails with :class:`BookieTimeoutError`.
+        self.deadline = deadline
         self._response: p.Response | None = None
         self._error: BaseException | None = None
         #: Called synchronously with (response, None) or (None, error) when it completes;
@@ -71,8 +84,10 @@ class PendingResponse:
 class BookieClient:
     """Use :func:`connect_bookie` to make one."""
 
-    def __init__(self, stream: trio.SocketStream, address: str) -> None:
+    def __init__(self, stream: trio.SocketStream, address: str, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
         self.address = address
+        #: Timeout of requests submitted without one.
+        self.request_timeout_s = request_timeout_s
         self._stream = stream
         self._ids = itertools.count(1)
         self._pending: dict[int, PendingResponse] = {}
@@ -83,6 +98,9 @@ class BookieClient:
         self._wake_sender = trio.Event()
         self._closed: BaseException | None = None
         self._closed_event = trio.Event()
+        #: (deadline, request id) of requests in flight; answered ones are dropped lazily.
+        self._deadlines: list[tuple[float, int]] = []
+        self._earlier_deadline = trio.Event()
 
     @property
     def closed(self) -> bool:
@@ -93,11 +111,20 @@ class BookieClient:
 
     # -- submission ----------------------------------------------------------------------
 
-    def _submit(self, request_id: int, parts: list[Buffer]) -> PendingResponse:
+    def _submit(self, request_id: int, parts: list[Buffer], timeout_s: float | None = None) -> PendingResponse:
         if self._closed is not None:
             raise BookieConnectionError(f"connection to bookie {self.address} is closed: {self._closed}")
-        pending = PendingResponse()
+        deadline = trio.current_time() + (self.request_timeout_s if timeout_s is None else timeout_s)
+        pending = PendingResponse(deadline)
         self._pending[request_id] = pending
+        deadlines = self._deadlines
+        if not deadlines or deadline < deadlines[0][0]:
+            self._earlier_deadline.set()
+        heapq.heappush(deadlines, (deadline, request_id))
+        if len(deadlines) > 2 * len(self._pending) + 1024:
+            # Mostly answered requests: rebuild from those still in flight (bounded memory).
+            self._deadlines = [(pr.deadline, rid) for rid, pr in self._pending.items()]
+            heapq.heapify(self._deadlines)
         outgoing = self._outgoing
         outgoing.extend(parts)
         for part in parts:
@@ -118,10 +145,11 @@ class BookieClient:
         lac: int = -1,
         ledger_type: int = 0,
         recovery: bool = False,
+        timeout_s: float | None = None,
     ) -> PendingResponse:
         rid = next(self._ids)
         parts = p.encode_add(rid, ledger_id, entry_id, lac, ledger_type, master_key, data, recovery=recovery)
-        return self._submit(rid, parts)
+        return self._submit(rid, parts, timeout_s)
 
     def submit_add_batch(
         self,
@@ -133,45 +161,52 @@ class BookieClient:
         lac: int = -1,
         ledger_type: int = 0,
         recovery: bool = False,
+        timeout_s: float | None = None,
     ) -> PendingResponse:
         """Many entries of one ledger in one ADD_BATCH message; one status for all."""
         rid = next(self._ids)
         parts = p.encode_add_batch(rid, ledger_id, lac, ledger_type, master_key, entry_ids, entries, recovery=recovery)
-        return self._submit(rid, parts)
+        return self._submit(rid, parts, timeout_s)
 
-    def submit_sync(self, ledger_id: int) -> PendingResponse:
+    def submit_sync(self, ledger_id: int, *, timeout_s: float | None = None) -> PendingResponse:
         """SYNC (BP-14 force): the bookie fsyncs what it holds of the ledger; answers LastAddSynced."""
         rid = next(self._ids)
-        return self._submit(rid, [p.encode_sync(rid, ledger_id)])
+        return self._submit(rid, [p.encode_sync(rid, ledger_id)], timeout_s)
 
-    def submit_read(self, ledger_id: int, entry_id: int, *, master_key: bytes = b"", fence: bool = False) -> PendingResponse:
+    def submit_read(
+        self, ledger_id: int, entry_id: int, *, master_key: bytes = b"", fence: bool = False, timeout_s: float | None = None
+    ) -> PendingResponse:
         rid = next(self._ids)
-        return self._submit(rid, [p.encode_read(rid, ledger_id, entry_id, master_key=master_key, fence=fence)])
+        return self._submit(rid, [p.encode_read(rid, ledger_id, entry_id, master_key=master_key, fence=fence)], timeout_s)
 
-    def submit_read_lac(self, ledger_id: int, *, previous_lac: int | None = None, timeout_ms: int = 0) -> PendingResponse:
-        """READ_LAC; with ``previous_lac`` a long poll answered once the LAC passes it."""
+    def submit_read_lac(
+        self, ledger_id: int, *, previous_lac: int | None = None, timeout_ms: int = 0, timeout_s: float | None = None
+    ) -> PendingResponse:
+        """READ_LAC; with ``previous_lac`` a long poll answered once the LAC passes it (the
+        request's own ``timeout_s`` must then cover ``timeout_ms``)."""
         rid = next(self._ids)
-        return self._submit(rid, [p.encode_read_lac(rid, ledger_id, previous_lac=previous_lac, timeout_ms=timeout_ms)])
+        message = p.encode_read_lac(rid, ledger_id, previous_lac=previous_lac, timeout_ms=timeout_ms)
+        return self._submit(rid, [message], timeout_s)
 
-    def submit_write_lac(self, ledger_id: int, lac: int, *, master_key: bytes) -> PendingResponse:
+    def submit_write_lac(self, ledger_id: int, lac: int, *, master_key: bytes, timeout_s: float | None = None) -> PendingResponse:
         """WRITE_LAC: an explicit LAC, answered once the bookie journaled and synced it."""
         rid = next(self._ids)
-        return self._submit(rid, [p.encode_write_lac(rid, ledger_id, lac, master_key)])
+        return self._submit(rid, [p.encode_write_lac(rid, ledger_id, lac, master_key)], timeout_s)
 
-    def submit_write_close(self, ledger_id: int, *, master_key: bytes) -> PendingResponse:
+    def submit_write_close(self, ledger_id: int, *, master_key: bytes, timeout_s: float | None = None) -> PendingResponse:
         """WRITE_CLOSE (BP-32): advisory; the writer is done with the ledger."""
         rid = next(self._ids)
-        return self._submit(rid, [p.encode_write_close(rid, ledger_id, master_key)])
+        return self._submit(rid, [p.encode_write_close(rid, ledger_id, master_key)], timeout_s)
 
-    def submit_list_entries(self, ledger_id: int, first: int, last: int) -> PendingResponse:
+    def submit_list_entries(self, ledger_id: int, first: int, last: int, *, timeout_s: float | None = None) -> PendingResponse:
         """LIST_ENTRIES: the runs of entries of ``first..last`` the bookie holds (one answer
         covers at most ``protocol.MAX_LIST_SPAN`` ids; ``next_first`` says where to go on)."""
         rid = next(self._ids)
-        return self._submit(rid, [p.encode_list_entries(rid, ledger_id, first, last)])
+        return self._submit(rid, [p.encode_list_entries(rid, ledger_id, first, last)], timeout_s)
 
-    def submit_raw(self, request_id: int, message: bytes) -> PendingResponse:
+    def submit_raw(self, request_id: int, message: bytes, *, timeout_s: float | None = None) -> PendingResponse:
         """Send a pre-encoded message (tests of malformed input use this)."""
-        return self._submit(request_id, [message])
+        return self._submit(request_id, [message], timeout_s)
 
     async def add(self, ledger_id: int, entry_id: int, data: Buffer, **kw: Any) -> p.Response:
         return await self.submit_add(ledger_id, entry_id, data, **kw).wait()
@@ -179,12 +214,12 @@ class BookieClient:
     async def read(self, ledger_id: int, entry_id: int, **kw: Any) -> p.Response:
         return await self.submit_read(ledger_id, entry_id, **kw).wait()
 
-    async def read_lac(self, ledger_id: int, *, previous_lac: int | None = None, timeout_ms: int = 0) -> p.Response:
-        return await self.submit_read_lac(ledger_id, previous_lac=previous_lac, timeout_ms=timeout_ms).wait()
+    async def read_lac(self, ledger_id: int, **kw: Any) -> p.Response:
+        return await self.submit_read_lac(ledger_id, **kw).wait()
 
-    async def info(self) -> dict[str, Any]:
+    async def info(self, *, timeout_s: float | None = None) -> dict[str, Any]:
         rid = next(self._ids)
-        response = await self._submit(rid, [p.encode_bookie_info(rid)]).wait()
+        response = await self._submit(rid, [p.encode_bookie_info(rid)], timeout_s).wait()
         assert response.info is not None
         return response.info
 
@@ -208,6 +243,28 @@ class BookieClient:
                 if cut > start:
                     await self._stream.send_all(p.frame(parts[start:cut]))
                 start = cut
+
+    async def _timeout_loop(self) -> None:
+        """Fail each request whose deadline passed (the bookie may be hung: SIGSTOP, a
+        stalled disk, a partition); its late answer, if any, is dropped."""
+        while True:
+            deadlines = self._deadlines
+            if not deadlines:
+                await self._earlier_deadline.wait()
+                self._earlier_deadline = trio.Event()
+                continue
+            deadline, rid = deadlines[0]
+            if deadline > trio.current_time():
+                with trio.move_on_at(deadline):
+                    await self._earlier_deadline.wait()
+                if self._earlier_deadline.is_set():
+                    self._earlier_deadline = trio.Event()
+                continue
+            heapq.heappop(deadlines)
+            pending = self._pending.get(rid)
+            if pending is not None and pending.deadline <= deadline:
+                del self._pending[rid]
+                pending._fail(BookieTimeoutError(f"bookie {self.address} did not answer request {rid} in time"))
 
     async def _receive_loop(self) -> None:
         buf = bytearray()
@@ -240,18 +297,29 @@ class BookieClient:
 
 
 @asynccontextmanager
-async def connect_bookie(host: str, port: int) -> AsyncIterator[BookieClient]:
+async def connect_bookie(
+    host: str,
+    port: int,
+    *,
+    connect_timeout_s: float = 10.0,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+) -> AsyncIterator[BookieClient]:
     """Connect to a bookie; the connection lives for the ``async with`` block.
 
     A broken connection fails every pending response with :class:`BookieConnectionError`
-    and does not raise out of the block by itself.
+    and does not raise out of the block by itself; an unanswered request fails with
+    :class:`BookieTimeoutError` after its timeout (``request_timeout_s`` unless the
+    request gives its own).
     """
     address = f"{host}:{port}"
     try:
-        stream = await trio.open_tcp_stream(host, port)
+        with trio.fail_after(connect_timeout_s):
+            stream = await trio.open_tcp_stream(host, port)
     except OSError as e:
         raise BookieConnectionError(f"cannot connect to bookie {address}: {e}") from e
-    client = BookieClient(stream, address)
+    except trio.TooSlowError:
+        raise BookieTimeoutError(f"cannot connect to bookie {address}: no answer in {connect_timeout_s} s") from None
+    client = BookieClient(stream, address, request_timeout_s=request_timeout_s)
 
     async def run(task: Any) -> None:
         try:
@@ -264,6 +332,7 @@ async def connect_bookie(host: str, port: int) -> AsyncIterator[BookieClient]:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run, client._send_loop)
         nursery.start_soon(run, client._receive_loop)
+        nursery.start_soon(run, client._timeout_loop)
         try:
             yield client
         finally:

@@ -5,15 +5,28 @@ from __future__ import annotations
 import trio
 
 from bkframe.core.bookie_client import BookieClient, BookieConnectionError, connect_bookie
+from bkframe.core.bookie_health import BookieHealth
 from bkframe.core.metadata import MetadataStore
 
 
 class BookiePool:
-    """Holds one connection per bookie inside the client's nursery."""
+    """Holds one connection per bookie inside the client's nursery.
 
-    def __init__(self, nursery: trio.Nursery, metadata: MetadataStore) -> None:
+    A failed connect quarantines the bookie in ``health`` (see :mod:`bookie_health`).
+    """
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        metadata: MetadataStore,
+        *,
+        connect_timeout_s: float = 10.0,
+        health: BookieHealth | None = None,
+    ) -> None:
         self._nursery = nursery
         self._metadata = metadata
+        self.connect_timeout_s = connect_timeout_s
+        self.health = health if health is not None else BookieHealth(0.0)
         self._clients: dict[str, BookieClient] = {}
         self._addresses: dict[str, str] = {}
         self._locks: dict[str, trio.Lock] = {}
@@ -44,15 +57,16 @@ class BookiePool:
             host, _, port = address.rpartition(":")
             try:
                 client = await self._nursery.start(self._hold, bookie_id, host, int(port))
-            except ConnectionError:
+            except ConnectionError as e:
                 # A restarted bookie listens elsewhere: look it up afresh next time.
                 self._addresses.pop(bookie_id, None)
+                self.health.failed(bookie_id, str(e))
                 raise
             return client
 
     async def _hold(self, bookie_id: str, host: str, port: int, *, task_status: trio.TaskStatus[BookieClient]) -> None:
         # A failed connect raises out of nursery.start to the caller of get().
-        async with connect_bookie(host, port) as client:
+        async with connect_bookie(host, port, connect_timeout_s=self.connect_timeout_s) as client:
             self._clients[bookie_id] = client
             task_status.started(client)
             await client.wait_closed()

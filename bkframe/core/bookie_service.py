@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import partial
 
 import trio
 
@@ -12,11 +13,26 @@ from bkframe.core.config import Config
 from bkframe.core.cookies import check_cookies
 from bkframe.core.data_integrity import LimboRepair, protect_at_boot
 from bkframe.core.garbage_collector import GarbageCollector
-from bkframe.core.metadata import BookieInfo, BookieRegistration, MetadataStore
+from bkframe.core.ledger_keys import key_matches
+from bkframe.core.metadata import BookieInfo, BookieRegistration, MetadataStore, NoSuchLedgerError
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.server import BookieServer
 
 log = logging.getLogger("bkframe.bookie")
+
+
+#: How long the bookie waits for the metadata store when checking a master key.
+KEY_CHECK_TIMEOUT_S = 10.0
+
+
+async def verify_master_key(store: MetadataStore, ledger_id: int, key: bytes) -> bool:
+    """Whether ``key`` is the master key of the ledger per its metadata (False if deleted)."""
+    with trio.fail_after(KEY_CHECK_TIMEOUT_S):
+        try:
+            md = await store.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            return False
+    return key_matches(key, md.password_hash)
 
 
 class BookieService:
@@ -63,6 +79,8 @@ class BookieService:
                             auto_fix=cfg.auto_fix_cookies, metadata_uri=cfg.metadata,
                         )
                         log.info("bookie %s: %s", bookie_id, bookie.cookie_check.value)
+                    if store is not None:
+                        bookie.key_verifier = partial(verify_master_key, store)
                     await protect_at_boot(bookie, store, bookie_id)
                     bookie.ready.set()
                     if store is not None:

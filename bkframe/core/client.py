@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
+from bkframe.core.bookie_health import BookieHealth
 from bkframe.core.bookie_pool import BookiePool
 from bkframe.core.client_errors import (
     LedgerClosedError,
@@ -29,6 +30,7 @@ from bkframe.core.client_errors import (
     UnauthorizedError,
     UnsupportedError,
 )
+from bkframe.core.client_settings import ClientSettings
 from bkframe.core.entry_format import Digester, master_key
 from bkframe.core.metadata import (
     BadVersionError,
@@ -50,15 +52,22 @@ class Client:
     """Use :func:`open_client`; the client lives for the ``async with`` block."""
 
     def __init__(
-        self, nursery: trio.Nursery, metadata: MetadataStore, plugins: PluginManager, *, explicit_lac_interval_s: float = 0.0
+        self,
+        nursery: trio.Nursery,
+        metadata: MetadataStore,
+        plugins: PluginManager,
+        settings: ClientSettings | None = None,
     ) -> None:
         self.nursery = nursery
         self.metadata = metadata
         self.plugins = plugins
-        #: > 0: write handles send their LAC explicitly when it moved and no add carried it
-        #: for this long, so tailing readers see the last entry without waiting for the next.
-        self.explicit_lac_interval_s = explicit_lac_interval_s
-        self.pool = BookiePool(nursery, metadata)
+        self.settings = settings if settings is not None else ClientSettings()
+        self.pool = BookiePool(
+            nursery,
+            metadata,
+            connect_timeout_s=self.settings.connect_timeout_s,
+            health=BookieHealth(self.settings.bookie_quarantine_s),
+        )
         self.client_id = uuid.uuid4().hex
 
     async def create_ledger(
@@ -83,6 +92,8 @@ class Client:
             )
         bookies = [b.bookie_id for b in await self.metadata.list_bookies(writable_only=True)]
         random.shuffle(bookies)
+        # Bookies that failed lately go last: used only if the healthy ones are too few.
+        bookies = self.pool.health.healthy_first(bookies)
         chosen: list[str] = []
         for bookie_id in bookies:
             if len(chosen) == ensemble:
@@ -172,17 +183,25 @@ class Client:
 
 @asynccontextmanager
 async def open_client(
-    metadata_uri: str, *, plugins: PluginManager | None = None, explicit_lac_interval_s: float = 0.0
+    metadata_uri: str,
+    *,
+    plugins: PluginManager | None = None,
+    settings: ClientSettings | None = None,
+    **overrides: float,
 ) -> AsyncIterator[Client]:
-    """``explicit_lac_interval_s`` > 0 makes writers publish their LAC when idle (BookKeeper's
-    explicitLacInterval); 0 (the default) sends it only with adds and on ``write_lac()``."""
-    if explicit_lac_interval_s < 0:
-        raise ValueError(f"explicit_lac_interval_s must be >= 0, got {explicit_lac_interval_s}")
+    """A client for the block. Keywords override :class:`ClientSettings` fields, e.g.
+    ``open_client(uri, add_timeout_s=2.0, explicit_lac_interval_s=0.5)``."""
+    settings = settings if settings is not None else ClientSettings()
+    try:
+        settings = attrs.evolve(settings, **overrides)
+    except TypeError as e:
+        known = ", ".join(f.name for f in attrs.fields(ClientSettings))
+        raise TypeError(f"open_client: {e}; the settings are: {known}") from None
     plugins = plugins or PluginManager()
     store = plugins.metadata_store(metadata_uri)
     try:
         async with trio.open_nursery() as nursery:
-            client = Client(nursery, store, plugins, explicit_lac_interval_s=explicit_lac_interval_s)
+            client = Client(nursery, store, plugins, settings)
             try:
                 yield client
             finally:

@@ -20,6 +20,7 @@ import attrs
 import crc32c
 
 from bkframe.core.interfaces import Buffer
+from bkframe.core.ledger_keys import master_key  # noqa: F401 - re-exported for the client
 from bkframe.core.metadata import DigestType
 
 HEADER = struct.Struct("<QqqQ")
@@ -27,11 +28,6 @@ HEADER = struct.Struct("<QqqQ")
 
 class DigestMismatchError(ValueError):
     """An entry's digest does not match its bytes: corrupt or forged on that replica."""
-
-
-def master_key(password: bytes) -> bytes:
-    """The key bookies compare on every add and fence (never the password itself)."""
-    return hashlib.sha256(b"bkframe-master-key:" + password).digest()[:20]
 
 
 @attrs.frozen
@@ -50,6 +46,11 @@ class Digester:
         """For a bookie repairing a ledger without its password: checks CRC32C digests fully,
         HMAC entries only for shape and ids (readers, who know the password, check the rest)."""
         return cls(digest_type, b"", keyed=False)
+
+    @property
+    def verifies(self) -> bool:
+        """Whether :meth:`decode` checks the digest fully (not an HMAC without the password)."""
+        return self.keyed or self.digest_type == DigestType.CRC32C
 
     @property
     def size(self) -> int:
@@ -74,8 +75,7 @@ class Digester:
         led, ent, lac, length = HEADER.unpack_from(data)
         header = data[: HEADER.size]
         payload = data[size:]
-        checkable = self.keyed or self.digest_type == DigestType.CRC32C
-        if checkable and not hmac.compare_digest(self._digest(header, payload), data[HEADER.size : size]):
+        if self.verifies and not hmac.compare_digest(self._digest(header, payload), data[HEADER.size : size]):
             raise DigestMismatchError(f"entry {ledger_id}:{entry_id} fails its {self.digest_type.value} digest")
         if (led, ent) != (ledger_id, entry_id):
             raise DigestMismatchError(f"asked for entry {ledger_id}:{entry_id}, the bookie returned {led}:{ent}")

@@ -8,13 +8,14 @@ Every update of ledger metadata is a compare-and-set on ``version``: read, ``att
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
+
+from bkframe.core.ledger_keys import password_hash  # noqa: F401 - re-exported: metadata users hash passwords
 
 
 class LedgerStateName(str, enum.Enum):
@@ -45,11 +46,6 @@ def _fragments(instance: LedgerMetadata, attribute: attrs.Attribute[Any], value:
             raise ValueError(f"fragment at entry {first} has {len(ensemble)} bookies, ensemble size is {instance.ensemble_size}")
         if len(set(ensemble)) != len(ensemble):
             raise ValueError(f"fragment at entry {first} names a bookie twice: {ensemble}")
-
-
-def password_hash(password: bytes) -> str:
-    """What metadata keeps of a ledger's password (never the password itself)."""
-    return hashlib.sha256(b"bkframe-ledger-password:" + password).hexdigest()
 
 
 @attrs.frozen

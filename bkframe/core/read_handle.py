@@ -13,6 +13,7 @@ from bkframe.core.bookie_client import PendingResponse
 from bkframe.core.client_errors import BKError, NoSuchEntryError, error_for
 from bkframe.core.entry_format import Digester, DigestMismatchError
 from bkframe.core.metadata import LedgerMetadata
+from bkframe.core.quorum import ask_bookies
 from bkframe.core.write_handle import write_set
 
 if TYPE_CHECKING:
@@ -24,6 +25,36 @@ class Entry:
     ledger_id: int
     entry_id: int
     payload: bytes
+
+
+@attrs.define(eq=False)
+class _EntryRead:
+    """One entry's read in progress: its replicas in the order to ask them."""
+
+    entry_id: int
+    replicas: list[str]
+    #: Index of the next replica to ask.
+    next: int = 0
+    #: Requests sent and not yet answered or given up on.
+    active: list[tuple[str, PendingResponse]] = attrs.Factory(list)
+    errors: list[str] = attrs.Factory(list)
+
+
+async def _wait_any(pendings: list[PendingResponse], timeout_s: float | None) -> bool:
+    """Wait until one of ``pendings`` is done (True) or ``timeout_s`` passes (False)."""
+    if any(pr.done() for pr in pendings):
+        return True
+    event = trio.Event()
+    for pr in pendings:
+        pr.callback = lambda response, error: event.set()
+    try:
+        with trio.move_on_after(timeout_s if timeout_s is not None else float("inf")):
+            await event.wait()
+            return True
+        return False
+    finally:
+        for pr in pendings:
+            pr.callback = None
 
 
 class ReadHandle:
@@ -63,73 +94,131 @@ class ReadHandle:
     async def _read_range(self, first: int, last: int) -> list[Entry]:
         if first < 0 or last < first:
             raise ValueError(f"bad entry range {first}..{last}")
-        # Ask each entry's first replica for the whole range at once, then fail over per entry.
-        firsts: list[tuple[int, PendingResponse | None]] = []
+        try:
+            return await self._read_range_once(first, last)
+        except NoSuchEntryError:
+            raise
+        except BKError:
+            # The ensemble may have changed under us (a writer replaced a bookie): read
+            # the metadata again and retry once with the new fragments.
+            before = self.metadata.fragments
+            await self.refresh()
+            if self.metadata.fragments == before:
+                raise
+            return await self._read_range_once(first, last)
+
+    async def _read_range_once(self, first: int, last: int) -> list[Entry]:
+        # Ask each entry's preferred replica for the whole range at once, then finish
+        # entry by entry, failing over (and speculating) per entry.
+        plans: list[_EntryRead] = []
         for entry_id in range(first, last + 1):
-            firsts.append((entry_id, await self._submit(entry_id, 0)))
+            plan = _EntryRead(entry_id, self._client.pool.health.healthy_first(self._replicas(entry_id)))
+            await self._launch_next(plan)
+            plans.append(plan)
+        slow: set[str] = set()
         out = []
-        for entry_id, pending in firsts:
-            out.append(await self._finish_read(entry_id, pending))
+        for i, plan in enumerate(plans):
+            out.append(await self._finish_read(plan, slow))
+            if slow:
+                # A replica that let one entry wait will let the next ones wait too: ask
+                # the next replica for every later entry still waiting on it, all at once.
+                for later in plans[i + 1 :]:
+                    active = later.active
+                    if active and all(b in slow and not pr.done() for b, pr in active):
+                        await self._launch_next(later)
         return out
 
     def _replicas(self, entry_id: int) -> list[str]:
         ensemble = self.metadata.ensemble_at(entry_id)
         return [ensemble[i] for i in write_set(entry_id, len(ensemble), self.metadata.write_quorum)]
 
-    async def _submit(self, entry_id: int, replica: int) -> PendingResponse | None:
-        bookie_id = self._replicas(entry_id)[replica]
-        try:
-            client = await self._client.pool.get(bookie_id)
-            return client.submit_read(self.ledger_id, entry_id)
-        except ConnectionError:
-            return None
-
-    async def _finish_read(self, entry_id: int, pending: PendingResponse | None) -> Entry:
-        replicas = self._replicas(entry_id)
-        errors: list[str] = []
-        negatives = 0
-        for i in range(len(replicas)):
-            if i > 0:
-                pending = await self._submit(entry_id, i)
-            if pending is None:
-                errors.append(f"{replicas[i]}: unreachable")
-                continue
+    async def _launch_next(self, plan: _EntryRead) -> bool:
+        """Send the entry's read to its next replica; False when none is left."""
+        while plan.next < len(plan.replicas):
+            bookie_id = plan.replicas[plan.next]
+            plan.next += 1
             try:
-                response = await pending.wait()
+                conn = await self._client.pool.get(bookie_id)
+                pending = conn.submit_read(self.ledger_id, plan.entry_id, timeout_s=self._client.settings.read_timeout_s)
             except ConnectionError as e:
-                errors.append(f"{replicas[i]}: {e}")
+                plan.errors.append(f"{bookie_id}: {e}")
                 continue
-            if response.status != p.Status.OK:
-                negatives += response.status in (p.Status.NO_ENTRY, p.Status.NO_LEDGER)
-                errors.append(f"{replicas[i]}: {response.status.name}")
+            plan.active.append((bookie_id, pending))
+            return True
+        return False
+
+    async def _finish_read(self, plan: _EntryRead, slow: set[str]) -> Entry:
+        """Wait for a valid copy of the entry: errors move on to the next replica at once;
+        an answer slower than ``speculative_read_timeout_s`` makes the next replica be asked
+        too (the first valid answer wins)."""
+        settings = self._client.settings
+        health = self._client.pool.health
+        entry_id = plan.entry_id
+        negatives = 0
+        while True:
+            if not plan.active and not await self._launch_next(plan):
+                break
+            done = [(b, pr) for b, pr in plan.active if pr.done()]
+            if not done:
+                spec = settings.speculative_read_timeout_s
+                can_speculate = spec > 0 and plan.next < len(plan.replicas)
+                if await _wait_any([pr for _, pr in plan.active], spec if can_speculate else None):
+                    continue
+                for bookie_id, _ in plan.active:
+                    slow.add(bookie_id)
+                    health.failed(bookie_id, f"no answer to a read within {spec} s")
+                await self._launch_next(plan)
                 continue
-            try:
-                _, _, payload = self._digester.decode(self.ledger_id, entry_id, response.data)
-            except DigestMismatchError as e:
-                errors.append(f"{replicas[i]}: {e}")
-                continue
-            return Entry(self.ledger_id, entry_id, payload)
-        detail = "; ".join(errors)
-        if negatives == len(replicas):
+            for bookie_id, pending in done:
+                plan.active.remove((bookie_id, pending))
+                try:
+                    response = pending.result()
+                except ConnectionError as e:
+                    health.failed(bookie_id, str(e))
+                    plan.errors.append(f"{bookie_id}: {e}")
+                    continue
+                if response.status != p.Status.OK:
+                    negatives += response.status in (p.Status.NO_ENTRY, p.Status.NO_LEDGER)
+                    plan.errors.append(f"{bookie_id}: {response.status.name}")
+                    continue
+                try:
+                    _, _, payload = self._digester.decode(self.ledger_id, entry_id, response.data)
+                except DigestMismatchError as e:
+                    plan.errors.append(f"{bookie_id}: {e}")
+                    continue
+                return Entry(self.ledger_id, entry_id, payload)
+        detail = "; ".join(plan.errors)
+        if negatives == len(plan.replicas):
             raise NoSuchEntryError(f"entry {self.ledger_id}:{entry_id} is on none of its bookies ({detail})")
         raise BKError(f"entry {self.ledger_id}:{entry_id} could not be read from any replica ({detail})")
 
     async def read_lac(self) -> int:
-        """Ask the last fragment's bookies for their LAC; the highest answer wins."""
+        """Ask the last fragment's bookies for their LAC (at once, each with the read
+        timeout); the highest answer wins."""
         if self.closed:
             return self._lac
         ensemble = self.metadata.fragments[-1][1]
         best = self._lac
-        for bookie_id in ensemble:
-            try:
-                client = await self._client.pool.get(bookie_id)
-                response = await client.read_lac(self.ledger_id)
-            except ConnectionError:
-                continue
+        refused: BKError | None = None
+
+        def decide(bookie_id: str, response: p.Response | None) -> bool:
+            nonlocal best, refused
+            if response is None:
+                return False
             if response.status == p.Status.OK:
                 best = max(best, response.lac)
             elif response.status != p.Status.NO_LEDGER:
-                raise error_for(response.status, response.message, bookie_id)
+                refused = error_for(response.status, response.message, bookie_id)
+            return False
+
+        await ask_bookies(
+            self._client.pool,
+            ensemble,
+            lambda conn: conn.submit_read_lac(self.ledger_id, timeout_s=self._client.settings.read_timeout_s),
+            decide,
+        )
+        if refused is not None:
+            raise refused
         self._lac = best
         return best
 
@@ -153,7 +242,13 @@ class ReadHandle:
                 nonlocal best
                 try:
                     client = await self._client.pool.get(bookie_id)
-                    response = await client.read_lac(self.ledger_id, previous_lac=previous, timeout_ms=timeout_ms)
+                    # A long poll keeps its own deadline: the poll time plus a read's.
+                    response = await client.read_lac(
+                        self.ledger_id,
+                        previous_lac=previous,
+                        timeout_ms=timeout_ms,
+                        timeout_s=timeout_s + self._client.settings.read_timeout_s,
+                    )
                 except ConnectionError:
                     return
                 if response.status == p.Status.OK and response.lac > previous:

@@ -4,11 +4,13 @@ Quorum rules from BP-46 (seed ``BP-46-running-without-the-journal.txt``), with
 E, W, A the ensemble size, write quorum and ack quorum:
 
 * fencing (sent to the last fragment's ensemble) completes at EC = E - A + 1 positive
-  responses; a fencing read never gives an explicit negative (it creates the ledger);
+  responses, as soon as they are in (a hung bookie does not hold it up); a fencing read
+  never gives an explicit negative (it creates the ledger);
 * a recovery read (sent to the entry's write set) is *unrecoverable* at QC = W - A + 1
   explicit negatives (NO_ENTRY / NO_LEDGER) and no valid copy; anything else without a
   valid copy is *unknown*, and unknown never truncates: recovery fails and may be retried.
-  UNKNOWN (a bookie in limbo) and errors are never negatives.
+  UNKNOWN (a bookie in limbo), errors and timeouts are never negatives. A read decides as
+  soon as its answers do.
 
 One departure from the seed's table, which asks for A positives to call an entry
 recoverable: one copy with a valid digest is enough, as in BookKeeper's recovery reads
@@ -17,6 +19,19 @@ writer, so keeping it never loses an acknowledged entry (at worst it keeps one t
 never acknowledged, which recovery may always do), and it is written back to the whole
 write set. Demanding A copies would stall forever on an entry whose other replicas are
 in limbo: their repair waits for the very recovery that waits for them.
+
+A copy the reader cannot verify (an HMAC digest and no password: a bookie repairing a
+ledger it lost the key of) counts only when another copy agrees byte for byte and none
+disagrees; otherwise the entry is unknown and the ledger is left to a client that holds
+the password.
+
+Writing back: each recovered entry is recovery-added to its write set and needs A
+acknowledgements. When bookies of the write set are down (so fewer than A answer), they
+are replaced by other writable bookies from that entry on, as a writer's ensemble change
+does. The new fragments are stored in the same CAS that closes the ledger, which succeeds
+only while the ledger is IN_RECOVERY with the fragments recovery started from: metadata
+never shows a half-done recovery, and a later recovery (after this one crashed) reads
+the entries where the writer put them, not where this one began to copy them.
 """
 
 from __future__ import annotations
@@ -25,13 +40,14 @@ import logging
 from typing import TYPE_CHECKING
 
 import attrs
+import trio
 
 from bkframe.core import protocol as p
-from bkframe.core.bookie_client import PendingResponse
-from bkframe.core.client_errors import RecoveryError, UnauthorizedError
+from bkframe.core.client_errors import BKError, LedgerFencedError, RecoveryError, UnauthorizedError
 from bkframe.core.entry_format import Digester, DigestMismatchError
 from bkframe.core.metadata import BadVersionError, LedgerMetadata, LedgerStateName
-from bkframe.core.write_handle import write_set
+from bkframe.core.quorum import ask_bookies
+from bkframe.core.write_handle import choose_replacements, write_set
 
 if TYPE_CHECKING:
     from bkframe.core.client import Client
@@ -39,19 +55,36 @@ if TYPE_CHECKING:
 log = logging.getLogger("bkframe.recovery")
 
 NEGATIVE = (p.Status.NO_ENTRY, p.Status.NO_LEDGER)
+#: Entries recovered (read, then written back concurrently) per round.
+WRITE_BACK_BATCH = 64
+Fragments = tuple[tuple[int, tuple[str, ...]], ...]
 
 
-async def _gather(pendings: list[tuple[str, PendingResponse | None]]) -> list[tuple[str, p.Response | None]]:
-    out: list[tuple[str, p.Response | None]] = []
-    for bookie_id, pending in pendings:
-        if pending is None:
-            out.append((bookie_id, None))
-            continue
-        try:
-            out.append((bookie_id, await pending.wait()))
-        except ConnectionError:
-            out.append((bookie_id, None))
-    return out
+def replace_from(fragments: Fragments, entry_id: int, replacements: dict[int, str]) -> Fragments:
+    """``fragments`` with the bookies at the given ensemble indices replaced for the
+    entries from ``entry_id`` to the end of the fragment that holds it."""
+    out: list[tuple[int, tuple[str, ...]]] = []
+    for i, (first, ensemble) in enumerate(fragments):
+        end = fragments[i + 1][0] if i + 1 < len(fragments) else None
+        if first <= entry_id and (end is None or entry_id < end):
+            changed = list(ensemble)
+            for idx, bookie_id in replacements.items():
+                changed[idx] = bookie_id
+            if first < entry_id:
+                out.append((first, ensemble))
+            out.append((entry_id, tuple(changed)))
+        else:
+            out.append((first, ensemble))
+    return tuple(out)
+
+
+def _ensemble_at(fragments: Fragments, entry_id: int) -> tuple[str, ...]:
+    chosen = fragments[0][1]
+    for first, ensemble in fragments:
+        if first > entry_id:
+            break
+        chosen = ensemble
+    return chosen
 
 
 class Recovery:
@@ -62,18 +95,15 @@ class Recovery:
         self.master_key = master_key
         self.digester = digester
         self.type_id = client.plugins.ledger_type(metadata.ledger_type).type_id
-
-    async def _submit(self, bookie_id: str, entry_id: int, *, fence: bool) -> PendingResponse | None:
-        try:
-            client = await self.client.pool.get(bookie_id)
-            return client.submit_read(self.ledger_id, entry_id, master_key=self.master_key if fence else b"", fence=fence)
-        except ConnectionError:
-            return None
+        self.settings = client.settings
+        #: Where entries are written back: the writer's fragments plus recovery's replacements.
+        self.fragments: Fragments = metadata.fragments
 
     async def run(self) -> LedgerMetadata:
         md = await self._mark_in_recovery()
         if md.closed:
             return md
+        self.fragments = md.fragments
         lac = await self._fence()
         last, length = await self._recover_from(lac)
         return await self._close(last, length)
@@ -95,15 +125,18 @@ class Recovery:
         ensemble = self.md.fragments[-1][1]
         e, a = self.md.ensemble_size, self.md.ack_quorum
         ec = e - a + 1
-        responses = await _gather([(b, await self._submit(b, p.LAST_ENTRY, fence=True)) for b in ensemble])
         positives = 0
+        answered = 0
         lac = -1
-        for bookie_id, r in responses:
-            if r is None:
-                continue
-            if r.status == p.Status.UNAUTHORIZED:
-                raise UnauthorizedError(f"{bookie_id}: wrong password for ledger {self.ledger_id}")
-            if r.status == p.Status.OK:
+        refused: BKError | None = None
+
+        def decide(bookie_id: str, r: p.Response | None) -> bool:
+            nonlocal positives, answered, lac, refused
+            answered += 1
+            if r is not None and r.status == p.Status.UNAUTHORIZED:
+                refused = UnauthorizedError(f"{bookie_id}: wrong password for ledger {self.ledger_id}")
+                return True
+            if r is not None and r.status == p.Status.OK:
                 positives += 1
                 lac = max(lac, r.lac)
                 try:
@@ -111,9 +144,24 @@ class Recovery:
                     lac = max(lac, entry_lac)
                 except DigestMismatchError:
                     pass  # a corrupt last entry says nothing about the LAC; its fence still counts
-            elif r.status == p.Status.NO_ENTRY:
+            elif r is not None and r.status in (p.Status.NO_ENTRY, p.Status.UNKNOWN):
+                # Fenced, with nothing to tell (UNKNOWN: in limbo, fenced all the same).
                 positives += 1
                 lac = max(lac, r.lac)
+            # Decided: enough fences, or too few bookies left to reach EC.
+            return positives >= ec or positives + (len(ensemble) - answered) < ec
+
+        await ask_bookies(
+            self.client.pool,
+            ensemble,
+            lambda conn: conn.submit_read(
+                self.ledger_id, p.LAST_ENTRY, master_key=self.master_key, fence=True,
+                timeout_s=self.settings.read_timeout_s,
+            ),
+            decide,
+        )
+        if refused is not None:
+            raise refused
         if positives < ec:
             raise RecoveryError(
                 f"ledger {self.ledger_id}: only {positives} of {e} bookies acknowledged the fence, "
@@ -122,86 +170,184 @@ class Recovery:
         # Entries up to the LAC were confirmed; the fragment metadata may start earlier.
         return max(lac, self.md.last_entry_id)
 
-    async def _probe(self, entry_id: int) -> tuple[list[bytes], int, int]:
-        """Read an entry from its whole write set: (valid copies, explicit negatives, replicas)."""
-        ensemble = self.md.ensemble_at(entry_id)
-        replicas = [ensemble[i] for i in write_set(entry_id, len(ensemble), self.md.write_quorum)]
-        responses = await _gather([(b, await self._submit(b, entry_id, fence=False)) for b in replicas])
-        positives: list[bytes] = []
+    def _replicas(self, fragments: Fragments, entry_id: int) -> list[str]:
+        ensemble = _ensemble_at(fragments, entry_id)
+        return [ensemble[i] for i in write_set(entry_id, len(ensemble), self.md.write_quorum)]
+
+    async def _read_entry(self, entry_id: int, *, need_copy: bool = False) -> bytes | None:
+        """A recovery read: the entry if recoverable, None if unrecoverable; else RecoveryError.
+
+        Reads the write set where the writer put the entry (the metadata recovery started
+        from), deciding as soon as the answers do.
+        """
+        qc = self.md.write_quorum - self.md.ack_quorum + 1
+        verifies = self.digester.verifies
+        replicas = self._replicas(self.md.fragments, entry_id)
+        copies: list[bytes] = []
         negatives = 0
-        for _, r in responses:
-            if r is None:
-                continue
-            if r.status == p.Status.OK:
+        answered = 0
+
+        def decided() -> bool:
+            if verifies and copies:
+                return True
+            if not verifies and len(copies) >= 2 and len(set(copies)) > 1:
+                return True  # copies disagree: unknown, whatever else comes
+            if not need_copy and not copies and negatives >= qc:
+                return True
+            return answered == len(replicas)
+
+        def decide(bookie_id: str, r: p.Response | None) -> bool:
+            nonlocal negatives, answered
+            answered += 1
+            if r is not None and r.status == p.Status.OK:
                 try:
                     self.digester.decode(self.ledger_id, entry_id, r.data)
-                except DigestMismatchError:
-                    continue  # corrupt replica: unknown, neither positive nor negative
-                positives.append(r.data)
-            elif r.status in NEGATIVE:
+                    copies.append(bytes(r.data))
+                except DigestMismatchError as e:
+                    log.warning("recovery of ledger %d: %s on %s; ignoring that copy", self.ledger_id, e, bookie_id)
+            elif r is not None and r.status in NEGATIVE:
                 negatives += 1
-        return positives, negatives, len(replicas)
+            return decided()
 
-    async def _read_entry(self, entry_id: int) -> bytes | None:
-        """A recovery read: the entry if recoverable, None if unrecoverable; else RecoveryError."""
-        qc = self.md.write_quorum - self.md.ack_quorum + 1
-        positives, negatives, n = await self._probe(entry_id)
-        if positives:
-            return positives[0]
-        if negatives >= qc:
+        await ask_bookies(
+            self.client.pool,
+            replicas,
+            lambda conn: conn.submit_read(self.ledger_id, entry_id, timeout_s=self.settings.read_timeout_s),
+            decide,
+        )
+        if verifies and copies:
+            return copies[0]
+        if not verifies and copies:
+            if len(copies) >= 2 and len(set(copies)) == 1:
+                return copies[0]
+            raise RecoveryError(
+                f"ledger {self.ledger_id}: entry {entry_id} has {len(copies)} cop{'y' if len(copies) == 1 else 'ies'} "
+                f"that cannot be verified without the ledger's password "
+                f"({'they disagree' if len(set(copies)) > 1 else 'two agreeing copies are needed'}); "
+                f"open the ledger with its password to recover it"
+            )
+        if not need_copy and negatives >= qc:
             return None
         raise RecoveryError(
             f"ledger {self.ledger_id}: entry {entry_id} is unknown (no valid copy, {negatives} explicit "
-            f"negative(s) of {n}, {qc} needed to end the ledger there); retry when more bookies are up "
-            f"or out of limbo"
+            f"negative(s) of {len(replicas)}, {qc} needed to end the ledger there); retry when more bookies "
+            f"are up or out of limbo"
         )
 
     async def _recover_from(self, lac: int) -> tuple[int, int]:
-        """Read forward from LAC + 1, writing back what is recoverable; return (last, length)."""
+        """Read forward from LAC + 1, writing back what is recoverable; return (last, length).
+
+        Entries are written back a batch at a time, concurrently (a recovery-add waits for
+        a journal fsync; one fsync covers a whole batch); an entry that then lacks its ack
+        quorum is written back again alone, replacing failed bookies.
+        """
         length = await self._length_at(lac)
         entry_id = lac + 1
         while True:
-            data = await self._read_entry(entry_id)
-            if data is None:
+            batch: list[tuple[int, bytes]] = []
+            end_found = False
+            while len(batch) < WRITE_BACK_BATCH:
+                data = await self._read_entry(entry_id)
+                if data is None:
+                    end_found = True
+                    break
+                batch.append((entry_id, data))
+                entry_id += 1
+            if batch:
+                _, length, _ = self.digester.decode(self.ledger_id, batch[-1][0], batch[-1][1])
+                short: list[tuple[int, bytes]] = []
+                async with trio.open_nursery() as nursery:
+
+                    async def first_try(entry: int, data: bytes) -> None:
+                        if not await self._write_back(entry, data, replace=False):
+                            short.append((entry, data))
+
+                    for entry, data in batch:
+                        nursery.start_soon(first_try, entry, data)
+                for entry, data in sorted(short):
+                    await self._write_back(entry, data, replace=True)
+            if end_found:
                 return entry_id - 1, length
-            _, length, _ = self.digester.decode(self.ledger_id, entry_id, data)
-            await self._write_back(entry_id, data)
-            entry_id += 1
 
     async def _length_at(self, entry_id: int) -> int:
         if entry_id < 0:
             return 0
         # A confirmed entry: any one valid copy tells the length.
-        positives, _, _ = await self._probe(entry_id)
-        if not positives:
-            raise RecoveryError(f"ledger {self.ledger_id}: confirmed entry {entry_id} cannot be read; retry later")
-        return self.digester.decode(self.ledger_id, entry_id, positives[0])[1]
+        try:
+            data = await self._read_entry(entry_id, need_copy=True)
+        except RecoveryError as e:
+            raise RecoveryError(f"ledger {self.ledger_id}: confirmed entry {entry_id} cannot be read ({e}); retry later") from None
+        assert data is not None
+        return self.digester.decode(self.ledger_id, entry_id, data)[1]
 
-    async def _write_back(self, entry_id: int, data: bytes) -> None:
-        """Recovery-add the entry to its whole write set; needs A acknowledgements."""
-        ensemble = self.md.ensemble_at(entry_id)
-        replicas = [ensemble[i] for i in write_set(entry_id, len(ensemble), self.md.write_quorum)]
-        pendings: list[tuple[str, PendingResponse | None]] = []
-        for b in replicas:
-            try:
-                client = await self.client.pool.get(b)
-                pendings.append(
-                    (b, client.submit_add(self.ledger_id, entry_id, data, master_key=self.master_key,
-                                          ledger_type=self.type_id, recovery=True))
-                )
-            except ConnectionError:
-                pendings.append((b, None))
-        acks = sum(1 for _, r in await _gather(pendings) if r is not None and r.status == p.Status.OK)
-        if acks < self.md.ack_quorum:
-            raise RecoveryError(
-                f"ledger {self.ledger_id}: writing back entry {entry_id} got {acks} acks, "
-                f"{self.md.ack_quorum} needed; retry later"
+    async def _write_back(self, entry_id: int, data: bytes, *, replace: bool) -> bool:
+        """Recovery-add the entry to its write set until A bookies hold it; with
+        ``replace``, bookies that fail are replaced (from this entry on) when too few
+        answer, else False says the ack quorum was not reached."""
+        a = self.md.ack_quorum
+        acked: set[str] = set()
+        while True:
+            ensemble = _ensemble_at(self.fragments, entry_id)
+            replicas = [ensemble[i] for i in write_set(entry_id, len(ensemble), self.md.write_quorum)]
+            failed: set[str] = set()
+            refused: BKError | None = None
+
+            def decide(bookie_id: str, r: p.Response | None) -> bool:
+                nonlocal refused
+                if r is not None and r.status == p.Status.OK:
+                    acked.add(bookie_id)
+                elif r is not None and r.status == p.Status.UNAUTHORIZED:
+                    refused = UnauthorizedError(f"{bookie_id}: wrong password for ledger {self.ledger_id}")
+                    return True
+                else:
+                    failed.add(bookie_id)
+                return False  # wait for every replica: copies beyond A make the ledger safer
+
+            await ask_bookies(
+                self.client.pool,
+                [b for b in replicas if b not in acked],
+                lambda conn: conn.submit_add(
+                    self.ledger_id, entry_id, data, master_key=self.master_key, ledger_type=self.type_id,
+                    recovery=True, timeout_s=self.settings.add_timeout_s,
+                ),
+                decide,
             )
+            if refused is not None:
+                raise refused
+            if len(acked & set(replicas)) >= a:
+                return True
+            if not replace:
+                return False
+            if not failed:
+                raise RecoveryError(f"ledger {self.ledger_id}: writing back entry {entry_id} got {len(acked)} acks, {a} needed")
+            indices = [ensemble.index(b) for b in failed]
+            try:
+                new = await choose_replacements(
+                    self.client.pool, self.client.metadata, ensemble, indices,
+                    what=f"recovery of ledger {self.ledger_id}",
+                )
+            except BKError as e:
+                raise RecoveryError(
+                    f"ledger {self.ledger_id}: writing back entry {entry_id} got {len(acked)} acks, {a} needed, "
+                    f"and the failed bookies cannot be replaced ({e}); retry later"
+                ) from None
+            log.warning(
+                "recovery of ledger %d: bookies %s failed writing back entry %d; replacing them with %s from there on",
+                self.ledger_id, sorted(failed), entry_id, [new[i] for i in indices],
+            )
+            self.fragments = replace_from(self.fragments, entry_id, {i: new[i] for i in indices})
 
     async def _close(self, last: int, length: int) -> LedgerMetadata:
         md = self.md
+        started_from = self.md.fragments
         while True:
-            new = attrs.evolve(md, state=LedgerStateName.CLOSED, last_entry_id=last, length=length)
+            if md.state != LedgerStateName.IN_RECOVERY or md.fragments != started_from:
+                raise LedgerFencedError(
+                    f"ledger {self.ledger_id} changed during recovery (now {md.state.value}); open it again"
+                )
+            # Recovery's own fragments past the end would hold nothing: leave them out.
+            fragments = tuple(f for f in self.fragments if f in started_from or f[0] <= last)
+            new = attrs.evolve(md, state=LedgerStateName.CLOSED, last_entry_id=last, length=length, fragments=fragments)
             try:
                 closed = await self.client.metadata.update_ledger(new, md.version)
                 log.info("recovered ledger %d: last entry %d", self.ledger_id, last)
@@ -210,4 +356,3 @@ class Recovery:
                 md = await self.client.metadata.read_ledger(self.ledger_id)
                 if md.closed:
                     return md  # a concurrent recovery won; its result is the ledger's end
-

@@ -3,8 +3,15 @@
 Each append is encoded once and sent to its write set (striped: entry e goes to the W
 bookies starting at e mod E). Bookie responses arrive through callbacks, not tasks; the
 LAC advances over the head of the queue while it has A acknowledgements, so completions
-are always in entry order. When a bookie fails, a PD_JOURNAL writer replaces it in a new
-fragment (metadata CAS) and re-sends everything not yet confirmed that it should hold.
+are always in entry order. When a bookie fails (an error, or no answer within
+``add_timeout_s``), a PD_JOURNAL writer replaces it in a new fragment (metadata CAS) and
+re-sends everything not yet confirmed that it should hold; the failed bookie is
+quarantined (avoided, not banned: see :mod:`bkframe.core.bookie_health`).
+
+Closing: once ``close()`` starts, new appends fail; close waits for every pending append,
+then (bounded by the add timeout) for the remaining replicas' answers, so a ledger closed
+among healthy bookies is fully replicated; then it records the end with a CAS. A closed
+ledger's metadata is never changed again by this handle.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import deque
+from collections.abc import Collection, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -31,7 +39,9 @@ from bkframe.core.entry_format import Digester
 from bkframe.core.metadata import BadVersionError, LedgerMetadata, LedgerStateName
 
 if TYPE_CHECKING:
+    from bkframe.core.bookie_pool import BookiePool
     from bkframe.core.client import Client
+    from bkframe.core.metadata import MetadataStore
 
 log = logging.getLogger("bkframe.client")
 
@@ -39,6 +49,45 @@ log = logging.getLogger("bkframe.client")
 def write_set(entry_id: int, ensemble_size: int, write_quorum: int) -> list[int]:
     """Indices into the ensemble of the bookies that store ``entry_id``."""
     return [(entry_id + i) % ensemble_size for i in range(write_quorum)]
+
+
+async def choose_replacements(
+    pool: BookiePool,
+    metadata: MetadataStore,
+    ensemble: Sequence[str],
+    failed: Sequence[int],
+    *,
+    exclude: Collection[str] = (),
+    what: str = "ensemble change",
+) -> list[str]:
+    """``ensemble`` with a reachable, writable bookie in place of each index in ``failed``.
+
+    Candidates are registered writable bookies outside the ensemble and ``exclude``, in
+    random order with quarantined ones last (used only when nothing else is left).
+    """
+    new = list(ensemble)
+    candidates = [
+        b.bookie_id
+        for b in await metadata.list_bookies(writable_only=True)
+        if b.bookie_id not in ensemble and b.bookie_id not in exclude
+    ]
+    random.shuffle(candidates)
+    candidates = pool.health.healthy_first(candidates)
+    for idx in failed:
+        while candidates:
+            cand = candidates.pop(0)
+            try:
+                await pool.get(cand)
+            except ConnectionError:
+                continue  # the pool quarantined it
+            new[idx] = cand
+            break
+        else:
+            raise NotEnoughBookiesError(
+                f"{what}: no reachable writable bookie left to replace {ensemble[idx]} "
+                f"(ensemble {list(ensemble)}); start more bookies or free disk space on read-only ones"
+            )
+    return new
 
 
 @attrs.define(eq=False)
@@ -89,19 +138,30 @@ class WriteHandle:
         self._lap = metadata.last_entry_id
         self._length = metadata.length
         self._error: BKError | None = None
+        #: close() was called: appends are refused from then on.
+        self._closing = False
+        #: The close CAS succeeded: the metadata is final.
         self._closed = False
         self._changing = False
+        self._change_done = trio.Event()
+        self._change_done.set()
         self._held: list[PendingAppend] = []
         #: Appends waiting for the next batch send (a task sends them once the appender yields).
         self._unsent: list[PendingAppend] = []
         self._flush_scheduled = False
-        self._failed_bookies: set[str] = set()
+        #: Bookies of the current ensemble that failed and are being replaced.
+        self._to_replace: set[str] = set()
+        self._settings = client.settings
+        #: Add requests sent and not answered yet (any outcome), for close().
+        self._outstanding = 0
+        self._all_answered = trio.Event()
+        self._all_answered.set()
         self._idle = trio.Event()
         self._idle.set()
         #: Highest LAC the bookies have been told (piggybacked on an add or explicit).
         self._lac_sent = metadata.last_entry_id
-        if client.explicit_lac_interval_s > 0:
-            client.nursery.start_soon(self._publish_lac_when_idle, client.explicit_lac_interval_s)
+        if client.settings.explicit_lac_interval_s > 0:
+            client.nursery.start_soon(self._publish_lac_when_idle, client.settings.explicit_lac_interval_s)
 
     @property
     def lac(self) -> int:
@@ -123,8 +183,11 @@ class WriteHandle:
         """Start an append; completions of successive appends come in entry order."""
         if self._error is not None:
             raise self._error
-        if self._closed:
-            raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
+        if self._closing:
+            raise LedgerClosedError(
+                f"ledger {self.ledger_id} is {'closed' if self._closed else 'being closed'}; it takes no more "
+                f"entries (its end is the last entry confirmed before close() was called)"
+            )
         entry_id = self._next_entry
         self._next_entry += 1
         self._length += len(payload)
@@ -192,10 +255,14 @@ class WriteHandle:
                     master_key=self._master_key,
                     lac=self._lac,
                     ledger_type=self._type_id,
+                    timeout_s=self._settings.add_timeout_s,
                 )
             except ConnectionError as err:
                 self._bookie_failed(bookie_id, str(err))
                 return
+            if self._outstanding == 0:
+                self._all_answered = trio.Event()
+            self._outstanding += 1
             response.callback = partial(self._on_response, chunk, idx, bookie_id)
 
     def _on_response(
@@ -206,6 +273,9 @@ class WriteHandle:
         response: p.Response | None,
         error: BaseException | None,
     ) -> None:
+        self._outstanding -= 1
+        if self._outstanding == 0:
+            self._all_answered.set()
         if self._ensemble[idx] != bookie_id:
             return  # an answer from a bookie since replaced
         if response is not None and response.status == p.Status.OK:
@@ -258,8 +328,10 @@ class WriteHandle:
             async def sync_one(idx: int, bookie_id: str) -> None:
                 try:
                     client = await self._client.pool.get(bookie_id)
-                    response = await client.submit_sync(self.ledger_id).wait()
-                except ConnectionError:
+                    # A sync waits for an fsync of what the bookie holds: an add's worth of time.
+                    response = await client.submit_sync(self.ledger_id, timeout_s=self._settings.add_timeout_s).wait()
+                except ConnectionError as e:
+                    log.info("ledger %d: sync on bookie %s failed: %s", self.ledger_id, bookie_id, e)
                     return
                 if response.status == p.Status.OK:
                     self._las[idx] = max(self._las[idx], response.lac)
@@ -279,18 +351,36 @@ class WriteHandle:
         if lac < 0:
             return lac
         acks = 0
-        for bookie_id in self._ensemble:
-            try:
-                conn = await self._client.pool.get(bookie_id)
-                response = await conn.submit_write_lac(self.ledger_id, lac, master_key=self._master_key).wait()
-            except ConnectionError:
-                continue
-            if response.status == p.Status.OK:
-                acks += 1
-            elif response.status in (p.Status.FENCED, p.Status.UNAUTHORIZED):
-                raise error_for(response.status, response.message, bookie_id)
-        if acks == 0:
-            raise BKError(f"ledger {self.ledger_id}: no bookie of {self._ensemble} took the explicit LAC {lac}")
+        refused: BKError | None = None
+        needed = self.metadata.ack_quorum
+        async with trio.open_nursery() as nursery:
+
+            async def write_one(bookie_id: str) -> None:
+                nonlocal acks, refused
+                try:
+                    conn = await self._client.pool.get(bookie_id)
+                    response = await conn.submit_write_lac(
+                        self.ledger_id, lac, master_key=self._master_key, timeout_s=self._settings.add_timeout_s
+                    ).wait()
+                except ConnectionError:
+                    return
+                if response.status == p.Status.OK:
+                    acks += 1
+                    if acks >= needed:
+                        nursery.cancel_scope.cancel()  # the ack quorum has it: done
+                elif response.status in (p.Status.FENCED, p.Status.UNAUTHORIZED):
+                    refused = error_for(response.status, response.message, bookie_id)
+                    nursery.cancel_scope.cancel()
+
+            for bookie_id in self._ensemble:
+                nursery.start_soon(write_one, bookie_id)
+        if refused is not None:
+            raise refused
+        if acks < needed:
+            raise BKError(
+                f"ledger {self.ledger_id}: only {acks} bookie(s) of {self._ensemble} took the explicit LAC {lac}, "
+                f"{needed} (the ack quorum) are needed; retry when the bookies are back"
+            )
         self._lac_sent = max(self._lac_sent, lac)
         return lac
 
@@ -298,20 +388,28 @@ class WriteHandle:
         """BP-32: tell the bookies the writer is done, so they can seal the ledger's entry
         log. Advisory: close() does not wait for it and a failure only gets logged."""
         done = 0
-        for bookie_id in ensemble:
+
+        async def advise(bookie_id: str) -> None:
+            nonlocal done
             try:
                 conn = await self._client.pool.get(bookie_id)
-                response = await conn.submit_write_close(self.ledger_id, master_key=self._master_key).wait()
+                response = await conn.submit_write_close(
+                    self.ledger_id, master_key=self._master_key, timeout_s=self._settings.read_timeout_s
+                ).wait()
             except ConnectionError as e:
                 log.debug("ledger %d: write close not delivered to %s: %s", self.ledger_id, bookie_id, e)
-                continue
+                return
             done += response.status == p.Status.OK
+
+        async with trio.open_nursery() as nursery:
+            for bookie_id in ensemble:
+                nursery.start_soon(advise, bookie_id)
         log.debug("ledger %d: write close acknowledged by %d of %d bookies", self.ledger_id, done, len(ensemble))
 
     async def _publish_lac_when_idle(self, interval: float) -> None:
-        while not self._closed and self._error is None:
+        while not self._closing and self._error is None:
             await trio.sleep(interval)
-            if self._lac > self._lac_sent and not self._closed and self._error is None:
+            if self._lac > self._lac_sent and not self._closing and self._error is None:
                 try:
                     await self.write_lac()
                 except BKError as e:
@@ -327,7 +425,18 @@ class WriteHandle:
     # -- ensemble change -----------------------------------------------------------------
 
     def _bookie_failed(self, bookie_id: str, reason: str) -> None:
-        if self._error is not None or bookie_id in self._failed_bookies:
+        if self._error is not None or self._closed:
+            return  # a closed ledger's metadata is final; a failed handle changes nothing
+        if bookie_id not in self._ensemble or bookie_id in self._to_replace:
+            return  # already replaced, or being replaced
+        self._client.pool.health.failed(bookie_id, reason)
+        if self._closing and not self._pending:
+            # Every entry is confirmed; this bookie only missed some copies. The ledger is
+            # closed without it (under-replicated until re-replicated), never changed.
+            log.info(
+                "ledger %d: bookie %s failed while closing (%s); the entries it lacks keep their "
+                "other copies", self.ledger_id, bookie_id, reason,
+            )
             return
         if not self._can_change_ensemble:
             self._fail(
@@ -340,15 +449,16 @@ class WriteHandle:
             )
             return
         log.warning("ledger %d: bookie %s failed (%s); changing ensemble", self.ledger_id, bookie_id, reason)
-        self._failed_bookies.add(bookie_id)
+        self._to_replace.add(bookie_id)
         if not self._changing:
             self._changing = True
+            self._change_done = trio.Event()
             self._client.nursery.start_soon(self._change_ensemble)
 
     async def _change_ensemble(self) -> None:
         try:
             while self._error is None:
-                failed = [i for i, b in enumerate(self._ensemble) if b in self._failed_bookies]
+                failed = [i for i, b in enumerate(self._ensemble) if b in self._to_replace]
                 if not failed:
                     break
                 boundary = self._lac + 1
@@ -357,6 +467,7 @@ class WriteHandle:
                     pa.acked.difference_update(failed)
                 new_ensemble = await self._replacements(failed)
                 await self._commit_fragment(boundary, new_ensemble)
+                self._to_replace.difference_update(self._ensemble[i] for i in failed)
                 self._ensemble = list(new_ensemble)
                 e, w = len(self._ensemble), self.metadata.write_quorum
                 held_ids = set(map(id, self._held))
@@ -370,37 +481,22 @@ class WriteHandle:
             self._fail(BKError(f"ensemble change of ledger {self.ledger_id} failed: {err!r}"))
         finally:
             self._changing = False
+            self._change_done.set()
         held, self._held = self._held, []
         if self._error is None and held:
             self._send_entries(held)
 
     async def _replacements(self, failed: list[int]) -> list[str]:
-        ensemble = list(self._ensemble)
-        while True:
-            candidates = [
-                b.bookie_id
-                for b in await self._client.metadata.list_bookies(writable_only=True)
-                if b.bookie_id not in ensemble and b.bookie_id not in self._failed_bookies
-            ]
-            random.shuffle(candidates)
-            for idx in failed:
-                if ensemble[idx] not in self._failed_bookies:
-                    continue
-                while candidates:
-                    cand = candidates.pop()
-                    try:
-                        await self._client.pool.get(cand)
-                    except ConnectionError:
-                        self._failed_bookies.add(cand)
-                        continue
-                    ensemble[idx] = cand
-                    break
-                else:
-                    raise NotEnoughBookiesError(
-                        f"ledger {self.ledger_id}: no writable bookie left to replace {ensemble[idx]}"
-                    )
-            if not any(b in self._failed_bookies for b in ensemble):
-                return ensemble
+        """A new ensemble with a reachable, writable bookie in place of each failed one;
+        bookies in quarantine are taken only when no other is left."""
+        return await choose_replacements(
+            self._client.pool,
+            self._client.metadata,
+            self._ensemble,
+            failed,
+            exclude=self._to_replace,
+            what=f"ledger {self.ledger_id}",
+        )
 
     async def _commit_fragment(self, boundary: int, ensemble: list[str]) -> None:
         md = self.metadata
@@ -426,21 +522,37 @@ class WriteHandle:
             raise self._error
 
     async def close(self) -> LedgerMetadata:
-        """Wait for pending appends, then record the last entry id and length (CAS)."""
+        """Refuse new appends, wait for pending ones (and, bounded by the add timeout, for
+        every replica's answer), then record the last entry id and length (CAS).
+
+        If it raises (bookies or the metadata store unreachable), the ledger stays open
+        and ``close()`` may be called again; appends stay refused.
+        """
         if self._closed:
             return self.metadata
+        self._closing = True
         await self.sync()
         if self._lac < self._lap:
             raise BKError(
                 f"ledger {self.ledger_id}: only entries up to {self._lac} of {self._lap} could be synced on "
                 f"enough bookies; the ledger stays open: retry close() when the bookies are back"
             )
-        self._closed = True
+        # A closed ledger should be fully replicated when its bookies are healthy: let the
+        # slower replicas answer too (their failure now changes nothing, see _bookie_failed).
+        with trio.move_on_after(self._settings.add_timeout_s):
+            while self._outstanding or self._changing:
+                if self._changing:
+                    await self._change_done.wait()
+                else:
+                    await self._all_answered.wait()
+        if self._error is not None:
+            raise self._error
         md = self.metadata
         while True:
             new = attrs.evolve(md, state=LedgerStateName.CLOSED, last_entry_id=self._lac, length=self._length)
             try:
                 self.metadata = await self._client.metadata.update_ledger(new, md.version)
+                self._closed = True
                 self._client.nursery.start_soon(self._advise_write_close, list(self._ensemble))
                 return self.metadata
             except BadVersionError:
@@ -448,6 +560,7 @@ class WriteHandle:
                 if md.closed:
                     if md.last_entry_id == self._lac:
                         self.metadata = md
+                        self._closed = True
                         return md
                     raise LedgerFencedError(
                         f"ledger {self.ledger_id} was closed by recovery at entry {md.last_entry_id}"

@@ -8,6 +8,7 @@ import pytest
 import trio
 
 import bkframe
+from bkframe.core.client_settings import ClientSettings
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.write_handle import WriteHandle
 
@@ -25,7 +26,7 @@ buffered_bytes_threshold = 104857600
 
 class _Plugins:
     plugins = PluginManager()
-    explicit_lac_interval_s = 0.0
+    settings = ClientSettings()
 
 
 def _handle(w: int, a: int) -> WriteHandle:
@@ -122,7 +123,9 @@ LOSSY = SLOW_SYNC.replace("max_wait_ms = 1500.0", "max_wait_ms = 5000.0") + "pre
 
 async def test_power_loss_of_unsynced_writes_keeps_everything_up_to_lac(cluster_factory: Any) -> None:
     cluster = cluster_factory(3, config=LOSSY, powerloss=True)
-    async with bkframe.open_client(cluster.metadata) as client:
+    # The bookies hold a group 5 s before its fsync (the first add waits for its master
+    # key's): give adds longer than the default timeout.
+    async with bkframe.open_client(cluster.metadata, add_timeout_s=30.0) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, ledger_type="VD_JOURNAL", password=PW)
         for i in range(20):
             await writer.append(b"synced-%d" % i)
@@ -138,7 +141,9 @@ async def test_power_loss_of_unsynced_writes_keeps_everything_up_to_lac(cluster_
         b.lose_power()
     for b in victims:
         b.start(*cluster.bookie_args, powerloss=True)
-    async with bkframe.open_client(cluster.metadata) as client:
+    # Fences and recovery-adds are answered once synced: 5 s of group wait here, more than
+    # the default timeouts.
+    async with bkframe.open_client(cluster.metadata, read_timeout_s=30.0, add_timeout_s=30.0) as client:
         # The power cut really lost data: the victims no longer hold the unsynced entries.
         for b in victims:
             assert (await (await client.pool.get(b.bookie_id)).read(writer.ledger_id, 39)).status != 0

@@ -1,0 +1,40 @@
+"""The client's tunables: timeouts at every call site, speculative reads, quarantine.
+
+Defaults follow BookKeeper's client (``addEntryTimeoutSec`` 5, ``readEntryTimeoutSec`` 5,
+``speculativeReadTimeout`` 2000 ms, ``clientConnectTimeoutMillis`` 10000,
+``bookieQuarantineTimeSeconds`` 1800), so a hung bookie costs a writer or reader seconds,
+never forever.
+"""
+
+from __future__ import annotations
+
+import attrs
+from attrs import validators as v
+
+
+def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be > 0 seconds, got {value!r}")
+
+
+@attrs.frozen
+class ClientSettings:
+    """Pass to :func:`bkframe.open_client` as keywords: ``open_client(uri, add_timeout_s=2)``."""
+
+    #: An add a bookie has not answered within this long counts as that bookie's failure:
+    #: a PD_JOURNAL writer replaces it (ensemble change), other types fail the writer.
+    add_timeout_s: float = attrs.field(default=5.0, validator=_positive)
+    #: A read, fence, LAC read, sync or recovery read unanswered this long counts as an error
+    #: of that bookie (the next replica is tried).
+    read_timeout_s: float = attrs.field(default=5.0, validator=_positive)
+    #: A read not answered this long is also sent to the next replica, and the first valid
+    #: answer wins (BookKeeper's speculative read); 0 turns speculation off.
+    speculative_read_timeout_s: float = attrs.field(default=2.0, validator=v.ge(0))
+    #: Opening a TCP connection to a bookie gives up after this long.
+    connect_timeout_s: float = attrs.field(default=10.0, validator=_positive)
+    #: A bookie that failed a request is avoided for this long when choosing ensembles and
+    #: replicas; it is still used when no other bookie is available.
+    bookie_quarantine_s: float = attrs.field(default=1800.0, validator=v.ge(0))
+    #: > 0: write handles send their LAC explicitly when it moved and no add carried it for
+    #: this long, so tailing readers see the last entry without waiting for the next.
+    explicit_lac_interval_s: float = attrs.field(default=0.0, validator=v.ge(0))
