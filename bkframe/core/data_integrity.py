@@ -48,6 +48,8 @@ log = logging.getLogger("bkframe.data_integrity")
 COPY_BATCH = 256
 #: Entry ids examined at a time when looking for what this bookie lacks.
 REPAIR_WINDOW = 65536
+#: A peer that does not answer a repair request within this long is skipped this round.
+PEER_TIMEOUT_S = 10.0
 
 
 def ledgers_to_protect(
@@ -175,11 +177,14 @@ class LimboRepair:
                 )
                 return False
             # The bookie cannot know the ledger's password, so it cannot check HMAC
-            # digests; it copies entries as opaque bytes and readers verify them.
+            # digests: recovery then takes only copies that agree (see recovery.py).
             md = await Recovery(client, md, state.master_key, Digester.unkeyed(md.digest_type)).run()
         await self._copy_missing(client.pool, md)
+        # The copies must be durable before limbo is cleared: the index header that
+        # clears it is mmap'd, and the kernel may write it back before any checkpoint.
+        await bookie.checkpoint()
         storage.set_limbo(ledger_id, False)
-        await bookie.checkpoint()  # logs first, then the index whose header clears limbo
+        await bookie.checkpoint()
         bookie.repair_status["repaired_ledgers"] += 1
         log.info("ledger %d repaired (last entry %d); out of limbo", ledger_id, md.last_entry_id)
         return True
@@ -205,7 +210,7 @@ class LimboRepair:
                 missing = mine[~np.isin(mine, held)].tolist()
                 # The index can be ahead of the entry log after a crash (its pages reach the
                 # disk on their own schedule), so an entry it lists may be torn: read it.
-                torn = [i for i in present if not self._readable(md.ledger_id, i)]
+                torn = [i for i in present if not self._readable(md.ledger_id, i, digester)]
                 if torn:
                     log.warning(
                         "ledger %d: %d local entries (first %d) are listed in the index but unreadable "
@@ -237,10 +242,16 @@ class LimboRepair:
         if copied:
             log.info("ledger %d: copied %d missing entries from peers", md.ledger_id, copied)
 
-    def _readable(self, ledger_id: int, entry_id: int) -> bool:
+    def _readable(self, ledger_id: int, entry_id: int, digester: Digester) -> bool:
+        """Held whole: the record is there and the entry's checksum covers its payload
+        (for HMAC ledgers, whose MAC needs the password, only its header is checked)."""
         try:
-            return self.bookie.storage.get_entry(ledger_id, entry_id) is not None
-        except Exception:  # a short or mismatched record: counted and logged by the caller
+            data = self.bookie.storage.get_entry(ledger_id, entry_id)
+            if data is None:
+                return False
+            digester.decode(ledger_id, entry_id, data)
+            return True
+        except Exception:  # a short, torn or mismatched record: counted and logged by the caller
             return False
 
     async def _list_on_peers(
@@ -255,7 +266,7 @@ class LimboRepair:
                 held: set[int] = set()
                 first = lo
                 while first != -1:
-                    r = await conn.submit_list_entries(ledger_id, first, hi).wait()
+                    r = await conn.submit_list_entries(ledger_id, first, hi, timeout_s=PEER_TIMEOUT_S).wait()
                     if r.status != p.Status.OK:
                         return
                     for a, b in r.runs:
@@ -278,7 +289,14 @@ class LimboRepair:
         got: dict[int, bytes],
         digester: Digester,
     ) -> None:
-        """Read each entry from its peers in turn; requests to one peer are pipelined."""
+        """Read each entry from its peers in turn; requests to one peer are pipelined.
+
+        A copy that cannot be verified (HMAC without the password) is taken only when two
+        peers hold the same bytes and none differs: a single copy may be the corrupt one.
+        """
+        if not digester.verifies:
+            await self._fetch_agreeing(pool, ledger_id, chunk, got, digester)
+            return
         rounds = max((len(peers) for _, peers in chunk), default=0)
         for r in range(rounds):
             by_peer: dict[str, list[int]] = {}
@@ -289,12 +307,40 @@ class LimboRepair:
                 for peer, ids in by_peer.items():
                     nursery.start_soon(self._fetch_from, pool, peer, ledger_id, ids, got, digester)
 
+    async def _fetch_agreeing(
+        self,
+        pool: BookiePool,
+        ledger_id: int,
+        chunk: list[tuple[int, list[str]]],
+        got: dict[int, bytes],
+        digester: Digester,
+    ) -> None:
+        copies: dict[str, dict[int, bytes]] = {}
+        by_peer: dict[str, list[int]] = {}
+        for entry_id, peers in chunk:
+            for peer in peers:
+                by_peer.setdefault(peer, []).append(entry_id)
+        async with trio.open_nursery() as nursery:
+            for peer, ids in by_peer.items():
+                copies[peer] = {}
+                nursery.start_soon(self._fetch_from, pool, peer, ledger_id, ids, copies[peer], digester)
+        for entry_id, peers in chunk:
+            seen = [copies[peer][entry_id] for peer in peers if entry_id in copies.get(peer, {})]
+            if len(seen) >= 2 and len(set(seen)) == 1:
+                got[entry_id] = seen[0]
+            elif seen:
+                log.warning(
+                    "repair of ledger %d: entry %d has %d cop%s that cannot be verified without the password%s; "
+                    "not copying it", ledger_id, entry_id, len(seen), "y" if len(seen) == 1 else "ies",
+                    " and they differ" if len(set(seen)) > 1 else "",
+                )
+
     async def _fetch_from(
         self, pool: BookiePool, peer: str, ledger_id: int, ids: list[int], got: dict[int, bytes], digester: Digester
     ) -> None:
         try:
             conn = await pool.get(peer)
-            pendings = [(entry_id, conn.submit_read(ledger_id, entry_id)) for entry_id in ids]
+            pendings = [(entry_id, conn.submit_read(ledger_id, entry_id, timeout_s=PEER_TIMEOUT_S)) for entry_id in ids]
             for entry_id, pending in pendings:
                 response = await pending.wait()
                 if response.status != p.Status.OK:
