@@ -88,7 +88,7 @@ class BookieService:
                             background.start_soon(LimboRepair(bookie, store, bookie_id).run)
                         background.start_soon(GarbageCollector(bookie, store, cfg.gc_interval_s).run)
                         info = BookieInfo(bookie_id=bookie_id, address=f"{host}:{port}", pid=os.getpid())
-                        registration = await store.register_bookie(info, cfg.registration_ttl_s)
+                        registration = await store.register_bookie(info, cfg.registration_ttl_s, background)
                     task_status.started((host, port))
                 background.cancel_scope.cancel()
         finally:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
+import trio
 
 from bkframe.core.ledger_keys import password_hash  # noqa: F401 - re-exported: metadata users hash passwords
 
@@ -198,9 +199,11 @@ class MetadataStore(Protocol):
         """Yields the current metadata at once, then each change (``None`` once deleted)."""
         ...
 
-    async def register_bookie(self, info: BookieInfo, ttl_s: float) -> BookieRegistration:
+    async def register_bookie(self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery) -> BookieRegistration:
         """Register a bookie for as long as the returned registration lives; if the holder
-        dies, the registration expires within about ``ttl_s``."""
+        dies, the registration expires within about ``ttl_s``. What keeps it alive (a
+        heartbeat, a lease keep-alive) runs in the caller's ``nursery``, logging and
+        retrying on failure, until :meth:`BookieRegistration.aclose`."""
         ...
 
     async def list_bookies(self, *, writable_only: bool = False) -> list[BookieInfo]:

@@ -66,9 +66,11 @@ class BookieServer:
                 nursery.start_soon(self._write_responses, stream, receive)
                 async with send:
                     await self._read_requests(stream, send, nursery)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the peer went away; nothing it sent is lost, it just gets no answer
-        except Exception:
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            # The peer went away (or reset the connection); nothing it sent is lost, it
+            # just gets no answer. (The connection's nursery raises these in a group.)
+            log.debug("connection closed by the peer")
+        except* Exception:
             # A bug on one connection must not take the bookie or other connections down.
             log.exception("connection failed; closing it")
         finally:

@@ -128,7 +128,7 @@ class MemoryMetadataStore:
                     return
             await changed.wait()
 
-    async def register_bookie(self, info: BookieInfo, ttl_s: float) -> MemoryRegistration:
+    async def register_bookie(self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery) -> MemoryRegistration:
         await trio.lowlevel.checkpoint()
         self._state.bookies[info.bookie_id] = info
         return MemoryRegistration(self, info.bookie_id)

@@ -48,7 +48,7 @@ WATCH_POLL_S = 0.05
 
 
 class SqliteRegistration:
-    """Keeps a bookie's row alive until closed; the heartbeat is a trio system task."""
+    """Keeps a bookie's row alive until closed; the heartbeat runs in the holder's nursery."""
 
     def __init__(self, store: SqliteMetadataStore, info: BookieInfo, ttl_s: float) -> None:
         self._store = store
@@ -64,7 +64,7 @@ class SqliteRegistration:
                     await trio.sleep(self._ttl / 3)
                     try:
                         await self._store._upsert_bookie(self.info, self._ttl)
-                    except MetadataError as e:
+                    except Exception as e:  # never fatal: a lost heartbeat only expires the row
                         # Keep trying: the row comes back as soon as the store answers again.
                         log.warning("bookie %s: registration heartbeat failed: %s", self.info.bookie_id, e)
         finally:
@@ -198,10 +198,10 @@ class SqliteMetadataStore:
             )
         )
 
-    async def register_bookie(self, info: BookieInfo, ttl_s: float) -> SqliteRegistration:
+    async def register_bookie(self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery) -> SqliteRegistration:
         await self._upsert_bookie(info, ttl_s)
         registration = SqliteRegistration(self, info, ttl_s)
-        trio.lowlevel.spawn_system_task(registration._heartbeat, name=f"bkframe-heartbeat-{info.bookie_id}")
+        nursery.start_soon(registration._heartbeat, name=f"bkframe-heartbeat-{info.bookie_id}")
         return registration
 
     async def list_bookies(self, *, writable_only: bool = False) -> list[BookieInfo]:

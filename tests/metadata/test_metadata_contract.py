@@ -168,9 +168,9 @@ async def test_watch_sees_create_update_delete(store: MetadataStore) -> None:
     assert seen[-1] is None
 
 
-async def test_bookie_registration(store: MetadataStore) -> None:
-    reg_a = await store.register_bookie(BookieInfo("a", "127.0.0.1:1"), ttl_s=5)
-    reg_b = await store.register_bookie(BookieInfo("b", "127.0.0.1:2"), ttl_s=5)
+async def test_bookie_registration(store: MetadataStore, nursery: trio.Nursery) -> None:
+    reg_a = await store.register_bookie(BookieInfo("a", "127.0.0.1:1"), ttl_s=5, nursery=nursery)
+    reg_b = await store.register_bookie(BookieInfo("b", "127.0.0.1:2"), ttl_s=5, nursery=nursery)
     assert [b.bookie_id for b in await store.list_bookies()] == ["a", "b"]
     await reg_b.set_read_only(True)
     assert [b.bookie_id for b in await store.list_bookies(writable_only=True)] == ["a"]
@@ -181,9 +181,9 @@ async def test_bookie_registration(store: MetadataStore) -> None:
     assert await store.list_bookies() == []
 
 
-async def test_registration_expires_when_the_holder_dies(store: MetadataStore, store_uri: str) -> None:
+async def test_registration_expires_when_the_holder_dies(store: MetadataStore, store_uri: str, nursery: trio.Nursery) -> None:
     if isinstance(store, MemoryMetadataStore):
-        await store.register_bookie(BookieInfo("gone", "127.0.0.1:1"), ttl_s=1)
+        await store.register_bookie(BookieInfo("gone", "127.0.0.1:1"), ttl_s=1, nursery=nursery)
         store.expire("gone")  # in one process, "dies" can only be simulated
         assert await store.list_bookies() == []
         return
@@ -194,9 +194,10 @@ async def test_registration_expires_when_the_holder_dies(store: MetadataStore, s
         from bkframe.core.plugin_manager import PluginManager
         async def main():
             s = PluginManager().metadata_store({store_uri!r})
-            await s.register_bookie(BookieInfo("doomed", "127.0.0.1:9"), ttl_s=1.0)
-            print("registered", flush=True)
-            await trio.sleep_forever()
+            async with trio.open_nursery() as nursery:
+                await s.register_bookie(BookieInfo("doomed", "127.0.0.1:9"), ttl_s=1.0, nursery=nursery)
+                print("registered", flush=True)
+                await trio.sleep_forever()
         trio.run(main)
         """
     )

@@ -95,7 +95,7 @@ class EtcdRegistration:
                     await trio.sleep(self._ttl / 3)
                     try:
                         await self._store._call(self._refresh)
-                    except MetadataError as e:
+                    except Exception as e:  # never fatal: retried at the next beat
                         log.warning("bookie %s: lease keep-alive failed: %s", self.info.bookie_id, e)
                         self._lease = None
         finally:
@@ -229,10 +229,10 @@ class EtcdMetadataStore:
 
     # -- bookies -------------------------------------------------------------------------
 
-    async def register_bookie(self, info: BookieInfo, ttl_s: float) -> EtcdRegistration:
+    async def register_bookie(self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery) -> EtcdRegistration:
         registration = EtcdRegistration(self, info, ttl_s)
         await self._call(registration._put)
-        trio.lowlevel.spawn_system_task(registration._heartbeat, name=f"bkframe-lease-{info.bookie_id}")
+        nursery.start_soon(registration._heartbeat, name=f"bkframe-lease-{info.bookie_id}")
         return registration
 
     async def list_bookies(self, *, writable_only: bool = False) -> list[BookieInfo]:

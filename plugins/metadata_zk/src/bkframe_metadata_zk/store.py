@@ -227,8 +227,9 @@ class ZkMetadataStore:
 
     # -- bookies -------------------------------------------------------------------------
 
-    async def register_bookie(self, info: BookieInfo, ttl_s: float) -> ZkRegistration:
-        """``ttl_s`` is bounded by the ZooKeeper session timeout (``SESSION_TIMEOUT_S``)."""
+    async def register_bookie(self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery) -> ZkRegistration:
+        """``ttl_s`` is bounded by the ZooKeeper session timeout (``SESSION_TIMEOUT_S``);
+        kazoo keeps the session alive, so nothing runs in ``nursery``."""
         registration = ZkRegistration(self, info)
 
         def create(zk: KazooClient) -> None:
