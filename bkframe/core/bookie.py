@@ -226,52 +226,65 @@ class Bookie:
     # -- requests ------------------------------------------------------------------------
 
     def handle(self, requests: Sequence[p.Request | p.BadMessage]) -> ResponseBatch:
-        """Serve one frame's requests; never raises for bad input."""
+        """Serve one frame's requests; never raises for bad input or a failing disk."""
         batch = ResponseBatch()
         self.counters.requests += len(requests)
         i = 0
         n = len(requests)
         while i < n:
             req = requests[i]
+            j = i + 1
             if type(req) is p.AddRequest:
                 # Consecutive adds to one ledger are stored and journaled as one batch.
-                j = i + 1
                 while (
                     j < n
                     and type(requests[j]) is p.AddRequest
                     and requests[j].ledger_id == req.ledger_id  # type: ignore[union-attr]
                 ):
                     j += 1
-                self._add_run(requests[i:j], batch)  # type: ignore[arg-type]
-                i = j
-                continue
-            if type(req) is p.ReadRequest:
-                self._read(req, batch)
-            elif type(req) is p.ReadLacRequest:
-                self._read_lac(req, batch)
-            elif type(req) is p.AddBatchRequest:
-                self._add_batch(req, batch)
-            elif type(req) is p.SyncRequest:
-                if self.storage.ledger_state(req.ledger_id) is None:
-                    batch.parts.append(
-                        p.encode_sync_response(req.request_id, p.Status.NO_LEDGER, req.ledger_id, -1, "ledger not here")
-                    )
-                else:
-                    batch.deferred.append(partial(self.sync_ledger, req))
-            elif type(req) is p.WriteLacRequest:
-                self._write_lac(req, batch)
-            elif type(req) is p.ListEntriesRequest:
-                self._list_entries(req, batch)
-            elif type(req) is p.WriteCloseRequest:
-                self._write_close(req, batch)
-            elif type(req) is p.BookieInfoRequest:
-                batch.parts.append(p.encode_bookie_info_response(req.request_id, self.info()))
-            else:
-                assert isinstance(req, p.BadMessage)
-                self.counters.bad_requests += 1
-                batch.parts.append(p.encode_error_response(req.request_id, p.Status.BAD_REQUEST, req.reason))
-            i += 1
+            try:
+                self._serve(requests[i:j], batch)
+            except Exception as e:
+                # Storage failures are answered where they are expected (adds, reads); this
+                # is the net under the rest (e.g. a full disk under a fence's new index):
+                # the requests get IO_ERROR, the connection and the bookie go on.
+                log.exception("serving %s failed", type(req).__name__)
+                for r in requests[i:j]:
+                    message = f"this bookie failed to serve the request: {e}"
+                    batch.parts.append(p.encode_error_response(r.request_id, p.Status.IO_ERROR, message))
+            i = j
         return batch
+
+    def _serve(self, requests: Sequence[p.Request | p.BadMessage], batch: ResponseBatch) -> None:
+        """One request, or a run of adds to one ledger."""
+        req = requests[0]
+        if type(req) is p.AddRequest:
+            self._add_run(requests, batch)  # type: ignore[arg-type]
+        elif type(req) is p.ReadRequest:
+            self._read(req, batch)
+        elif type(req) is p.ReadLacRequest:
+            self._read_lac(req, batch)
+        elif type(req) is p.AddBatchRequest:
+            self._add_batch(req, batch)
+        elif type(req) is p.SyncRequest:
+            if self.storage.ledger_state(req.ledger_id) is None:
+                batch.parts.append(
+                    p.encode_sync_response(req.request_id, p.Status.NO_LEDGER, req.ledger_id, -1, "ledger not here")
+                )
+            else:
+                batch.deferred.append(partial(self.sync_ledger, req))
+        elif type(req) is p.WriteLacRequest:
+            self._write_lac(req, batch)
+        elif type(req) is p.ListEntriesRequest:
+            self._list_entries(req, batch)
+        elif type(req) is p.WriteCloseRequest:
+            self._write_close(req, batch)
+        elif type(req) is p.BookieInfoRequest:
+            batch.parts.append(p.encode_bookie_info_response(req.request_id, self.info()))
+        else:
+            assert isinstance(req, p.BadMessage)
+            self.counters.bad_requests += 1
+            batch.parts.append(p.encode_error_response(req.request_id, p.Status.BAD_REQUEST, req.reason))
 
     def _add_run(self, adds: Sequence[p.AddRequest], batch: ResponseBatch) -> None:
         first = adds[0]
@@ -363,7 +376,10 @@ class Bookie:
             )
         state = storage.ledger_state(ledger_id)
         if state is None:
-            state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
+            try:
+                state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
+            except Exception as e:  # e.g. no space for the ledger's index
+                return self._storage_failed(ledger_id, entry_ids, e)
             batch.wait_seq = max(batch.wait_seq, self.journal.append(jr.master_record(ledger_id, ledger_type, master_key)))
         elif not state.master_key:
             # Known only from replayed entries or a fence without a key: adopt this key.
@@ -380,6 +396,8 @@ class Bookie:
             storage.add_entries(ledger_id, entry_ids, datas)
         except ValueError as e:  # e.g. an entry id beyond what the storage can index
             return p.Status.BAD_REQUEST, f"ledger storage refused the entries: {e}"
+        except Exception as e:  # a write failed (a full disk, EIO): nothing of the batch is stored
+            return self._storage_failed(ledger_id, entry_ids, e)
         storage.set_lac(ledger_id, lac)
         moved = self._lac_moved.pop(ledger_id, None)
         if moved is not None:
@@ -395,6 +413,13 @@ class Bookie:
                 self._unsynced_added.set()
         self.counters.entries_added += len(entry_ids)
         return p.Status.OK, ""
+
+    def _storage_failed(self, ledger_id: int, entry_ids: Sequence[int], error: Exception) -> tuple[p.Status, str]:
+        """IO_ERROR for adds the ledger storage could not store; the bookie keeps serving."""
+        self.counters.storage_write_errors += 1
+        what = f"entries {ledger_id}:{entry_ids[0]}..{entry_ids[-1]}" if entry_ids else f"ledger {ledger_id}"
+        log.error("storing %s failed: %s", what, error)
+        return p.Status.IO_ERROR, f"this bookie could not store {what}: {error}; write them to another bookie"
 
     def _read(self, req: p.ReadRequest, batch: ResponseBatch) -> None:
         storage = self.storage

@@ -26,6 +26,8 @@ class Counters:
     gc_ledgers_deleted: int = 0
     gc_bytes_freed: int = 0
     compacted_bytes: int = 0
+    #: Adds answered IO_ERROR because ledger storage could not store them.
+    storage_write_errors: int = 0
 
     @property
     def fsyncs(self) -> int:

@@ -140,7 +140,13 @@ class LedgerStorage(Protocol):
         ...
 
     def add_entries(self, ledger_id: int, entry_ids: Sequence[int], entries: Sequence[Buffer]) -> int:
-        """Store entries of one ledger (an existing entry id is overwritten); return bytes written."""
+        """Store entries of one ledger (an existing entry id is overwritten); return bytes written.
+
+        Raises ``ValueError`` for entries it can never hold (the bookie answers BAD_REQUEST).
+        Any other exception is a storage failure (a full disk, EIO; the bookie answers
+        IO_ERROR): then nothing of the batch is stored, what was stored before is intact,
+        and later adds must land where the index says they are.
+        """
         ...
 
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
@@ -187,7 +193,11 @@ class EntryLogManager(Protocol):
     """
 
     def append(self, ledger_id: int, data: Buffer) -> tuple[int, int]:
-        """Append ``data`` (records of one ledger) to a log; return ``(log_id, offset)``."""
+        """Append ``data`` (records of one ledger) to a log; return ``(log_id, offset)``.
+
+        If the write fails, raise, and leave no trace that could move later appends: cut
+        the failed bytes off again, or seal the log and go on in a new one.
+        """
         ...
 
     def read(self, log_id: int, offset: int, length: int) -> bytes:

@@ -55,6 +55,10 @@ class StorageCorruptError(Exception):
     """Stored data does not match what the index says; the message says where."""
 
 
+class StorageSyncError(Exception):
+    """An fsync of the indexes failed: no checkpoint can complete until a restart."""
+
+
 class DefaultLedgerStorage:
     """Entries in the shared entry logs, located through per-ledger index files.
 
@@ -96,6 +100,8 @@ class DefaultLedgerStorage:
         #: so the thread never fsyncs a closed (or reused) fd.
         self._graveyard: list[LedgerIndex] = []
         self._checkpointing = False
+        #: Why an index fsync failed, once one did (see :meth:`checkpoint`).
+        self._sync_failure: str | None = None
         self._lock = trio.Lock()
         self._limiter = trio.CapacityLimiter(1)
         self._closed = False
@@ -233,6 +239,10 @@ class DefaultLedgerStorage:
             # Entries replayed from the journal for a ledger whose master record is in an
             # earlier, trimmed journal file would otherwise be dropped; keep them keyless.
             idx = self._create(ledger_id, b"", 0)
+        # Index room first: whatever fails (a full disk) fails before the append, so the
+        # log never holds bytes of a batch the index does not know.
+        idx.ensure_capacity(hi)
+        idx.reserve(lo, hi)
         # Hot path: map() keeps the per-entry work in C; one join, one append.
         lens = list(map(len, entries))
         parts: list[Buffer] = [b""] * (2 * n)
@@ -246,7 +256,6 @@ class DefaultLedgerStorage:
         batch["offset"] = np.cumsum(rec_lens) - rec_lens + base
         batch["log_id"] = log_id
         batch["length"] = rec_lens
-        idx.ensure_capacity(hi)
         # With a repeated id in one batch the later entry wins, as it does in the log.
         idx.records[ids] = batch
         if hi > idx.last_entry_id:
@@ -288,6 +297,8 @@ class DefaultLedgerStorage:
 
     async def checkpoint(self) -> None:
         async with self._lock:
+            if self._sync_failure is not None:
+                raise StorageSyncError(self._sync_failure)
             # Logs first: once an index is durable, everything it points to must be too.
             await self._entry_logs.flush()
             dirty = sorted(self._dirty)
@@ -297,6 +308,17 @@ class DefaultLedgerStorage:
             self._checkpointing = True
             try:
                 n = await trio.to_thread.run_sync(self._sync, targets, dir_dirty, limiter=self._limiter)
+            except OSError as e:
+                # As for entry logs: after a failed fsync the kernel may have dropped the
+                # dirty pages, and a retry would "succeed" without writing them. No later
+                # checkpoint may claim the indexes durable; the journal keeps what they hold.
+                self._dirty.update(i for i in dirty if i in self._indexes)
+                self._sync_failure = (
+                    f"an fsync of the ledger indexes in {self._index_dir} failed ({e}); their changes since the "
+                    f"last checkpoint may be lost, so no checkpoint can complete any more. Restart the bookie: "
+                    f"it replays the journal from its last good checkpoint"
+                )
+                raise StorageSyncError(self._sync_failure) from e
             except BaseException:
                 self._dirty.update(i for i in dirty if i in self._indexes)
                 self._dir_dirty = self._dir_dirty or dir_dirty
