@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from collections import deque
@@ -25,9 +24,11 @@ import trio
 
 from bkframe.core import journal_records as jr
 from bkframe.core import protocol as p
+from bkframe.core.background import run_periodically
 from bkframe.core.config import Config
 from bkframe.core.cookies import CookieCheck
 from bkframe.core.counters import Counters
+from bkframe.core.fsync import write_file_durably
 from bkframe.core.interfaces import Buffer, DurabilityPolicy, Journal, JournalPosition, LedgerState, LedgerStorage
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.sync_cursor import SyncCursor
@@ -151,27 +152,15 @@ class Bookie:
             return mark
 
     def _write_lastmark(self, mark: JournalPosition) -> None:
-        path = self.data_dir / LASTMARK_FILE
-        tmp = path.with_suffix(".tmp")
         data = json.dumps({"file_id": mark.file_id, "offset": mark.offset}).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dfd = os.open(self.data_dir, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_file_durably(self.data_dir / LASTMARK_FILE, data)
 
     async def run_checkpoints(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        while True:
-            await trio.sleep(self.config.bookie.checkpoint_interval_s)
-            await self.checkpoint()
+        """Checkpoint every ``checkpoint_interval_s``. A failed checkpoint (e.g. a full disk)
+        leaves the LastLogMark where it was -- the journal keeps everything since -- and is
+        logged and retried; the bookie goes on serving."""
+        interval = self.config.bookie.checkpoint_interval_s
+        await run_periodically("checkpoint", interval, self.checkpoint, task_status=task_status)
 
     async def aclose(self) -> None:
         """Make everything durable and close: journal, then storage, then the final mark."""
