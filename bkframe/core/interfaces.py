@@ -43,10 +43,15 @@ class Journal(Protocol):
     def replay(self, since: JournalPosition | None) -> Iterable[tuple[JournalPosition, bytes]]:
         """Yield ``(position_after_record, record)`` for every complete record after ``since``.
 
-        ``since=None`` replays every journal file present. A torn tail (an incomplete or
-        CRC-failing record with nothing valid after it, in the last file) is truncated;
-        corruption before the tail raises :class:`JournalCorruptError` naming file and
-        offset. Must be fully consumed before ``run`` starts.
+        ``since=None`` replays every journal file present. Only what a completed fsync
+        covered was acknowledged, so the tail after the last completed fsync may be torn
+        in any way by a crash or power cut (an incomplete or CRC-failing record, zeros
+        where pages never reached the disk, valid records after them): it is truncated.
+        Damage to what was fsynced (in the middle of the last file, or anywhere in an
+        earlier file, which was fsynced when the journal moved on) raises
+        :class:`JournalCorruptError` naming file and offset. How the journal knows where
+        its last completed fsync ended is its own business (``journal_fs`` writes a sync
+        mark with each group commit). Must be fully consumed before ``run`` starts.
         """
         ...
 
