@@ -206,7 +206,12 @@ class EntryLogManager(Protocol):
         ...
 
     def read(self, log_id: int, offset: int, length: int) -> bytes:
-        """Read ``length`` bytes at ``offset`` of log ``log_id``."""
+        """Read ``length`` bytes at ``offset`` of log ``log_id``.
+
+        Raises :class:`bkframe.core.entry_log_files.EntryLogError` if the log does not
+        hold them (no such log, or it ends before: a crash took its unsynced tail), and
+        ``OSError`` for a failing disk.
+        """
         ...
 
     def log_ids(self) -> list[int]:

@@ -10,7 +10,12 @@ paths it applies to (e.g. ``/entrylogs/``), and disarms it by deleting the file:
   does every ``posix_fallocate``;
 * ``hang-sync``: an fsync or fdatasync of a matching file never returns, as if the disk
   stopped answering (the process can only be killed) -- for the state where a write was
-  handed to the page cache but its sync never completed.
+  handed to the page cache but its sync never completed;
+* ``drop-sync``: an fsync or fdatasync of a matching file returns at once without syncing,
+  like a disk whose volatile write cache drops what it was told to flush. With the
+  power-loss layer (:mod:`bkframe.testing.powerloss`) a power cut then loses those writes
+  while other files' later syncs survive: e.g. index pages that reached the disk before
+  the entry-log pages they point to.
 
 Whole-disk-full tests have a layer of their own; this one is for precise, single-write
 faults. A look at the control dir per write: not for production.
@@ -29,6 +34,7 @@ from typing import Any
 CONTROL_ENV = "BKFRAME_WRITE_FAULTS"
 ENOSPC_FILE = "enospc"
 HANG_SYNC_FILE = "hang-sync"
+DROP_SYNC_FILE = "drop-sync"
 
 
 class _Layer:
@@ -65,10 +71,12 @@ class _Layer:
         if self._armed(ENOSPC_FILE, fd):
             raise OSError(errno.ENOSPC, "No space left on device (injected by bkframe.testing.write_faults)")
 
-    def before_sync(self, fd: int) -> None:
+    def sync_allowed(self, fd: int) -> bool:
+        """Whether a sync may go ahead (False: skip it); never returns when armed to hang."""
         if self._armed(HANG_SYNC_FILE, fd):
             while True:  # the disk never answers; only SIGKILL ends this
                 time.sleep(3600)
+        return not self._armed(DROP_SYNC_FILE, fd)
 
 
 def install_from_env() -> bool:
@@ -95,8 +103,8 @@ def install_from_env() -> bool:
 
     def synced(real: Callable[[int], None]) -> Callable[[int], None]:
         def sync(fd: int) -> None:
-            layer.before_sync(fd)
-            real(fd)
+            if layer.sync_allowed(fd):
+                real(fd)
 
         return sync
 
