@@ -62,7 +62,9 @@ async def test_sigterm_drains_and_exits_zero(tmp_path: Path, bookie_processes: l
     bookie_processes.append(b)
     async with connect_bookie(b.host, b.port) as bk:
         pending = [bk.submit_add(1, i, b"x" * 1000, master_key=KEY) for i in range(2000)]
-        await trio.sleep(0.01)
+        # Stop once the bookie is serving them (a fixed short sleep raced a loaded machine:
+        # the signal could come before the bookie had read any frame).
+        await pending[0].wait()
         b.proc.send_signal(signal.SIGTERM)
         statuses = []
         for pend in pending:
