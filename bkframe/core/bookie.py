@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from collections import deque
@@ -25,9 +24,11 @@ import trio
 
 from bkframe.core import journal_records as jr
 from bkframe.core import protocol as p
+from bkframe.core.background import run_periodically
 from bkframe.core.config import Config
 from bkframe.core.cookies import CookieCheck
 from bkframe.core.counters import Counters
+from bkframe.core.fsync import write_file_durably
 from bkframe.core.interfaces import Buffer, DurabilityPolicy, Journal, JournalPosition, LedgerState, LedgerStorage
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.sync_cursor import SyncCursor
@@ -155,27 +156,15 @@ class Bookie:
             return mark
 
     def _write_lastmark(self, mark: JournalPosition) -> None:
-        path = self.data_dir / LASTMARK_FILE
-        tmp = path.with_suffix(".tmp")
         data = json.dumps({"file_id": mark.file_id, "offset": mark.offset}).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dfd = os.open(self.data_dir, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        write_file_durably(self.data_dir / LASTMARK_FILE, data)
 
     async def run_checkpoints(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        while True:
-            await trio.sleep(self.config.bookie.checkpoint_interval_s)
-            await self.checkpoint()
+        """Checkpoint every ``checkpoint_interval_s``. A failed checkpoint (e.g. a full disk)
+        leaves the LastLogMark where it was -- the journal keeps everything since -- and is
+        logged and retried; the bookie goes on serving."""
+        interval = self.config.bookie.checkpoint_interval_s
+        await run_periodically("checkpoint", interval, self.checkpoint, task_status=task_status)
 
     async def aclose(self) -> None:
         """Make everything durable and close: journal, then storage, then the final mark."""
@@ -230,58 +219,71 @@ class Bookie:
     # -- requests ------------------------------------------------------------------------
 
     def handle(self, requests: Sequence[p.Request | p.BadMessage]) -> ResponseBatch:
-        """Serve one frame's requests; never raises for bad input."""
+        """Serve one frame's requests; never raises for bad input or a failing disk."""
         batch = ResponseBatch()
         self.counters.requests += len(requests)
         i = 0
         n = len(requests)
         while i < n:
             req = requests[i]
+            j = i + 1
             if type(req) is p.AddRequest:
                 # Consecutive adds to one ledger are stored and journaled as one batch.
-                j = i + 1
                 while (
                     j < n
                     and type(requests[j]) is p.AddRequest
                     and requests[j].ledger_id == req.ledger_id  # type: ignore[union-attr]
                 ):
                     j += 1
-                if self._needs_key_check(req.ledger_id):  # type: ignore[union-attr]
-                    batch.deferred.append(partial(self._add_after_key_check, requests[i:j]))  # type: ignore[arg-type]
-                else:
-                    self._add_run(requests[i:j], batch)  # type: ignore[arg-type]
-                i = j
-                continue
-            if type(req) is p.ReadRequest:
-                self._read(req, batch)
-            elif type(req) is p.ReadLacRequest:
-                self._read_lac(req, batch)
-            elif type(req) is p.AddBatchRequest:
-                if self._needs_key_check(req.ledger_id):
-                    batch.deferred.append(partial(self._add_after_key_check, req))
-                else:
-                    self._add_batch(req, batch)
-            elif type(req) is p.SyncRequest:
-                if self.storage.ledger_state(req.ledger_id) is None:
-                    batch.parts.append(
-                        p.encode_sync_response(req.request_id, p.Status.NO_LEDGER, req.ledger_id, -1, "ledger not here")
-                    )
-                else:
-                    batch.deferred.append(partial(self.sync_ledger, req))
-            elif type(req) is p.WriteLacRequest:
-                self._write_lac(req, batch)
-            elif type(req) is p.ListEntriesRequest:
-                self._list_entries(req, batch)
-            elif type(req) is p.WriteCloseRequest:
-                self._write_close(req, batch)
-            elif type(req) is p.BookieInfoRequest:
-                batch.parts.append(p.encode_bookie_info_response(req.request_id, self.info()))
-            else:
-                assert isinstance(req, p.BadMessage)
-                self.counters.bad_requests += 1
-                batch.parts.append(p.encode_error_response(req.request_id, p.Status.BAD_REQUEST, req.reason))
-            i += 1
+            try:
+                self._serve(requests[i:j], batch)
+            except Exception as e:
+                # Storage failures are answered where they are expected (adds, reads); this
+                # is the net under the rest (e.g. a full disk under a fence's new index):
+                # the requests get IO_ERROR, the connection and the bookie go on.
+                log.exception("serving %s failed", type(req).__name__)
+                for r in requests[i:j]:
+                    message = f"this bookie failed to serve the request: {e}"
+                    batch.parts.append(p.encode_error_response(r.request_id, p.Status.IO_ERROR, message))
+            i = j
         return batch
+
+    def _serve(self, requests: Sequence[p.Request | p.BadMessage], batch: ResponseBatch) -> None:
+        """One request, or a run of adds to one ledger."""
+        req = requests[0]
+        if type(req) is p.AddRequest:
+            if self._needs_key_check(req.ledger_id):
+                batch.deferred.append(partial(self._add_after_key_check, requests))  # type: ignore[arg-type]
+            else:
+                self._add_run(requests, batch)  # type: ignore[arg-type]
+        elif type(req) is p.ReadRequest:
+            self._read(req, batch)
+        elif type(req) is p.ReadLacRequest:
+            self._read_lac(req, batch)
+        elif type(req) is p.AddBatchRequest:
+            if self._needs_key_check(req.ledger_id):
+                batch.deferred.append(partial(self._add_after_key_check, req))
+            else:
+                self._add_batch(req, batch)
+        elif type(req) is p.SyncRequest:
+            if self.storage.ledger_state(req.ledger_id) is None:
+                batch.parts.append(
+                    p.encode_sync_response(req.request_id, p.Status.NO_LEDGER, req.ledger_id, -1, "ledger not here")
+                )
+            else:
+                batch.deferred.append(partial(self.sync_ledger, req))
+        elif type(req) is p.WriteLacRequest:
+            self._write_lac(req, batch)
+        elif type(req) is p.ListEntriesRequest:
+            self._list_entries(req, batch)
+        elif type(req) is p.WriteCloseRequest:
+            self._write_close(req, batch)
+        elif type(req) is p.BookieInfoRequest:
+            batch.parts.append(p.encode_bookie_info_response(req.request_id, self.info()))
+        else:
+            assert isinstance(req, p.BadMessage)
+            self.counters.bad_requests += 1
+            batch.parts.append(p.encode_error_response(req.request_id, p.Status.BAD_REQUEST, req.reason))
 
     def _add_run(self, adds: Sequence[p.AddRequest], batch: ResponseBatch) -> None:
         first = adds[0]
@@ -373,7 +375,10 @@ class Bookie:
             )
         state = storage.ledger_state(ledger_id)
         if state is None:
-            state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
+            try:
+                state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
+            except Exception as e:  # e.g. no space for the ledger's index
+                return self._storage_failed(ledger_id, entry_ids, e)
             batch.wait_seq = max(batch.wait_seq, self.journal.append(jr.master_record(ledger_id, ledger_type, master_key)))
         elif not state.master_key:
             if self.key_verifier is not None:
@@ -408,6 +413,8 @@ class Bookie:
                 storage.add_entries(ledger_id, new_ids, new_datas)
         except ValueError as e:  # e.g. an entry id beyond what the storage can index
             return p.Status.BAD_REQUEST, f"ledger storage refused the entries: {e}"
+        except Exception as e:  # a write failed (a full disk, EIO): nothing of the batch is stored
+            return self._storage_failed(ledger_id, entry_ids, e)
         storage.set_lac(ledger_id, lac)
         moved = self._lac_moved.pop(ledger_id, None)
         if moved is not None:
@@ -467,6 +474,13 @@ class Bookie:
             return False
         state = self.storage.ledger_state(ledger_id)
         return state is not None and not state.master_key
+
+    def _storage_failed(self, ledger_id: int, entry_ids: Sequence[int], error: Exception) -> tuple[p.Status, str]:
+        """IO_ERROR for adds the ledger storage could not store; the bookie keeps serving."""
+        self.counters.storage_write_errors += 1
+        what = f"entries {ledger_id}:{entry_ids[0]}..{entry_ids[-1]}" if entry_ids else f"ledger {ledger_id}"
+        log.error("storing %s failed: %s", what, error)
+        return p.Status.IO_ERROR, f"this bookie could not store {what}: {error}; write them to another bookie"
 
     def _read(self, req: p.ReadRequest, batch: ResponseBatch) -> None:
         storage = self.storage

@@ -26,6 +26,11 @@ class Counters:
     gc_ledgers_deleted: int = 0
     gc_bytes_freed: int = 0
     compacted_bytes: int = 0
+    #: Adds answered IO_ERROR because ledger storage could not store them.
+    storage_write_errors: int = 0
+    #: Index records dropped because the entry-log bytes they point to are gone (a power
+    #: cut lost the log's unsynced tail): found at open or by compaction.
+    storage_entries_dropped: int = 0
 
     @property
     def fsyncs(self) -> int:

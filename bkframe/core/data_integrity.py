@@ -146,6 +146,12 @@ class LimboRepair:
                         self.bookie.repair_status["last_error"] = f"ledger {ledger_id}: {e}"
                         log.info("repair of ledger %d not done yet: %s", ledger_id, e)
                         done = False
+                    except Exception as e:
+                        # Unexpected (a storage error, a bug met by one ledger): a background
+                        # task never takes the bookie down; log it fully and retry later.
+                        self.bookie.repair_status["last_error"] = f"ledger {ledger_id}: {e!r}"
+                        log.exception("repair of ledger %d failed; retrying later", ledger_id)
+                        done = False
                     if not done:
                         still.append(ledger_id)
                 pending = still

@@ -22,7 +22,17 @@ _LOG_NAME = re.compile(r"^([0-9a-f]{8})\.log$")
 
 
 class EntryLogError(Exception):
-    """An entry log is unreadable or a read falls outside it."""
+    """An entry log is unreadable, a read falls outside it, or a write or fsync to it failed."""
+
+
+class EntryLogWriteError(EntryLogError):
+    """A write to an entry log failed. ``truncated``: the log was cut back to where the
+    write started, so the next append may go on at that offset; otherwise the manager must
+    seal the log (its tail holds part of the failed write)."""
+
+    def __init__(self, message: str, *, truncated: bool) -> None:
+        super().__init__(message)
+        self.truncated = truncated
 
 
 class EntryLogFiles:
@@ -41,6 +51,8 @@ class EntryLogFiles:
         # limiter of our own keeps them from starving trio's default thread pool.
         self._limiter = trio.CapacityLimiter(1)
         self._flush_lock = trio.Lock()
+        #: Why an fsync failed, once one did (see :meth:`flush`).
+        self._sync_failure: str | None = None
 
     def path(self, log_id: int) -> Path:
         return self.dir / f"{log_id:08x}.log"
@@ -66,13 +78,30 @@ class EntryLogFiles:
         self._dir_dirty = True
         return fd
 
-    def write(self, log_id: int, fd: int, data: Buffer) -> int:
-        """Append ``data`` to the log (page cache only); return the bytes written."""
+    def write(self, log_id: int, fd: int, data: Buffer, offset: int) -> int:
+        """Write ``data`` at ``offset`` of the log (page cache only); return the bytes written.
+
+        The caller says where: a failed write never moves where the next one goes, so a
+        short write followed by an error (a full disk's edge) cannot shift later entries
+        away from the offsets the index records for them. On failure the log is cut back
+        to ``offset`` and :class:`EntryLogWriteError` says whether that worked.
+        """
         view = memoryview(data)
         total = view.nbytes
         written = 0
-        while written < total:  # os.write may be partial (e.g. on a full disk's edge)
-            written += os.write(fd, view[written:])
+        try:
+            while written < total:  # os.pwrite may be partial (e.g. on a full disk's edge)
+                written += os.pwrite(fd, view[written:], offset + written)
+        except OSError as e:
+            truncated = True
+            try:
+                os.ftruncate(fd, offset)  # shrinking needs no space
+            except OSError:
+                truncated = False
+            raise EntryLogWriteError(
+                f"write of {total} bytes to entry log {self.path(log_id)} at offset {offset} failed after "
+                f"{written} bytes: {e}", truncated=truncated
+            ) from e
         self._unflushed.add(log_id)
         self._counters.storage_bytes_written += total
         return total
@@ -111,6 +140,8 @@ class EntryLogFiles:
     async def flush(self) -> None:
         """fsync every log written since the last flush, and the directory if it changed."""
         async with self._flush_lock:
+            if self._sync_failure is not None:
+                raise EntryLogError(self._sync_failure)
             if not self._unflushed and not self._dir_dirty:
                 return
             todo = sorted(self._unflushed)
@@ -123,6 +154,20 @@ class EntryLogFiles:
                 n = await trio.to_thread.run_sync(
                     fsync_files, fds, self.dir if dir_dirty else None, limiter=self._limiter
                 )
+            except OSError as e:
+                # After a failed fsync the kernel may have dropped the dirty pages (and a
+                # retry would then "succeed"): nothing written since the last good flush
+                # can be trusted to reach the disk, so no later flush may say it did. The
+                # journal still holds those entries (the checkpoint's mark does not move)
+                # and a restart replays them into new logs.
+                self._unflushed.update(todo)
+                self._sync_failure = (
+                    f"an fsync of the entry logs in {self.dir} failed ({e}); what was written to them since "
+                    f"the last good flush may be lost, so no checkpoint can complete any more. Restart the "
+                    f"bookie: it replays the journal from its last good checkpoint (BYPASS_JOURNAL ledgers "
+                    f"are repaired from peers)"
+                )
+                raise EntryLogError(self._sync_failure) from e
             except BaseException:
                 self._unflushed.update(todo)
                 self._dir_dirty = self._dir_dirty or dir_dirty

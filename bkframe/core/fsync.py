@@ -24,3 +24,20 @@ def fsync_files(fds: Sequence[int], directory: Path | None = None) -> int:
     if directory is not None:
         fsync_dir(directory)
     return len(fds) + (1 if directory is not None else 0)
+
+
+def write_file_durably(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content,
+    whole: write a temporary file completely (a short write, as on a full disk's edge, is
+    continued or raises), fsync it, rename it over ``path``, fsync the directory."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)

@@ -8,6 +8,9 @@ journal does not replay them back), then asks the ledger storage to reclaim thei
 (the default storage removes entry logs no index points into any more and compacts the
 mostly-dead ones).
 
+A failed pass (the metadata store is away, a disk error while compacting) is logged and
+retried with backoff (:mod:`bkframe.core.background`); it never stops the bookie.
+
 Ledgers in limbo are left alone: the repair task decides about them. A bookie whose
 cookie the metadata store did not have at boot deletes no ledgers until restarted: the
 store may be the wrong one, and its empty listing must not wipe the bookie.
@@ -19,6 +22,8 @@ import logging
 
 import trio
 
+from bkframe.core import protocol as p
+from bkframe.core.background import run_periodically
 from bkframe.core.bookie import Bookie
 from bkframe.core.cookies import CookieCheck
 from bkframe.core.metadata import MetadataError, MetadataStore, NoSuchLedgerError
@@ -34,13 +39,8 @@ class GarbageCollector:
         self._warned = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        while True:
-            await trio.sleep(self.interval_s)
-            try:
-                await self.collect()
-            except MetadataError as e:
-                log.warning("garbage collection skipped: metadata store failed: %s", e)
+        """Collect every ``interval_s``; a failed pass is logged and retried, never fatal."""
+        await run_periodically("garbage collection", self.interval_s, self.collect, task_status=task_status)
 
     async def collect(self) -> tuple[int, int]:
         """One pass; returns (ledgers deleted here, bytes the storage freed)."""
@@ -63,11 +63,18 @@ class GarbageCollector:
             state = storage.ledger_state(ledger_id)
             if ledger_id in known or state is None or state.limbo:
                 continue
-            try:
-                await self.store.read_ledger(ledger_id)
-                continue  # created after the listing
-            except NoSuchLedgerError:
-                pass
+            if ledger_id <= p.MAX_LEDGER_ID:
+                try:
+                    await self.store.read_ledger(ledger_id)
+                    continue  # created after the listing
+                except NoSuchLedgerError:
+                    pass
+                except MetadataError as e:
+                    # One unreadable record must not stop the pass (nor delete the ledger).
+                    log.warning("garbage collection skips ledger %d: its metadata could not be read: %s", ledger_id, e)
+                    continue
+            # else: no metadata store can hold such an id (stored by a bookie that did not
+            # check ids on the wire yet): it is no ledger of this cluster.
             bookie.forget_ledger(ledger_id)
             deleted += 1
         if deleted:

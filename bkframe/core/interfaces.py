@@ -43,10 +43,15 @@ class Journal(Protocol):
     def replay(self, since: JournalPosition | None) -> Iterable[tuple[JournalPosition, bytes]]:
         """Yield ``(position_after_record, record)`` for every complete record after ``since``.
 
-        ``since=None`` replays every journal file present. A torn tail (an incomplete or
-        CRC-failing record with nothing valid after it, in the last file) is truncated;
-        corruption before the tail raises :class:`JournalCorruptError` naming file and
-        offset. Must be fully consumed before ``run`` starts.
+        ``since=None`` replays every journal file present. Only what a completed fsync
+        covered was acknowledged, so the tail after the last completed fsync may be torn
+        in any way by a crash or power cut (an incomplete or CRC-failing record, zeros
+        where pages never reached the disk, valid records after them): it is truncated.
+        Damage to what was fsynced (in the middle of the last file, or anywhere in an
+        earlier file, which was fsynced when the journal moved on) raises
+        :class:`JournalCorruptError` naming file and offset. How the journal knows where
+        its last completed fsync ended is its own business (``journal_fs`` writes a sync
+        mark with each group commit). Must be fully consumed before ``run`` starts.
         """
         ...
 
@@ -140,7 +145,13 @@ class LedgerStorage(Protocol):
         ...
 
     def add_entries(self, ledger_id: int, entry_ids: Sequence[int], entries: Sequence[Buffer]) -> int:
-        """Store entries of one ledger (an existing entry id is overwritten); return bytes written."""
+        """Store entries of one ledger (an existing entry id is overwritten); return bytes written.
+
+        Raises ``ValueError`` for entries it can never hold (the bookie answers BAD_REQUEST).
+        Any other exception is a storage failure (a full disk, EIO; the bookie answers
+        IO_ERROR): then nothing of the batch is stored, what was stored before is intact,
+        and later adds must land where the index says they are.
+        """
         ...
 
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
@@ -187,11 +198,20 @@ class EntryLogManager(Protocol):
     """
 
     def append(self, ledger_id: int, data: Buffer) -> tuple[int, int]:
-        """Append ``data`` (records of one ledger) to a log; return ``(log_id, offset)``."""
+        """Append ``data`` (records of one ledger) to a log; return ``(log_id, offset)``.
+
+        If the write fails, raise, and leave no trace that could move later appends: cut
+        the failed bytes off again, or seal the log and go on in a new one.
+        """
         ...
 
     def read(self, log_id: int, offset: int, length: int) -> bytes:
-        """Read ``length`` bytes at ``offset`` of log ``log_id``."""
+        """Read ``length`` bytes at ``offset`` of log ``log_id``.
+
+        Raises :class:`bkframe.core.entry_log_files.EntryLogError` if the log does not
+        hold them (no such log, or it ends before: a crash took its unsynced tail), and
+        ``OSError`` for a failing disk.
+        """
         ...
 
     def log_ids(self) -> list[int]:

@@ -28,6 +28,9 @@ MSG_HEADER = struct.Struct("<IBBQ")
 #: Frames larger than this close the connection: the peer is not speaking our protocol.
 MAX_FRAME_SIZE = 64 * 1024 * 1024
 MAX_MASTER_KEY = 64
+#: Ledger ids are u64 on the wire, but metadata stores keep them as signed 64-bit integers
+#: (sqlite, ZooKeeper and etcd paths, BookKeeper's own ``long``): larger ones are refused.
+MAX_LEDGER_ID = (1 << 63) - 1
 
 
 class Op(enum.IntEnum):
@@ -361,7 +364,29 @@ def decode_requests(body: memoryview, max_entry_size: int) -> list[Request | Bad
     return out
 
 
+def _check_ledger(op: str, ledger_id: int) -> None:
+    if ledger_id > MAX_LEDGER_ID:
+        raise ProtocolError(
+            f"{op} ledger id {ledger_id} is out of range: ledger ids are 0..{MAX_LEDGER_ID} "
+            f"(2^63 - 1, what metadata stores hold); use an id the metadata store gave out"
+        )
+
+
+def _check_lac(op: str, lac: int) -> None:
+    if lac < -1:
+        raise ProtocolError(f"{op} lac {lac} is invalid (-1 means none yet; entry ids are >= 0)")
+
+
 def _decode_one(
+    body: memoryview, op: int, flags: int, request_id: int, at: int, end: int, max_entry_size: int
+) -> Request:
+    request = _decode_fields(body, op, flags, request_id, at, end, max_entry_size)
+    if not isinstance(request, BookieInfoRequest):
+        _check_ledger(Op(op).name, request.ledger_id)
+    return request
+
+
+def _decode_fields(
     body: memoryview, op: int, flags: int, request_id: int, at: int, end: int, max_entry_size: int
 ) -> Request:
     if op == Op.ADD:
@@ -376,6 +401,7 @@ def _decode_one(
             raise ProtocolError(f"ADD master key length {key_len} is invalid (at most {MAX_MASTER_KEY})")
         if entry_id < 0:
             raise ProtocolError(f"ADD entry id {entry_id} is negative")
+        _check_lac("ADD", lac)
         if end - data_at > max_entry_size:
             raise ProtocolError(
                 f"entry of {end - data_at} bytes is larger than this bookie's max_entry_size "
@@ -430,6 +456,7 @@ def _decode_one(
             )
         if min(entry_ids) < 0:
             raise ProtocolError(f"ADD_BATCH entry id {min(entry_ids)} is negative")
+        _check_lac("ADD_BATCH", lac)
         entries = []
         pos = data_at
         for length in lengths:
@@ -448,8 +475,7 @@ def _decode_one(
         key_at = at + _WRITE_LAC.size
         if flags or key_len > MAX_MASTER_KEY or key_at + key_len != end:
             raise ProtocolError("WRITE_LAC message has the wrong length, key length or unknown flags")
-        if lac < -1:
-            raise ProtocolError(f"WRITE_LAC lac {lac} is invalid")
+        _check_lac("WRITE_LAC", lac)
         return WriteLacRequest(request_id, ledger_id, lac, bytes(body[key_at:end]))
     if op == Op.WRITE_CLOSE:
         ledger_id, key_len = _WRITE_CLOSE.unpack_from(body, at)

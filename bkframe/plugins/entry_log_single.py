@@ -2,9 +2,14 @@
 
 Entries of all ledgers are interleaved in one append-only file at a time (seed:
 bookkeeper-overview, "Data Management in Bookies"), so the disk sees sequential writes
-whatever the number of ledgers. Appends go to the page cache with ``os.write``; only
-:meth:`SingleEntryLogManager.flush` (called from the storage checkpoint) pays for fsync,
-and it does so off the event loop.
+whatever the number of ledgers. Appends go to the page cache with ``os.pwrite`` at the
+offset the manager keeps; only :meth:`SingleEntryLogManager.flush` (called from the storage
+checkpoint) pays for fsync, and it does so off the event loop.
+
+A failed append (a short write, then ENOSPC or EIO) is cut off the log again, so the next
+append goes exactly where the failed one would have; if even that fails, the log is sealed
+and appends go on in a new one. Either way the offsets handed to the ledger storage are
+where the bytes are.
 
 File layout: ``DIR/{log_id:08x}.log``, starting with a 16-byte header (magic, version,
 log id) followed by whatever bytes the ledger storage appended.
@@ -20,7 +25,7 @@ from typing import Any
 
 from bkframe.core.config import ConfigError
 from bkframe.core.counters import Counters
-from bkframe.core.entry_log_files import EntryLogError, EntryLogFiles
+from bkframe.core.entry_log_files import EntryLogError, EntryLogFiles, EntryLogWriteError
 from bkframe.core.hookspecs import hookimpl
 from bkframe.core.interfaces import Buffer
 
@@ -76,11 +81,20 @@ class SingleEntryLogManager:
     def _start_log(self, log_id: int) -> None:
         self._active_fd = self._files.create(log_id)
         self._active_id = log_id
-        self._active_size = 0
-        self._write(LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, log_id))
+        self._active_size = 0  # the header is written by the first append
 
     def _write(self, data: Buffer) -> None:
-        self._active_size += self._files.write(self._active_id, self._active_fd, data)
+        try:
+            self._active_size += self._files.write(self._active_id, self._active_fd, data, self._active_size)
+        except EntryLogWriteError as e:
+            # Cut back: the next append goes where this one would have. Otherwise the
+            # log's tail holds part of the failed write: seal it, later appends go to a
+            # new log (whose offsets start afresh).
+            if not e.truncated:
+                log.warning("sealing entry log %s after a failed write it could not cut back", self._files.path(self._active_id))
+                self._active_id += 1
+                self._active_fd = -1
+            raise
 
     # -- the EntryLogManager protocol ----------------------------------------------------
 
@@ -92,6 +106,8 @@ class SingleEntryLogManager:
             self._start_log(self._active_id)
         elif self._active_size > LOG_HEADER.size and self._active_size + size > self._max_log_size:
             self._start_log(self._active_id + 1)
+        if self._active_size == 0:  # a new log, or one whose header write failed
+            self._write(LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, self._active_id))
         offset = self._active_size
         self._write(data)
         return self._active_id, offset

@@ -17,6 +17,7 @@ Python loop.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from pathlib import Path
@@ -35,6 +36,8 @@ HEADER_SIZE = 128
 _HEADER = struct.Struct("<4sIQI64sBBBxqI")  # 100 bytes; the rest up to the CRC is reserved
 _CRC_AT = HEADER_SIZE - 4
 RECORD_DTYPE = np.dtype([("offset", "<u8"), ("log_id", "<u4"), ("length", "<u4")])
+#: How far ahead of the records in use :meth:`LedgerIndex.reserve` allocates the table.
+RESERVE_AHEAD = 1 << 20
 
 
 class IndexCorruptError(Exception):
@@ -96,6 +99,8 @@ class LedgerIndex:
         self.fd = fd
         self._mm: np.memmap = self._map()
         self.records: npt.NDArray[np.void] = self._records()
+        #: Bytes from the start of the file known to be allocated on disk (see :meth:`reserve`).
+        self._reserved_to = HEADER_SIZE
         nonzero = np.flatnonzero(self.records["length"])
         self.last_entry_id: int = int(nonzero[-1]) if nonzero.size else -1
 
@@ -106,11 +111,14 @@ class LedgerIndex:
             # The header goes in before the file is sized, so that a kernel write-back
             # never shows a sized file with no header to a bookie restarting after a crash
             # (an all-zero header is still tolerated by the storage as "never created").
-            os.pwrite(fd, encode_header(state), 0)
+            header = encode_header(state)
+            if os.pwrite(fd, header, 0) != len(header):
+                raise OSError(errno.ENOSPC, f"short write of the header of index file {path}")
             os.ftruncate(fd, HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
             return cls(path, fd, state)
         except BaseException:
             os.close(fd)
+            path.unlink(missing_ok=True)  # e.g. a full disk: leave no half-made index behind
             raise
 
     @classmethod
@@ -151,6 +159,27 @@ class LedgerIndex:
         # msyncing it, and its dirty pages belong to the file's page cache either way.
         self._mm = self._map()
         self.records = self._records()
+
+    def reserve(self, first: int, last: int) -> None:
+        """Allocate disk blocks for the records of entry ids ``first..last`` (within capacity).
+
+        The table is a sparse file written through a mapping: storing a record into a hole
+        makes the kernel allocate a block at the page fault, and on a full disk that is a
+        SIGBUS, which kills the bookie. ``posix_fallocate`` first turns that into an
+        ``OSError`` (ENOSPC) that the add can report. Sequential ids pay one call per MiB
+        of table.
+        """
+        start = HEADER_SIZE + first * RECORD_DTYPE.itemsize
+        end = HEADER_SIZE + (last + 1) * RECORD_DTYPE.itemsize
+        if end <= self._reserved_to:
+            return
+        if start <= self._reserved_to:
+            size = self._mm.shape[0]
+            target = min(size, max(end, self._reserved_to + RESERVE_AHEAD))
+            os.posix_fallocate(self.fd, self._reserved_to, target - self._reserved_to)
+            self._reserved_to = target
+        else:  # far beyond the allocated prefix (ids out of order): just those records
+            os.posix_fallocate(self.fd, start, end - start)
 
     def write_state(self) -> int:
         """Store ``self.state`` in the mapped header; return the bytes written."""

@@ -25,6 +25,7 @@ import numpy as np
 import trio
 
 from bkframe.core.counters import Counters
+from bkframe.core.entry_log_files import EntryLogError
 from bkframe.core.interfaces import Buffer, EntryLogManager, LedgerState
 
 from .ledger_index import (
@@ -53,6 +54,15 @@ _INDEX_NAME = re.compile(r"^([0-9a-f]{16})\.idx$")
 
 class StorageCorruptError(Exception):
     """Stored data does not match what the index says; the message says where."""
+
+
+#: What :meth:`DefaultLedgerStorage._read_record` finds instead of a record.
+_LOST = object()
+_CORRUPT = object()
+
+
+class StorageSyncError(Exception):
+    """An fsync of the indexes failed: no checkpoint can complete until a restart."""
 
 
 class DefaultLedgerStorage:
@@ -96,12 +106,15 @@ class DefaultLedgerStorage:
         #: so the thread never fsyncs a closed (or reused) fd.
         self._graveyard: list[LedgerIndex] = []
         self._checkpointing = False
+        #: Why an index fsync failed, once one did (see :meth:`checkpoint`).
+        self._sync_failure: str | None = None
         self._lock = trio.Lock()
         self._limiter = trio.CapacityLimiter(1)
         self._closed = False
         self._index_dir.mkdir(parents=True, exist_ok=True)
         try:
             self._load()
+            self._drop_lost_entries()
         except BaseException:
             for idx in self._indexes.values():
                 idx.close()
@@ -131,6 +144,42 @@ class DefaultLedgerStorage:
                     f"index file {path} holds ledger {idx.state.ledger_id}, but its name says {ledger_id}"
                 )
             self._indexes[ledger_id] = idx
+
+    def _drop_lost_entries(self) -> None:
+        """Drop index records that point past the end of their entry log (or into a log
+        that is not there): after a power cut the index can be ahead of the logs, since
+        index pages reach the disk on their own schedule. Those entries are simply not
+        here any more; saying so ("no such entry", or UNKNOWN in limbo) is true, where a
+        read would only fail. Journal replay (next, at boot) re-adds what the journal
+        holds, and BP-46 repair copies back what a limbo ledger should hold. The records
+        are dropped in memory; the first checkpoint makes the index agree on disk.
+        """
+        sizes = {log_id: self._entry_logs.log_size(log_id) for log_id in self._entry_logs.log_ids()}
+        for ledger_id, idx in self._indexes.items():
+            held = np.flatnonzero(idx.records["length"])
+            if not held.size:
+                continue
+            rows = idx.records[held]
+            logs, inverse = np.unique(rows["log_id"], return_inverse=True)
+            limits = np.array([sizes.get(int(log_id), 0) for log_id in logs.tolist()], dtype=np.uint64)[inverse]
+            ends = rows["offset"] + rows["length"].astype(np.uint64)
+            lost = held[ends > limits]
+            if lost.size:
+                log.warning(
+                    "ledger %d: %d entries (ids %d..%d) point past the end of their entry log (its tail was "
+                    "lost in a crash); dropped from the index as missing here",
+                    ledger_id, lost.size, int(lost[0]), int(lost[-1]),
+                )
+                self._drop(ledger_id, idx, lost)
+
+    def _drop(self, ledger_id: int, idx: LedgerIndex, entry_ids: np.ndarray) -> None:
+        """Forget entries whose bytes are gone (see :meth:`_drop_lost_entries`)."""
+        idx.records[entry_ids] = np.zeros(len(entry_ids), dtype=RECORD_DTYPE)
+        if idx.last_entry_id in entry_ids:
+            nonzero = np.flatnonzero(idx.records["length"][: idx.last_entry_id + 1])
+            idx.last_entry_id = int(nonzero[-1]) if nonzero.size else -1
+        self._dirty.add(ledger_id)
+        self._counters.storage_entries_dropped += len(entry_ids)
 
     # -- ledger state ----------------------------------------------------------------------
 
@@ -233,6 +282,10 @@ class DefaultLedgerStorage:
             # Entries replayed from the journal for a ledger whose master record is in an
             # earlier, trimmed journal file would otherwise be dropped; keep them keyless.
             idx = self._create(ledger_id, b"", 0)
+        # Index room first: whatever fails (a full disk) fails before the append, so the
+        # log never holds bytes of a batch the index does not know.
+        idx.ensure_capacity(hi)
+        idx.reserve(lo, hi)
         # Hot path: map() keeps the per-entry work in C; one join, one append.
         lens = list(map(len, entries))
         parts: list[Buffer] = [b""] * (2 * n)
@@ -246,7 +299,6 @@ class DefaultLedgerStorage:
         batch["offset"] = np.cumsum(rec_lens) - rec_lens + base
         batch["log_id"] = log_id
         batch["length"] = rec_lens
-        idx.ensure_capacity(hi)
         # With a repeated id in one batch the later entry wins, as it does in the log.
         idx.records[ids] = batch
         if hi > idx.last_entry_id:
@@ -288,6 +340,8 @@ class DefaultLedgerStorage:
 
     async def checkpoint(self) -> None:
         async with self._lock:
+            if self._sync_failure is not None:
+                raise StorageSyncError(self._sync_failure)
             # Logs first: once an index is durable, everything it points to must be too.
             await self._entry_logs.flush()
             dirty = sorted(self._dirty)
@@ -297,6 +351,17 @@ class DefaultLedgerStorage:
             self._checkpointing = True
             try:
                 n = await trio.to_thread.run_sync(self._sync, targets, dir_dirty, limiter=self._limiter)
+            except OSError as e:
+                # As for entry logs: after a failed fsync the kernel may have dropped the
+                # dirty pages, and a retry would "succeed" without writing them. No later
+                # checkpoint may claim the indexes durable; the journal keeps what they hold.
+                self._dirty.update(i for i in dirty if i in self._indexes)
+                self._sync_failure = (
+                    f"an fsync of the ledger indexes in {self._index_dir} failed ({e}); their changes since the "
+                    f"last checkpoint may be lost, so no checkpoint can complete any more. Restart the bookie: "
+                    f"it replays the journal from its last good checkpoint"
+                )
+                raise StorageSyncError(self._sync_failure) from e
             except BaseException:
                 self._dirty.update(i for i in dirty if i in self._indexes)
                 self._dir_dirty = self._dir_dirty or dir_dirty
@@ -342,18 +407,26 @@ class DefaultLedgerStorage:
                     freed += size
                     log.info("removed entry log %08x (%d bytes): no ledger points into it", log_id, size)
             elif size and in_use / size < self._compaction_threshold:
-                copied = await self._compact(log_id)
-                if await self._entry_logs.remove_log(log_id):
+                copied, complete = await self._compact(log_id)
+                if complete and await self._entry_logs.remove_log(log_id):
                     freed += size - copied
                     log.info("compacted entry log %08x: kept %d of %d bytes", log_id, copied, size)
         if freed:
             await self._entry_logs.flush()  # the directory: the removals are durable
         return freed
 
-    async def _compact(self, old_log: int) -> int:
-        """Copy ``old_log``'s live records to the active log and repoint the indexes to them."""
+    async def _compact(self, old_log: int) -> tuple[int, bool]:
+        """Copy ``old_log``'s live records to the active log and repoint the indexes to them.
+
+        Returns the bytes copied and whether every live record could be moved (else the
+        old log must stay). A record the log does not hold (past its end, or never written:
+        zeros -- a power cut took it) is dropped from the index as missing here, as at
+        open. A record that is there but is not the entry the index names is corruption:
+        it stays where it is, and so does the log, for repair or inspection.
+        """
         moved: list[tuple[int, np.ndarray, np.ndarray, int, np.ndarray]] = []
         copied = 0
+        complete = True
         for ledger_id in sorted(self._indexes):
             idx = self._indexes.get(ledger_id)
             if idx is None:
@@ -371,10 +444,37 @@ class DefaultLedgerStorage:
                 chunk, rows = chunk[keep], rows[keep]
                 if not chunk.size:
                     continue
-                blob = b"".join(
-                    self._entry_logs.read(old_log, offset, length)
-                    for offset, length in zip(rows["offset"].tolist(), rows["length"].tolist())
-                )
+                parts: list[bytes] = []
+                fate = np.zeros(chunk.size, dtype=np.int8)  # 0 copy, 1 lost, 2 corrupt
+                for i, (entry_id, offset, length) in enumerate(
+                    zip(chunk.tolist(), rows["offset"].tolist(), rows["length"].tolist())
+                ):
+                    record = self._read_record(old_log, offset, length, ledger_id, entry_id)
+                    if isinstance(record, bytes):
+                        parts.append(record)
+                    else:
+                        fate[i] = 1 if record is _LOST else 2
+                if (fate == 1).any():
+                    # Bytes a power cut took: the entry is missing here, nothing to copy,
+                    # and no reason to fail the pass (it used to, at every GC).
+                    lost = chunk[fate == 1]
+                    log.warning(
+                        "compacting entry log %08x: %d entries of ledger %d (ids %d..%d) are not in it "
+                        "(its tail was lost in a crash); dropped from the index as missing here",
+                        old_log, lost.size, ledger_id, int(lost[0]), int(lost[-1]),
+                    )
+                    self._drop(ledger_id, idx, lost)
+                if (fate == 2).any():
+                    complete = False
+                    log.error(
+                        "compacting entry log %08x: %d records of ledger %d (first entry %d) are not the "
+                        "entries the index names (corrupt); they stay where they are, and so does the log",
+                        old_log, int((fate == 2).sum()), ledger_id, int(chunk[fate == 2][0]),
+                    )
+                chunk, rows = chunk[fate == 0], rows[fate == 0]
+                if not chunk.size:
+                    continue
+                blob = b"".join(parts)
                 new_log, base = self._entry_logs.append(ledger_id, blob)
                 lengths = rows["length"].astype(np.int64)
                 new_offsets = (np.cumsum(lengths) - lengths + base).astype(np.uint64)
@@ -397,7 +497,22 @@ class DefaultLedgerStorage:
             self._dirty.add(ledger_id)
         await self.checkpoint()
         self._counters.compacted_bytes += copied
-        return copied
+        return copied, complete
+
+    def _read_record(self, log_id: int, offset: int, length: int, ledger_id: int, entry_id: int) -> bytes | object:
+        """The entry's whole record; ``_LOST`` if the log does not hold it (shorter, gone,
+        or zeros there: never written); ``_CORRUPT`` if other bytes are there. An I/O
+        error is raised: it says nothing about the entry."""
+        try:
+            raw = self._entry_logs.read(log_id, offset, length)
+        except EntryLogError:  # short read or no such log
+            return _LOST
+        if length < ENTRY_RECORD.size:
+            return _CORRUPT
+        data_len, rec_ledger, rec_entry = ENTRY_RECORD.unpack_from(raw)
+        if (rec_ledger, rec_entry, data_len + ENTRY_RECORD.size) == (ledger_id, entry_id, length):
+            return raw
+        return _LOST if not any(raw[: ENTRY_RECORD.size]) else _CORRUPT
 
     def _sync(self, targets: list[LedgerIndex], dir_dirty: bool) -> int:
         for idx in targets:

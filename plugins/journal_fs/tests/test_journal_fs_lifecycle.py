@@ -162,7 +162,12 @@ async def test_crash_with_preallocated_tail_replays_and_appends_to_a_new_file(tm
 
 
 @pytest.mark.parametrize("hole_records", [1, 20])  # a short hole, and one past the 4 KiB zero scan
-async def test_zeroed_hole_before_valid_records_is_corruption(tmp_path: Path, hole_records: int) -> None:
+async def test_zeroed_hole_before_records_a_later_group_proves_synced_is_corruption(
+    tmp_path: Path, hole_records: int
+) -> None:
+    """Zeros followed by valid records in the LAST file: every record here was acknowledged
+    (each waited for its fsync), and the group commits after the hole record that the file
+    was fsynced past it. So the hole lost acknowledged records: refuse, naming the offset."""
     journal = make(tmp_path, preallocate_bytes=0)
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run)
@@ -171,13 +176,85 @@ async def test_zeroed_hole_before_valid_records_is_corruption(tmp_path: Path, ho
         await journal.aclose()
         nursery.cancel_scope.cancel()
     (path,) = tmp_path.glob("*.txn")
+    ends = [pos.offset for pos, _ in replay_all(tmp_path)]
     data = bytearray(path.read_bytes())
-    hole = FILE_HEADER.size + 3 * (12 + 300)  # from the fourth record on, as if never written
-    data[hole : hole + hole_records * 312] = bytes(hole_records * 312)
+    hole = ends[2]  # from the fourth record's group on, as if never written
+    data[hole : ends[2 + hole_records]] = bytes(ends[2 + hole_records] - hole)
     path.write_bytes(bytes(data))
-    with pytest.raises(JournalCorruptError) as err:
+    with pytest.raises(JournalCorruptError, match="fsynced up to offset") as err:
         replay_all(tmp_path)
     assert err.value.path == str(path) and err.value.offset == hole
+
+
+async def _write_torn_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durable: list[bytes], torn: list[bytes]) -> int:
+    """Journal ``durable`` (each acknowledged), then ``torn`` as one group whose fdatasync
+    never completes; return the offset where the last completed fdatasync ended."""
+    journal = make(tmp_path, preallocate_bytes=0)
+
+    def unfinished_fdatasync(fd: int) -> None:
+        raise OSError(errno.EIO, "power cut during fdatasync")
+
+    with pytest.RaisesGroup(JournalFailedError):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(journal.run)
+            for rec in durable:
+                await journal.wait_durable(journal.append([rec]))
+            synced_end = journal.position().offset
+            monkeypatch.setattr(os, "fdatasync", unfinished_fdatasync)
+            for rec in torn:
+                seq = journal.append([rec])
+            with pytest.raises(JournalFailedError):
+                await journal.wait_durable(seq)  # never acknowledged
+    monkeypatch.undo()
+    await journal.aclose()
+    return synced_end
+
+
+async def test_torn_last_group_is_truncated_where_the_last_fsync_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Page write-back during an fdatasync that never completed: later pages of the group
+    reached the disk, its first page did not (zeros). Nothing of that group was
+    acknowledged, so replay truncates there and keeps every acknowledged record."""
+    durable = [b"durable %03d|" % i * 30 for i in range(30)]
+    torn = [b"never acknowledged %03d|" % i * 30 for i in range(60)]
+    synced_end = await _write_torn_group(tmp_path, monkeypatch, durable, torn)
+    (path,) = tmp_path.glob("*.txn")
+    data = bytearray(path.read_bytes())
+    assert len(data) > synced_end + 3 * 4096  # the whole group was written, not synced
+    data[synced_end : synced_end + 4096] = bytes(4096)
+    path.write_bytes(bytes(data))
+    assert [r for _, r in replay_all(tmp_path)] == durable
+    assert path.stat().st_size == synced_end  # truncated: the next start sees a clean end
+    # A journal reopened on it goes on in a new file, and replays both.
+    reopened = make(tmp_path, preallocate_bytes=0)
+    assert [r for _, r in reopened.replay(None)] == durable
+    async with trio.open_nursery() as nursery:
+        await nursery.start(reopened.run)
+        await reopened.wait_durable(reopened.append([b"after restart"]))
+        await reopened.aclose()
+        nursery.cancel_scope.cancel()
+    assert [r for _, r in replay_all(tmp_path)] == durable + [b"after restart"]
+
+
+async def test_torn_group_in_a_rolled_file_is_corruption(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same damage in a file the journal rolled away from (fsynced when rolled) cannot
+    be an unfinished group: refuse to start, naming the file and offset."""
+    durable = [b"durable %03d|" % i * 30 for i in range(30)]
+    synced_end = await _write_torn_group(tmp_path, monkeypatch, durable, [b"torn %03d|" % i * 30 for i in range(60)])
+    (first,) = tmp_path.glob("*.txn")
+    data = bytearray(first.read_bytes())
+    data[synced_end : synced_end + 4096] = bytes(4096)
+    first.write_bytes(bytes(data))
+    journal = make(tmp_path, preallocate_bytes=0)  # a later run wrote a newer file
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        await journal.wait_durable(journal.append([b"newer"]))
+        await journal.aclose()
+        nursery.cancel_scope.cancel()
+    with pytest.raises(JournalCorruptError) as err:
+        replay_all(tmp_path)
+    assert err.value.path == str(first) and err.value.offset == synced_end
 
 
 async def test_torn_record_in_an_older_file_is_corruption(tmp_path: Path) -> None:
@@ -219,9 +296,18 @@ def test_record_framing_is_little_endian_magic_length_crc(tmp_path: Path) -> Non
         async with trio.open_nursery() as nursery:
             await nursery.start(journal.run)
             await journal.wait_durable(journal.append([b"ab", b"cd"]))
+            await journal.wait_durable(journal.append([b"ef"]))
             await journal.aclose()
             nursery.cancel_scope.cancel()
 
+    def sync_mark(synced_end: int) -> bytes:
+        body = struct.pack("<Q", synced_end)
+        return struct.pack("<III", 0xB0C45CED, 8, crc32c.crc32c(body)) + body
+
     trio.run(write)
     data = (tmp_path / f"{1:016x}.txn").read_bytes()
-    assert data[FILE_HEADER.size :] == struct.pack("<III", 0xB0C41E55, 4, crc32c.crc32c(b"abcd")) + b"abcd"
+    assert data[:FILE_HEADER.size] == b"BKFJRNL1" + struct.pack("<II", 2, 1)
+    # Each group: a sync mark (where the last completed fsync ended), then its records.
+    first = sync_mark(0) + struct.pack("<III", 0xB0C41E55, 4, crc32c.crc32c(b"abcd")) + b"abcd"
+    second = sync_mark(FILE_HEADER.size + len(first)) + struct.pack("<III", 0xB0C41E55, 2, crc32c.crc32c(b"ef")) + b"ef"
+    assert data[FILE_HEADER.size :] == first + second

@@ -11,7 +11,9 @@ appended to again; a later append of its ledger starts a new log):
 * when it was not appended to for ``expire_after_access_s`` (checked at each flush);
 * when more than ``max_active`` ledgers have an active log (the least recently used one);
 * when it would grow past ``max_log_size``;
-* when a write to it fails (before the error reaches the client).
+* when a write to it fails and cannot be cut off again (before the error reaches the
+  client). A failed write that could be cut off (the usual case: shrinking a file needs no
+  space) leaves the log as it was, and the next append goes where the failed one would have.
 
 File layout: ``DIR/{log_id:08x}.log``, log ids shared by all ledgers, each file starting
 with a 24-byte header (magic, version, log id, ledger id). Logs of an earlier run are
@@ -29,7 +31,7 @@ from pathlib import Path
 import attrs
 
 from bkframe.core.counters import Counters
-from bkframe.core.entry_log_files import EntryLogError, EntryLogFiles
+from bkframe.core.entry_log_files import EntryLogError, EntryLogFiles, EntryLogWriteError
 from bkframe.core.interfaces import Buffer
 
 log = logging.getLogger(__name__)
@@ -95,12 +97,15 @@ class PerLedgerEntryLogManager:
             active = None
         if active is None:
             active = self._start(ledger_id)
-        offset = active.size
         try:
+            if active.size == 0:  # a new log, or one whose header write failed
+                self._write(active, LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, active.log_id, ledger_id))
+            offset = active.size
             self._write(active, data)
-        except OSError:
-            # A log with a failed (maybe partial) write takes no more appends.
-            self._seal(ledger_id, "a write to it failed")
+        except EntryLogWriteError as e:
+            if not e.truncated:
+                # Part of the failed write stays at the log's tail: no more appends to it.
+                self._seal(ledger_id, "a write to it failed and could not be cut off")
             raise
         active.last_access = time.monotonic()
         self._active.move_to_end(ledger_id)
@@ -114,11 +119,10 @@ class PerLedgerEntryLogManager:
         self._next_id += 1
         fd = self._files.create(log_id)
         active = self._active[ledger_id] = _Active(log_id, fd, 0, time.monotonic())
-        self._write(active, LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, log_id, ledger_id))
         return active
 
     def _write(self, active: _Active, data: Buffer) -> None:
-        active.size += self._files.write(active.log_id, active.fd, data)
+        active.size += self._files.write(active.log_id, active.fd, data, active.size)
 
     def _seal(self, ledger_id: int, why: str) -> None:
         active = self._active.pop(ledger_id, None)

@@ -2,6 +2,25 @@
 
 File ``DIR/{file_id:016x}.txn``: a 16-byte header (magic, version, file id), then records
 ``magic u32 | body length u32 | CRC32C(body) u32 | body``, then zeros (preallocated).
+
+**Sync marks and the tail rule.** Every group commit starts (in each file it writes to)
+with a *sync mark*: a record of its own magic whose 8-byte body is the offset up to which
+this file was fsynced when the group was written -- where the last *completed* fdatasync
+ended. Records are acknowledged only once their group's fdatasync completed, so:
+
+* in the **last** file, a bad record at offset P (zeros, a torn or CRC-failing record)
+  followed by valid records is an *unfinished group* -- pages written back by the kernel
+  while its fdatasync had not completed, the earlier ones lost in a power cut -- unless a
+  valid sync mark after P says the file was fsynced beyond P. Nothing at or after P was
+  then acknowledged: the file is truncated at P. If a mark proves P was fsynced,
+  acknowledged records were damaged: replay refuses, naming the file and offset;
+* a **rolled** file was fsynced whole when the journal moved to the next file: any bad
+  record followed by valid ones refuses, naming the file and offset.
+
+The proof can only come from a later group, so damage inside the very last fsynced group
+of the last file (a disk corrupting synced data, not a power cut) cannot be told from an
+unfinished group and is truncated too. Version 1 files (no sync marks) replay by the same
+rule, with no proofs.
 """
 
 from __future__ import annotations
@@ -22,10 +41,17 @@ log = logging.getLogger("bkframe.journal_fs")
 
 FILE_MAGIC = b"BKFJRNL1"
 FILE_HEADER = struct.Struct("<8sII")  # magic, version, file id (low 32 bits)
-FORMAT_VERSION = 1
+#: Version 2 adds sync marks; version 1 files are still replayed.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 RECORD_MAGIC = 0xB0C4_1E55
 RECORD_HEADER = struct.Struct("<III")
 _MAGIC_BYTES = struct.pack("<I", RECORD_MAGIC)
+#: A sync mark: a record with this magic and an 8-byte body, the file's fsynced end (u64).
+SYNC_MAGIC = 0xB0C4_5CED
+_SYNC_MAGIC_BYTES = struct.pack("<I", SYNC_MAGIC)
+SYNC_BODY = struct.Struct("<Q")
+SYNC_MARK_SIZE = RECORD_HEADER.size + SYNC_BODY.size
 
 
 class JournalFailedError(OSError):
@@ -86,6 +112,8 @@ class FsJournal:
         #: Bytes of the open file written so far, and how far it is preallocated.
         self._written = 0
         self._allocated = 0
+        #: Where the open file's last completed fdatasync ended (what sync marks record).
+        self._synced = 0
 
     # -- files ---------------------------------------------------------------------------
 
@@ -117,6 +145,7 @@ class FsJournal:
         self._fd = fd
         self._written = len(header)
         self._allocated = 0
+        self._synced = 0
         self._preallocate()
         dfd = os.open(self.directory, os.O_RDONLY)
         try:
@@ -151,7 +180,11 @@ class FsJournal:
             self._append_offset = FILE_HEADER.size
         segments = self._segments
         if not segments or segments[-1][0] != self._append_file_id:
-            segments.append((self._append_file_id, bytearray()))
+            # A new group (or its part in a new file) starts with room for its sync mark,
+            # filled in when the group is written (only then is the fsynced end known).
+            segments.append((self._append_file_id, bytearray(SYNC_MARK_SIZE)))
+            self._buffered += SYNC_MARK_SIZE
+            self._append_offset += SYNC_MARK_SIZE
         buf = segments[-1][1]
         buf += RECORD_HEADER.pack(RECORD_MAGIC, length, crc)
         for part in parts:
@@ -256,6 +289,11 @@ class FsJournal:
                     syncs += 1  # the roll fsyncs the file it closes
                 self._open_file(file_id)
             assert self._fd is not None
+            # The limiter runs groups one at a time, so _synced is the end of the last
+            # fdatasync that completed before this group.
+            body = SYNC_BODY.pack(self._synced)
+            RECORD_HEADER.pack_into(data, 0, SYNC_MAGIC, SYNC_BODY.size, crc32c.crc32c(body))
+            data[RECORD_HEADER.size : SYNC_MARK_SIZE] = body
             view = memoryview(data)
             while view:
                 n = os.pwrite(self._fd, view, self._written)
@@ -263,6 +301,7 @@ class FsJournal:
                 view = view[n:]
         if self._fsync:
             os.fdatasync(self._fd)  # type: ignore[arg-type]
+            self._synced = self._written
             syncs += 1
         self._preallocate()
         return syncs
@@ -306,8 +345,8 @@ class FsJournal:
                 return
             raise JournalCorruptError(str(path), 0, "the file header is incomplete")
         magic, version, low_id = FILE_HEADER.unpack_from(data)
-        if magic != FILE_MAGIC or version != FORMAT_VERSION or low_id != file_id & 0xFFFFFFFF:
-            raise JournalCorruptError(str(path), 0, "not a bkframe journal file of this version")
+        if magic != FILE_MAGIC or version not in READABLE_VERSIONS or low_id != file_id & 0xFFFFFFFF:
+            raise JournalCorruptError(str(path), 0, "not a bkframe journal file of a version this bkframe reads")
         pos = max(start, FILE_HEADER.size)
         end = len(data)
         while pos < end:
@@ -316,32 +355,56 @@ class FsJournal:
                 magic, length, _ = RECORD_HEADER.unpack_from(data, pos)
                 body_at = pos + RECORD_HEADER.size
                 pos = body_at + length
-                yield JournalPosition(file_id, pos), data[body_at:pos]
+                if magic == RECORD_MAGIC:
+                    yield JournalPosition(file_id, pos), data[body_at:pos]
                 continue
-            if problem == "end":
-                # Zeros where a header should be: the end of the data, unless records follow
-                # (then acknowledged records were lost in between, which is corruption).
-                if not self._valid_record_after(data, pos + 1):
+            after, synced = self._valid_records_after(data, pos + 1)
+            if not after:
+                if problem == "end":
+                    return  # preallocated zeros: the end of the data
+                if last:
+                    log.warning("journal %s: torn tail at offset %d (%s); truncating", path, pos, problem)
+                    self._truncate(path, pos)
                     return
-                raise JournalCorruptError(str(path), pos, "zeroed bytes followed by valid records")
-            if last and not self._valid_record_after(data, pos + 1):
-                log.warning("journal %s: torn tail at offset %d (%s); truncating", path, pos, problem)
-                with open(path, "r+b") as f:
-                    f.truncate(pos)
-                    os.fsync(f.fileno())
-                return
-            raise JournalCorruptError(str(path), pos, problem)
+                raise JournalCorruptError(str(path), pos, problem)
+            if problem == "end":
+                problem = "zeroed bytes followed by valid records"
+            if not last:
+                raise JournalCorruptError(str(path), pos, f"{problem}, in a file fsynced whole when the journal rolled")
+            if synced > pos:
+                raise JournalCorruptError(
+                    str(path), pos, f"{problem}, but a later group commit records that the file was fsynced up to "
+                    f"offset {synced}, so acknowledged records were damaged"
+                )
+            # The group commit that wrote this never completed its fdatasync: nothing from
+            # here on was acknowledged (see the module docstring).
+            log.warning(
+                "journal %s: %s at offset %d, then %d valid-looking records of a group whose fdatasync never "
+                "completed (the file was fsynced up to offset %d); none was acknowledged; truncating",
+                path, problem, pos, after, synced,
+            )
+            self._truncate(path, pos)
+            return
+
+    @staticmethod
+    def _truncate(path: Path, offset: int) -> None:
+        with open(path, "r+b") as f:
+            f.truncate(offset)
+            os.fsync(f.fileno())
 
     @staticmethod
     def _check_record(data: bytes, pos: int) -> str | None:
-        """None if a valid record starts at ``pos``; "end" at preallocated zeros; else why not."""
+        """None if a valid record (or sync mark) starts at ``pos``; "end" at preallocated
+        zeros; else why not."""
         if len(data) - pos < RECORD_HEADER.size:
             return "end" if not any(data[pos:]) else "truncated record header"
         magic, length, crc = RECORD_HEADER.unpack_from(data, pos)
         if magic == 0 and length == 0 and crc == 0:
             return "end" if not any(data[pos : pos + 4096]) else "zeroed record header"
-        if magic != RECORD_MAGIC:
+        if magic not in (RECORD_MAGIC, SYNC_MAGIC):
             return f"bad record magic {magic:#010x}"
+        if magic == SYNC_MAGIC and length != SYNC_BODY.size:
+            return f"sync mark of {length} bytes (expected {SYNC_BODY.size})"
         body_at = pos + RECORD_HEADER.size
         if body_at + length > len(data):
             return f"record of {length} bytes runs past the end of the file"
@@ -349,11 +412,18 @@ class FsJournal:
             return "record CRC mismatch"
         return None
 
-    def _valid_record_after(self, data: bytes, pos: int) -> bool:
-        while True:
-            at = data.find(_MAGIC_BYTES, pos)
-            if at < 0:
-                return False
-            if self._check_record(data, at) is None:
-                return True
-            pos = at + 1
+    def _valid_records_after(self, data: bytes, pos: int) -> tuple[int, int]:
+        """Valid records (sync marks included) starting at or after ``pos``: how many, and
+        the highest fsynced end their sync marks record (0 if none)."""
+        count = 0
+        synced = 0
+        for magic_bytes in (_MAGIC_BYTES, _SYNC_MAGIC_BYTES):
+            at = data.find(magic_bytes, pos)
+            while at >= 0:
+                if self._check_record(data, at) is None:
+                    count += 1
+                    if magic_bytes == _SYNC_MAGIC_BYTES:
+                        (mark,) = SYNC_BODY.unpack_from(data, at + RECORD_HEADER.size)
+                        synced = max(synced, mark)
+                at = data.find(magic_bytes, at + 1)
+        return count, synced
