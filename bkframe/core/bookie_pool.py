@@ -53,16 +53,27 @@ class BookiePool:
             client = self.connected(bookie_id)
             if client is not None:
                 return client
-            address = await self.resolve(bookie_id, refresh=bookie_id in self._clients)
-            host, _, port = address.rpartition(":")
-            try:
-                client = await self._nursery.start(self._hold, bookie_id, host, int(port))
-            except ConnectionError as e:
-                # A restarted bookie listens elsewhere: look it up afresh next time.
-                self._addresses.pop(bookie_id, None)
-                self.health.failed(bookie_id, str(e))
-                raise
-            return client
+            refreshed = bookie_id in self._clients
+            address = await self.resolve(bookie_id, refresh=refreshed)
+            while True:
+                host, _, port = address.rpartition(":")
+                try:
+                    return await self._nursery.start(self._hold, bookie_id, host, int(port))
+                except ConnectionError as e:
+                    # A restarted bookie listens elsewhere: the address may be stale (it
+                    # came with another bookie's lookup). Look it up afresh, once.
+                    self._addresses.pop(bookie_id, None)
+                    if not refreshed:
+                        refreshed = True
+                        try:
+                            fresh = await self.resolve(bookie_id, refresh=True)
+                        except ConnectionError:
+                            fresh = address
+                        if fresh != address:
+                            address = fresh
+                            continue
+                    self.health.failed(bookie_id, str(e))
+                    raise
 
     async def _hold(self, bookie_id: str, host: str, port: int, *, task_status: trio.TaskStatus[BookieClient]) -> None:
         # A failed connect raises out of nursery.start to the caller of get().

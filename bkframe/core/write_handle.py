@@ -73,19 +73,22 @@ async def choose_replacements(
     ]
     random.shuffle(candidates)
     candidates = pool.health.healthy_first(candidates)
+    unreachable: list[str] = []
     for idx in failed:
         while candidates:
             cand = candidates.pop(0)
             try:
                 await pool.get(cand)
-            except ConnectionError:
-                continue  # the pool quarantined it
+            except ConnectionError as e:
+                unreachable.append(f"{cand}: {e}")  # the pool quarantined it
+                continue
             new[idx] = cand
             break
         else:
             raise NotEnoughBookiesError(
                 f"{what}: no reachable writable bookie left to replace {ensemble[idx]} "
-                f"(ensemble {list(ensemble)}); start more bookies or free disk space on read-only ones"
+                f"(ensemble {list(ensemble)}; unreachable: {'; '.join(unreachable) or 'none'}); "
+                f"start more bookies or free disk space on read-only ones"
             )
     return new
 
