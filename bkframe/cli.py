@@ -51,6 +51,9 @@ def bookie(
     from bkframe.testing.powerloss import install_from_env
 
     install_from_env()  # only with BKFRAME_POWERLOSS_* set: the tests' power-cut simulation
+    from bkframe.testing import diskfull
+
+    diskfull.install_from_env()  # only with BKFRAME_DISKFULL_* set: the tests' full-disk simulation
 
     try:
         config = load_config(config_path, {"data_dir": data_dir, "host": host, "port": port, "metadata": metadata, "bookie_id": bookie_id})
