@@ -26,6 +26,10 @@ class Counters:
     gc_ledgers_deleted: int = 0
     gc_bytes_freed: int = 0
     compacted_bytes: int = 0
+    #: Journal groups lost to a write that found no space (their requests failed).
+    journal_write_failures: int = 0
+    #: Adds refused because the bookie is read-only.
+    read_only_refusals: int = 0
 
     @property
     def fsyncs(self) -> int:
