@@ -15,6 +15,7 @@ import trio
 from bkframe.cli_errors import find_error
 from bkframe.core.config import ConfigError, load_config
 from bkframe.core.cookies import CookieError
+from bkframe.core.disk_space import NoSpaceToStartError
 from bkframe.core.interfaces import JournalCorruptError
 from bkframe.core.metadata import MetadataError
 from bkframe.core.plugin_manager import PluginManager
@@ -72,7 +73,7 @@ def bookie(
     try:
         trio.run(run)
     except BaseException as e:
-        known = find_error(e, (ConfigError, JournalCorruptError, MetadataError, CookieError))
+        known = find_error(e, (ConfigError, JournalCorruptError, MetadataError, CookieError, NoSpaceToStartError))
         if known is None:
             raise
         raise click.ClickException(str(known)) from None

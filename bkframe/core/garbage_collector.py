@@ -21,6 +21,7 @@ import trio
 
 from bkframe.core.bookie import Bookie
 from bkframe.core.cookies import CookieCheck
+from bkframe.core.disk_space import is_disk_full
 from bkframe.core.metadata import MetadataError, MetadataStore, NoSuchLedgerError
 
 log = logging.getLogger("bkframe.gc")
@@ -41,6 +42,13 @@ class GarbageCollector:
                 await self.collect()
             except MetadataError as e:
                 log.warning("garbage collection skipped: metadata store failed: %s", e)
+            except OSError as e:
+                if not is_disk_full(e):
+                    raise
+                # Compaction copies live entries before it frees their old log: on a full
+                # disk that copy can fail. Nothing was repointed yet; try again later.
+                self.bookie.mode.write_failed(e)
+                log.warning("garbage collection stopped for want of space (%s); retrying at the next interval", e)
 
     async def collect(self) -> tuple[int, int]:
         """One pass; returns (ledgers deleted here, bytes the storage freed)."""

@@ -17,6 +17,7 @@ import trio
 
 from bkframe.core import protocol as p
 from bkframe.core.bookie import Bookie, ResponseBatch
+from bkframe.core.interfaces import Buffer, JournalWriteError
 
 log = logging.getLogger("bkframe.server")
 
@@ -137,7 +138,7 @@ class BookieServer:
         journal = self.bookie.journal
         async with receive:
             async for batch in receive:
-                parts = list(batch.parts)
+                batches = [batch]
                 wait = batch.wait_seq
                 # Coalesce batches already queued behind this one into a single send.
                 while True:
@@ -145,10 +146,23 @@ class BookieServer:
                         more = receive.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
-                    parts.extend(more.parts)
+                    batches.append(more)
                     wait = max(wait, more.wait_seq)
+                lost: JournalWriteError | None = None
                 if wait > journal.durable_seq:
-                    await journal.wait_durable(wait)
+                    try:
+                        await journal.wait_durable(wait)
+                    except JournalWriteError as e:
+                        lost = e  # settled up to ``wait``: each batch is checked below
+                parts: list[Buffer] = []
+                for b in batches:
+                    # A batch's records were appended together, so they were written (or lost)
+                    # together: its highest sequence tells for all of them.
+                    if b.wait_seq and journal.is_lost(b.wait_seq):
+                        error = lost or JournalWriteError(None, f"journal record {b.wait_seq} was not written")
+                        parts.extend(self.bookie.lost_write_responses(b, error))
+                    else:
+                        parts.extend(b.parts)
                 if parts:
                     await stream.send_all(p.frame(parts))
 
