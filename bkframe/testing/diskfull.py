@@ -15,9 +15,10 @@ behaves as if it were a filesystem of that size of its own:
 * ``shutil.disk_usage`` of a path under it answers ``(capacity, used, capacity - used)``,
   so the bookie's disk check sees the same full disk its writes hit.
 
-The capacity file is read again at least every :data:`REFRESH_S` and whenever a write
-would not fit, so a test gives the bookie more (or less) space at run time with
-:func:`set_capacity`. Deleting files frees space as on a real disk. Writes through mmap
+The capacity file is read again as soon as it changes (a stat per write), so a test gives
+the bookie more (or less) space at run time with :func:`set_capacity`. Deleting files frees
+space as on a real disk (the used bytes are recounted at least every :data:`REFRESH_S` and
+before any write is refused). Writes through mmap
 are not seen (the default ledger storage grows its index files with ``ftruncate``, which
 is). Not for production.
 """
@@ -79,15 +80,25 @@ class _Disk:
         self.capacity_file = capacity_file
         self._lock = threading.Lock()
         self._capacity = 0
+        self._capacity_stamp: tuple[int, int] | None = None
         self._used = 0
         self._counted_at = -1.0
         #: fd -> (st_dev, st_ino, whether the file is under root); checked against fstat
         #: so a reused fd number is looked up again.
         self._fds: dict[int, tuple[int, int, bool]] = {}
 
+    def _capacity_changed(self) -> bool:
+        try:
+            st = os.stat(self.capacity_file)
+        except OSError:
+            return False
+        return (st.st_ino, st.st_mtime_ns) != self._capacity_stamp
+
     def _recount(self) -> None:
         try:
+            st = os.stat(self.capacity_file)
             self._capacity = int(self.capacity_file.read_text().strip())
+            self._capacity_stamp = (st.st_ino, st.st_mtime_ns)
         except (OSError, ValueError):
             pass  # keep the last good value (a test may be rewriting it)
         self._used = used_bytes(self.root)
@@ -125,7 +136,11 @@ class _Disk:
             growth = _blocks(max(offset + length, st.st_size)) - _blocks(st.st_size)
             if growth <= 0:
                 return
-            if time.monotonic() - self._counted_at > REFRESH_S or self._used + growth > self._capacity:
+            if (
+                time.monotonic() - self._counted_at > REFRESH_S
+                or self._used + growth > self._capacity
+                or self._capacity_changed()
+            ):
                 self._recount()  # deletions since the last count, or a new capacity
             if self._used + growth > self._capacity:
                 raise OSError(

@@ -35,7 +35,9 @@ MB = 1 << 20
 SMALL = "small"
 
 
-def bookie_config(path: Path, *, threshold: float = 0.95, lwm: float = 0.90, interval_s: float = 0.1) -> Path:
+def bookie_config(
+    path: Path, *, threshold: float = 0.95, lwm: float = 0.90, interval_s: float = 0.1, checkpoint_s: float = 30.0
+) -> Path:
     """The small bookie's config: its thresholds and disk check, and no journal
     preallocation (16 MiB chunks would not fit its few MiB)."""
     path.write_text(
@@ -44,6 +46,7 @@ def bookie_config(path: Path, *, threshold: float = 0.95, lwm: float = 0.90, int
 disk_usage_threshold = {threshold}
 disk_usage_lwm = {lwm}
 disk_check_interval_s = {interval_s}
+checkpoint_interval_s = {checkpoint_s}
 
 [journal]
 preallocate_bytes = 0
@@ -144,6 +147,35 @@ async def check_held(client: Client, md: LedgerMetadata, bookie_id: str, payload
             assert digester.decode(md.ledger_id, entry_id, r.data)[2] == payloads[entry_id]
             checked += 1
     return checked
+
+
+def placed(md: LedgerMetadata, bookie_id: str) -> set[int]:
+    """The entries (up to the last) the metadata places on ``bookie_id``: it acknowledged them."""
+    bounds = [first for first, _ in md.fragments[1:]] + [md.last_entry_id + 1]
+    out: set[int] = set()
+    for (first, ensemble), end in zip(md.fragments, bounds):
+        if bookie_id in ensemble:
+            me = ensemble.index(bookie_id)
+            out.update(e for e in range(first, end) if me in write_set(e, len(ensemble), md.write_quorum))
+    return out
+
+
+def journaled(data_dir: Path, md: LedgerMetadata) -> set[int]:
+    """The entries of the ledger in the journal files of a stopped bookie, checked against
+    their digests."""
+    from bkframe.core import journal_records as jr
+    from bkframe.core.counters import Counters
+    from bkframe_journal_fs.fs_journal import FsJournal
+
+    digester = Digester.for_ledger(md.digest_type, PW)
+    out: set[int] = set()
+    for _, raw in FsJournal(data_dir / "journal", Counters()).replay(None):
+        rec = jr.decode(raw)
+        if isinstance(rec, jr.EntriesRecord) and rec.ledger_id == md.ledger_id:
+            for entry_id, data in zip(rec.entry_ids, rec.entries):
+                digester.decode(md.ledger_id, entry_id, bytes(data))
+                out.add(entry_id)
+    return out
 
 
 async def read_all(client: Client, ledger_id: int) -> list[bytes]:
@@ -286,12 +318,46 @@ async def test_read_only_bookie_still_fences_and_takes_recovery_adds(cluster_fac
         assert state["read_only"] is True and state["counters"]["fenced_ledgers"] == 1, state
 
 
+async def test_an_add_whose_journal_write_finds_no_space_is_not_acknowledged(tmp_path: Path) -> None:
+    """Room for the entry log's copy of an add but not for its journal record: the add is
+    answered READ_ONLY (never OK), the bookie stays up, and takes adds again once it has room."""
+    metadata = f"sqlite://{tmp_path / 'metadata.db'}"
+    small = ClusterBookie(SMALL, tmp_path / SMALL, metadata)
+    small.start("--config", str(bookie_config(tmp_path / "b.toml", interval_s=0.2, checkpoint_s=3600)), disk_capacity=64 * MB)
+    key = b"k" * 20
+    try:
+        async with bkframe.open_client(metadata) as client:
+            conn = await client.pool.get(SMALL)
+            assert (await conn.add(7, 0, b"first", master_key=key)).status == p.Status.OK
+            # 100 KiB more fits once (the entry log's copy), not twice (the journal's); what
+            # is left is under 10 %, so it stays read-only until it gets more space.
+            small.set_disk_capacity(used_bytes(small.data_dir) + 110 * 1024)
+            lost = await conn.add(7, 1, os.urandom(100 * 1024), master_key=key, lac=0)
+            assert lost.status == p.Status.READ_ONLY, (lost.status, lost.message)
+            assert "journal" in lost.message and "No space left" in lost.message, lost.message
+            assert small.running
+            assert (await conn.read(7, 0)).data == b"first"
+            assert (await info(client, SMALL))["counters"]["journal_write_failures"] == 1
+            await wait_for(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration")
+            small.set_disk_capacity(64 * MB)
+            await wait_for(lambda: _is(registered_read_only(client, SMALL), False), "the writable registration")
+            assert (await conn.add(7, 1, b"second", master_key=key, lac=0)).status == p.Status.OK
+        small.kill()
+        small.start("--config", str(tmp_path / "b.toml"))
+        async with bkframe.open_client(metadata) as client:
+            conn = await client.pool.get(SMALL)
+            assert [(await conn.read(7, e)).data for e in (0, 1)] == [b"first", b"second"]
+    finally:
+        if small.running:
+            small.kill()
+
+
 async def test_write_failure_on_a_full_disk_then_restart_while_full(cluster_factory: Any, tmp_path: Path) -> None:
     """Issue 18: a bookie whose writes fail with ENOSPC stays up (read-only), restarts on the
     full disk, serves what it holds, and takes writes again once it has space."""
     cluster = cluster_factory(3)
     # A disk check that never comes: only the failing writes can tell the bookie its disk is full.
-    blind = bookie_config(tmp_path / "blind.toml", interval_s=3600)
+    blind = bookie_config(tmp_path / "blind.toml", interval_s=3600, checkpoint_s=3600)
     small = add_small_bookie(cluster, blind, disk_capacity=4 * MB)
     await _full_disk_scenario(cluster, small, tmp_path, grow=lambda: small.set_disk_capacity(used_bytes(small.data_dir) + 64 * MB),
                               make_full=lambda: small.set_disk_capacity(used_bytes(small.data_dir)))
@@ -314,6 +380,9 @@ async def _full_disk_scenario(
         assert held > 0
         # Restart on the full disk (SIGKILL: the journal has to be replayed).
         small.kill()
+        # No checkpoint ran (checkpoint_interval_s): every entry the bookie acknowledged
+        # must be in what its journal holds, although some of its journal writes failed.
+        assert journaled(small.data_dir, md) >= placed(md, SMALL)
         make_full()
         small.start("--config", str(bookie_config(tmp_path / "watching.toml", interval_s=0.2)))
         state = await info(client, SMALL)
@@ -375,7 +444,7 @@ async def test_real_size_limited_filesystem(cluster_factory: Any, tmp_path: Path
     cluster = cluster_factory(3)
     data_dir = tmp_path / "tmpfs" / SMALL
     resize = tmpfs(data_dir, 4 * MB)
-    blind = bookie_config(tmp_path / "blind.toml", interval_s=3600)
+    blind = bookie_config(tmp_path / "blind.toml", interval_s=3600, checkpoint_s=3600)
     small = add_small_bookie(cluster, blind, disk_capacity=None, data_dir=data_dir)
     # Before the restart, shrink it to what is used: full, whatever the failed write left free.
     await _full_disk_scenario(cluster, small, tmp_path, grow=lambda: resize(64 * MB),
