@@ -446,7 +446,7 @@ class Bookie:
         except JournalWriteError as e:
             self.journal_write_failed(e)
             return p.encode_sync_response(
-                req.request_id, self._lost_status(), req.ledger_id, self.last_add_synced(req.ledger_id),
+                req.request_id, self.lost_status(), req.ledger_id, self.last_add_synced(req.ledger_id),
                 f"bookie {self.bookie_id}: entries of ledger {req.ledger_id} were not written to its journal ({e}); "
                 f"they are not synced here",
             )
@@ -458,42 +458,9 @@ class Bookie:
         if is_disk_full(error):
             self.mode.write_failed(error)
 
-    def _lost_status(self) -> p.Status:
+    def lost_status(self) -> p.Status:
+        """The status of a request whose journal record was lost."""
         return p.Status.READ_ONLY if self.read_only else p.Status.IO_ERROR
-
-    def lost_write_responses(self, batch: ResponseBatch, error: BaseException) -> list[Buffer]:
-        """Answers for a frame whose journal records were lost (a write found no space).
-
-        Whatever needed those records to be durable (adds, explicit LACs, fences) gets an
-        error; nothing of it may be acknowledged. The rest of the frame (plain reads, LAC
-        reads, info, ...) journals nothing and is served again. SYNC and long polls answer
-        on their own.
-        """
-        self.journal_write_failed(error)
-        status = self._lost_status()
-        message = f"bookie {self.bookie_id}: the journal write failed ({error}); nothing of this request is durable here"
-        parts: list[Buffer] = []
-        again: list[p.Request | p.BadMessage] = []
-        for req in batch.requests:
-            if type(req) is p.AddRequest:
-                las = self.last_add_synced(req.ledger_id)
-                parts.append(p.encode_add_response(req.request_id, status, req.ledger_id, req.entry_id, las, message))
-            elif type(req) is p.AddBatchRequest:
-                las = self.last_add_synced(req.ledger_id)
-                parts.append(
-                    p.encode_add_batch_response(req.request_id, status, req.ledger_id, len(req.entry_ids), las, message)
-                )
-            elif type(req) is p.WriteLacRequest:
-                parts.append(p.encode_write_lac_response(req.request_id, status, req.ledger_id, -1, message))
-            elif type(req) is p.ReadRequest and req.fence:
-                parts.extend(p.encode_read_response(req.request_id, p.Status.IO_ERROR, req.ledger_id, req.entry_id, -1, message.encode()))
-            elif type(req) is p.SyncRequest or (type(req) is p.ReadLacRequest and req.previous_lac is not None):
-                continue  # answered by their own task
-            else:
-                again.append(req)
-        if again:
-            parts.extend(self.handle(again).parts)
-        return parts
 
     def _store(
         self,
@@ -634,8 +601,10 @@ class Bookie:
         batch.wait_seq = max(batch.wait_seq, seq)
 
     def _fence(self, ledger_id: int, state: LedgerState, batch: ResponseBatch) -> None:
-        if self.storage.set_fenced(ledger_id) or self.journal.is_lost(self._fence_seq.get(ledger_id, 0)):
-            # New, or its record was lost to a full disk: (again) into the journal.
+        if self.journal.is_lost(self._fence_seq.get(ledger_id, 0)):
+            # Its record found no space on the disk: into the journal again.
+            self._fence_seq[ledger_id] = self.journal.append(jr.fence_record(ledger_id))
+        if self.storage.set_fenced(ledger_id):
             self._fence_seq[ledger_id] = self.journal.append(jr.fence_record(ledger_id))
             self.counters.fenced_ledgers += 1
             if not state.write_closed:
