@@ -28,6 +28,7 @@ from bkframe.core.config import Config
 from bkframe.core.cookies import CookieCheck
 from bkframe.core.counters import Counters
 from bkframe.core.disk_space import DiskUsage, NoSpaceToStartError, ReadOnlyMode, is_disk_full, measure
+from bkframe.core.fsync import fsync_tree
 from bkframe.core.interfaces import (
     Buffer,
     DurabilityPolicy,
@@ -72,6 +73,7 @@ class Bookie:
         dirs = {name: self.data_dir / name for name in ("journal", "entrylogs", "ledgers")}
         for d in dirs.values():
             d.mkdir(parents=True, exist_ok=True)
+        self._storage_dirs = (dirs["entrylogs"], dirs["ledgers"])
         self.journal: Journal = plugins.journal(
             config=dict(config.journal), directory=dirs["journal"], counters=self.counters
         )
@@ -146,6 +148,12 @@ class Bookie:
                 f"and there is none ({e}). Nothing is lost: the journal keeps every entry since the last "
                 f"checkpoint. Give the bookie more space, then start it again",
             ) from e
+        if count:
+            # Replay skips what storage already holds and re-fences nothing already fenced:
+            # that state may still sit in the page cache of a killed run, and the first
+            # checkpoint moves the mark past the records that held it. Make it durable first.
+            syncs = sum(fsync_tree(d) for d in self._storage_dirs)
+            self.counters.storage_fsyncs += syncs
         self.replayed_records = count
         log.info("replayed %d journal records after %s", count, mark)
         return count
