@@ -13,7 +13,7 @@ from bkframe.core.cookies import check_cookies
 from bkframe.core.data_integrity import LimboRepair, protect_at_boot
 from bkframe.core.disk_space import measure
 from bkframe.core.garbage_collector import GarbageCollector
-from bkframe.core.metadata import BookieInfo, BookieRegistration, MetadataError, MetadataStore
+from bkframe.core.metadata import BookieInfo, BookieRegistration, MetadataStore
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.server import BookieServer
 
@@ -107,8 +107,8 @@ class BookieService:
                         await registration.set_read_only(wanted)
                     published = wanted
                     log.info("registered as %s", "read-only" if wanted else "writable")
-                except (MetadataError, OSError, trio.TooSlowError) as e:
-                    log.warning("could not register as %s (%s); retrying", "read-only" if wanted else "writable", e)
+                except Exception as e:  # a store's failure, or its timeout: never fatal here
+                    log.warning("could not register as %s (%r); retrying", "read-only" if wanted else "writable", e)
             with trio.move_on_after(interval):
                 await changed.wait()
                 continue  # publish the change now; the disk check follows at the interval
