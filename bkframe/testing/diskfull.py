@@ -10,17 +10,16 @@ behaves as if it were a filesystem of that size of its own:
   disk);
 * ``os.write``, ``os.pwrite``, ``os.ftruncate`` and ``os.posix_fallocate`` on a file under
   it fail with ``ENOSPC`` when they would grow it past the capacity. A write that does not
-  fit fails whole (short writes at a full disk's edge are
-  :mod:`bkframe.testing.write_faults`' business); shrinking and overwriting always work;
+  fit fails whole (a real disk may first write part of it: that short write is not
+  simulated here); shrinking and overwriting always work;
 * ``shutil.disk_usage`` of a path under it answers ``(capacity, used, capacity - used)``,
   so the bookie's disk check sees the same full disk its writes hit.
 
 The capacity file is read again as soon as it changes (a stat per write), so a test gives
 the bookie more (or less) space at run time with :func:`set_capacity`. Deleting files frees
 space as on a real disk (the used bytes are recounted at least every :data:`REFRESH_S` and
-before any write is refused). Writes through mmap
-are not seen (the default ledger storage grows its index files with ``ftruncate``, which
-is). Not for production.
+before any write is refused). Writes through mmap are not seen (the default ledger storage
+allocates its index files with ``posix_fallocate``, which is). Not for production.
 """
 
 from __future__ import annotations
