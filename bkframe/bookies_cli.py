@@ -20,7 +20,8 @@ def bookies() -> None:
 @click.option("--metadata", envvar="BKFRAME_METADATA", required=True, help="Metadata store URI (or $BKFRAME_METADATA).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per bookie.")
 def list_bookies(metadata: str, as_json: bool) -> None:
-    """Registered, live bookies with their address and state."""
+    """Registered, live bookies with their address and state: writable, or read-only
+    (its disk is full: it takes no adds, serves reads; see ``bookies info`` for why)."""
 
     async def run() -> list[BookieInfo]:
         store = PluginManager().metadata_store(metadata)
@@ -44,7 +45,8 @@ def list_bookies(metadata: str, as_json: bool) -> None:
 @click.option("--metadata", envvar="BKFRAME_METADATA", required=True, help="Metadata store URI (or $BKFRAME_METADATA).")
 def bookie_info(bookie_ids: tuple[str, ...], metadata: str) -> None:
     """GET_BOOKIE_INFO of the given bookies (default: every registered one), one JSON line
-    each: counters, last_shutdown_clean, cookie_check, limbo_ledgers and repair progress."""
+    each: counters, last_shutdown_clean, cookie_check, limbo_ledgers, repair progress, and
+    read_only / read_only_reason / disk_usage (read-only mode on a full disk)."""
     from bkframe.core.bookie_client import BookieConnectionError, connect_bookie
 
     async def run() -> list[dict[str, object]]:

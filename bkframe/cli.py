@@ -15,6 +15,7 @@ import trio
 from bkframe.cli_errors import find_error
 from bkframe.core.config import ConfigError, load_config
 from bkframe.core.cookies import CookieError
+from bkframe.core.disk_space import NoSpaceToStartError
 from bkframe.core.interfaces import JournalCorruptError
 from bkframe.core.metadata import MetadataError
 from bkframe.core.plugin_manager import PluginManager
@@ -54,6 +55,9 @@ def bookie(
     from bkframe.testing import write_faults
 
     write_faults.install_from_env()  # only with BKFRAME_WRITE_FAULTS set: the tests' injected write failures
+    from bkframe.testing import diskfull
+
+    diskfull.install_from_env()  # only with BKFRAME_DISKFULL_* set: the tests' full-disk simulation
 
     try:
         config = load_config(config_path, {"data_dir": data_dir, "host": host, "port": port, "metadata": metadata, "bookie_id": bookie_id})
@@ -72,7 +76,7 @@ def bookie(
     try:
         trio.run(run)
     except BaseException as e:
-        known = find_error(e, (ConfigError, JournalCorruptError, MetadataError, CookieError))
+        known = find_error(e, (ConfigError, JournalCorruptError, MetadataError, CookieError, NoSpaceToStartError))
         if known is None:
             raise
         raise click.ClickException(str(known)) from None

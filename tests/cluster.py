@@ -19,6 +19,8 @@ class ClusterBookie:
         self.shadow = data_dir.with_name(data_dir.name + "-synced")
         #: The bookie's stderr (its log), across restarts.
         self.log_path = data_dir.with_name(data_dir.name + ".log")
+        #: With ``start(disk_capacity=...)``: the file holding the size of the simulated disk.
+        self.capacity_file = data_dir.with_name(data_dir.name + "-capacity")
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -30,12 +32,27 @@ class ClusterBookie:
         self.kill()
         lose_power(self.data_dir, self.shadow)
 
-    def start(self, *extra: str, powerloss: bool = False) -> None:
-        """``powerloss``: record what is fsynced, so that :meth:`lose_power` can drop the rest."""
+    def set_disk_capacity(self, capacity: int) -> None:
+        """Resize the simulated disk of a bookie started with ``disk_capacity`` (takes effect at once)."""
+        from bkframe.testing.diskfull import set_capacity
+
+        set_capacity(self.capacity_file, capacity)
+
+    def start(self, *extra: str, powerloss: bool = False, disk_capacity: int | None = None) -> None:
+        """``powerloss``: record what is fsynced, so that :meth:`lose_power` can drop the rest.
+        ``disk_capacity``: the data dir behaves as a disk of this many bytes (see
+        bkframe.testing.diskfull); :meth:`set_disk_capacity` resizes it while running. Once
+        given, later starts keep the capacity file as it is (pass it again to reset it)."""
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if powerloss:
             env["BKFRAME_POWERLOSS_SHADOW"] = str(self.shadow)
             env["BKFRAME_POWERLOSS_ROOT"] = str(self.data_dir)
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        if disk_capacity is not None:
+            self.set_disk_capacity(disk_capacity)
+        if self.capacity_file.exists():
+            env["BKFRAME_DISKFULL_ROOT"] = str(self.data_dir)
+            env["BKFRAME_DISKFULL_CAPACITY"] = str(self.capacity_file)
             self.data_dir.mkdir(parents=True, exist_ok=True)
         # The log goes to a file: a pipe nobody reads fills up and blocks the bookie.
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -28,8 +27,17 @@ from bkframe.core.background import run_periodically
 from bkframe.core.config import Config
 from bkframe.core.cookies import CookieCheck
 from bkframe.core.counters import Counters
-from bkframe.core.fsync import write_file_durably
-from bkframe.core.interfaces import Buffer, DurabilityPolicy, Journal, JournalPosition, LedgerState, LedgerStorage
+from bkframe.core.disk_space import DiskUsage, NoSpaceToStartError, ReadOnlyMode, is_disk_full, measure
+from bkframe.core.fsync import fsync_tree, write_file_durably
+from bkframe.core.interfaces import (
+    Buffer,
+    DurabilityPolicy,
+    Journal,
+    JournalPosition,
+    JournalWriteError,
+    LedgerState,
+    LedgerStorage,
+)
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.sync_cursor import SyncCursor
 from bkframe.core.unclean_marker import mark_clean, mark_running
@@ -48,6 +56,8 @@ class ResponseBatch:
     #: Responses that must wait for something (a long poll, a sync): the server runs each
     #: as a task and sends what it returns.
     deferred: list[Callable[[], Awaitable[bytes]]] = attrs.Factory(list)
+    #: The frame's requests, to answer them again if the journal loses ``wait_seq``.
+    requests: Sequence[p.Request | p.BadMessage] = ()
 
 
 class Bookie:
@@ -63,6 +73,7 @@ class Bookie:
         dirs = {name: self.data_dir / name for name in ("journal", "entrylogs", "ledgers")}
         for d in dirs.values():
             d.mkdir(parents=True, exist_ok=True)
+        self._storage_dirs = (dirs["entrylogs"], dirs["ledgers"])
         self.journal: Journal = plugins.journal(
             config=dict(config.journal), directory=dirs["journal"], counters=self.counters
         )
@@ -97,6 +108,28 @@ class Bookie:
         self.key_verifier: Callable[[int, bytes], Awaitable[bool]] | None = None
         #: What the limbo repair task reports in GET_BOOKIE_INFO.
         self.repair_status: dict[str, Any] = {"repaired_ledgers": 0, "entries_copied": 0, "last_error": ""}
+        #: BookKeeper's read-only mode: on a full disk, no adds (reads, fences and recovery go on).
+        self.mode = ReadOnlyMode(self.data_dir, config.bookie.disk_usage_threshold, config.bookie.disk_usage_lwm)
+
+    # -- disk space ------------------------------------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        return self.mode.read_only
+
+    def check_disk(self) -> DiskUsage:
+        """Measure the data dir's filesystem and enter or leave read-only mode (blocking:
+        a statvfs; the service runs it off the event loop, except once at start)."""
+        usage = measure(self.data_dir)
+        self.mode.disk_checked(usage)
+        return usage
+
+    def _read_only_refusal(self, what: str) -> str:
+        self.counters.read_only_refusals += 1
+        return (
+            f"bookie {self.bookie_id} is read-only ({self.mode.reason}); it refuses {what} until its disk "
+            f"usage is below disk_usage_lwm"
+        )
 
     # -- start-up ------------------------------------------------------------------------
 
@@ -104,9 +137,27 @@ class Bookie:
         """Apply the journal after the last checkpoint's LastLogMark to ledger storage."""
         mark = self._read_lastmark()
         count = 0
-        for _, record in self.journal.replay(mark):
-            self._apply(jr.decode(record))
-            count += 1
+        try:
+            for _, record in self.journal.replay(mark):
+                self._apply(jr.decode(record))
+                count += 1
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            # Only what ledger storage lacks is written (see _not_stored): after a power
+            # cut that can be more than a full disk holds.
+            raise NoSpaceToStartError(
+                e.errno,
+                f"cannot start: replaying the journal into ledger storage needs space in {self.data_dir} "
+                f"and there is none ({e}). Nothing is lost: the journal keeps every entry since the last "
+                f"checkpoint. Give the bookie more space, then start it again",
+            ) from e
+        if count:
+            # Replay skips what storage already holds and re-fences nothing already fenced:
+            # that state may still sit in the page cache of a killed run, and the first
+            # checkpoint moves the mark past the records that held it. Make it durable first.
+            syncs = sum(fsync_tree(d) for d in self._storage_dirs)
+            self.counters.storage_fsyncs += syncs
         self.replayed_records = count
         log.info("replayed %d journal records after %s", count, mark)
         return count
@@ -118,7 +169,9 @@ class Bookie:
         elif isinstance(rec, jr.EntriesRecord):
             if storage.ledger_state(rec.ledger_id) is None:
                 storage.ensure_ledger(rec.ledger_id, b"", 0)
-            storage.add_entries(rec.ledger_id, rec.entry_ids, rec.entries)
+            ids, entries = self._not_stored(rec.ledger_id, rec.entry_ids, rec.entries)
+            if ids:
+                storage.add_entries(rec.ledger_id, ids, entries)
             storage.set_lac(rec.ledger_id, rec.lac)
         elif isinstance(rec, jr.FenceRecord):
             if storage.ledger_state(rec.ledger_id) is None:
@@ -127,6 +180,27 @@ class Bookie:
         elif isinstance(rec, jr.LacRecord):
             if storage.ledger_state(rec.ledger_id) is not None:
                 storage.set_lac(rec.ledger_id, rec.lac)
+
+    def _not_stored(
+        self, ledger_id: int, entry_ids: Sequence[int], entries: Sequence[Buffer]
+    ) -> tuple[list[int], list[Buffer]]:
+        """The replayed entries storage does not already hold, byte for byte.
+
+        After a kill (not a power cut) storage has every entry the journal replays: writing
+        them again would only take space, and a bookie restarting on a full disk has none.
+        An entry storage cannot read back (a log shorter than its index) is written again.
+        """
+        ids: list[int] = []
+        datas: list[Buffer] = []
+        for entry_id, data in zip(entry_ids, entries):
+            try:
+                held = self.storage.get_entry(ledger_id, entry_id)
+            except Exception:
+                held = None
+            if held is None or held != data:
+                ids.append(entry_id)
+                datas.append(data)
+        return ids, datas
 
     def _read_lastmark(self) -> JournalPosition | None:
         path = self.data_dir / LASTMARK_FILE
@@ -142,14 +216,26 @@ class Bookie:
 
     # -- checkpoint ----------------------------------------------------------------------
 
-    async def checkpoint(self) -> JournalPosition:
-        """Flush ledger storage, persist LastLogMark, drop journal files before it."""
+    async def checkpoint(self) -> JournalPosition | None:
+        """Flush ledger storage, persist LastLogMark, drop journal files before it.
+
+        On a full disk the mark may not fit: the bookie turns read-only, the old mark stays
+        (the journal keeps everything after it, so nothing is lost; a restart replays
+        more) and None is returned. A later checkpoint writes it once there is space.
+        """
         async with self._checkpoint_lock:
             # The mark is taken first: every record before it was applied to storage
             # before being appended, so flushing storage afterwards covers all of them.
             mark = self.journal.position()
             await self.storage.checkpoint()
-            await trio.to_thread.run_sync(self._write_lastmark, mark)
+            try:
+                await trio.to_thread.run_sync(self._write_lastmark, mark)
+            except OSError as e:
+                if not is_disk_full(e):
+                    raise
+                self.mode.write_failed(e)
+                log.warning("checkpoint: no space to write the LastLogMark (%s); the journal keeps what follows the last one", e)
+                return None
             removed = self.journal.remove_files_before(mark)
             self.counters.checkpoints += 1
             log.debug("checkpoint at %s removed %d journal files", mark, removed)
@@ -162,9 +248,17 @@ class Bookie:
     async def run_checkpoints(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Checkpoint every ``checkpoint_interval_s``. A failed checkpoint (e.g. a full disk)
         leaves the LastLogMark where it was -- the journal keeps everything since -- and is
-        logged and retried; the bookie goes on serving."""
+        logged and retried; the bookie goes on serving (read-only if the disk is full)."""
         interval = self.config.bookie.checkpoint_interval_s
-        await run_periodically("checkpoint", interval, self.checkpoint, task_status=task_status)
+        await run_periodically("checkpoint", interval, self._checkpoint_once, task_status=task_status)
+
+    async def _checkpoint_once(self) -> None:
+        try:
+            await self.checkpoint()
+        except OSError as e:
+            if is_disk_full(e):
+                self.mode.write_failed(e)
+            raise
 
     async def aclose(self) -> None:
         """Make everything durable and close: journal, then storage, then the final mark."""
@@ -172,7 +266,14 @@ class Bookie:
         async with self._checkpoint_lock:
             mark = self.journal.position()
             await self.storage.aclose()
-            await trio.to_thread.run_sync(self._write_lastmark, mark)
+            try:
+                await trio.to_thread.run_sync(self._write_lastmark, mark)
+            except OSError as e:
+                if not is_disk_full(e):
+                    raise
+                # Storage is flushed and the journal holds everything after the old mark:
+                # the next start replays more, which needs no space (see _not_stored).
+                log.warning("no space to write the final LastLogMark (%s); the next start replays from the last one", e)
         await trio.to_thread.run_sync(mark_clean, self.data_dir)
 
     # -- BP-46 protection ------------------------------------------------------------------
@@ -220,7 +321,7 @@ class Bookie:
 
     def handle(self, requests: Sequence[p.Request | p.BadMessage]) -> ResponseBatch:
         """Serve one frame's requests; never raises for bad input or a failing disk."""
-        batch = ResponseBatch()
+        batch = ResponseBatch(requests=requests)
         self.counters.requests += len(requests)
         i = 0
         n = len(requests)
@@ -328,10 +429,13 @@ class Bookie:
 
     def _apply_durable(self) -> None:
         """Move sync cursors over every journal record the journal has made durable."""
-        durable = self.journal.durable_seq
+        journal = self.journal
+        durable = journal.durable_seq
         unsynced = self._unsynced
         while unsynced and unsynced[0][0] <= durable:
-            _, ledger_id, entry_ids = unsynced.popleft()
+            seq, ledger_id, entry_ids = unsynced.popleft()
+            if journal.is_lost(seq):
+                continue  # never written: those entries stay unsynced here
             cursor = self._cursors.get(ledger_id)
             if cursor is not None:
                 cursor.synced(entry_ids)
@@ -344,15 +448,36 @@ class Bookie:
                 await self._unsynced_added.wait()
                 self._unsynced_added = trio.Event()
                 continue
-            await self.journal.wait_durable(self._unsynced[0][0])
+            try:
+                await self.journal.wait_durable(self._unsynced[0][0])
+            except JournalWriteError as e:
+                self.journal_write_failed(e)
             self._apply_durable()
 
     async def sync_ledger(self, req: p.SyncRequest) -> bytes:
         """SYNC: make what this bookie holds of the ledger durable; answer LastAddSynced."""
         seq = self._last_seq.get(req.ledger_id, 0)
-        if seq > self.journal.durable_seq:
-            await self.journal.wait_durable(seq)
+        try:
+            if seq > self.journal.durable_seq or self.journal.is_lost(seq):
+                await self.journal.wait_durable(seq)
+        except JournalWriteError as e:
+            self.journal_write_failed(e)
+            return p.encode_sync_response(
+                req.request_id, self.lost_status(), req.ledger_id, self.last_add_synced(req.ledger_id),
+                f"bookie {self.bookie_id}: entries of ledger {req.ledger_id} were not written to its journal ({e}); "
+                f"they are not synced here",
+            )
         return p.encode_sync_response(req.request_id, p.Status.OK, req.ledger_id, self.last_add_synced(req.ledger_id))
+
+    # -- lost journal writes -----------------------------------------------------------------
+
+    def journal_write_failed(self, error: BaseException) -> None:
+        if is_disk_full(error):
+            self.mode.write_failed(error)
+
+    def lost_status(self) -> p.Status:
+        """The status of a request whose journal record was lost."""
+        return p.Status.READ_ONLY if self.read_only else p.Status.IO_ERROR
 
     def _store(
         self,
@@ -373,11 +498,17 @@ class Bookie:
                 f"unknown ledger type id {ledger_type}; this bookie serves "
                 + ", ".join(f"{t.name}={t.type_id}" for t in self._types_by_id.values())
             )
+        if self.mode.read_only and not recovery:
+            # As BookKeeper: recovery adds (its high-priority writes) still go through, so
+            # that ledgers this bookie holds can be closed; they need little space.
+            return p.Status.READ_ONLY, self._read_only_refusal("adds")
         state = storage.ledger_state(ledger_id)
         if state is None:
             try:
                 state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
             except Exception as e:  # e.g. no space for the ledger's index
+                if is_disk_full(e):
+                    return self._no_space(e, f"to store ledger {ledger_id}")
                 return self._storage_failed(ledger_id, entry_ids, e)
             batch.wait_seq = max(batch.wait_seq, self.journal.append(jr.master_record(ledger_id, ledger_type, master_key)))
         elif not state.master_key:
@@ -414,6 +545,8 @@ class Bookie:
         except ValueError as e:  # e.g. an entry id beyond what the storage can index
             return p.Status.BAD_REQUEST, f"ledger storage refused the entries: {e}"
         except Exception as e:  # a write failed (a full disk, EIO): nothing of the batch is stored
+            if is_disk_full(e):
+                return self._no_space(e, "to store the entries")
             return self._storage_failed(ledger_id, entry_ids, e)
         storage.set_lac(ledger_id, lac)
         moved = self._lac_moved.pop(ledger_id, None)
@@ -482,6 +615,10 @@ class Bookie:
         log.error("storing %s failed: %s", what, error)
         return p.Status.IO_ERROR, f"this bookie could not store {what}: {error}; write them to another bookie"
 
+    def _no_space(self, error: BaseException, what: str) -> tuple[p.Status, str]:
+        self.mode.write_failed(error)
+        return p.Status.READ_ONLY, f"bookie {self.bookie_id} has no space {what} ({error}); it is read-only now"
+
     def _read(self, req: p.ReadRequest, batch: ResponseBatch) -> None:
         storage = self.storage
         ledger_id = req.ledger_id
@@ -498,7 +635,13 @@ class Bookie:
             if state is None:
                 # Fence even a ledger this bookie never saw, so the old writer cannot
                 # start writing to it after recovery has read around it.
-                state = storage.ensure_ledger(ledger_id, req.master_key, 0)
+                try:
+                    state = storage.ensure_ledger(ledger_id, req.master_key, 0)
+                except OSError as e:
+                    if not is_disk_full(e):
+                        raise
+                    reply(p.Status.IO_ERROR, req.entry_id, self._no_space(e, f"to fence ledger {ledger_id}")[1].encode())
+                    return
                 self._append_master(ledger_id, state, batch)
         if state is None:
             reply(p.Status.NO_LEDGER, req.entry_id, f"ledger {ledger_id} is not on this bookie".encode())
@@ -544,6 +687,9 @@ class Bookie:
         batch.wait_seq = max(batch.wait_seq, seq)
 
     def _fence(self, ledger_id: int, state: LedgerState, batch: ResponseBatch) -> None:
+        if self.journal.is_lost(self._fence_seq.get(ledger_id, 0)):
+            # Its record found no space on the disk: into the journal again.
+            self._fence_seq[ledger_id] = self.journal.append(jr.fence_record(ledger_id))
         if self.storage.set_fenced(ledger_id):
             self._fence_seq[ledger_id] = self.journal.append(jr.fence_record(ledger_id))
             self.counters.fenced_ledgers += 1
@@ -570,6 +716,9 @@ class Bookie:
             return
         if state.fenced:
             reply(p.Status.FENCED, f"ledger {req.ledger_id} is fenced")
+            return
+        if self.mode.read_only:
+            reply(p.Status.READ_ONLY, self._read_only_refusal("explicit LACs"))
             return
         if req.lac > state.lac:
             self.storage.set_lac(req.ledger_id, req.lac)
@@ -647,13 +796,18 @@ class Bookie:
         return p.encode_read_lac_response(req.request_id, p.Status.OK, req.ledger_id, state.lac, last)
 
     def info(self) -> dict[str, Any]:
-        usage = shutil.disk_usage(self.data_dir)
+        usage = measure(self.data_dir)
         return {
             "bookie_id": self.bookie_id,
             "protocol_version": p.PROTOCOL_VERSION,
             "uptime_s": round(time.time() - self.started_at, 3),
             "free_disk_bytes": usage.free,
             "total_disk_bytes": usage.total,
+            "disk_usage": round(usage.fraction, 4),
+            "disk_usage_threshold": self.mode.threshold,
+            "disk_usage_lwm": self.mode.lwm,
+            "read_only": self.mode.read_only,
+            "read_only_reason": self.mode.reason,
             "ledgers": sum(1 for _ in self.storage.ledgers()),
             "ledger_types": {t.name: t.type_id for t in self._types_by_id.values()},
             "replayed_records": self.replayed_records,

@@ -1,4 +1,4 @@
-"""Runs a composed bookie: replay, journal, checkpoints, server, and a clean stop."""
+"""Runs a composed bookie: replay, journal, checkpoints, server, disk checks, and a clean stop."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from bkframe.core.bookie import Bookie
 from bkframe.core.config import Config
 from bkframe.core.cookies import check_cookies
 from bkframe.core.data_integrity import LimboRepair, protect_at_boot
+from bkframe.core.disk_space import measure
 from bkframe.core.garbage_collector import GarbageCollector
 from bkframe.core.ledger_keys import key_matches
 from bkframe.core.metadata import BookieInfo, BookieRegistration, MetadataStore, NoSuchLedgerError
@@ -19,6 +20,9 @@ from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.server import BookieServer
 
 log = logging.getLogger("bkframe.bookie")
+
+#: Seconds a change of the read-only registration may take before it is retried.
+REGISTRATION_UPDATE_TIMEOUT_S = 10.0
 
 
 #: How long the bookie waits for the metadata store when checking a master key.
@@ -54,6 +58,8 @@ class BookieService:
     async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config.bookie
         bookie = self.bookie = Bookie(self.config, self.plugins)
+        # Before anything is written: a bookie starting on a full disk starts read-only.
+        bookie.check_disk()
         bookie.replay()
         server = self.server = BookieServer(bookie, cfg.host, cfg.port)
         if self._stop_requested:
@@ -66,7 +72,7 @@ class BookieService:
             async with trio.open_nursery() as background:
                 await background.start(bookie.journal.run)
                 if bookie.replayed_records:
-                    await bookie.checkpoint()
+                    await bookie.checkpoint()  # on a full disk: read-only, the old mark stays
                 await background.start(bookie.run_checkpoints)
                 await background.start(bookie.run_sync_tracker)
                 async with trio.open_nursery() as serving:
@@ -87,8 +93,11 @@ class BookieService:
                         if bookie.limbo_ledgers():
                             background.start_soon(LimboRepair(bookie, store, bookie_id).run)
                         background.start_soon(GarbageCollector(bookie, store, cfg.gc_interval_s).run)
-                        info = BookieInfo(bookie_id=bookie_id, address=f"{host}:{port}", pid=os.getpid())
+                        info = BookieInfo(
+                            bookie_id=bookie_id, address=f"{host}:{port}", read_only=bookie.read_only, pid=os.getpid()
+                        )
                         registration = await store.register_bookie(info, cfg.registration_ttl_s, background)
+                    background.start_soon(self._watch_disk, bookie, registration)
                     task_status.started((host, port))
                 background.cancel_scope.cancel()
         finally:
@@ -99,3 +108,32 @@ class BookieService:
                     await store.aclose()
                 await bookie.aclose()
         log.info("bookie stopped cleanly")
+
+    async def _watch_disk(self, bookie: Bookie, registration: BookieRegistration | None) -> None:
+        """Check the disk every ``disk_check_interval_s`` and keep the registration's
+        read-only flag in step with the bookie's (a write that found no space changes it
+        between checks). Failures are logged and retried: this task never ends the bookie."""
+        interval = self.config.bookie.disk_check_interval_s
+        published = bookie.read_only
+        limiter = trio.CapacityLimiter(1)
+        while True:
+            changed = bookie.mode.changed
+            if registration is not None and published != bookie.read_only:
+                wanted = bookie.read_only
+                try:
+                    with trio.fail_after(REGISTRATION_UPDATE_TIMEOUT_S):
+                        await registration.set_read_only(wanted)
+                    published = wanted
+                    log.info("registered as %s", "read-only" if wanted else "writable")
+                except Exception as e:  # a store's failure, or its timeout: never fatal here
+                    log.warning("could not register as %s (%r); retrying", "read-only" if wanted else "writable", e)
+            with trio.move_on_after(interval):
+                await changed.wait()
+                continue  # publish the change now; the disk check follows at the interval
+            try:
+                # statvfs may hang on a sick disk: off the loop, and a hung check blocks only this task.
+                usage = await trio.to_thread.run_sync(measure, bookie.data_dir, limiter=limiter, abandon_on_cancel=True)
+            except OSError as e:
+                log.warning("disk check of %s failed: %s", bookie.data_dir, e)
+                continue
+            bookie.mode.disk_checked(usage)

@@ -56,6 +56,23 @@ class BookieConfig:
     gc_interval_s: float = attrs.field(default=60.0, validator=attrs.validators.gt(0))
     #: A dead bookie's registration disappears from the metadata store after about this long.
     registration_ttl_s: float = attrs.field(default=6.0, validator=attrs.validators.gt(0))
+    #: Read-only mode (BookKeeper's diskUsageThreshold): once this fraction of the data
+    #: dir's filesystem is used, the bookie takes no more adds and registers read-only.
+    disk_usage_threshold: float = attrs.field(
+        default=0.95, validator=attrs.validators.and_(attrs.validators.gt(0), attrs.validators.le(1))
+    )
+    #: ...and takes adds again once usage is below this fraction (diskUsageLwm).
+    disk_usage_lwm: float = attrs.field(default=0.90)
+    #: Seconds between disk usage checks (diskCheckInterval).
+    disk_check_interval_s: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
+
+    @disk_usage_lwm.validator
+    def _lwm_below_threshold(self, attribute: attrs.Attribute[float], value: float) -> None:
+        if not 0 < value <= self.disk_usage_threshold:
+            raise ValueError(
+                f"disk_usage_lwm = {value} must be above 0 and at most disk_usage_threshold = "
+                f"{self.disk_usage_threshold} (the bookie leaves read-only mode below it)"
+            )
 
 
 @attrs.frozen

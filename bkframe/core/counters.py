@@ -31,6 +31,10 @@ class Counters:
     #: Index records dropped because the entry-log bytes they point to are gone (a power
     #: cut lost the log's unsynced tail): found at open or by compaction.
     storage_entries_dropped: int = 0
+    #: Journal groups lost to a write that found no space (their requests failed).
+    journal_write_failures: int = 0
+    #: Adds refused because the bookie is read-only.
+    read_only_refusals: int = 0
 
     @property
     def fsyncs(self) -> int:

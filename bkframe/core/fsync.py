@@ -37,7 +37,26 @@ def write_file_durably(path: Path, data: bytes) -> None:
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
-    finally:
+    except OSError:
         os.close(fd)
+        tmp.unlink(missing_ok=True)  # on a full disk, do not leave the partial copy taking space
+        raise
+    os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+def fsync_tree(directory: Path) -> int:
+    """fsync every file and directory under ``directory`` (what an earlier run of the process
+    left in the page cache); return how many fsyncs were made."""
+    count = 0
+    for dirpath, _, files in os.walk(directory):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            count += 1
+        fsync_dir(Path(dirpath))
+        count += 1
+    return count

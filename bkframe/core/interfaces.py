@@ -64,12 +64,24 @@ class Journal(Protocol):
         ...
 
     async def wait_durable(self, seq: int) -> None:
-        """Return once every record up to and including ``seq`` is fsynced."""
+        """Return once every record up to and including ``seq`` is fsynced.
+
+        Raises :class:`JournalWriteError` if record ``seq`` was lost to a write that failed
+        in a way the journal survives (a full disk); it is then settled too (see
+        :attr:`durable_seq`).
+        """
         ...
 
     @property
     def durable_seq(self) -> int:
-        """The highest sequence number known to be on disk (fsynced)."""
+        """Every record up to this sequence number is settled: on disk (fsynced), or lost to
+        a failed write, which :meth:`is_lost` tells."""
+        ...
+
+    def is_lost(self, seq: int) -> bool:
+        """Whether record ``seq`` was dropped by a write that failed (e.g. ENOSPC): it is not
+        durable and never will be, so nothing that depends on it may be acknowledged. Later
+        records are written as usual; the journal stays replayable."""
         ...
 
     def position(self) -> JournalPosition:
@@ -294,6 +306,12 @@ class LedgerType:
     sync_before_ack: bool
     description: str
     lac_by_sync: bool = False
+
+
+class JournalWriteError(OSError):
+    """Journal records were not written because a write failed in a way the journal
+    survives (the disk is full: ``errno`` is ENOSPC or EDQUOT). Those records are not
+    durable and never will be; the journal goes on with later ones."""
 
 
 class JournalCorruptError(Exception):

@@ -17,6 +17,7 @@ import trio
 
 from bkframe.core import protocol as p
 from bkframe.core.bookie import Bookie, ResponseBatch
+from bkframe.core.interfaces import Buffer, JournalWriteError
 
 log = logging.getLogger("bkframe.server")
 
@@ -139,7 +140,7 @@ class BookieServer:
         journal = self.bookie.journal
         async with receive:
             async for batch in receive:
-                parts = list(batch.parts)
+                batches = [batch]
                 wait = batch.wait_seq
                 # Coalesce batches already queued behind this one into a single send.
                 while True:
@@ -147,10 +148,23 @@ class BookieServer:
                         more = receive.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
-                    parts.extend(more.parts)
+                    batches.append(more)
                     wait = max(wait, more.wait_seq)
+                lost: JournalWriteError | None = None
                 if wait > journal.durable_seq:
-                    await journal.wait_durable(wait)
+                    try:
+                        await journal.wait_durable(wait)
+                    except JournalWriteError as e:
+                        lost = e  # settled up to ``wait``: each batch is checked below
+                parts: list[Buffer] = []
+                for b in batches:
+                    # A batch's records were appended together, so they were written (or lost)
+                    # together: its highest sequence tells for all of them.
+                    if b.wait_seq and journal.is_lost(b.wait_seq):
+                        error = lost or JournalWriteError(None, f"journal record {b.wait_seq} was not written")
+                        parts.extend(lost_write_responses(self.bookie, b, error))
+                    else:
+                        parts.extend(b.parts)
                 if parts:
                     await stream.send_all(p.frame(parts))
 
@@ -161,3 +175,37 @@ def _needed(buf: bytearray) -> int:
     (length,) = p.FRAME_HEADER.unpack_from(buf)
     return min(4 + length - len(buf), p.MAX_FRAME_SIZE) if length <= p.MAX_FRAME_SIZE else 0
 
+
+def lost_write_responses(bookie: Bookie, batch: ResponseBatch, error: BaseException) -> list[Buffer]:
+    """Answers for a frame whose journal records were lost (a write found no space).
+
+    Whatever needed those records to be durable (adds, explicit LACs, fences) gets an
+    error; nothing of it may be acknowledged. The rest of the frame (plain reads, LAC
+    reads, info, ...) journals nothing and is served again. SYNC and long polls answer
+    on their own.
+    """
+    bookie.journal_write_failed(error)
+    status = bookie.lost_status()
+    message = f"bookie {bookie.bookie_id}: the journal write failed ({error}); nothing of this request is durable here"
+    parts: list[Buffer] = []
+    again: list[p.Request | p.BadMessage] = []
+    for req in batch.requests:
+        if type(req) is p.AddRequest:
+            las = bookie.last_add_synced(req.ledger_id)
+            parts.append(p.encode_add_response(req.request_id, status, req.ledger_id, req.entry_id, las, message))
+        elif type(req) is p.AddBatchRequest:
+            las = bookie.last_add_synced(req.ledger_id)
+            parts.append(p.encode_add_batch_response(req.request_id, status, req.ledger_id, len(req.entry_ids), las, message))
+        elif type(req) is p.WriteLacRequest:
+            parts.append(p.encode_write_lac_response(req.request_id, status, req.ledger_id, -1, message))
+        elif type(req) is p.ReadRequest and req.fence:
+            parts.extend(
+                p.encode_read_response(req.request_id, p.Status.IO_ERROR, req.ledger_id, req.entry_id, -1, message.encode())
+            )
+        elif type(req) is p.SyncRequest or (type(req) is p.ReadLacRequest and req.previous_lac is not None):
+            continue  # answered by their own task
+        else:
+            again.append(req)
+    if again:
+        parts.extend(bookie.handle(again).parts)
+    return parts

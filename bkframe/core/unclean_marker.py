@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from bkframe.core.disk_space import DISK_FULL_ERRNOS
 from bkframe.core.fsync import fsync_dir
 
 MARKER = "UNCLEAN_SHUTDOWN"
@@ -20,7 +21,13 @@ def mark_running(data_dir: Path) -> bool:
     clean = not path.exists()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, f"pid {os.getpid()}\n".encode())
+        try:
+            os.write(fd, f"pid {os.getpid()}\n".encode())
+        except OSError as e:
+            # The marker is its existence; the pid only helps people. On a full disk
+            # (a bookie must still start there, read-only) an empty marker does.
+            if e.errno not in DISK_FULL_ERRNOS:
+                raise
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -11,6 +11,8 @@ def test_sample_config_loads() -> None:
     config = load_config(Path(__file__).resolve().parents[2] / "conf" / "bookie.toml")
     assert config.bookie.port == 3181
     assert config.journal["plugin"] == "journal_fs"
+    # BookKeeper's defaults for read-only mode.
+    assert (config.bookie.disk_usage_threshold, config.bookie.disk_usage_lwm) == (0.95, 0.90)
 
 
 def test_overrides_beat_the_file(tmp_path: Path) -> None:
@@ -28,6 +30,10 @@ def test_overrides_beat_the_file(tmp_path: Path) -> None:
         ("[bookie]\nport = 70000\n", "port"),
         ("[journl]\n", "unknown section.*journl"),
         ("[bookie\n", "not valid TOML"),
+        ("[bookie]\ndisk_usage_threshold = 1.5\n", "disk_usage_threshold"),
+        ("[bookie]\ndisk_usage_lwm = 0.97\n", "disk_usage_lwm = 0.97 must be .* at most disk_usage_threshold = 0.95"),
+        ("[bookie]\ndisk_usage_threshold = 0.5\n", "disk_usage_lwm = 0.9 must be"),
+        ("[bookie]\ndisk_check_interval_s = 0\n", "disk_check_interval_s"),
     ],
 )
 def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:

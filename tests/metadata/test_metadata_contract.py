@@ -181,6 +181,26 @@ async def test_bookie_registration(store: MetadataStore, nursery: trio.Nursery) 
     assert await store.list_bookies() == []
 
 
+async def test_read_only_flag_goes_both_ways_and_outlives_heartbeats(store: MetadataStore, store_uri: str, nursery: trio.Nursery) -> None:
+    """A bookie's disk fills and empties again: every client of the store sees the flag,
+    and the registration's own heartbeats or keep-alives do not undo it."""
+    registration = await store.register_bookie(BookieInfo("ro", "127.0.0.1:3"), ttl_s=1.5, nursery=nursery)
+    other = PluginManager().metadata_store(store_uri)
+    try:
+        await registration.set_read_only(True)
+        await trio.sleep(2.0)  # several heartbeats later
+        for s in (store, other):
+            assert [(b.bookie_id, b.read_only) for b in await s.list_bookies()] == [("ro", True)]
+            assert await s.list_bookies(writable_only=True) == []
+        await registration.set_read_only(False)
+        await trio.sleep(1.0)
+        for s in (store, other):
+            assert [b.bookie_id for b in await s.list_bookies(writable_only=True)] == ["ro"]
+    finally:
+        await registration.aclose()
+        await other.aclose()
+
+
 async def test_registration_expires_when_the_holder_dies(store: MetadataStore, store_uri: str, nursery: trio.Nursery) -> None:
     if isinstance(store, MemoryMetadataStore):
         await store.register_bookie(BookieInfo("gone", "127.0.0.1:1"), ttl_s=1, nursery=nursery)

@@ -88,6 +88,16 @@ def decode_header(raw: bytes, path: Path) -> LedgerState:
     )
 
 
+def _allocate(fd: int, size: int) -> None:
+    """Grow the file to ``size`` with its blocks allocated now. The table is written through
+    the mapping: a page of a sparse file that finds no space on the disk kills the process
+    (SIGBUS) when first touched, while an allocation here fails with ENOSPC, which the bookie
+    answers by refusing the add and going read-only."""
+    current = os.fstat(fd).st_size
+    if size > current:
+        os.posix_fallocate(fd, current, size - current)
+
+
 class LedgerIndex:
     """The open index file of one ledger. Use :meth:`create` or :meth:`open`."""
 
@@ -114,11 +124,12 @@ class LedgerIndex:
             header = encode_header(state)
             if os.pwrite(fd, header, 0) != len(header):
                 raise OSError(errno.ENOSPC, f"short write of the header of index file {path}")
-            os.ftruncate(fd, HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
+            _allocate(fd, HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
             return cls(path, fd, state)
         except BaseException:
             os.close(fd)
-            path.unlink(missing_ok=True)  # e.g. a full disk: leave no half-made index behind
+            # Half made (e.g. no space for it): a header without a table would stop the next start.
+            path.unlink(missing_ok=True)
             raise
 
     @classmethod
@@ -154,7 +165,7 @@ class LedgerIndex:
             return
         while capacity <= max_entry_id:
             capacity *= 2
-        os.ftruncate(self.fd, HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
+        _allocate(self.fd, HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
         # The old mapping is dropped, not closed: a checkpoint thread may still be
         # msyncing it, and its dirty pages belong to the file's page cache either way.
         self._mm = self._map()

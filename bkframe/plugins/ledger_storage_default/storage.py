@@ -26,6 +26,7 @@ import trio
 
 from bkframe.core.counters import Counters
 from bkframe.core.entry_log_files import EntryLogError
+from bkframe.core.disk_space import is_disk_full
 from bkframe.core.interfaces import Buffer, EntryLogManager, LedgerState
 
 from .ledger_index import (
@@ -407,7 +408,15 @@ class DefaultLedgerStorage:
                     freed += size
                     log.info("removed entry log %08x (%d bytes): no ledger points into it", log_id, size)
             elif size and in_use / size < self._compaction_threshold:
-                copied, complete = await self._compact(log_id)
+                try:
+                    copied, complete = await self._compact(log_id)
+                except Exception as e:
+                    if not is_disk_full(e):
+                        raise
+                    # No room for the copies (a full disk): nothing points at them yet. Go on
+                    # removing logs that need no copy; they are what can make room.
+                    log.warning("compaction of entry log %08x skipped: %s", log_id, e)
+                    continue
                 if complete and await self._entry_logs.remove_log(log_id):
                     freed += size - copied
                     log.info("compacted entry log %08x: kept %d of %d bytes", log_id, copied, size)

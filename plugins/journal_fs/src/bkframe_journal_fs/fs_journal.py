@@ -21,10 +21,19 @@ The proof can only come from a later group, so damage inside the very last fsync
 of the last file (a disk corrupting synced data, not a power cut) cannot be told from an
 unfinished group and is truncated too. Version 1 files (no sync marks) replay by the same
 rule, with no proofs.
+
+A group whose write or fsync fails for want of space (ENOSPC, EDQUOT) is cut off the file
+again, so the file ends where the last durable group did; that group and every record
+appended while it was being written are *lost* (:meth:`FsJournal.is_lost`, their waiters
+get :class:`~bkframe.core.interfaces.JournalWriteError`), and later records go on from
+there: a full disk fails writes, not the bookie. Any other write or fsync failure is fatal
+(:class:`JournalFailedError`): after a failed fsync the kernel may have dropped pages it
+will never write, so nothing after the last good fsync can be vouched for.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import struct
@@ -35,7 +44,8 @@ import crc32c
 import trio
 
 from bkframe.core.counters import Counters
-from bkframe.core.interfaces import Buffer, JournalCorruptError, JournalPosition
+from bkframe.core.disk_space import DISK_FULL_ERRNOS
+from bkframe.core.interfaces import Buffer, JournalCorruptError, JournalPosition, JournalWriteError
 
 log = logging.getLogger("bkframe.journal_fs")
 
@@ -101,6 +111,12 @@ class FsJournal:
         self._wake = trio.Event()
         self._failure: BaseException | None = None
         self._closed = False
+        #: Sequence ranges ``(first, last)`` of records lost to writes that found no space,
+        #: in order (touching ranges are merged), and the error of the latest such write.
+        self._lost: list[tuple[int, int]] = []
+        self._lost_error: OSError | None = None
+        #: Where records go after a group was cut off: set by the worker thread.
+        self._resume_at = JournalPosition(0, 0)
         existing = self._file_ids()
         #: The file being written (opened by ``run``) and the first file of this run.
         self._file_id = (existing[-1] + 1) if existing else 1
@@ -130,28 +146,39 @@ class FsJournal:
         return self.directory / f"{file_id:016x}.txn"
 
     def _open_file(self, file_id: int) -> None:
-        """Runs in the worker thread: close the open file, create ``file_id`` with its header."""
+        """Runs in the worker thread: close the open file, create ``file_id`` with its header.
+
+        If the new file cannot be made whole (no space for its header), it is removed again
+        and no file is open: a headerless file would stop replay at the next start.
+        """
         if self._fd is not None:
             os.ftruncate(self._fd, self._written)  # drop the unused preallocated tail
             if self._fsync:
                 os.fsync(self._fd)
             os.close(self._fd)
             self._fd = None
-        self._file_id = file_id
         path = self._path(file_id)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        header = FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, self._file_id & 0xFFFFFFFF)
-        os.write(fd, header)
+        header = FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, file_id & 0xFFFFFFFF)
+        try:
+            written = 0
+            while written < len(header):  # a short write means the next one says why
+                written += os.pwrite(fd, header[written:], written)
+            dfd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
         self._fd = fd
+        self._file_id = file_id
         self._written = len(header)
         self._allocated = 0
         self._synced = 0
         self._preallocate()
-        dfd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
     def _preallocate(self) -> None:
         if self._prealloc <= 0 or self._fd is None:
@@ -205,6 +232,19 @@ class FsJournal:
             if self._failure is not None:
                 raise JournalFailedError(f"journal in {self.directory} failed: {self._failure}")
             await self._group_done.wait()
+        if self._lost and self.is_lost(seq):
+            error = self._lost_error
+            raise JournalWriteError(
+                error.errno if error is not None else None,
+                f"journal record {seq} was not written to {self.directory}: {error}",
+            )
+
+    def is_lost(self, seq: int) -> bool:
+        lost = self._lost
+        if not lost or seq > lost[-1][1]:
+            return False
+        i = bisect.bisect_right(lost, seq, key=lambda r: r[0]) - 1
+        return i >= 0 and lost[i][1] >= seq
 
     def position(self) -> JournalPosition:
         return JournalPosition(self._append_file_id, self._append_offset)
@@ -220,7 +260,14 @@ class FsJournal:
     # -- group commit --------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await trio.to_thread.run_sync(self._open_file, self._file_id, limiter=self._limiter)
+        try:
+            await trio.to_thread.run_sync(self._open_file, self._file_id, limiter=self._limiter)
+        except OSError as e:
+            if e.errno not in DISK_FULL_ERRNOS:
+                raise
+            # A full disk at start: the bookie can still serve reads. The first group
+            # tries to create the file again (and is lost if there is still no space).
+            log.warning("journal %s: no space to start a new journal file (%s); writes fail until there is", self.directory, e)
         task_status.started()
         try:
             while True:
@@ -265,7 +312,14 @@ class FsJournal:
         # happen too, or waiters would never learn their records are durable.
         with trio.CancelScope(shield=True):
             try:
-                syncs = await trio.to_thread.run_sync(self._write_and_sync, segments, limiter=self._limiter)
+                syncs = await trio.to_thread.run_sync(self._write_group, segments, limiter=self._limiter)
+            except OSError as e:
+                if e.errno not in DISK_FULL_ERRNOS or isinstance(e, JournalFailedError):
+                    self._failure = e
+                    self._group_done.set()
+                    raise JournalFailedError(f"journal write to {self.directory} failed: {e}") from e
+                self._lose_unwritten(e)
+                return
             except BaseException as e:
                 # Acknowledging anything after a failed write would lie: fail every waiter
                 # (they see _failure when woken) and every later append.
@@ -280,11 +334,69 @@ class FsJournal:
             done, self._group_done = self._group_done, trio.Event()
             done.set()
 
+    def _lose_unwritten(self, error: OSError) -> None:
+        """After a group was cut off for want of space: it, and every record appended while it
+        was being written (their positions counted on its bytes), will never be written.
+        Their waiters are told; later records go where the group would have started."""
+        first, last = self._durable + 1, self._seq
+        self._segments, self._buffered = [], 0
+        if self._lost and self._lost[-1][1] + 1 >= first:
+            first = self._lost[-1][0]
+            self._lost[-1] = (first, last)
+        else:
+            self._lost.append((first, last))
+        self._lost_error = error
+        self._durable = last  # settled: lost, which is_lost() tells
+        self._append_file_id, self._append_offset = self._resume_at.file_id, self._resume_at.offset
+        self._counters.journal_write_failures += 1
+        log.warning(
+            "journal %s: no space to write records up to %d (%s); they are lost (their requests fail) "
+            "and the journal goes on at %s",
+            self.directory, last, error, self._resume_at,
+        )
+        done, self._group_done = self._group_done, trio.Event()
+        done.set()
+
+    def _write_group(self, segments: list[tuple[int, bytearray]]) -> int:
+        """Runs in the worker thread: :meth:`_write_and_sync`; if that finds no space, cut the
+        open file back to where the group started (the durable end) and re-raise."""
+        start = self._written if self._fd is not None else None
+        start_file = self._file_id
+        try:
+            return self._write_and_sync(segments)
+        except OSError as e:
+            if e.errno not in DISK_FULL_ERRNOS:
+                raise
+            try:
+                self._cut_back(start_file, start)
+            except OSError as cut:
+                raise JournalFailedError(
+                    f"journal {self.directory}: a write found no space ({e}) and cutting the file back "
+                    f"to its last durable record failed too ({cut})"
+                ) from cut
+            raise
+
+    def _cut_back(self, start_file: int, start: int | None) -> None:
+        """Runs in the worker thread: end the open file at its last durable byte, so that
+        replay never meets half a group (shrinking needs no space)."""
+        if self._fd is None:
+            # No file open: the group's new file could not be created (and was removed).
+            self._resume_at = JournalPosition(self._next_file_id(), FILE_HEADER.size)
+            return
+        # The file the group started in, or (it rolled) the new one: only its header is durable.
+        end = start if start is not None and self._file_id == start_file else FILE_HEADER.size
+        os.ftruncate(self._fd, end)
+        self._written = self._allocated = end
+        self._resume_at = JournalPosition(self._file_id, end)
+
+    def _next_file_id(self) -> int:
+        return max(self._file_ids(), default=self._file_id - 1) + 1
+
     def _write_and_sync(self, segments: list[tuple[int, bytearray]]) -> int:
         """Runs in the worker thread: write each segment to its file, fsync; return fsyncs."""
         syncs = 0
         for file_id, data in segments:
-            if file_id != self._file_id:
+            if self._fd is None or file_id != self._file_id:
                 if self._fsync and self._fd is not None:
                     syncs += 1  # the roll fsyncs the file it closes
                 self._open_file(file_id)
@@ -309,7 +421,7 @@ class FsJournal:
     async def aclose(self) -> None:
         self._closed = True
         try:
-            if self._buffered and self._fd is not None and self._failure is None:
+            if self._buffered and self._failure is None:
                 await self._flush_group()
         finally:
             if self._fd is not None:

@@ -103,7 +103,14 @@ class EtcdRegistration:
 
     async def set_read_only(self, read_only: bool) -> None:
         self.info = attrs.evolve(self.info, read_only=read_only)
-        await self._store._call(lambda c: c.put(self._key(), self.info.serialize(), lease=self._lease))
+
+        def put(client: Etcd3Client) -> None:
+            if self._lease is None:
+                self._put(client)  # the keep-alive lost the lease: never put the key without one
+            else:
+                client.put(self._key(), self.info.serialize(), lease=self._lease)
+
+        await self._store._call(put)
 
     async def aclose(self) -> None:
         self._scope.cancel()
