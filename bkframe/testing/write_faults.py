@@ -8,6 +8,8 @@ paths it applies to (e.g. ``/entrylogs/``), and disarms it by deleting the file:
 * ``enospc``: the next write to a matching file writes only half its bytes (a short
   write, as at the edge of a full disk) and every later one fails with ``ENOSPC``, as
   does every ``posix_fallocate``;
+* ``eio``: the same with ``EIO``, a failing disk rather than a full one (a bookie answers
+  that with IO_ERROR and stays writable; a full disk makes it read-only);
 * ``hang-sync``: an fsync or fdatasync of a matching file never returns, as if the disk
   stopped answering (the process can only be killed) -- for the state where a write was
   handed to the page cache but its sync never completed;
@@ -33,6 +35,7 @@ from typing import Any
 
 CONTROL_ENV = "BKFRAME_WRITE_FAULTS"
 ENOSPC_FILE = "enospc"
+EIO_FILE = "eio"
 HANG_SYNC_FILE = "hang-sync"
 DROP_SYNC_FILE = "drop-sync"
 
@@ -48,7 +51,7 @@ class _Layer:
         try:
             pattern = (self.control / name).read_text().strip()
         except FileNotFoundError:
-            if name == ENOSPC_FILE:
+            if name in (ENOSPC_FILE, EIO_FILE) and not any((self.control / n).exists() for n in (ENOSPC_FILE, EIO_FILE)):
                 self._short_done = False
             return False
         try:
@@ -58,14 +61,19 @@ class _Layer:
         return pattern in path
 
     def write_size(self, fd: int, size: int) -> int:
-        """How many of ``size`` bytes a write may write; raises ENOSPC when armed to."""
-        if size == 0 or not self._armed(ENOSPC_FILE, fd):
+        """How many of ``size`` bytes a write may write; raises ENOSPC or EIO when armed to."""
+        if size == 0:
+            return size
+        for name, code, text in ((ENOSPC_FILE, errno.ENOSPC, "No space left on device"), (EIO_FILE, errno.EIO, "Input/output error")):
+            if self._armed(name, fd):
+                break
+        else:
             return size
         with self._lock:
             if not self._short_done:
                 self._short_done = True
                 return max(1, size // 2)
-        raise OSError(errno.ENOSPC, "No space left on device (injected by bkframe.testing.write_faults)")
+        raise OSError(code, f"{text} (injected by bkframe.testing.write_faults)")
 
     def before_allocate(self, fd: int) -> None:
         if self._armed(ENOSPC_FILE, fd):
