@@ -192,19 +192,22 @@ class ReadHandle:
             raise NoSuchEntryError(f"entry {self.ledger_id}:{entry_id} is on none of its bookies ({detail})")
         raise BKError(f"entry {self.ledger_id}:{entry_id} could not be read from any replica ({detail})")
 
-    async def read_lac(self) -> int:
+    async def read_lac(self, *, _retry: bool = True) -> int:
         """Ask the last fragment's bookies for their LAC (at once, each with the read
-        timeout); the highest answer wins."""
+        timeout); the highest answer wins. If none answers, the ledger's metadata is read
+        again (the writer may have replaced them) and, if it changed, asked once more."""
         if self.closed:
             return self._lac
         ensemble = self.metadata.fragments[-1][1]
         best = self._lac
         refused: BKError | None = None
+        answered = 0
 
         def decide(bookie_id: str, response: p.Response | None) -> bool:
-            nonlocal best, refused
+            nonlocal best, refused, answered
             if response is None:
                 return False
+            answered += 1
             if response.status == p.Status.OK:
                 best = max(best, response.lac)
             elif response.status != p.Status.NO_LEDGER:
@@ -219,8 +222,13 @@ class ReadHandle:
         )
         if refused is not None:
             raise refused
-        self._lac = best
-        return best
+        self._lac = max(self._lac, best)
+        if not answered and _retry:
+            before = self.metadata.fragments
+            await self.refresh()
+            if not self.closed and self.metadata.fragments != before:
+                return await self.read_lac(_retry=False)
+        return self._lac
 
     async def refresh(self) -> LedgerMetadata:
         """Re-read metadata (a closed ledger's end, new fragments)."""

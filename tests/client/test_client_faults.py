@@ -271,3 +271,29 @@ async def test_writer_returns_to_bookies_that_restarted(cluster_factory: Any) ->
         assert md.last_entry_id == entry - 1
         reader = await client.open_ledger(writer.ledger_id, password=PW)
         assert [e.payload for e in await reader.read(0, entry - 1)] == [payload(i) for i in range(entry)]
+
+
+async def test_a_reader_follows_an_ensemble_change_it_did_not_see(cluster_factory: Any) -> None:
+    """A no-recovery reader opened before the writer replaced every bookie it knows: its
+    LAC read and its reads find the new bookies through the ledger's metadata."""
+    cluster = cluster_factory(4)
+    async with bkframe.open_client(cluster.metadata, **FAST) as client, bkframe.open_client(
+        cluster.metadata, **FAST
+    ) as other:
+        writer = await client.create_ledger(ensemble=2, write_quorum=2, ack_quorum=2, password=PW)
+        for i in range(10):
+            await writer.append(payload(i))
+        reader = await other.open_ledger(writer.ledger_id, password=PW, recovery=False)
+        first = writer.metadata.fragments[0][1]
+        for k, victim in enumerate(first):
+            cluster.by_id(victim).kill()
+            with trio.fail_after(30):
+                for i in range(10 + 5 * k, 15 + 5 * k):
+                    assert await writer.append(payload(i)) == i
+        assert not set(writer.metadata.fragments[-1][1]) & set(first)
+        with trio.fail_after(30):
+            assert await reader.read_lac() >= 18  # every bookie it knew of is gone
+            entries = await reader.read(10, 18)
+            assert [e.payload for e in entries] == [payload(i) for i in range(10, 19)]
+            unconfirmed = await reader.read_unconfirmed(19, 19)
+            assert unconfirmed[0].payload == payload(19)
