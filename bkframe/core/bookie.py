@@ -40,6 +40,7 @@ from bkframe.core.interfaces import (
 )
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.sync_cursor import SyncCursor
+from bkframe.core.tombstones import Tombstones
 from bkframe.core.unclean_marker import mark_clean, mark_running
 
 log = logging.getLogger("bkframe.bookie")
@@ -106,6 +107,8 @@ class Bookie:
         #: for the key (set by the service when there is a metadata store; raises if the
         #: store cannot say). Keys of ledgers the bookie knows no key for are checked with it.
         self.key_verifier: Callable[[int, bytes], Awaitable[bool]] | None = None
+        #: Ledgers garbage collection deleted: never created again by an add or a fence.
+        self.tombstones = Tombstones(self.data_dir, config.bookie.deleted_ledger_retention_s)
         #: What the limbo repair task reports in GET_BOOKIE_INFO.
         self.repair_status: dict[str, Any] = {"repaired_ledgers": 0, "entries_copied": 0, "last_error": ""}
         #: BookKeeper's read-only mode: on a full disk, no adds (reads, fences and recovery go on).
@@ -299,8 +302,16 @@ class Bookie:
             changed += 1
         return changed
 
+    async def delete_ledgers(self, ledger_ids: Sequence[int]) -> None:
+        """Delete ledgers gone from the metadata store: tombstones first (durable), then
+        every trace of them (durable at the next checkpoint)."""
+        await trio.to_thread.run_sync(self.tombstones.record, ledger_ids)
+        for ledger_id in ledger_ids:
+            self.forget_ledger(ledger_id)
+
     def forget_ledger(self, ledger_id: int) -> None:
-        """Drop a deleted ledger: its storage and every trace of it in this bookie."""
+        """Drop a deleted ledger: its storage and every trace of it in this bookie
+        (:meth:`delete_ledgers` also leaves a tombstone, so it is not created again)."""
         self.storage.delete_ledger(ledger_id)
         self._fence_seq.pop(ledger_id, None)
         self._cursors.pop(ledger_id, None)
@@ -503,6 +514,10 @@ class Bookie:
             # that ledgers this bookie holds can be closed; they need little space.
             return p.Status.READ_ONLY, self._read_only_refusal("adds")
         state = storage.ledger_state(ledger_id)
+        if state is None and ledger_id in self.tombstones:
+            return p.Status.NO_LEDGER, (
+                f"ledger {ledger_id} was deleted (this bookie garbage-collected it); it takes no more entries"
+            )
         if state is None:
             try:
                 state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
@@ -631,6 +646,9 @@ class Bookie:
         if req.fence:
             if not req.master_key:
                 reply(p.Status.BAD_REQUEST, req.entry_id, b"a fencing read must carry the ledger's master key")
+                return
+            if state is None and ledger_id in self.tombstones:
+                reply(p.Status.NO_LEDGER, req.entry_id, f"ledger {ledger_id} was deleted".encode())
                 return
             if state is None:
                 # Fence even a ledger this bookie never saw, so the old writer cannot
@@ -814,6 +832,7 @@ class Bookie:
             "last_shutdown_clean": self.last_shutdown_clean,
             "cookie_check": self.cookie_check.name if self.cookie_check else None,
             "limbo_ledgers": self.limbo_ledgers(),
+            "deleted_ledgers_remembered": len(self.tombstones),
             "repair": dict(self.repair_status),
             "counters": self.counters.as_dict(),
         }

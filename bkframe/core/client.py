@@ -145,7 +145,10 @@ class Client:
         digester = Digester.for_ledger(md.digest_type, password)
         if recovery and not md.closed:
             md = await Recovery(self, md, key, digester).run()
-        return ReadHandle(self, md, key, digester)
+        handle = ReadHandle(self, md, key, digester)
+        if not md.closed:
+            await handle.read_lac()  # as BookKeeper's open: the reader knows its LAC at once
+        return handle
 
     async def open_writer(self, ledger_id: int, *, password: bytes = b"") -> WriteHandle:
         """Claim an unclaimed, empty, open ledger (made with ``claim=False``) for writing."""

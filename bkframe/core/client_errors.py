@@ -13,6 +13,11 @@ class LedgerFencedError(BKError):
     """The ledger was fenced (someone opened it with recovery); this writer must stop."""
 
 
+class LedgerDeletedError(LedgerFencedError):
+    """The ledger was deleted (after another client recovered it); this writer must stop.
+    A :class:`LedgerFencedError`, as BookKeeper's old writer sees it."""
+
+
 class UnauthorizedError(BKError):
     """Wrong password for the ledger."""
 

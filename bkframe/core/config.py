@@ -56,6 +56,9 @@ class BookieConfig:
     gc_interval_s: float = attrs.field(default=60.0, validator=attrs.validators.gt(0))
     #: A dead bookie's registration disappears from the metadata store after about this long.
     registration_ttl_s: float = attrs.field(default=6.0, validator=attrs.validators.gt(0))
+    #: A ledger this bookie deleted (garbage collection) is remembered this long, so that its
+    #: old writer's adds are refused instead of creating it again (a week by default).
+    deleted_ledger_retention_s: float = attrs.field(default=7 * 24 * 3600.0, validator=attrs.validators.gt(0))
     #: Read-only mode (BookKeeper's diskUsageThreshold): once this fraction of the data
     #: dir's filesystem is used, the bookie takes no more adds and registers read-only.
     disk_usage_threshold: float = attrs.field(

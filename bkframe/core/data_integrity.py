@@ -173,7 +173,7 @@ class LimboRepair:
             md = await self.store.read_ledger(ledger_id)
         except NoSuchLedgerError:
             log.info("limbo ledger %d was deleted; dropping it here", ledger_id)
-            bookie.forget_ledger(ledger_id)
+            await bookie.delete_ledgers([ledger_id])
             return True
         if not md.closed:
             if not state.master_key:

@@ -59,6 +59,7 @@ class GarbageCollector:
         bookie = self.bookie
         storage = bookie.storage
         deleted = 0
+        doomed: list[int] = []
         if bookie.cookie_check is CookieCheck.STAMPED_METADATA:
             # The store did not know this bookie at boot: maybe the wrong store (a typo in
             # the URI), whose missing ledgers say nothing. Deleting would wipe the bookie.
@@ -87,9 +88,10 @@ class GarbageCollector:
                     continue
             # else: no metadata store can hold such an id (stored by a bookie that did not
             # check ids on the wire yet): it is no ledger of this cluster.
-            bookie.forget_ledger(ledger_id)
-            deleted += 1
-        if deleted:
+            doomed.append(ledger_id)
+        if doomed:
+            await bookie.delete_ledgers(doomed)
+            deleted = len(doomed)
             await bookie.checkpoint()
             log.info("deleted %d ledger(s) that are gone from the metadata store", deleted)
         freed = await storage.collect_garbage()

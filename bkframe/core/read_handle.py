@@ -182,10 +182,13 @@ class ReadHandle:
                     plan.errors.append(f"{bookie_id}: {response.status.name}")
                     continue
                 try:
-                    _, _, payload = self._digester.decode(self.ledger_id, entry_id, response.data)
+                    entry_lac, _, payload = self._digester.decode(self.ledger_id, entry_id, response.data)
                 except DigestMismatchError as e:
                     plan.errors.append(f"{bookie_id}: {e}")
                     continue
+                # The writer's LAC piggybacked on the entry: everything up to it is confirmed.
+                if entry_lac > self._lac:
+                    self._lac = entry_lac
                 return Entry(self.ledger_id, entry_id, payload)
         detail = "; ".join(plan.errors)
         if negatives == len(plan.replicas):

@@ -30,6 +30,7 @@ from bkframe.core import protocol as p
 from bkframe.core.client_errors import (
     BKError,
     LedgerClosedError,
+    LedgerDeletedError,
     LedgerFencedError,
     NotEnoughBookiesError,
     UnsupportedError,
@@ -37,6 +38,7 @@ from bkframe.core.client_errors import (
 )
 from bkframe.core.entry_format import Digester
 from bkframe.core.metadata import BadVersionError, LedgerMetadata, LedgerStateName
+from bkframe.core.metadata import NoSuchLedgerError as MetadataNoSuchLedgerError
 
 if TYPE_CHECKING:
     from bkframe.core.bookie_pool import BookiePool
@@ -99,6 +101,8 @@ class PendingAppend:
 
     entry_id: int
     data: bytes
+    #: The ledger's length once this entry is in.
+    length: int = 0
     acked: set[int] = attrs.Factory(set)
     _done: trio.Event = attrs.Factory(trio.Event)
     error: BaseException | None = None
@@ -139,7 +143,10 @@ class WriteHandle:
         self._lac = metadata.last_entry_id
         #: Last add pushed: acknowledged by an ack quorum, in order (= LAC for PD ledgers).
         self._lap = metadata.last_entry_id
+        #: Ledger length with every entry appended so far (it goes in each entry's header)...
         self._length = metadata.length
+        #: ... and with the entries acknowledged so far (what ``length`` reports).
+        self._lap_length = metadata.length
         self._error: BKError | None = None
         #: close() was called: appends are refused from then on.
         self._closing = False
@@ -178,7 +185,8 @@ class WriteHandle:
 
     @property
     def length(self) -> int:
-        return self._length
+        """Bytes of payload in the acknowledged entries (up to the LAP)."""
+        return self._lap_length
 
     # -- appending -----------------------------------------------------------------------
 
@@ -195,7 +203,7 @@ class WriteHandle:
         self._next_entry += 1
         self._length += len(payload)
         data = self._digester.encode(self.ledger_id, entry_id, self._lac, self._length, payload)
-        pending = PendingAppend(entry_id, data)
+        pending = PendingAppend(entry_id, data, self._length)
         self._pending.append(pending)
         self._idle = trio.Event() if self._idle.is_set() else self._idle
         self._unsent.append(pending)
@@ -291,6 +299,10 @@ class WriteHandle:
         if response is not None and response.status in (p.Status.FENCED, p.Status.UNAUTHORIZED):
             self._fail(error_for(response.status, response.message, bookie_id))
             return
+        if response is not None and response.status == p.Status.NO_LEDGER:
+            # Only a bookie that deleted the ledger refuses an add this way (tombstone).
+            self._fail(LedgerDeletedError(f"ledger {self.ledger_id} was deleted: {bookie_id}: {response.message}"))
+            return
         reason = str(error) if error is not None else f"{response.status.name}: {response.message}"  # type: ignore[union-attr]
         self._bookie_failed(bookie_id, reason)
 
@@ -300,6 +312,7 @@ class WriteHandle:
         while pending and len(pending[0].acked) >= ack_quorum:
             head = pending.popleft()
             self._lap = head.entry_id
+            self._lap_length = head.length
             head._finish()
         if not self._vd:
             self._lac = self._lap
@@ -322,6 +335,8 @@ class WriteHandle:
         LastAddSynced rule confirms everything pushed, so a bookie that is down does not
         block it while enough others answer. For PD ledgers it is flush().
         """
+        if self._closed:
+            raise LedgerClosedError(f"ledger {self.ledger_id} is closed; everything in it is synced already")
         await self.flush()
         if not self._vd or self._lac >= self._lap:
             return self._lac
@@ -464,6 +479,18 @@ class WriteHandle:
                 failed = [i for i, b in enumerate(self._ensemble) if b in self._to_replace]
                 if not failed:
                     break
+                # A ledger another client recovered (its bookies may have restarted since,
+                # so they answer "not connected" rather than "fenced"): say so, whatever
+                # bookies are left to replace them with.
+                try:
+                    current = await self._client.metadata.read_ledger(self.ledger_id)
+                except MetadataNoSuchLedgerError:
+                    raise LedgerDeletedError(f"ledger {self.ledger_id} was deleted; this writer must stop") from None
+                if current.state != LedgerStateName.OPEN:
+                    raise LedgerFencedError(
+                        f"ledger {self.ledger_id} was {'closed' if current.closed else 'fenced'} by another client "
+                        f"(its state is {current.state.value}); this writer must stop"
+                    )
                 boundary = self._lac + 1
                 resend = [pa for pa in self._pending if pa.entry_id >= boundary]
                 for pa in resend:
@@ -552,7 +579,7 @@ class WriteHandle:
             raise self._error
         md = self.metadata
         while True:
-            new = attrs.evolve(md, state=LedgerStateName.CLOSED, last_entry_id=self._lac, length=self._length)
+            new = attrs.evolve(md, state=LedgerStateName.CLOSED, last_entry_id=self._lac, length=self._lap_length)
             try:
                 self.metadata = await self._client.metadata.update_ledger(new, md.version)
                 self._closed = True
