@@ -179,7 +179,14 @@ def build_histories(records: list[dict[str, Any]], result: CheckResult) -> dict[
 
 
 async def check_cluster(cluster: Cluster, records: list[dict[str, Any]], call_timeout: float) -> CheckResult:
+    """``cluster``: its bookies should all run; any that does not is named in the failures
+    (and recovery retries only briefly, as ledgers on it may not be decidable)."""
     result = CheckResult()
+    down = [b.bookie_id for b in cluster.bookies if not b.running]
+    if down:
+        result.fail("other", f"bookies {down} were not running during the final checks: failures of ledgers on "
+                             f"them may follow from that")
+    retry_s = 10.0 if down else call_timeout
     hist = build_histories(records, result)
     async with bkframe.open_client(cluster.metadata) as client:
         with trio.fail_after(call_timeout):
@@ -194,7 +201,7 @@ async def check_cluster(cluster: Cluster, records: list[dict[str, Any]], call_ti
         async with bkframe.open_client(cluster.metadata) as second, trio.open_nursery() as nursery:
             for ledger in sorted(ids):
                 nursery.start_soon(check_one, client, second, hist.get(ledger) or LedgerHistory(ledger), result,
-                                   call_timeout, limiter)
+                                   retry_s, limiter)
     return result
 
 

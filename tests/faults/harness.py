@@ -28,7 +28,7 @@ import trio
 
 from tests.cluster import Cluster, ClusterBookie
 from tests.faults.checks import CheckResult, check_cluster
-from tests.faults.records import read_records
+from tests.faults.records import read_record_file, read_records
 from tests.faults.schedule import RunConfig, Step, make_schedule
 from tests.faults.worker import GAVE_UP_EXIT, HUNG_EXIT
 
@@ -84,6 +84,8 @@ class RunReport:
     #: Worth a look, not failures (tracebacks in bookie logs).
     notes: list[str] = attrs.Factory(list)
     seconds: float = 0.0
+    #: Seconds spent in each phase of the run.
+    phases: dict[str, float] = attrs.Factory(dict)
     #: How to run this again (the seeded test's command unless the caller says otherwise).
     reproduce: str = ""
 
@@ -102,7 +104,8 @@ class RunReport:
         lines = [
             f"fault run seed={cfg.seed}: {sum(faults.values())} of {cfg.events} faults done "
             f"({', '.join(f'{k} {v}' for k, v in sorted(faults.items())) or 'none'}; {heals} heals) "
-            f"in {self.seconds:.1f} s, {cfg.bookies} bookies, {cfg.writers} writers, {cfg.readers} readers",
+            f"in {self.seconds:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in self.phases.items())}), "
+            f"{cfg.bookies} bookies, {cfg.writers} writers, {cfg.readers} readers",
             "ledger menu: " + ", ".join(f"{k} {e}/{w}/{a}" for k, e, w, a in cfg.ledgers),
         ]
         if self.check is not None:
@@ -286,9 +289,7 @@ class Run:
     def open_ledgers_of(self, writer: WorkerProc) -> list[int]:
         """Ledgers the writer created and neither closed nor saw fail, from its records."""
         state: dict[int, bool] = {}
-        for r in read_records(self.records_dir):
-            if r["src"] != writer.name:
-                continue
+        for r in read_record_file(self.records_dir / f"{writer.name}.jsonl"):
             if r["ev"] == "created":
                 state[r["ledger"]] = True
             elif r["ev"] in ("closed", "writer-failed"):
@@ -340,7 +341,12 @@ class Run:
                     self.spawn_recovery(ledger)
                 self.spawn_writer(step.target)
             else:
+                # Between two ledgers (or just restarted) the writer has none open: wait a little.
                 ledgers = self.open_ledgers_of(writer)
+                until = time.monotonic() + 5.0
+                while not ledgers and time.monotonic() < until and writer.proc.poll() is None:
+                    time.sleep(0.1)
+                    ledgers = self.open_ledgers_of(writer)
                 if not ledgers:
                     return
                 self.spawn_recovery(ledgers[-1])
@@ -383,6 +389,14 @@ class Run:
         (self.workdir / "schedule.txt").write_text(
             f"{cfg}\n" + "\n".join(s.describe() for s in self.steps) + "\n"
         )
+        phase_start = started
+
+        def phase(name: str) -> None:
+            nonlocal phase_start
+            now = time.monotonic()
+            self.report.phases[name] = now - phase_start
+            phase_start = now
+
         try:
             for bookie in self.cluster.bookies:
                 if not self.start_bookie(bookie):
@@ -391,6 +405,7 @@ class Run:
                 self.spawn_writer(slot)
             for slot in range(cfg.readers):
                 self.spawn_reader(slot)
+            phase("start")
             t0 = time.monotonic()
             for step in self.steps:
                 self.sleep_until(t0, step.at_s)
@@ -404,11 +419,15 @@ class Run:
                 self.execute(step)
             last = self.steps[-1].at_s if self.steps else 0.0
             self.sleep_until(t0, last + cfg.cooldown_s)
+            phase("schedule")
             self.heal_all()
+            phase("heal")
             self.stop_workers()
+            phase("stop")
             self.report.check = trio.run(
                 check_cluster, self.cluster, list(read_records(self.records_dir)), cfg.call_timeout_s
             )
+            phase("checks")
             self.collect_log_errors()
         finally:
             self.report.seconds = time.monotonic() - started

@@ -54,11 +54,19 @@ class RecordFile:
 def read_records(directory: Path) -> Iterator[dict[str, Any]]:
     """Every complete record of every ``*.jsonl`` file under ``directory``."""
     for path in sorted(directory.glob("*.jsonl")):
-        with open(path, "rb") as f:
-            for raw in f:
-                if not raw.endswith(b"\n"):
-                    continue  # torn by a kill in the middle of the write
-                try:
-                    yield json.loads(raw)
-                except json.JSONDecodeError:
-                    continue
+        yield from read_record_file(path)
+
+
+def read_record_file(path: Path) -> Iterator[dict[str, Any]]:
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                continue  # torn by a kill in the middle of the write
+            try:
+                yield json.loads(raw)
+            except json.JSONDecodeError:
+                continue

@@ -76,11 +76,11 @@ class RunConfig:
     weights: tuple[tuple[Fault, float], ...] = tuple(DEFAULT_WEIGHTS.items())
     max_down: int = 2
     #: Mean seconds between two faults.
-    mean_gap_s: float = 0.8
+    mean_gap_s: float = 0.5
     #: How long a bookie stays down / hung, seconds (uniform in the range).
     down_s: tuple[float, float] = (0.5, 4.0)
     #: Past BookKeeper's add timeout (10 s) at the top, below the call deadline.
-    hang_s: tuple[float, float] = (0.5, 15.0)
+    hang_s: tuple[float, float] = (0.5, 12.0)
     disk_full_s: tuple[float, float] = (2.0, 10.0)
     #: Deadline of every client call in the workers.
     call_timeout_s: float = 60.0

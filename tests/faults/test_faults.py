@@ -35,8 +35,9 @@ from tests.faults.schedule import (
 def run_and_judge(config: RunConfig, workdir: Path, nodeid: str = "") -> None:
     reproduce = f"uv run --all-packages pytest '{nodeid}' -s" if nodeid else ""
     report = run_faults(config, workdir, reproduce)
-    print(report.summary())
-    if not report.ok:
+    if report.ok:
+        print(report.summary())  # shown with -s
+    else:
         pytest.fail("\n" + report.summary(), pytrace=False)
 
 
@@ -176,7 +177,7 @@ def test_kill_and_restart_one_bookie_at_a_time(tmp_path: Path, request: pytest.F
     """PD_JOURNAL E=3 W=3 A=2, kill -9 and restart of one bookie at a time, nothing else."""
     config = RunConfig(
         seed=101,
-        events=12,
+        events=10,
         ledgers=(("PD_JOURNAL", 3, 3, 2),),
         weights=((Fault.KILL, 1.0),),
         max_down=1,
