@@ -9,19 +9,25 @@ longer, ``--fault-seed S`` one seed (the summary of a failed run prints the comm
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
+import trio
 
 import bkframe
 from bkframe.core.entry_format import Digester, master_key
 from bkframe.core.metadata import LedgerStateName
 from tests.faults.checks import check_cluster
-from tests.faults.harness import run_faults
+from tests.faults.harness import REPO, run_faults
 from tests.faults.payloads import BIG_KEY, PASSWORD, SEED_KEY, WRITER_KEY, digest, payload
+from tests.faults.records import read_record_file
 from tests.faults.schedule import (
     ALL_LEDGERS,
     BOOKIE_FAULTS,
@@ -30,6 +36,7 @@ from tests.faults.schedule import (
     RunConfig,
     make_schedule,
 )
+from tests.faults.worker import GAVE_UP_EXIT, HUNG_EXIT
 
 
 def run_and_judge(config: RunConfig, workdir: Path, nodeid: str = "") -> None:
@@ -161,6 +168,34 @@ async def test_the_checks_catch_each_kind_of_failure(cluster_factory: Any) -> No
     assert any(f"ledger {overwritten.ledger_id} " in f and f"on {victim}" in f for f in result.failures)
     assert not any(f"ledger {honest.ledger_id} " in f for f in result.failures)
     assert result.stats["fence_probes"] == 2  # "lost" and "unfenced": no close() recorded
+
+
+async def test_a_call_that_never_returns_becomes_a_clear_failure(cluster_factory: Any, tmp_path: Path) -> None:
+    """Every bookie hung: a recovery worker must not hang the suite. It gives up and exits,
+    with a record that names what it was doing ("hung" past its call deadline, or "gave-up"
+    when the client's own timeouts turn the hang into errors)."""
+    cluster = cluster_factory(3)
+    async with bkframe.open_client(cluster.metadata) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
+        for i in range(5):
+            await writer.append(b"%d" % i)
+    for b in cluster.bookies:
+        b.proc.send_signal(signal.SIGSTOP)
+    try:
+        records = tmp_path / "rec.jsonl"
+        done = await trio.run_process(
+            [sys.executable, "-m", "tests.faults.worker", "recover", "--metadata", cluster.metadata, "--name", "rec",
+             "--records", str(records), "--seed", "0", "--call-timeout", "3", "--give-up", "2",
+             "--ledger", str(writer.ledger_id)],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, check=False, capture_stderr=True,
+        )
+    finally:
+        for b in cluster.bookies:
+            b.proc.send_signal(signal.SIGCONT)
+    got = list(read_record_file(records))
+    assert done.returncode in (HUNG_EXIT, GAVE_UP_EXIT), done.stderr.decode()[-2000:]
+    assert [r["ev"] for r in got] in (["hung"], ["gave-up"]), got
+    assert str(writer.ledger_id) in json.dumps(got[0])
 
 
 # -- runs on a real cluster --------------------------------------------------------------

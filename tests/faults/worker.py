@@ -2,7 +2,9 @@
 
 ``writer``  creates ledgers one after another (type and quorums drawn from its menu), appends
             derived payloads with a random pipeline depth, syncs VD ledgers now and then,
-            closes each ledger, and records every acknowledgement (see records.py).
+            closes each ledger (sometimes while still appending), and records every
+            acknowledgement (see records.py). When a ledger's handle fails, it recovers that
+            ledger in the background, as an application would, and starts the next one.
 ``reader``  opens recent ledgers without recovery, reads up to their LAC and checks the bytes.
 ``recover`` opens one ledger with recovery (retrying while the cluster cannot decide yet),
             records the closed end, then reads the whole ledger back and checks it.
@@ -81,7 +83,7 @@ def parse_menu(text: str) -> list[tuple[str, int, int, int]]:
 async def run_writer(wk: Worker) -> None:
     args = wk.args
     menu = parse_menu(args.menu)
-    async with bkframe.open_client(args.metadata) as client:
+    async with bkframe.open_client(args.metadata) as client, trio.open_nursery() as recoveries:
         while not wk.stopping():
             kind, e, w, a = wk.rng.choice(menu)
             big = wk.rng.random() < 0.1
@@ -95,7 +97,11 @@ async def run_writer(wk: Worker) -> None:
             if writer is None:
                 return
             plan = Plan(count, window, sync_every if kind == "VD_JOURNAL" else 0, big, racing_close)
-            await write_ledger(wk, writer, plan)
+            if not await write_ledger(wk, writer, plan):
+                # As an application would: recover the ledger its handle gave up on (in the
+                # background, while faults heal). Left open, a BYPASS ledger keeps a bookie
+                # that lost its master key in limbo until someone recovers it.
+                recoveries.start_soon(recover_failed, wk, client, writer.ledger_id)
             await trio.sleep(wk.rng.uniform(0.0, 0.2))
 
 
@@ -138,7 +144,8 @@ class Plan:
     racing_close: bool
 
 
-async def write_ledger(wk: Worker, writer: bkframe.WriteHandle, plan: Plan) -> None:
+async def write_ledger(wk: Worker, writer: bkframe.WriteHandle, plan: Plan) -> bool:
+    """Write and close one ledger; False if the handle failed (the ledger may be left open)."""
     ledger = writer.ledger_id
     seed = wk.args.seed
     pending: deque[tuple[PendingAppend, int, str]] = deque()  # (append, entry id, payload hash)
@@ -175,16 +182,17 @@ async def write_ledger(wk: Worker, writer: bkframe.WriteHandle, plan: Plan) -> N
             if next_entry % 16 == 0:
                 await trio.sleep(wk.rng.uniform(0.0, 0.03))  # leave the two cores some air
         if plan.racing_close and not wk.stopping():
-            await racing_close(wk, writer, pending, next_entry, append)
-            return
+            return await racing_close(wk, writer, pending, next_entry, append)
         while pending:
             await harvest_one()
         wk.records.write("closing", ledger=ledger)
         with wk.deadline(f"close of ledger {ledger}"):
             md = await writer.close()
         wk.records.write("closed", ledger=ledger, last=md.last_entry_id, by=wk.name)
+        return True
     except bkframe.BKError as err:
         await writer_failed(wk, writer, pending, err, next_entry, plan.big)
+        return False
 
 
 async def racing_close(
@@ -193,7 +201,7 @@ async def racing_close(
     pending: deque[tuple[PendingAppend, int, str]],
     next_entry: int,
     append: Callable[[int], None],
-) -> None:
+) -> bool:
     """close() with appends in flight and more made while it runs. Appends made after
     close() started may fail; none may be acknowledged beyond the end it records."""
     ledger = writer.ledger_id
@@ -229,9 +237,10 @@ async def racing_close(
             wk.records.write("ack", ledger=ledger, entry=entry_id, hash=h)
     if closed:
         wk.records.write("closed", ledger=ledger, last=closed[0].last_entry_id, by=wk.name)
-    else:
-        err = close_error[0]
-        wk.records.write("writer-failed", ledger=ledger, error=f"close: {type(err).__name__}: {err}")
+        return True
+    err = close_error[0]
+    wk.records.write("writer-failed", ledger=ledger, error=f"close: {type(err).__name__}: {err}")
+    return False
 
 
 async def writer_failed(
@@ -322,36 +331,49 @@ def check_entries(wk: Worker, custom: dict[str, str], ledger: int, entries: list
 # -- recover -----------------------------------------------------------------------------
 
 
+async def recover_ledger(wk: Worker, client: bkframe.Client, ledger: int, give_up_s: float) -> None:
+    """Open with recovery, retrying "not decidable yet" (the faults heal) for ``give_up_s``;
+    record the end, then read the whole ledger back and check it."""
+    give_up_at = time.monotonic() + give_up_s
+    with wk.deadline(f"metadata of ledger {ledger}"):
+        before = await client.ledger_metadata(ledger)
+    while True:
+        try:
+            with wk.deadline(f"open_ledger({ledger}, recovery=True)"):
+                handle = await client.open_ledger(ledger, password=PASSWORD, recovery=True)
+            break
+        except bkframe.BKError as err:
+            if time.monotonic() > give_up_at:
+                wk.records.write("gave-up", ledger=ledger, error=f"{type(err).__name__}: {err}")
+                raise
+            log.info("recovery of %d: %s; retrying", ledger, err)
+            await trio.sleep(0.5)
+    last = handle.lac
+    wk.records.write("recovered", ledger=ledger, last=last, was_open=not before.closed)
+    for first in range(0, last + 1, 200):
+        try:
+            with wk.deadline(f"read({ledger}, {first}..{min(last, first + 199)}) after recovery"):
+                entries = await handle.read(first, min(last, first + 199))
+        except bkframe.BKError as err:
+            wk.records.write("read-error", ledger=ledger, error=f"{type(err).__name__}: {err}")
+            return
+        check_entries(wk, handle.metadata.custom, ledger, entries)
+
+
+async def recover_failed(wk: Worker, client: bkframe.Client, ledger: int) -> None:
+    try:
+        await recover_ledger(wk, client, ledger, wk.args.give_up)
+    except bkframe.BKError:
+        pass  # recorded as gave-up; the final check recovers it again
+
+
 async def run_recover(wk: Worker) -> None:
-    args = wk.args
-    ledger: int = args.ledger
-    give_up_at = time.monotonic() + args.give_up
-    async with bkframe.open_client(args.metadata) as client:
-        with wk.deadline(f"metadata of ledger {ledger}"):
-            before = await client.ledger_metadata(ledger)
-        while True:
-            try:
-                with wk.deadline(f"open_ledger({ledger}, recovery=True)"):
-                    handle = await client.open_ledger(ledger, password=PASSWORD, recovery=True)
-                break
-            except bkframe.BKError as err:
-                # "Retry later" (too few bookies answer for now): the faults heal.
-                if time.monotonic() > give_up_at:
-                    wk.records.write("gave-up", ledger=ledger, error=f"{type(err).__name__}: {err}")
-                    logging.shutdown()
-                    os._exit(GAVE_UP_EXIT)
-                log.info("recovery of %d: %s; retrying", ledger, err)
-                await trio.sleep(0.5)
-        last = handle.lac
-        wk.records.write("recovered", ledger=ledger, last=last, was_open=not before.closed)
-        for first in range(0, last + 1, 200):
-            try:
-                with wk.deadline(f"read({ledger}, {first}..{min(last, first + 199)}) after recovery"):
-                    entries = await handle.read(first, min(last, first + 199))
-            except bkframe.BKError as err:
-                wk.records.write("read-error", ledger=ledger, error=f"{type(err).__name__}: {err}")
-                return
-            check_entries(wk, handle.metadata.custom, ledger, entries)
+    async with bkframe.open_client(wk.args.metadata) as client:
+        try:
+            await recover_ledger(wk, client, wk.args.ledger, wk.args.give_up)
+        except bkframe.BKError:
+            logging.shutdown()
+            os._exit(GAVE_UP_EXIT)
 
 
 ROLES = {"writer": run_writer, "reader": run_reader, "recover": run_recover}
@@ -367,8 +389,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stop-file", default="")
     parser.add_argument("--call-timeout", type=float, default=60.0)
     parser.add_argument("--menu", default="PD_JOURNAL:3:3:2")
-    parser.add_argument("--min-entries", type=int, default=20)
-    parser.add_argument("--max-entries", type=int, default=400)
+    parser.add_argument("--min-entries", type=int, default=50)
+    parser.add_argument("--max-entries", type=int, default=800)
     parser.add_argument("--ledger", type=int, default=-1)
     parser.add_argument("--give-up", type=float, default=120.0)
     args = parser.parse_args(argv)
