@@ -343,31 +343,37 @@ async def check_replicas(client: bkframe.Client, md: Any, end: int, result: Chec
                 pendings.append((entry_id, bookie_id, conn.submit_read(ledger, entry_id)))
             except ConnectionError as e:
                 pendings.append((entry_id, bookie_id, e))
+    # Problems grouped by (kind, bookie, what): one line per group, its entries compressed.
+    problems: dict[tuple[str, str, str], list[int]] = collections.defaultdict(list)
     for entry_id, bookie_id, pending in pendings:
-        where = f"ledger {ledger} ({md.ledger_type}) entry {entry_id} on {bookie_id}"
         if isinstance(pending, Exception):
-            result.fail("unreadable", f"{where}: bookie unreachable after the run: {pending}")
+            problems["unreadable", bookie_id, f"bookie unreachable after the run: {pending}"].append(entry_id)
             continue
         try:
             response = await pending.wait()
         except ConnectionError as e:
-            result.fail("unreadable", f"{where}: connection failed: {e}")
+            problems["unreadable", bookie_id, f"connection failed: {e}"].append(entry_id)
             continue
         if response.status in (p.Status.NO_ENTRY, p.Status.NO_LEDGER):
             result.stats["copies_missing"] += 1
             continue
         if response.status != p.Status.OK:
-            result.fail("unreadable", f"{where}: {response.status.name} (every bookie is up and out of limbo)")
+            message = bytes(response.data[:300]).decode(errors="replace")
+            problems["unreadable", bookie_id, f"{response.status.name} although every bookie is up and out of "
+                                              f"limbo; the first says: {message}"].append(entry_id)
             continue
         result.stats["copies_checked"] += 1
         try:
             _, _, data = digester.decode(ledger, entry_id, response.data)
-        except DigestMismatchError as e:
-            result.fail("wrong-bytes", f"{where}: the copy fails its digest: {e}")
+        except DigestMismatchError:
+            problems["wrong-bytes", bookie_id, "the copy fails its digest"].append(entry_id)
             continue
         want = expected_from_custom(md.custom, ledger, entry_id)
         if want is not None and data != want:
-            result.fail("wrong-bytes", f"{where}: holds {digest(data)}, expected {digest(want)}")
+            problems["wrong-bytes", bookie_id, f"holds other bytes ({digest(data)}, expected {digest(want)} for "
+                                               f"the first)"].append(entry_id)
+    for (kind, bookie_id, what), entries in problems.items():
+        result.fail(kind, f"ledger {ledger} ({md.ledger_type}) on {bookie_id}: entries {compress(entries)}: {what}")
 
 
 async def probe_fence(client: bkframe.Client, md: Any, end: int, result: CheckResult) -> None:
