@@ -358,7 +358,7 @@ async def check_replicas(client: bkframe.Client, md: Any, end: int, result: Chec
             result.stats["copies_missing"] += 1
             continue
         if response.status != p.Status.OK:
-            message = bytes(response.data[:300]).decode(errors="replace")
+            message = (response.message or bytes(response.data[:300]).decode(errors="replace"))[:300]
             problems["unreadable", bookie_id, f"{response.status.name} although every bookie is up and out of "
                                               f"limbo; the first says: {message}"].append(entry_id)
             continue

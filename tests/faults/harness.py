@@ -151,7 +151,8 @@ class Run:
         self.workers: list[WorkerProc] = []
         self.generation: collections.Counter[str] = collections.Counter()
         self.recoveries = 0
-        self.hung: set[int] = set()
+        #: Workers whose exit supervise() has dealt with (by id()).
+        self.handled: set[int] = set()
         #: Faults not injected (their heals are skipped too).
         self.skipped: set[int] = set()
         #: Why kill -9 and power cuts stopped (BYPASS runs), if they did.
@@ -314,6 +315,17 @@ class Run:
                 state[r["ledger"]] = False
         return [ledger for ledger, is_open in state.items() if is_open]
 
+    def unfinished_ledgers_of(self, writer: WorkerProc) -> list[int]:
+        """Ledgers of a writer that is gone which it neither closed nor recovered (open ones,
+        and failed ones whose background recovery died with it)."""
+        state: dict[int, bool] = {}
+        for r in read_record_file(self.records_dir / f"{writer.name}.jsonl"):
+            if r["ev"] == "created":
+                state[r["ledger"]] = True
+            elif r["ev"] in ("closed", "recovered"):
+                state[r["ledger"]] = False
+        return [ledger for ledger, unfinished in state.items() if unfinished]
+
     def supervise(self) -> None:
         """Restart bookies and replace workers that exited on their own (a crash, a hang)."""
         for i, bookie in enumerate(self.cluster.bookies):
@@ -326,15 +338,15 @@ class Run:
                     self.expected_up[i] = False
         for w in list(self.workers):
             code = w.proc.poll()
-            if code is None or w.stopping or w.role == "recover" or id(w) in self.hung:
+            if code is None or w.stopping or w.role == "recover" or id(w) in self.handled:
                 continue
-            self.hung.add(id(w))
+            self.handled.add(id(w))
             if code == HUNG_EXIT:
                 pass  # the worker recorded what hung; the checks report it
             else:
                 self.fail(f"{w.role} {w.name} exited with status {code}; log tail: {file_tail(w.log_path)}")
             if w.role == "writer":
-                for ledger in self.open_ledgers_of(w):
+                for ledger in self.unfinished_ledgers_of(w):
                     self.spawn_recovery(ledger)
                 self.spawn_writer(w.slot)
             elif w.role == "reader":
@@ -355,7 +367,7 @@ class Run:
                 writer.proc.kill()
                 writer.proc.wait(timeout=30)
                 writer.stopping = True  # it is gone on purpose: supervise() leaves it
-                for ledger in self.open_ledgers_of(writer):
+                for ledger in self.unfinished_ledgers_of(writer):
                     self.spawn_recovery(ledger)
                 self.spawn_writer(step.target)
             else:
@@ -500,7 +512,7 @@ class Run:
                 w.proc.wait(timeout=30)
                 self.fail(f"{w.role} {w.name} did not stop within {budget:.0f} s; log tail: {file_tail(w.log_path)}")
                 continue
-            if code not in (0, HUNG_EXIT, GAVE_UP_EXIT, -signal.SIGKILL) and id(w) not in self.hung:
+            if code not in (0, HUNG_EXIT, GAVE_UP_EXIT, -signal.SIGKILL) and id(w) not in self.handled:
                 self.fail(f"{w.role} {w.name} exited with status {code}; log tail: {file_tail(w.log_path)}")
             w.stopping = True
 
