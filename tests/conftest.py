@@ -18,6 +18,10 @@ from bkframe.core.bookie_service import BookieService
 from bkframe.core.config import Config, load_config
 from bkframe.core.plugin_manager import PluginManager
 
+#: The fault suite's command-line options (--fault-seeds ...), registered at startup so they
+#: work from the repo root too.
+pytest_plugins = ("tests.faults.options",)
+
 
 def make_config(data_dir: Path, **bookie: Any) -> Config:
     return load_config(None, {"data_dir": data_dir, "port": 0, **bookie})

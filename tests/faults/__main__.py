@@ -1,0 +1,39 @@
+"""``python -m tests.faults --seed 7 --events 200``: one seeded run outside pytest."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import attrs
+
+from tests.faults.harness import run_faults
+from tests.faults.schedule import RunConfig
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.faults", description=__doc__)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--events", type=int, default=34)
+    parser.add_argument("--workdir", type=Path, default=None, help="kept after the run (default: a new temp dir)")
+    parser.add_argument("--quiet-s", type=float, default=None, help="with --events 0: how long the writers run")
+    parser.add_argument("--schedule-only", action="store_true", help="print the schedule and exit")
+    args = parser.parse_args()
+    config = RunConfig.for_seed(args.seed, args.events)
+    if args.quiet_s is not None:
+        config = attrs.evolve(config, cooldown_s=args.quiet_s)
+    if args.schedule_only:
+        from tests.faults.schedule import make_schedule
+
+        print("\n".join(s.describe() for s in make_schedule(config)))
+        return 0
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"bkframe-faults-{args.seed}-"))
+    report = run_faults(config, workdir)
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

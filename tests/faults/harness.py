@@ -1,0 +1,567 @@
+"""Runs a fault schedule on a real cluster and judges the result.
+
+One run: start the bookies (each with the power-loss layer, so power cuts are possible) on
+a sqlite metadata store, start the writer and reader processes, play the schedule (see
+schedule.py), heal everything, stop the workers, then check what the cluster holds against
+what the workers recorded (see checks.py). Every step has a deadline; a step that passes it
+becomes a failure naming the step, and the run goes on to collect everything it can.
+
+Use :func:`run_faults`; ``python -m tests.faults --seed N`` runs one outside pytest.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from tests.cluster import Cluster, ClusterBookie
+from tests.faults.checks import CheckResult, check_cluster
+from tests.faults.records import read_record_file, read_records
+from tests.faults.schedule import RunConfig, Step, make_schedule
+from tests.faults.worker import GAVE_UP_EXIT, HUNG_EXIT
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: Journal files small enough for the power-loss layer (it copies a whole file at each fsync),
+#: frequent checkpoints so that a power cut finds some BYPASS data flushed and some not.
+BOOKIE_CONFIG = """
+[bookie]
+checkpoint_interval_s = 3.0
+
+[journal]
+plugin = "journal_fs"
+preallocate_bytes = 0
+max_file_size = 262144
+
+[entry_log_manager]
+plugin = "single"
+max_log_size = 2097152
+"""
+
+BOOKIE_START_TIMEOUT_S = 60.0
+LIMBO_TIMEOUT_S = 120.0
+LIMBO_S_PER_LEDGER = 2.0
+#: A recovery started during the run retries "not decidable yet" this long.
+RECOVER_GIVE_UP_S = 120.0
+#: Where failed runs' evidence is copied (see run_faults).
+KEEP_ENV = "BKFRAME_FAULTS_KEEP"
+#: A schedule this far behind its times stops (and says so) instead of running on for ever.
+MAX_LAG_S = 200.0
+
+
+@attrs.define
+class WorkerProc:
+    role: str
+    name: str
+    #: Writer slot (the schedule's writer index) or reader index; -1 for recoveries.
+    slot: int
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    stopping: bool = False
+
+
+@attrs.define
+class RunReport:
+    config: RunConfig
+    workdir: Path
+    steps: list[Step]
+    done: collections.Counter[str] = attrs.Factory(collections.Counter)
+    #: Failures of the harness's own steps (a bookie that does not start, limbo that does
+    #: not clear, a worker that does not stop); the checks add theirs.
+    failures: list[str] = attrs.Factory(list)
+    check: CheckResult | None = None
+    #: Worth a look, not failures (tracebacks in bookie logs).
+    notes: list[str] = attrs.Factory(list)
+    seconds: float = 0.0
+    #: Seconds spent in each phase of the run.
+    phases: dict[str, float] = attrs.Factory(dict)
+    #: How to run this again (the seeded test's command unless the caller says otherwise).
+    reproduce: str = ""
+
+    @property
+    def all_failures(self) -> list[str]:
+        return self.failures + (self.check.failures if self.check is not None else [])
+
+    @property
+    def ok(self) -> bool:
+        return not self.all_failures
+
+    def summary(self) -> str:
+        cfg = self.config
+        faults = {k: v for k, v in self.done.items() if k not in ("restart", "resume", "disk_free")
+                  and not k.startswith("skipped")}
+        skipped = {k: v for k, v in self.done.items() if k.startswith("skipped")}
+        heals = sum(v for k, v in self.done.items() if k in ("restart", "resume", "disk_free"))
+        lines = [
+            f"fault run seed={cfg.seed}: {sum(faults.values())} of {cfg.events} faults done "
+            f"({', '.join(f'{k} {v}' for k, v in sorted(faults.items())) or 'none'}; {heals} heals"
+            + "".join(f"; {k} {v}" for k, v in sorted(skipped.items()))
+            + ") "
+            f"in {self.seconds:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in self.phases.items())}), "
+            f"{cfg.bookies} bookies, {cfg.writers} writers, {cfg.readers} readers",
+            "ledger menu: " + ", ".join(f"{k} {e}/{w}/{a}" for k, e, w, a in cfg.ledgers),
+        ]
+        if self.check is not None:
+            lines.extend(self.check.summary_lines())
+        failures = self.all_failures
+        lines.append(f"FAILURES: {len(failures)}" if failures else "no failures")
+        for f in failures[:60]:
+            lines.append(f"  - {f}")
+        if len(failures) > 60:
+            lines.append(f"  ... and {len(failures) - 60} more (all in {self.workdir / 'report.txt'})")
+        for n in self.notes[:5]:
+            lines.append(f"  note: {n.splitlines()[0]}")
+        reproduce = self.reproduce or (
+            f"uv run --all-packages pytest tests/faults/test_faults.py::test_seeded_fault_schedule "
+            f"--fault-seed {cfg.seed} --fault-events {cfg.events} -s   (or: uv run --all-packages python -m "
+            f"tests.faults --seed {cfg.seed} --events {cfg.events})"
+        )
+        lines.append(f"reproduce: {reproduce}")
+        lines.append(f"workdir (records/*.jsonl, logs/*.log, schedule.txt): {self.workdir}")
+        return "\n".join(lines)
+
+
+class Run:
+    def __init__(self, config: RunConfig, workdir: Path) -> None:
+        self.config = config
+        self.workdir = workdir
+        self.records_dir = workdir / "records"
+        self.logs_dir = workdir / "logs"
+        self.stop_dir = workdir / "stop"
+        for d in (self.records_dir, self.logs_dir, self.stop_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        (workdir / "bookie.toml").write_text(BOOKIE_CONFIG)
+        self.cluster = Cluster(
+            workdir / "cluster", config.bookies, bookie_args=("--config", str(workdir / "bookie.toml")), powerloss=True
+        )
+        self.steps = make_schedule(config)
+        self.report = RunReport(config, workdir, self.steps)
+        self.workers: list[WorkerProc] = []
+        self.generation: collections.Counter[str] = collections.Counter()
+        self.recoveries = 0
+        #: Workers whose exit supervise() has dealt with (by id()).
+        self.handled: set[int] = set()
+        #: Faults not injected (their heals are skipped too).
+        self.skipped: set[int] = set()
+        #: Why kill -9 and power cuts stopped (BYPASS runs), if they did.
+        self.no_more_unclean = ""
+        #: Bookies that should be running and answering (not killed, hung or full on purpose).
+        self.expected_up = [True] * config.bookies
+
+    # -- bookies -------------------------------------------------------------------------
+
+    def start_bookie(self, bookie: ClusterBookie) -> bool:
+        """Start with a deadline: ClusterBookie.start blocks on the bookie's first line."""
+        error: list[BaseException] = []
+
+        def start() -> None:
+            try:
+                bookie.start(*self.cluster.bookie_args, powerloss=True)
+            except BaseException as e:
+                error.append(e)
+
+        thread = threading.Thread(target=start, daemon=True)
+        thread.start()
+        thread.join(BOOKIE_START_TIMEOUT_S)
+        if thread.is_alive():
+            if bookie.proc is not None and bookie.proc.poll() is None:
+                bookie.proc.kill()
+            thread.join(30)
+            self.fail(
+                f"{bookie.bookie_id} did not start in {BOOKIE_START_TIMEOUT_S:.0f} s; log tail: {log_tail(bookie)}"
+            )
+            return False
+        if error:
+            self.fail(f"{bookie.bookie_id} did not start: {error[0]}")
+            return False
+        return True
+
+    def bookie_info(self, bookie: ClusterBookie) -> dict[str, Any]:
+        from bkframe.core.bookie_client import connect_bookie
+
+        async def ask() -> dict[str, Any]:
+            host, _, port = bookie.address.rpartition(":")
+            with trio.fail_after(10):
+                async with connect_bookie(host, int(port)) as conn:
+                    return await conn.info()
+
+        return trio.run(ask)
+
+    def wait_out_of_limbo(self, bookie: ClusterBookie) -> bool:
+        """Wait until the bookie has repaired every limbo ledger; False (and a failure) if
+        it does not in LIMBO_TIMEOUT_S plus LIMBO_S_PER_LEDGER per ledger it had in limbo."""
+        started = time.monotonic()
+        timeout = LIMBO_TIMEOUT_S
+        info: dict[str, Any] = {}
+        while time.monotonic() < started + timeout:
+            self.supervise()
+            if not bookie.running:
+                self.fail(f"{bookie.bookie_id} exited while repairing its limbo ledgers; log tail: {log_tail(bookie)}")
+                return False
+            try:
+                info = self.bookie_info(bookie)
+                if not info["limbo_ledgers"]:
+                    return True
+                # Repair is one ledger at a time: a cluster with many ledgers takes longer.
+                timeout = max(timeout, LIMBO_TIMEOUT_S + LIMBO_S_PER_LEDGER * len(info["limbo_ledgers"]))
+            except (OSError, trio.TooSlowError) as e:
+                info = {"error": repr(e)}
+            time.sleep(0.5)
+        self.fail(
+            f"{bookie.bookie_id} still had ledgers {info.get('limbo_ledgers')} in limbo {timeout:.0f} s after its "
+            f"restart (repair status: {info.get('repair', info.get('error'))})"
+        )
+        return False
+
+    def hang(self, bookie: ClusterBookie) -> None:
+        assert bookie.proc is not None
+        bookie.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self, bookie: ClusterBookie) -> None:
+        assert bookie.proc is not None
+        bookie.proc.send_signal(signal.SIGCONT)
+
+    # ---------------------------------------------------------------------------------
+    # DISK FULL: the disk-full fault plugs in here.
+    #
+    # bkframe/testing/diskfull.py (written separately) is to provide a fault layer like
+    # bkframe/testing/powerloss.py that makes a bookie's writes fail with ENOSPC. To turn
+    # the event on:
+    #   1. start the bookies with the layer installed (as ClusterBookie.start does for
+    #      powerloss through BKFRAME_POWERLOSS_* environment variables);
+    #   2. implement fill_disk() and free_disk() below with the layer's switch;
+    #   3. give Fault.DISK_FULL a weight in schedule.DEFAULT_WEIGHTS (it is 0 until then).
+    # The schedule already treats a full disk as a bookie fault (counted in max_down,
+    # healed by "disk_free" after RunConfig.disk_full_s) and the checks need nothing more:
+    # an add refused for a full disk is not acknowledged, and nothing acknowledged before
+    # may be lost. docs/reliability.md has the section "On a full disk" to fill.
+    # ---------------------------------------------------------------------------------
+
+    def fill_disk(self, bookie: ClusterBookie) -> None:
+        raise NotImplementedError("the disk-full layer (bkframe/testing/diskfull.py) is not plugged in yet")
+
+    def free_disk(self, bookie: ClusterBookie) -> None:
+        raise NotImplementedError("the disk-full layer (bkframe/testing/diskfull.py) is not plugged in yet")
+
+    # -- workers -------------------------------------------------------------------------
+
+    def spawn(self, role: str, name: str, slot: int, *extra: str) -> WorkerProc:
+        cfg = self.config
+        log_path = self.logs_dir / f"{name}.log"
+        cmd = [
+            sys.executable, "-m", "tests.faults.worker", role,
+            "--metadata", self.cluster.metadata,
+            "--name", name,
+            "--records", str(self.records_dir / f"{name}.jsonl"),
+            "--seed", str(cfg.seed),
+            "--call-timeout", str(cfg.call_timeout_s),
+            *extra,
+        ]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+        with open(log_path, "ab") as log_file:
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        worker = WorkerProc(role, name, slot, proc, log_path)
+        self.workers.append(worker)
+        return worker
+
+    def spawn_writer(self, slot: int) -> WorkerProc:
+        gen = self.generation[f"w{slot}"]
+        self.generation[f"w{slot}"] += 1
+        name = f"w{slot}" if gen == 0 else f"w{slot}g{gen}"
+        menu = ",".join(f"{k}:{e}:{w}:{a}" for k, e, w, a in self.config.ledgers)
+        return self.spawn(
+            "writer", name, slot, "--stop-file", str(self.stop_dir / name), "--menu", menu,
+            "--give-up", str(RECOVER_GIVE_UP_S),
+        )
+
+    def spawn_reader(self, slot: int) -> WorkerProc:
+        gen = self.generation[f"r{slot}"]
+        self.generation[f"r{slot}"] += 1
+        name = f"r{slot}" if gen == 0 else f"r{slot}g{gen}"
+        return self.spawn("reader", name, slot, "--stop-file", str(self.stop_dir / name))
+
+    def spawn_recovery(self, ledger: int) -> WorkerProc:
+        self.recoveries += 1
+        return self.spawn(
+            "recover", f"rec{self.recoveries}-L{ledger}", -1,
+            "--ledger", str(ledger), "--give-up", str(RECOVER_GIVE_UP_S),
+        )
+
+    def live_writer(self, slot: int) -> WorkerProc | None:
+        for w in reversed(self.workers):
+            if w.role == "writer" and w.slot == slot and w.proc.poll() is None and not w.stopping:
+                return w
+        return None
+
+    def open_ledgers_of(self, writer: WorkerProc) -> list[int]:
+        """Ledgers the writer created and neither closed nor saw fail, from its records."""
+        state: dict[int, bool] = {}
+        for r in read_record_file(self.records_dir / f"{writer.name}.jsonl"):
+            if r["ev"] == "created":
+                state[r["ledger"]] = True
+            elif r["ev"] in ("closed", "writer-failed"):
+                state[r["ledger"]] = False
+        return [ledger for ledger, is_open in state.items() if is_open]
+
+    def unfinished_ledgers_of(self, writer: WorkerProc) -> list[int]:
+        """Ledgers of a writer that is gone which it neither closed nor recovered (open ones,
+        and failed ones whose background recovery died with it)."""
+        state: dict[int, bool] = {}
+        for r in read_record_file(self.records_dir / f"{writer.name}.jsonl"):
+            if r["ev"] == "created":
+                state[r["ledger"]] = True
+            elif r["ev"] in ("closed", "recovered"):
+                state[r["ledger"]] = False
+        return [ledger for ledger, unfinished in state.items() if unfinished]
+
+    def supervise(self) -> None:
+        """Restart bookies and replace workers that exited on their own (a crash, a hang)."""
+        for i, bookie in enumerate(self.cluster.bookies):
+            if self.expected_up[i] and bookie.proc is not None and bookie.proc.poll() is not None:
+                self.fail(
+                    f"{bookie.bookie_id} exited by itself with status {bookie.proc.returncode}; log tail: "
+                    f"{log_tail(bookie)}"
+                )
+                if not self.start_bookie(bookie):
+                    self.expected_up[i] = False
+        for w in list(self.workers):
+            code = w.proc.poll()
+            if code is None or w.stopping or w.role == "recover" or id(w) in self.handled:
+                continue
+            self.handled.add(id(w))
+            if code == HUNG_EXIT:
+                pass  # the worker recorded what hung; the checks report it
+            else:
+                self.fail(f"{w.role} {w.name} exited with status {code}; log tail: {file_tail(w.log_path)}")
+            if w.role == "writer":
+                for ledger in self.unfinished_ledgers_of(w):
+                    self.spawn_recovery(ledger)
+                self.spawn_writer(w.slot)
+            elif w.role == "reader":
+                self.spawn_reader(w.slot)
+
+    # -- the run -------------------------------------------------------------------------
+
+    def fail(self, message: str) -> None:
+        self.report.failures.append(message)
+
+    def execute(self, step: Step) -> None:
+        action = step.action
+        if action in ("writer_death", "recover_while_writing"):
+            writer = self.live_writer(step.target)
+            if writer is None:
+                return
+            if action == "writer_death":
+                writer.proc.kill()
+                writer.proc.wait(timeout=30)
+                writer.stopping = True  # it is gone on purpose: supervise() leaves it
+                for ledger in self.unfinished_ledgers_of(writer):
+                    self.spawn_recovery(ledger)
+                self.spawn_writer(step.target)
+            else:
+                # Between two ledgers (or just restarted) the writer has none open: wait a little.
+                ledgers = self.open_ledgers_of(writer)
+                until = time.monotonic() + 5.0
+                while not ledgers and time.monotonic() < until and writer.proc.poll() is None:
+                    time.sleep(0.1)
+                    ledgers = self.open_ledgers_of(writer)
+                if not ledgers:
+                    return
+                self.spawn_recovery(ledgers[-1])
+            self.report.done[action] += 1
+            return
+        bookie = self.cluster.bookies[step.target]
+        if action in ("kill", "power_cut", "hang", "disk_full") and not bookie.running:
+            self.fail(f"schedule step {step.describe()}: {bookie.bookie_id} is not running (it did not start earlier)")
+            self.skipped.add(step.fault_id)
+            return
+        if step.fault_id in self.skipped:
+            return  # the heal of a fault that was not injected
+        if action in ("kill", "power_cut") and self.config.has_bypass and self.no_more_unclean:
+            self.report.done[f"skipped {action}"] += 1
+            self.skipped.add(step.fault_id)
+            return
+        if action == "kill":
+            bookie.kill()
+        elif action == "power_cut":
+            bookie.lose_power()
+        elif action == "hang":
+            self.hang(bookie)
+        elif action == "disk_full":
+            self.fill_disk(bookie)
+        elif action == "resume":
+            self.resume(bookie)
+        elif action == "disk_free":
+            self.free_disk(bookie)
+        elif action == "restart":
+            if not self.start_bookie(bookie):
+                return
+            if step.wait_limbo and not self.wait_out_of_limbo(bookie):
+                # Another unclean restart now could put a second bookie of one ensemble in
+                # limbo, which BP-46 lets stall for good: the failure above is the finding.
+                self.no_more_unclean = f"{bookie.bookie_id} did not leave limbo"
+        else:
+            raise AssertionError(f"unknown action {action}")
+        self.expected_up[step.target] = action in ("restart", "resume", "disk_free")
+        self.report.done[action] += 1
+
+    def sleep_until(self, t0: float, at_s: float) -> None:
+        while (left := t0 + at_s - time.monotonic()) > 0:
+            self.supervise()
+            time.sleep(min(0.25, left))
+
+    def run(self) -> RunReport:
+        cfg = self.config
+        started = time.monotonic()
+        (self.workdir / "schedule.txt").write_text(
+            f"{cfg}\n" + "\n".join(s.describe() for s in self.steps) + "\n"
+        )
+        phase_start = started
+
+        def phase(name: str) -> None:
+            nonlocal phase_start
+            now = time.monotonic()
+            self.report.phases[name] = now - phase_start
+            phase_start = now
+
+        try:
+            for bookie in self.cluster.bookies:
+                if not self.start_bookie(bookie):
+                    return self.report
+            for slot in range(cfg.writers):
+                self.spawn_writer(slot)
+            for slot in range(cfg.readers):
+                self.spawn_reader(slot)
+            phase("start")
+            t0 = time.monotonic()
+            for step in self.steps:
+                self.sleep_until(t0, step.at_s)
+                lag = time.monotonic() - t0 - step.at_s
+                if lag > MAX_LAG_S:
+                    self.fail(
+                        f"the schedule fell {lag:.0f} s behind by step {step.describe()!r} (earlier steps took that "
+                        f"long, see above); the rest of the schedule is skipped"
+                    )
+                    break
+                self.execute(step)
+            last = self.steps[-1].at_s if self.steps else 0.0
+            self.sleep_until(t0, last + cfg.cooldown_s)
+            phase("schedule")
+            self.heal_all()
+            phase("heal")
+            self.stop_workers()
+            phase("stop")
+            self.report.check = trio.run(
+                check_cluster, self.cluster, list(read_records(self.records_dir)), cfg.call_timeout_s
+            )
+            phase("checks")
+            self.collect_log_errors()
+        finally:
+            self.report.seconds = time.monotonic() - started
+            for w in self.workers:
+                if w.proc.poll() is None:
+                    w.proc.kill()
+                    w.proc.wait(timeout=30)
+            for bookie in self.cluster.bookies:
+                if bookie.proc is not None and bookie.proc.poll() is None:
+                    self.resume(bookie)  # a stopped process cannot die before it runs
+            self.cluster.close()
+            (self.workdir / "report.txt").write_text(
+                self.report.summary() + "\n\nall failures:\n" + "\n".join(self.report.all_failures) + "\n"
+            )
+        return self.report
+
+    def heal_all(self) -> None:
+        """After the schedule: every bookie running (none should be down, but be sure)."""
+        for bookie in self.cluster.bookies:
+            if bookie.proc is not None and bookie.proc.poll() is None:
+                self.resume(bookie)
+            elif not bookie.running:
+                self.fail(f"{bookie.bookie_id} was not running after the schedule; restarting it")
+                self.start_bookie(bookie)
+        for bookie in self.cluster.bookies:
+            if bookie.running:
+                self.wait_out_of_limbo(bookie)
+
+    def stop_workers(self) -> None:
+        cfg = self.config
+        for w in self.workers:
+            if w.role != "recover" and w.proc.poll() is None:
+                (self.stop_dir / w.name).touch()
+        # A writer finishes its ledger (close: one call, one deadline) and exits.
+        # (and waits for the recoveries of its failed ledgers: RECOVER_GIVE_UP_S at most).
+        stop_budget = cfg.call_timeout_s * 2 + RECOVER_GIVE_UP_S + 30
+        for w in self.workers:
+            budget = RECOVER_GIVE_UP_S + cfg.call_timeout_s * 3 + 30 if w.role == "recover" else stop_budget
+            try:
+                code = w.proc.wait(timeout=budget)
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait(timeout=30)
+                self.fail(f"{w.role} {w.name} did not stop within {budget:.0f} s; log tail: {file_tail(w.log_path)}")
+                continue
+            if code not in (0, HUNG_EXIT, GAVE_UP_EXIT, -signal.SIGKILL) and id(w) not in self.handled:
+                self.fail(f"{w.role} {w.name} exited with status {code}; log tail: {file_tail(w.log_path)}")
+            w.stopping = True
+
+    def collect_log_errors(self) -> None:
+        """Tracebacks in bookie logs: noted, not failures (a bookie that crashed is one,
+        through supervise()); issue 10 lists "peer resets log tracebacks" separately."""
+        for bookie in self.cluster.bookies:
+            text = bookie.log()
+            count = text.count("Traceback")
+            if count:
+                at = text.index("Traceback")
+                excerpt = text[max(0, at - 200) : at + 800]
+                self.report.notes.append(
+                    f"{bookie.bookie_id} logged {count} traceback(s) ({bookie.log_path}); the first:\n{excerpt}"
+                )
+
+
+def file_tail(path: Path, size: int = 1500) -> str:
+    try:
+        data = path.read_bytes()[-size:]
+    except OSError:
+        return "(no log)"
+    return data.decode(errors="replace")
+
+
+def log_tail(bookie: ClusterBookie) -> str:
+    return bookie.log()[-1500:]
+
+
+def run_faults(config: RunConfig, workdir: Path, reproduce: str = "") -> RunReport:
+    """One seeded run; the report says what was done and every failure found.
+
+    With ``BKFRAME_FAULTS_KEEP=DIR`` in the environment, a failed run's records, logs,
+    schedule and report (not the bookies' data) are copied to ``DIR/seed-S-<time>``:
+    pytest keeps only its last few temp dirs, and the evidence should outlive them.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    run = Run(config, workdir)
+    run.report.reproduce = reproduce
+    report = run.run()
+    (workdir / "report.json").write_text(
+        json.dumps({"seed": config.seed, "ok": report.ok, "failures": report.all_failures, "done": report.done})
+    )
+    keep = os.environ.get(KEEP_ENV)
+    if keep and not report.ok:
+        target = Path(keep) / f"seed-{config.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+        def data_dirs(parent: str, names: list[str]) -> list[str]:
+            return [n for n in names if n.startswith("bookie-") and (Path(parent) / n).is_dir()]
+
+        shutil.copytree(workdir, target, ignore=data_dirs)
+        report.workdir = target
+    return report

@@ -1,0 +1,226 @@
+"""The fault-injection suite (docs/reliability.md): seeded fault schedules over a real
+5-bookie cluster with writer, reader and recovery processes; after each run, nothing
+acknowledged/synced is lost, every copy holds the right bytes, the closed end never moves
+and a fenced writer adds nothing.
+
+``pytest tests/faults`` runs the default seeds; ``--fault-seeds N --fault-events M`` runs
+longer, ``--fault-seed S`` one seed (the summary of a failed run prints the command).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+import bkframe
+from bkframe.core.entry_format import Digester, master_key
+from bkframe.core.metadata import LedgerStateName
+from tests.faults.checks import check_cluster
+from tests.faults.harness import REPO, run_faults
+from tests.faults.payloads import BIG_KEY, PASSWORD, SEED_KEY, WRITER_KEY, digest, payload
+from tests.faults.records import read_record_file
+from tests.faults.schedule import (
+    ALL_LEDGERS,
+    BOOKIE_FAULTS,
+    UNCLEAN,
+    Fault,
+    RunConfig,
+    make_schedule,
+)
+from tests.faults.worker import GAVE_UP_EXIT, HUNG_EXIT
+
+
+def run_and_judge(config: RunConfig, workdir: Path, nodeid: str = "") -> None:
+    reproduce = f"uv run --all-packages pytest '{nodeid}' -s" if nodeid else ""
+    report = run_faults(config, workdir, reproduce)
+    if report.ok:
+        print(report.summary())  # shown with -s
+    else:
+        pytest.fail("\n" + report.summary(), pytrace=False)
+
+
+# -- the schedule ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ledgers", [ALL_LEDGERS, ALL_LEDGERS[:3]], ids=["with-bypass", "journaled"])
+def test_schedule_is_a_function_of_the_seed_and_keeps_the_rules(ledgers: Any) -> None:
+    for seed in range(40):
+        config = RunConfig(seed=seed, events=60, ledgers=ledgers)
+        steps = make_schedule(config)
+        assert steps == make_schedule(config), "the same seed must give the same schedule"
+        assert sum(s.is_fault for s in steps) == 60
+        assert [s.at_s for s in steps] == sorted(s.at_s for s in steps)
+        down: dict[int, str] = {}
+        for s in steps:
+            if s.action in {f.value for f in BOOKIE_FAULTS}:
+                assert s.target not in down, f"seed {seed}: {s.describe()} while it is already down"
+                down[s.target] = s.action
+                assert len(down) <= config.max_down, f"seed {seed}: {s.describe()}: more than max_down down"
+                if config.has_bypass:
+                    unclean = [a for a in down.values() if a in {f.value for f in UNCLEAN}]
+                    assert not unclean or len(down) == 1, (
+                        f"seed {seed}: {s.describe()}: with BYPASS ledgers a kill or power cut is the only fault"
+                    )
+            elif not s.is_fault:
+                action = down.pop(s.target)
+                assert s.wait_limbo == (config.has_bypass and action in ("kill", "power_cut"))
+        assert not down, f"seed {seed}: bookies left down at the end: {down}"
+    assert make_schedule(RunConfig(seed=1, events=60)) != make_schedule(RunConfig(seed=2, events=60))
+
+
+def test_hangs_end_before_the_call_deadline() -> None:
+    with pytest.raises(ValueError, match="deadline"):
+        RunConfig(seed=1, events=1, hang_s=(1.0, 90.0), call_timeout_s=60.0)
+
+
+# -- the checks catch what they look for -------------------------------------------------
+
+
+async def test_the_checks_catch_each_kind_of_failure(cluster_factory: Any) -> None:
+    """Real ledgers, with records that claim more than the cluster holds (or a copy that was
+    overwritten): each check must fail for its own reason, and the honest ledger for none."""
+    cluster = cluster_factory(3)
+    now = time.time()
+    records: list[dict[str, Any]] = []
+
+    def rec(ev: str, src: str, **fields: Any) -> None:
+        records.append({"t": now + len(records) * 0.001, "src": src, "ev": ev, **fields})
+
+    async with bkframe.open_client(cluster.metadata) as client:
+
+        async def ledger(name: str, entries: int, *, close: bool) -> Any:
+            custom = {WRITER_KEY: name, SEED_KEY: "0", BIG_KEY: "0"}
+            w = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD, custom=custom)
+            rec("created", name, ledger=w.ledger_id, type="PD_JOURNAL", e=3, w=3, a=2, big=False, ensemble=[])
+            for i in range(entries):
+                await w.append(payload(0, name, w.ledger_id, i))
+                rec("ack", name, ledger=w.ledger_id, entry=i, hash=digest(payload(0, name, w.ledger_id, i)))
+            if close:
+                await w.close()
+            return w
+
+        honest = await ledger("honest", 10, close=True)
+        rec("closed", "honest", ledger=honest.ledger_id, last=9, by="honest")
+
+        # close() returned 9, yet the writer recorded an ack for entry 12.
+        beyond_close = await ledger("beyond", 10, close=True)
+        rec("closed", "beyond", ledger=beyond_close.ledger_id, last=9, by="beyond")
+        rec("ack", "beyond", ledger=beyond_close.ledger_id, entry=12, hash="00")
+
+        # Left open: the check's recovery closes it at 4, but entry 7 was "acknowledged"
+        # and a recovery "returned" 6.
+        lost = await ledger("lost", 5, close=False)
+        rec("ack", "lost", ledger=lost.ledger_id, entry=7, hash="00")
+        rec("recovered", "rec1", ledger=lost.ledger_id, last=6, was_open=True)
+
+        # Closed normally (never fenced) but recorded as if recovery had closed it: the
+        # fence probe finds every bookie still taking adds.
+        unfenced = await ledger("unfenced", 5, close=True)
+
+        # Written bookie by bookie: one replica gets other bytes (with a valid digest) for entry 2.
+        md = (await ledger("overwritten", 0, close=False)).metadata
+        digester = Digester.for_ledger(md.digest_type, PASSWORD)
+        victim = md.fragments[0][1][0]
+        length = 0
+        for i in range(5):
+            right = payload(0, "overwritten", md.ledger_id, i)
+            length += len(right)
+            for bookie_id in md.fragments[0][1]:
+                data = right if (i, bookie_id) != (2, victim) else b"not what the writer wrote"
+                encoded = digester.encode(md.ledger_id, i, i - 1, length, data)
+                conn = await client.pool.get(bookie_id)
+                response = await conn.add(md.ledger_id, i, encoded, master_key=master_key(PASSWORD))
+                assert response.status.name == "OK", response
+            rec("ack", "overwritten", ledger=md.ledger_id, entry=i, hash=digest(right))
+        await client.metadata.update_ledger(
+            attrs.evolve(md, state=LedgerStateName.CLOSED, last_entry_id=4, length=length), md.version
+        )
+        rec("closed", "overwritten", ledger=md.ledger_id, last=4, by="overwritten")
+        overwritten = md
+
+        rec("read-mismatch", "r0", ledger=honest.ledger_id + 1000, entry=3, hash="aa", expected="bb")
+        rec("hung", "w9", what="append of entry 5:17", seconds=60)
+
+    result = await check_cluster(cluster, records, 60.0)
+    print("\n".join(result.failures))
+    assert result.kinds == {
+        "ack-beyond-close": 1,
+        "lost": 1,
+        "end-moved": 1,
+        "fenced-writer-added": 1,
+        "wrong-bytes": 2,
+        "hung": 1,
+    }, result.failures
+    by_kind = {f.split("]")[0][1:]: f for f in result.failures}
+    assert f"ledger {beyond_close.ledger_id} " in by_kind["ack-beyond-close"]
+    assert f"ledger {lost.ledger_id} " in by_kind["lost"] and "up to 7" in by_kind["lost"]
+    assert f"ledger {lost.ledger_id}: rec1 recorded end 6" in by_kind["end-moved"]
+    assert f"ledger {unfenced.ledger_id} " in by_kind["fenced-writer-added"]
+    assert any(f"ledger {overwritten.ledger_id} " in f and f"on {victim}" in f for f in result.failures)
+    assert not any(f"ledger {honest.ledger_id} " in f for f in result.failures)
+    assert result.stats["fence_probes"] == 2  # "lost" and "unfenced": no close() recorded
+
+
+async def test_a_call_that_never_returns_becomes_a_clear_failure(cluster_factory: Any, tmp_path: Path) -> None:
+    """Every bookie hung: a recovery worker must not hang the suite. It gives up and exits,
+    with a record that names what it was doing ("hung" past its call deadline, or "gave-up"
+    when the client's own timeouts turn the hang into errors)."""
+    cluster = cluster_factory(3)
+    async with bkframe.open_client(cluster.metadata) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
+        for i in range(5):
+            await writer.append(b"%d" % i)
+    for b in cluster.bookies:
+        b.proc.send_signal(signal.SIGSTOP)
+    try:
+        records = tmp_path / "rec.jsonl"
+        done = await trio.run_process(
+            [sys.executable, "-m", "tests.faults.worker", "recover", "--metadata", cluster.metadata, "--name", "rec",
+             "--records", str(records), "--seed", "0", "--call-timeout", "3", "--give-up", "2",
+             "--ledger", str(writer.ledger_id)],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, check=False, capture_stderr=True,
+        )
+    finally:
+        for b in cluster.bookies:
+            b.proc.send_signal(signal.SIGCONT)
+    got = list(read_record_file(records))
+    assert done.returncode in (HUNG_EXIT, GAVE_UP_EXIT), done.stderr.decode()[-2000:]
+    assert [r["ev"] for r in got] in (["hung"], ["gave-up"]), got
+    assert str(writer.ledger_id) in json.dumps(got[0])
+
+
+# -- runs on a real cluster --------------------------------------------------------------
+
+
+@pytest.mark.subprocess
+def test_without_faults_nothing_is_lost(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """The harness itself: writers, readers and checks with no fault at all must pass."""
+    run_and_judge(RunConfig(seed=0, events=0, cooldown_s=12.0), tmp_path / "run", request.node.nodeid)
+
+
+@pytest.mark.subprocess
+def test_kill_and_restart_one_bookie_at_a_time(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """PD_JOURNAL E=3 W=3 A=2, kill -9 and restart of one bookie at a time, nothing else."""
+    config = RunConfig(
+        seed=101,
+        events=10,
+        ledgers=(("PD_JOURNAL", 3, 3, 2),),
+        weights=((Fault.KILL, 1.0),),
+        max_down=1,
+    )
+    run_and_judge(config, tmp_path / "run", request.node.nodeid)
+
+
+@pytest.mark.subprocess
+def test_seeded_fault_schedule(tmp_path: Path, fault_seed: int, fault_events: int) -> None:
+    """Every fault kind over every ledger type (odd seeds) or the journaled ones (even)."""
+    run_and_judge(RunConfig.for_seed(fault_seed, fault_events), tmp_path / "run")
