@@ -155,10 +155,13 @@ class Bookie:
                 f"and there is none ({e}). Nothing is lost: the journal keeps every entry since the last "
                 f"checkpoint. Give the bookie more space, then start it again",
             ) from e
-        if count:
+        if count or not self.last_shutdown_clean:
             # Replay skips what storage already holds and re-fences nothing already fenced:
             # that state may still sit in the page cache of a killed run, and the first
-            # checkpoint moves the mark past the records that held it. Make it durable first.
+            # checkpoint moves the mark past the records that held it. And the killed run's
+            # indexes may point into entry-log bytes it never synced: once this run's
+            # checkpoint syncs such an index, a power cut would leave it pointing past the
+            # log's end. Make all of it durable first.
             syncs = sum(fsync_tree(d) for d in self._storage_dirs)
             self.counters.storage_fsyncs += syncs
         self.replayed_records = count

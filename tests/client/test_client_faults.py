@@ -70,6 +70,9 @@ async def test_hung_bookie_does_not_stall_recovery_or_lac_reads(cluster_factory:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PW)
         for i in range(10):
             await writer.append(payload(i))
+        with trio.fail_after(10):  # every bookie answered: the writer has nothing left to time out
+            while writer._outstanding:
+                await trio.sleep(0.01)
         hung = cluster.by_id(writer.metadata.fragments[0][1][2])
         hung.hang()
         try:
