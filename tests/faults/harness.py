@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 import trio
 
+from bkframe.testing.diskfull import used_bytes
 from tests.cluster import Cluster, ClusterBookie
 from tests.faults.checks import CheckResult, check_cluster
 from tests.faults.records import read_record_file, read_records
@@ -39,6 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 BOOKIE_CONFIG = """
 [bookie]
 checkpoint_interval_s = 3.0
+disk_check_interval_s = 0.5
 
 [journal]
 plugin = "journal_fs"
@@ -51,6 +53,8 @@ max_log_size = 2097152
 """
 
 BOOKIE_START_TIMEOUT_S = 60.0
+#: The simulated disk of a bookie that is not full: far more than a run writes.
+ROOMY_DISK = 1 << 40
 LIMBO_TIMEOUT_S = 120.0
 LIMBO_S_PER_LEDGER = 2.0
 #: A recovery started during the run retries "not decidable yet" this long.
@@ -168,7 +172,9 @@ class Run:
 
         def start() -> None:
             try:
-                bookie.start(*self.cluster.bookie_args, powerloss=True)
+                # Every bookie runs on the disk-full layer, with room to spare until filled.
+                capacity = None if bookie.capacity_file.exists() else ROOMY_DISK
+                bookie.start(*self.cluster.bookie_args, powerloss=True, disk_capacity=capacity)
             except BaseException as e:
                 error.append(e)
 
@@ -234,26 +240,19 @@ class Run:
         bookie.proc.send_signal(signal.SIGCONT)
 
     # ---------------------------------------------------------------------------------
-    # DISK FULL: the disk-full fault plugs in here.
-    #
-    # bkframe/testing/diskfull.py (written separately) is to provide a fault layer like
-    # bkframe/testing/powerloss.py that makes a bookie's writes fail with ENOSPC. To turn
-    # the event on:
-    #   1. start the bookies with the layer installed (as ClusterBookie.start does for
-    #      powerloss through BKFRAME_POWERLOSS_* environment variables);
-    #   2. implement fill_disk() and free_disk() below with the layer's switch;
-    #   3. give Fault.DISK_FULL a weight in schedule.DEFAULT_WEIGHTS (it is 0 until then).
-    # The schedule already treats a full disk as a bookie fault (counted in max_down,
-    # healed by "disk_free" after RunConfig.disk_full_s) and the checks need nothing more:
-    # an add refused for a full disk is not acknowledged, and nothing acknowledged before
-    # may be lost. docs/reliability.md has the section "On a full disk" to fill.
+    # DISK FULL (bkframe.testing.diskfull): the bookie's disk shrinks to what it uses, so
+    # every write that grows a file fails with ENOSPC and its disk check sees 100 %: it
+    # turns read-only (adds answered READ_ONLY; PD writers change ensemble, VD and BYPASS
+    # writers fail and their ledgers are recovered). The schedule counts it in max_down
+    # and heals it ("disk_free") after RunConfig.disk_full_s; the checks need nothing
+    # more: a refused add is not acknowledged, and nothing acknowledged before is lost.
     # ---------------------------------------------------------------------------------
 
     def fill_disk(self, bookie: ClusterBookie) -> None:
-        raise NotImplementedError("the disk-full layer (bkframe/testing/diskfull.py) is not plugged in yet")
+        bookie.set_disk_capacity(used_bytes(bookie.data_dir))
 
     def free_disk(self, bookie: ClusterBookie) -> None:
-        raise NotImplementedError("the disk-full layer (bkframe/testing/diskfull.py) is not plugged in yet")
+        bookie.set_disk_capacity(ROOMY_DISK)
 
     # -- workers -------------------------------------------------------------------------
 

@@ -56,8 +56,7 @@ DEFAULT_WEIGHTS = {
     Fault.KILL: 3.0,
     Fault.HANG: 2.0,
     Fault.POWER_CUT: 2.0,
-    # Zero until bkframe/testing/diskfull.py lands: see DISK FULL in harness.py.
-    Fault.DISK_FULL: 0.0,
+    Fault.DISK_FULL: 1.5,
     Fault.WRITER_DEATH: 1.0,
     Fault.RECOVER_WHILE_WRITING: 1.0,
 }
