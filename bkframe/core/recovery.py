@@ -28,7 +28,8 @@ the password.
 Writing back: each recovered entry is recovery-added to its write set and needs A
 acknowledgements. When bookies of the write set are down (so fewer than A answer), they
 are replaced by other writable bookies from that entry on, as a writer's ensemble change
-does. The new fragments are stored in the same CAS that closes the ledger, which succeeds
+does; a replacement is fenced before it gets recovery adds, so every bookie of the closed
+ledger refuses ordinary adds. The new fragments are stored in the same CAS that closes the ledger, which succeeds
 only while the ledger is IN_RECOVERY with the fragments recovery started from: metadata
 never shows a half-done recovery, and a later recovery (after this one crashed) reads
 the entries where the writer put them, not where this one began to copy them.
@@ -98,6 +99,8 @@ class Recovery:
         self.settings = client.settings
         #: Where entries are written back: the writer's fragments plus recovery's replacements.
         self.fragments: Fragments = metadata.fragments
+        #: Replacements recovery fenced (the writer's own bookies are fenced by _fence).
+        self._fenced: set[str] = set()
 
     async def run(self) -> LedgerMetadata:
         md = await self._mark_in_recovery()
@@ -286,6 +289,7 @@ class Recovery:
         answer, else False says the ack quorum was not reached."""
         a = self.md.ack_quorum
         acked: set[str] = set()
+        original = set(_ensemble_at(self.md.fragments, entry_id))
         while True:
             ensemble = _ensemble_at(self.fragments, entry_id)
             replicas = [ensemble[i] for i in write_set(entry_id, len(ensemble), self.md.write_quorum)]
@@ -294,7 +298,7 @@ class Recovery:
 
             def decide(bookie_id: str, r: p.Response | None) -> bool:
                 nonlocal refused
-                if r is not None and r.status == p.Status.OK:
+                if r is not None and r.status == p.Status.OK and (bookie_id in original or bookie_id in self._fenced):
                     acked.add(bookie_id)
                 elif r is not None and r.status == p.Status.UNAUTHORIZED:
                     refused = UnauthorizedError(f"{bookie_id}: wrong password for ledger {self.ledger_id}")
@@ -335,7 +339,29 @@ class Recovery:
                 "recovery of ledger %d: bookies %s failed writing back entry %d; replacing them with %s from there on",
                 self.ledger_id, sorted(failed), entry_id, [new[i] for i in indices],
             )
+            await self._fence_replacements([new[i] for i in indices])
             self.fragments = replace_from(self.fragments, entry_id, {i: new[i] for i in indices})
+
+    async def _fence_replacements(self, bookies: list[str]) -> None:
+        """Fence a replacement before it gets recovery adds, as the ledger's other bookies
+        are: every bookie of the closed ledger then refuses ordinary adds. (The old writer
+        never knew the replacement, but a fenced ledger should be fenced everywhere it is.)
+        A replacement that cannot be fenced is left out of the ack count below."""
+
+        def decide(bookie_id: str, r: p.Response | None) -> bool:
+            if r is not None and r.status in (p.Status.OK, p.Status.NO_ENTRY, p.Status.UNKNOWN):
+                self._fenced.add(bookie_id)
+            return False
+
+        await ask_bookies(
+            self.client.pool,
+            bookies,
+            lambda conn: conn.submit_read(
+                self.ledger_id, p.LAST_ENTRY, master_key=self.master_key, fence=True,
+                timeout_s=self.settings.read_timeout_s,
+            ),
+            decide,
+        )
 
     async def _close(self, last: int, length: int) -> LedgerMetadata:
         md = self.md

@@ -12,7 +12,9 @@ from typing import Any
 import trio
 
 import bkframe
-from bkframe.core.metadata import LedgerStateName
+from bkframe.core import protocol as p
+from bkframe.core.entry_format import Digester, master_key
+from bkframe.core.metadata import DigestType, LedgerStateName
 from bkframe.core.write_handle import write_set
 
 PW = b"pw"
@@ -141,10 +143,16 @@ async def test_recovery_replaces_a_dead_bookie_of_the_tail(cluster_factory: Any)
         assert md.ensemble_at(0) == ensemble  # the writer's fragments are kept
         with trio.fail_after(30):
             assert [e.payload for e in await reader.read(0, 19)] == [payload(i) for i in range(20)]
-        # The tail is on two live bookies of its new write set.
+        # The tail is on two live bookies of its new write set, and the replacement is
+        # fenced like the others: an ordinary add past the end is refused there too.
         tail_set = [md.ensemble_at(19)[i] for i in write_set(19, 3, 2)]
+        replacement = next(b for b in md.ensemble_at(19) if b not in ensemble)
         for bookie_id in tail_set:
             assert 19 in await _held(client, bookie_id, md.ledger_id, 19), bookie_id
+        data = Digester.for_ledger(DigestType.CRC32C, PW).encode(md.ledger_id, 20, 19, 0, b"late")
+        conn = await client.pool.get(replacement)
+        late = await conn.add(md.ledger_id, 20, data, master_key=master_key(PW))
+        assert late.status == p.Status.FENCED, late
 
 
 async def test_vd_close_refuses_appends_once_started(cluster_factory: Any) -> None:
