@@ -179,7 +179,8 @@ class LimboRepair:
             if not state.master_key:
                 self.bookie.repair_status["last_error"] = (
                     f"ledger {ledger_id}: waiting for a client to recover or close it "
-                    f"(this bookie lost the ledger's master key with its disk)"
+                    f"(this bookie holds no master key for it: it lost its disk, or never received an add "
+                    f"of the ledger before it was protected)"
                 )
                 return False
             # The bookie cannot know the ledger's password, so it cannot check HMAC
