@@ -22,7 +22,7 @@ from bkframe.core.hookspecs import hookimpl
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):  # noqa: ANN202 - lazy so that plugins importing hookimpl stay light
+def __getattr__(name: str):
     if name == "open_client":
         from bkframe.core.client import open_client
 
@@ -55,7 +55,7 @@ __all__ = [
     "RecoveryError",
     "UnauthorizedError",
     "UnsupportedError",
+    "connect",
     "hookimpl",
     "open_client",
-    "connect",
 ]

@@ -130,7 +130,7 @@ def read(metadata: str, password: str, first: int, last: int | None, recover: bo
 @ledger.command()
 @metadata_option
 @click.argument("ledger_id", type=int)
-def metadata(metadata: str, ledger_id: int) -> None:  # noqa: F811 - the option shadows the command name
+def metadata(metadata: str, ledger_id: int) -> None:
     """Print the ledger's metadata as JSON."""
 
     async def run(client: Client) -> dict[str, Any]:

@@ -36,7 +36,7 @@ DEFAULT_REQUEST_TIMEOUT_S = 30.0
 class PendingResponse:
     """A response that will come; ``await pending.wait()`` returns it."""
 
-    __slots__ = ("_event", "_response", "_error", "callback", "deadline")
+    __slots__ = ("_error", "_event", "_response", "callback", "deadline")
 
     def __init__(self, deadline: float = float("inf")) -> None:
         self._event = trio.Event()

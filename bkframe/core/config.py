@@ -100,7 +100,7 @@ def _bookie_section(raw: Mapping[str, Any], source: str) -> BookieConfig:
         want = type(default) if not isinstance(default, Path) else (str, Path)
         if want is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if isinstance(value, bool) and want is not bool or not isinstance(value, want):
+        if (isinstance(value, bool) and want is not bool) or not isinstance(value, want):
             raise ConfigError(f"{source}: [bookie] {key} = {value!r} should be {_type_name(want)}")
         values[key] = value
     try:

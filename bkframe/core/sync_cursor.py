@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 
 class SyncCursor:
-    __slots__ = ("last_add_synced", "_ranges")
+    __slots__ = ("_ranges", "last_add_synced")
 
     def __init__(self, last_add_synced: int = -1) -> None:
         self.last_add_synced = last_add_synced

@@ -25,8 +25,8 @@ import numpy as np
 import trio
 
 from bkframe.core.counters import Counters
-from bkframe.core.entry_log_files import EntryLogError
 from bkframe.core.disk_space import is_disk_full
+from bkframe.core.entry_log_files import EntryLogError
 from bkframe.core.interfaces import Buffer, EntryLogManager, LedgerState
 
 from .ledger_index import (

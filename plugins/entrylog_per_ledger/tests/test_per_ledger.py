@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import trio
+from bkframe_entrylog_per_ledger.manager import PerLedgerEntryLogManager
+from bkframe_entrylog_per_ledger.plugin import parse_config
 
 from bkframe.core import protocol as p
 from bkframe.core.bookie_client import connect_bookie
@@ -16,8 +18,6 @@ from bkframe.core.counters import Counters
 from bkframe.core.interfaces import EntryLogManager
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
-from bkframe_entrylog_per_ledger.manager import PerLedgerEntryLogManager
-from bkframe_entrylog_per_ledger.plugin import parse_config
 
 
 def open_storage(root: Path, **kw: float) -> tuple[DefaultLedgerStorage, PerLedgerEntryLogManager]:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import trio
+from bkframe_journal_fs.fs_journal import FsJournal
+from bkframe_journal_fs.plugin import bkframe_journal
 
 from bkframe.core.config import ConfigError
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import Journal, JournalCorruptError
-from bkframe_journal_fs.fs_journal import FsJournal
-from bkframe_journal_fs.plugin import bkframe_journal
 
 
 def make(tmp_path: Path, counters: Counters | None = None, **config: object) -> FsJournal:

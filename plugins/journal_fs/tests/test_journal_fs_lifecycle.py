@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import trio
+from bkframe_journal_fs.fs_journal import FILE_HEADER, FsJournal, JournalFailedError
+from bkframe_journal_fs.plugin import bkframe_journal
 
 from bkframe.core.config import ConfigError
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import JournalCorruptError, JournalPosition
-from bkframe_journal_fs.fs_journal import FILE_HEADER, FsJournal, JournalFailedError
-from bkframe_journal_fs.plugin import bkframe_journal
 
 
 def make(tmp_path: Path, counters: Counters | None = None, **config: object) -> FsJournal:
