@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trio
 
-from bkframe.core.bookie_service import BookieService
+from bkframe.core.bookie.service import BookieService
 from bkframe.core.config import Config, load_config
 from bkframe.core.plugin_manager import PluginManager
 

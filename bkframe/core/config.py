@@ -14,10 +14,7 @@ from typing import Any
 
 import attrs
 
-
-class ConfigError(ValueError):
-    """The configuration is wrong; the message says where and what to do."""
-
+from bkframe.errors import ConfigError
 
 PLUGIN_SECTIONS = ("journal", "ledger_storage", "entry_log_manager")
 

@@ -3,6 +3,9 @@
 Every update of ledger metadata is a compare-and-set on ``version``: read, ``attrs.evolve``,
 ``update_ledger(new, expected_version=old.version)``. A store raises
 :class:`BadVersionError` when someone else updated first.
+
+The metadata errors (:class:`MetadataError`, :class:`NoSuchLedgerError`, ...) are defined in
+:mod:`bkframe.errors` and re-exported here, where store plugins import them.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 import trio
 
-from bkframe.core.ledger_keys import password_hash  # noqa: F401 - re-exported: metadata users hash passwords
+from bkframe.core.ledger_keys import password_hash
+from bkframe.errors import BadVersionError, LedgerExistsError, MetadataError, NoSuchLedgerError
 
 
 class LedgerStateName(str, enum.Enum):
@@ -134,26 +138,6 @@ class Versioned:
     version: int
 
 
-class MetadataError(Exception):
-    """A metadata store failed or holds something unreadable."""
-
-
-class NoSuchLedgerError(MetadataError):
-    def __init__(self, ledger_id: int) -> None:
-        super().__init__(f"ledger {ledger_id} does not exist")
-        self.ledger_id = ledger_id
-
-
-class LedgerExistsError(MetadataError):
-    def __init__(self, ledger_id: int) -> None:
-        super().__init__(f"ledger {ledger_id} already exists")
-        self.ledger_id = ledger_id
-
-
-class BadVersionError(MetadataError):
-    """A compare-and-set lost: the stored version is not the expected one."""
-
-
 @runtime_checkable
 class BookieRegistration(Protocol):
     """A live registration; it vanishes when closed or when its holder dies."""
@@ -219,3 +203,19 @@ class MetadataStore(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+__all__ = [
+    "BadVersionError",
+    "BookieInfo",
+    "BookieRegistration",
+    "DigestType",
+    "LedgerExistsError",
+    "LedgerMetadata",
+    "LedgerStateName",
+    "MetadataError",
+    "MetadataStore",
+    "NoSuchLedgerError",
+    "Versioned",
+    "password_hash",
+]

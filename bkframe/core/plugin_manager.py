@@ -12,10 +12,10 @@ import attrs
 import pluggy
 
 from bkframe.core import hookspecs
-from bkframe.core.config import ConfigError
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import DurabilityPolicy, EntryLogManager, Journal, LedgerStorage
-from bkframe.core.metadata import MetadataError, MetadataStore
+from bkframe.core.metadata import MetadataStore
+from bkframe.errors import ConfigError, MetadataError, UnknownLedgerTypeError
 
 #: Built-in plugins, registered before any entry point, in this order.
 BUILTIN_PLUGINS: tuple[str, ...] = (
@@ -34,10 +34,6 @@ class PluginInfo:
     name: str
     distribution: str
     hooks: tuple[str, ...]
-
-
-class UnknownLedgerTypeError(ValueError):
-    """A ledger type name or id that no plugin registered."""
 
 
 class PluginManager:

@@ -10,8 +10,8 @@ import pytest
 import trio
 
 import bkframe
-from bkframe.core import protocol as p
-from bkframe.core.entry_format import Digester, master_key
+from bkframe.core import proto as p
+from bkframe.core.client.entry_format import Digester, master_key
 from bkframe.core.metadata import DigestType
 
 PW = b"pw"

@@ -12,8 +12,8 @@ from typing import Any
 import trio
 
 import bkframe
+from bkframe.core.client.write_handle import write_set
 from bkframe.core.metadata import LedgerStateName
-from bkframe.core.write_handle import write_set
 
 PW = b"pw"
 #: Short timeouts so that a hung bookie costs the tests seconds.

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 import bkframe
-from bkframe.core import protocol as p
+from bkframe.core import proto as p
 from bkframe.plugins.ledger_storage_default.ledger_index import HEADER_SIZE, RECORD_DTYPE
 from bkframe.testing import write_faults
 

@@ -22,11 +22,11 @@ import pytest
 import trio
 
 import bkframe
-from bkframe.core import protocol as p
-from bkframe.core.client import Client
-from bkframe.core.entry_format import Digester, master_key
+from bkframe.core import proto as p
+from bkframe.core.client.client import Client
+from bkframe.core.client.entry_format import Digester, master_key
+from bkframe.core.client.write_handle import WriteHandle, write_set
 from bkframe.core.metadata import LedgerMetadata
-from bkframe.core.write_handle import WriteHandle, write_set
 from bkframe.testing.diskfull import used_bytes
 from tests.cluster import Cluster, ClusterBookie
 
@@ -165,7 +165,7 @@ def journaled(data_dir: Path, md: LedgerMetadata) -> set[int]:
     their digests."""
     from bkframe_journal_fs.fs_journal import FsJournal
 
-    from bkframe.core import journal_records as jr
+    from bkframe.core.bookie import journal_records as jr
     from bkframe.core.counters import Counters
 
     digester = Digester.for_ledger(md.digest_type, PW)

@@ -13,11 +13,11 @@ import pytest
 import trio
 
 import bkframe
-from bkframe.core import protocol as p
-from bkframe.core.data_integrity import LimboRepair
-from bkframe.core.entry_format import Digester, master_key
+from bkframe.core import proto as p
+from bkframe.core.client.entry_format import Digester, master_key
 from bkframe.core.interfaces import LedgerState
 from bkframe.core.metadata import DigestType, LedgerMetadata, LedgerStateName
+from bkframe.core.replication.data_integrity import LimboRepair
 from tests.client.test_bypass_journal import PW, bypass_config, info, recover, wait_out_of_limbo
 
 BYPASS_TYPE_ID = 2

@@ -8,9 +8,9 @@ import pytest
 import trio
 
 import bkframe
-from bkframe.core.client_settings import ClientSettings
+from bkframe.core.client.settings import ClientSettings
+from bkframe.core.client.write_handle import WriteHandle
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.core.write_handle import WriteHandle
 
 PW = b"vd"
 #: Bookies whose journal holds a group up to 1.5 s before its fsync, so that "not yet

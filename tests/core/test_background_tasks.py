@@ -10,9 +10,9 @@ import pytest
 import trio
 import trio.testing
 
-from bkframe.core import protocol as p
-from bkframe.core.background import run_periodically
-from bkframe.core.bookie_client import connect_bookie
+from bkframe.core import proto as p
+from bkframe.core.bookie.background import run_periodically
+from bkframe.core.client.bookie_client import connect_bookie
 from bkframe.core.counters import Counters
 from bkframe.plugins.entry_log_single import SingleEntryLogManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage

@@ -11,8 +11,8 @@ from typing import Any
 
 import trio
 
-from bkframe.core import protocol as p
-from bkframe.core.bookie_client import connect_bookie
+from bkframe.core import proto as p
+from bkframe.core.client.bookie_client import connect_bookie
 from tests.conftest import BookieProcess
 
 KEY = b"k"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bkframe.core import protocol as p
-from bkframe.core.bookie_client import connect_bookie
+from bkframe.core import proto as p
+from bkframe.core.client.bookie_client import connect_bookie
 from tests.conftest import make_config, running_bookie
 
 KEY = b"secret"

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bkframe.core import protocol as p
-from bkframe.core.bookie_client import connect_bookie
-from bkframe.core.unclean_marker import MARKER
+from bkframe.core import proto as p
+from bkframe.core.bookie.unclean_marker import MARKER
+from bkframe.core.client.bookie_client import connect_bookie
 from tests.conftest import make_config, running_bookie
 
 KEY = b"k" * 20

@@ -9,8 +9,8 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bkframe.core import protocol as p
-from bkframe.core.bookie_client import connect_bookie
+from bkframe.core import proto as p
+from bkframe.core.client.bookie_client import connect_bookie
 from tests.conftest import make_config, running_bookie
 
 KEY = b"k"

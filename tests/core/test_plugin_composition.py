@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from bkframe.core import protocol as p
-from bkframe.core.bookie_client import connect_bookie
+from bkframe.core import proto as p
+from bkframe.core.client.bookie_client import connect_bookie
 from bkframe.core.config import ConfigError, load_config
 from bkframe.core.counters import Counters
 from bkframe.core.hookspecs import hookimpl
@@ -109,7 +109,7 @@ async def test_test_plugin_replaces_ledger_storage(tmp_path: Path) -> None:
 
 
 def test_unknown_plugin_name_is_a_clear_error(tmp_path: Path) -> None:
-    from bkframe.core.bookie import Bookie
+    from bkframe.core.bookie.bookie import Bookie
 
     config_file = tmp_path / "bookie.toml"
     config_file.write_text('[ledger_storage]\nplugin = "nosuch"\n')
@@ -147,7 +147,7 @@ def test_ledger_type_id_clash_is_an_error() -> None:
 def test_plugins_command_lists_plugins_and_hooks() -> None:
     from click.testing import CliRunner
 
-    from bkframe.cli import main
+    from bkframe.cli.main import main
 
     result = CliRunner().invoke(main, ["plugins"])
     assert result.exit_code == 0, result.output
@@ -175,7 +175,7 @@ def test_metadata_store_hook_picks_by_scheme() -> None:
 
 async def test_third_party_ledger_type_end_to_end(tmp_path: Path) -> None:
     """A plugin's own ledger type is usable by bookie and client alike."""
-    from bkframe.core.client import open_client
+    from bkframe.core.client.client import open_client
     from bkframe.plugins.metadata_memory import reset_shared
 
     reset_shared()

@@ -36,9 +36,9 @@ import attrs
 import trio
 
 import bkframe
-from bkframe.core import protocol as p
-from bkframe.core.entry_format import Digester, DigestMismatchError, master_key
-from bkframe.core.write_handle import write_set
+from bkframe.core import proto as p
+from bkframe.core.client.entry_format import Digester, DigestMismatchError, master_key
+from bkframe.core.client.write_handle import write_set
 from tests.faults.payloads import PASSWORD, digest, expected_from_custom
 
 if TYPE_CHECKING:

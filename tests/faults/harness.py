@@ -195,7 +195,7 @@ class Run:
         return True
 
     def bookie_info(self, bookie: ClusterBookie) -> dict[str, Any]:
-        from bkframe.core.bookie_client import connect_bookie
+        from bkframe.core.client.bookie_client import connect_bookie
 
         async def ask() -> dict[str, Any]:
             host, _, port = bookie.address.rpartition(":")

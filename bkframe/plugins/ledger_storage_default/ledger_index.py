@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bkframe.core.interfaces import LedgerState
+from bkframe.errors import BKError
 
 INDEX_MAGIC = b"BKIX"
 INDEX_VERSION = 1
@@ -40,7 +41,7 @@ RECORD_DTYPE = np.dtype([("offset", "<u8"), ("log_id", "<u4"), ("length", "<u4")
 RESERVE_AHEAD = 1 << 20
 
 
-class IndexCorruptError(Exception):
+class IndexCorruptError(BKError):
     """An index file cannot be trusted; the message names the file and what is wrong."""
 
 

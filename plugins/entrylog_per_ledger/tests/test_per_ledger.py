@@ -11,8 +11,8 @@ import trio
 from bkframe_entrylog_per_ledger.manager import PerLedgerEntryLogManager
 from bkframe_entrylog_per_ledger.plugin import parse_config
 
-from bkframe.core import protocol as p
-from bkframe.core.bookie_client import connect_bookie
+from bkframe.core import proto as p
+from bkframe.core.client.bookie_client import connect_bookie
 from bkframe.core.config import ConfigError, load_config
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import EntryLogManager

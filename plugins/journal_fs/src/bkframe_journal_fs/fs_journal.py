@@ -44,8 +44,9 @@ import crc32c
 import trio
 
 from bkframe.core.counters import Counters
-from bkframe.core.disk_space import DISK_FULL_ERRNOS
+from bkframe.core.disk_full import DISK_FULL_ERRNOS
 from bkframe.core.interfaces import Buffer, JournalCorruptError, JournalPosition, JournalWriteError
+from bkframe.errors import BKError
 
 log = logging.getLogger("bkframe.journal_fs")
 
@@ -64,7 +65,7 @@ SYNC_BODY = struct.Struct("<Q")
 SYNC_MARK_SIZE = RECORD_HEADER.size + SYNC_BODY.size
 
 
-class JournalFailedError(OSError):
+class JournalFailedError(BKError, OSError):
     """A journal write or fsync failed; the bookie must stop (acknowledging would lie)."""
 
 

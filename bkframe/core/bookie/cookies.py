@@ -20,13 +20,14 @@ import attrs
 
 from bkframe.core.fsync import fsync_dir
 from bkframe.core.metadata import MetadataStore
+from bkframe.errors import BKError
 
 COOKIE_FILE = "cookie.json"
 #: Present while a re-stamped data dir still needs boot protection (see mark_data_loss).
 DATA_LOSS_MARKER = "DATA_LOSS_SUSPECTED"
 
 
-class CookieError(Exception):
+class CookieError(BKError):
     """The data dir and the metadata store disagree about who this bookie is."""
 
 

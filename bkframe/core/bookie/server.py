@@ -15,8 +15,8 @@ from functools import partial
 
 import trio
 
-from bkframe.core import protocol as p
-from bkframe.core.bookie import Bookie, ResponseBatch
+from bkframe.core import proto as p
+from bkframe.core.bookie.bookie import Bookie, ResponseBatch
 from bkframe.core.interfaces import Buffer, JournalWriteError
 
 log = logging.getLogger("bkframe.server")

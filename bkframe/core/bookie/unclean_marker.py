@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bkframe.core.disk_space import DISK_FULL_ERRNOS
+from bkframe.core.disk_full import DISK_FULL_ERRNOS
 from bkframe.core.fsync import fsync_dir
 
 MARKER = "UNCLEAN_SHUTDOWN"

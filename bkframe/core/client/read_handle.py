@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from bkframe.core import protocol as p
-from bkframe.core.bookie_client import PendingResponse
-from bkframe.core.client_errors import BKError, NoSuchEntryError, error_for
-from bkframe.core.entry_format import Digester, DigestMismatchError
+from bkframe.core import proto as p
+from bkframe.core.client.bookie_client import PendingResponse
+from bkframe.core.client.entry_format import Digester, DigestMismatchError
+from bkframe.core.client.quorum import ask_bookies
+from bkframe.core.client.write_handle import write_set
 from bkframe.core.metadata import LedgerMetadata
-from bkframe.core.quorum import ask_bookies
-from bkframe.core.write_handle import write_set
+from bkframe.errors import BKError, NoSuchEntryError
 
 if TYPE_CHECKING:
-    from bkframe.core.client import Client
+    from bkframe.core.client.client import Client
 
 
 @attrs.frozen
@@ -214,7 +214,7 @@ class ReadHandle:
             if response.status == p.Status.OK:
                 best = max(best, response.lac)
             elif response.status != p.Status.NO_LEDGER:
-                refused = error_for(response.status, response.message, bookie_id)
+                refused = p.error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id)
             return False
 
         await ask_bookies(

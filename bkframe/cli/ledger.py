@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 import click
 import trio
 
-from bkframe.cli_errors import find_error
-from bkframe.core.client import Client, open_client
-from bkframe.core.client_errors import BKError
+from bkframe.cli.errors import find_error
+from bkframe.core.client.client import Client, open_client
 from bkframe.core.metadata import MetadataError
 from bkframe.core.plugin_manager import UnknownLedgerTypeError
+from bkframe.errors import BKError
 
 T = TypeVar("T")
 

@@ -6,7 +6,7 @@ LAC advances over the head of the queue while it has A acknowledgements, so comp
 are always in entry order. When a bookie fails (an error, or no answer within
 ``add_timeout_s``), a PD_JOURNAL writer replaces it in a new fragment (metadata CAS) and
 re-sends everything not yet confirmed that it should hold; the failed bookie is
-quarantined (avoided, not banned: see :mod:`bkframe.core.bookie_health`).
+quarantined (avoided, not banned: see :mod:`bkframe.core.client.bookie_health`).
 
 Closing: once ``close()`` starts, new appends fail; close waits for every pending append,
 then (bounded by the add timeout) for the remaining replicas' answers, so a ledger closed
@@ -26,23 +26,22 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from bkframe.core import protocol as p
-from bkframe.core.client_errors import (
+from bkframe.core import proto as p
+from bkframe.core.client.entry_format import Digester
+from bkframe.core.metadata import BadVersionError, LedgerMetadata, LedgerStateName
+from bkframe.errors import (
     BKError,
     LedgerClosedError,
     LedgerDeletedError,
     LedgerFencedError,
+    NoSuchLedgerError,
     NotEnoughBookiesError,
     UnsupportedError,
-    error_for,
 )
-from bkframe.core.entry_format import Digester
-from bkframe.core.metadata import BadVersionError, LedgerMetadata, LedgerStateName
-from bkframe.core.metadata import NoSuchLedgerError as MetadataNoSuchLedgerError
 
 if TYPE_CHECKING:
-    from bkframe.core.bookie_pool import BookiePool
-    from bkframe.core.client import Client
+    from bkframe.core.client.bookie_pool import BookiePool
+    from bkframe.core.client.client import Client
     from bkframe.core.metadata import MetadataStore
 
 log = logging.getLogger("bkframe.client")
@@ -297,7 +296,7 @@ class WriteHandle:
             self._advance()
             return
         if response is not None and response.status in (p.Status.FENCED, p.Status.UNAUTHORIZED):
-            self._fail(error_for(response.status, response.message, bookie_id))
+            self._fail(p.error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id))
             return
         if response is not None and response.status == p.Status.NO_LEDGER:
             # Only a bookie that deleted the ledger refuses an add this way (tombstone).
@@ -387,7 +386,7 @@ class WriteHandle:
                     if acks >= needed:
                         nursery.cancel_scope.cancel()  # the ack quorum has it: done
                 elif response.status in (p.Status.FENCED, p.Status.UNAUTHORIZED):
-                    refused = error_for(response.status, response.message, bookie_id)
+                    refused = p.error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id)
                     nursery.cancel_scope.cancel()
 
             for bookie_id in self._ensemble:
@@ -484,7 +483,7 @@ class WriteHandle:
                 # bookies are left to replace them with.
                 try:
                     current = await self._client.metadata.read_ledger(self.ledger_id)
-                except MetadataNoSuchLedgerError:
+                except NoSuchLedgerError:
                     raise LedgerDeletedError(f"ledger {self.ledger_id} was deleted; this writer must stop") from None
                 if current.state != LedgerStateName.OPEN:
                     raise LedgerFencedError(

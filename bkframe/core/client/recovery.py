@@ -42,15 +42,15 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from bkframe.core import protocol as p
-from bkframe.core.client_errors import BKError, LedgerFencedError, RecoveryError, UnauthorizedError
-from bkframe.core.entry_format import Digester, DigestMismatchError
+from bkframe.core import proto as p
+from bkframe.core.client.entry_format import Digester, DigestMismatchError
+from bkframe.core.client.quorum import ask_bookies
+from bkframe.core.client.write_handle import choose_replacements, write_set
 from bkframe.core.metadata import BadVersionError, LedgerMetadata, LedgerStateName
-from bkframe.core.quorum import ask_bookies
-from bkframe.core.write_handle import choose_replacements, write_set
+from bkframe.errors import BKError, LedgerFencedError, RecoveryError, UnauthorizedError
 
 if TYPE_CHECKING:
-    from bkframe.core.client import Client
+    from bkframe.core.client.client import Client
 
 log = logging.getLogger("bkframe.recovery")
 

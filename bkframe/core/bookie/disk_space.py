@@ -1,5 +1,5 @@
-"""A bookie's disk space: how full the data dir's filesystem is, which errors mean "no
-space left", and BookKeeper's read-only mode that both switch on.
+"""A bookie's disk space: how full the data dir's filesystem is, and BookKeeper's read-only
+mode that it (or a write that found no space, see :mod:`bkframe.core.disk_full`) switches on.
 
 Read-only mode (BookKeeper's ``diskUsageThreshold`` / ``diskUsageLwm``): once the used
 fraction of the filesystem reaches the threshold, or a write fails for want of space, the
@@ -12,7 +12,6 @@ flapping.
 
 from __future__ import annotations
 
-import errno
 import logging
 import shutil
 from pathlib import Path
@@ -20,26 +19,13 @@ from pathlib import Path
 import attrs
 import trio
 
+from bkframe.errors import BKError
+
 log = logging.getLogger("bkframe.bookie")
 
-#: errno values of a write that failed for want of space (the disk, or a quota).
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
-
-class NoSpaceToStartError(OSError):
+class NoSpaceToStartError(BKError, OSError):
     """The bookie cannot start: something it must write before serving found no space."""
-
-
-def is_disk_full(error: BaseException) -> bool:
-    """Whether ``error``, or an error that caused it, is a write that found no space left."""
-    seen: set[int] = set()
-    e: BaseException | None = error
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
-            return True
-        e = e.__cause__ or e.__context__
-    return False
 
 
 @attrs.frozen

@@ -31,16 +31,16 @@ from collections.abc import Sequence
 import numpy as np
 import trio
 
-from bkframe.core import protocol as p
-from bkframe.core.bookie import Bookie
-from bkframe.core.bookie_pool import BookiePool
-from bkframe.core.client import Client
-from bkframe.core.client_errors import BKError
-from bkframe.core.cookies import clear_data_loss, data_loss_marked
-from bkframe.core.entry_format import Digester, DigestMismatchError
+from bkframe.core import proto as p
+from bkframe.core.bookie.bookie import Bookie
+from bkframe.core.bookie.cookies import clear_data_loss, data_loss_marked
+from bkframe.core.client.bookie_pool import BookiePool
+from bkframe.core.client.client import Client
+from bkframe.core.client.entry_format import Digester, DigestMismatchError
+from bkframe.core.client.recovery import Recovery
+from bkframe.core.client.write_handle import write_set
 from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore, NoSuchLedgerError
-from bkframe.core.recovery import Recovery
-from bkframe.core.write_handle import write_set
+from bkframe.errors import BKError
 
 log = logging.getLogger("bkframe.data_integrity")
 

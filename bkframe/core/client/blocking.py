@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 import trio
 
-from bkframe.core.client import Client, open_client
+from bkframe.core.client.client import Client, open_client
+from bkframe.core.client.read_handle import Entry, ReadHandle
+from bkframe.core.client.write_handle import WriteHandle
 from bkframe.core.metadata import LedgerMetadata
-from bkframe.core.read_handle import Entry, ReadHandle
-from bkframe.core.write_handle import WriteHandle
 
 T = TypeVar("T")
 

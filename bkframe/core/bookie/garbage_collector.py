@@ -9,7 +9,7 @@ journal does not replay them back), then asks the ledger storage to reclaim thei
 mostly-dead ones).
 
 A failed pass (the metadata store is away, a disk error while compacting) is logged and
-retried with backoff (:mod:`bkframe.core.background`); it never stops the bookie.
+retried with backoff (:mod:`bkframe.core.bookie.background`); it never stops the bookie.
 
 Ledgers in limbo are left alone: the repair task decides about them. A bookie whose
 cookie the metadata store did not have at boot deletes no ledgers until restarted: the
@@ -22,11 +22,11 @@ import logging
 
 import trio
 
-from bkframe.core import protocol as p
-from bkframe.core.background import run_periodically
-from bkframe.core.bookie import Bookie
-from bkframe.core.cookies import CookieCheck
-from bkframe.core.disk_space import is_disk_full
+from bkframe.core import proto as p
+from bkframe.core.bookie.background import run_periodically
+from bkframe.core.bookie.bookie import Bookie
+from bkframe.core.bookie.cookies import CookieCheck
+from bkframe.core.disk_full import is_disk_full
 from bkframe.core.metadata import MetadataError, MetadataStore, NoSuchLedgerError
 
 log = logging.getLogger("bkframe.gc")

@@ -21,13 +21,17 @@ import attrs
 import numpy as np
 import trio
 
-from bkframe.core import journal_records as jr
-from bkframe.core import protocol as p
-from bkframe.core.background import run_periodically
+from bkframe.core import proto as p
+from bkframe.core.bookie import journal_records as jr
+from bkframe.core.bookie.background import run_periodically
+from bkframe.core.bookie.cookies import CookieCheck
+from bkframe.core.bookie.disk_space import DiskUsage, NoSpaceToStartError, ReadOnlyMode, measure
+from bkframe.core.bookie.sync_cursor import SyncCursor
+from bkframe.core.bookie.tombstones import Tombstones
+from bkframe.core.bookie.unclean_marker import mark_clean, mark_running
 from bkframe.core.config import Config
-from bkframe.core.cookies import CookieCheck
 from bkframe.core.counters import Counters
-from bkframe.core.disk_space import DiskUsage, NoSpaceToStartError, ReadOnlyMode, is_disk_full, measure
+from bkframe.core.disk_full import is_disk_full
 from bkframe.core.fsync import fsync_tree, write_file_durably
 from bkframe.core.interfaces import (
     Buffer,
@@ -39,9 +43,6 @@ from bkframe.core.interfaces import (
     LedgerStorage,
 )
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.core.sync_cursor import SyncCursor
-from bkframe.core.tombstones import Tombstones
-from bkframe.core.unclean_marker import mark_clean, mark_running
 
 log = logging.getLogger("bkframe.bookie")
 

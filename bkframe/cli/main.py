@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING
 import click
 import trio
 
-from bkframe.cli_errors import find_error
+from bkframe.cli.errors import find_error
+from bkframe.core.bookie.cookies import CookieError
+from bkframe.core.bookie.disk_space import NoSpaceToStartError
 from bkframe.core.config import ConfigError, load_config
-from bkframe.core.cookies import CookieError
-from bkframe.core.disk_space import NoSpaceToStartError
 from bkframe.core.interfaces import JournalCorruptError
 from bkframe.core.metadata import MetadataError
 from bkframe.core.plugin_manager import PluginManager
 
 if TYPE_CHECKING:
-    from bkframe.core.bookie_service import BookieService
+    from bkframe.core.bookie.service import BookieService
 
 
 @click.group()
@@ -48,7 +48,7 @@ def bookie(
     bookie_id: str | None,
 ) -> None:
     """Run one bookie composed from the config file."""
-    from bkframe.core.bookie_service import BookieService
+    from bkframe.core.bookie.service import BookieService
     from bkframe.testing.powerloss import install_from_env
 
     install_from_env()  # only with BKFRAME_POWERLOSS_* set: the tests' power-cut simulation
@@ -102,11 +102,11 @@ def plugins() -> None:
         click.echo(f"    {name} (wire id {policy.type_id}): {policy.description}")
 
 
-from bkframe.bench import bench  # noqa: E402  (subcommands in their own modules)
-from bkframe.bookies_cli import bookies  # noqa: E402
-from bkframe.cookie_cli import cookie  # noqa: E402
-from bkframe.ledger_cli import ledger  # noqa: E402
-from bkframe.sandbox import sandbox  # noqa: E402
+from bkframe.cli.bench import bench  # noqa: E402  (subcommands in their own modules)
+from bkframe.cli.bookies import bookies  # noqa: E402
+from bkframe.cli.cookie import cookie  # noqa: E402
+from bkframe.cli.ledger import ledger  # noqa: E402
+from bkframe.cli.sandbox import sandbox  # noqa: E402
 
 main.add_command(bench)
 main.add_command(bookies)

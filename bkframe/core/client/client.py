@@ -20,18 +20,13 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from bkframe.core.bookie_health import BookieHealth
-from bkframe.core.bookie_pool import BookiePool
-from bkframe.core.client_errors import (
-    LedgerClosedError,
-    LedgerFencedError,
-    NoSuchLedgerError,
-    NotEnoughBookiesError,
-    UnauthorizedError,
-    UnsupportedError,
-)
-from bkframe.core.client_settings import ClientSettings
-from bkframe.core.entry_format import Digester, master_key
+from bkframe.core.client.bookie_health import BookieHealth
+from bkframe.core.client.bookie_pool import BookiePool
+from bkframe.core.client.entry_format import Digester, master_key
+from bkframe.core.client.read_handle import ReadHandle
+from bkframe.core.client.recovery import Recovery
+from bkframe.core.client.settings import ClientSettings
+from bkframe.core.client.write_handle import WriteHandle
 from bkframe.core.metadata import (
     BadVersionError,
     DigestType,
@@ -41,11 +36,14 @@ from bkframe.core.metadata import (
     MetadataStore,
     password_hash,
 )
-from bkframe.core.metadata import NoSuchLedgerError as MetadataNoSuchLedger
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.core.read_handle import ReadHandle
-from bkframe.core.recovery import Recovery
-from bkframe.core.write_handle import WriteHandle
+from bkframe.errors import (
+    LedgerClosedError,
+    LedgerFencedError,
+    NotEnoughBookiesError,
+    UnauthorizedError,
+    UnsupportedError,
+)
 
 
 class Client:
@@ -130,10 +128,7 @@ class Client:
         return WriteHandle(self, md, master_key(password), Digester.for_ledger(md.digest_type, password))
 
     async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
-        try:
-            return await self.metadata.read_ledger(ledger_id)
-        except MetadataNoSuchLedger:
-            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist") from None
+        return await self.metadata.read_ledger(ledger_id)
 
     async def open_ledger(self, ledger_id: int, *, password: bytes = b"", recovery: bool = True) -> ReadHandle:
         """Open for reading. With ``recovery`` an unclosed ledger is fenced, its end found and
@@ -175,10 +170,7 @@ class Client:
         return WriteHandle(self, md, master_key(password), Digester.for_ledger(md.digest_type, password))
 
     async def delete_ledger(self, ledger_id: int) -> None:
-        try:
-            await self.metadata.delete_ledger(ledger_id)
-        except MetadataNoSuchLedger:
-            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist") from None
+        await self.metadata.delete_ledger(ledger_id)
 
     async def list_ledgers(self) -> list[int]:
         return await self.metadata.list_ledgers()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from bkframe.core.bookie_client import BookieClient, BookieConnectionError, connect_bookie
-from bkframe.core.bookie_health import BookieHealth
+from bkframe.core.client.bookie_client import BookieClient, BookieConnectionError, connect_bookie
+from bkframe.core.client.bookie_health import BookieHealth
 from bkframe.core.metadata import MetadataStore
 
 

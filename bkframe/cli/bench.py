@@ -17,8 +17,8 @@ import click
 import numpy as np
 import trio
 
-from bkframe.core import protocol as p
-from bkframe.core.bookie_client import PendingResponse, connect_bookie
+from bkframe.core import proto as p
+from bkframe.core.client.bookie_client import PendingResponse, connect_bookie
 
 
 @attrs.frozen
@@ -120,7 +120,7 @@ async def bench_client(
     sync_every: int = 0,
 ) -> BenchResult:
     """Append through the client library to a new ledger with ``window`` appends in flight."""
-    from bkframe.core.client import open_client
+    from bkframe.core.client.client import open_client
 
     payload = os.urandom(entry_size)
     latencies = np.empty(count, dtype=np.float64)

@@ -15,7 +15,7 @@ import attrs
 import click
 import trio
 
-from bkframe.core.client import open_client
+from bkframe.core.client.client import open_client
 
 
 @attrs.define

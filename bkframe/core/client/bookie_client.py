@@ -15,11 +15,12 @@ from typing import Any
 
 import trio
 
-from bkframe.core import protocol as p
+from bkframe.core import proto as p
 from bkframe.core.interfaces import Buffer
+from bkframe.errors import BKError
 
 
-class BookieConnectionError(ConnectionError):
+class BookieConnectionError(BKError, ConnectionError):
     """The connection to a bookie failed or closed before the response came."""
 
 

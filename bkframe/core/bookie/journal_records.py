@@ -24,6 +24,7 @@ import attrs
 import numpy as np
 
 from bkframe.core.interfaces import Buffer
+from bkframe.errors import BKError
 
 
 class RecordType(enum.IntEnum):
@@ -91,7 +92,7 @@ class LacRecord:
 Record = EntriesRecord | MasterRecord | FenceRecord | LacRecord
 
 
-class BadRecordError(ValueError):
+class BadRecordError(BKError, ValueError):
     """A record that passed the journal's CRC but does not parse: a bug or a foreign file."""
 
 

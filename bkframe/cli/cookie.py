@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 import trio
 
-from bkframe.cli_errors import find_error
-from bkframe.core.cookies import Cookie, CookieError, fix_cookies, read_local
+from bkframe.cli.errors import find_error
+from bkframe.core.bookie.cookies import Cookie, CookieError, fix_cookies, read_local
 from bkframe.core.metadata import MetadataError
 from bkframe.core.plugin_manager import PluginManager
 

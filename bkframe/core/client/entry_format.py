@@ -22,11 +22,12 @@ import crc32c
 from bkframe.core.interfaces import Buffer
 from bkframe.core.ledger_keys import master_key  # noqa: F401 - re-exported for the client
 from bkframe.core.metadata import DigestType
+from bkframe.errors import BKError
 
 HEADER = struct.Struct("<QqqQ")
 
 
-class DigestMismatchError(ValueError):
+class DigestMismatchError(BKError, ValueError):
     """An entry's digest does not match its bytes: corrupt or forged on that replica."""
 
 

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 
 import trio
 
-from bkframe.core import protocol as p
-from bkframe.core.bookie_client import BookieClient, PendingResponse
-from bkframe.core.bookie_pool import BookiePool
+from bkframe.core import proto as p
+from bkframe.core.client.bookie_client import BookieClient, PendingResponse
+from bkframe.core.client.bookie_pool import BookiePool
 from bkframe.core.metadata import MetadataError
 
 #: ``decide(bookie_id, response)``: ``response`` is ``None`` when the bookie could not be

@@ -8,16 +8,16 @@ from functools import partial
 
 import trio
 
-from bkframe.core.bookie import Bookie
+from bkframe.core.bookie.bookie import Bookie
+from bkframe.core.bookie.cookies import check_cookies
+from bkframe.core.bookie.disk_space import measure
+from bkframe.core.bookie.garbage_collector import GarbageCollector
+from bkframe.core.bookie.server import BookieServer
 from bkframe.core.config import Config
-from bkframe.core.cookies import check_cookies
-from bkframe.core.data_integrity import LimboRepair, protect_at_boot
-from bkframe.core.disk_space import measure
-from bkframe.core.garbage_collector import GarbageCollector
 from bkframe.core.ledger_keys import key_matches
 from bkframe.core.metadata import BookieInfo, BookieRegistration, MetadataStore, NoSuchLedgerError
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.core.server import BookieServer
+from bkframe.core.replication.data_integrity import LimboRepair, protect_at_boot
 
 log = logging.getLogger("bkframe.bookie")
 
