@@ -17,6 +17,7 @@ import trio
 from bkframe.core.bookie.service import BookieService
 from bkframe.core.config import Config, load_config
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.core.replication.data_integrity import LimboRepair
 
 #: The fault suite's command-line options (--fault-seeds ...), registered at startup so they
 #: work from the repo root too.
@@ -30,7 +31,7 @@ def make_config(data_dir: Path, **bookie: Any) -> Config:
 @asynccontextmanager
 async def running_bookie(config: Config, plugins: PluginManager | None = None) -> AsyncIterator[tuple[BookieService, str, int]]:
     """An in-process bookie for the duration of the block, stopped cleanly after it."""
-    service = BookieService(config, plugins or PluginManager(load_entry_points=True))
+    service = BookieService(config, plugins or PluginManager(load_entry_points=True), repair=LimboRepair)
     async with trio.open_nursery() as nursery:
         host, port = await nursery.start(service.run)
         try:

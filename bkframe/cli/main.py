@@ -22,6 +22,7 @@ from bkframe.core.plugin_manager import PluginManager
 
 if TYPE_CHECKING:
     from bkframe.core.bookie.service import BookieService
+    from bkframe.core.replication.data_integrity import LimboRepair
 
 
 @click.group()
@@ -49,6 +50,7 @@ def bookie(
 ) -> None:
     """Run one bookie composed from the config file."""
     from bkframe.core.bookie.service import BookieService
+    from bkframe.core.replication.data_integrity import LimboRepair
     from bkframe.testing.powerloss import install_from_env
 
     install_from_env()  # only with BKFRAME_POWERLOSS_* set: the tests' power-cut simulation
@@ -61,7 +63,7 @@ def bookie(
 
     try:
         config = load_config(config_path, {"data_dir": data_dir, "host": host, "port": port, "metadata": metadata, "bookie_id": bookie_id})
-        service = BookieService(config, PluginManager())
+        service = BookieService(config, PluginManager(), repair=LimboRepair)
     except (ConfigError, MetadataError) as e:
         raise click.ClickException(f"bad config: {e}") from None
 

@@ -119,7 +119,7 @@ async def test_clean_restart_keeps_everything_and_trims_journal(tmp_path: Path) 
     async with running_bookie(config) as (service, host, port):
         assert service.bookie is not None
         # The clean stop checkpointed: nothing left to replay.
-        assert service.bookie.replayed_records == 0
+        assert service.bookie.checkpointer.replayed_records == 0
         async with connect_bookie(host, port) as bk:
             for i in range(20):
                 assert (await bk.read(9, i)).data == bytes([i]) * 10

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bkframe.core import proto as p
+from bkframe.core.bookie.protection import protect
 from bkframe.core.bookie.unclean_marker import MARKER
 from bkframe.core.client.bookie_client import connect_bookie
 from tests.conftest import make_config, running_bookie
@@ -77,8 +78,8 @@ async def test_limbo_ledger_without_entries_answers_unknown_to_last_entry(tmp_pa
         async with connect_bookie(host, port) as bk:
             assert (await bk.add(9, 0, b"a", master_key=KEY, ledger_type=BYPASS)).status == p.Status.OK
             # A ledger this bookie never saw (its disk was replaced) is created keyless.
-            assert bookie.protect([(9, BYPASS), (10, BYPASS)]) == 2
-            assert bookie.protect([(9, BYPASS)]) == 0
+            assert protect(bookie, [(9, BYPASS), (10, BYPASS)]) == 2
+            assert protect(bookie, [(9, BYPASS)]) == 0
             assert (await bk.read(10, p.LAST_ENTRY)).status == p.Status.UNKNOWN
             fence = await bk.read(10, p.LAST_ENTRY, master_key=KEY, fence=True)
             assert fence.status == p.Status.UNKNOWN
@@ -144,7 +145,7 @@ async def test_list_entries_reports_runs_and_limbo(tmp_path: Path, monkeypatch: 
             assert (end.runs, end.next_first) == ((), -1)
             assert (await bk.submit_list_entries(4, 3, 4).wait()).runs == ()
             assert (await bk.submit_list_entries(99, 0, 1).wait()).status == p.Status.NO_LEDGER
-            service.bookie.protect([(4, BYPASS)])  # type: ignore[union-attr]
+            protect(service.bookie, [(4, BYPASS)])  # type: ignore[arg-type]
             assert (await bk.submit_list_entries(4, 0, 3).wait()).limbo is True
             bad = await bk.submit_raw(77, p.encode_list_entries(77, 4, 5, 2)).wait()
             assert bad.status == p.Status.BAD_REQUEST and "invalid" in bad.message

@@ -16,7 +16,8 @@ from functools import partial
 import trio
 
 from bkframe.core import proto as p
-from bkframe.core.bookie.bookie import Bookie, ResponseBatch
+from bkframe.core.bookie.bookie import Bookie
+from bkframe.core.bookie.requests import ResponseBatch
 from bkframe.core.interfaces import Buffer, JournalWriteError
 
 log = logging.getLogger("bkframe.server")
@@ -124,7 +125,7 @@ class BookieServer:
                             continue
                         # Shield the hand-off: a frame that was served (written to the
                         # journal) must also be answered, even while draining.
-                        batch = bookie.handle(requests)
+                        batch = bookie.requests.handle(requests)
                         for later in batch.deferred:
                             nursery.start_soon(self._respond_later, later, send.clone())
                         with trio.CancelScope(shield=True):
@@ -162,7 +163,7 @@ class BookieServer:
                     # together: its highest sequence tells for all of them.
                     if b.wait_seq and journal.is_lost(b.wait_seq):
                         error = lost or JournalWriteError(None, f"journal record {b.wait_seq} was not written")
-                        parts.extend(lost_write_responses(self.bookie, b, error))
+                        parts.extend(self.bookie.requests.lost_write_responses(b, error))
                     else:
                         parts.extend(b.parts)
                 if parts:
@@ -174,38 +175,3 @@ def _needed(buf: bytearray) -> int:
         return 0
     (length,) = p.FRAME_HEADER.unpack_from(buf)
     return min(4 + length - len(buf), p.MAX_FRAME_SIZE) if length <= p.MAX_FRAME_SIZE else 0
-
-
-def lost_write_responses(bookie: Bookie, batch: ResponseBatch, error: BaseException) -> list[Buffer]:
-    """Answers for a frame whose journal records were lost (a write found no space).
-
-    Whatever needed those records to be durable (adds, explicit LACs, fences) gets an
-    error; nothing of it may be acknowledged. The rest of the frame (plain reads, LAC
-    reads, info, ...) journals nothing and is served again. SYNC and long polls answer
-    on their own.
-    """
-    bookie.journal_write_failed(error)
-    status = bookie.lost_status()
-    message = f"bookie {bookie.bookie_id}: the journal write failed ({error}); nothing of this request is durable here"
-    parts: list[Buffer] = []
-    again: list[p.Request | p.BadMessage] = []
-    for req in batch.requests:
-        if type(req) is p.AddRequest:
-            las = bookie.last_add_synced(req.ledger_id)
-            parts.append(p.encode_add_response(req.request_id, status, req.ledger_id, req.entry_id, las, message))
-        elif type(req) is p.AddBatchRequest:
-            las = bookie.last_add_synced(req.ledger_id)
-            parts.append(p.encode_add_batch_response(req.request_id, status, req.ledger_id, len(req.entry_ids), las, message))
-        elif type(req) is p.WriteLacRequest:
-            parts.append(p.encode_write_lac_response(req.request_id, status, req.ledger_id, -1, message))
-        elif type(req) is p.ReadRequest and req.fence:
-            parts.extend(
-                p.encode_read_response(req.request_id, p.Status.IO_ERROR, req.ledger_id, req.entry_id, -1, message.encode())
-            )
-        elif type(req) is p.SyncRequest or (type(req) is p.ReadLacRequest and req.previous_lac is not None):
-            continue  # answered by their own task
-        else:
-            again.append(req)
-    if again:
-        parts.extend(bookie.handle(again).parts)
-    return parts

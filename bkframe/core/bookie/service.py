@@ -1,10 +1,17 @@
-"""Runs a composed bookie: replay, journal, checkpoints, server, disk checks, and a clean stop."""
+"""Runs a composed bookie: replay, journal, checkpoints, server, disk checks, and a clean stop.
+
+Repairing limbo ledgers (BP-46 phase two) needs the client library, which the bookie
+package never imports: whoever starts the service passes it in (``repair=LimboRepair``
+from :mod:`bkframe.core.replication.data_integrity`).
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from functools import partial
+from typing import Protocol
 
 import trio
 
@@ -12,12 +19,12 @@ from bkframe.core.bookie.bookie import Bookie
 from bkframe.core.bookie.cookies import check_cookies
 from bkframe.core.bookie.disk_space import measure
 from bkframe.core.bookie.garbage_collector import GarbageCollector
+from bkframe.core.bookie.protection import protect_at_boot
 from bkframe.core.bookie.server import BookieServer
 from bkframe.core.config import Config
 from bkframe.core.ledger_keys import key_matches
 from bkframe.core.metadata import BookieInfo, BookieRegistration, MetadataStore, NoSuchLedgerError
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.core.replication.data_integrity import LimboRepair, protect_at_boot
 
 log = logging.getLogger("bkframe.bookie")
 
@@ -39,12 +46,27 @@ async def verify_master_key(store: MetadataStore, ledger_id: int, key: bytes) ->
     return key_matches(key, md.password_hash)
 
 
-class BookieService:
-    """``await nursery.start(service.run)`` returns ``(host, port)`` once connections are accepted."""
+class Repair(Protocol):
+    """A background task that repairs a bookie's limbo ledgers, then returns."""
 
-    def __init__(self, config: Config, plugins: PluginManager | None = None) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None: ...
+
+
+#: ``repair(bookie, store, bookie_id)``: what repairs limbo ledgers (a metadata store is needed).
+RepairFactory = Callable[[Bookie, MetadataStore, str], Repair]
+
+
+class BookieService:
+    """``await nursery.start(service.run)`` returns ``(host, port)`` once connections are accepted.
+
+    :param repair: makes the task that repairs limbo ledgers (BP-46 phase two), normally
+        :class:`~bkframe.core.replication.data_integrity.LimboRepair`.
+    """
+
+    def __init__(self, config: Config, plugins: PluginManager | None = None, *, repair: RepairFactory) -> None:
         self.config = config
         self.plugins = plugins if plugins is not None else PluginManager()
+        self.repair = repair
         self.bookie: Bookie | None = None
         self.server: BookieServer | None = None
         self._stop_requested = False
@@ -60,7 +82,7 @@ class BookieService:
         bookie = self.bookie = Bookie(self.config, self.plugins)
         # Before anything is written: a bookie starting on a full disk starts read-only.
         bookie.check_disk()
-        bookie.replay()
+        bookie.checkpointer.replay()
         server = self.server = BookieServer(bookie, cfg.host, cfg.port)
         if self._stop_requested:
             server.stop()
@@ -71,10 +93,10 @@ class BookieService:
                 store = self.plugins.metadata_store(cfg.metadata)
             async with trio.open_nursery() as background:
                 await background.start(bookie.journal.run)
-                if bookie.replayed_records:
+                if bookie.checkpointer.replayed_records:
                     await bookie.checkpoint()  # on a full disk: read-only, the old mark stays
-                await background.start(bookie.run_checkpoints)
-                await background.start(bookie.run_sync_tracker)
+                await background.start(bookie.checkpointer.run)
+                await background.start(bookie.sync.run)
                 async with trio.open_nursery() as serving:
                     host, port = await serving.start(server.run)
                     bookie_id = cfg.bookie_id or f"{host}:{port}"
@@ -91,7 +113,7 @@ class BookieService:
                     bookie.ready.set()
                     if store is not None:
                         if bookie.limbo_ledgers():
-                            background.start_soon(LimboRepair(bookie, store, bookie_id).run)
+                            background.start_soon(self.repair(bookie, store, bookie_id).run)
                         background.start_soon(GarbageCollector(bookie, store, cfg.gc_interval_s).run)
                         info = BookieInfo(
                             bookie_id=bookie_id, address=f"{host}:{port}", read_only=bookie.read_only, pid=os.getpid()
