@@ -53,14 +53,27 @@ def _fragments(instance: LedgerMetadata, attribute: attrs.Attribute[Any], value:
             raise ValueError(f"fragment at entry {first} names a bookie twice: {ensemble}")
 
 
+#: (first entry id, bookie ids) per fragment, ordered by first entry id.
+Fragments = tuple[tuple[int, tuple[str, ...]], ...]
+
+
+def ensemble_at(fragments: Fragments, entry_id: int) -> tuple[str, ...]:
+    """The ensemble of the fragment that holds ``entry_id``."""
+    chosen = fragments[0][1]
+    for first, ensemble in fragments:
+        if first > entry_id:
+            break
+        chosen = ensemble
+    return chosen
+
+
 @attrs.frozen
 class LedgerMetadata:
     ledger_id: int
     ensemble_size: int = attrs.field(validator=_quorums)
     write_quorum: int
     ack_quorum: int
-    #: (first entry id, bookie ids) per fragment, ordered by first entry id.
-    fragments: tuple[tuple[int, tuple[str, ...]], ...] = attrs.field(
+    fragments: Fragments = attrs.field(
         converter=lambda fs: tuple((int(f), tuple(ens)) for f, ens in fs), validator=_fragments
     )
     ledger_type: str = "PD_JOURNAL"
@@ -82,12 +95,7 @@ class LedgerMetadata:
 
     def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
         """The ensemble of the fragment that holds ``entry_id``."""
-        chosen = self.fragments[0][1]
-        for first, ensemble in self.fragments:
-            if first > entry_id:
-                break
-            chosen = ensemble
-        return chosen
+        return ensemble_at(self.fragments, entry_id)
 
     def bookies(self) -> set[str]:
         return {b for _, ensemble in self.fragments for b in ensemble}
@@ -210,6 +218,7 @@ __all__ = [
     "BookieInfo",
     "BookieRegistration",
     "DigestType",
+    "Fragments",
     "LedgerExistsError",
     "LedgerMetadata",
     "LedgerStateName",
@@ -217,5 +226,6 @@ __all__ = [
     "MetadataStore",
     "NoSuchLedgerError",
     "Versioned",
+    "ensemble_at",
     "password_hash",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,36 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
 )
 
 ENTRY_POINT_GROUP = "bkframe"
+
+
+class LedgerTypes(Mapping[str, DurabilityPolicy]):
+    """The registered ledger types by name (a read-only mapping), with lookups that fail clearly."""
+
+    def __init__(self, by_name: Mapping[str, DurabilityPolicy]) -> None:
+        self._by_name = dict(by_name)
+        self._by_id = {policy.type_id: policy for policy in self._by_name.values()}
+
+    def __getitem__(self, name: str) -> DurabilityPolicy:
+        return self._by_name[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def named(self, name: str) -> DurabilityPolicy:
+        """The type called ``name``; :class:`UnknownLedgerTypeError` listing the known ones if none is."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise UnknownLedgerTypeError(
+                f"unknown ledger type {name!r}; known types: {', '.join(sorted(self._by_name))}"
+            ) from None
+
+    def by_id(self, type_id: int) -> DurabilityPolicy | None:
+        """The type with wire id ``type_id``, if one is registered."""
+        return self._by_id.get(type_id)
 
 
 @attrs.frozen
@@ -59,7 +89,7 @@ class PluginManager:
         for plugin in extra_plugins:
             self.register(plugin)
         self._pm.check_pending()
-        self._ledger_types: dict[str, DurabilityPolicy] | None = None
+        self._ledger_types: LedgerTypes | None = None
 
     def register(self, plugin: object, *, name: str | None = None, distribution: str = "(registered)") -> None:
         registered = self._pm.register(plugin, name=name)
@@ -108,7 +138,7 @@ class PluginManager:
 
     # -- ledger types ------------------------------------------------------------------
 
-    def ledger_types(self) -> dict[str, DurabilityPolicy]:
+    def ledger_types(self) -> LedgerTypes:
         """Every registered ledger type by name."""
         if self._ledger_types is None:
             types: dict[str, DurabilityPolicy] = {}
@@ -127,23 +157,14 @@ class PluginManager:
                 by_id[policy.type_id] = policy.name
 
             self._pm.hook.bkframe_register_ledger_types(register=register)
-            self._ledger_types = types
+            self._ledger_types = LedgerTypes(types)
         return self._ledger_types
 
     def ledger_type(self, name: str) -> DurabilityPolicy:
-        types = self.ledger_types()
-        try:
-            return types[name]
-        except KeyError:
-            raise UnknownLedgerTypeError(
-                f"unknown ledger type {name!r}; known types: {', '.join(sorted(types))}"
-            ) from None
+        return self.ledger_types().named(name)
 
     def ledger_type_by_id(self, type_id: int) -> DurabilityPolicy | None:
-        for policy in self.ledger_types().values():
-            if policy.type_id == type_id:
-                return policy
-        return None
+        return self.ledger_types().by_id(type_id)
 
 
 def _plugin_name(config: dict[str, Any], section: str) -> str:

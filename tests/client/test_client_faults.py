@@ -12,7 +12,7 @@ from typing import Any
 import trio
 
 import bkframe
-from bkframe.core.client.write_handle import write_set
+from bkframe.core.client.distribution import write_set
 from bkframe.core.metadata import LedgerStateName
 
 PW = b"pw"

@@ -24,8 +24,9 @@ import trio
 import bkframe
 from bkframe.core import proto as p
 from bkframe.core.client.client import Client
+from bkframe.core.client.distribution import write_set
 from bkframe.core.client.entry_format import Digester, master_key
-from bkframe.core.client.write_handle import WriteHandle, write_set
+from bkframe.core.client.write_handle import WriteHandle
 from bkframe.core.metadata import LedgerMetadata
 from bkframe.testing.diskfull import used_bytes
 from tests.cluster import Cluster, ClusterBookie

@@ -208,9 +208,9 @@ async def test_limbo_is_cleared_only_after_the_copies_are_durable(tmp_path: Path
     monkeypatch.setattr(LimboRepair, "_copy_missing", copy_missing)
     repair = LimboRepair(Bookie(), Store(), "a")  # type: ignore[arg-type]
 
-    class Client:
+    class Context:
         pool = None
 
-    assert await repair.repair(Client(), 1)  # type: ignore[arg-type]
+    assert await repair.repair(Context(), 1)  # type: ignore[arg-type]
     assert events.index("copied") < events.index("checkpoint") < events.index("limbo=False")
     assert events[-1] == "checkpoint"

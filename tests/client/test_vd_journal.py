@@ -24,14 +24,16 @@ buffered_bytes_threshold = 104857600
 """
 
 
-class _Plugins:
-    plugins = PluginManager()
+class _Context:
+    """What a write handle reads of its client context, without a nursery or bookies."""
+
+    ledger_types = PluginManager().ledger_types()
     settings = ClientSettings()
 
 
 def _handle(w: int, a: int) -> WriteHandle:
     md = bkframe.LedgerMetadata(1, w, w, a, ((0, tuple("bookie-%d" % i for i in range(w))),), ledger_type="VD_JOURNAL")
-    return WriteHandle(_Plugins(), md, b"k", None)  # type: ignore[arg-type]
+    return WriteHandle(_Context(), md, b"k", None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("ack_quorum, lac", [(1, 3), (2, 2), (3, 1)])

@@ -12,17 +12,15 @@
 
 from __future__ import annotations
 
-import random
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 import attrs
 import trio
 
-from bkframe.core.client.bookie_health import BookieHealth
-from bkframe.core.client.bookie_pool import BookiePool
+from bkframe.core.client.context import ClientContext
 from bkframe.core.client.entry_format import Digester, master_key
+from bkframe.core.client.placement import choose_ensemble
 from bkframe.core.client.read_handle import ReadHandle
 from bkframe.core.client.recovery import Recovery
 from bkframe.core.client.settings import ClientSettings
@@ -33,40 +31,29 @@ from bkframe.core.metadata import (
     LedgerExistsError,
     LedgerMetadata,
     LedgerStateName,
-    MetadataStore,
     password_hash,
 )
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import (
     LedgerClosedError,
     LedgerFencedError,
-    NotEnoughBookiesError,
     UnauthorizedError,
     UnsupportedError,
 )
 
 
 class Client:
-    """Use :func:`open_client`; the client lives for the ``async with`` block."""
+    """Use :func:`open_client`; the client lives for the ``async with`` block.
 
-    def __init__(
-        self,
-        nursery: trio.Nursery,
-        metadata: MetadataStore,
-        plugins: PluginManager,
-        settings: ClientSettings | None = None,
-    ) -> None:
-        self.nursery = nursery
-        self.metadata = metadata
-        self.plugins = plugins
-        self.settings = settings if settings is not None else ClientSettings()
-        self.pool = BookiePool(
-            nursery,
-            metadata,
-            connect_timeout_s=self.settings.connect_timeout_s,
-            health=BookieHealth(self.settings.bookie_quarantine_s),
-        )
-        self.client_id = uuid.uuid4().hex
+    Its handles and recoveries share its :class:`~bkframe.core.client.context.ClientContext`.
+    """
+
+    def __init__(self, context: ClientContext) -> None:
+        self.context = context
+        self.metadata = context.metadata
+        self.pool = context.pool
+        self.settings = context.settings
+        self.client_id = context.client_id
 
     async def create_ledger(
         self,
@@ -82,30 +69,13 @@ class Client:
     ) -> WriteHandle:
         """Create a ledger and return its writer. ``claim=False`` leaves the ledger for
         another process to claim with :meth:`open_writer` (the CLI's create/append)."""
-        policy = self.plugins.ledger_type(ledger_type)  # unknown type: a clear error before anything is stored
+        policy = self.context.ledger_types.named(ledger_type)  # unknown type: a clear error before anything is stored
         if policy.lac_by_sync and ensemble > write_quorum:
             raise UnsupportedError(
                 f"{ledger_type} ledgers cannot be striped (E={ensemble} > W={write_quorum}): the LastAddSynced "
                 f"rule needs every bookie to hold every entry; use E = W"
             )
-        bookies = [b.bookie_id for b in await self.metadata.list_bookies(writable_only=True)]
-        random.shuffle(bookies)
-        # Bookies that failed lately go last: used only if the healthy ones are too few.
-        bookies = self.pool.health.healthy_first(bookies)
-        chosen: list[str] = []
-        for bookie_id in bookies:
-            if len(chosen) == ensemble:
-                break
-            try:
-                await self.pool.get(bookie_id)
-            except ConnectionError:
-                continue
-            chosen.append(bookie_id)
-        if len(chosen) < ensemble:
-            raise NotEnoughBookiesError(
-                f"ensemble of {ensemble} needs {ensemble} writable bookies, {len(chosen)} are reachable "
-                f"({len(bookies)} registered)"
-            )
+        chosen = await choose_ensemble(self.pool, self.metadata, ensemble)
         while True:
             ledger_id = await self.metadata.new_ledger_id()
             md = LedgerMetadata(
@@ -125,7 +95,7 @@ class Client:
                 break
             except LedgerExistsError:
                 continue
-        return WriteHandle(self, md, master_key(password), Digester.for_ledger(md.digest_type, password))
+        return WriteHandle(self.context, md, master_key(password), Digester.for_ledger(md.digest_type, password))
 
     async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         return await self.metadata.read_ledger(ledger_id)
@@ -139,8 +109,8 @@ class Client:
         key = master_key(password)
         digester = Digester.for_ledger(md.digest_type, password)
         if recovery and not md.closed:
-            md = await Recovery(self, md, key, digester).run()
-        handle = ReadHandle(self, md, key, digester)
+            md = await Recovery(self.context, md, key, digester).run()
+        handle = ReadHandle(self.context, md, key, digester)
         if not md.closed:
             await handle.read_lac()  # as BookKeeper's open: the reader knows its LAC at once
         return handle
@@ -167,7 +137,7 @@ class Client:
                 await self.pool.get(bookie_id)
             except ConnectionError:
                 pass  # the first append finds it down and changes the ensemble
-        return WriteHandle(self, md, master_key(password), Digester.for_ledger(md.digest_type, password))
+        return WriteHandle(self.context, md, master_key(password), Digester.for_ledger(md.digest_type, password))
 
     async def delete_ledger(self, ledger_id: int) -> None:
         await self.metadata.delete_ledger(ledger_id)
@@ -196,7 +166,7 @@ async def open_client(
     store = plugins.metadata_store(metadata_uri)
     try:
         async with trio.open_nursery() as nursery:
-            client = Client(nursery, store, plugins, settings)
+            client = Client(ClientContext.create(nursery, store, plugins, settings))
             try:
                 yield client
             finally:

@@ -10,14 +10,14 @@ import trio
 
 from bkframe.core import proto as p
 from bkframe.core.client.bookie_client import PendingResponse
+from bkframe.core.client.distribution import replicas
 from bkframe.core.client.entry_format import Digester, DigestMismatchError
 from bkframe.core.client.quorum import ask_bookies
-from bkframe.core.client.write_handle import write_set
 from bkframe.core.metadata import LedgerMetadata
 from bkframe.errors import BKError, NoSuchEntryError
 
 if TYPE_CHECKING:
-    from bkframe.core.client.client import Client
+    from bkframe.core.client.context import ClientContext
 
 
 @attrs.frozen
@@ -58,10 +58,10 @@ async def _wait_any(pendings: list[PendingResponse], timeout_s: float | None) ->
 
 
 class ReadHandle:
-    """Made by :meth:`Client.open_ledger`."""
+    """Made by :meth:`Client.open_ledger`; any number may read a ledger."""
 
-    def __init__(self, client: Client, metadata: LedgerMetadata, master_key: bytes, digester: Digester) -> None:
-        self._client = client
+    def __init__(self, ctx: ClientContext, metadata: LedgerMetadata, master_key: bytes, digester: Digester) -> None:
+        self._ctx = ctx
         self.metadata = metadata
         self.ledger_id = metadata.ledger_id
         self._master_key = master_key
@@ -112,7 +112,7 @@ class ReadHandle:
         # entry by entry, failing over (and speculating) per entry.
         plans: list[_EntryRead] = []
         for entry_id in range(first, last + 1):
-            plan = _EntryRead(entry_id, self._client.pool.health.healthy_first(self._replicas(entry_id)))
+            plan = _EntryRead(entry_id, self._ctx.pool.health.healthy_first(self._replicas(entry_id)))
             await self._launch_next(plan)
             plans.append(plan)
         slow: set[str] = set()
@@ -129,8 +129,7 @@ class ReadHandle:
         return out
 
     def _replicas(self, entry_id: int) -> list[str]:
-        ensemble = self.metadata.ensemble_at(entry_id)
-        return [ensemble[i] for i in write_set(entry_id, len(ensemble), self.metadata.write_quorum)]
+        return replicas(self.metadata.ensemble_at(entry_id), entry_id, self.metadata.write_quorum)
 
     async def _launch_next(self, plan: _EntryRead) -> bool:
         """Send the entry's read to its next replica; False when none is left."""
@@ -138,8 +137,8 @@ class ReadHandle:
             bookie_id = plan.replicas[plan.next]
             plan.next += 1
             try:
-                conn = await self._client.pool.get(bookie_id)
-                pending = conn.submit_read(self.ledger_id, plan.entry_id, timeout_s=self._client.settings.read_timeout_s)
+                conn = await self._ctx.pool.get(bookie_id)
+                pending = conn.submit_read(self.ledger_id, plan.entry_id, timeout_s=self._ctx.settings.read_timeout_s)
             except ConnectionError as e:
                 plan.errors.append(f"{bookie_id}: {e}")
                 continue
@@ -151,8 +150,8 @@ class ReadHandle:
         """Wait for a valid copy of the entry: errors move on to the next replica at once;
         an answer slower than ``speculative_read_timeout_s`` makes the next replica be asked
         too (the first valid answer wins)."""
-        settings = self._client.settings
-        health = self._client.pool.health
+        settings = self._ctx.settings
+        health = self._ctx.pool.health
         entry_id = plan.entry_id
         negatives = 0
         while True:
@@ -218,9 +217,9 @@ class ReadHandle:
             return False
 
         await ask_bookies(
-            self._client.pool,
+            self._ctx.pool,
             ensemble,
-            lambda conn: conn.submit_read_lac(self.ledger_id, timeout_s=self._client.settings.read_timeout_s),
+            lambda conn: conn.submit_read_lac(self.ledger_id, timeout_s=self._ctx.settings.read_timeout_s),
             decide,
         )
         if refused is not None:
@@ -235,7 +234,7 @@ class ReadHandle:
 
     async def refresh(self) -> LedgerMetadata:
         """Re-read metadata (a closed ledger's end, new fragments)."""
-        self.metadata = await self._client.metadata.read_ledger(self.ledger_id)
+        self.metadata = await self._ctx.metadata.read_ledger(self.ledger_id)
         if self.metadata.closed:
             self._lac = self.metadata.last_entry_id
         return self.metadata
@@ -252,13 +251,13 @@ class ReadHandle:
             async def poll(bookie_id: str) -> None:
                 nonlocal best
                 try:
-                    client = await self._client.pool.get(bookie_id)
+                    client = await self._ctx.pool.get(bookie_id)
                     # A long poll keeps its own deadline: the poll time plus a read's.
                     response = await client.read_lac(
                         self.ledger_id,
                         previous_lac=previous,
                         timeout_ms=timeout_ms,
-                        timeout_s=timeout_s + self._client.settings.read_timeout_s,
+                        timeout_s=timeout_s + self._ctx.settings.read_timeout_s,
                     )
                 except ConnectionError:
                     return

@@ -43,21 +43,21 @@ import attrs
 import trio
 
 from bkframe.core import proto as p
+from bkframe.core.client.distribution import replicas
 from bkframe.core.client.entry_format import Digester, DigestMismatchError
+from bkframe.core.client.placement import choose_replacements
 from bkframe.core.client.quorum import ask_bookies
-from bkframe.core.client.write_handle import choose_replacements, write_set
-from bkframe.core.metadata import BadVersionError, LedgerMetadata, LedgerStateName
+from bkframe.core.metadata import BadVersionError, Fragments, LedgerMetadata, LedgerStateName, ensemble_at
 from bkframe.errors import BKError, LedgerFencedError, RecoveryError, UnauthorizedError
 
 if TYPE_CHECKING:
-    from bkframe.core.client.client import Client
+    from bkframe.core.client.context import ClientContext
 
 log = logging.getLogger("bkframe.recovery")
 
 NEGATIVE = (p.Status.NO_ENTRY, p.Status.NO_LEDGER)
 #: Entries recovered (read, then written back concurrently) per round.
 WRITE_BACK_BATCH = 64
-Fragments = tuple[tuple[int, tuple[str, ...]], ...]
 
 
 def replace_from(fragments: Fragments, entry_id: int, replacements: dict[int, str]) -> Fragments:
@@ -78,24 +78,15 @@ def replace_from(fragments: Fragments, entry_id: int, replacements: dict[int, st
     return tuple(out)
 
 
-def _ensemble_at(fragments: Fragments, entry_id: int) -> tuple[str, ...]:
-    chosen = fragments[0][1]
-    for first, ensemble in fragments:
-        if first > entry_id:
-            break
-        chosen = ensemble
-    return chosen
-
-
 class Recovery:
-    def __init__(self, client: Client, metadata: LedgerMetadata, master_key: bytes, digester: Digester) -> None:
-        self.client = client
+    def __init__(self, ctx: ClientContext, metadata: LedgerMetadata, master_key: bytes, digester: Digester) -> None:
+        self.ctx = ctx
         self.md = metadata
         self.ledger_id = metadata.ledger_id
         self.master_key = master_key
         self.digester = digester
-        self.type_id = client.plugins.ledger_type(metadata.ledger_type).type_id
-        self.settings = client.settings
+        self.type_id = ctx.ledger_types.named(metadata.ledger_type).type_id
+        self.settings = ctx.settings
         #: Where entries are written back: the writer's fragments plus recovery's replacements.
         self.fragments: Fragments = metadata.fragments
 
@@ -112,11 +103,11 @@ class Recovery:
         md = self.md
         while md.state == LedgerStateName.OPEN:
             try:
-                md = await self.client.metadata.update_ledger(
+                md = await self.ctx.metadata.update_ledger(
                     attrs.evolve(md, state=LedgerStateName.IN_RECOVERY), md.version
                 )
             except BadVersionError:
-                md = await self.client.metadata.read_ledger(self.ledger_id)
+                md = await self.ctx.metadata.read_ledger(self.ledger_id)
         self.md = md
         return md
 
@@ -152,7 +143,7 @@ class Recovery:
             return positives >= ec or positives + (len(ensemble) - answered) < ec
 
         await ask_bookies(
-            self.client.pool,
+            self.ctx.pool,
             ensemble,
             lambda conn: conn.submit_read(
                 self.ledger_id, p.LAST_ENTRY, master_key=self.master_key, fence=True,
@@ -171,8 +162,7 @@ class Recovery:
         return max(lac, self.md.last_entry_id)
 
     def _replicas(self, fragments: Fragments, entry_id: int) -> list[str]:
-        ensemble = _ensemble_at(fragments, entry_id)
-        return [ensemble[i] for i in write_set(entry_id, len(ensemble), self.md.write_quorum)]
+        return replicas(ensemble_at(fragments, entry_id), entry_id, self.md.write_quorum)
 
     async def _read_entry(self, entry_id: int, *, need_copy: bool = False) -> bytes | None:
         """A recovery read: the entry if recoverable, None if unrecoverable; else RecoveryError.
@@ -182,7 +172,7 @@ class Recovery:
         """
         qc = self.md.write_quorum - self.md.ack_quorum + 1
         verifies = self.digester.verifies
-        replicas = self._replicas(self.md.fragments, entry_id)
+        asked = self._replicas(self.md.fragments, entry_id)
         copies: list[bytes] = []
         negatives = 0
         answered = 0
@@ -194,7 +184,7 @@ class Recovery:
                 return True  # copies disagree: unknown, whatever else comes
             if not need_copy and not copies and negatives >= qc:
                 return True
-            return answered == len(replicas)
+            return answered == len(asked)
 
         def decide(bookie_id: str, r: p.Response | None) -> bool:
             nonlocal negatives, answered
@@ -210,8 +200,8 @@ class Recovery:
             return decided()
 
         await ask_bookies(
-            self.client.pool,
-            replicas,
+            self.ctx.pool,
+            asked,
             lambda conn: conn.submit_read(self.ledger_id, entry_id, timeout_s=self.settings.read_timeout_s),
             decide,
         )
@@ -230,7 +220,7 @@ class Recovery:
             return None
         raise RecoveryError(
             f"ledger {self.ledger_id}: entry {entry_id} is unknown (no valid copy, {negatives} explicit "
-            f"negative(s) of {len(replicas)}, {qc} needed to end the ledger there); retry when more bookies "
+            f"negative(s) of {len(asked)}, {qc} needed to end the ledger there); retry when more bookies "
             f"are up or out of limbo"
         )
 
@@ -287,8 +277,8 @@ class Recovery:
         a = self.md.ack_quorum
         acked: set[str] = set()
         while True:
-            ensemble = _ensemble_at(self.fragments, entry_id)
-            replicas = [ensemble[i] for i in write_set(entry_id, len(ensemble), self.md.write_quorum)]
+            ensemble = ensemble_at(self.fragments, entry_id)
+            write_to = self._replicas(self.fragments, entry_id)
             failed: set[str] = set()
             refused: BKError | None = None
 
@@ -304,8 +294,8 @@ class Recovery:
                 return False  # wait for every replica: copies beyond A make the ledger safer
 
             await ask_bookies(
-                self.client.pool,
-                [b for b in replicas if b not in acked],
+                self.ctx.pool,
+                [b for b in write_to if b not in acked],
                 lambda conn: conn.submit_add(
                     self.ledger_id, entry_id, data, master_key=self.master_key, ledger_type=self.type_id,
                     recovery=True, timeout_s=self.settings.add_timeout_s,
@@ -314,7 +304,7 @@ class Recovery:
             )
             if refused is not None:
                 raise refused
-            if len(acked & set(replicas)) >= a:
+            if len(acked & set(write_to)) >= a:
                 return True
             if not replace:
                 return False
@@ -323,7 +313,7 @@ class Recovery:
             indices = [ensemble.index(b) for b in failed]
             try:
                 new = await choose_replacements(
-                    self.client.pool, self.client.metadata, ensemble, indices,
+                    self.ctx.pool, self.ctx.metadata, ensemble, indices,
                     what=f"recovery of ledger {self.ledger_id}",
                 )
             except BKError as e:
@@ -349,10 +339,10 @@ class Recovery:
             fragments = tuple(f for f in self.fragments if f in started_from or f[0] <= last)
             new = attrs.evolve(md, state=LedgerStateName.CLOSED, last_entry_id=last, length=length, fragments=fragments)
             try:
-                closed = await self.client.metadata.update_ledger(new, md.version)
+                closed = await self.ctx.metadata.update_ledger(new, md.version)
                 log.info("recovered ledger %d: last entry %d", self.ledger_id, last)
                 return closed
             except BadVersionError:
-                md = await self.client.metadata.read_ledger(self.ledger_id)
+                md = await self.ctx.metadata.read_ledger(self.ledger_id)
                 if md.closed:
                     return md  # a concurrent recovery won; its result is the ledger's end

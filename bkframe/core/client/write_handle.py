@@ -17,9 +17,7 @@ ledger's metadata is never changed again by this handle.
 from __future__ import annotations
 
 import logging
-import random
 from collections import deque
-from collections.abc import Collection, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -27,7 +25,9 @@ import attrs
 import trio
 
 from bkframe.core import proto as p
+from bkframe.core.client.distribution import write_set
 from bkframe.core.client.entry_format import Digester
+from bkframe.core.client.placement import choose_replacements
 from bkframe.core.metadata import BadVersionError, LedgerMetadata, LedgerStateName
 from bkframe.errors import (
     BKError,
@@ -35,63 +35,13 @@ from bkframe.errors import (
     LedgerDeletedError,
     LedgerFencedError,
     NoSuchLedgerError,
-    NotEnoughBookiesError,
     UnsupportedError,
 )
 
 if TYPE_CHECKING:
-    from bkframe.core.client.bookie_pool import BookiePool
-    from bkframe.core.client.client import Client
-    from bkframe.core.metadata import MetadataStore
+    from bkframe.core.client.context import ClientContext
 
 log = logging.getLogger("bkframe.client")
-
-
-def write_set(entry_id: int, ensemble_size: int, write_quorum: int) -> list[int]:
-    """Indices into the ensemble of the bookies that store ``entry_id``."""
-    return [(entry_id + i) % ensemble_size for i in range(write_quorum)]
-
-
-async def choose_replacements(
-    pool: BookiePool,
-    metadata: MetadataStore,
-    ensemble: Sequence[str],
-    failed: Sequence[int],
-    *,
-    exclude: Collection[str] = (),
-    what: str = "ensemble change",
-) -> list[str]:
-    """``ensemble`` with a reachable, writable bookie in place of each index in ``failed``.
-
-    Candidates are registered writable bookies outside the ensemble and ``exclude``, in
-    random order with quarantined ones last (used only when nothing else is left).
-    """
-    new = list(ensemble)
-    candidates = [
-        b.bookie_id
-        for b in await metadata.list_bookies(writable_only=True)
-        if b.bookie_id not in ensemble and b.bookie_id not in exclude
-    ]
-    random.shuffle(candidates)
-    candidates = pool.health.healthy_first(candidates)
-    unreachable: list[str] = []
-    for idx in failed:
-        while candidates:
-            cand = candidates.pop(0)
-            try:
-                await pool.get(cand)
-            except ConnectionError as e:
-                unreachable.append(f"{cand}: {e}")  # the pool quarantined it
-                continue
-            new[idx] = cand
-            break
-        else:
-            raise NotEnoughBookiesError(
-                f"{what}: no reachable writable bookie left to replace {ensemble[idx]} "
-                f"(ensemble {list(ensemble)}; unreachable: {'; '.join(unreachable) or 'none'}); "
-                f"start more bookies or free disk space on read-only ones"
-            )
-    return new
 
 
 @attrs.define(eq=False)
@@ -122,15 +72,15 @@ class PendingAppend:
 
 
 class WriteHandle:
-    """Made by :meth:`Client.create_ledger`; the only writer of its ledger."""
+    """Made by :meth:`Client.create_ledger` or :meth:`Client.open_writer`; the only writer of its ledger."""
 
-    def __init__(self, client: Client, metadata: LedgerMetadata, master_key: bytes, digester: Digester) -> None:
-        self._client = client
+    def __init__(self, ctx: ClientContext, metadata: LedgerMetadata, master_key: bytes, digester: Digester) -> None:
+        self._ctx = ctx
         self.metadata = metadata
         self.ledger_id = metadata.ledger_id
         self._master_key = master_key
         self._digester = digester
-        policy = client.plugins.ledger_type(metadata.ledger_type)
+        policy = ctx.ledger_types.named(metadata.ledger_type)
         self._type_id = policy.type_id
         self._can_change_ensemble = policy.sync_before_ack and policy.journal_data
         #: BP-14: acks come before the fsync, so the LAC follows the bookies' LastAddSynced.
@@ -160,7 +110,7 @@ class WriteHandle:
         self._flush_scheduled = False
         #: Bookies of the current ensemble that failed and are being replaced.
         self._to_replace: set[str] = set()
-        self._settings = client.settings
+        self._settings = ctx.settings
         #: Add requests sent and not answered yet (any outcome), for close().
         self._outstanding = 0
         self._all_answered = trio.Event()
@@ -169,8 +119,8 @@ class WriteHandle:
         self._idle.set()
         #: Highest LAC the bookies have been told (piggybacked on an add or explicit).
         self._lac_sent = metadata.last_entry_id
-        if client.settings.explicit_lac_interval_s > 0:
-            client.nursery.start_soon(self._publish_lac_when_idle, client.settings.explicit_lac_interval_s)
+        if ctx.settings.explicit_lac_interval_s > 0:
+            ctx.nursery.start_soon(self._publish_lac_when_idle, ctx.settings.explicit_lac_interval_s)
 
     @property
     def lac(self) -> int:
@@ -208,7 +158,7 @@ class WriteHandle:
         self._unsent.append(pending)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self._client.nursery.start_soon(self._flush_soon)
+            self._ctx.nursery.start_soon(self._flush_soon)
         return pending
 
     async def append(self, payload: bytes) -> int:
@@ -242,7 +192,7 @@ class WriteHandle:
 
     def _send_batch(self, pendings: list[PendingAppend], idx: int) -> None:
         bookie_id = self._ensemble[idx]
-        client = self._client.pool.connected(bookie_id)
+        client = self._ctx.pool.connected(bookie_id)
         if client is None:
             self._bookie_failed(bookie_id, "not connected")
             return
@@ -344,7 +294,7 @@ class WriteHandle:
 
             async def sync_one(idx: int, bookie_id: str) -> None:
                 try:
-                    client = await self._client.pool.get(bookie_id)
+                    client = await self._ctx.pool.get(bookie_id)
                     # A sync waits for an fsync of what the bookie holds: an add's worth of time.
                     response = await client.submit_sync(self.ledger_id, timeout_s=self._settings.add_timeout_s).wait()
                 except ConnectionError as e:
@@ -375,7 +325,7 @@ class WriteHandle:
             async def write_one(bookie_id: str) -> None:
                 nonlocal acks, refused
                 try:
-                    conn = await self._client.pool.get(bookie_id)
+                    conn = await self._ctx.pool.get(bookie_id)
                     response = await conn.submit_write_lac(
                         self.ledger_id, lac, master_key=self._master_key, timeout_s=self._settings.add_timeout_s
                     ).wait()
@@ -409,7 +359,7 @@ class WriteHandle:
         async def advise(bookie_id: str) -> None:
             nonlocal done
             try:
-                conn = await self._client.pool.get(bookie_id)
+                conn = await self._ctx.pool.get(bookie_id)
                 response = await conn.submit_write_close(
                     self.ledger_id, master_key=self._master_key, timeout_s=self._settings.read_timeout_s
                 ).wait()
@@ -446,7 +396,7 @@ class WriteHandle:
             return  # a closed ledger's metadata is final; a failed handle changes nothing
         if bookie_id not in self._ensemble or bookie_id in self._to_replace:
             return  # already replaced, or being replaced
-        self._client.pool.health.failed(bookie_id, reason)
+        self._ctx.pool.health.failed(bookie_id, reason)
         if self._closing and not self._pending:
             # Every entry is confirmed; this bookie only missed some copies. The ledger is
             # closed without it (under-replicated until re-replicated), never changed.
@@ -470,7 +420,7 @@ class WriteHandle:
         if not self._changing:
             self._changing = True
             self._change_done = trio.Event()
-            self._client.nursery.start_soon(self._change_ensemble)
+            self._ctx.nursery.start_soon(self._change_ensemble)
 
     async def _change_ensemble(self) -> None:
         try:
@@ -482,7 +432,7 @@ class WriteHandle:
                 # so they answer "not connected" rather than "fenced"): say so, whatever
                 # bookies are left to replace them with.
                 try:
-                    current = await self._client.metadata.read_ledger(self.ledger_id)
+                    current = await self._ctx.metadata.read_ledger(self.ledger_id)
                 except NoSuchLedgerError:
                     raise LedgerDeletedError(f"ledger {self.ledger_id} was deleted; this writer must stop") from None
                 if current.state != LedgerStateName.OPEN:
@@ -519,8 +469,8 @@ class WriteHandle:
         """A new ensemble with a reachable, writable bookie in place of each failed one;
         bookies in quarantine are taken only when no other is left."""
         return await choose_replacements(
-            self._client.pool,
-            self._client.metadata,
+            self._ctx.pool,
+            self._ctx.metadata,
             self._ensemble,
             failed,
             exclude=self._to_replace,
@@ -534,10 +484,10 @@ class WriteHandle:
             fragments.append((boundary, tuple(ensemble)))
             new = attrs.evolve(md, fragments=tuple(fragments))
             try:
-                self.metadata = await self._client.metadata.update_ledger(new, md.version)
+                self.metadata = await self._ctx.metadata.update_ledger(new, md.version)
                 return
             except BadVersionError:
-                md = await self._client.metadata.read_ledger(self.ledger_id)
+                md = await self._ctx.metadata.read_ledger(self.ledger_id)
                 if md.state != LedgerStateName.OPEN:
                     raise LedgerFencedError(f"ledger {self.ledger_id} is being recovered by another client") from None
 
@@ -580,12 +530,12 @@ class WriteHandle:
         while True:
             new = attrs.evolve(md, state=LedgerStateName.CLOSED, last_entry_id=self._lac, length=self._lap_length)
             try:
-                self.metadata = await self._client.metadata.update_ledger(new, md.version)
+                self.metadata = await self._ctx.metadata.update_ledger(new, md.version)
                 self._closed = True
-                self._client.nursery.start_soon(self._advise_write_close, list(self._ensemble))
+                self._ctx.nursery.start_soon(self._advise_write_close, list(self._ensemble))
                 return self.metadata
             except BadVersionError:
-                md = await self._client.metadata.read_ledger(self.ledger_id)
+                md = await self._ctx.metadata.read_ledger(self.ledger_id)
                 if md.closed:
                     if md.last_entry_id == self._lac:
                         self.metadata = md

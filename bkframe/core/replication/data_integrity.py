@@ -22,10 +22,10 @@ import trio
 from bkframe.core import proto as p
 from bkframe.core.bookie.bookie import Bookie
 from bkframe.core.client.bookie_pool import BookiePool
-from bkframe.core.client.client import Client
+from bkframe.core.client.context import ClientContext
+from bkframe.core.client.distribution import replicas, stored_at
 from bkframe.core.client.entry_format import Digester, DigestMismatchError
 from bkframe.core.client.recovery import Recovery
-from bkframe.core.client.write_handle import write_set
 from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore, NoSuchLedgerError
 from bkframe.errors import BKError
 
@@ -56,13 +56,13 @@ class LimboRepair:
             return
         log.info("repairing %d limbo ledger(s): %s", len(pending), pending)
         async with trio.open_nursery() as nursery:
-            client = Client(nursery, self.store, self.bookie.plugins)
+            ctx = ClientContext.create(nursery, self.store, self.bookie.plugins)
             delay = self.retry_s
             while pending:
                 still: list[int] = []
                 for ledger_id in pending:
                     try:
-                        done = await self.repair(client, ledger_id)
+                        done = await self.repair(ctx, ledger_id)
                     except (BKError, MetadataError, ConnectionError, OSError) as e:
                         self.bookie.repair_status["last_error"] = f"ledger {ledger_id}: {e}"
                         log.info("repair of ledger %d not done yet: %s", ledger_id, e)
@@ -83,7 +83,7 @@ class LimboRepair:
         self.bookie.repair_status["last_error"] = ""
         log.info("every limbo ledger is repaired")
 
-    async def repair(self, client: Client, ledger_id: int) -> bool:
+    async def repair(self, ctx: ClientContext, ledger_id: int) -> bool:
         """One attempt; True once the ledger left limbo (repaired or deleted)."""
         bookie = self.bookie
         storage = bookie.storage
@@ -105,8 +105,8 @@ class LimboRepair:
                 return False
             # The bookie cannot know the ledger's password, so it cannot check HMAC
             # digests: recovery then takes only copies that agree (see recovery.py).
-            md = await Recovery(client, md, state.master_key, Digester.unkeyed(md.digest_type)).run()
-        await self._copy_missing(client.pool, md)
+            md = await Recovery(ctx, md, state.master_key, Digester.unkeyed(md.digest_type)).run()
+        await self._copy_missing(ctx.pool, md)
         # The copies must be durable before limbo is cleared: the index header that
         # clears it is mmap'd, and the kernel may write it back before any checkpoint.
         await bookie.checkpoint()
@@ -130,8 +130,7 @@ class LimboRepair:
             for lo in range(first, end, REPAIR_WINDOW):
                 hi = min(end, lo + REPAIR_WINDOW) - 1
                 ids = np.arange(lo, hi + 1, dtype=np.int64)
-                # Entry x goes to the w bookies from x mod e on: is this bookie one of them?
-                mine = ids[(me - ids) % e < w]
+                mine = ids[stored_at(me, ids, e, w)]
                 held = np.asarray(storage.held_entries(md.ledger_id, lo, hi), dtype=np.int64)
                 present = mine[np.isin(mine, held)].tolist()
                 missing = mine[~np.isin(mine, held)].tolist()
@@ -150,7 +149,7 @@ class LimboRepair:
                 for start in range(0, len(missing), COPY_BATCH):
                     chunk = []
                     for entry_id in missing[start : start + COPY_BATCH]:
-                        peers = [ensemble[i] for i in write_set(entry_id, e, w) if i != me]
+                        peers = [b for b in replicas(ensemble, entry_id, w) if b != self.bookie_id]
                         # Peers known to hold the entry first; unknown ones (unlisted) after.
                         peers.sort(key=lambda b: 0 if entry_id in holders.get(b, ()) else 1 if b not in holders else 2)
                         chunk.append((entry_id, peers))
