@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,6 +18,7 @@ import trio
 
 from bkframe.core import proto as p
 from bkframe.core.client.bookie_client import PendingResponse, connect_bookie
+from bkframe.testing.cluster import BOOKIE_COMMAND, BookieProcess
 
 
 @attrs.frozen
@@ -177,22 +177,6 @@ async def bench_client(
     )
 
 
-def start_bookie_process(data_dir: Path, extra_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], str, int]:
-    """Start ``bkframe bookie`` on port 0 in its own process; return it with its address."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bkframe", "bookie", "--data-dir", str(data_dir), "--port", "0", *extra_args],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("listening on "):
-        proc.kill()
-        raise click.ClickException(f"bookie did not start (printed {line!r}, exit {proc.wait()})")
-    host, _, port = line.split()[-1].rpartition(":")
-    return proc, host, int(port)
-
-
 @click.command()
 @click.option("--bookie", "address", help="HOST:PORT of a running bookie. Default: start one in a subprocess.")
 @click.option("--data-dir", type=click.Path(path_type=Path), help="Data dir of the bookie started for the run.")
@@ -236,7 +220,7 @@ def bench(
         )
         click.echo(json.dumps(attrs.asdict(result)) if as_json else result.human())
         return
-    proc = None
+    started = None
     tmp = None
     if address:
         host, _, port_s = address.rpartition(":")
@@ -244,17 +228,17 @@ def bench(
     else:
         if data_dir is None:
             tmp = tempfile.TemporaryDirectory(prefix="bkframe-bench-")
-            data_dir = Path(tmp.name)
+            data_dir = Path(tmp.name) / "bookie"
         extra = ("--config", str(config_path)) if config_path else ()
-        proc, host, port = start_bookie_process(data_dir, extra)
+        started = BookieProcess(data_dir, command=BOOKIE_COMMAND).start(*extra)
+        host, port = started.host, started.port
     try:
         result = trio.run(
             lambda: bench_bookie(host, port, entry_size=entry_size, count=count, window=window, ledger_id=ledger_id)
         )
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=60)
+        if started is not None:
+            started.stop()
         if tmp is not None:
             tmp.cleanup()
     out: dict[str, Any] = attrs.asdict(result)

@@ -7,7 +7,8 @@ import json
 import click
 import trio
 
-from bkframe.core.metadata import BookieInfo, MetadataError
+from bkframe.cli.options import metadata_option
+from bkframe.core.metadata import BookieInfo
 from bkframe.core.plugin_manager import PluginManager
 
 
@@ -17,7 +18,7 @@ def bookies() -> None:
 
 
 @bookies.command(name="list")
-@click.option("--metadata", envvar="BKFRAME_METADATA", required=True, help="Metadata store URI (or $BKFRAME_METADATA).")
+@metadata_option()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per bookie.")
 def list_bookies(metadata: str, as_json: bool) -> None:
     """Registered, live bookies with their address and state: writable, or read-only
@@ -30,10 +31,7 @@ def list_bookies(metadata: str, as_json: bool) -> None:
         finally:
             await store.aclose()
 
-    try:
-        infos = trio.run(run)
-    except MetadataError as e:
-        raise click.ClickException(str(e)) from None
+    infos = trio.run(run)
     for b in infos:
         state = "read-only" if b.read_only else "writable"
         click.echo(json.dumps({"id": b.bookie_id, "address": b.address, "state": state}) if as_json
@@ -42,7 +40,7 @@ def list_bookies(metadata: str, as_json: bool) -> None:
 
 @bookies.command(name="info")
 @click.argument("bookie_ids", nargs=-1)
-@click.option("--metadata", envvar="BKFRAME_METADATA", required=True, help="Metadata store URI (or $BKFRAME_METADATA).")
+@metadata_option()
 def bookie_info(bookie_ids: tuple[str, ...], metadata: str) -> None:
     """GET_BOOKIE_INFO of the given bookies (default: every registered one), one JSON line
     each: counters, last_shutdown_clean, cookie_check, limbo_ledgers, repair progress, and
@@ -70,10 +68,7 @@ def bookie_info(bookie_ids: tuple[str, ...], metadata: str) -> None:
                 out.append({"bookie_id": bookie_id, "error": str(e)})
         return out
 
-    try:
-        infos = trio.run(run)
-    except MetadataError as e:
-        raise click.ClickException(str(e)) from None
+    infos = trio.run(run)
     for info in infos:
         click.echo(json.dumps(info, sort_keys=True))
     if any("error" in info for info in infos):

@@ -8,14 +8,13 @@ from pathlib import Path
 import click
 import trio
 
-from bkframe.cli.errors import find_error
-from bkframe.core.bookie.cookies import Cookie, CookieError, fix_cookies, read_local
-from bkframe.core.metadata import MetadataError
+from bkframe.cli.options import metadata_option
+from bkframe.core.bookie.cookies import Cookie, fix_cookies, read_local
 from bkframe.core.plugin_manager import PluginManager
 
 options = [
     click.option("--data-dir", type=click.Path(path_type=Path), required=True, help="The bookie's data dir."),
-    click.option("--metadata", envvar="BKFRAME_METADATA", required=True, help="Metadata store URI."),
+    metadata_option(),
     click.option("--bookie-id", required=True, help="The bookie's id."),
 ]
 
@@ -39,13 +38,7 @@ def _run(metadata: str, fn):  # type: ignore[no-untyped-def]
         finally:
             await store.aclose()
 
-    try:
-        return trio.run(main)
-    except BaseException as e:
-        known = find_error(e, (CookieError, MetadataError))
-        if known is None:
-            raise
-        raise click.ClickException(str(known)) from None
+    return trio.run(main)
 
 
 @cookie.command()

@@ -10,18 +10,10 @@ from typing import Any, TypeVar
 import click
 import trio
 
-from bkframe.cli.errors import find_error
+from bkframe.cli.options import metadata_option, password_option
 from bkframe.core.client.client import Client, open_client
-from bkframe.core.metadata import MetadataError
-from bkframe.core.plugin_manager import UnknownLedgerTypeError
-from bkframe.errors import BKError
 
 T = TypeVar("T")
-
-metadata_option = click.option(
-    "--metadata", envvar="BKFRAME_METADATA", required=True, help="Metadata store URI (or $BKFRAME_METADATA)."
-)
-password_option = click.option("--password", default="", help="The ledger's password.")
 
 
 def _run(metadata: str, fn: Callable[[Client], Awaitable[T]]) -> T:
@@ -29,13 +21,7 @@ def _run(metadata: str, fn: Callable[[Client], Awaitable[T]]) -> T:
         async with open_client(metadata) as client:
             return await fn(client)
 
-    try:
-        return trio.run(main)
-    except BaseException as e:
-        known = find_error(e, (BKError, MetadataError, UnknownLedgerTypeError))
-        if known is None:
-            raise
-        raise click.ClickException(str(known)) from None
+    return trio.run(main)
 
 
 @click.group()
@@ -44,7 +30,7 @@ def ledger() -> None:
 
 
 @ledger.command()
-@metadata_option
+@metadata_option()
 @click.option("-e", "--ensemble", type=int, default=3, show_default=True)
 @click.option("-w", "--write-quorum", type=int, default=2, show_default=True)
 @click.option("-a", "--ack-quorum", type=int, default=2, show_default=True)
@@ -71,7 +57,7 @@ def create(metadata: str, ensemble: int, write_quorum: int, ack_quorum: int, led
 
 
 @ledger.command()
-@metadata_option
+@metadata_option()
 @password_option
 @click.option("--keep-open", is_flag=True, help="Do not close the ledger at end of input.")
 @click.argument("ledger_id", type=int)
@@ -100,7 +86,7 @@ def append(metadata: str, password: str, keep_open: bool, ledger_id: int) -> Non
 
 
 @ledger.command()
-@metadata_option
+@metadata_option()
 @password_option
 @click.option("--from", "first", type=int, default=0, show_default=True)
 @click.option("--to", "last", type=int, default=None, help="Last entry (default: the LAC).")
@@ -128,7 +114,7 @@ def read(metadata: str, password: str, first: int, last: int | None, recover: bo
 
 
 @ledger.command()
-@metadata_option
+@metadata_option()
 @click.argument("ledger_id", type=int)
 def metadata(metadata: str, ledger_id: int) -> None:
     """Print the ledger's metadata as JSON."""
@@ -141,7 +127,7 @@ def metadata(metadata: str, ledger_id: int) -> None:
 
 
 @ledger.command(name="list")
-@metadata_option
+@metadata_option()
 def list_ledgers(metadata: str) -> None:
     """Print every ledger id, one per line."""
     for ledger_id in _run(metadata, lambda client: client.list_ledgers()):
@@ -149,7 +135,7 @@ def list_ledgers(metadata: str) -> None:
 
 
 @ledger.command()
-@metadata_option
+@metadata_option()
 @password_option
 @click.argument("ledger_id", type=int)
 def close(metadata: str, password: str, ledger_id: int) -> None:
@@ -163,7 +149,7 @@ def close(metadata: str, password: str, ledger_id: int) -> None:
 
 
 @ledger.command()
-@metadata_option
+@metadata_option()
 @click.argument("ledger_id", type=int)
 def delete(metadata: str, ledger_id: int) -> None:
     """Delete a ledger's metadata (bookies reclaim its space)."""

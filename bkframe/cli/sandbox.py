@@ -5,61 +5,38 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import attrs
 import click
 import trio
 
+from bkframe.cli.options import metadata_option
 from bkframe.core.client.client import open_client
+from bkframe.core.plugin_manager import PluginManager
+from bkframe.errors import MetadataError
+from bkframe.testing.cluster import BOOKIE_COMMAND, Cluster
+
+#: How long the sandbox waits for its metadata store to answer before giving up.
+STORE_CHECK_TIMEOUT_S = 15.0
 
 
-@attrs.define
-class SandboxBookie:
-    bookie_id: str
-    data_dir: Path
-    process: trio.Process | None = None
-    address: str = ""
-
-
-async def _read_line(process: trio.Process) -> str:
-    assert process.stdout is not None
-    buf = bytearray()
-    while not buf.endswith(b"\n"):
-        chunk = await process.stdout.receive_some(1)
-        if not chunk:
-            break
-        buf += chunk
-    return buf.decode(errors="replace").strip()
-
-
-async def start_bookie(b: SandboxBookie, metadata: str, extra: tuple[str, ...] = ()) -> None:
-    """Start one bookie process and wait for its ``listening on`` line."""
-    cmd = [
-        sys.executable, "-m", "bkframe", "bookie",
-        "--data-dir", str(b.data_dir), "--port", "0", "--metadata", metadata, "--bookie-id", b.bookie_id, *extra,
-    ]
-    b.process = await trio.lowlevel.open_process(cmd, stdout=subprocess.PIPE)
-    with trio.fail_after(60):
-        line = await _read_line(b.process)
-    if not line.startswith("listening on "):
-        raise click.ClickException(f"bookie {b.bookie_id} did not start (exit {await b.process.wait()}); see its stderr")
-    b.address = line.split()[-1]
-
-
-async def stop_bookie(b: SandboxBookie) -> None:
-    if b.process is None or b.process.returncode is not None:
-        return
-    b.process.send_signal(signal.SIGTERM)
-    with trio.move_on_after(30):
-        await b.process.wait()
-    if b.process.returncode is None:
-        b.process.kill()
-        await b.process.wait()
+async def check_store(metadata: str) -> None:
+    """Open (creating it if new) the metadata store and ask it something, so that a store
+    that is down or misspelt is one clear error before any bookie starts."""
+    store = PluginManager().metadata_store(metadata, create=True)
+    try:
+        with trio.fail_after(STORE_CHECK_TIMEOUT_S):
+            await store.list_bookies()
+    except trio.TooSlowError:
+        raise MetadataError(
+            f"metadata store {metadata} did not answer within {STORE_CHECK_TIMEOUT_S:.0f} s; is it running?"
+        ) from None
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
 
 
 async def run_demo(metadata: str, bookies: int, out: Any) -> dict[str, Any]:
@@ -103,32 +80,31 @@ async def run_demo(metadata: str, bookies: int, out: Any) -> dict[str, Any]:
 @click.command()
 @click.option("--bookies", type=int, default=3, show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path("sandbox-data"), show_default=True)
-@click.option("--metadata", help="Metadata URI. Default: sqlite:///DATA_DIR/metadata.db (embedded).")
+@metadata_option(required=False, help="Metadata URI. Default: sqlite:///DATA_DIR/metadata.db (embedded).")
 @click.option("--demo", is_flag=True, help="Write and read a ledger, print what was done, then stop.")
 def sandbox(bookies: int, data_dir: Path, metadata: str | None, demo: bool) -> None:
     """Run a local cluster: N bookie processes on one metadata store."""
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     metadata = metadata or f"sqlite://{data_dir / 'metadata.db'}"
-    members = [SandboxBookie(f"bookie-{i}", data_dir / f"bookie-{i}") for i in range(1, bookies + 1)]
+    cluster = Cluster(data_dir, bookies, metadata, first=1, command=BOOKIE_COMMAND)
 
     async def main() -> None:
+        await check_store(metadata)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             try:
-                async with trio.open_nursery() as nursery:
-                    for b in members:
-                        nursery.start_soon(start_bookie, b, metadata)
+                await trio.to_thread.run_sync(partial(cluster.start, parallel=True))
                 state = {
                     "metadata": metadata,
                     "bookies": [
-                        {"id": b.bookie_id, "address": b.address, "pid": b.process.pid if b.process else 0}
-                        for b in members
+                        {"id": b.bookie_id, "address": b.address, "pid": b.proc.pid if b.proc else 0, "log": str(b.log_path)}
+                        for b in cluster.bookies
                     ],
                 }
                 (data_dir / "sandbox.json").write_text(json.dumps(state, indent=2) + "\n")
                 click.echo(f"sandbox: {bookies} bookies on {metadata}")
-                for b in members:
-                    click.echo(f"  {b.bookie_id} at {b.address}")
+                for b in cluster.bookies:
+                    click.echo(f"  {b.bookie_id} at {b.address} (log: {b.log_path})")
                 click.echo(f"wrote {data_dir / 'sandbox.json'}")
                 if demo:
                     await run_demo(metadata, bookies, click.echo)
@@ -138,9 +114,7 @@ def sandbox(bookies: int, data_dir: Path, metadata: str | None, demo: bool) -> N
                         break
             finally:
                 with trio.CancelScope(shield=True):
-                    async with trio.open_nursery() as nursery:
-                        for b in members:
-                            nursery.start_soon(stop_bookie, b)
+                    await trio.to_thread.run_sync(partial(cluster.stop, timeout_s=30.0))
                 click.echo("sandbox stopped")
 
     trio.run(main)

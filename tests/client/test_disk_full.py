@@ -28,8 +28,8 @@ from bkframe.core.client.distribution import write_set
 from bkframe.core.client.entry_format import Digester, master_key
 from bkframe.core.client.write_handle import WriteHandle
 from bkframe.core.metadata import LedgerMetadata
+from bkframe.testing.cluster import BookieProcess, Cluster
 from bkframe.testing.diskfull import used_bytes
-from tests.cluster import Cluster, ClusterBookie
 
 PW = b"pw"
 MB = 1 << 20
@@ -56,8 +56,8 @@ preallocate_bytes = 0
     return path
 
 
-def add_small_bookie(cluster: Cluster, config: Path, *, disk_capacity: int | None, data_dir: Path | None = None) -> ClusterBookie:
-    small = ClusterBookie(SMALL, data_dir or cluster.root / SMALL, cluster.metadata)
+def add_small_bookie(cluster: Cluster, config: Path, *, disk_capacity: int | None, data_dir: Path | None = None) -> BookieProcess:
+    small = BookieProcess(data_dir or cluster.root / SMALL, bookie_id=SMALL, metadata=cluster.metadata)
     small.start("--config", str(config), disk_capacity=disk_capacity)
     cluster.bookies.append(small)  # killed with the cluster
     return small
@@ -324,7 +324,7 @@ async def test_an_add_whose_journal_write_finds_no_space_is_not_acknowledged(tmp
     """Room for the entry log's copy of an add but not for its journal record: the add is
     answered READ_ONLY (never OK), the bookie stays up, and takes adds again once it has room."""
     metadata = f"sqlite://{tmp_path / 'metadata.db'}"
-    small = ClusterBookie(SMALL, tmp_path / SMALL, metadata)
+    small = BookieProcess(tmp_path / SMALL, bookie_id=SMALL, metadata=metadata)
     small.start("--config", str(bookie_config(tmp_path / "b.toml", interval_s=0.2, checkpoint_s=3600)), disk_capacity=64 * MB)
     key = b"k" * 20
     try:
@@ -359,7 +359,7 @@ async def test_what_replay_finds_already_stored_survives_a_later_power_cut(tmp_p
     state may only be in the page cache of the killed run: it must be made durable before
     the first checkpoint trims the journal that covered it."""
     metadata = f"sqlite://{tmp_path / 'metadata.db'}"
-    bookie = ClusterBookie("b", tmp_path / "b", metadata)
+    bookie = BookieProcess(tmp_path / "b", bookie_id="b", metadata=metadata)
     config = tmp_path / "b.toml"
     config.write_text("[bookie]\ncheckpoint_interval_s = 3600\n[journal]\npreallocate_bytes = 0\n")
     bookie.start("--config", str(config), powerloss=True)
@@ -396,7 +396,7 @@ async def test_write_failure_on_a_full_disk_then_restart_while_full(cluster_fact
 
 
 async def _full_disk_scenario(
-    cluster: Cluster, small: ClusterBookie, tmp_path: Path, *, grow: Callable[[], None], make_full: Callable[[], None]
+    cluster: Cluster, small: BookieProcess, tmp_path: Path, *, grow: Callable[[], None], make_full: Callable[[], None]
 ) -> None:
     async with bkframe.open_client(cluster.metadata) as client:
         writer = await create_including(client, SMALL, ensemble=3, write_quorum=2, ack_quorum=2)

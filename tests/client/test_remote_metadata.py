@@ -68,7 +68,7 @@ def test_bookie_with_unreachable_metadata_names_the_uri(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["zookeeper", "etcd"])
 async def test_metadata_server_restart(cluster_factory: Any, tmp_path: Path, kind: str) -> None:
-    from tests.servers import EtcdServer, ZooKeeperServer
+    from bkframe.testing.servers import EtcdServer, ZooKeeperServer
 
     server = (ZooKeeperServer if kind == "zookeeper" else EtcdServer)(tmp_path / kind).start()
     uri = f"{'zk' if kind == 'zookeeper' else 'etcd'}://{server.address}/restart"

@@ -17,7 +17,7 @@ from bkframe.core.counters import Counters
 from bkframe.plugins.entry_log_single import SingleEntryLogManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
 from bkframe.testing import write_faults
-from tests.conftest import BookieProcess
+from bkframe.testing.cluster import BookieProcess
 
 KEY = b"k"
 
@@ -68,7 +68,7 @@ async def test_a_ledger_id_no_metadata_store_can_hold_does_not_kill_the_bookie(
         storage.add_entries(ledger, [0], [b"from a bogus request"])
     await storage.aclose()
     config = _config(tmp_path, "[bookie]\ngc_interval_s = 0.2\n")
-    b = BookieProcess(data_dir, "--config", str(config), "--metadata", f"sqlite://{tmp_path / 'md.db'}")
+    b = BookieProcess(data_dir).start("--config", str(config), "--metadata", f"sqlite://{tmp_path / 'md.db'}")
     bookie_processes.append(b)
     with trio.fail_after(30):
         while True:
@@ -81,7 +81,7 @@ async def test_a_ledger_id_no_metadata_store_can_hold_does_not_kill_the_bookie(
     assert info["ledgers"] == 0
     await trio.sleep(1.0)  # more collections
     assert b.proc.poll() is None
-    assert b.terminate() == 0
+    assert b.stop() == 0
 
 
 async def test_a_failing_checkpoint_is_retried_and_loses_nothing(
@@ -94,7 +94,7 @@ async def test_a_failing_checkpoint_is_retried_and_loses_nothing(
     monkeypatch.setenv(write_faults.CONTROL_ENV, str(control))
     data_dir = tmp_path / "bookie"
     config = _config(tmp_path, "[bookie]\ncheckpoint_interval_s = 0.2\ndisk_check_interval_s = 0.2\n")
-    b = BookieProcess(data_dir, "--config", str(config))
+    b = BookieProcess(data_dir).start("--config", str(config))
     bookie_processes.append(b)
     payloads = {e: b"entry %d " % e * 50 for e in range(60)}
     finished = False
@@ -125,7 +125,7 @@ async def test_a_failing_checkpoint_is_retried_and_loses_nothing(
     assert "no space to write the LastLogMark" in log and "No space left on device" in log
     # A crash now: the restart replays from an intact LastLogMark and has every entry.
     b.kill()
-    b2 = BookieProcess(data_dir)
+    b2 = BookieProcess(data_dir).start()
     bookie_processes.append(b2)
     read_back = {}
     async with connect_bookie(b2.host, b2.port) as bk:
@@ -133,4 +133,4 @@ async def test_a_failing_checkpoint_is_retried_and_loses_nothing(
             r = await bk.read(1, e)
             read_back[e] = r.data if r.status == p.Status.OK else None
     assert read_back == payloads
-    assert b2.terminate() == 0
+    assert b2.stop() == 0

@@ -13,7 +13,7 @@ import trio
 
 from bkframe.core import proto as p
 from bkframe.core.client.bookie_client import connect_bookie
-from tests.conftest import BookieProcess
+from bkframe.testing.cluster import BookieProcess
 
 KEY = b"k"
 
@@ -44,21 +44,21 @@ async def _read_all(b: BookieProcess, keys: list[tuple[int, int]]) -> dict[tuple
 
 
 async def test_sigkill_after_acks_loses_nothing(tmp_path: Path, bookie_processes: list[BookieProcess]) -> None:
-    b = BookieProcess(tmp_path)
+    b = BookieProcess(tmp_path).start()
     bookie_processes.append(b)
     entries = {(ledger, e): payload(ledger, e) for ledger in (1, 2, 3) for e in range(400)}
     acked = await _add_all(b, entries)
     assert len(acked) == len(entries)
     b.kill()  # no clean shutdown: only the journal's fsyncs protect the data
-    b2 = BookieProcess(tmp_path)
+    b2 = BookieProcess(tmp_path).start()
     bookie_processes.append(b2)
     got = await _read_all(b2, sorted(acked))
     assert all(got[key] == entries[key] for key in acked)
-    assert b2.terminate() == 0
+    assert b2.stop() == 0
 
 
 async def test_sigterm_drains_and_exits_zero(tmp_path: Path, bookie_processes: list[BookieProcess]) -> None:
-    b = BookieProcess(tmp_path)
+    b = BookieProcess(tmp_path).start()
     bookie_processes.append(b)
     async with connect_bookie(b.host, b.port) as bk:
         pending = [bk.submit_add(1, i, b"x" * 1000, master_key=KEY) for i in range(2000)]
@@ -76,7 +76,7 @@ async def test_sigterm_drains_and_exits_zero(tmp_path: Path, bookie_processes: l
     # Whatever was acknowledged before the stop is there after a restart.
     acked = [i for i, s in enumerate(statuses) if s == p.Status.OK]
     assert acked, "the bookie should have answered what it had read before draining"
-    b2 = BookieProcess(tmp_path)
+    b2 = BookieProcess(tmp_path).start()
     bookie_processes.append(b2)
     got = await _read_all(b2, [(1, i) for i in acked])
     assert all(v == b"x" * 1000 for v in got.values())
@@ -93,7 +93,7 @@ def _data_end(path: Path) -> int:
 
 
 async def test_torn_journal_tail_keeps_complete_records(tmp_path: Path, bookie_processes: list[BookieProcess]) -> None:
-    b = BookieProcess(tmp_path)
+    b = BookieProcess(tmp_path).start()
     bookie_processes.append(b)
     entries = {(1, e): payload(1, e) + b"!" * 200 for e in range(50)}
     await _add_all(b, entries)
@@ -105,7 +105,7 @@ async def test_torn_journal_tail_keeps_complete_records(tmp_path: Path, bookie_p
         f.truncate(end - 100)
     # Nothing was checkpointed, so ledger storage may hold the entry; the journal must not
     # bring back a torn record, and every complete record must be there.
-    b2 = BookieProcess(tmp_path)
+    b2 = BookieProcess(tmp_path).start()
     bookie_processes.append(b2)
     got = await _read_all(b2, sorted(entries))
     complete = [k for k in sorted(entries) if got[k] is not None]
@@ -113,11 +113,11 @@ async def test_torn_journal_tail_keeps_complete_records(tmp_path: Path, bookie_p
     assert all(got[k] == entries[k] for k in complete)
     # The bookie keeps working after the truncation.
     assert await _add_all(b2, {(2, 0): b"after"}) == {(2, 0)}
-    assert b2.terminate() == 0
+    assert b2.stop() == 0
 
 
 async def test_corrupt_journal_middle_refuses_to_start(tmp_path: Path, bookie_processes: list[BookieProcess]) -> None:
-    b = BookieProcess(tmp_path)
+    b = BookieProcess(tmp_path).start()
     bookie_processes.append(b)
     # Separate adds so that the journal holds many records.
     async with connect_bookie(b.host, b.port) as bk:
@@ -146,15 +146,15 @@ async def test_unclean_shutdown_is_detected(tmp_path: Path, bookie_processes: li
         async with connect_bookie(b.host, b.port) as bk:
             return bool((await bk.info())["last_shutdown_clean"])
 
-    first = BookieProcess(tmp_path)
+    first = BookieProcess(tmp_path).start()
     bookie_processes.append(first)
     assert await last_clean(first)  # a new data dir counts as clean
-    assert first.terminate() == 0
-    clean = BookieProcess(tmp_path)
+    assert first.stop() == 0
+    clean = BookieProcess(tmp_path).start()
     bookie_processes.append(clean)
     assert await last_clean(clean)
     clean.kill()
-    crashed = BookieProcess(tmp_path)
+    crashed = BookieProcess(tmp_path).start()
     bookie_processes.append(crashed)
     assert not await last_clean(crashed)
 
@@ -178,7 +178,7 @@ async def test_power_cut_during_a_journal_fdatasync_boots_and_keeps_every_ack(
     monkeypatch.setenv(powerloss.ROOT_ENV, str(data_dir))
     config = tmp_path / "bookie.toml"
     config.write_text("[journal]\npreallocate_bytes = 0\n")
-    b = BookieProcess(data_dir, "--config", str(config))
+    b = BookieProcess(data_dir).start("--config", str(config))
     bookie_processes.append(b)
     acked = {(1, e): payload(1, e) for e in range(20)}
     async with connect_bookie(b.host, b.port) as bk:
@@ -207,10 +207,10 @@ async def test_power_cut_during_a_journal_fdatasync_boots_and_keeps_every_ack(
     with open(journal, "ab") as f:
         f.write(bytes(4096) + unsynced[4096:])
     (control / write_faults.HANG_SYNC_FILE).unlink()
-    b2 = BookieProcess(data_dir, "--config", str(config))
+    b2 = BookieProcess(data_dir).start("--config", str(config))
     bookie_processes.append(b2)
     got = await _read_all(b2, sorted(acked))
     assert got == acked
     assert await _add_all(b2, {(1, 20): b"after the power cut"}) == {(1, 20)}
     assert "none was acknowledged; truncating" in b2.log_path.read_text()
-    assert b2.terminate() == 0
+    assert b2.stop() == 0

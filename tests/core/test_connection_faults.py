@@ -11,11 +11,11 @@ import trio
 
 from bkframe.core import proto as p
 from bkframe.core.client.bookie_client import connect_bookie
-from tests.conftest import BookieProcess
+from bkframe.testing.cluster import BookieProcess
 
 
 async def test_peer_reset_is_not_logged_as_a_failure(tmp_path: Path, bookie_processes: list[Any]) -> None:
-    bookie = BookieProcess(tmp_path / "b")
+    bookie = BookieProcess(tmp_path / "b").start()
     bookie_processes.append(bookie)
     for _ in range(5):
         sock = socket.create_connection((bookie.host, bookie.port))

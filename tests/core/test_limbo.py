@@ -11,7 +11,7 @@ from bkframe.core import proto as p
 from bkframe.core.bookie.protection import protect
 from bkframe.core.bookie.unclean_marker import MARKER
 from bkframe.core.client.bookie_client import connect_bookie
-from tests.conftest import make_config, running_bookie
+from bkframe.testing.cluster import make_config, running_bookie
 
 KEY = b"k" * 20
 PD, BYPASS = 0, 2
@@ -103,9 +103,9 @@ async def test_protection_can_be_switched_off(tmp_path: Path) -> None:
 
 async def test_explicit_lac_is_journaled_for_bypass_ledgers(tmp_path: Path) -> None:
     """WRITE_LAC: checked like an add, synced before its answer, kept across a crash."""
-    from tests.conftest import BookieProcess
+    from bkframe.testing.cluster import BookieProcess
 
-    b = BookieProcess(tmp_path)
+    b = BookieProcess(tmp_path).start()
     try:
         async with connect_bookie(b.host, b.port) as bk:
             missing = await bk.submit_write_lac(3, 0, master_key=KEY).wait()
@@ -121,7 +121,7 @@ async def test_explicit_lac_is_journaled_for_bypass_ledgers(tmp_path: Path) -> N
             # A lower explicit LAC never moves it back.
             assert (await bk.submit_write_lac(3, 1, master_key=KEY).wait()).lac == 4
         b.kill()  # the LAC was acknowledged after its journal fsync: it survives
-        b = BookieProcess(tmp_path)
+        b = BookieProcess(tmp_path).start()
         async with connect_bookie(b.host, b.port) as bk:
             assert (await bk.read_lac(3)).lac == 4
             await bk.read(3, p.LAST_ENTRY, master_key=KEY, fence=True)

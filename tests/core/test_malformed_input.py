@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from bkframe.core import proto as p
 from bkframe.core.client.bookie_client import connect_bookie
-from tests.conftest import make_config, running_bookie
+from bkframe.testing.cluster import make_config, running_bookie
 
 KEY = b"k"
 

@@ -12,7 +12,7 @@ import trio
 from bkframe.core import proto as p
 from bkframe.core.client.bookie_client import connect_bookie
 from bkframe.testing import write_faults
-from tests.conftest import BookieProcess
+from bkframe.testing.cluster import BookieProcess
 
 KEY = b"k"
 
@@ -53,7 +53,7 @@ async def test_entry_log_write_failure_fails_the_add_and_later_entries_read_back
     data_dir = tmp_path / "bookie"
     config = tmp_path / "bookie.toml"
     config.write_text("[bookie]\ndisk_check_interval_s = 0.2\n")
-    b = BookieProcess(data_dir, "--config", str(config))
+    b = BookieProcess(data_dir).start("--config", str(config))
     bookie_processes.append(b)
     acked: dict[tuple[int, int], bytes] = {}
     finished = False
@@ -90,8 +90,8 @@ async def test_entry_log_write_failure_fails_the_add_and_later_entries_read_back
     assert await _read_back(b, acked) == {}
     # After a clean stop (a checkpoint: reads now come from the entry logs and indexes
     # alone, no journal replay) every acknowledged entry is still there.
-    assert b.terminate() == 0
-    b2 = BookieProcess(data_dir)
+    assert b.stop() == 0
+    b2 = BookieProcess(data_dir).start()
     bookie_processes.append(b2)
     assert await _read_back(b2, acked) == {}
-    assert b2.terminate() == 0
+    assert b2.stop() == 0

@@ -37,12 +37,12 @@ import trio
 
 import bkframe
 from bkframe.core import proto as p
-from bkframe.core.client.entry_format import Digester, DigestMismatchError, master_key
 from bkframe.core.client.distribution import write_set
+from bkframe.core.client.entry_format import Digester, DigestMismatchError, master_key
 from tests.faults.payloads import PASSWORD, digest, expected_from_custom
 
 if TYPE_CHECKING:
-    from tests.cluster import Cluster
+    from bkframe.testing.cluster import Cluster
 
 #: Ledgers checked at once.
 PARALLEL = 4

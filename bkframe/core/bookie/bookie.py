@@ -46,14 +46,16 @@ class Bookie:
             d.mkdir(parents=True, exist_ok=True)
         #: What ledger storage and its entry logs keep (fsynced whole after an unclean stop).
         self.storage_dirs = (dirs["entrylogs"], dirs["ledgers"])
+        where = config.source
         self.journal: Journal = plugins.journal(
-            config=dict(config.journal), directory=dirs["journal"], counters=self.counters
+            config=config.journal, directory=dirs["journal"], counters=self.counters, source=where
         )
         entry_logs = plugins.entry_log_manager(
-            config=dict(config.entry_log_manager), directory=dirs["entrylogs"], counters=self.counters
+            config=config.entry_log_manager, directory=dirs["entrylogs"], counters=self.counters, source=where
         )
         self.storage: LedgerStorage = plugins.ledger_storage(
-            config=dict(config.ledger_storage), directory=dirs["ledgers"], entry_logs=entry_logs, counters=self.counters
+            config=config.ledger_storage, directory=dirs["ledgers"], entry_logs=entry_logs, counters=self.counters,
+            source=where,
         )
         #: The ledger types this bookie serves, by wire id.
         self.types_by_id: dict[int, DurabilityPolicy] = {t.type_id: t for t in plugins.ledger_types().values()}

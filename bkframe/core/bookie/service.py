@@ -90,7 +90,7 @@ class BookieService:
         registration: BookieRegistration | None = None
         try:
             if cfg.metadata:
-                store = self.plugins.metadata_store(cfg.metadata)
+                store = self.plugins.metadata_store(cfg.metadata, create=True)  # the first bookie makes the store
             async with trio.open_nursery() as background:
                 await background.start(bookie.journal.run)
                 if bookie.checkpointer.replayed_records:
