@@ -156,7 +156,7 @@ class PluginManager:
                     impl.function(registry=registry)
                 except PluginError:
                     raise  # a name registered twice: an error of the installation, for all to see
-                except Exception as e:  # noqa: BLE001 - a third party's failure leaves only it out
+                except Exception as e:
                     if name not in self._external:
                         raise
                     registry.drop(name)

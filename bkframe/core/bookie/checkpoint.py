@@ -18,7 +18,7 @@ from bkframe.core.bookie import journal_records as jr
 from bkframe.core.bookie.background import run_periodically
 from bkframe.core.bookie.disk_space import NoSpaceToStartError
 from bkframe.core.disk_full import is_disk_full
-from bkframe.core.fsync import fsync_tree, write_file_durably
+from bkframe.core.fsync import fsync_tree, write_durably
 from bkframe.core.interfaces import Buffer, JournalPosition
 from bkframe.errors import BKError
 
@@ -158,7 +158,7 @@ class Checkpointer:
 
     def _write_lastmark(self, mark: JournalPosition) -> None:
         data = json.dumps({"file_id": mark.file_id, "offset": mark.offset}).encode()
-        write_file_durably(self.data_dir / LASTMARK_FILE, data)
+        write_durably(self.data_dir / LASTMARK_FILE, data)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Checkpoint every ``checkpoint_interval_s``. A failed checkpoint (e.g. a full disk)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import enum
 import json
-import os
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
 
-from bkframe.core.fsync import fsync_dir
+from bkframe.core.fsync import remove_durably, write_durably
 from bkframe.core.metadata import MetadataStore
 from bkframe.errors import BKError
 
@@ -63,16 +62,7 @@ def read_local(data_dir: Path) -> Cookie | None:
 
 def write_local(data_dir: Path, cookie: Cookie) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / COOKIE_FILE
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, cookie.serialize())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(data_dir)
+    write_durably(data_dir / COOKIE_FILE, cookie.serialize())
 
 
 class CookieCheck(enum.Enum):
@@ -132,14 +122,7 @@ def mark_data_loss(data_dir: Path) -> None:
     next boot to protect every ledger.
     """
     data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / DATA_LOSS_MARKER
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, b"cookie re-stamped: protect every ledger at the next boot\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    fsync_dir(data_dir)
+    write_durably(data_dir / DATA_LOSS_MARKER, b"cookie re-stamped: protect every ledger at the next boot\n")
 
 
 def data_loss_marked(data_dir: Path) -> bool:
@@ -147,8 +130,7 @@ def data_loss_marked(data_dir: Path) -> bool:
 
 
 def clear_data_loss(data_dir: Path) -> None:
-    (data_dir / DATA_LOSS_MARKER).unlink(missing_ok=True)
-    fsync_dir(data_dir)
+    remove_durably(data_dir / DATA_LOSS_MARKER)
 
 
 async def fix_cookies(store: MetadataStore, data_dir: Path, bookie_id: str, address: str) -> Cookie:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from bkframe.core.fsync import fsync_dir, write_file_durably
+from bkframe.core.fsync import append_durably, write_durably
 
 log = logging.getLogger("bkframe.bookie")
 
@@ -84,25 +84,14 @@ class Tombstones:
         self._expire()
         if self._lines > 2 * len(self._deleted_at) + 1000:
             data = "".join(f"{i} {at}\n" for i, at in sorted(self._deleted_at.items())).encode()
-            write_file_durably(self.path, data)
+            write_durably(self.path, data)
             self._lines = len(self._deleted_at)
             return
-        created = not self.path.exists()
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            size = os.fstat(fd).st_size
-            view = memoryview("".join(f"{i} {now}\n" for i in ids).encode())
-            try:
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            except OSError:
-                os.ftruncate(fd, size)  # no partial line (a full disk): the deletion is retried
-                for ledger_id in ids:
-                    self._deleted_at.pop(ledger_id, None)
-                raise
-        finally:
-            os.close(fd)
-        if created:
-            fsync_dir(self.path.parent)
+            append_durably(self.path, "".join(f"{i} {now}\n" for i in ids).encode())
+        except OSError:
+            # No partial line was left (a full disk, say): the deletion is retried.
+            for ledger_id in ids:
+                self._deleted_at.pop(ledger_id, None)
+            raise
         self._lines += len(ids)

@@ -26,10 +26,10 @@ from .storage import (
 
 __all__ = [
     "DefaultLedgerStorage",
+    "DefaultStorageConfig",
     "IndexCorruptError",
     "LedgerIndex",
     "StorageCorruptError",
-    "DefaultStorageConfig",
     "bkframe_register_components",
     "make_storage",
 ]

@@ -27,6 +27,7 @@ import trio
 from bkframe.core.counters import Counters
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.entry_log_files import EntryLogError
+from bkframe.core.fsync import fsync_dir
 from bkframe.core.interfaces import Buffer, EntryLogManager, LedgerState
 from bkframe.errors import BKError
 
@@ -530,11 +531,7 @@ class DefaultLedgerStorage:
         if dir_dirty:
             # The storage dir too: the index dir itself may be new.
             for d in (self._index_dir, self._dir):
-                dfd = os.open(d, os.O_RDONLY)
-                try:
-                    os.fsync(dfd)
-                finally:
-                    os.close(dfd)
+                fsync_dir(d)
         return len(targets) + (2 if dir_dirty else 0)
 
     async def aclose(self) -> None:
