@@ -12,7 +12,7 @@ import pytest
 import trio
 
 import bkframe
-from tests.client.test_replication import PW, _spawn_writer, payload
+from tests.core.client.test_replication import PW, _spawn_writer, payload
 
 
 @pytest.fixture(params=["zookeeper", "etcd"])

@@ -18,7 +18,7 @@ from bkframe.core.client.entry_format import Digester, master_key
 from bkframe.core.interfaces import LedgerState
 from bkframe.core.metadata import DigestType, LedgerMetadata, LedgerStateName
 from bkframe.core.replication.data_integrity import LimboRepair
-from tests.client.test_bypass_journal import PW, bypass_config, info, recover, wait_out_of_limbo
+from tests.core.replication.test_bypass_journal import PW, bypass_config, info, recover, wait_out_of_limbo
 
 BYPASS_TYPE_ID = 2
 #: Bookies that hold a journal group 5 s before its fsync, so "acknowledged but not synced"
