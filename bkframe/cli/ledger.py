@@ -37,7 +37,9 @@ def ledger() -> None:
 @click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True)
 @click.option("--digest", type=click.Choice(["CRC32C", "HMAC_SHA256"]), default="CRC32C", show_default=True)
 @password_option
-def create(metadata: str, ensemble: int, write_quorum: int, ack_quorum: int, ledger_type: str, digest: str, password: str) -> None:
+def create(
+    metadata: str, ensemble: int, write_quorum: int, ack_quorum: int, ledger_type: str, digest: str, password: str
+) -> None:
     """Create a ledger; prints its id alone. Append to it with 'bkframe ledger append ID'."""
     try:
         from bkframe.core.metadata import LedgerMetadata

@@ -65,7 +65,7 @@ class SqliteRegistration:
                     await trio.sleep(self._ttl / 3)
                     try:
                         await self._store._upsert_bookie(self.info, self._ttl)
-                    except Exception as e:  # never fatal: a lost heartbeat only expires the row
+                    except Exception as e:  # noqa: BLE001 - never fatal: a lost heartbeat only expires the row
                         # Keep trying: the row comes back as soon as the store answers again.
                         log.warning("bookie %s: registration heartbeat failed: %s", self.info.bookie_id, e)
         finally:
@@ -255,5 +255,7 @@ def open_store(uri: str, *, create: bool) -> SqliteMetadataStore:
 
 @hookimpl
 def bkframe_register_components(registry: ComponentRegistry) -> None:
-    registry.add_metadata_store("sqlite", open_store, description="sqlite:///PATH: embedded, shared by the processes of one machine")
+    registry.add_metadata_store(
+        "sqlite", open_store, description="sqlite:///PATH: embedded, shared by the processes of one machine"
+    )
 

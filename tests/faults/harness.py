@@ -175,7 +175,7 @@ class Run:
                 # Every bookie runs on the disk-full layer, with room to spare until filled.
                 capacity = None if bookie.capacity_file.exists() else ROOMY_DISK
                 bookie.start(*self.cluster.bookie_args, powerloss=True, disk_capacity=capacity)
-            except BaseException as e:
+            except BaseException as e:  # noqa: BLE001 - handed to the run's report as a failure
                 error.append(e)
 
         thread = threading.Thread(target=start, daemon=True)

@@ -20,7 +20,7 @@ class TestSqliteStore(SharedMetadataStoreContract):
 def test_unopenable_sqlite_uri_names_it(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a dir")
-    with pytest.raises(MetadataError, match="sqlite://.*file/meta.db"):
+    with pytest.raises(MetadataError, match=r"sqlite://.*file/meta\.db"):
         PluginManager().metadata_store(f"sqlite://{blocker / 'meta.db'}", create=True)
 
 

@@ -112,7 +112,7 @@ class Checkpointer:
         for entry_id, data in zip(entry_ids, entries):
             try:
                 held = self.storage.get_entry(ledger_id, entry_id)
-            except Exception:
+            except Exception:  # noqa: BLE001 - whatever storage cannot read back is written again
                 held = None
             if held is None or held != data:
                 ids.append(entry_id)

@@ -6,7 +6,7 @@ every journal plugin replays the same way. All integers are little-endian.
 ======== ===================================================================
 type     body after the 1-byte type
 ======== ===================================================================
-ENTRIES  ledger u64, count u32, max piggybacked LAC i64, then count × (entry_id i64, length u32), then the
+ENTRIES  ledger u64, count u32, max piggybacked LAC i64, then count times (entry_id i64, length u32), then the
          entries' bytes back to back
 MASTER   ledger u64, ledger_type u16, key (rest of record)
 FENCE    ledger u64

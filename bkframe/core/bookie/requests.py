@@ -253,7 +253,7 @@ class RequestHandler:
         if state is None:
             try:
                 state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
-            except Exception as e:  # e.g. no space for the ledger's index
+            except Exception as e:  # noqa: BLE001 - e.g. no space for the ledger's index
                 if is_disk_full(e):
                     return self._no_space(e, f"to store ledger {ledger_id}")
                 return self._storage_failed(ledger_id, entry_ids, e)
@@ -291,7 +291,7 @@ class RequestHandler:
                 storage.add_entries(ledger_id, new_ids, new_datas)
         except ValueError as e:  # e.g. an entry id beyond what the storage can index
             return p.Status.BAD_REQUEST, f"ledger storage refused the entries: {e}"
-        except Exception as e:  # a write failed (a full disk, EIO): nothing of the batch is stored
+        except Exception as e:  # noqa: BLE001 - a write failed (a full disk, EIO): nothing of the batch is stored
             if is_disk_full(e):
                 return self._no_space(e, "to store the entries")
             return self._storage_failed(ledger_id, entry_ids, e)
@@ -313,7 +313,7 @@ class RequestHandler:
     def _readable(self, ledger_id: int, entry_id: int) -> bytes | None:
         try:
             return self.storage.get_entry(ledger_id, entry_id)
-        except Exception:  # a torn or misplaced record is not a copy worth keeping
+        except Exception:  # noqa: BLE001 - a torn or misplaced record is not a copy worth keeping
             return None
 
     async def _add_after_key_check(self, adds: Sequence[p.AddRequest] | p.AddBatchRequest) -> bytes:
@@ -323,7 +323,7 @@ class RequestHandler:
         assert self.bookie.key_verifier is not None
         try:
             matches = await self.bookie.key_verifier(first.ledger_id, first.master_key)
-        except Exception as e:  # the store is down: say so; the client retries or moves on
+        except Exception as e:  # noqa: BLE001 - the store is down: say so; the client retries or moves on
             log.warning("cannot check the master key of ledger %d: %s", first.ledger_id, e)
             msg = f"this bookie cannot check the master key of ledger {first.ledger_id} now ({e}); retry"
             if isinstance(adds, p.AddBatchRequest):
@@ -415,7 +415,7 @@ class RequestHandler:
                 return
         try:
             data = storage.get_entry(ledger_id, entry_id)
-        except Exception as e:  # the storage names the file and offset; the bookie keeps serving
+        except Exception as e:  # noqa: BLE001 - the storage names the file and offset; the bookie keeps serving
             if not state.limbo:
                 log.error("read of entry %d:%d failed: %s", ledger_id, entry_id, e)
                 reply(p.Status.IO_ERROR, entry_id, f"reading entry {ledger_id}:{entry_id} failed here: {e}".encode())

@@ -147,7 +147,7 @@ class BookieService:
                         await registration.set_read_only(wanted)
                     published = wanted
                     log.info("registered as %s", "read-only" if wanted else "writable")
-                except Exception as e:  # a store's failure, or its timeout: never fatal here
+                except Exception as e:  # noqa: BLE001 - a store's failure, or its timeout: never fatal here
                     log.warning("could not register as %s (%r); retrying", "read-only" if wanted else "writable", e)
             with trio.move_on_after(interval):
                 await changed.wait()

@@ -19,12 +19,13 @@ import attrs
 import trio
 
 from bkframe.core.client.context import ClientContext
-from bkframe.core.client.entry_format import Digester, master_key
+from bkframe.core.client.entry_format import Digester
 from bkframe.core.client.placement import choose_ensemble
 from bkframe.core.client.read_handle import ReadHandle
 from bkframe.core.client.recovery import Recovery
 from bkframe.core.client.settings import ClientSettings
 from bkframe.core.client.write_handle import WriteHandle
+from bkframe.core.ledger_keys import master_key
 from bkframe.core.metadata import (
     BadVersionError,
     DigestType,

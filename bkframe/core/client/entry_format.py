@@ -20,7 +20,6 @@ import attrs
 import crc32c
 
 from bkframe.core.interfaces import Buffer
-from bkframe.core.ledger_keys import master_key  # noqa: F401 - re-exported for the client
 from bkframe.core.metadata import DigestType
 from bkframe.errors import BKError
 

@@ -247,13 +247,8 @@ class Recovery:
                 _, length, _ = self.digester.decode(self.ledger_id, batch[-1][0], batch[-1][1])
                 short: list[tuple[int, bytes]] = []
                 async with trio.open_nursery() as nursery:
-
-                    async def first_try(entry: int, data: bytes) -> None:
-                        if not await self._write_back(entry, data, replace=False):
-                            short.append((entry, data))
-
                     for entry, data in batch:
-                        nursery.start_soon(first_try, entry, data)
+                        nursery.start_soon(self._first_write_back, entry, data, short)
                 for entry, data in sorted(short):
                     await self._write_back(entry, data, replace=True)
             if end_found:
@@ -266,9 +261,16 @@ class Recovery:
         try:
             data = await self._read_entry(entry_id, need_copy=True)
         except RecoveryError as e:
-            raise RecoveryError(f"ledger {self.ledger_id}: confirmed entry {entry_id} cannot be read ({e}); retry later") from None
+            raise RecoveryError(
+                f"ledger {self.ledger_id}: confirmed entry {entry_id} cannot be read ({e}); retry later"
+            ) from None
         assert data is not None
         return self.digester.decode(self.ledger_id, entry_id, data)[1]
+
+    async def _first_write_back(self, entry_id: int, data: bytes, short: list[tuple[int, bytes]]) -> None:
+        """Write back without replacing anyone; an entry short of its ack quorum goes to ``short``."""
+        if not await self._write_back(entry_id, data, replace=False):
+            short.append((entry_id, data))
 
     async def _write_back(self, entry_id: int, data: bytes, *, replace: bool) -> bool:
         """Recovery-add the entry to its write set until A bookies hold it; with
@@ -290,7 +292,7 @@ class Recovery:
                     refused = UnauthorizedError(f"{bookie_id}: wrong password for ledger {self.ledger_id}")
                     return True
                 else:
-                    failed.add(bookie_id)
+                    failed.add(bookie_id)  # noqa: B023 - decide runs only within this iteration's ask_bookies
                 return False  # wait for every replica: copies beyond A make the ledger safer
 
             await ask_bookies(

@@ -456,7 +456,7 @@ class WriteHandle:
                         self._send_batch(todo, idx)
         except BKError as err:
             self._fail(err)
-        except Exception as err:  # metadata store failures end the writer, loudly
+        except Exception as err:  # noqa: BLE001 - metadata store failures end the writer, loudly
             self._fail(BKError(f"ensemble change of ledger {self.ledger_id} failed: {err!r}"))
         finally:
             self._changing = False

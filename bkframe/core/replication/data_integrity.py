@@ -177,7 +177,7 @@ class LimboRepair:
                 return False
             digester.decode(ledger_id, entry_id, data)
             return True
-        except Exception:  # a short, torn or mismatched record: counted and logged by the caller
+        except Exception:  # noqa: BLE001 - a short, torn or mismatched record: counted and logged by the caller
             return False
 
     async def _list_on_peers(

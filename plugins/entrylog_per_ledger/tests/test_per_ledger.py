@@ -119,7 +119,7 @@ def test_config_is_validated(tmp_path: Path) -> None:
     assert isinstance(manager, PerLedgerEntryLogManager) and manager._max_active == 8
     with pytest.raises(ConfigError, match="max_active = 0 should be an integer >= 1"):
         parse_section(PerLedgerConfig, {"max_active": 0}, where="[entry_log_manager]")
-    with pytest.raises(ConfigError, match="unknown key.*colour"):
+    with pytest.raises(ConfigError, match=r"unknown key.*colour"):
         parse_section(PerLedgerConfig, {"colour": "red"}, where="[entry_log_manager]")
 
 

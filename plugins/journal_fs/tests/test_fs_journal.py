@@ -79,7 +79,7 @@ async def test_torn_tail_is_truncated_and_journal_goes_on(tmp_path: Path) -> Non
     journal = make(tmp_path)
     assert [r for _, r in journal.replay(None)] == records[:-1]
     await write_records(journal, [b"after"])
-    assert replayed(tmp_path) == records[:-1] + [b"after"]
+    assert replayed(tmp_path) == [*records[:-1], b"after"]
 
 
 async def test_corruption_before_the_tail_refuses(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ async def test_corruption_before_the_tail_refuses(tmp_path: Path) -> None:
 
 
 def test_config_errors_and_other_names(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="unknown key.*max_wiat_ms"):
+    with pytest.raises(ConfigError, match=r"unknown key.*max_wiat_ms"):
         make(tmp_path, max_wiat_ms=1)
     with pytest.raises(ConfigError, match="fsync = 'yes' should be true or false"):
         make(tmp_path, fsync="yes")

@@ -128,7 +128,7 @@ async def test_crash_with_preallocated_tail_replays_and_appends_to_a_new_file(tm
         nursery.cancel_scope.cancel()
     # A clean close gives the unused preallocation back.
     assert (tmp_path / f"{2:016x}.txn").stat().st_size == reopened.position().offset
-    assert [r for _, r in replay_all(tmp_path)] == records + [b"after restart"]
+    assert [r for _, r in replay_all(tmp_path)] == [*records, b"after restart"]
 
 
 @pytest.mark.parametrize("hole_records", [1, 20])  # a short hole, and one past the 4 KiB zero scan
@@ -204,7 +204,7 @@ async def test_torn_last_group_is_truncated_where_the_last_fsync_ended(
         await reopened.wait_durable(reopened.append([b"after restart"]))
         await reopened.aclose()
         nursery.cancel_scope.cancel()
-    assert [r for _, r in replay_all(tmp_path)] == durable + [b"after restart"]
+    assert [r for _, r in replay_all(tmp_path)] == [*durable, b"after restart"]
 
 
 async def test_torn_group_in_a_rolled_file_is_corruption(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -231,7 +231,7 @@ async def test_torn_record_in_an_older_file_is_corruption(tmp_path: Path) -> Non
     journal = make(tmp_path, max_file_size=4096, preallocate_bytes=0)
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run)
-        for i in range(40):
+        for _ in range(40):
             await journal.wait_durable(journal.append([b"x" * 300]))
         await journal.aclose()
         nursery.cancel_scope.cancel()

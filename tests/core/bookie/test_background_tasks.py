@@ -3,6 +3,7 @@ backoff; they never take the bookie down. On real bookie processes where it matt
 
 from __future__ import annotations
 
+import itertools
 import logging
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def test_run_periodically_backs_off_and_recovers(caplog: pytest.LogCaptureFixtur
 
     with caplog.at_level(logging.WARNING, logger="bkframe.background"):
         trio.run(main, clock=clock)
-    gaps = [round(b - a, 3) for a, b in zip(calls, calls[1:])]
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(calls)]
     # Every 10 s; after failures 1, 2, 3, 4 the retries come after 1, 2, 4, 8 s; then 10 s again.
     assert gaps[:6] == [10.0, 1.0, 2.0, 4.0, 8.0, 10.0]
     text = caplog.text

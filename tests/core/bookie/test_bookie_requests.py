@@ -54,7 +54,7 @@ async def test_wrong_master_key_is_unauthorized(tmp_path: Path) -> None:
 
 async def test_fence_refuses_adds_and_survives_restart(tmp_path: Path) -> None:
     config = make_config(tmp_path)
-    async with running_bookie(config) as (service, host, port):
+    async with running_bookie(config) as (_, host, port):
         async with connect_bookie(host, port) as bk:
             assert (await bk.add(5, 0, b"a", master_key=KEY)).status == p.Status.OK
             fence = await bk.read(5, p.LAST_ENTRY, master_key=KEY, fence=True)

@@ -25,8 +25,9 @@ import bkframe
 from bkframe.core import proto as p
 from bkframe.core.client.client import Client
 from bkframe.core.client.distribution import write_set
-from bkframe.core.client.entry_format import Digester, master_key
+from bkframe.core.client.entry_format import Digester
 from bkframe.core.client.write_handle import WriteHandle
+from bkframe.core.ledger_keys import master_key
 from bkframe.core.metadata import LedgerMetadata
 from bkframe.testing.cluster import BookieProcess, Cluster
 from bkframe.testing.diskfull import used_bytes
@@ -391,8 +392,13 @@ async def test_write_failure_on_a_full_disk_then_restart_while_full(cluster_fact
     # A disk check that never comes: only the failing writes can tell the bookie its disk is full.
     blind = bookie_config(tmp_path / "blind.toml", interval_s=3600, checkpoint_s=3600)
     small = add_small_bookie(cluster, blind, disk_capacity=4 * MB)
-    await _full_disk_scenario(cluster, small, tmp_path, grow=lambda: small.set_disk_capacity(used_bytes(small.data_dir) + 64 * MB),
-                              make_full=lambda: small.set_disk_capacity(used_bytes(small.data_dir)))
+    await _full_disk_scenario(
+        cluster,
+        small,
+        tmp_path,
+        grow=lambda: small.set_disk_capacity(used_bytes(small.data_dir) + 64 * MB),
+        make_full=lambda: small.set_disk_capacity(used_bytes(small.data_dir)),
+    )
 
 
 async def _full_disk_scenario(

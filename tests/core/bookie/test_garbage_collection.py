@@ -25,7 +25,7 @@ async def test_deleted_ledger_is_collected_on_every_bookie(cluster_factory: Any)
     async with bkframe.open_client(cluster.metadata) as client:
         doomed = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2)
         kept = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2)
-        for i in range(200):
+        for _ in range(200):
             await doomed.append(b"d" * 2000)
         for i in range(20):
             await kept.append(b"k%d" % i)

@@ -50,7 +50,7 @@ async def test_unclean_restart_puts_bypass_ledgers_in_limbo(tmp_path: Path) -> N
                     assert (await bk.add(ledger, i, b"e%d" % i, master_key=KEY, ledger_type=type_id)).status == p.Status.OK
     crash_marker(tmp_path)
     for restart in range(2):  # limbo and fence survive a further (clean) restart
-        async with running_bookie(config) as (service, host, port):
+        async with running_bookie(config) as (_, host, port):
             async with connect_bookie(host, port) as bk:
                 info = await bk.info()
                 assert info["limbo_ledgers"] == [2]

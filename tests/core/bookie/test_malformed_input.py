@@ -32,7 +32,9 @@ valid_add = st.builds(
     st.binary(max_size=100),
 )
 mangled_add = st.builds(
-    lambda msg, cut, flip: bytes(msg[:cut]) if flip is None else msg[:flip] + bytes([msg[flip % len(msg)] ^ 0x5A]) + msg[flip + 1 :],
+    lambda msg, cut, flip: (
+        bytes(msg[:cut]) if flip is None else msg[:flip] + bytes([msg[flip % len(msg)] ^ 0x5A]) + msg[flip + 1 :]
+    ),
     valid_add,
     st.integers(0, 40),
     st.one_of(st.none(), st.integers(0, 30)),
@@ -167,7 +169,11 @@ def _extreme_messages() -> list[tuple[bytes, set[p.Status], str]]:
         (b"".join(batch(12, 7, -1, 0, KEY, [-2, 0], [b"a", b"b"])), bad, "negative"),
         (b"".join(batch(13, 7, -5, 0, KEY, [0], [b"a"])), bad, "lac -5 is invalid"),
         (_raw(p.Op.ADD_BATCH, 14, struct.pack("<QqHHI", 7, -1, 0, 1, 2**32 - 1) + b"k"), bad, "does not fit"),
-        (_raw(p.Op.ADD_BATCH, 15, struct.pack("<QqHHI", 7, -1, 0, 1, 1) + b"k" + struct.pack("<qI", 0, 2**32 - 1) + b"a"), bad, "do not add up"),
+        (
+            _raw(p.Op.ADD_BATCH, 15, struct.pack("<QqHHI", 7, -1, 0, 1, 1) + b"k" + struct.pack("<qI", 0, 2**32 - 1) + b"a"),
+            bad,
+            "do not add up",
+        ),
         (p.encode_read(16, 2**63, 0, master_key=KEY, fence=True), bad, "out of range"),
         (p.encode_read(17, U64_MAX, 0), bad, "out of range"),
         (p.encode_read(18, 7, -2), bad, "invalid"),

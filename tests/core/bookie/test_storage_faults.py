@@ -45,7 +45,12 @@ async def _read_back(b: BookieProcess, entries: dict[tuple[int, int], bytes]) ->
     ],
 )
 async def test_entry_log_write_failure_fails_the_add_and_later_entries_read_back(
-    tmp_path: Path, bookie_processes: list[BookieProcess], monkeypatch: pytest.MonkeyPatch, fault: str, status: p.Status, says: str
+    tmp_path: Path,
+    bookie_processes: list[BookieProcess],
+    monkeypatch: pytest.MonkeyPatch,
+    fault: str,
+    status: p.Status,
+    says: str,
 ) -> None:
     control = tmp_path / "faults"
     control.mkdir()

@@ -11,7 +11,8 @@ import trio
 
 import bkframe
 from bkframe.core import proto as p
-from bkframe.core.client.entry_format import Digester, master_key
+from bkframe.core.client.entry_format import Digester
+from bkframe.core.ledger_keys import master_key
 from bkframe.core.metadata import DigestType
 
 PW = b"pw"

@@ -261,7 +261,7 @@ async def test_writer_returns_to_bookies_that_restarted(cluster_factory: Any) ->
     async with bkframe.open_client(cluster.metadata, **FAST) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PW)
         entry = 0
-        for round_ in range(2):
+        for _ in range(2):
             for b in cluster.bookies:
                 b.kill()
                 b.start(*cluster.bookie_args)

@@ -32,7 +32,7 @@ class _Context:
 
 
 def _handle(w: int, a: int) -> WriteHandle:
-    md = bkframe.LedgerMetadata(1, w, w, a, ((0, tuple("bookie-%d" % i for i in range(w))),), ledger_type="VD_JOURNAL")
+    md = bkframe.LedgerMetadata(1, w, w, a, ((0, tuple(f"bookie-{i}" for i in range(w))),), ledger_type="VD_JOURNAL")
     return WriteHandle(_Context(), md, b"k", None)  # type: ignore[arg-type]
 
 

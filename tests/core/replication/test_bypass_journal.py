@@ -16,7 +16,8 @@ import trio
 import bkframe
 from bkframe.core import proto as p
 from bkframe.core.client.client import Client
-from bkframe.core.client.entry_format import Digester, master_key
+from bkframe.core.client.entry_format import Digester
+from bkframe.core.ledger_keys import master_key
 from bkframe.core.metadata import DigestType
 
 PW = b"bypass"
@@ -53,7 +54,9 @@ def judge(lost: str, protection: bool) -> None:
         assert lost, "with data_loss_protection off the scenario should have lost data; the test no longer shows it"
 
 
-async def add_direct(client: Client, bookie_id: str, ledger_id: int, entry_id: int, payload: bytes, lac: int, length: int) -> p.Status:
+async def add_direct(
+    client: Client, bookie_id: str, ledger_id: int, entry_id: int, payload: bytes, lac: int, length: int
+) -> p.Status:
     """One ADD as a writer sends it, to one bookie; its status."""
     data = Digester.for_ledger(DigestType.CRC32C, PW).encode(ledger_id, entry_id, lac, length, payload)
     conn = await client.pool.get(bookie_id)

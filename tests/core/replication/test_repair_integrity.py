@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import trio
 
 import bkframe
 from bkframe.core import proto as p
-from bkframe.core.client.entry_format import Digester, master_key
+from bkframe.core.client.entry_format import Digester
 from bkframe.core.interfaces import LedgerState
+from bkframe.core.ledger_keys import master_key
 from bkframe.core.metadata import DigestType, LedgerMetadata, LedgerStateName
 from bkframe.core.replication.data_integrity import LimboRepair
 from tests.core.replication.test_bypass_journal import PW, bypass_config, info, recover, wait_out_of_limbo
@@ -193,7 +194,7 @@ async def test_limbo_is_cleared_only_after_the_copies_are_durable(tmp_path: Path
 
     class Bookie:
         storage = Storage()
-        repair_status = {"repaired_ledgers": 0, "entries_copied": 0, "last_error": ""}
+        repair_status: ClassVar[dict[str, Any]] = {"repaired_ledgers": 0, "entries_copied": 0, "last_error": ""}
 
         async def checkpoint(self) -> None:
             events.append("checkpoint")
