@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 import trio
 
 from bkframe.cli.options import metadata_option
 from bkframe.core.bookie.cookies import Cookie, fix_cookies, read_local
+from bkframe.core.metadata import MetadataStore, Versioned
 from bkframe.core.plugin_manager import PluginManager
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 options = [
     click.option("--data-dir", type=click.Path(path_type=Path), required=True, help="The bookie's data dir."),
@@ -19,7 +25,7 @@ options = [
 ]
 
 
-def with_options(fn):  # type: ignore[no-untyped-def]
+def with_options(fn: F) -> F:
     for option in reversed(options):
         fn = option(fn)
     return fn
@@ -30,8 +36,8 @@ def cookie() -> None:
     """A bookie's cookies: its identity on its data dir and in the metadata store."""
 
 
-def _run(metadata: str, fn):  # type: ignore[no-untyped-def]
-    async def main():  # type: ignore[no-untyped-def]
+def _run(metadata: str, fn: Callable[[MetadataStore], Awaitable[T]]) -> T:
+    async def main() -> T:
         store = PluginManager().metadata_store(metadata)
         try:
             return await fn(store)
@@ -46,7 +52,7 @@ def _run(metadata: str, fn):  # type: ignore[no-untyped-def]
 def show(data_dir: Path, metadata: str, bookie_id: str) -> None:
     """Print the data dir's cookie and the metadata store's, and whether they match."""
 
-    async def read(store):  # type: ignore[no-untyped-def]
+    async def read(store: MetadataStore) -> Versioned | None:
         return await store.read_cookie(bookie_id)
 
     local = read_local(data_dir)

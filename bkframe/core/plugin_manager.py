@@ -186,20 +186,23 @@ class PluginManager:
 
     # -- making parts ------------------------------------------------------------------------
 
+    def _make(self, section: str, config: Mapping[str, Any], source: str, *args: object) -> Any:
+        """What the component a section names makes of the validated section and ``args``."""
+        component, settings = self._component(SECTION_KINDS[section], section, config, source)
+        return component.factory(settings, *args)
+
     def journal(
         self, *, config: Mapping[str, Any], directory: Path, counters: Counters, source: str = "(config)"
     ) -> Journal:
         """The journal the ``[journal]`` section names."""
-        component, settings = self._component(ComponentKind.JOURNAL, "journal", config, source)
-        journal: Journal = component.factory(settings, directory, counters)
+        journal: Journal = self._make("journal", config, source, directory, counters)
         return journal
 
     def entry_log_manager(
         self, *, config: Mapping[str, Any], directory: Path, counters: Counters, source: str = "(config)"
     ) -> EntryLogManager:
         """The entry-log manager the ``[entry_log_manager]`` section names."""
-        component, settings = self._component(ComponentKind.ENTRY_LOG_MANAGER, "entry_log_manager", config, source)
-        manager: EntryLogManager = component.factory(settings, directory, counters)
+        manager: EntryLogManager = self._make("entry_log_manager", config, source, directory, counters)
         return manager
 
     def ledger_storage(
@@ -212,8 +215,7 @@ class PluginManager:
         source: str = "(config)",
     ) -> LedgerStorage:
         """The ledger storage the ``[ledger_storage]`` section names."""
-        component, settings = self._component(ComponentKind.LEDGER_STORAGE, "ledger_storage", config, source)
-        storage: LedgerStorage = component.factory(settings, directory, entry_logs, counters)
+        storage: LedgerStorage = self._make("ledger_storage", config, source, directory, entry_logs, counters)
         return storage
 
     def metadata_store(self, uri: str, *, create: bool = False) -> MetadataStore:

@@ -18,7 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -167,30 +166,14 @@ class Run:
     # -- bookies -------------------------------------------------------------------------
 
     def start_bookie(self, bookie: BookieProcess) -> bool:
-        """Start with a deadline: BookieProcess.start blocks on the bookie's first line."""
-        error: list[BaseException] = []
-
-        def start() -> None:
-            try:
-                # Every bookie runs on the disk-full layer, with room to spare until filled.
-                capacity = None if bookie.capacity_file.exists() else ROOMY_DISK
-                bookie.start(*self.cluster.bookie_args, powerloss=True, disk_capacity=capacity)
-            except BaseException as e:  # noqa: BLE001 - handed to the run's report as a failure
-                error.append(e)
-
-        thread = threading.Thread(target=start, daemon=True)
-        thread.start()
-        thread.join(BOOKIE_START_TIMEOUT_S)
-        if thread.is_alive():
-            if bookie.proc is not None and bookie.proc.poll() is None:
-                bookie.proc.kill()
-            thread.join(30)
-            self.fail(
-                f"{bookie.bookie_id} did not start in {BOOKIE_START_TIMEOUT_S:.0f} s; log tail: {log_tail(bookie)}"
-            )
-            return False
-        if error:
-            self.fail(f"{bookie.bookie_id} did not start: {error[0]}")
+        """Start with a deadline (the launcher kills a bookie that prints no address in time)."""
+        # Every bookie runs on the disk-full layer, with room to spare until filled.
+        capacity = None if bookie.capacity_file.exists() else ROOMY_DISK
+        try:
+            bookie.spawn(*self.cluster.bookie_args, powerloss=True, disk_capacity=capacity)
+            bookie.wait_started(BOOKIE_START_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - handed to the run's report as a failure
+            self.fail(f"{bookie.bookie_id} did not start: {e}")
             return False
         return True
 
