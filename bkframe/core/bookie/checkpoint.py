@@ -143,22 +143,27 @@ class Checkpointer:
             # before being appended, so flushing storage afterwards covers all of them.
             mark = self.journal.position()
             await self.storage.checkpoint()
-            try:
-                await trio.to_thread.run_sync(self._write_lastmark, mark)
-            except OSError as e:
-                if not is_disk_full(e):
-                    raise
-                self.bookie.mode.write_failed(e)
-                log.warning("checkpoint: no space to write the LastLogMark (%s); the journal keeps what follows the last one", e)
+            if not await self._persist(mark):
                 return None
             removed = self.journal.remove_files_before(mark)
             self.counters.checkpoints += 1
             log.debug("checkpoint at %s removed %d journal files", mark, removed)
             return mark
 
-    def _write_lastmark(self, mark: JournalPosition) -> None:
+    async def _persist(self, mark: JournalPosition) -> bool:
+        """Write the LastLogMark durably; False if the disk had no space for it (the bookie
+        turns read-only; the old mark stays and the journal keeps everything after it, so a
+        restart replays more -- which needs no space, see :meth:`_not_stored`)."""
         data = json.dumps({"file_id": mark.file_id, "offset": mark.offset}).encode()
-        write_durably(self.data_dir / LASTMARK_FILE, data)
+        try:
+            await trio.to_thread.run_sync(write_durably, self.data_dir / LASTMARK_FILE, data)
+        except OSError as e:
+            if not is_disk_full(e):
+                raise
+            self.bookie.mode.write_failed(e)
+            log.warning("no space to write the LastLogMark at %s (%s); the journal keeps what follows the last one", mark, e)
+            return False
+        return True
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Checkpoint every ``checkpoint_interval_s``. A failed checkpoint (e.g. a full disk)
@@ -182,11 +187,4 @@ class Checkpointer:
         async with self._lock:
             mark = self.journal.position()
             await self.storage.aclose()
-            try:
-                await trio.to_thread.run_sync(self._write_lastmark, mark)
-            except OSError as e:
-                if not is_disk_full(e):
-                    raise
-                # Storage is flushed and the journal holds everything after the old mark:
-                # the next start replays more, which needs no space (see _not_stored).
-                log.warning("no space to write the final LastLogMark (%s); the next start replays from the last one", e)
+            await self._persist(mark)
