@@ -99,10 +99,21 @@ class SqliteMetadataStore:
             if create:
                 path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA busy_timeout=30000")
-            self._db.executescript(SCHEMA)
+            # Several processes opening a new store at once: switching it to WAL needs the
+            # database to itself and SQLite answers "locked" at once (no busy wait) to the
+            # others. They try again, briefly.
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    self._db.execute("PRAGMA journal_mode=WAL")
+                    self._db.execute("PRAGMA synchronous=FULL")
+                    self._db.executescript(SCHEMA)
+                    break
+                except sqlite3.OperationalError as e:
+                    if "locked" not in str(e) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
         except (OSError, sqlite3.Error) as e:
             raise MetadataError(f"cannot open metadata store {uri!r}: {e}") from None
         self._limiter = trio.CapacityLimiter(1)

@@ -308,9 +308,10 @@ async def connect_bookie(
     """Connect to a bookie; the connection lives for the ``async with`` block.
 
     A broken connection fails every pending response with :class:`BookieConnectionError`
-    and does not raise out of the block by itself; an unanswered request fails with
-    :class:`BookieTimeoutError` after its timeout (``request_timeout_s`` unless the
-    request gives its own).
+    (and later submissions raise it); the block itself goes on, so the caller sees the
+    failure where it waits, and :meth:`BookieClient.wait_closed` returns. An unanswered
+    request fails with :class:`BookieTimeoutError` after its timeout (``request_timeout_s``
+    unless the request gives its own).
     """
     address = f"{host}:{port}"
     try:
@@ -321,14 +322,19 @@ async def connect_bookie(
     except trio.TooSlowError:
         raise BookieTimeoutError(f"cannot connect to bookie {address}: no answer in {connect_timeout_s} s") from None
     client = BookieClient(stream, address, request_timeout_s=request_timeout_s)
+    # The connection's own tasks; a failure ends them all, never the caller's block.
+    scopes: list[trio.CancelScope] = []
 
     async def run(task: Any) -> None:
         try:
-            await task()
+            with trio.CancelScope() as scope:
+                scopes.append(scope)
+                await task()
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, p.ProtocolError, BookieConnectionError) as e:
             err = e if isinstance(e, BookieConnectionError) else BookieConnectionError(f"bookie {address}: {e!r}")
             client._fail_all(err)
-            nursery.cancel_scope.cancel()
+            for other in scopes:
+                other.cancel()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run, client._send_loop)

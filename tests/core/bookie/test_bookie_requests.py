@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import trio
+
 from bkframe.core import proto as p
 from bkframe.core.client.bookie_client import connect_bookie
 from bkframe.testing.cluster import make_config, running_bookie
@@ -167,3 +169,28 @@ async def test_write_close_is_advisory_and_kept(tmp_path: Path) -> None:
     async with running_bookie(config) as (service, _, _):
         storage = service.bookie.storage  # type: ignore[union-attr]
         assert storage.ledger_state(8).write_closed and storage.ledger_state(9).write_closed  # type: ignore[union-attr]
+
+
+async def test_a_connection_closed_by_the_bookie_fails_requests_not_the_callers_block(tmp_path: Path) -> None:
+    """The bookie goes away: pending requests fail with BookieConnectionError where they are
+    awaited, and the caller's block goes on (it used to be cancelled silently, so code
+    after the failure never ran and its asserts could not fail)."""
+    from bkframe.core.client.bookie_client import BookieConnectionError
+    from bkframe.testing.cluster import BookieProcess
+
+    b = BookieProcess(tmp_path / "b").start()
+    after_failure = False
+    try:
+        async with connect_bookie(b.host, b.port) as bk:
+            await bk.info()
+            b.kill()
+            with trio.fail_after(30):
+                await bk.wait_closed()
+            try:
+                await bk.info()
+            except BookieConnectionError:
+                after_failure = True
+    finally:
+        if b.proc.poll() is None:
+            b.kill()
+    assert after_failure

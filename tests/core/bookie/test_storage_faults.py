@@ -90,7 +90,7 @@ async def test_entry_log_write_failure_fails_the_add_and_later_entries_read_back
             assert info["counters"]["storage_write_errors"] == 2
         assert (await bk.read(1, 10)).status == p.Status.NO_ENTRY
         finished = True
-    # (A broken connection ends the block silently: the bookie must have answered it all.)
+    # (The block finished: the bookie answered it all on one connection.)
     assert finished, b.log_path.read_text()[-3000:]
     assert await _read_back(b, acked) == {}
     # After a clean stop (a checkpoint: reads now come from the entry logs and indexes
