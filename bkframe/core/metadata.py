@@ -3,6 +3,9 @@
 Every update of ledger metadata is a compare-and-set on ``version``: read, ``attrs.evolve``,
 ``update_ledger(new, expected_version=old.version)``. A store raises
 :class:`BadVersionError` when someone else updated first.
+
+Named logs (:mod:`bkframe.core.logs`) keep one record per log and one per cursor; stores
+hold them as opaque bytes with a version, compared-and-set like ledger metadata.
 """
 
 from __future__ import annotations
@@ -154,6 +157,18 @@ class BadVersionError(MetadataError):
     """A compare-and-set lost: the stored version is not the expected one."""
 
 
+class NoSuchLogError(MetadataError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"log {name!r} does not exist")
+        self.name = name
+
+
+class LogExistsError(MetadataError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"log {name!r} already exists")
+        self.name = name
+
+
 @runtime_checkable
 class BookieRegistration(Protocol):
     """A live registration; it vanishes when closed or when its holder dies."""
@@ -216,6 +231,48 @@ class MetadataStore(Protocol):
 
     async def write_cookie(self, bookie_id: str, value: bytes, expected_version: int | None) -> int:
         """CAS a cookie: ``expected_version=None`` creates (fails if it exists); returns the new version."""
+        ...
+
+    # -- named logs: one record per log, one per cursor (opaque bytes, versioned) ---------
+
+    async def create_log(self, name: str, value: bytes) -> int:
+        """Store a new log record; returns its version. LogExistsError if the name is taken."""
+        ...
+
+    async def read_log(self, name: str) -> Versioned:
+        """The log record with its version. NoSuchLogError if absent."""
+        ...
+
+    async def update_log(self, name: str, value: bytes, expected_version: int) -> int:
+        """CAS: replace if the stored version is ``expected_version``; returns the new version.
+        BadVersionError if it moved, NoSuchLogError if deleted."""
+        ...
+
+    async def delete_log(self, name: str, expected_version: int | None = None) -> None:
+        """Remove the log record and, in the same step, all of its cursors. With
+        ``expected_version`` only if the record is still at it (else BadVersionError).
+        NoSuchLogError if absent."""
+        ...
+
+    async def list_logs(self) -> list[str]:
+        """Every log name, sorted."""
+        ...
+
+    async def read_cursor(self, log: str, cursor: str) -> Versioned | None:
+        """The cursor record with its version, or None."""
+        ...
+
+    async def write_cursor(self, log: str, cursor: str, value: bytes, expected_version: int | None) -> int:
+        """CAS a cursor: ``expected_version=None`` creates (BadVersionError if it exists);
+        returns the new version. NoSuchLogError if the log does not exist."""
+        ...
+
+    async def delete_cursor(self, log: str, cursor: str) -> bool:
+        """Remove a cursor; False if there was none."""
+        ...
+
+    async def list_cursors(self, log: str) -> dict[str, Versioned]:
+        """Every cursor of the log by name (empty if the log has none or does not exist)."""
         ...
 
     async def aclose(self) -> None: ...
