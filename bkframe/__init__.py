@@ -18,6 +18,16 @@ from bkframe.core.client_errors import (
     UnsupportedError,
 )
 from bkframe.core.hookspecs import hookimpl
+from bkframe.core.logs import (
+    CommitError,
+    LogError,
+    LogExistsError,
+    LogFencedError,
+    NoSuchCursorError,
+    NoSuchLogError,
+    Position,
+    PositionTrimmedError,
+)
 
 __version__ = "0.1.0"
 
@@ -31,6 +41,15 @@ def __getattr__(name: str):  # noqa: ANN202 - lazy so that plugins importing hoo
         from bkframe.blocking import connect
 
         return connect
+    if name in ("Logs", "LogSettings", "LogWriter", "LogReader", "LogEntry"):
+        import bkframe.core.log_client as lc
+        import bkframe.core.log_reader as lr
+        import bkframe.core.log_writer as lw
+        import bkframe.core.logs as lm
+
+        for mod in (lc, lr, lw, lm):
+            if hasattr(mod, name):
+                return getattr(mod, name)
     if name in ("Client", "WriteHandle", "ReadHandle", "Entry", "LedgerMetadata", "DigestType"):
         import bkframe.core.client as c
         import bkframe.core.metadata as m
@@ -55,6 +74,16 @@ __all__ = [
     "RecoveryError",
     "UnauthorizedError",
     "UnsupportedError",
+    "CommitError",
+    "LogError",
+    "LogExistsError",
+    "LogFencedError",
+    "NoSuchCursorError",
+    "NoSuchLogError",
+    "Position",
+    "PositionTrimmedError",
+    "Logs",
+    "LogSettings",
     "hookimpl",
     "open_client",
     "connect",

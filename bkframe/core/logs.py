@@ -175,6 +175,10 @@ class Segment:
     length: int = 0
     created_at: float = 0.0
     closed_at: float = 0.0
+    #: Set when the writer moved on to the next segment: the last entry id it had sent
+    #: here (-1 before). Recovery that finds less knows entries were lost in flight, and
+    #: drops the later open segments, so the log stays a prefix of what was appended.
+    last_sent: int = -1
 
     @property
     def entries(self) -> int:
@@ -194,12 +198,18 @@ class Segment:
         )
 
     def to_json(self) -> list[Any]:
-        return [self.number, self.ledger_id, int(self.closed), self.last_entry_id, self.length, self.created_at, self.closed_at]
+        return [
+            self.number, self.ledger_id, int(self.closed), self.last_entry_id, self.length, self.created_at,
+            self.closed_at, self.last_sent,
+        ]
 
     @classmethod
     def from_json(cls, raw: Sequence[Any]) -> Segment:
-        number, ledger_id, closed, last, length, created, closed_at = raw
-        return cls(int(number), int(ledger_id), bool(closed), int(last), int(length), float(created), float(closed_at))
+        number, ledger_id, closed, last, length, created, closed_at, last_sent = raw
+        return cls(
+            int(number), int(ledger_id), bool(closed), int(last), int(length), float(created), float(closed_at),
+            int(last_sent),
+        )
 
 
 @attrs.frozen
