@@ -106,10 +106,12 @@ from bkframe.bench import bench  # noqa: E402  (subcommands in their own modules
 from bkframe.bookies_cli import bookies  # noqa: E402
 from bkframe.cookie_cli import cookie  # noqa: E402
 from bkframe.ledger_cli import ledger  # noqa: E402
+from bkframe.log_cli import log_group  # noqa: E402
 from bkframe.sandbox import sandbox  # noqa: E402
 
 main.add_command(bench)
 main.add_command(bookies)
 main.add_command(cookie)
 main.add_command(ledger)
+main.add_command(log_group)
 main.add_command(sandbox)

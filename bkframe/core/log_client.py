@@ -132,7 +132,7 @@ class Logs:
         try:
             version = await self.store.update_log(record.name, record.serialize(), expected_version)
         except MetadataNoSuchLog:
-            raise LogFencedError(f"log {record.name!r} was deleted") from None
+            raise NoSuchLogError(f"log {record.name!r} was deleted") from None
         return attrs.evolve(record, version=version)
 
     async def _update(self, name: str, change: Any) -> LogMetadata:

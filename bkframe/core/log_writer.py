@@ -74,7 +74,20 @@ class PendingLogAppend:
         self._inner = inner
 
     def done(self) -> bool:
-        return self._seg.gate.is_set() and (self._inner is None or self._inner.done())
+        inner = self._inner
+        return self._seg.gate.is_set() and (inner is None or inner.done())
+
+    def result(self) -> Position:
+        """The position of a :meth:`done` append (raises what :meth:`wait` would)."""
+        seg = self._seg
+        inner = self._inner
+        if seg.error is not None and seg.gate.is_set():
+            raise seg.error
+        if inner is None or not inner.done() or not seg.gate.is_set():
+            raise RuntimeError("the append is not confirmed yet; await wait() instead")
+        if inner.error is not None:
+            raise self._writer._failed(inner.error) if isinstance(inner.error, BKError) else inner.error
+        return Position(seg.number, inner.entry_id)
 
     async def wait(self) -> Position:
         seg = self._seg
@@ -100,6 +113,8 @@ class LogWriter:
         self.writer_id = writer_id
         self.epoch = record.writer_epoch
         self.settings = record.settings
+        self._max_entries = record.settings.rollover_entries
+        self._max_bytes = record.settings.rollover_bytes
         self._password = password
         self._record = record
         seg = _Active(first, number=record.segments[-1].number)
@@ -147,7 +162,8 @@ class LogWriter:
         if self._closing:
             raise LogError(f"log {self.name!r}: this writer is {'closed' if self._closed else 'closing'}; open the log again to write")
         seg = self._current
-        if self._should_roll(seg):
+        # Entries and bytes here; age is the timer's (a clock read per append costs).
+        if seg.appended >= self._max_entries or seg.bytes >= self._max_bytes:
             seg = self._switch()
         seg.appended += 1
         seg.bytes += len(payload)

@@ -22,7 +22,7 @@ import json
 import re
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 from attrs import validators as v
@@ -82,15 +82,21 @@ def check_name(name: str, what: str = "log") -> str:
 # -- positions -------------------------------------------------------------------------
 
 
-@attrs.frozen(order=True)
-class Position:
-    """(segment number, entry id), ordered; printed and parsed as ``SEGMENT:ENTRY``."""
+class Position(NamedTuple):
+    """(segment number, entry id), ordered; printed and parsed as ``SEGMENT:ENTRY``.
 
-    segment: int = attrs.field(validator=v.ge(0))
-    entry_id: int = attrs.field(validator=v.ge(0))
+    A named tuple rather than an attrs class: one is made per append and per entry read,
+    and tuple creation and comparison are what this hot path can afford.
+    """
+
+    segment: int
+    entry_id: int
 
     def __str__(self) -> str:
         return f"{self.segment}:{self.entry_id}"
+
+    def __repr__(self) -> str:
+        return f"Position({self.segment}, {self.entry_id})"
 
     def next(self) -> Position:
         """The position right after this one (a boundary if this was a segment's last entry)."""
@@ -102,9 +108,12 @@ class Position:
         try:
             if not sep:
                 raise ValueError
-            return cls(int(seg), int(entry))
+            position = cls(int(seg), int(entry))
         except ValueError:
-            raise ValueError(f"bad position {text!r}: write SEGMENT:ENTRY with two numbers >= 0, e.g. 3:41") from None
+            position = None
+        if position is None or position.segment < 0 or position.entry_id < 0:
+            raise ValueError(f"bad position {text!r}: write SEGMENT:ENTRY with two numbers >= 0, e.g. 3:41")
+        return position
 
 
 def parse_where(text: str) -> Position | str:
