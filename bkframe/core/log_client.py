@@ -157,12 +157,13 @@ class Logs:
             return False
         return True
 
-    async def _collect_garbage(self, name: str) -> None:
+    async def _collect_garbage(self, name: str) -> LogMetadata:
         """Delete the ledgers the record lists as garbage, then drop them from it."""
         record = await self.metadata(name)
         deleted = [i for i in record.garbage if await self._delete_ledger_quietly(i)]
         if deleted:
-            await self._update(name, lambda r: r.without_garbage(deleted) if set(deleted) & set(r.garbage) else r)
+            record = await self._update(name, lambda r: r.without_garbage(deleted) if set(deleted) & set(r.garbage) else r)
+        return record
 
     def _check_password(self, record: LogMetadata, password: bytes) -> None:
         if record.password_hash != password_hash(password):

@@ -468,8 +468,8 @@ class LogWriter:
         self._closed = True
         if record.garbage:
             try:
-                await self._logs._collect_garbage(self.name)
-            except BKError as e:
+                record = await self._logs._collect_garbage(self.name)
+            except Exception as e:  # the ledgers stay listed; the next writer or trim deletes them
                 log.warning("log %r: deleting unused ledgers failed (the next writer or trim retries): %s", self.name, e)
         return record
 

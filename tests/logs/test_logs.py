@@ -339,3 +339,31 @@ async def test_entries_lost_in_flight_at_a_rollover_leave_no_gap(log_cluster: Cl
             nursery.cancel_scope.cancel()
         assert [e.payload for e in tailed] == [payload("e", i) for i in range(5)] + [b"next"]
         assert tailed[-1].position == after and after.segment == 2
+
+
+async def test_rollover_by_bytes_and_age_and_a_commit_beside_a_writer(log_cluster: Cluster) -> None:
+    async with bkframe.open_client(log_cluster.metadata) as client:
+        logs = Logs(client)
+        await logs.create("mixed", rollover_bytes=100, rollover_s=0.5)
+        writer = await logs.open_writer("mixed")
+        # By bytes: the third 60-byte entry finds 120 bytes in the segment.
+        positions = [await writer.append(b"x" * 60) for _ in range(3)]
+        assert [p.segment for p in positions] == [0, 0, 1]
+        # By age: the writer's timer rolls segment 1 over with no append coming.
+        with trio.fail_after(30):
+            while not ((seg := (await logs.metadata("mixed")).segment(1)) and seg.closed):
+                await trio.sleep(0.05)
+        assert seg.entries == 1
+        # A commit beside the writer lands after the writer's current segment.
+        ledger = await _closed_ledger(client, "c", 2, password=b"")
+        committed = await logs.commit_ledgers("mixed", [ledger], "beside")
+        current = await writer.append(b"y")
+        assert current.segment < committed.segments[0]
+        await writer.close()
+        entries = await (await logs.reader("mixed")).read()
+        assert [e.payload for e in entries] == [b"x" * 60] * 3 + [b"y", payload("c", 0), payload("c", 1)]
+        # A writer that writes nothing leaves no segment behind.
+        before = await logs.metadata("mixed")
+        after = await (await logs.open_writer("mixed")).close()
+        assert after.segments == before.segments and after.next_segment > before.next_segment
+        assert after.writer == "" and after.garbage == ()
