@@ -49,6 +49,7 @@ from bkframe.core.logs import (
 )
 from bkframe.core.metadata import BadVersionError, LedgerMetadata, password_hash
 from bkframe.core.metadata import LogExistsError as MetadataLogExists
+from bkframe.core.metadata import NoSuchLedgerError as MetadataNoSuchLedger
 from bkframe.core.metadata import NoSuchLogError as MetadataNoSuchLog
 from bkframe.core.write_handle import WriteHandle
 
@@ -187,7 +188,9 @@ class Logs:
                     try:
                         handle = await self.client.open_ledger(seg.ledger_id, password=password, recovery=True)
                         recovered[seg.number] = handle.metadata
-                    except NoSuchLedgerError:
+                    except (NoSuchLedgerError, MetadataNoSuchLedger):
+                        # Deleted meanwhile: another opener dropped it (it was empty) and
+                        # won; our CAS below fails and says so.
                         recovered[seg.number] = None
                 if first is None:
                     first = await self.client.create_ledger(
@@ -197,19 +200,20 @@ class Logs:
                 now = time.time()
                 new = record
                 lost_in_flight = False
+                dropped = []
                 for seg in record.open_segments():
                     md = recovered[seg.number]
                     last = -1 if md is None else md.last_entry_id
                     if lost_in_flight or last < 0:
                         # It holds no entry, or follows a segment that lost entries in flight
                         # (so none of its entries was acknowledged): it gives no position.
-                        new = attrs.evolve(new, segments=tuple(x for x in new.segments if x.number != seg.number))
-                        new = new.with_garbage([seg.ledger_id])
+                        dropped.append(seg.number)
                     else:
                         assert md is not None
                         closed = attrs.evolve(seg, closed=True, last_entry_id=last, length=md.length, closed_at=now)
                         new = new.replace_segment(closed)
                     lost_in_flight = lost_in_flight or last < seg.last_sent
+                new = new.drop_segments(dropped)
                 new = attrs.evolve(new.with_garbage(new.spares), spares=())
                 new = new.add_segment(first.ledger_id, now=now)
                 new = attrs.evolve(new, writer=writer_id, writer_epoch=record.writer_epoch + 1)

@@ -181,11 +181,13 @@ class LogReader:
         return handle
 
     async def _gone(self, seg: Segment) -> None:
-        """The segment's ledger is gone: say why (trimmed, or an empty segment dropped)."""
+        """The segment's ledger is gone: say why (trimmed, or a segment without an
+        acknowledged entry dropped, its number maybe given to a new segment)."""
         record = await self.refresh()
         self._handles.pop(seg.ledger_id, None)
         self._check_not_trimmed(Position(seg.number, 0))
-        if record.segment(seg.number) is None:
+        now = record.segment(seg.number)
+        if now is None or now.ledger_id != seg.ledger_id:
             raise _SegmentGone()
 
     async def _read(self, seg: Segment, first: int, last: int) -> list[LogEntry]:
@@ -254,11 +256,11 @@ class LogReader:
                 wait = min(wait * 2, poll_timeout_s)
                 await self.refresh()
                 continue
-            # Caught up with an open segment. If the writer has moved on, its close is
-            # moments away: look again soon.
-            moved_on = any(s.number > seg.number for s in self.metadata.segments)
+            # Caught up with an open segment: long-poll its LAC. A busy log answers at
+            # once; a poll that brings nothing checks whether the segment closed (a
+            # rollover's close comes moments after the switch) and waits longer next time.
             before = handle.lac
-            await handle.wait_for_lac(before, timeout_s=FIRST_WAIT_S if moved_on else wait)
+            await handle.wait_for_lac(before, timeout_s=wait)
             if handle.lac != before:
                 wait = FIRST_WAIT_S
                 continue
@@ -270,7 +272,7 @@ class LogReader:
                 except _SegmentGone:
                     continue
                 raise
-            if not moved_on and not handle.closed:
+            if not handle.closed:
                 await self.refresh()
                 wait = min(wait * 2, poll_timeout_s)
 

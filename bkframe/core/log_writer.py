@@ -7,15 +7,18 @@ log record. Every later change this writer makes to the record is a CAS that fir
 the epoch is still its own: a writer that lost the log gets :class:`LogFencedError`.
 
 Rollover never stops appends. The next segment's ledger (a *spare*) is created ahead of
-time and recorded in the log record, so a crash cannot leak it. At rollover, appends go to
-the spare at once and are sent to its bookies while the CAS that turns it into the next
-segment runs; their acknowledgements are held back until that CAS is done and every append
-of the earlier segments is confirmed, so completions stay in append order and no position
-is acknowledged before its segment is in the log. The old segment's ledger is then closed
-and marked closed in the record in the background. Should the spare not be ready yet (a
-burst of appends outran its creation), the writer still switches: appends to the new
-segment are accepted and queued, and sent as soon as its ledger exists, so a segment never
-runs past its limits and appends never wait.
+time and put in the log record at once, so a crash cannot leak it. For the usual rollover,
+by entry count, the boundary is known in advance: the spare goes in as the next segment
+already, with the current segment's ``last_sent`` (see :class:`~bkframe.core.logs.Segment`)
+set to the boundary, and the switch needs no metadata write at all. A rollover that comes
+earlier (by bytes, by age, or :meth:`LogWriter.roll`) records the true boundary with one
+CAS. Either way, appends go to the new segment at once and are sent to its bookies; their
+acknowledgements wait until the record holds the new segment with the old one's exact
+``last_sent``, and until every append of the earlier segments is confirmed, so completions
+stay in append order and no position is acknowledged before its segment is in the log. The
+old segment's ledger is then closed and marked closed in the record in the background.
+Should a burst of appends outrun the spare's creation, the writer still switches on time:
+appends to the new segment are queued and sent as soon as its ledger exists.
 """
 
 from __future__ import annotations
@@ -44,17 +47,31 @@ BACKGROUND_ATTEMPTS = 8
 
 
 @attrs.define(eq=False)
+class _Spare:
+    """A ledger made ready for the next segment."""
+
+    handle: WriteHandle
+    #: Its segment number if it is in the record already as the successor of ``after``,
+    #: whose ``last_sent`` was set to ``planned_last`` in the same CAS; else it is only
+    #: listed among the record's spares.
+    number: int = -1
+    after: _Active | None = None
+    planned_last: int = -1
+
+
+@attrs.define(eq=False)
 class _Active:
     """A segment this writer appends (or appended) to."""
 
     #: None until the segment's ledger is ready (appends are queued meanwhile).
     handle: WriteHandle | None
+    spare: _Spare | None = None
     #: The segment number, known once the segment is in the log record.
     number: int = -1
-    queued: list[tuple[bytes, PendingLogAppend]] = attrs.Factory(list)
     appended: int = 0
-    bytes: int = 0
+    size: int = 0
     started: float = attrs.Factory(time.monotonic)
+    queued: list[tuple[bytes, PendingLogAppend]] = attrs.Factory(list)
     registered: trio.Event = attrs.Factory(trio.Event)
     #: Set once this segment's appends may complete: it is in the record and every append
     #: of the earlier segments is confirmed (or something failed: see ``error``).
@@ -121,7 +138,7 @@ class LogWriter:
         seg.registered.set()
         seg.gate.set()
         self._current = seg
-        self._spare: WriteHandle | None = None
+        self._spare: _Spare | None = None
         self._spare_ready = trio.Event()
         #: Why the last attempt to make a spare gave up (raised to a segment waiting for one).
         self._spare_failure: BaseException | None = None
@@ -163,10 +180,10 @@ class LogWriter:
             raise LogError(f"log {self.name!r}: this writer is {'closed' if self._closed else 'closing'}; open the log again to write")
         seg = self._current
         # Entries and bytes here; age is the timer's (a clock read per append costs).
-        if seg.appended >= self._max_entries or seg.bytes >= self._max_bytes:
+        if seg.appended >= self._max_entries or seg.size >= self._max_bytes:
             seg = self._switch()
         seg.appended += 1
-        seg.bytes += len(payload)
+        seg.size += len(payload)
         if seg.handle is None:
             pending = PendingLogAppend(self, seg, None)
             seg.queued.append((payload, pending))
@@ -194,15 +211,12 @@ class LogWriter:
             raise self._failed(e) from None
 
     async def roll(self) -> int:
-        """Start a new segment now (waiting for its ledger if it is not ready); returns the
-        number of the segment that was current."""
+        """Start a new segment now; returns the number of the segment that was current."""
         if self._error is not None:
             raise self._error
         old = self._current
-        if old.appended == 0:
-            await old.registered.wait()
-            return old.number
-        self._switch()
+        if old.appended > 0:
+            self._switch()
         await old.registered.wait()
         return old.number
 
@@ -210,24 +224,24 @@ class LogWriter:
         s = self.settings
         return seg.appended > 0 and (
             seg.appended >= s.rollover_entries
-            or seg.bytes >= s.rollover_bytes
+            or seg.size >= s.rollover_bytes
             or time.monotonic() - seg.started >= s.rollover_s
         )
 
     def _switch(self) -> _Active:
         """Direct appends to a new segment, now; :meth:`_roll` does the rest."""
         old = self._current
-        new = _Active(self._spare)
-        if self._spare is not None:
-            self._spare = None
+        spare, self._spare = self._spare, None
+        if spare is not None:
             self._spare_ready = trio.Event()
+        new = _Active(spare.handle if spare is not None else None, spare)
         self._current = new
         self._spawn(self._roll, old, new)
         if not self._preparing:
             self._spawn(self._prepare_spare)
         return new
 
-    async def _take_spare(self) -> WriteHandle:
+    async def _take_spare(self) -> _Spare:
         while self._spare is None:
             if self._error is not None:
                 raise self._error
@@ -236,12 +250,12 @@ class LogWriter:
             if not self._preparing:
                 self._spawn(self._prepare_spare)
             await self._spare_ready.wait()
-        handle, self._spare = self._spare, None
+        spare, self._spare = self._spare, None
         self._spare_ready = trio.Event()
         self._spawn(self._prepare_spare)
-        return handle
+        return spare
 
-    # -- errors ------------------------------------------------------------------------
+    # -- errors and background work ----------------------------------------------------
 
     def _failed(self, error: BaseException) -> BaseException:
         """Record the writer's first failure (converted for the user) and return it."""
@@ -311,39 +325,58 @@ class LogWriter:
                     record = await self._logs.metadata(self.name)
 
     async def _prepare_spare(self) -> None:
-        """Create the next segment's ledger and record it as this writer's spare."""
+        """Create the next segment's ledger and put it in the record: as the current
+        segment's successor (reserved at the entry-count boundary) when the current segment
+        is in the record, else among the spares."""
         if self._preparing or self._spare is not None:
             return
         self._preparing = True
         try:
-            handle: WriteHandle | None = None
+            made: list[WriteHandle] = []
 
             async def create() -> None:
-                nonlocal handle
                 s = self.settings
-                handle = await self._client.create_ledger(
-                    ensemble=s.ensemble, write_quorum=s.write_quorum, ack_quorum=s.ack_quorum,
-                    ledger_type=s.ledger_type, digest=s.digest, password=self._password,
-                    custom={"bkframe.log": self.name},
+                made.append(
+                    await self._client.create_ledger(
+                        ensemble=s.ensemble, write_quorum=s.write_quorum, ack_quorum=s.ack_quorum,
+                        ledger_type=s.ledger_type, digest=s.digest, password=self._password,
+                        custom={"bkframe.log": self.name},
+                    )
                 )
 
-            if not await self._retrying("creating the next segment's ledger", create) or handle is None:
+            if not await self._retrying("creating the next segment's ledger", create):
                 if self._error is None:
                     self._spare_failure = LogError(
                         f"log {self.name!r}: the next segment's ledger could not be created (see the log for why); "
                         f"close the writer or open the log again"
                     )
                 return
-            ledger_id = handle.ledger_id
+            spare = _Spare(made[0])
+            ledger_id = spare.handle.ledger_id
+            current = self._current
+            if current.handle is not None:
+                await current.registered.wait()
+
+            def put(r: LogMetadata) -> LogMetadata:
+                spare.number, spare.after = -1, None
+                cur = self._current
+                seg = r.segment(cur.number) if cur.number >= 0 else None
+                if cur.handle is None or seg is None or seg.closed or self._closing or cur.appended > self._max_entries:
+                    return attrs.evolve(r, spares=r.spares + (ledger_id,))
+                spare.planned_last = self._max_entries - 1
+                r = r.replace_segment(attrs.evolve(seg, last_sent=spare.planned_last))
+                spare.number, spare.after = r.next_segment, cur
+                return r.add_segment(ledger_id, now=time.time())
+
             try:
-                await self._update(lambda r: attrs.evolve(r, spares=r.spares + (ledger_id,)))
+                await self._update(put)
             except BaseException:
                 with trio.CancelScope(shield=True), trio.move_on_after(10):
                     await self._logs._delete_ledger_quietly(ledger_id)
                 raise
             if self._error is not None:
-                return  # the next writer (or close()) moves spares to the garbage
-            self._spare = handle
+                return  # the next writer moves it to the garbage
+            self._spare = spare
             self._spare_failure = None
         finally:
             self._preparing = False
@@ -362,38 +395,30 @@ class LogWriter:
                     await trio.sleep(min(self.settings.rollover_s, 1.0))  # nothing to roll yet
 
     async def _roll(self, old: _Active, new: _Active) -> None:
-        """Make ``new`` the next segment, open its gate once ``old``'s appends are all in,
-        then close ``old`` and record it closed."""
+        """Make ``new`` the next segment in the record, open its gate once ``old``'s appends
+        are all in, then close ``old`` and record it closed."""
         try:
             await old.registered.wait()  # segment numbers follow the order of appends
             if old.error is not None:
                 raise old.error
-            if new.handle is None:
-                new.handle = await self._take_spare()
+            spare = new.spare
+            if spare is None:
+                spare = new.spare = await self._take_spare()
+                new.handle = spare.handle
                 queued, new.queued = new.queued, []
                 for data, pending in queued:
                     pending._inner = new.handle.append_async(data)
-            ledger_id = new.handle.ledger_id
-            assert old.handle is not None
-            # Nothing goes to the old segment any more: its end is known now, and is
-            # recorded with the new segment (recovery uses it, see Segment.last_sent).
+            # Nothing goes to the old segment any more: its end is known now.
             last_sent = old.appended - 1
-
-            def register(r: LogMetadata) -> LogMetadata:
-                if ledger_id not in r.spares:
-                    raise LogFencedError(f"log {self.name!r}: this writer's spare ledger {ledger_id} was taken away")
-                previous = r.segment(old.number)
-                if previous is not None and not previous.closed:
-                    r = r.replace_segment(attrs.evolve(previous, last_sent=last_sent))
-                r = attrs.evolve(r, spares=tuple(i for i in r.spares if i != ledger_id))
-                return r.add_segment(ledger_id, now=time.time())
-
-            record = await self._update(register)
-            new.number = next(s.number for s in reversed(record.segments) if s.ledger_id == ledger_id)
+            if spare.after is old and spare.number >= 0 and spare.planned_last == last_sent:
+                new.number = spare.number  # reserved with this very boundary: nothing to write
+            else:
+                new.number = await self._register(old, spare, last_sent)
             new.registered.set()
             await old.gate.wait()
             if old.error is not None:
                 raise old.error
+            assert old.handle is not None
             await old.handle.flush()
         except BaseException as e:
             new.error = self._failed(e) if isinstance(e, Exception) else e
@@ -407,6 +432,24 @@ class LogWriter:
                 await self._logs.trim(self.name, retention=True)
             except BKError as e:
                 log.warning("log %r: retention after a rollover failed (the next one tries again): %s", self.name, e)
+
+    async def _register(self, old: _Active, spare: _Spare, last_sent: int) -> int:
+        """Record ``old``'s true boundary and ``spare`` as the next segment; its number."""
+        ledger_id = spare.handle.ledger_id
+
+        def register(r: LogMetadata) -> LogMetadata:
+            previous = r.segment(old.number)
+            if previous is not None and not previous.closed:
+                r = r.replace_segment(attrs.evolve(previous, last_sent=last_sent))
+            if spare.number >= 0 and r.segment(spare.number) is not None:
+                return r  # reserved already: only the boundary moved
+            if ledger_id not in r.spares:
+                raise LogFencedError(f"log {self.name!r}: this writer's spare ledger {ledger_id} was taken away")
+            r = attrs.evolve(r, spares=tuple(i for i in r.spares if i != ledger_id))
+            return r.add_segment(ledger_id, now=time.time())
+
+        record = await self._update(register)
+        return next(s.number for s in reversed(record.segments) if s.ledger_id == ledger_id)
 
     async def _close_segment(self, seg: _Active) -> None:
         closed_md: list[Any] = []
@@ -454,14 +497,15 @@ class LogWriter:
 
         def release(r: LogMetadata) -> LogMetadata:
             current = r.segment(seg.number)
+            # The current segment, and the successor reserved for it (empty, never written).
+            unused = [s for s in r.segments if s.number > seg.number and not s.closed]
             if current is not None and md.last_entry_id < 0:
-                # Nothing was ever written to it: it gives no position; drop it.
-                r = attrs.evolve(r, segments=tuple(s for s in r.segments if s.number != seg.number)).with_garbage([current.ledger_id])
+                unused.append(current)  # nothing was ever written to it: it gives no position
             elif current is not None and not current.closed:
                 r = r.replace_segment(
                     attrs.evolve(current, closed=True, last_entry_id=md.last_entry_id, length=md.length, closed_at=now)
                 )
-            r = r.with_garbage(r.spares)
+            r = r.drop_segments(s.number for s in unused).with_garbage(r.spares)
             return attrs.evolve(r, spares=(), writer="")
 
         record = await self._update(release)

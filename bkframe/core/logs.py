@@ -309,6 +309,21 @@ class LogMetadata:
         )
         return attrs.evolve(self, segments=self.segments + (seg,), next_segment=self.next_segment + 1)
 
+    def drop_segments(self, numbers: Iterable[int]) -> LogMetadata:
+        """Remove segments that never held an acknowledged entry (empty, or written after
+        entries lost in flight) and list their ledgers as garbage. Their numbers are handed
+        out again if they were the last ones: no position ever named an entry in them."""
+        gone = set(numbers)
+        dropped = [s for s in self.segments if s.number in gone]
+        kept = tuple(s for s in self.segments if s.number not in gone)
+        next_segment = self.next_segment
+        if dropped:
+            highest_kept = max((s.number for s in kept), default=-1)
+            lowest_dropped = min(s.number for s in dropped)
+            if lowest_dropped > highest_kept:
+                next_segment = max(lowest_dropped, self.first_segment)
+        return attrs.evolve(self, segments=kept, next_segment=next_segment).with_garbage(s.ledger_id for s in dropped)
+
     def with_commit(self, commit: Commit) -> LogMetadata:
         return attrs.evolve(self, commits=(self.commits + (commit,))[-TOKEN_HISTORY:])
 
