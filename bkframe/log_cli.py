@@ -321,7 +321,7 @@ def bench(
 ) -> None:
     """Appends through a log that rolls over every --rollover-entries vs the same load into
     one ledger, alternating, in one run; prints both and the ratio."""
-    from bkframe.log_bench import bench_ledger_vs_log
+    from bkframe.log_bench import bench_ledger_vs_log, ratios
 
     rows = _run(
         metadata,
@@ -332,7 +332,6 @@ def bench(
     )
     for row in rows:
         click.echo(json.dumps(attrs.asdict(row)) if as_json else row.human())
-    ledger = [r.entries_per_s for r in rows if r.mode == "ledger"]
-    log = [r.entries_per_s for r in rows if r.mode == "log"]
-    if ledger and log and not as_json:
-        click.echo(f"log / ledger: {sum(log) / sum(ledger):.3f} (mean of {len(log)} round(s))")
+    if rows and not as_json:
+        median, total = ratios(rows)
+        click.echo(f"log / ledger entries/s: median of {rounds} round(s) {median:.3f}, all runs together {total:.3f}")

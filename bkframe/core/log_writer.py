@@ -33,13 +33,16 @@ import trio
 
 from bkframe.core.client_errors import BKError, LedgerFencedError
 from bkframe.core.logs import LogError, LogFencedError, LogMetadata, Position
-from bkframe.core.metadata import BadVersionError
+from bkframe.core.metadata import BadVersionError, LedgerMetadata
 
 if TYPE_CHECKING:
     from bkframe.core.log_client import Logs
     from bkframe.core.write_handle import PendingAppend, WriteHandle
 
 log = logging.getLogger("bkframe.logs")
+
+#: ``Position(s, e)`` without the named tuple's Python-level ``__new__`` (one per append).
+_position = tuple.__new__
 
 #: Background metadata work (closing a rolled segment, preparing a spare) retries this many
 #: times, backing off from 0.1 s to 5 s, before it leaves the job to the next writer.
@@ -63,6 +66,7 @@ class _Spare:
 class _Active:
     """A segment this writer appends (or appended) to."""
 
+    writer: LogWriter
     #: None until the segment's ledger is ready (appends are queued meanwhile).
     handle: WriteHandle | None
     spare: _Spare | None = None
@@ -76,39 +80,55 @@ class _Active:
     #: Set once this segment's appends may complete: it is in the record and every append
     #: of the earlier segments is confirmed (or something failed: see ``error``).
     gate: trio.Event = attrs.Factory(trio.Event)
+    #: ``gate.is_set()``, as a plain attribute for the per-append checks.
+    open: bool = False
     error: BaseException | None = None
+
+    def open_gate(self) -> None:
+        self.open = True
+        self.gate.set()
+
+
+def _mark_closed(r: LogMetadata, seg: _Active, md: LedgerMetadata) -> LogMetadata:
+    current = r.segment(seg.number)
+    if current is None or current.closed:
+        return r
+    return r.replace_segment(
+        attrs.evolve(current, closed=True, last_entry_id=md.last_entry_id, length=md.length, closed_at=time.time())
+    )
 
 
 class PendingLogAppend:
     """An append in flight; ``await pending.wait()`` returns its position once confirmed."""
 
-    __slots__ = ("_seg", "_inner", "_writer")
+    __slots__ = ("_seg", "_inner")
 
-    def __init__(self, writer: LogWriter, seg: _Active, inner: PendingAppend | None) -> None:
-        self._writer = writer
+    def __init__(self, seg: _Active, inner: PendingAppend | None) -> None:
         self._seg = seg
         #: None while queued for a segment whose ledger is not ready yet.
         self._inner = inner
 
     def done(self) -> bool:
         inner = self._inner
-        return self._seg.gate.is_set() and (inner is None or inner.done())
+        return self._seg.open and (inner is None or inner.done())
 
     def result(self) -> Position:
         """The position of a :meth:`done` append (raises what :meth:`wait` would)."""
         seg = self._seg
         inner = self._inner
-        if seg.error is not None and seg.gate.is_set():
-            raise seg.error
-        if inner is None or not inner.done() or not seg.gate.is_set():
+        if not seg.open or inner is None or not inner.done():
+            if seg.open and seg.error is not None:
+                raise seg.error
             raise RuntimeError("the append is not confirmed yet; await wait() instead")
+        if seg.error is not None:
+            raise seg.error
         if inner.error is not None:
-            raise self._writer._failed(inner.error) if isinstance(inner.error, BKError) else inner.error
-        return Position(seg.number, inner.entry_id)
+            raise seg.writer._failed(inner.error) if isinstance(inner.error, BKError) else inner.error
+        return _position(Position, (seg.number, inner.entry_id))
 
     async def wait(self) -> Position:
         seg = self._seg
-        if not seg.gate.is_set():
+        if not seg.open:
             await seg.gate.wait()
         if seg.error is not None:
             raise seg.error
@@ -116,8 +136,8 @@ class PendingLogAppend:
         try:
             entry_id = await self._inner.wait()
         except BKError as e:
-            raise self._writer._failed(e) from None
-        return Position(seg.number, entry_id)
+            raise seg.writer._failed(e) from None
+        return _position(Position, (seg.number, entry_id))
 
 
 class LogWriter:
@@ -134,9 +154,9 @@ class LogWriter:
         self._max_bytes = record.settings.rollover_bytes
         self._password = password
         self._record = record
-        seg = _Active(first, number=record.segments[-1].number)
+        seg = _Active(self, first, number=record.segments[-1].number)
         seg.registered.set()
-        seg.gate.set()
+        seg.open_gate()
         self._current = seg
         self._spare: _Spare | None = None
         self._spare_ready = trio.Event()
@@ -145,6 +165,8 @@ class LogWriter:
         self._preparing = False
         self._md_lock = trio.Lock()
         self._error: BaseException | None = None
+        #: Why appends are refused (the first failure, or closing); None while they are not.
+        self._refuse: BaseException | None = None
         self._closing = False
         self._closed = False
         self._tasks = 0
@@ -174,25 +196,23 @@ class LogWriter:
 
     def append_async(self, payload: bytes) -> PendingLogAppend:
         """Start an append; successive appends complete in order, across rollovers."""
-        if self._error is not None:
-            raise self._error
-        if self._closing:
-            raise LogError(f"log {self.name!r}: this writer is {'closed' if self._closed else 'closing'}; open the log again to write")
+        if self._refuse is not None:
+            raise self._refuse
         seg = self._current
         # Entries and bytes here; age is the timer's (a clock read per append costs).
         if seg.appended >= self._max_entries or seg.size >= self._max_bytes:
             seg = self._switch()
         seg.appended += 1
         seg.size += len(payload)
-        if seg.handle is None:
-            pending = PendingLogAppend(self, seg, None)
+        handle = seg.handle
+        if handle is None:
+            pending = PendingLogAppend(seg, None)
             seg.queued.append((payload, pending))
             return pending
         try:
-            inner = seg.handle.append_async(payload)
+            return PendingLogAppend(seg, handle.append_async(payload))
         except BKError as e:
             raise self._failed(e) from None
-        return PendingLogAppend(self, seg, inner)
 
     async def append(self, payload: bytes) -> Position:
         """Append one entry and wait until it is confirmed; returns its position."""
@@ -234,11 +254,10 @@ class LogWriter:
         spare, self._spare = self._spare, None
         if spare is not None:
             self._spare_ready = trio.Event()
-        new = _Active(spare.handle if spare is not None else None, spare)
+        new = _Active(self, spare.handle if spare is not None else None, spare)
         self._current = new
+        # The next spare is made once ``old`` is closed: one CAS records both (see _roll).
         self._spawn(self._roll, old, new)
-        if not self._preparing:
-            self._spawn(self._prepare_spare)
         return new
 
     async def _take_spare(self) -> _Spare:
@@ -252,7 +271,6 @@ class LogWriter:
             await self._spare_ready.wait()
         spare, self._spare = self._spare, None
         self._spare_ready = trio.Event()
-        self._spawn(self._prepare_spare)
         return spare
 
     # -- errors and background work ----------------------------------------------------
@@ -265,7 +283,7 @@ class LogWriter:
                 f"writer had acknowledged is lost; open the log again to write"
             )
         if self._error is None:
-            self._error = error
+            self._error = self._refuse = error
             self._timer.cancel()
         return error
 
@@ -324,11 +342,14 @@ class LogWriter:
                 except BadVersionError:
                     record = await self._logs.metadata(self.name)
 
-    async def _prepare_spare(self) -> None:
+    async def _prepare_spare(self, closed: tuple[_Active, LedgerMetadata] | None = None) -> None:
         """Create the next segment's ledger and put it in the record: as the current
         segment's successor (reserved at the entry-count boundary) when the current segment
-        is in the record, else among the spares."""
+        is in the record, else among the spares. ``closed``: a rolled segment and its
+        closed ledger, marked closed in the same CAS."""
         if self._preparing or self._spare is not None:
+            if closed is not None:
+                await self._update(lambda r: _mark_closed(r, *closed))
             return
         self._preparing = True
         try:
@@ -350,6 +371,8 @@ class LogWriter:
                         f"log {self.name!r}: the next segment's ledger could not be created (see the log for why); "
                         f"close the writer or open the log again"
                     )
+                    if closed is not None:
+                        await self._update(lambda r: _mark_closed(r, *closed))
                 return
             spare = _Spare(made[0])
             ledger_id = spare.handle.ledger_id
@@ -358,6 +381,8 @@ class LogWriter:
                 await current.registered.wait()
 
             def put(r: LogMetadata) -> LogMetadata:
+                if closed is not None:
+                    r = _mark_closed(r, *closed)
                 spare.number, spare.after = -1, None
                 cur = self._current
                 seg = r.segment(cur.number) if cur.number >= 0 else None
@@ -425,8 +450,13 @@ class LogWriter:
             raise
         finally:
             new.registered.set()
-            new.gate.set()
-        await self._close_segment(old)
+            new.open_gate()
+        md = await self._close_ledger(old)
+        if md is not None:
+            # Marked closed together with the next spare's reservation: one CAS.
+            await self._prepare_spare(closed=(old, md))
+        elif self._spare is None and not self._preparing:
+            await self._prepare_spare()
         if self.settings.retention_s is not None or self.settings.retention_bytes is not None:
             try:
                 await self._logs.trim(self.name, retention=True)
@@ -451,8 +481,9 @@ class LogWriter:
         record = await self._update(register)
         return next(s.number for s in reversed(record.segments) if s.ledger_id == ledger_id)
 
-    async def _close_segment(self, seg: _Active) -> None:
-        closed_md: list[Any] = []
+    async def _close_ledger(self, seg: _Active) -> LedgerMetadata | None:
+        """Close a rolled segment's ledger; None if that failed (left to the next writer)."""
+        closed_md: list[LedgerMetadata] = []
 
         async def close() -> None:
             assert seg.handle is not None
@@ -460,22 +491,11 @@ class LogWriter:
 
         try:
             if not await self._retrying(f"closing segment {seg.number}", close):
-                return  # left open in the record: the next writer recovers it
+                return None  # left open in the record: the next writer recovers it
         except LedgerFencedError as e:
             self._failed(e)
-            return
-        md = closed_md[0]
-        now = time.time()
-
-        def mark(r: LogMetadata) -> LogMetadata:
-            current = r.segment(seg.number)
-            if current is None or current.closed:
-                return r
-            return r.replace_segment(
-                attrs.evolve(current, closed=True, last_entry_id=md.last_entry_id, length=md.length, closed_at=now)
-            )
-
-        await self._update(mark)
+            return None
+        return closed_md[0]
 
     # -- closing -----------------------------------------------------------------------
 
@@ -485,6 +505,8 @@ class LogWriter:
         if self._closed:
             return self._record
         self._closing = True
+        if self._refuse is None:
+            self._refuse = LogError(f"log {self.name!r}: this writer is closed; open the log again to write")
         self._timer.cancel()
         await self.flush()
         seg = self._current
