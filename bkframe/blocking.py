@@ -279,6 +279,9 @@ class BlockingLogReader:
     def read_segment(self, segment: int, first: int, last: int) -> list[LogEntry]:
         return self._owner._run(self.reader.read_segment, segment, first, last)
 
+    def advance(self, start: Position | str, max_entries: int, end: Position | None = None) -> Position:
+        return self._owner._run(self.reader.advance, start, max_entries, end)
+
     def tail(
         self, start: Position | str = EARLIEST, *, poll_timeout_s: float = 1.0, idle_timeout_s: float | None = None
     ) -> BlockingTail:

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 CHUNK = 1000
 #: The first wait of a caught-up tail after progress; doubles up to ``poll_timeout_s``.
 FIRST_WAIT_S = 0.05
+#: Read handles a reader keeps (closed segments' are dropped first beyond this).
+MAX_HANDLES = 64
 
 
 class _SegmentGone(Exception):
@@ -141,6 +143,21 @@ class LogReader:
                 out.append(SegmentRange(seg.number, seg.ledger_id, lo, hi))
         return out
 
+    async def advance(self, start: Position | str, max_entries: int, end: Position | None = None) -> Position:
+        """The position ``max_entries`` confirmed entries after ``start``, or ``end`` (default
+        the log's end) if there are fewer: where a bounded batch from ``start`` stops (what
+        a stream's ``maxEntriesPerTrigger`` needs)."""
+        if max_entries < 0:
+            raise ValueError(f"max_entries must be >= 0, got {max_entries}")
+        first = await self.resolve(start)
+        stop = end if end is not None else await self.end()
+        left = max_entries
+        for part in await self.snapshot(first, stop):
+            if part.entries >= left:
+                return Position(part.segment, part.first + left)
+            left -= part.entries
+        return max(stop, first)
+
     async def read_segment(self, segment: int, first: int, last: int) -> list[LogEntry]:
         """Entries ``first..last`` (inclusive) of one segment; they must be confirmed."""
         seg = self.metadata.segment(segment) or (await self.refresh()).segment(segment)
@@ -177,6 +194,9 @@ class LogReader:
             except NoSuchLedgerError:
                 await self._gone(seg)
                 raise
+            if len(self._handles) >= MAX_HANDLES:
+                for ledger_id in [i for i, h in self._handles.items() if h.closed][: MAX_HANDLES // 2]:
+                    del self._handles[ledger_id]
             self._handles[seg.ledger_id] = handle
         return handle
 

@@ -178,6 +178,8 @@ class LogWriter:
         """Have the first spare ready (so the first rollover is on time), start the age timer."""
         try:
             await self._prepare_spare()
+        except LogFencedError as e:
+            raise self._failed(e) from None  # another writer took the log at once
         except BKError as e:
             log.warning("log %r: no spare ledger yet (the writer retries at rollover): %s", self.name, e)
         self._spawn(self._age_timer)

@@ -241,6 +241,10 @@ async def test_retention_removes_only_what_every_cursor_passed(log_cluster: Clus
         # The writer applies retention after each rollover: the cursors at 0:0 held it all.
         assert [s.entries for s in md.segments] == [20] * 5
         ledgers = [s.ledger_id for s in md.segments]
+        # A bounded batch (a stream's maxEntriesPerTrigger) stops at the right position.
+        bounded = await logs.reader("kept")
+        assert await bounded.advance("earliest", 45) == Position(2, 5)
+        assert await bounded.advance(Position(3, 10), 1000) == Position(4, 20) == await bounded.end()
         await logs.move_cursor("kept", "slow", Position(1, 5))
         await logs.move_cursor("kept", "fast", Position(3, 0))
         info = await logs.info("kept")
