@@ -1,90 +1,130 @@
 """bkframe: a replicated, durable log store in the model of Apache BookKeeper.
 
-``import bkframe`` gives the trio-native client (:func:`open_client`) and the blocking
-facade (:func:`connect`); plugin authors use :data:`hookimpl` and ``bkframe.core``.
+``import bkframe`` gives the trio-native client (:func:`open_client`), the blocking facade
+(:func:`connect`), the handles and values they return, every error (one root,
+:class:`BKError`), and :data:`hookimpl` for plugin authors (whose API is ``bkframe.core``).
 """
 
-from bkframe.core.client_errors import (
+from bkframe.core.client.blocking import (
+    BlockingClient,
+    BlockingLogReader,
+    BlockingLogs,
+    BlockingLogWriter,
+    BlockingReadHandle,
+    BlockingTail,
+    BlockingWriteHandle,
+    connect,
+)
+from bkframe.core.client.client import Client, open_client
+from bkframe.core.client.log_client import CursorInfo, LogInfo, Logs
+from bkframe.core.client.log_reader import LogReader
+from bkframe.core.client.log_writer import LogWriter, PendingLogAppend
+from bkframe.core.client.logs import (
+    CommitResult,
+    Cursor,
+    LogEntry,
+    LogMetadata,
+    LogSettings,
+    Position,
+    Segment,
+    SegmentRange,
+    TrimResult,
+)
+from bkframe.core.client.read_handle import Entry, ReadHandle
+from bkframe.core.client.settings import ClientSettings
+from bkframe.core.client.write_handle import PendingAppend, WriteHandle
+from bkframe.core.hookspecs import hookimpl
+from bkframe.core.metadata import DigestType, LedgerMetadata, LedgerStateName
+from bkframe.errors import (
+    BadVersionError,
     BKError,
     BookieError,
+    CommitError,
+    ConfigError,
+    CursorExistsError,
     LedgerClosedError,
     LedgerDeletedError,
+    LedgerExistsError,
     LedgerFencedError,
-    NoSuchEntryError,
-    NoSuchLedgerError,
-    NotEnoughBookiesError,
-    RecoveryError,
-    UnauthorizedError,
-    UnsupportedError,
-)
-from bkframe.core.hookspecs import hookimpl
-from bkframe.core.logs import (
-    CommitError,
     LogError,
     LogExistsError,
     LogFencedError,
+    MetadataError,
     NoSuchCursorError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
     NoSuchLogError,
-    Position,
+    NotEnoughBookiesError,
+    PluginError,
     PositionTrimmedError,
+    ProtocolError,
+    RecoveryError,
+    UnauthorizedError,
+    UnknownLedgerTypeError,
+    UnsupportedError,
 )
 
 __version__ = "0.1.0"
 
-
-def __getattr__(name: str):  # noqa: ANN202 - lazy so that plugins importing hookimpl stay light
-    if name == "open_client":
-        from bkframe.core.client import open_client
-
-        return open_client
-    if name == "connect":
-        from bkframe.blocking import connect
-
-        return connect
-    if name in ("Logs", "LogSettings", "LogWriter", "LogReader", "LogEntry"):
-        import bkframe.core.log_client as lc
-        import bkframe.core.log_reader as lr
-        import bkframe.core.log_writer as lw
-        import bkframe.core.logs as lm
-
-        for mod in (lc, lr, lw, lm):
-            if hasattr(mod, name):
-                return getattr(mod, name)
-    if name in ("Client", "WriteHandle", "ReadHandle", "Entry", "LedgerMetadata", "DigestType"):
-        import bkframe.core.client as c
-        import bkframe.core.metadata as m
-        import bkframe.core.read_handle as r
-        import bkframe.core.write_handle as w
-
-        for mod in (c, m, r, w):
-            if hasattr(mod, name):
-                return getattr(mod, name)
-    raise AttributeError(f"module 'bkframe' has no attribute {name!r}")
-
-
 __all__ = [
     "BKError",
+    "BadVersionError",
+    "BlockingClient",
+    "BlockingLogReader",
+    "BlockingLogWriter",
+    "BlockingLogs",
+    "BlockingReadHandle",
+    "BlockingTail",
+    "BlockingWriteHandle",
     "BookieError",
+    "Client",
+    "ClientSettings",
+    "CommitError",
+    "CommitResult",
+    "ConfigError",
+    "Cursor",
+    "CursorExistsError",
+    "CursorInfo",
+    "DigestType",
+    "Entry",
     "LedgerClosedError",
     "LedgerDeletedError",
+    "LedgerExistsError",
     "LedgerFencedError",
-    "NoSuchEntryError",
-    "NoSuchLedgerError",
-    "NotEnoughBookiesError",
-    "RecoveryError",
-    "UnauthorizedError",
-    "UnsupportedError",
-    "CommitError",
+    "LedgerMetadata",
+    "LedgerStateName",
+    "LogEntry",
     "LogError",
     "LogExistsError",
     "LogFencedError",
+    "LogInfo",
+    "LogMetadata",
+    "LogReader",
+    "LogSettings",
+    "LogWriter",
+    "Logs",
+    "MetadataError",
     "NoSuchCursorError",
+    "NoSuchEntryError",
+    "NoSuchLedgerError",
     "NoSuchLogError",
+    "NotEnoughBookiesError",
+    "PendingAppend",
+    "PendingLogAppend",
+    "PluginError",
     "Position",
     "PositionTrimmedError",
-    "Logs",
-    "LogSettings",
+    "ProtocolError",
+    "ReadHandle",
+    "RecoveryError",
+    "Segment",
+    "SegmentRange",
+    "TrimResult",
+    "UnauthorizedError",
+    "UnknownLedgerTypeError",
+    "UnsupportedError",
+    "WriteHandle",
+    "connect",
     "hookimpl",
     "open_client",
-    "connect",
 ]

@@ -1,3 +1,3 @@
-from bkframe.cli import main
+from bkframe.cli.main import main
 
 main()

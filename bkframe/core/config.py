@@ -1,23 +1,26 @@
 """Bookie configuration: a TOML file, command-line overrides, validation with clear errors.
 
-The ``[bookie]`` section belongs to the core and is validated here. The ``[journal]``,
-``[ledger_storage]`` and ``[entry_log_manager]`` sections belong to whichever plugin
-their ``plugin`` key names; the core passes them on as dicts and the plugin validates them.
+Every section is validated one way, by :func:`parse_section` against an attrs class whose
+fields are its keys (typed, with defaults and validators): ``[bookie]`` and ``[plugins]``
+belong to the core (:class:`BookieConfig`, :class:`PluginsConfig`); ``[journal]``,
+``[ledger_storage]`` and ``[entry_log_manager]`` belong to the component their ``plugin``
+key names, which registers its own config class with the component (see
+:mod:`bkframe.core.registry`); the plugin manager validates them when it makes the part.
 """
 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import attrs
 
+from bkframe.errors import ConfigError
 
-class ConfigError(ValueError):
-    """The configuration is wrong; the message says where and what to do."""
-
+T = TypeVar("T")
 
 PLUGIN_SECTIONS = ("journal", "ledger_storage", "entry_log_manager")
 
@@ -28,21 +31,121 @@ DEFAULT_SECTIONS: dict[str, dict[str, Any]] = {
 }
 
 
+# -- one way to validate a section ------------------------------------------------------------
+
+
+def _kind(t: Any) -> str:
+    """How a message names a field's type ("an integer", ...)."""
+    name = t if isinstance(t, str) else getattr(t, "__name__", str(t))
+    if typing.get_origin(t) is tuple or name.startswith("tuple"):
+        return "a list of strings"
+    return {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false", "Path": "a path"}.get(
+        name, name
+    )
+
+
+def at_least(minimum: float) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """A validator: ``KEY = VALUE should be an integer >= MINIMUM``."""
+
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value < minimum:
+            raise ValueError(f"{attribute.name} = {value!r} should be {_kind(attribute.type)} >= {minimum}")
+
+    return check
+
+
+def above(low: float) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """A validator: ``KEY = VALUE should be a number > LOW``."""
+
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not value > low:
+            raise ValueError(f"{attribute.name} = {value!r} should be {_kind(attribute.type)} > {low}")
+
+    return check
+
+
+def at_most(high: float) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """A validator: ``KEY = VALUE should be a number <= HIGH``."""
+
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value > high:
+            raise ValueError(f"{attribute.name} = {value!r} should be {_kind(attribute.type)} <= {high}")
+
+    return check
+
+
+def between(low: float, high: float) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """A validator: ``KEY = VALUE should be a number from LOW to HIGH``."""
+
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not low <= value <= high:
+            raise ValueError(f"{attribute.name} = {value!r} should be {_kind(attribute.type)} from {low} to {high}")
+
+    return check
+
+
+def _accepts(t: Any, value: Any) -> tuple[bool, Any]:
+    """Whether ``value`` (from TOML) fits type ``t``, and the value to use."""
+    if typing.get_origin(t) is tuple:
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        return ok, tuple(value) if ok else value
+    if t is bool:
+        return isinstance(value, bool), value
+    if isinstance(value, bool):
+        return False, value
+    if t is float:  # an integer is a number too (kept as written, so messages show it so)
+        return isinstance(value, (int, float)), value
+    if t is Path:
+        return isinstance(value, (str, Path)), Path(value) if isinstance(value, (str, Path)) else value
+    return isinstance(value, t), value
+
+
+def parse_section(cls: type[T], raw: Mapping[str, Any], *, where: str) -> T:
+    """Validate a config section against the attrs class ``cls``; return an instance.
+
+    Unknown keys, values of the wrong type and values a field's validator refuses are
+    :class:`ConfigError` errors that start with ``where`` (e.g. ``"conf/bookie.toml: [journal]
+    (plugin 'journal_fs')"``) and name the key: ``unknown key(s) X; known keys: ...``,
+    ``KEY = VALUE should be an integer``, ``KEY = VALUE should be a number >= 0``.
+    Field types may be ``bool``, ``int``, ``float``, ``str``, ``Path`` or ``tuple[str, ...]``.
+    """
+    fields = {f.name: f for f in attrs.fields(attrs.resolve_types(cast(Any, cls)))}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(fields)) or '(none)'}"
+        )
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        ok, values[key] = _accepts(fields[key].type, value)
+        if not ok:
+            raise ConfigError(f"{where}: {key} = {value!r} should be {_kind(fields[key].type)}")
+    try:
+        return cls(**values)
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+@attrs.frozen
+class NoConfig:
+    """The config class of a component that takes no keys (besides ``plugin``)."""
+
+
 @attrs.frozen
 class BookieConfig:
     host: str = "127.0.0.1"
-    port: int = attrs.field(default=3181, validator=attrs.validators.and_(attrs.validators.ge(0), attrs.validators.le(65535)))
+    port: int = attrs.field(default=3181, validator=between(0, 65535))
     data_dir: Path = attrs.field(default=Path("data"), converter=Path)
     #: Metadata store URI; empty means the bookie does not register anywhere.
     metadata: str = ""
     #: Largest entry accepted, in bytes; a larger ADD gets BAD_REQUEST.
-    max_entry_size: int = attrs.field(default=5 * 1024 * 1024, validator=attrs.validators.gt(0))
+    max_entry_size: int = attrs.field(default=5 * 1024 * 1024, validator=at_least(1))
     #: Seconds live connections get to finish in-flight requests on shutdown.
-    drain_timeout_s: float = attrs.field(default=5.0, validator=attrs.validators.ge(0))
+    drain_timeout_s: float = attrs.field(default=5.0, validator=at_least(0))
     #: Seconds between checkpoints (flush ledger storage, persist LastLogMark, trim journal).
-    checkpoint_interval_s: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
+    checkpoint_interval_s: float = attrs.field(default=30.0, validator=above(0))
     #: Frames (request batches) a connection may have awaiting their responses.
-    max_pending_batches: int = attrs.field(default=64, validator=attrs.validators.gt(0))
+    max_pending_batches: int = attrs.field(default=64, validator=at_least(1))
     #: The id the bookie registers with; defaults to HOST:PORT.
     bookie_id: str = ""
     #: On a cookie mismatch (data dir missing or replaced): re-stamp and start instead of refusing.
@@ -53,21 +156,21 @@ class BookieConfig:
     data_loss_protection: bool = True
     #: Seconds between garbage collections (with a metadata store): ledgers deleted from
     #: the store are deleted here and entry logs no ledger uses any more are removed.
-    gc_interval_s: float = attrs.field(default=60.0, validator=attrs.validators.gt(0))
+    gc_interval_s: float = attrs.field(default=60.0, validator=above(0))
     #: A dead bookie's registration disappears from the metadata store after about this long.
-    registration_ttl_s: float = attrs.field(default=6.0, validator=attrs.validators.gt(0))
+    registration_ttl_s: float = attrs.field(default=6.0, validator=above(0))
     #: A ledger this bookie deleted (garbage collection) is remembered this long, so that its
     #: old writer's adds are refused instead of creating it again (a week by default).
-    deleted_ledger_retention_s: float = attrs.field(default=7 * 24 * 3600.0, validator=attrs.validators.gt(0))
+    deleted_ledger_retention_s: float = attrs.field(default=7 * 24 * 3600.0, validator=above(0))
     #: Read-only mode (BookKeeper's diskUsageThreshold): once this fraction of the data
     #: dir's filesystem is used, the bookie takes no more adds and registers read-only.
     disk_usage_threshold: float = attrs.field(
-        default=0.95, validator=attrs.validators.and_(attrs.validators.gt(0), attrs.validators.le(1))
+        default=0.95, validator=[above(0), at_most(1)]
     )
     #: ...and takes adds again once usage is below this fraction (diskUsageLwm).
     disk_usage_lwm: float = attrs.field(default=0.90)
     #: Seconds between disk usage checks (diskCheckInterval).
-    disk_check_interval_s: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
+    disk_check_interval_s: float = attrs.field(default=10.0, validator=above(0))
 
     @disk_usage_lwm.validator
     def _lwm_below_threshold(self, attribute: attrs.Attribute[float], value: float) -> None:
@@ -79,44 +182,28 @@ class BookieConfig:
 
 
 @attrs.frozen
+class PluginsConfig:
+    """``[plugins]``: which installed plugins (entry points) to leave out."""
+
+    #: Entry-point names of third-party plugins not to load (``bkframe plugins`` lists them);
+    #: ``$BKFRAME_DISABLE_PLUGINS`` (comma-separated) adds to it. Built-ins cannot be disabled.
+    disable: tuple[str, ...] = ()
+
+
+@attrs.frozen
 class Config:
     bookie: BookieConfig
     journal: Mapping[str, Any]
     ledger_storage: Mapping[str, Any]
     entry_log_manager: Mapping[str, Any]
+    plugins: PluginsConfig = PluginsConfig()
     source: str = "(defaults)"
 
 
-def _bookie_section(raw: Mapping[str, Any], source: str) -> BookieConfig:
-    fields = {f.name: f for f in attrs.fields(BookieConfig)}
-    unknown = sorted(set(raw) - set(fields))
-    if unknown:
-        raise ConfigError(
-            f"{source}: unknown key(s) in [bookie]: {', '.join(unknown)}; known keys: {', '.join(sorted(fields))}"
-        )
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        default = fields[key].default
-        want = type(default) if not isinstance(default, Path) else (str, Path)
-        if want is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if isinstance(value, bool) and want is not bool or not isinstance(value, want):
-            raise ConfigError(f"{source}: [bookie] {key} = {value!r} should be {_type_name(want)}")
-        values[key] = value
-    try:
-        return BookieConfig(**values)
-    except ValueError as e:
-        raise ConfigError(f"{source}: [bookie]: {e}") from None
-
-
-def _type_name(t: Any) -> str:
-    if isinstance(t, tuple):
-        return "a path string"
-    return {int: "an integer", float: "a number", str: "a string", bool: "a boolean"}.get(t, str(t))
-
-
 def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
-    """Read ``path`` (or use defaults), apply ``[bookie]`` overrides, validate."""
+    """Read ``path`` (or use defaults), apply ``[bookie]`` overrides, validate ``[bookie]``
+    and ``[plugins]`` (the component sections are validated by the components' classes
+    when the plugin manager makes them: :meth:`PluginManager.check_config` does it at once)."""
     raw: dict[str, Any] = {}
     source = "(defaults)"
     if path is not None:
@@ -127,7 +214,7 @@ def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = 
             raise ConfigError(f"config file {path} does not exist") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
-    known = {"bookie", *PLUGIN_SECTIONS}
+    known = {"bookie", "plugins", *PLUGIN_SECTIONS}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -139,4 +226,9 @@ def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = 
         if value is not None:
             bookie_raw[key] = value
     sections = {s: {**DEFAULT_SECTIONS[s], **raw.get(s, {})} for s in PLUGIN_SECTIONS}
-    return Config(bookie=_bookie_section(bookie_raw, source), source=source, **sections)
+    return Config(
+        bookie=parse_section(BookieConfig, bookie_raw, where=f"{source}: [bookie]"),
+        plugins=parse_section(PluginsConfig, raw.get("plugins", {}), where=f"{source}: [plugins]"),
+        source=source,
+        **sections,
+    )

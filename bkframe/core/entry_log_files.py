@@ -17,11 +17,12 @@ import trio
 from bkframe.core.counters import Counters
 from bkframe.core.fsync import fsync_files
 from bkframe.core.interfaces import Buffer
+from bkframe.errors import BKError
 
 _LOG_NAME = re.compile(r"^([0-9a-f]{8})\.log$")
 
 
-class EntryLogError(Exception):
+class EntryLogError(BKError):
     """An entry log is unreadable, a read falls outside it, or a write or fsync to it failed."""
 
 

@@ -1,5 +1,6 @@
-"""fsync helpers shared by the core and storage plugins (blocking: call them off the event loop
-where they may wait on the disk)."""
+"""Durable file updates in one place: the ordering that makes them survive a crash (write,
+fsync, rename, fsync the directory) is written once, here, for the core and for storage
+plugins. Blocking: call them off the event loop where they may wait on the disk."""
 
 from __future__ import annotations
 
@@ -26,24 +27,56 @@ def fsync_files(fds: Sequence[int], directory: Path | None = None) -> int:
     return len(fds) + (1 if directory is not None else 0)
 
 
-def write_file_durably(path: Path, data: bytes) -> None:
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` (a short write, as on a full disk's edge, is continued or raises)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_durably(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new content,
-    whole: write a temporary file completely (a short write, as on a full disk's edge, is
-    continued or raises), fsync it, rename it over ``path``, fsync the directory."""
+    whole: write a temporary file completely, fsync it, rename it over ``path``, fsync the
+    directory. On failure the temporary file is removed (on a full disk it would take space)."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, data)
         os.fsync(fd)
     except OSError:
         os.close(fd)
-        tmp.unlink(missing_ok=True)  # on a full disk, do not leave the partial copy taking space
+        tmp.unlink(missing_ok=True)
         raise
     os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def append_durably(path: Path, data: bytes) -> None:
+    """Append ``data`` to ``path`` (created if missing) and fsync it, and the directory if
+    the file is new. If the write fails, the file is cut back to where it was: no partial
+    record is left behind for the next append to follow."""
+    created = not path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
+    if created:
+        fsync_dir(path.parent)
+
+
+def remove_durably(path: Path) -> None:
+    """Delete ``path`` (if there) and make the deletion durable."""
+    path.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
 
 def fsync_tree(directory: Path) -> int:
     """fsync every file and directory under ``directory`` (what an earlier run of the process

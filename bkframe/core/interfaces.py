@@ -13,6 +13,8 @@ from typing import Protocol, runtime_checkable
 import attrs
 import trio
 
+from bkframe.errors import BKError
+
 Buffer = bytes | bytearray | memoryview
 
 
@@ -32,7 +34,7 @@ class JournalPosition:
 class Journal(Protocol):
     """An append-only, group-committed write-ahead log of opaque records.
 
-    Records are opaque bytes to the journal; :mod:`bkframe.core.journal_records` says what
+    Records are opaque bytes to the journal; :mod:`bkframe.core.bookie.journal_records` says what
     the bookie puts in them. The journal frames each record (length + CRC) so that a torn
     tail is detected at replay.
 
@@ -308,13 +310,13 @@ class LedgerType:
     lac_by_sync: bool = False
 
 
-class JournalWriteError(OSError):
+class JournalWriteError(BKError, OSError):
     """Journal records were not written because a write failed in a way the journal
     survives (the disk is full: ``errno`` is ENOSPC or EDQUOT). Those records are not
     durable and never will be; the journal goes on with later ones."""
 
 
-class JournalCorruptError(Exception):
+class JournalCorruptError(BKError):
     """The journal is corrupt before its tail; the bookie must not start on it."""
 
     def __init__(self, path: str, offset: int, reason: str) -> None:

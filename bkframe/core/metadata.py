@@ -4,8 +4,11 @@ Every update of ledger metadata is a compare-and-set on ``version``: read, ``att
 ``update_ledger(new, expected_version=old.version)``. A store raises
 :class:`BadVersionError` when someone else updated first.
 
-Named logs (:mod:`bkframe.core.logs`) keep one record per log and one per cursor; stores
-hold them as opaque bytes with a version, compared-and-set like ledger metadata.
+Named logs (:mod:`bkframe.core.client.logs`) keep one record per log and one per cursor;
+stores hold them as opaque bytes with a version, compared-and-set like ledger metadata.
+
+The metadata errors (:class:`MetadataError`, :class:`NoSuchLedgerError`, ...) are defined in
+:mod:`bkframe.errors` and re-exported here, where store plugins import them.
 """
 
 from __future__ import annotations
@@ -19,7 +22,15 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 import trio
 
-from bkframe.core.ledger_keys import password_hash  # noqa: F401 - re-exported: metadata users hash passwords
+from bkframe.core.ledger_keys import password_hash
+from bkframe.errors import (
+    BadVersionError,
+    LedgerExistsError,
+    LogExistsError,
+    MetadataError,
+    NoSuchLedgerError,
+    NoSuchLogError,
+)
 
 
 class LedgerStateName(str, enum.Enum):
@@ -52,14 +63,27 @@ def _fragments(instance: LedgerMetadata, attribute: attrs.Attribute[Any], value:
             raise ValueError(f"fragment at entry {first} names a bookie twice: {ensemble}")
 
 
+#: (first entry id, bookie ids) per fragment, ordered by first entry id.
+Fragments = tuple[tuple[int, tuple[str, ...]], ...]
+
+
+def ensemble_at(fragments: Fragments, entry_id: int) -> tuple[str, ...]:
+    """The ensemble of the fragment that holds ``entry_id``."""
+    chosen = fragments[0][1]
+    for first, ensemble in fragments:
+        if first > entry_id:
+            break
+        chosen = ensemble
+    return chosen
+
+
 @attrs.frozen
 class LedgerMetadata:
     ledger_id: int
     ensemble_size: int = attrs.field(validator=_quorums)
     write_quorum: int
     ack_quorum: int
-    #: (first entry id, bookie ids) per fragment, ordered by first entry id.
-    fragments: tuple[tuple[int, tuple[str, ...]], ...] = attrs.field(
+    fragments: Fragments = attrs.field(
         converter=lambda fs: tuple((int(f), tuple(ens)) for f, ens in fs), validator=_fragments
     )
     ledger_type: str = "PD_JOURNAL"
@@ -81,12 +105,7 @@ class LedgerMetadata:
 
     def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
         """The ensemble of the fragment that holds ``entry_id``."""
-        chosen = self.fragments[0][1]
-        for first, ensemble in self.fragments:
-            if first > entry_id:
-                break
-            chosen = ensemble
-        return chosen
+        return ensemble_at(self.fragments, entry_id)
 
     def bookies(self) -> set[str]:
         return {b for _, ensemble in self.fragments for b in ensemble}
@@ -135,38 +154,6 @@ class Versioned:
 
     value: bytes
     version: int
-
-
-class MetadataError(Exception):
-    """A metadata store failed or holds something unreadable."""
-
-
-class NoSuchLedgerError(MetadataError):
-    def __init__(self, ledger_id: int) -> None:
-        super().__init__(f"ledger {ledger_id} does not exist")
-        self.ledger_id = ledger_id
-
-
-class LedgerExistsError(MetadataError):
-    def __init__(self, ledger_id: int) -> None:
-        super().__init__(f"ledger {ledger_id} already exists")
-        self.ledger_id = ledger_id
-
-
-class BadVersionError(MetadataError):
-    """A compare-and-set lost: the stored version is not the expected one."""
-
-
-class NoSuchLogError(MetadataError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"log {name!r} does not exist")
-        self.name = name
-
-
-class LogExistsError(MetadataError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"log {name!r} already exists")
-        self.name = name
 
 
 @runtime_checkable
@@ -276,3 +263,23 @@ class MetadataStore(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+__all__ = [
+    "BadVersionError",
+    "BookieInfo",
+    "BookieRegistration",
+    "DigestType",
+    "Fragments",
+    "LedgerExistsError",
+    "LedgerMetadata",
+    "LedgerStateName",
+    "LogExistsError",
+    "MetadataError",
+    "MetadataStore",
+    "NoSuchLedgerError",
+    "NoSuchLogError",
+    "Versioned",
+    "ensemble_at",
+    "password_hash",
+]

@@ -1,9 +1,20 @@
-"""The plugin manager: built-ins first, then entry points, behind a small typed facade."""
+"""The plugin manager: built-ins first, then entry points, behind a small typed facade.
+
+Plugins register components (:mod:`bkframe.core.registry`); the manager makes the parts
+of a bookie or a client from them, validating each config section with the component's
+config class. A third-party plugin that fails to load (its import raises, it implements
+an unknown hook, its registration raises) is reported -- ``bkframe plugins`` lists it, a
+warning is logged -- and left out; it never stops the others. Third-party plugins can be
+left out on purpose: ``disabled=`` (the bookie passes ``[plugins] disable``) and
+``$BKFRAME_DISABLE_PLUGINS`` (comma-separated entry-point names).
+"""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+import logging
+import os
+from collections.abc import Iterable, Mapping
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
@@ -12,10 +23,14 @@ import attrs
 import pluggy
 
 from bkframe.core import hookspecs
-from bkframe.core.config import ConfigError
+from bkframe.core.config import Config, parse_section
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import DurabilityPolicy, EntryLogManager, Journal, LedgerStorage
-from bkframe.core.metadata import MetadataError, MetadataStore
+from bkframe.core.metadata import MetadataStore
+from bkframe.core.registry import Component, ComponentKind, ComponentRegistry, LedgerTypes
+from bkframe.errors import ConfigError, MetadataError, PluginError
+
+log = logging.getLogger("bkframe.plugins")
 
 #: Built-in plugins, registered before any entry point, in this order.
 BUILTIN_PLUGINS: tuple[str, ...] = (
@@ -27,6 +42,15 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
 )
 
 ENTRY_POINT_GROUP = "bkframe"
+#: Comma-separated entry-point names of plugins not to load.
+DISABLE_ENV = "BKFRAME_DISABLE_PLUGINS"
+
+#: Config sections made by a component, and the kind of component.
+SECTION_KINDS = {
+    "journal": ComponentKind.JOURNAL,
+    "entry_log_manager": ComponentKind.ENTRY_LOG_MANAGER,
+    "ledger_storage": ComponentKind.LEDGER_STORAGE,
+}
 
 
 @attrs.frozen
@@ -36,41 +60,80 @@ class PluginInfo:
     hooks: tuple[str, ...]
 
 
-class UnknownLedgerTypeError(ValueError):
-    """A ledger type name or id that no plugin registered."""
+@attrs.frozen
+class BrokenPlugin:
+    """A third-party plugin left out because it failed: why, in one line."""
+
+    name: str
+    distribution: str
+    error: str
 
 
 class PluginManager:
-    """Loads plugins and asks them for the parts of a bookie.
+    """Loads plugins and makes the parts of a bookie or a client from their components.
 
-    One method per hook, keyword-only. ``load_entry_points=False`` gives a manager with
-    built-ins only (plus whatever a test registers), which tests use to stay hermetic.
+    One method per part, keyword-only. ``load_entry_points=False`` gives a manager with
+    built-ins only (plus ``extra_plugins``), which tests use to stay hermetic.
     """
 
-    def __init__(self, *, load_entry_points: bool = True, extra_plugins: Iterable[object] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        load_entry_points: bool = True,
+        extra_plugins: Iterable[object] = (),
+        disabled: Iterable[str] = (),
+    ) -> None:
         self._pm = pluggy.PluginManager(hookspecs.PROJECT)
         self._pm.add_hookspecs(hookspecs)
         self._dists: dict[str, str] = {}
+        self._external: set[str] = set()
+        #: Third-party plugins left out because they failed to load or register.
+        self.broken: list[BrokenPlugin] = []
+        env = [name.strip() for name in os.environ.get(DISABLE_ENV, "").split(",") if name.strip()]
+        #: Entry-point names not to load (config and environment).
+        self.disabled: frozenset[str] = frozenset([*disabled, *env])
         for modname in BUILTIN_PLUGINS:
             self.register(importlib.import_module(modname), name=modname, distribution="bkframe")
         if load_entry_points:
-            for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
-                if self._pm.get_plugin(ep.name) is not None:
-                    continue
-                plugin = ep.load()
-                dist = ep.dist.name if ep.dist is not None else "?"
-                self.register(plugin, name=ep.name, distribution=dist)
+            self._load_entry_points()
         for plugin in extra_plugins:
             self.register(plugin)
         self._pm.check_pending()
-        self._ledger_types: dict[str, DurabilityPolicy] | None = None
+        self._registry: ComponentRegistry | None = None
+
+    def _load_entry_points(self) -> None:
+        for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = ep.dist.name if ep.dist is not None else "?"
+            if ep.name in self.disabled or self._pm.get_plugin(ep.name) is not None:
+                continue
+            try:
+                plugin = ep.load()
+                self.register(plugin, name=ep.name, distribution=dist)
+                self._check_hooks(ep.name)
+            except Exception as e:  # noqa: BLE001 - any failure of a third party's code leaves only it out
+                self._broke(ep.name, dist, f"cannot load {ep.value}: {type(e).__name__}: {e}")
+                continue
+            self._external.add(ep.name)
+
+    def _check_hooks(self, name: str) -> None:
+        """A hook implementation no spec knows (a misspelt hook) is an error of its plugin."""
+        plugin = self._pm.get_plugin(name)
+        for caller in self._pm.get_hookcallers(plugin) or ():
+            if not caller.has_spec():
+                raise PluginError(f"it implements {caller.name}, which is no bkframe hook (misspelt?)")
+
+    def _broke(self, name: str, distribution: str, error: str) -> None:
+        if self._pm.get_plugin(name) is not None:
+            self._pm.unregister(name=name)
+        self.broken.append(BrokenPlugin(name, distribution, error))
+        log.warning("plugin %s (%s) is left out: %s", name, distribution, error)
 
     def register(self, plugin: object, *, name: str | None = None, distribution: str = "(registered)") -> None:
         registered = self._pm.register(plugin, name=name)
         if registered is None:
-            raise ValueError(f"plugin {name or plugin!r} is already registered")
+            raise PluginError(f"plugin {name or plugin!r} is already registered")
         self._dists[registered] = distribution
-        self._ledger_types = None
+        self._registry = None
 
     def plugins(self) -> list[PluginInfo]:
         out = []
@@ -79,89 +142,104 @@ class PluginManager:
             out.append(PluginInfo(name=name, distribution=self._dists.get(name, "?"), hooks=hooks))
         return out
 
-    # -- factories ---------------------------------------------------------------------
+    # -- the registry ----------------------------------------------------------------------
 
-    def journal(self, *, config: dict[str, Any], directory: Path, counters: Counters) -> Journal:
-        name = _plugin_name(config, "journal")
-        journal = self._pm.hook.bkframe_journal(name=name, config=config, directory=directory, counters=counters)
-        return _found(journal, "journal", name)
+    @property
+    def components(self) -> ComponentRegistry:
+        """Every registered component (plugins are asked once, in registration order)."""
+        if self._registry is None:
+            registry = ComponentRegistry()
+            for impl in self._pm.hook.bkframe_register_components.get_hookimpls():
+                name = impl.plugin_name
+                registry.registering(name, self._dists.get(name, "?"))
+                try:
+                    impl.function(registry=registry)
+                except PluginError:
+                    raise  # a name registered twice: an error of the installation, for all to see
+                except Exception as e:
+                    if name not in self._external:
+                        raise
+                    registry.drop(name)
+                    self._broke(name, self._dists.get(name, "?"), f"its registration failed: {type(e).__name__}: {e}")
+            self._registry = registry
+        return self._registry
 
-    def entry_log_manager(self, *, config: dict[str, Any], directory: Path, counters: Counters) -> EntryLogManager:
-        name = _plugin_name(config, "entry_log_manager")
-        mgr = self._pm.hook.bkframe_entry_log_manager(name=name, config=config, directory=directory, counters=counters)
-        return _found(mgr, "entry_log_manager", name)
+    def _component(self, kind: ComponentKind, section: str, config: Mapping[str, Any], source: str) -> tuple[Component, Any]:
+        """The component a config section names, and the section validated by its class."""
+        name = config.get("plugin")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{source}: [{section}] needs a 'plugin' name (a string)")
+        component = self.components.get(kind, name)
+        if component is None:
+            raise ConfigError(
+                f"{source}: [{section}] plugin = {name!r}: no installed plugin provides it (installed: "
+                f"{', '.join(self.components.names(kind)) or 'none'}). Run 'bkframe plugins' to see what is installed."
+            )
+        assert component.config is not None
+        keys = {k: v for k, v in config.items() if k != "plugin"}
+        return component, parse_section(component.config, keys, where=f"{source}: [{section}] (plugin {name!r})")
+
+    def check_config(self, config: Config) -> None:
+        """Validate every component section of ``config`` now (a bookie does it as it starts)."""
+        for section, kind in SECTION_KINDS.items():
+            self._component(kind, section, getattr(config, section), config.source)
+
+    # -- making parts ------------------------------------------------------------------------
+
+    def _make(self, section: str, config: Mapping[str, Any], source: str, *args: object) -> Any:
+        """What the component a section names makes of the validated section and ``args``."""
+        component, settings = self._component(SECTION_KINDS[section], section, config, source)
+        return component.factory(settings, *args)
+
+    def journal(
+        self, *, config: Mapping[str, Any], directory: Path, counters: Counters, source: str = "(config)"
+    ) -> Journal:
+        """The journal the ``[journal]`` section names."""
+        journal: Journal = self._make("journal", config, source, directory, counters)
+        return journal
+
+    def entry_log_manager(
+        self, *, config: Mapping[str, Any], directory: Path, counters: Counters, source: str = "(config)"
+    ) -> EntryLogManager:
+        """The entry-log manager the ``[entry_log_manager]`` section names."""
+        manager: EntryLogManager = self._make("entry_log_manager", config, source, directory, counters)
+        return manager
 
     def ledger_storage(
-        self, *, config: dict[str, Any], directory: Path, entry_logs: EntryLogManager, counters: Counters
+        self,
+        *,
+        config: Mapping[str, Any],
+        directory: Path,
+        entry_logs: EntryLogManager,
+        counters: Counters,
+        source: str = "(config)",
     ) -> LedgerStorage:
-        name = _plugin_name(config, "ledger_storage")
-        storage = self._pm.hook.bkframe_ledger_storage(
-            name=name, config=config, directory=directory, entry_logs=entry_logs, counters=counters
-        )
-        return _found(storage, "ledger_storage", name)
+        """The ledger storage the ``[ledger_storage]`` section names."""
+        storage: LedgerStorage = self._make("ledger_storage", config, source, directory, entry_logs, counters)
+        return storage
 
-    def metadata_store(self, uri: str) -> MetadataStore:
-        store = self._pm.hook.bkframe_metadata_store(uri=uri)
-        if store is None:
-            scheme = uri.partition("://")[0] if "://" in uri else uri
+    def metadata_store(self, uri: str, *, create: bool = False) -> MetadataStore:
+        """Open the metadata store ``uri`` names. Only bookies and the sandbox pass
+        ``create=True``; a client pointed at a store that does not exist gets a clear error."""
+        scheme = uri.partition("://")[0] if "://" in uri else ""
+        component = self.components.get(ComponentKind.METADATA_STORE, scheme)
+        if component is None:
+            served = ", ".join(f"{s}://" for s in self.components.names(ComponentKind.METADATA_STORE))
             raise MetadataError(
-                f"no installed plugin serves metadata URI {uri!r} (scheme {scheme!r}); "
-                f"built in: sqlite:///PATH, memory://NAME. Run 'bkframe plugins' to see what is installed."
+                f"no installed plugin serves metadata URI {uri!r} (scheme {scheme or uri!r}); installed: {served}. "
+                f"Run 'bkframe plugins' to see what is installed."
             )
-        return store  # type: ignore[no-any-return]
+        store: MetadataStore = component.factory(uri, create=create)
+        return store
 
-    # -- ledger types ------------------------------------------------------------------
+    # -- ledger types ------------------------------------------------------------------------
 
-    def ledger_types(self) -> dict[str, DurabilityPolicy]:
+    def ledger_types(self) -> LedgerTypes:
         """Every registered ledger type by name."""
-        if self._ledger_types is None:
-            types: dict[str, DurabilityPolicy] = {}
-            by_id: dict[int, str] = {}
-
-            def register(policy: DurabilityPolicy) -> None:
-                if policy.name in types:
-                    raise ValueError(f"ledger type {policy.name} is registered twice")
-                if policy.type_id in by_id:
-                    raise ValueError(
-                        f"ledger types {by_id[policy.type_id]} and {policy.name} both use wire id {policy.type_id}"
-                    )
-                if not 0 <= policy.type_id <= 0xFFFF:
-                    raise ValueError(f"ledger type {policy.name}: wire id {policy.type_id} is not in 0..65535")
-                types[policy.name] = policy
-                by_id[policy.type_id] = policy.name
-
-            self._pm.hook.bkframe_register_ledger_types(register=register)
-            self._ledger_types = types
-        return self._ledger_types
+        return self.components.ledger_types()
 
     def ledger_type(self, name: str) -> DurabilityPolicy:
-        types = self.ledger_types()
-        try:
-            return types[name]
-        except KeyError:
-            raise UnknownLedgerTypeError(
-                f"unknown ledger type {name!r}; known types: {', '.join(sorted(types))}"
-            ) from None
+        return self.ledger_types().named(name)
 
     def ledger_type_by_id(self, type_id: int) -> DurabilityPolicy | None:
-        for policy in self.ledger_types().values():
-            if policy.type_id == type_id:
-                return policy
-        return None
-
-
-def _plugin_name(config: dict[str, Any], section: str) -> str:
-    name = config.get("plugin")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"[{section}] needs a 'plugin' name (a string)")
-    return name
-
-
-def _found(obj: Any, section: str, name: str) -> Any:
-    if obj is None:
-        raise ConfigError(
-            f"[{section}] plugin = {name!r}: no installed plugin provides it. "
-            f"Run 'bkframe plugins' to see what is installed."
-        )
-    return obj
-
+        return self.ledger_types().by_id(type_id)

@@ -7,15 +7,14 @@ entries are synced (LastAddSynced) and the client advances the LAC from that.
 ``BYPASS_JOURNAL`` (BP-46) writes entries only to ledger storage and acknowledges at once;
 master keys and fences still go to the journal, synced. A bookie that may have lost
 writes (unclean shutdown, replaced disk) protects such ledgers with fence + limbo and
-repairs them from its peers (see :mod:`bkframe.core.data_integrity`).
+repairs them from its peers (see :mod:`bkframe.core.replication.data_integrity`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from bkframe.core.hookspecs import hookimpl
-from bkframe.core.interfaces import DurabilityPolicy, LedgerType
+from bkframe.core.interfaces import LedgerType
+from bkframe.core.registry import ComponentRegistry
 
 PD_JOURNAL = LedgerType(
     name="PD_JOURNAL",
@@ -51,7 +50,7 @@ BYPASS_JOURNAL = LedgerType(
 
 
 @hookimpl
-def bkframe_register_ledger_types(register: Callable[[DurabilityPolicy], None]) -> None:
-    register(PD_JOURNAL)
-    register(VD_JOURNAL)
-    register(BYPASS_JOURNAL)
+def bkframe_register_components(registry: ComponentRegistry) -> None:
+    registry.add_ledger_type(PD_JOURNAL)
+    registry.add_ledger_type(VD_JOURNAL)
+    registry.add_ledger_type(BYPASS_JOURNAL)

@@ -21,13 +21,15 @@ import logging
 import os
 import struct
 from pathlib import Path
-from typing import Any
 
-from bkframe.core.config import ConfigError
+import attrs
+
+from bkframe.core.config import at_least
 from bkframe.core.counters import Counters
 from bkframe.core.entry_log_files import EntryLogError, EntryLogFiles, EntryLogWriteError
 from bkframe.core.hookspecs import hookimpl
 from bkframe.core.interfaces import Buffer
+from bkframe.core.registry import ComponentRegistry
 
 log = logging.getLogger(__name__)
 
@@ -149,31 +151,20 @@ class SingleEntryLogManager:
         return f"SingleEntryLogManager({str(self._files.dir)!r}, logs={len(self._files.log_ids())})"
 
 
-def parse_config(config: dict[str, Any]) -> dict[str, Any]:
-    """Validate the ``[entry_log_manager]`` section; return constructor keyword arguments."""
-    known = {"plugin", "max_log_size"}
-    unknown = sorted(set(config) - known)
-    if unknown:
-        raise ConfigError(
-            f"[entry_log_manager] plugin 'single': unknown key(s) {', '.join(unknown)}; "
-            f"known keys: max_log_size (bytes, default {DEFAULT_MAX_LOG_SIZE})"
-        )
-    kwargs: dict[str, Any] = {}
-    if "max_log_size" in config:
-        value = config["max_log_size"]
-        if isinstance(value, bool) or not isinstance(value, int) or value <= LOG_HEADER.size:
-            raise ConfigError(
-                f"[entry_log_manager] max_log_size = {value!r} should be an integer number of bytes "
-                f"larger than {LOG_HEADER.size}"
-            )
-        kwargs["max_log_size"] = value
-    return kwargs
+@attrs.frozen
+class SingleConfig:
+    """``[entry_log_manager]`` with ``plugin = "single"``."""
+
+    #: A new log is started before an append that would take the active log past this size.
+    max_log_size: int = attrs.field(default=DEFAULT_MAX_LOG_SIZE, validator=at_least(LOG_HEADER.size + 1))
+
+
+def make_manager(config: SingleConfig, directory: Path, counters: Counters) -> SingleEntryLogManager:
+    return SingleEntryLogManager(directory, counters, max_log_size=config.max_log_size)
 
 
 @hookimpl
-def bkframe_entry_log_manager(
-    name: str, config: dict[str, Any], directory: Path, counters: Counters
-) -> SingleEntryLogManager | None:
-    if name != PLUGIN_NAME:
-        return None
-    return SingleEntryLogManager(directory, counters, **parse_config(config))
+def bkframe_register_components(registry: ComponentRegistry) -> None:
+    registry.add_entry_log_manager(
+        PLUGIN_NAME, make_manager, config=SingleConfig, description="one active entry log for all ledgers, rotated by size"
+    )

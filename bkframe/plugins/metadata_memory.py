@@ -24,6 +24,7 @@ from bkframe.core.metadata import (
     NoSuchLogError,
     Versioned,
 )
+from bkframe.core.registry import ComponentRegistry
 
 SCHEME = "memory://"
 
@@ -231,6 +232,11 @@ class MemoryMetadataStore:
         await trio.lowlevel.checkpoint()
 
 
+def open_store(uri: str, *, create: bool) -> MemoryMetadataStore:
+    """``create`` makes no difference: a named store exists in its process once named."""
+    return MemoryMetadataStore(uri)
+
+
 @hookimpl
-def bkframe_metadata_store(uri: str) -> MemoryMetadataStore | None:
-    return MemoryMetadataStore(uri) if uri.startswith(SCHEME) else None
+def bkframe_register_components(registry: ComponentRegistry) -> None:
+    registry.add_metadata_store("memory", open_store, description="memory://NAME: in-process, for tests")

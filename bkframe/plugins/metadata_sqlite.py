@@ -31,6 +31,7 @@ from bkframe.core.metadata import (
     NoSuchLogError,
     Versioned,
 )
+from bkframe.core.registry import ComponentRegistry
 
 log = logging.getLogger("bkframe.metadata.sqlite")
 
@@ -70,7 +71,7 @@ class SqliteRegistration:
                     await trio.sleep(self._ttl / 3)
                     try:
                         await self._store._upsert_bookie(self.info, self._ttl)
-                    except Exception as e:  # never fatal: a lost heartbeat only expires the row
+                    except Exception as e:  # noqa: BLE001 - never fatal: a lost heartbeat only expires the row
                         # Keep trying: the row comes back as soon as the store answers again.
                         log.warning("bookie %s: registration heartbeat failed: %s", self.info.bookie_id, e)
         finally:
@@ -87,13 +88,22 @@ class SqliteRegistration:
 
 
 class SqliteMetadataStore:
-    def __init__(self, uri: str) -> None:
+    """``create=False`` (what clients pass) refuses a file that does not exist yet, so that a
+    typo in a URI is an error rather than a new, empty cluster."""
+
+    def __init__(self, uri: str, *, create: bool = True) -> None:
         self.uri = uri
         path = Path(uri[len(SCHEME) :])
         if not str(path):
             raise MetadataError(f"metadata URI {uri!r} names no file; use sqlite:///abs/path.db")
+        if not create and not path.is_file():
+            raise MetadataError(
+                f"metadata store {uri!r} does not exist (no file {path}). Check the URI; a new store is made "
+                f"by the first bookie started on it ('bkframe bookie --metadata {uri}') or by 'bkframe sandbox'"
+            )
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if create:
+                path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
@@ -330,7 +340,13 @@ class SqliteMetadataStore:
         await trio.to_thread.run_sync(self._db.close, limiter=self._limiter)
 
 
+def open_store(uri: str, *, create: bool) -> SqliteMetadataStore:
+    return SqliteMetadataStore(uri, create=create)
+
+
 @hookimpl
-def bkframe_metadata_store(uri: str) -> SqliteMetadataStore | None:
-    return SqliteMetadataStore(uri) if uri.startswith(SCHEME) else None
+def bkframe_register_components(registry: ComponentRegistry) -> None:
+    registry.add_metadata_store(
+        "sqlite", open_store, description="sqlite:///PATH: embedded, shared by the processes of one machine"
+    )
 

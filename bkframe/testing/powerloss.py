@@ -5,8 +5,9 @@ Inside a bookie process started with ``BKFRAME_POWERLOSS_SHADOW=DIR`` (and
 under the data dir copies that file's content into the shadow dir: the shadow holds
 exactly what a power cut would leave. A directory fsync also drops from the shadow the
 files deleted from the directory and moves the synced copy of a file renamed into it
-(its content was synced under the old name); a new file never fsynced stays out. After killing the bookie, :func:`lose_power` replaces the
-data dir with the shadow, so a restart sees real data loss.
+(its content was synced under the old name); a new file never fsynced stays out. After
+killing the bookie, :func:`lose_power` replaces the data dir with the shadow, so a restart
+sees real data loss.
 
 Copying whole files at each fsync is slow: use it with small files (e.g. the journal's
 ``preallocate_bytes = 0``) in tests. Not for production.

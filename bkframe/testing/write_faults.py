@@ -39,6 +39,8 @@ EIO_FILE = "eio"
 HANG_SYNC_FILE = "hang-sync"
 DROP_SYNC_FILE = "drop-sync"
 
+#: What an armed write fails with: (control file, errno, message).
+WRITE_FAULTS = ((ENOSPC_FILE, errno.ENOSPC, "No space left on device"), (EIO_FILE, errno.EIO, "Input/output error"))
 
 class _Layer:
     def __init__(self, control: Path) -> None:
@@ -64,11 +66,10 @@ class _Layer:
         """How many of ``size`` bytes a write may write; raises ENOSPC or EIO when armed to."""
         if size == 0:
             return size
-        for name, code, text in ((ENOSPC_FILE, errno.ENOSPC, "No space left on device"), (EIO_FILE, errno.EIO, "Input/output error")):
-            if self._armed(name, fd):
-                break
-        else:
+        armed = [(code, text) for name, code, text in WRITE_FAULTS if self._armed(name, fd)]
+        if not armed:
             return size
+        code, text = armed[0]
         with self._lock:
             if not self._short_done:
                 self._short_done = True

@@ -1,14 +1,19 @@
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
+import attrs
 import pytest
 
-from bkframe.core.config import ConfigError, load_config
+from bkframe.core.config import BookieConfig, ConfigError, PluginsConfig, load_config, parse_section
+from bkframe.core.plugin_manager import SECTION_KINDS, PluginManager
+
+SAMPLE = Path(__file__).resolve().parents[2] / "conf" / "bookie.toml"
 
 
 def test_sample_config_loads() -> None:
-    config = load_config(Path(__file__).resolve().parents[2] / "conf" / "bookie.toml")
+    config = load_config(SAMPLE)
     assert config.bookie.port == 3181
     assert config.journal["plugin"] == "journal_fs"
     # BookKeeper's defaults for read-only mode.
@@ -46,3 +51,23 @@ def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, message: str) ->
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml")
+
+
+def test_sample_config_documents_every_key_at_its_default() -> None:
+    """conf/bookie.toml never drifts from the config classes: every section is valid for the
+    class that owns it (the core's, or the chosen component's), names every key of it, and
+    shows each at its default."""
+    raw = tomllib.loads(SAMPLE.read_text())
+    config = load_config(SAMPLE)
+    plugins = PluginManager()
+    plugins.check_config(config)
+    owners: dict[str, type] = {"bookie": BookieConfig, "plugins": PluginsConfig}
+    for section, kind in SECTION_KINDS.items():
+        component = plugins.components.get(kind, raw[section]["plugin"])
+        assert component is not None and component.config is not None
+        owners[section] = component.config
+    assert set(raw) == set(owners)
+    for section, cls in owners.items():
+        keys = {k: v for k, v in raw[section].items() if k != "plugin"}
+        assert set(keys) == {f.name for f in attrs.fields(cls)}, f"[{section}] should show every key of {cls.__name__}"
+        assert parse_section(cls, keys, where=f"[{section}]") == cls(), f"[{section}] should show the defaults"

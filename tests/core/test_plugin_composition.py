@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from bkframe.core import protocol as p
-from bkframe.core.bookie_client import connect_bookie
-from bkframe.core.config import ConfigError, load_config
+from bkframe.core import proto as p
+from bkframe.core.client.bookie_client import connect_bookie
+from bkframe.core.config import ConfigError, NoConfig, load_config
 from bkframe.core.counters import Counters
 from bkframe.core.hookspecs import hookimpl
 from bkframe.core.interfaces import Buffer, DurabilityPolicy, EntryLogManager, LedgerState, LedgerStorage, LedgerType
-from bkframe.core.plugin_manager import PluginManager, UnknownLedgerTypeError
-from tests.conftest import running_bookie
+from bkframe.core.plugin_manager import PluginManager
+from bkframe.core.registry import ComponentRegistry
+from bkframe.errors import PluginError, UnknownLedgerTypeError
+from bkframe.testing.cluster import running_bookie
 
 
 class DictStorage:
@@ -84,11 +85,12 @@ class DictStoragePlugin:
     def __init__(self) -> None:
         self.storage = DictStorage()
 
+    def make(self, config: NoConfig, directory: Path, entry_logs: EntryLogManager, counters: Counters) -> LedgerStorage:
+        return self.storage  # type: ignore[return-value]
+
     @hookimpl
-    def bkframe_ledger_storage(
-        self, name: str, config: dict[str, Any], directory: Path, entry_logs: EntryLogManager, counters: Counters
-    ) -> LedgerStorage | None:
-        return self.storage if name == "dict" else None  # type: ignore[return-value]
+    def bkframe_register_components(self, registry: ComponentRegistry) -> None:
+        registry.add_ledger_storage("dict", self.make, config=NoConfig, description="in memory, for a test")
 
 
 async def test_test_plugin_replaces_ledger_storage(tmp_path: Path) -> None:
@@ -109,73 +111,108 @@ async def test_test_plugin_replaces_ledger_storage(tmp_path: Path) -> None:
 
 
 def test_unknown_plugin_name_is_a_clear_error(tmp_path: Path) -> None:
-    from bkframe.core.bookie import Bookie
+    from bkframe.core.bookie.bookie import Bookie
 
     config_file = tmp_path / "bookie.toml"
     config_file.write_text('[ledger_storage]\nplugin = "nosuch"\n')
     config = load_config(config_file, {"data_dir": tmp_path / "data"})
-    with pytest.raises(ConfigError, match="plugin = 'nosuch'.*bkframe plugins"):
+    with pytest.raises(ConfigError, match=r"plugin = 'nosuch'.*bkframe plugins"):
         Bookie(config, PluginManager())
 
 
 class ExtraTypePlugin:
     @hookimpl
-    def bkframe_register_ledger_types(self, register: Any) -> None:
-        register(LedgerType("TEST_TYPE", 77, journal_data=True, sync_before_ack=True, description="a test type"))
+    def bkframe_register_components(self, registry: ComponentRegistry) -> None:
+        registry.add_ledger_type(LedgerType("TEST_TYPE", 77, journal_data=True, sync_before_ack=True, description="a test type"))
 
 
-def test_register_ledger_types_hook() -> None:
+def test_registered_ledger_types() -> None:
     pm = PluginManager(extra_plugins=[ExtraTypePlugin()])
     types = pm.ledger_types()
     assert types["PD_JOURNAL"].sync_before_ack and types["PD_JOURNAL"].type_id == 0
     assert isinstance(types["TEST_TYPE"], DurabilityPolicy)
     assert pm.ledger_type_by_id(77) is types["TEST_TYPE"]
-    with pytest.raises(UnknownLedgerTypeError, match="unknown ledger type 'NOPE'; known types: BYPASS_JOURNAL, PD_JOURNAL, TEST_TYPE, VD_JOURNAL"):
+    known = "BYPASS_JOURNAL, PD_JOURNAL, TEST_TYPE, VD_JOURNAL"
+    with pytest.raises(UnknownLedgerTypeError, match=f"unknown ledger type 'NOPE'; known types: {known}"):
         pm.ledger_type("NOPE")
 
 
-def test_ledger_type_id_clash_is_an_error() -> None:
+def test_ledger_type_id_clash_is_an_error_naming_both() -> None:
     class Clash:
         @hookimpl
-        def bkframe_register_ledger_types(self, register: Any) -> None:
-            register(LedgerType("OTHER", 0, journal_data=True, sync_before_ack=True, description=""))
+        def bkframe_register_components(self, registry: ComponentRegistry) -> None:
+            registry.add_ledger_type(LedgerType("OTHER", 0, journal_data=True, sync_before_ack=True, description=""))
 
-    with pytest.raises(ValueError, match="ledger types (OTHER and PD_JOURNAL|PD_JOURNAL and OTHER) both use wire id 0"):
+    with pytest.raises(
+        PluginError,
+        match=r"ledger types PD_JOURNAL \(plugin bkframe.plugins.durability, distribution bkframe\) and OTHER "
+        r"\(plugin .*, distribution \(registered\)\) both use wire id 0",
+    ):
         PluginManager(extra_plugins=[Clash()]).ledger_types()
 
 
-def test_plugins_command_lists_plugins_and_hooks() -> None:
+def test_a_duplicate_component_name_is_an_error_naming_both_distributions() -> None:
+    """A plugin answering a built-in's name never shadows it silently."""
+
+    class Shadow:
+        @hookimpl
+        def bkframe_register_components(self, registry: ComponentRegistry) -> None:
+            registry.add_metadata_store("sqlite", lambda uri, *, create: None, description="an impostor")  # type: ignore[arg-type,return-value]
+
+    pm = PluginManager(load_entry_points=False)
+    pm.register(Shadow(), name="shadow", distribution="shady-dist")
+    with pytest.raises(
+        PluginError,
+        match=r"metadata_store 'sqlite' is registered twice: by plugin bkframe.plugins.metadata_sqlite "
+        r"\(distribution bkframe\) and by plugin shadow \(distribution shady-dist\)",
+    ):
+        pm.metadata_store("sqlite:///x.db")
+
+
+def test_plugins_command_lists_plugins_and_components_by_kind() -> None:
     from click.testing import CliRunner
 
-    from bkframe.cli import main
+    from bkframe.cli.main import main
 
     result = CliRunner().invoke(main, ["plugins"])
     assert result.exit_code == 0, result.output
-    assert "journal_fs  [bkframe-journal-fs]" in result.output
-    assert "bkframe.plugins.ledger_storage_default  [bkframe]" in result.output
-    assert "bkframe_journal" in result.output and "bkframe_ledger_storage" in result.output
-    assert "PD_JOURNAL (wire id 0)" in result.output
+    out = result.output
+    assert "journal_fs  [bkframe-journal-fs]  hooks: bkframe_register_components" in out
+    assert "bkframe.plugins.ledger_storage_default  [bkframe]" in out
+    kinds = ["journal:", "entry_log_manager:", "ledger_storage:", "metadata_store:", "ledger_type:"]
+    assert [out.index(f"  {k}\n") for k in kinds] == sorted(out.index(f"  {k}\n") for k in kinds)
+    for line in [
+        "journal_fs  [journal_fs, bkframe-journal-fs]",
+        "single  [bkframe.plugins.entry_log_single, bkframe]",
+        "per_ledger  [entrylog_per_ledger, bkframe-entrylog-per-ledger]",
+        "default  [bkframe.plugins.ledger_storage_default, bkframe]",
+        "sqlite://  [bkframe.plugins.metadata_sqlite, bkframe]",
+        "zk://  [metadata_zk, bkframe-metadata-zk]",
+        "etcd://  [metadata_etcd, bkframe-metadata-etcd]",
+        "PD_JOURNAL (wire id 0)  [bkframe.plugins.durability, bkframe]",
+    ]:
+        assert f"    {line}: " in out, line
 
 
-def test_metadata_store_hook_picks_by_scheme() -> None:
+def test_metadata_stores_are_picked_by_scheme() -> None:
     from bkframe.core.metadata import MetadataError
 
     marker = object()
 
     class SchemePlugin:
         @hookimpl
-        def bkframe_metadata_store(self, uri: str) -> object | None:
-            return marker if uri.startswith("test://") else None
+        def bkframe_register_components(self, registry: ComponentRegistry) -> None:
+            registry.add_metadata_store("test", lambda uri, *, create: marker)  # type: ignore[arg-type,return-value]
 
     pm = PluginManager(extra_plugins=[SchemePlugin()])
     assert pm.metadata_store("test://anything") is marker
-    with pytest.raises(MetadataError, match="no installed plugin serves metadata URI 'nosuch://x'"):
+    with pytest.raises(MetadataError, match=r"no installed plugin serves metadata URI 'nosuch://x' \(scheme 'nosuch'\)"):
         pm.metadata_store("nosuch://x")
 
 
 async def test_third_party_ledger_type_end_to_end(tmp_path: Path) -> None:
     """A plugin's own ledger type is usable by bookie and client alike."""
-    from bkframe.core.client import open_client
+    from bkframe.core.client.client import open_client
     from bkframe.plugins.metadata_memory import reset_shared
 
     reset_shared()

@@ -36,13 +36,14 @@ import attrs
 import trio
 
 import bkframe
-from bkframe.core import protocol as p
-from bkframe.core.entry_format import Digester, DigestMismatchError, master_key
-from bkframe.core.write_handle import write_set
+from bkframe.core import proto as p
+from bkframe.core.client.distribution import write_set
+from bkframe.core.client.entry_format import Digester, DigestMismatchError
+from bkframe.core.ledger_keys import master_key
 from tests.faults.payloads import PASSWORD, digest, expected_from_custom
 
 if TYPE_CHECKING:
-    from tests.cluster import Cluster
+    from bkframe.testing.cluster import Cluster
 
 #: Ledgers checked at once.
 PARALLEL = 4
@@ -381,7 +382,7 @@ async def probe_fence(client: bkframe.Client, md: Any, end: int, result: CheckRe
     the last fragment: fewer than A of its write set may take it."""
     ledger = md.ledger_id
     digester = Digester.for_ledger(md.digest_type, PASSWORD)
-    type_id = client.plugins.ledger_type(md.ledger_type).type_id
+    type_id = client.context.ledger_types.named(md.ledger_type).type_id
     probe = b"fence probe: must never be acknowledged"
     data = digester.encode(ledger, end + 1, end, md.length + len(probe), probe)
     ensemble = md.fragments[-1][1]

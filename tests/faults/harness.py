@@ -18,7 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,8 @@ from typing import Any
 import attrs
 import trio
 
+from bkframe.testing.cluster import BookieProcess, Cluster
 from bkframe.testing.diskfull import used_bytes
-from tests.cluster import Cluster, ClusterBookie
 from tests.faults.checks import CheckResult, check_cluster
 from tests.faults.records import read_record_file, read_records
 from tests.faults.schedule import RunConfig, Step, make_schedule
@@ -166,36 +165,20 @@ class Run:
 
     # -- bookies -------------------------------------------------------------------------
 
-    def start_bookie(self, bookie: ClusterBookie) -> bool:
-        """Start with a deadline: ClusterBookie.start blocks on the bookie's first line."""
-        error: list[BaseException] = []
-
-        def start() -> None:
-            try:
-                # Every bookie runs on the disk-full layer, with room to spare until filled.
-                capacity = None if bookie.capacity_file.exists() else ROOMY_DISK
-                bookie.start(*self.cluster.bookie_args, powerloss=True, disk_capacity=capacity)
-            except BaseException as e:
-                error.append(e)
-
-        thread = threading.Thread(target=start, daemon=True)
-        thread.start()
-        thread.join(BOOKIE_START_TIMEOUT_S)
-        if thread.is_alive():
-            if bookie.proc is not None and bookie.proc.poll() is None:
-                bookie.proc.kill()
-            thread.join(30)
-            self.fail(
-                f"{bookie.bookie_id} did not start in {BOOKIE_START_TIMEOUT_S:.0f} s; log tail: {log_tail(bookie)}"
-            )
-            return False
-        if error:
-            self.fail(f"{bookie.bookie_id} did not start: {error[0]}")
+    def start_bookie(self, bookie: BookieProcess) -> bool:
+        """Start with a deadline (the launcher kills a bookie that prints no address in time)."""
+        # Every bookie runs on the disk-full layer, with room to spare until filled.
+        capacity = None if bookie.capacity_file.exists() else ROOMY_DISK
+        try:
+            bookie.spawn(*self.cluster.bookie_args, powerloss=True, disk_capacity=capacity)
+            bookie.wait_started(BOOKIE_START_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - handed to the run's report as a failure
+            self.fail(f"{bookie.bookie_id} did not start: {e}")
             return False
         return True
 
-    def bookie_info(self, bookie: ClusterBookie) -> dict[str, Any]:
-        from bkframe.core.bookie_client import connect_bookie
+    def bookie_info(self, bookie: BookieProcess) -> dict[str, Any]:
+        from bkframe.core.client.bookie_client import connect_bookie
 
         async def ask() -> dict[str, Any]:
             host, _, port = bookie.address.rpartition(":")
@@ -205,7 +188,7 @@ class Run:
 
         return trio.run(ask)
 
-    def wait_out_of_limbo(self, bookie: ClusterBookie) -> bool:
+    def wait_out_of_limbo(self, bookie: BookieProcess) -> bool:
         """Wait until the bookie has repaired every limbo ledger; False (and a failure) if
         it does not in LIMBO_TIMEOUT_S plus LIMBO_S_PER_LEDGER per ledger it had in limbo."""
         started = time.monotonic()
@@ -231,11 +214,11 @@ class Run:
         )
         return False
 
-    def hang(self, bookie: ClusterBookie) -> None:
+    def hang(self, bookie: BookieProcess) -> None:
         assert bookie.proc is not None
         bookie.proc.send_signal(signal.SIGSTOP)
 
-    def resume(self, bookie: ClusterBookie) -> None:
+    def resume(self, bookie: BookieProcess) -> None:
         assert bookie.proc is not None
         bookie.proc.send_signal(signal.SIGCONT)
 
@@ -248,10 +231,10 @@ class Run:
     # more: a refused add is not acknowledged, and nothing acknowledged before is lost.
     # ---------------------------------------------------------------------------------
 
-    def fill_disk(self, bookie: ClusterBookie) -> None:
+    def fill_disk(self, bookie: BookieProcess) -> None:
         bookie.set_disk_capacity(used_bytes(bookie.data_dir))
 
-    def free_disk(self, bookie: ClusterBookie) -> None:
+    def free_disk(self, bookie: BookieProcess) -> None:
         bookie.set_disk_capacity(ROOMY_DISK)
 
     # -- workers -------------------------------------------------------------------------
@@ -537,7 +520,7 @@ def file_tail(path: Path, size: int = 1500) -> str:
     return data.decode(errors="replace")
 
 
-def log_tail(bookie: ClusterBookie) -> str:
+def log_tail(bookie: BookieProcess) -> str:
     return bookie.log()[-1500:]
 
 

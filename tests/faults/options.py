@@ -1,5 +1,5 @@
 """Command-line options of the fault-injection suite, a pytest plugin loaded by
-``tests/conftest.py`` (``pytest_plugins``): options must be registered by a conftest pytest
+the top-level ``conftest.py`` (``pytest_plugins``): options must be registered by a conftest pytest
 loads at startup, which ``tests/faults/conftest.py`` is only when its directory is named
 on the command line, so ``pytest --fault-seeds 20`` from the repo root would be refused.
 

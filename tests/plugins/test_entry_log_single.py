@@ -10,7 +10,6 @@ import pytest
 from bkframe.core.config import ConfigError
 from bkframe.core.counters import Counters
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.plugins import entry_log_single
 from bkframe.plugins.entry_log_single import LOG_HEADER, EntryLogError, SingleEntryLogManager
 
 
@@ -96,13 +95,12 @@ async def test_bad_log_header_names_the_file(tmp_path: Path) -> None:
         SingleEntryLogManager(tmp_path, Counters())
 
 
-def test_hook_builds_it_and_declines_other_names(tmp_path: Path) -> None:
+def test_registered_as_single_and_other_names_are_errors(tmp_path: Path) -> None:
     pm = PluginManager(load_entry_points=False)
     mgr = pm.entry_log_manager(config={"plugin": "single", "max_log_size": 4096}, directory=tmp_path, counters=Counters())
     assert isinstance(mgr, SingleEntryLogManager)
-    assert entry_log_single.bkframe_entry_log_manager(
-        name="other", config={"plugin": "other"}, directory=tmp_path, counters=Counters()
-    ) is None
+    with pytest.raises(ConfigError, match=r"plugin = 'other': no installed plugin provides it \(installed: single\)"):
+        pm.entry_log_manager(config={"plugin": "other"}, directory=tmp_path, counters=Counters())
 
 
 @pytest.mark.parametrize(
@@ -115,4 +113,4 @@ def test_hook_builds_it_and_declines_other_names(tmp_path: Path) -> None:
 )
 def test_bad_config_is_a_config_error(tmp_path: Path, config: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
-        entry_log_single.bkframe_entry_log_manager(name="single", config=config, directory=tmp_path, counters=Counters())
+        PluginManager().entry_log_manager(config=config, directory=tmp_path, counters=Counters())

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import random
 import re
 from pathlib import Path
 
 import pytest
 
-from bkframe.core.config import ConfigError
+from bkframe.core.config import ConfigError, parse_section
 from bkframe.core.counters import Counters
-from bkframe.core.interfaces import LedgerStorage
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.plugins import ledger_storage_default
 from bkframe.plugins.entry_log_single import SingleEntryLogManager
-from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage, IndexCorruptError
+from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage, DefaultStorageConfig, IndexCorruptError
+from bkframe.testing.storage_contract import LedgerStorageContract, StorageFactory, payload
 
 
 def open_storage(
@@ -32,34 +30,13 @@ def open_storage(
     )
 
 
-def payload(ledger_id: int, entry_id: int) -> bytes:
-    # Varying sizes, including empty, so offsets are not all equal strides.
-    return f"{ledger_id}:{entry_id}:".encode() * (entry_id % 7)
+class TestDefaultStorage(LedgerStorageContract):
+    """The default storage keeps the storage contract, on small entry logs and indexes that
+    rotate and grow during the tests."""
 
-
-async def test_is_a_ledger_storage(tmp_path: Path) -> None:
-    storage = open_storage(tmp_path)
-    assert isinstance(storage, LedgerStorage)
-    await storage.aclose()
-
-
-async def test_interleaved_ledgers_round_trip(tmp_path: Path) -> None:
-    storage = open_storage(tmp_path)
-    ledgers = [3, 10, 2**40 + 5]
-    for lid in ledgers:
-        storage.ensure_ledger(lid, b"key", 1)
-    # Batches of the three ledgers alternate, so their records interleave in one log.
-    for start in range(0, 300, 25):
-        for lid in ledgers:
-            ids = list(range(start, start + 25))
-            written = storage.add_entries(lid, ids, [payload(lid, e) for e in ids])
-            assert written >= sum(len(payload(lid, e)) for e in ids)
-    for lid in ledgers:
-        assert storage.last_entry_id(lid) == 299
-        for e in range(300):
-            assert storage.get_entry(lid, e) == payload(lid, e)
-    assert sorted(storage.ledgers()) == sorted(ledgers)
-    await storage.aclose()
+    @pytest.fixture
+    def storage_factory(self) -> StorageFactory:
+        return lambda directory, counters: open_storage(directory, counters, max_log_size=4096, initial=8)
 
 
 async def test_entry_ids_beyond_initial_index_size(tmp_path: Path) -> None:
@@ -81,82 +58,17 @@ async def test_entry_ids_beyond_initial_index_size(tmp_path: Path) -> None:
     await reopened.aclose()
 
 
-async def test_overwrite_and_missing_entries(tmp_path: Path) -> None:
+async def test_refusals_say_what_is_wrong(tmp_path: Path) -> None:
+    """(Overwrites and missing entries are in the storage contract.)"""
     storage = open_storage(tmp_path)
     storage.ensure_ledger(1, b"k", 0)
-    storage.add_entries(1, [0, 1, 2], [b"a", b"b", b"c"])
-    storage.add_entries(1, [1], [b"B-rewritten"])
-    assert storage.get_entry(1, 1) == b"B-rewritten"
-    assert storage.get_entry(1, 0) == b"a"
-    storage.add_entries(1, [4], [b""])  # an empty entry is held, not absent
-    assert storage.get_entry(1, 4) == b""
-    assert storage.get_entry(1, 3) is None
-    assert storage.get_entry(1, 10**6) is None
-    assert storage.get_entry(1, -1) is None
-    assert storage.get_entry(99, 0) is None
-    assert storage.last_entry_id(99) == -1
-    assert storage.ledger_state(99) is None
     with pytest.raises(ValueError, match="entry ids"):
         storage.add_entries(1, [-2], [b"x"])
-    await storage.aclose()
-
-
-async def test_state_survives_checkpoint_and_reopen(tmp_path: Path) -> None:
-    storage = open_storage(tmp_path)
-    key = bytes(range(64))
-    state = storage.ensure_ledger(5, key, 7)
-    assert (state.master_key, state.ledger_type, state.fenced, state.lac) == (key, 7, False, -1)
-    assert storage.ensure_ledger(5, b"other", 1).master_key == key, "an existing key is kept"
-    assert storage.set_fenced(5) is True
-    assert storage.set_fenced(5) is False
-    storage.set_lac(5, 41)
-    storage.set_lac(5, 12)  # never lowers
-    storage.ensure_ledger(6, b"", 0)
-    storage.ensure_ledger(6, b"late-key", 3)  # keyless ledger adopts the first key offered
-    storage.set_limbo(5, True)
-    storage.set_write_closed(5)
     with pytest.raises(KeyError, match="ensure_ledger"):
         storage.set_fenced(12345)
     with pytest.raises(ValueError, match="master key"):
         storage.ensure_ledger(7, b"x" * 65, 0)
-    await storage.checkpoint()
-
-    # A fresh storage over the same dirs, without closing the first: a crash after checkpoint.
-    crashed = open_storage(tmp_path)
-    s5, s6 = crashed.ledger_state(5), crashed.ledger_state(6)
-    assert s5 is not None and s6 is not None
-    assert (s5.master_key, s5.fenced, s5.lac, s5.ledger_type, s5.limbo, s5.write_closed) == (key, True, 41, 7, True, True)
-    assert (s6.master_key, s6.ledger_type) == (b"late-key", 3)
-    await crashed.aclose()
     await storage.aclose()
-
-
-async def test_entries_survive_crash_after_checkpoint_and_clean_close(tmp_path: Path) -> None:
-    rng = random.Random(1)
-    storage = open_storage(tmp_path, max_log_size=4096, initial=8)
-    expected: dict[tuple[int, int], bytes] = {}
-    for batch in range(40):
-        lid = rng.choice([1, 2, 3])
-        storage.ensure_ledger(lid, b"k", 0)
-        ids = rng.sample(range(200), 10)
-        datas = [rng.randbytes(rng.randrange(0, 300)) for _ in ids]
-        storage.add_entries(lid, ids, datas)
-        expected.update({(lid, e): d for e, d in zip(ids, datas)})
-    await storage.checkpoint()
-
-    def check(s: DefaultLedgerStorage) -> None:
-        for (lid, e), data in expected.items():
-            assert s.get_entry(lid, e) == data
-        for lid in (1, 2, 3):
-            assert s.last_entry_id(lid) == max(e for (l, e) in expected if l == lid)
-
-    crashed = open_storage(tmp_path, max_log_size=4096, initial=8)
-    check(crashed)
-    await crashed.aclose()
-    await storage.aclose()
-    reopened = open_storage(tmp_path, max_log_size=4096, initial=8)
-    check(reopened)
-    await reopened.aclose()
 
 
 async def test_log_rotation_keeps_old_entries_readable(tmp_path: Path) -> None:
@@ -169,22 +81,6 @@ async def test_log_rotation_keeps_old_entries_readable(tmp_path: Path) -> None:
     for e in range(100):
         assert storage.get_entry(1, e) == bytes([e]) * 100
     await storage.aclose()
-
-
-async def test_delete_ledger(tmp_path: Path) -> None:
-    storage = open_storage(tmp_path)
-    storage.ensure_ledger(1, b"k", 0)
-    storage.ensure_ledger(2, b"k", 0)
-    storage.add_entries(1, [0], [b"gone"])
-    storage.delete_ledger(1)
-    storage.delete_ledger(1)  # forgetting twice is harmless
-    assert storage.ledger_state(1) is None
-    assert storage.get_entry(1, 0) is None
-    assert storage.ledgers() == [2]
-    await storage.aclose()
-    reopened = open_storage(tmp_path)
-    assert reopened.ledgers() == [2]
-    await reopened.aclose()
 
 
 async def test_corrupt_index_header_names_the_file(tmp_path: Path) -> None:
@@ -230,7 +126,7 @@ async def test_counters_count_bytes_and_fsyncs(tmp_path: Path) -> None:
     await storage.aclose()
 
 
-async def test_hook_builds_it_and_declines_other_names(tmp_path: Path) -> None:
+async def test_registered_as_default_and_other_names_are_errors(tmp_path: Path) -> None:
     pm = PluginManager(load_entry_points=False)
     counters = Counters()
     logs = pm.entry_log_manager(config={"plugin": "single"}, directory=tmp_path / "e", counters=counters)
@@ -241,12 +137,8 @@ async def test_hook_builds_it_and_declines_other_names(tmp_path: Path) -> None:
         counters=counters,
     )
     assert isinstance(storage, DefaultLedgerStorage)
-    assert (
-        ledger_storage_default.bkframe_ledger_storage(
-            name="rocksdb", config={"plugin": "rocksdb"}, directory=tmp_path, entry_logs=logs, counters=counters
-        )
-        is None
-    )
+    with pytest.raises(ConfigError, match=r"plugin = 'rocksdb': no installed plugin provides it \(installed: default\)"):
+        pm.ledger_storage(config={"plugin": "rocksdb"}, directory=tmp_path, entry_logs=logs, counters=counters)
     await storage.aclose()
 
 
@@ -261,9 +153,7 @@ async def test_hook_builds_it_and_declines_other_names(tmp_path: Path) -> None:
 async def test_bad_config_is_a_config_error(tmp_path: Path, config: dict[str, object], match: str) -> None:
     logs = SingleEntryLogManager(tmp_path / "e", Counters())
     with pytest.raises(ConfigError, match=match):
-        ledger_storage_default.bkframe_ledger_storage(
-            name="default", config=config, directory=tmp_path / "l", entry_logs=logs, counters=Counters()
-        )
+        PluginManager().ledger_storage(config=config, directory=tmp_path / "l", entry_logs=logs, counters=Counters())
     await logs.aclose()
 
 
@@ -335,7 +225,7 @@ async def test_compaction_moves_live_entries_out_of_mostly_dead_logs(tmp_path: P
 
 def test_compaction_threshold_is_validated() -> None:
     with pytest.raises(ConfigError, match="compaction_threshold = 2 should be a number from 0 to 1"):
-        ledger_storage_default.parse_config({"plugin": "default", "compaction_threshold": 2})
+        parse_section(DefaultStorageConfig, {"compaction_threshold": 2}, where="[ledger_storage]")
 
 
 async def test_compaction_keeps_an_entry_rewritten_while_it_ran(tmp_path: Path) -> None:

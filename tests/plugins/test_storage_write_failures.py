@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from bkframe_entrylog_per_ledger.manager import PerLedgerEntryLogManager
 
 from bkframe.core.counters import Counters
 from bkframe.core.entry_log_files import EntryLogError
@@ -16,7 +17,6 @@ from bkframe.core.interfaces import EntryLogManager
 from bkframe.plugins.entry_log_single import SingleEntryLogManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
 from bkframe.testing import write_faults
-from bkframe_entrylog_per_ledger.manager import PerLedgerEntryLogManager
 
 MANAGERS = ["single", "per_ledger"]
 

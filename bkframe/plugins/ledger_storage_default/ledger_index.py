@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bkframe.core.interfaces import LedgerState
+from bkframe.errors import BKError
 
 INDEX_MAGIC = b"BKIX"
 INDEX_VERSION = 1
@@ -40,7 +41,7 @@ RECORD_DTYPE = np.dtype([("offset", "<u8"), ("log_id", "<u4"), ("length", "<u4")
 RESERVE_AHEAD = 1 << 20
 
 
-class IndexCorruptError(Exception):
+class IndexCorruptError(BKError):
     """An index file cannot be trusted; the message names the file and what is wrong."""
 
 
@@ -159,13 +160,17 @@ class LedgerIndex:
         return int(self.records.shape[0])
 
     def ensure_capacity(self, max_entry_id: int) -> None:
-        """Grow (by doubling) until ``max_entry_id`` has a slot; remaps the file."""
+        """Grow (by doubling) until ``max_entry_id`` has a slot; remaps the file.
+
+        The growth is sparse (``ftruncate``): only the records actually stored get disk
+        blocks, through :meth:`reserve`. Allocating the whole doubled table instead would
+        let one add with a huge entry id take gigabytes of disk."""
         capacity = self.capacity
         if max_entry_id < capacity:
             return
         while capacity <= max_entry_id:
             capacity *= 2
-        _allocate(self.fd, HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
+        os.ftruncate(self.fd, HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
         # The old mapping is dropped, not closed: a checkpoint thread may still be
         # msyncing it, and its dirty pages belong to the file's page cache either way.
         self._mm = self._map()

@@ -25,9 +25,11 @@ import numpy as np
 import trio
 
 from bkframe.core.counters import Counters
+from bkframe.core.disk_full import is_disk_full
 from bkframe.core.entry_log_files import EntryLogError
-from bkframe.core.disk_space import is_disk_full
+from bkframe.core.fsync import fsync_dir
 from bkframe.core.interfaces import Buffer, EntryLogManager, LedgerState
+from bkframe.errors import BKError
 
 from .ledger_index import (
     HEADER_SIZE,
@@ -53,7 +55,7 @@ MAX_ENTRY_ID = (1 << 31) - 1
 _INDEX_NAME = re.compile(r"^([0-9a-f]{16})\.idx$")
 
 
-class StorageCorruptError(Exception):
+class StorageCorruptError(BKError):
     """Stored data does not match what the index says; the message says where."""
 
 
@@ -62,7 +64,7 @@ _LOST = object()
 _CORRUPT = object()
 
 
-class StorageSyncError(Exception):
+class StorageSyncError(BKError):
     """An fsync of the indexes failed: no checkpoint can complete until a restart."""
 
 
@@ -529,11 +531,7 @@ class DefaultLedgerStorage:
         if dir_dirty:
             # The storage dir too: the index dir itself may be new.
             for d in (self._index_dir, self._dir):
-                dfd = os.open(d, os.O_RDONLY)
-                try:
-                    os.fsync(dfd)
-                finally:
-                    os.close(dfd)
+                fsync_dir(d)
         return len(targets) + (2 if dir_dirty else 0)
 
     async def aclose(self) -> None:

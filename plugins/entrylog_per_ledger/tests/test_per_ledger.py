@@ -6,24 +6,35 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
+from bkframe_entrylog_per_ledger.manager import PerLedgerEntryLogManager
+from bkframe_entrylog_per_ledger.plugin import PerLedgerConfig
 
-from bkframe.core import protocol as p
-from bkframe.core.bookie_client import connect_bookie
-from bkframe.core.config import ConfigError, load_config
+from bkframe.core import proto as p
+from bkframe.core.client.bookie_client import connect_bookie
+from bkframe.core.config import ConfigError, load_config, parse_section
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import EntryLogManager
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
-from bkframe_entrylog_per_ledger.manager import PerLedgerEntryLogManager
-from bkframe_entrylog_per_ledger.plugin import parse_config
+from bkframe.testing.storage_contract import LedgerStorageContract, StorageFactory
 
 
 def open_storage(root: Path, **kw: float) -> tuple[DefaultLedgerStorage, PerLedgerEntryLogManager]:
     counters = Counters()
     logs = PerLedgerEntryLogManager(root / "entrylogs", counters, **kw)  # type: ignore[arg-type]
     return DefaultLedgerStorage(root / "ledgers", logs, counters, compaction_threshold=0), logs
+
+
+class TestDefaultStorageOnPerLedgerLogs(LedgerStorageContract):
+    """The default ledger storage keeps the storage contract on these entry logs too (small
+    ones, few active at a time, so that logs are sealed and started during the tests)."""
+
+    @pytest.fixture
+    def storage_factory(self) -> StorageFactory:
+        return lambda directory, counters: open_storage(directory, max_active=2, max_log_size=4096)[0]
 
 
 async def test_each_ledger_has_its_own_log_and_reads_back(tmp_path: Path) -> None:
@@ -101,25 +112,22 @@ async def test_a_deleted_ledgers_sealed_logs_are_removed_without_copying(tmp_pat
     await storage.aclose()
 
 
-def test_config_is_validated() -> None:
-    assert parse_config({"plugin": "per_ledger", "max_active": 8}) == {"max_active": 8}
+def test_config_is_validated(tmp_path: Path) -> None:
+    manager = PluginManager().entry_log_manager(
+        config={"plugin": "per_ledger", "max_active": 8}, directory=tmp_path, counters=Counters()
+    )
+    assert isinstance(manager, PerLedgerEntryLogManager) and manager._max_active == 8
     with pytest.raises(ConfigError, match="max_active = 0 should be an integer >= 1"):
-        parse_config({"plugin": "per_ledger", "max_active": 0})
-    with pytest.raises(ConfigError, match="unknown key.*colour"):
-        parse_config({"plugin": "per_ledger", "colour": "red"})
+        parse_section(PerLedgerConfig, {"max_active": 0}, where="[entry_log_manager]")
+    with pytest.raises(ConfigError, match=r"unknown key.*colour"):
+        parse_section(PerLedgerConfig, {"colour": "red"}, where="[entry_log_manager]")
 
 
 async def test_a_bookie_seals_a_ledgers_log_when_its_writer_closes(tmp_path: Path) -> None:
     """Composed from config; WRITE_CLOSE reaches this manager through the bookie."""
-    from tests.conftest import running_bookie
+    from bkframe.testing.cluster import running_bookie
 
-    config = load_config(None, {"data_dir": tmp_path, "port": 0})
-    config = type(config)(
-        bookie=config.bookie,
-        journal=config.journal,
-        ledger_storage=config.ledger_storage,
-        entry_log_manager={"plugin": "per_ledger"},
-    )
+    config = attrs.evolve(load_config(None, {"data_dir": tmp_path, "port": 0}), entry_log_manager={"plugin": "per_ledger"})
     async with running_bookie(config, PluginManager(load_entry_points=True)) as (service, host, port):
         logs = service.bookie.storage._entry_logs  # type: ignore[union-attr]
         assert isinstance(logs, PerLedgerEntryLogManager)

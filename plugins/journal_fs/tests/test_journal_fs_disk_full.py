@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 import trio
+from bkframe_journal_fs.fs_journal import FsJournal
 
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import JournalPosition, JournalWriteError
-from bkframe_journal_fs.fs_journal import FsJournal
 
 
 class FullDisk:

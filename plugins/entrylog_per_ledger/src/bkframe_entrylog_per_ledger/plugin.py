@@ -1,13 +1,15 @@
-"""The ``per_ledger`` entry-log manager: answers ``[entry_log_manager] plugin = "per_ledger"``."""
+"""The ``per_ledger`` entry-log manager: ``[entry_log_manager] plugin = "per_ledger"``."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from bkframe.core.config import ConfigError
+import attrs
+
+from bkframe import hookimpl
+from bkframe.core.config import at_least
 from bkframe.core.counters import Counters
-from bkframe.core.hookspecs import hookimpl
+from bkframe.core.registry import ComponentRegistry
 from bkframe_entrylog_per_ledger.manager import (
     DEFAULT_EXPIRE_AFTER_ACCESS_S,
     DEFAULT_MAX_ACTIVE,
@@ -18,36 +20,28 @@ from bkframe_entrylog_per_ledger.manager import (
 
 NAME = "per_ledger"
 
-#: Config keys: (default, what it is, smallest value allowed).
-KEYS: dict[str, tuple[float, str, float]] = {
-    "max_active": (DEFAULT_MAX_ACTIVE, "ledgers with an open (active) log at most", 1),
-    "expire_after_access_s": (DEFAULT_EXPIRE_AFTER_ACCESS_S, "seconds without an append before a log is sealed", 0.001),
-    "max_log_size": (DEFAULT_MAX_LOG_SIZE, "bytes a log may grow to before a new one is started", LOG_HEADER.size + 1),
-}
+
+@attrs.frozen
+class PerLedgerConfig:
+    """``[entry_log_manager]`` keys of ``plugin = "per_ledger"``."""
+
+    #: Ledgers with an open (active) log at most; the least recently used is sealed beyond.
+    max_active: int = attrs.field(default=DEFAULT_MAX_ACTIVE, validator=at_least(1))
+    #: Seconds without an append before a ledger's log is sealed.
+    expire_after_access_s: float = attrs.field(default=DEFAULT_EXPIRE_AFTER_ACCESS_S, validator=at_least(0.001))
+    #: Bytes a log may grow to before a new one is started.
+    max_log_size: int = attrs.field(default=DEFAULT_MAX_LOG_SIZE, validator=at_least(LOG_HEADER.size + 1))
 
 
-def parse_config(config: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(config) - set(KEYS) - {"plugin"})
-    if unknown:
-        known = "; ".join(f"{k} ({what}, default {default})" for k, (default, what, _) in KEYS.items())
-        raise ConfigError(f"[entry_log_manager] unknown key(s) for plugin per_ledger: {', '.join(unknown)}; known: {known}")
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if key == "plugin":
-            continue
-        default, what, smallest = KEYS[key]
-        integral = isinstance(default, int)
-        if isinstance(value, bool) or not isinstance(value, int if integral else (int, float)) or value < smallest:
-            kind = "an integer" if integral else "a number"
-            raise ConfigError(f"[entry_log_manager] {key} = {value!r} should be {kind} >= {smallest} ({what})")
-        out[key] = value
-    return out
+def make_manager(config: PerLedgerConfig, directory: Path, counters: Counters) -> PerLedgerEntryLogManager:
+    return PerLedgerEntryLogManager(directory, counters, **attrs.asdict(config))
 
 
 @hookimpl
-def bkframe_entry_log_manager(
-    name: str, config: dict[str, Any], directory: Path, counters: Counters
-) -> PerLedgerEntryLogManager | None:
-    if name != NAME:
-        return None
-    return PerLedgerEntryLogManager(directory, counters, **parse_config(config))
+def bkframe_register_components(registry: ComponentRegistry) -> None:
+    registry.add_entry_log_manager(
+        NAME,
+        make_manager,
+        config=PerLedgerConfig,
+        description="one entry log per ledger, sealed on write close (BP-32), expiry or too many open",
+    )

@@ -44,8 +44,10 @@ import crc32c
 import trio
 
 from bkframe.core.counters import Counters
-from bkframe.core.disk_space import DISK_FULL_ERRNOS
+from bkframe.core.disk_full import DISK_FULL_ERRNOS
+from bkframe.core.fsync import fsync_dir
 from bkframe.core.interfaces import Buffer, JournalCorruptError, JournalPosition, JournalWriteError
+from bkframe.errors import BKError
 
 log = logging.getLogger("bkframe.journal_fs")
 
@@ -64,7 +66,7 @@ SYNC_BODY = struct.Struct("<Q")
 SYNC_MARK_SIZE = RECORD_HEADER.size + SYNC_BODY.size
 
 
-class JournalFailedError(OSError):
+class JournalFailedError(BKError, OSError):
     """A journal write or fsync failed; the bookie must stop (acknowledging would lie)."""
 
 
@@ -164,11 +166,7 @@ class FsJournal:
             written = 0
             while written < len(header):  # a short write means the next one says why
                 written += os.pwrite(fd, header[written:], written)
-            dfd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            fsync_dir(self.directory)
         except BaseException:
             os.close(fd)
             path.unlink(missing_ok=True)

@@ -1,11 +1,18 @@
-"""The ``metadata_etcd`` plugin: answers ``etcd://HOST:PORT[,HOST:PORT...]/ROOT`` URIs."""
+"""The ``metadata_etcd`` plugin: registers the ``etcd://HOST:PORT[,HOST:PORT...]/ROOT`` scheme."""
 
 from __future__ import annotations
 
-from bkframe.core.hookspecs import hookimpl
-from bkframe_metadata_etcd.store import SCHEME, EtcdMetadataStore
+from bkframe import hookimpl
+from bkframe.core.registry import ComponentRegistry
+from bkframe_metadata_etcd.store import EtcdMetadataStore
+
+
+def open_store(uri: str, *, create: bool) -> EtcdMetadataStore:
+    """``create`` makes no difference: etcd is a server; keys under ROOT are made as they
+    are first written."""
+    return EtcdMetadataStore(uri)
 
 
 @hookimpl
-def bkframe_metadata_store(uri: str) -> EtcdMetadataStore | None:
-    return EtcdMetadataStore(uri) if uri.startswith(SCHEME) else None
+def bkframe_register_components(registry: ComponentRegistry) -> None:
+    registry.add_metadata_store("etcd", open_store, description="etcd://HOST:PORT[,...]/ROOT: etcd v3 (etcd3gw)")

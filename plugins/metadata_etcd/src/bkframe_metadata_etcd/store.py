@@ -104,7 +104,7 @@ class EtcdRegistration:
                     await trio.sleep(self._ttl / 3)
                     try:
                         await self._store._call(self._refresh)
-                    except Exception as e:  # never fatal: retried at the next beat
+                    except Exception as e:  # noqa: BLE001 - never fatal: retried at the next beat
                         log.warning("bookie %s: lease keep-alive failed: %s", self.info.bookie_id, e)
                         self._lease = None
         finally:

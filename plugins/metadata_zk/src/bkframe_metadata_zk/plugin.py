@@ -1,11 +1,18 @@
-"""The ``metadata_zk`` plugin: answers ``zk://HOST:PORT[,HOST:PORT...]/ROOT`` URIs."""
+"""The ``metadata_zk`` plugin: registers the ``zk://HOST:PORT[,HOST:PORT...]/ROOT`` scheme."""
 
 from __future__ import annotations
 
-from bkframe.core.hookspecs import hookimpl
-from bkframe_metadata_zk.store import SCHEME, ZkMetadataStore
+from bkframe import hookimpl
+from bkframe.core.registry import ComponentRegistry
+from bkframe_metadata_zk.store import ZkMetadataStore
+
+
+def open_store(uri: str, *, create: bool) -> ZkMetadataStore:
+    """``create`` makes no difference: ZooKeeper is a server; the store's nodes under ROOT
+    are made as they are first written."""
+    return ZkMetadataStore(uri)
 
 
 @hookimpl
-def bkframe_metadata_store(uri: str) -> ZkMetadataStore | None:
-    return ZkMetadataStore(uri) if uri.startswith(SCHEME) else None
+def bkframe_register_components(registry: ComponentRegistry) -> None:
+    registry.add_metadata_store("zk", open_store, description="zk://HOST:PORT[,...]/ROOT: ZooKeeper (kazoo)")

@@ -130,7 +130,7 @@ class ZkMetadataStore:
             def start() -> None:
                 try:
                     self.zk.start(timeout=10)
-                except Exception as e:  # kazoo raises its own timeout type
+                except Exception as e:  # noqa: BLE001 - kazoo raises its own timeout type
                     self.zk.stop()
                     raise MetadataError(f"cannot reach the ZooKeeper metadata store {self.uri!r}: {e}") from None
                 for path in ("ledgers", "idgen", "bookies", "cookies", "logs"):

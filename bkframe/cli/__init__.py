@@ -1,0 +1,1 @@
+"""The ``bkframe`` command line: one module per command group (see :mod:`.main`)."""

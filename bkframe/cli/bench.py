@@ -1,0 +1,245 @@
+"""``bkframe bench``: drive a bookie with pipelined adds and report throughput and latency."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import attrs
+import click
+import numpy as np
+import trio
+
+from bkframe.core import proto as p
+from bkframe.core.client.bookie_client import PendingResponse, connect_bookie
+from bkframe.testing.cluster import BOOKIE_COMMAND, BookieProcess
+
+
+@attrs.frozen
+class BenchResult:
+    mode: str
+    entry_size: int
+    count: int
+    window: int
+    seconds: float
+    entries_per_s: float
+    mb_per_s: float
+    p50_ms: float
+    p99_ms: float
+    #: Only in bookie mode (one bookie's journal); None through the client.
+    fsyncs_per_s: float | None
+    entries_per_fsync: float | None
+    payload_bytes: int
+    bookie_bytes_written: int
+
+    def human(self) -> str:
+        return (
+            f"{self.mode}: {self.count} entries of {self.entry_size} B, window {self.window}, {self.seconds:.2f} s\n"
+            f"  {self.entries_per_s:,.0f} entries/s  {self.mb_per_s:,.1f} MB/s\n"
+            f"  latency p50 {self.p50_ms:.3f} ms  p99 {self.p99_ms:.3f} ms\n"
+            + (f"  {self.fsyncs_per_s:,.0f} fsyncs/s  {self.entries_per_fsync:,.1f} entries per fsync\n"
+               if self.fsyncs_per_s is not None and self.entries_per_fsync is not None else "")
+            + f"  bookie wrote {self.bookie_bytes_written:,} bytes for {self.payload_bytes:,} payload bytes"
+        )
+
+
+async def bench_bookie(host: str, port: int, *, entry_size: int, count: int, window: int, ledger_id: int) -> BenchResult:
+    """Append ``count`` entries to one ledger of one bookie with ``window`` in flight."""
+    payload = os.urandom(entry_size)
+    key = b"bench-key"
+    latencies = np.empty(count, dtype=np.float64)
+    async with connect_bookie(host, port) as bookie:
+        before = (await bookie.info())["counters"]
+        # Each refill of the window goes out as one ADD_BATCH, as the client library does.
+        inflight: deque[tuple[int, int, float, PendingResponse]] = deque()
+        start = time.perf_counter()
+        next_entry = 0
+        done = 0
+        in_window = 0
+        while done < count:
+            room = min(window - in_window, count - next_entry)
+            if room > 0:
+                ids = list(range(next_entry, next_entry + room))
+                pending = bookie.submit_add_batch(ledger_id, ids, [payload] * room, master_key=key, lac=done - 1)
+                inflight.append((next_entry, room, time.perf_counter(), pending))
+                next_entry += room
+                in_window += room
+            first, n, sent, pending = inflight.popleft()
+            response = await pending.wait()
+            if response.status != p.Status.OK:
+                raise click.ClickException(f"adds from {first} failed: {response.status.name} {response.message}")
+            latencies[done : done + n] = time.perf_counter() - sent
+            done += n
+            in_window -= n
+        seconds = time.perf_counter() - start
+        after = (await bookie.info())["counters"]
+    fsyncs = after["journal_fsyncs"] - before["journal_fsyncs"]
+    written = sum(after[k] - before[k] for k in ("journal_bytes_written", "storage_bytes_written"))
+    return BenchResult(
+        mode="bookie",
+        entry_size=entry_size,
+        count=count,
+        window=window,
+        seconds=seconds,
+        entries_per_s=count / seconds,
+        mb_per_s=count * entry_size / seconds / 1e6,
+        p50_ms=float(np.percentile(latencies, 50) * 1e3),
+        p99_ms=float(np.percentile(latencies, 99) * 1e3),
+        fsyncs_per_s=fsyncs / seconds,
+        entries_per_fsync=count / fsyncs if fsyncs else float("inf"),
+        payload_bytes=count * entry_size,
+        bookie_bytes_written=written,
+    )
+
+
+async def _bookie_bytes(client: Any, bookie_ids: list[str]) -> int:
+    total = 0
+    for bookie_id in bookie_ids:
+        c = (await (await client.pool.get(bookie_id)).info())["counters"]
+        total += c["journal_bytes_written"] + c["storage_bytes_written"]
+    return total
+
+
+async def bench_client(
+    metadata: str,
+    *,
+    entry_size: int,
+    count: int,
+    window: int,
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    ledger_type: str,
+    progress: bool,
+    sync_every: int = 0,
+) -> BenchResult:
+    """Append through the client library to a new ledger with ``window`` appends in flight."""
+    from bkframe.core.client.client import open_client
+
+    payload = os.urandom(entry_size)
+    latencies = np.empty(count, dtype=np.float64)
+    async with open_client(metadata) as client:
+        writer = await client.create_ledger(
+            ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type, password=b"bench"
+        )
+        bookies = list(writer.metadata.fragments[0][1])
+        before = await _bookie_bytes(client, bookies)
+        bar = click.progressbar(length=count, file=sys.stderr, label="appending") if progress else None
+        inflight: deque[tuple[float, Any]] = deque()
+        start = time.perf_counter()
+        submitted = done = 0
+        while done < count:
+            while submitted < count and len(inflight) < window:
+                inflight.append((time.perf_counter(), writer.append_async(payload)))
+                submitted += 1
+                if sync_every and submitted % sync_every == 0:
+                    break
+            await inflight[0][1].wait()
+            now = time.perf_counter()
+            finished = 0
+            while inflight and inflight[0][1].done():
+                sent, pending = inflight.popleft()
+                if pending.error is not None:
+                    raise pending.error
+                latencies[done] = now - sent
+                done += 1
+                finished += 1
+            if bar is not None:
+                bar.update(finished)
+            if sync_every and done % sync_every == 0 and not inflight:
+                await writer.sync()
+        seconds = time.perf_counter() - start
+        await writer.close()
+        if bar is not None:
+            bar.render_finish()
+        written = await _bookie_bytes(client, list(writer.metadata.bookies())) - before
+    return BenchResult(
+        mode=f"client {ledger_type} E={ensemble} W={write_quorum} A={ack_quorum}"
+        + (f" sync every {sync_every}" if sync_every else ""),
+        entry_size=entry_size,
+        count=count,
+        window=window,
+        seconds=seconds,
+        entries_per_s=count / seconds,
+        mb_per_s=count * entry_size / seconds / 1e6,
+        p50_ms=float(np.percentile(latencies, 50) * 1e3),
+        p99_ms=float(np.percentile(latencies, 99) * 1e3),
+        fsyncs_per_s=None,
+        entries_per_fsync=None,
+        payload_bytes=count * entry_size,
+        bookie_bytes_written=written,
+    )
+
+
+@click.command()
+@click.option("--bookie", "address", help="HOST:PORT of a running bookie. Default: start one in a subprocess.")
+@click.option("--data-dir", type=click.Path(path_type=Path), help="Data dir of the bookie started for the run.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), help="Config of the bookie started for the run.")
+@click.option("--entry-size", type=int, default=1024, show_default=True)
+@click.option("--count", type=int, default=100_000, show_default=True)
+@click.option("--window", type=int, default=256, show_default=True, help="Adds in flight at most.")
+@click.option("--ledger", "ledger_id", type=int, default=1, show_default=True, help="Ledger id (bookie mode).")
+@click.option("--metadata", help="Client mode: append through the client library on this cluster.")
+@click.option("-e", "--ensemble", type=int, default=3, show_default=True, help="Client mode.")
+@click.option("-w", "--write-quorum", type=int, default=3, show_default=True, help="Client mode.")
+@click.option("-a", "--ack-quorum", type=int, default=2, show_default=True, help="Client mode.")
+@click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True, help="Client mode: ledger type.")
+@click.option("--sync-every", type=int, default=0, help="Client mode: call sync() after every N appends.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON line instead of text.")
+def bench(
+    address: str | None,
+    data_dir: Path | None,
+    config_path: Path | None,
+    entry_size: int,
+    count: int,
+    window: int,
+    ledger_id: int,
+    metadata: str | None,
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    ledger_type: str,
+    sync_every: int,
+    as_json: bool,
+) -> None:
+    """Benchmark pipelined adds: against one bookie directly (default, no metadata store
+    needed), or through the client library on a cluster (--metadata)."""
+    if metadata:
+        result = trio.run(
+            lambda: bench_client(
+                metadata, entry_size=entry_size, count=count, window=window, ensemble=ensemble,
+                write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type,
+                progress=count >= 50_000 and sys.stderr.isatty(), sync_every=sync_every,
+            )
+        )
+        click.echo(json.dumps(attrs.asdict(result)) if as_json else result.human())
+        return
+    started = None
+    tmp = None
+    if address:
+        host, _, port_s = address.rpartition(":")
+        port = int(port_s)
+    else:
+        if data_dir is None:
+            tmp = tempfile.TemporaryDirectory(prefix="bkframe-bench-")
+            data_dir = Path(tmp.name) / "bookie"
+        extra = ("--config", str(config_path)) if config_path else ()
+        started = BookieProcess(data_dir, command=BOOKIE_COMMAND).start(*extra)
+        host, port = started.host, started.port
+    try:
+        result = trio.run(
+            lambda: bench_bookie(host, port, entry_size=entry_size, count=count, window=window, ledger_id=ledger_id)
+        )
+    finally:
+        if started is not None:
+            started.stop()
+        if tmp is not None:
+            tmp.cleanup()
+    out: dict[str, Any] = attrs.asdict(result)
+    click.echo(json.dumps(out) if as_json else result.human())

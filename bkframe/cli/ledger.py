@@ -1,0 +1,159 @@
+"""``bkframe ledger ...``: create, append, read, inspect, close, delete ledgers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+import trio
+
+from bkframe.cli.options import metadata_option, password_option
+from bkframe.core.client.client import Client, open_client
+
+T = TypeVar("T")
+
+
+def _run(metadata: str, fn: Callable[[Client], Awaitable[T]]) -> T:
+    async def main() -> T:
+        async with open_client(metadata) as client:
+            return await fn(client)
+
+    return trio.run(main)
+
+
+@click.group()
+def ledger() -> None:
+    """Work with ledgers through the client library."""
+
+
+@ledger.command()
+@metadata_option()
+@click.option("-e", "--ensemble", type=int, default=3, show_default=True)
+@click.option("-w", "--write-quorum", type=int, default=2, show_default=True)
+@click.option("-a", "--ack-quorum", type=int, default=2, show_default=True)
+@click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True)
+@click.option("--digest", type=click.Choice(["CRC32C", "HMAC_SHA256"]), default="CRC32C", show_default=True)
+@password_option
+def create(
+    metadata: str, ensemble: int, write_quorum: int, ack_quorum: int, ledger_type: str, digest: str, password: str
+) -> None:
+    """Create a ledger; prints its id alone. Append to it with 'bkframe ledger append ID'."""
+    try:
+        from bkframe.core.metadata import LedgerMetadata
+
+        LedgerMetadata(0, ensemble, write_quorum, ack_quorum, ((0, tuple(str(i) for i in range(ensemble))),))
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+
+    async def run(client: Client) -> int:
+        handle = await client.create_ledger(
+            ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type,
+            digest=digest, password=password.encode(), claim=False,
+        )
+        return handle.ledger_id
+
+    click.echo(_run(metadata, run))
+
+
+@ledger.command()
+@metadata_option()
+@password_option
+@click.option("--keep-open", is_flag=True, help="Do not close the ledger at end of input.")
+@click.argument("ledger_id", type=int)
+def append(metadata: str, password: str, keep_open: bool, ledger_id: int) -> None:
+    """Each stdin line becomes one entry; prints each entry id once it is acknowledged."""
+
+    async def run(client: Client) -> None:
+        writer = await client.open_writer(ledger_id, password=password.encode())
+        stdin = trio.wrap_file(sys.stdin.buffer)
+        send, receive = trio.open_memory_channel[Any](1024)
+
+        async def print_acks() -> None:
+            async for pending in receive:
+                click.echo(await pending.wait())
+                sys.stdout.flush()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(print_acks)
+            async with send:
+                while line := await stdin.readline():
+                    await send.send(writer.append_async(line.rstrip(b"\n")))
+        if not keep_open:
+            await writer.close()
+
+    _run(metadata, run)
+
+
+@ledger.command()
+@metadata_option()
+@password_option
+@click.option("--from", "first", type=int, default=0, show_default=True)
+@click.option("--to", "last", type=int, default=None, help="Last entry (default: the LAC).")
+@click.option("--recover", is_flag=True, help="Fence and close an open ledger first (its writer stops).")
+@click.option("--unconfirmed", is_flag=True, help="Read beyond the LAC, up to --to.")
+@click.argument("ledger_id", type=int)
+def read(metadata: str, password: str, first: int, last: int | None, recover: bool, unconfirmed: bool, ledger_id: int) -> None:
+    """Print one entry per line."""
+
+    async def run(client: Client) -> None:
+        reader = await client.open_ledger(ledger_id, password=password.encode(), recovery=recover)
+        lac = await reader.read_lac()
+        end = lac if last is None else last
+        if unconfirmed and last is None:
+            raise click.UsageError("--unconfirmed needs --to (there is no known end beyond the LAC)")
+        out = sys.stdout.buffer
+        for start in range(first, end + 1, 1000):
+            stop = min(start + 999, end)
+            entries = await (reader.read_unconfirmed(start, stop) if unconfirmed else reader.read(start, stop))
+            for entry in entries:
+                out.write(entry.payload + b"\n")
+        out.flush()
+
+    _run(metadata, run)
+
+
+@ledger.command()
+@metadata_option()
+@click.argument("ledger_id", type=int)
+def metadata(metadata: str, ledger_id: int) -> None:
+    """Print the ledger's metadata as JSON."""
+
+    async def run(client: Client) -> dict[str, Any]:
+        md = await client.ledger_metadata(ledger_id)
+        return {**md.to_json(), "version": md.version}
+
+    click.echo(json.dumps(_run(metadata, run), indent=2, sort_keys=True))
+
+
+@ledger.command(name="list")
+@metadata_option()
+def list_ledgers(metadata: str) -> None:
+    """Print every ledger id, one per line."""
+    for ledger_id in _run(metadata, lambda client: client.list_ledgers()):
+        click.echo(ledger_id)
+
+
+@ledger.command()
+@metadata_option()
+@password_option
+@click.argument("ledger_id", type=int)
+def close(metadata: str, password: str, ledger_id: int) -> None:
+    """Close a ledger (fencing and recovering it if its writer did not close it)."""
+
+    async def run(client: Client) -> int:
+        reader = await client.open_ledger(ledger_id, password=password.encode(), recovery=True)
+        return reader.lac
+
+    click.echo(f"ledger {ledger_id} closed at entry {_run(metadata, run)}")
+
+
+@ledger.command()
+@metadata_option()
+@click.argument("ledger_id", type=int)
+def delete(metadata: str, ledger_id: int) -> None:
+    """Delete a ledger's metadata (bookies reclaim its space)."""
+    _run(metadata, lambda client: client.delete_ledger(ledger_id))
+    click.echo(f"deleted ledger {ledger_id}")

@@ -1,0 +1,143 @@
+"""Cookies (BP-46): a bookie's identity stamped on its data dir and in the metadata store.
+
+At boot the two are compared. A new bookie stamps both. A data dir without a cookie (or
+with another bookie's, or another instance's) while the metadata store has one means the
+disk was lost or replaced, so entries this bookie acknowledged may be gone: the bookie
+refuses to start unless ``auto_fix_cookies`` is on (then it re-stamps), and says which
+command fixes it by hand. See BP-46's table of cookie cases.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+import attrs
+
+from bkframe.core.fsync import remove_durably, write_durably
+from bkframe.core.metadata import MetadataStore
+from bkframe.errors import BKError
+
+COOKIE_FILE = "cookie.json"
+#: Present while a re-stamped data dir still needs boot protection (see mark_data_loss).
+DATA_LOSS_MARKER = "DATA_LOSS_SUSPECTED"
+
+
+class CookieError(BKError):
+    """The data dir and the metadata store disagree about who this bookie is."""
+
+
+def _str_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+@attrs.frozen
+class Cookie:
+    bookie_id: str
+    address: str
+    data_dirs: tuple[str, ...] = attrs.field(converter=_str_tuple)
+    instance_id: str
+
+    def serialize(self) -> bytes:
+        return json.dumps(attrs.asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def deserialize(cls, data: bytes, where: str) -> Cookie:
+        try:
+            return cls(**json.loads(data))
+        except (ValueError, TypeError) as e:
+            raise CookieError(f"cookie in {where} does not parse ({e}); 'bkframe cookie fix' writes a new one") from None
+
+
+def read_local(data_dir: Path) -> Cookie | None:
+    path = data_dir / COOKIE_FILE
+    try:
+        return Cookie.deserialize(path.read_bytes(), str(path))
+    except FileNotFoundError:
+        return None
+
+
+def write_local(data_dir: Path, cookie: Cookie) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    write_durably(data_dir / COOKIE_FILE, cookie.serialize())
+
+
+class CookieCheck(enum.Enum):
+    NEW = "new bookie: stamped the data dir and the metadata store"
+    MATCH = "cookies match"
+    STAMPED_METADATA = "the metadata store had no cookie: stamped it from the data dir"
+    FIXED = "the data dir was missing or replaced: re-stamped (auto_fix_cookies)"
+
+    @property
+    def data_loss_suspected(self) -> bool:
+        return self is CookieCheck.FIXED
+
+
+def _new_cookie(bookie_id: str, address: str, data_dir: Path) -> Cookie:
+    return Cookie(bookie_id, address, (str(data_dir.resolve()),), uuid.uuid4().hex)
+
+
+async def check_cookies(
+    store: MetadataStore, data_dir: Path, bookie_id: str, address: str, *, auto_fix: bool, metadata_uri: str
+) -> CookieCheck:
+    """Compare the data dir's cookie with the metadata store's; stamp or refuse."""
+    local = read_local(data_dir)
+    remote_v = await store.read_cookie(bookie_id)
+    remote = Cookie.deserialize(remote_v.value, f"the metadata store ({bookie_id})") if remote_v else None
+    if local is None and remote is None:
+        cookie = _new_cookie(bookie_id, address, data_dir)
+        write_local(data_dir, cookie)
+        await store.write_cookie(bookie_id, cookie.serialize(), None)
+        return CookieCheck.NEW
+    if local is not None and remote is None and local.bookie_id == bookie_id:
+        await store.write_cookie(bookie_id, local.serialize(), None)
+        return CookieCheck.STAMPED_METADATA
+    if local is not None and remote is not None and local.instance_id == remote.instance_id and local.bookie_id == bookie_id:
+        return CookieCheck.MATCH
+    if local is None:
+        problem = "its data dir has no cookie: the dir is new, missing or was wiped"
+    elif local.bookie_id != bookie_id:
+        problem = f"its data dir belongs to bookie {local.bookie_id!r}"
+    else:
+        problem = "its data dir holds another instance's cookie: the dir was replaced (e.g. restored from a backup)"
+    if not auto_fix:
+        raise CookieError(
+            f"bookie {bookie_id!r} refuses to start: {problem}, but the metadata store knows this bookie. "
+            f"Entries it acknowledged may be lost. If that is understood, run "
+            f"'bkframe cookie fix --data-dir {data_dir} --metadata {metadata_uri} --bookie-id {bookie_id}' "
+            f"or set [bookie] auto_fix_cookies = true"
+        )
+    await fix_cookies(store, data_dir, bookie_id, address)
+    return CookieCheck.FIXED
+
+
+def mark_data_loss(data_dir: Path) -> None:
+    """Durably note that this data dir may lack what the bookie acknowledged.
+
+    Written before a cookie is re-stamped, removed only once boot protection is durable,
+    so a crash in between (or a fix by hand with ``bkframe cookie fix``) still leads the
+    next boot to protect every ledger.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    write_durably(data_dir / DATA_LOSS_MARKER, b"cookie re-stamped: protect every ledger at the next boot\n")
+
+
+def data_loss_marked(data_dir: Path) -> bool:
+    return (data_dir / DATA_LOSS_MARKER).exists()
+
+
+def clear_data_loss(data_dir: Path) -> None:
+    remove_durably(data_dir / DATA_LOSS_MARKER)
+
+
+async def fix_cookies(store: MetadataStore, data_dir: Path, bookie_id: str, address: str) -> Cookie:
+    """Stamp a new instance on the data dir and (CAS) in the metadata store."""
+    mark_data_loss(data_dir)
+    cookie = _new_cookie(bookie_id, address, data_dir)
+    remote = await store.read_cookie(bookie_id)
+    write_local(data_dir, cookie)
+    await store.write_cookie(bookie_id, cookie.serialize(), remote.version if remote else None)
+    return cookie

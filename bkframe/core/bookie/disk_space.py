@@ -1,0 +1,91 @@
+"""A bookie's disk space: how full the data dir's filesystem is, and BookKeeper's read-only
+mode that it (or a write that found no space, see :mod:`bkframe.core.disk_full`) switches on.
+
+Read-only mode (BookKeeper's ``diskUsageThreshold`` / ``diskUsageLwm``): once the used
+fraction of the filesystem reaches the threshold, or a write fails for want of space, the
+bookie takes no more adds (they get ``READ_ONLY``, so writers change ensemble) and
+registers read-only (new ledgers avoid it). It keeps serving reads, fences and recovery
+adds, so that ledgers it holds can still be read and closed. It takes adds again once the
+used fraction is below the low-water mark; the gap between the two marks keeps it from
+flapping.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import attrs
+import trio
+
+from bkframe.errors import BKError
+
+log = logging.getLogger("bkframe.bookie")
+
+
+class NoSpaceToStartError(BKError, OSError):
+    """The bookie cannot start: something it must write before serving found no space."""
+
+
+@attrs.frozen
+class DiskUsage:
+    """One measurement of a filesystem, as BookKeeper takes it: ``1 - usable / total``."""
+
+    total: int
+    free: int
+
+    @property
+    def fraction(self) -> float:
+        return 1.0 - self.free / self.total if self.total > 0 else 1.0
+
+
+def measure(path: Path) -> DiskUsage:
+    """Blocking (a statvfs): call it off the event loop where the disk may hang."""
+    usage = shutil.disk_usage(path)
+    return DiskUsage(total=usage.total, free=usage.free)
+
+
+class ReadOnlyMode:
+    """Whether the bookie takes adds, and why not. Lives on the event loop."""
+
+    def __init__(self, data_dir: Path, threshold: float, lwm: float) -> None:
+        self.data_dir = data_dir
+        self.threshold = threshold
+        self.lwm = lwm
+        self.read_only = False
+        #: Why the bookie is read-only (empty while writable).
+        self.reason = ""
+        #: The last measurement, if any.
+        self.usage: DiskUsage | None = None
+        #: Set (and replaced) whenever ``read_only`` changes, for whoever publishes it.
+        self.changed = trio.Event()
+
+    def disk_checked(self, usage: DiskUsage) -> None:
+        """Apply one measurement: enter read-only at the threshold, leave below the low-water mark."""
+        self.usage = usage
+        if usage.fraction >= self.threshold:
+            if not self.read_only:
+                self._set(
+                    True,
+                    f"disk usage of {self.data_dir} is {usage.fraction:.1%}, at or above "
+                    f"disk_usage_threshold {self.threshold:.0%} ({usage.free} of {usage.total} bytes free)",
+                )
+        elif self.read_only and usage.fraction < self.lwm:
+            self._set(False, f"disk usage of {self.data_dir} is {usage.fraction:.1%}, below disk_usage_lwm {self.lwm:.0%}")
+
+    def write_failed(self, error: BaseException) -> None:
+        """A write found no space left: read-only at once, until usage is below the low-water mark."""
+        if not self.read_only:
+            self._set(True, f"a write to {self.data_dir} failed: {error}")
+
+    def _set(self, read_only: bool, why: str) -> None:
+        self.read_only = read_only
+        self.reason = why if read_only else ""
+        if read_only:
+            log.warning("bookie is read-only: %s; it refuses adds until usage is below disk_usage_lwm %.0f%%",
+                        why, self.lwm * 100)
+        else:
+            log.warning("bookie is writable again: %s", why)
+        changed, self.changed = self.changed, trio.Event()
+        changed.set()

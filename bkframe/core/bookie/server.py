@@ -1,0 +1,177 @@
+"""The bookie's TCP server: frames in, response batches out, graceful drain on stop.
+
+Each connection has a reader and a writer task. The reader parses a frame, lets the
+bookie serve it at once (storage write + journal append) and queues the resulting batch;
+the writer waits for the journal's group commit to cover the batch and sends it. So a
+client can pipeline many frames while earlier ones wait for their fsync, and responses
+of all batches made durable by one fsync go out in one send.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import trio
+
+from bkframe.core import proto as p
+from bkframe.core.bookie.bookie import Bookie
+from bkframe.core.bookie.requests import ResponseBatch
+from bkframe.core.interfaces import Buffer, JournalWriteError
+
+log = logging.getLogger("bkframe.server")
+
+RECEIVE_SIZE = 256 * 1024
+
+
+class BookieServer:
+    def __init__(self, bookie: Bookie, host: str, port: int) -> None:
+        self.bookie = bookie
+        self.host = host
+        self.port = port
+        self._stop = trio.Event()
+        self._readers: set[trio.CancelScope] = set()
+        self._connections = 0
+        self._idle = trio.Event()
+        self._idle.set()
+
+    def stop(self) -> None:
+        """Stop accepting, let live connections finish what they sent, then return from run."""
+        self._stop.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        self.port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as connections:
+            async with trio.open_nursery() as accepting:
+                for listener in listeners:
+                    accepting.start_soon(partial(trio.serve_listeners, self._serve, [listener], handler_nursery=connections))
+                task_status.started((self.host, self.port))
+                await self._stop.wait()
+                accepting.cancel_scope.cancel()
+            for listener in listeners:
+                await listener.aclose()
+            # Stop reading new frames; what was read is served and answered.
+            for scope in list(self._readers):
+                scope.cancel()
+            with trio.move_on_after(self.bookie.config.bookie.drain_timeout_s):
+                await self._idle.wait()
+            connections.cancel_scope.cancel()
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        self._connections += 1
+        self._idle = trio.Event() if self._connections == 1 else self._idle
+        try:
+            send, receive = trio.open_memory_channel[ResponseBatch](self.bookie.config.bookie.max_pending_batches)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_responses, stream, receive)
+                async with send:
+                    await self._read_requests(stream, send, nursery)
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            # The peer went away (or reset the connection); nothing it sent is lost, it
+            # just gets no answer. (The connection's nursery raises these in a group.)
+            log.debug("connection closed by the peer")
+        except* Exception:
+            # A bug on one connection must not take the bookie or other connections down.
+            log.exception("connection failed; closing it")
+        finally:
+            self._connections -= 1
+            if self._connections == 0:
+                self._idle.set()
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _respond_later(
+        self, respond: Callable[[], Awaitable[bytes]], send: trio.MemorySendChannel[ResponseBatch]
+    ) -> None:
+        async with send:
+            response = await respond()
+            try:
+                await send.send(ResponseBatch([response]))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the connection is gone
+
+    async def _read_requests(
+        self, stream: trio.SocketStream, send: trio.MemorySendChannel[ResponseBatch], nursery: trio.Nursery
+    ) -> None:
+        bookie = self.bookie
+        max_entry = bookie.config.bookie.max_entry_size
+        buf = bytearray()
+        with trio.CancelScope() as scope:
+            self._readers.add(scope)
+            try:
+                # Nothing is served before boot protection (BP-46 phase one) is durable.
+                await bookie.ready.wait()
+                if self._stop.is_set():
+                    return
+                while True:
+                    # Parse every whole frame in the buffer before reading more.
+                    while len(buf) >= 4:
+                        (length,) = p.FRAME_HEADER.unpack_from(buf)
+                        if length > p.MAX_FRAME_SIZE:
+                            bookie.counters.bad_requests += 1
+                            msg = f"frame of {length} bytes exceeds the maximum {p.MAX_FRAME_SIZE}; closing"
+                            batch = ResponseBatch([p.encode_error_response(0, p.Status.BAD_REQUEST, msg)])
+                            await send.send(batch)
+                            return
+                        if len(buf) < 4 + length:
+                            break
+                        with memoryview(buf) as view:  # one copy; released before the del below
+                            body = memoryview(bytes(view[4 : 4 + length]))
+                        del buf[: 4 + length]
+                        requests = p.decode_requests(body, max_entry)
+                        if not requests:
+                            continue
+                        # Shield the hand-off: a frame that was served (written to the
+                        # journal) must also be answered, even while draining.
+                        batch = bookie.requests.handle(requests)
+                        for later in batch.deferred:
+                            nursery.start_soon(self._respond_later, later, send.clone())
+                        with trio.CancelScope(shield=True):
+                            await send.send(batch)
+                    data = await stream.receive_some(max(RECEIVE_SIZE, _needed(buf)))
+                    if not data:
+                        return
+                    buf += data
+            finally:
+                self._readers.discard(scope)
+
+    async def _write_responses(self, stream: trio.SocketStream, receive: trio.MemoryReceiveChannel[ResponseBatch]) -> None:
+        journal = self.bookie.journal
+        async with receive:
+            async for batch in receive:
+                batches = [batch]
+                wait = batch.wait_seq
+                # Coalesce batches already queued behind this one into a single send.
+                while True:
+                    try:
+                        more = receive.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    batches.append(more)
+                    wait = max(wait, more.wait_seq)
+                lost: JournalWriteError | None = None
+                if wait > journal.durable_seq:
+                    try:
+                        await journal.wait_durable(wait)
+                    except JournalWriteError as e:
+                        lost = e  # settled up to ``wait``: each batch is checked below
+                parts: list[Buffer] = []
+                for b in batches:
+                    # A batch's records were appended together, so they were written (or lost)
+                    # together: its highest sequence tells for all of them.
+                    if b.wait_seq and journal.is_lost(b.wait_seq):
+                        error = lost or JournalWriteError(None, f"journal record {b.wait_seq} was not written")
+                        parts.extend(self.bookie.requests.lost_write_responses(b, error))
+                    else:
+                        parts.extend(b.parts)
+                if parts:
+                    await stream.send_all(p.frame(parts))
+
+
+def _needed(buf: bytearray) -> int:
+    if len(buf) < 4:
+        return 0
+    (length,) = p.FRAME_HEADER.unpack_from(buf)
+    return min(4 + length - len(buf), p.MAX_FRAME_SIZE) if length <= p.MAX_FRAME_SIZE else 0

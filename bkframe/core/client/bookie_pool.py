@@ -1,0 +1,83 @@
+"""Connections to bookies by bookie id, opened on demand and reopened after a failure."""
+
+from __future__ import annotations
+
+import trio
+
+from bkframe.core.client.bookie_client import BookieClient, BookieConnectionError, connect_bookie
+from bkframe.core.client.bookie_health import BookieHealth
+from bkframe.core.metadata import MetadataStore
+
+
+class BookiePool:
+    """Holds one connection per bookie inside the client's nursery.
+
+    A failed connect quarantines the bookie in ``health`` (see :mod:`bookie_health`).
+    """
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        metadata: MetadataStore,
+        *,
+        connect_timeout_s: float = 10.0,
+        health: BookieHealth | None = None,
+    ) -> None:
+        self._nursery = nursery
+        self._metadata = metadata
+        self.connect_timeout_s = connect_timeout_s
+        self.health = health if health is not None else BookieHealth(0.0)
+        self._clients: dict[str, BookieClient] = {}
+        self._addresses: dict[str, str] = {}
+        self._locks: dict[str, trio.Lock] = {}
+
+    async def resolve(self, bookie_id: str, *, refresh: bool = False) -> str:
+        if refresh or bookie_id not in self._addresses:
+            for info in await self._metadata.list_bookies():
+                self._addresses[info.bookie_id] = info.address
+        try:
+            return self._addresses[bookie_id]
+        except KeyError:
+            raise BookieConnectionError(f"bookie {bookie_id} is not registered (not running?)") from None
+
+    def connected(self, bookie_id: str) -> BookieClient | None:
+        client = self._clients.get(bookie_id)
+        return client if client is not None and not client.closed else None
+
+    async def get(self, bookie_id: str) -> BookieClient:
+        client = self.connected(bookie_id)
+        if client is not None:
+            return client
+        lock = self._locks.setdefault(bookie_id, trio.Lock())
+        async with lock:
+            client = self.connected(bookie_id)
+            if client is not None:
+                return client
+            refreshed = bookie_id in self._clients
+            address = await self.resolve(bookie_id, refresh=refreshed)
+            while True:
+                host, _, port = address.rpartition(":")
+                try:
+                    return await self._nursery.start(self._hold, bookie_id, host, int(port))
+                except ConnectionError as e:
+                    # A restarted bookie listens elsewhere: the address may be stale (it
+                    # came with another bookie's lookup). Look it up afresh, once.
+                    self._addresses.pop(bookie_id, None)
+                    if not refreshed:
+                        refreshed = True
+                        try:
+                            fresh = await self.resolve(bookie_id, refresh=True)
+                        except ConnectionError:
+                            fresh = address
+                        if fresh != address:
+                            address = fresh
+                            continue
+                    self.health.failed(bookie_id, str(e))
+                    raise
+
+    async def _hold(self, bookie_id: str, host: str, port: int, *, task_status: trio.TaskStatus[BookieClient]) -> None:
+        # A failed connect raises out of nursery.start to the caller of get().
+        async with connect_bookie(host, port, connect_timeout_s=self.connect_timeout_s) as client:
+            self._clients[bookie_id] = client
+            task_status.started(client)
+            await client.wait_closed()

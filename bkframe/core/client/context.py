@@ -1,0 +1,50 @@
+"""What write handles, read handles and recovery need of a client -- and nothing more.
+
+A :class:`ClientContext` is made once per client (:func:`bkframe.open_client`) and shared;
+the handles never see the :class:`~bkframe.core.client.client.Client` itself, so the
+client module imports the handles and nothing imports it back.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import attrs
+import trio
+
+from bkframe.core.client.bookie_health import BookieHealth
+from bkframe.core.client.bookie_pool import BookiePool
+from bkframe.core.client.settings import ClientSettings
+from bkframe.core.metadata import MetadataStore
+from bkframe.core.plugin_manager import LedgerTypes, PluginManager
+
+
+@attrs.frozen
+class ClientContext:
+    #: Where the client's background tasks run (flushes, ensemble changes, explicit LACs).
+    nursery: trio.Nursery
+    metadata: MetadataStore
+    #: Connections to bookies, with their health (quarantine).
+    pool: BookiePool
+    #: The ledger types the client's plugins registered.
+    ledger_types: LedgerTypes
+    settings: ClientSettings
+    #: Written into the metadata of the ledgers this client claims (single writer).
+    client_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+
+    @classmethod
+    def create(
+        cls,
+        nursery: trio.Nursery,
+        metadata: MetadataStore,
+        plugins: PluginManager,
+        settings: ClientSettings | None = None,
+    ) -> ClientContext:
+        settings = settings if settings is not None else ClientSettings()
+        pool = BookiePool(
+            nursery,
+            metadata,
+            connect_timeout_s=settings.connect_timeout_s,
+            health=BookieHealth(settings.bookie_quarantine_s),
+        )
+        return cls(nursery=nursery, metadata=metadata, pool=pool, ledger_types=plugins.ledger_types(), settings=settings)

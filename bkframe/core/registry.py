@@ -1,0 +1,193 @@
+"""The component registry: what plugins provide, by kind and name.
+
+Each plugin implements one hook, :func:`~bkframe.core.hookspecs.bkframe_register_components`,
+and adds its components to the :class:`ComponentRegistry` it is handed (as tox plugins
+register environments): journals, entry-log managers and ledger storages by the name a
+config section's ``plugin`` key picks, metadata stores by URI scheme, ledger types by name
+and wire id. A name registered twice is an error naming both plugins and distributions,
+never a silent shadowing. Each storage component comes with the attrs class of its config
+section, so that every section is validated the same way
+(:func:`bkframe.core.config.parse_section`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import attrs
+
+from bkframe.core.counters import Counters
+from bkframe.core.interfaces import DurabilityPolicy, EntryLogManager, Journal, LedgerStorage
+from bkframe.errors import PluginError, UnknownLedgerTypeError
+
+if TYPE_CHECKING:
+    from bkframe.core.metadata import MetadataStore
+
+C = TypeVar("C")
+
+
+class ComponentKind(str, enum.Enum):
+    JOURNAL = "journal"
+    ENTRY_LOG_MANAGER = "entry_log_manager"
+    LEDGER_STORAGE = "ledger_storage"
+    METADATA_STORE = "metadata_store"
+    LEDGER_TYPE = "ledger_type"
+
+
+class MetadataStoreFactory(Protocol):
+    def __call__(self, uri: str, *, create: bool) -> MetadataStore:
+        """Open the store ``uri`` names. ``create=False`` (clients) must not make a new,
+        empty store: raise :class:`~bkframe.errors.MetadataError` saying it does not exist.
+        Bookies and the sandbox pass ``create=True``."""
+        ...
+
+
+@attrs.frozen
+class Component:
+    kind: ComponentKind
+    #: The name config and users pick it by (a metadata store's URI scheme, without ``://``).
+    name: str
+    #: Makes the part; for a ledger type, the :class:`DurabilityPolicy` itself.
+    factory: Any
+    #: The attrs class its config section is validated against (None: no config section).
+    config: type | None
+    description: str
+    #: Who registered it: the plugin's name and its distribution.
+    plugin: str
+    distribution: str
+
+
+class LedgerTypes(Mapping[str, DurabilityPolicy]):
+    """The registered ledger types by name (a read-only mapping), with lookups that fail clearly."""
+
+    def __init__(self, by_name: Mapping[str, DurabilityPolicy]) -> None:
+        self._by_name = dict(by_name)
+        self._by_id = {policy.type_id: policy for policy in self._by_name.values()}
+
+    def __getitem__(self, name: str) -> DurabilityPolicy:
+        return self._by_name[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def named(self, name: str) -> DurabilityPolicy:
+        """The type called ``name``; :class:`UnknownLedgerTypeError` listing the known ones if none is."""
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise UnknownLedgerTypeError(
+                f"unknown ledger type {name!r}; known types: {', '.join(sorted(self._by_name))}"
+            ) from None
+
+    def by_id(self, type_id: int) -> DurabilityPolicy | None:
+        """The type with wire id ``type_id``, if one is registered."""
+        return self._by_id.get(type_id)
+
+
+class ComponentRegistry:
+    """Handed to ``bkframe_register_components``; each ``add_*`` registers one component.
+
+    Factories get the validated config object (an instance of ``config``), then the
+    arguments of their kind; see each method.
+    """
+
+    def __init__(self) -> None:
+        self._components: dict[tuple[ComponentKind, str], Component] = {}
+        self._type_ids: dict[int, Component] = {}
+        #: (plugin, distribution) registering now; set by the plugin manager.
+        self._registrant = ("(unknown)", "(unknown)")
+
+    def registering(self, plugin: str, distribution: str) -> None:
+        """Attribute what is added from now on to ``plugin`` of ``distribution``."""
+        self._registrant = (plugin, distribution)
+
+    def _add(self, kind: ComponentKind, name: str, factory: Any, config: type | None, description: str) -> None:
+        plugin, distribution = self._registrant
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"plugin {plugin} ({distribution}) registers a {kind.value} without a name")
+        first = self._components.get((kind, name))
+        if first is not None:
+            raise PluginError(
+                f"{kind.value} {name!r} is registered twice: by plugin {first.plugin} (distribution "
+                f"{first.distribution}) and by plugin {plugin} (distribution {distribution}). Uninstall one, "
+                f"or disable it with [plugins] disable = [...] or $BKFRAME_DISABLE_PLUGINS"
+            )
+        self._components[(kind, name)] = Component(kind, name, factory, config, description, plugin, distribution)
+
+    def add_journal(
+        self, name: str, factory: Callable[[C, Path, Counters], Journal], *, config: type[C], description: str = ""
+    ) -> None:
+        """``factory(config, directory, counters)``: a :class:`Journal` writing in ``directory``
+        (count ``journal_bytes_written`` and ``journal_fsyncs`` in ``counters``)."""
+        self._add(ComponentKind.JOURNAL, name, factory, config, description)
+
+    def add_entry_log_manager(
+        self,
+        name: str,
+        factory: Callable[[C, Path, Counters], EntryLogManager],
+        *,
+        config: type[C],
+        description: str = "",
+    ) -> None:
+        """``factory(config, directory, counters)``: an :class:`EntryLogManager` over ``directory``."""
+        self._add(ComponentKind.ENTRY_LOG_MANAGER, name, factory, config, description)
+
+    def add_ledger_storage(
+        self,
+        name: str,
+        factory: Callable[[C, Path, EntryLogManager, Counters], LedgerStorage],
+        *,
+        config: type[C],
+        description: str = "",
+    ) -> None:
+        """``factory(config, directory, entry_logs, counters)``: a :class:`LedgerStorage` keeping
+        its index and state in ``directory`` (a storage that keeps entries elsewhere may
+        ignore ``entry_logs``)."""
+        self._add(ComponentKind.LEDGER_STORAGE, name, factory, config, description)
+
+    def add_metadata_store(self, scheme: str, factory: MetadataStoreFactory, *, description: str = "") -> None:
+        """``factory(uri, create=...)`` opens the URIs of ``scheme`` (``"zk"`` for ``zk://...``)."""
+        self._add(ComponentKind.METADATA_STORE, scheme, factory, None, description)
+
+    def add_ledger_type(self, policy: DurabilityPolicy) -> None:
+        """A ledger type; its name and its wire ``type_id`` (0-65535) must both be unique."""
+        plugin, distribution = self._registrant
+        if not 0 <= policy.type_id <= 0xFFFF:
+            raise PluginError(f"ledger type {policy.name} ({plugin}): wire id {policy.type_id} is not in 0..65535")
+        clash = self._type_ids.get(policy.type_id)
+        if clash is not None:
+            raise PluginError(
+                f"ledger types {clash.name} (plugin {clash.plugin}, distribution {clash.distribution}) and "
+                f"{policy.name} (plugin {plugin}, distribution {distribution}) both use wire id {policy.type_id}"
+            )
+        self._add(ComponentKind.LEDGER_TYPE, policy.name, policy, None, policy.description)
+        self._type_ids[policy.type_id] = self._components[(ComponentKind.LEDGER_TYPE, policy.name)]
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get(self, kind: ComponentKind, name: str) -> Component | None:
+        return self._components.get((kind, name))
+
+    def names(self, kind: ComponentKind) -> list[str]:
+        return sorted(name for k, name in self._components if k is kind)
+
+    def components(self) -> list[Component]:
+        """Every component, by kind then name."""
+        order = list(ComponentKind)
+        return sorted(self._components.values(), key=lambda c: (order.index(c.kind), c.name))
+
+    def drop(self, plugin: str) -> None:
+        """Forget what ``plugin`` registered (it failed half-way)."""
+        for key in [k for k, c in self._components.items() if c.plugin == plugin]:
+            del self._components[key]
+        for type_id in [i for i, c in self._type_ids.items() if c.plugin == plugin]:
+            del self._type_ids[type_id]
+
+    def ledger_types(self) -> LedgerTypes:
+        return LedgerTypes({c.name: c.factory for c in self.components() if c.kind is ComponentKind.LEDGER_TYPE})

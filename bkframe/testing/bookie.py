@@ -1,0 +1,26 @@
+"""``python -m bkframe.testing.bookie ARGS``: ``bkframe bookie ARGS`` with the test fault
+layers the environment asks for installed first -- the power-loss layer
+(``BKFRAME_POWERLOSS_*``, :mod:`.powerloss`), injected write failures
+(``BKFRAME_WRITE_FAULTS``, :mod:`.write_faults`) and a disk of limited size
+(``BKFRAME_DISKFULL_*``, :mod:`.diskfull`). ``bkframe bookie`` itself never installs them.
+:class:`bkframe.testing.cluster.BookieProcess` runs this by default.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from bkframe.testing import diskfull, powerloss, write_faults
+
+
+def main() -> None:
+    powerloss.install_from_env()
+    write_faults.install_from_env()
+    diskfull.install_from_env()
+    from bkframe.cli.main import main as cli
+
+    cli(["bookie", *sys.argv[1:]], prog_name="python -m bkframe.testing.bookie")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""BP-14 VD_JOURNAL ledgers as written: acks before fsync, LastAddSynced LAC, sync()."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+import bkframe
+from bkframe.core.client.settings import ClientSettings
+from bkframe.core.client.write_handle import WriteHandle
+from bkframe.core.plugin_manager import PluginManager
+
+PW = b"vd"
+#: Bookies whose journal holds a group up to 1.5 s before its fsync, so that "not yet
+#: synced" lasts long enough to observe.
+SLOW_SYNC = """
+[journal]
+plugin = "journal_fs"
+flush_when_queue_empty = false
+max_wait_ms = 1500.0
+buffered_bytes_threshold = 104857600
+"""
+
+
+class _Context:
+    """What a write handle reads of its client context, without a nursery or bookies."""
+
+    ledger_types = PluginManager().ledger_types()
+    settings = ClientSettings()
+
+
+def _handle(w: int, a: int) -> WriteHandle:
+    md = bkframe.LedgerMetadata(1, w, w, a, ((0, tuple(f"bookie-{i}" for i in range(w))),), ledger_type="VD_JOURNAL")
+    return WriteHandle(_Context(), md, b"k", None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ack_quorum, lac", [(1, 3), (2, 2), (3, 1)])
+def test_lac_follows_the_w_minus_a_rule(ack_quorum: int, lac: int) -> None:
+    handle = _handle(3, ack_quorum)
+    handle._lap = 10
+    handle._las = [1, 2, 3]
+    handle._advance_lac_by_sync()
+    assert handle.lac == lac
+
+
+def test_lac_never_passes_what_was_pushed() -> None:
+    handle = _handle(3, 1)
+    handle._lap = 2
+    handle._las = [5, 5, 5]
+    handle._advance_lac_by_sync()
+    assert handle.lac == 2
+
+
+async def test_lac_waits_for_fsync_and_sync_moves_it(cluster_factory: Any) -> None:
+    cluster = cluster_factory(3, config=SLOW_SYNC)
+    async with bkframe.open_client(cluster.metadata) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, ledger_type="VD_JOURNAL", password=PW)
+        # The ledger's first add also journals its master key, which is synced before the
+        # ack (the key must survive a crash); later adds do not wait for any fsync.
+        assert await writer.append(b"vd-0") == 0
+        with trio.fail_after(1.0):  # acknowledged without waiting for the 1.5 s group commit
+            for i in range(1, 5):
+                assert await writer.append(b"vd-%d" % i) == i
+        assert writer.lap == 4
+        # Entry 0 went out with the master key's fsync; 1..4 are not synced yet, so the LAC
+        # stays below them.
+        assert writer.lac <= 0
+        # Readers see nothing beyond it, but can read unconfirmed entries up to LAP.
+        reader = await client.open_ledger(writer.ledger_id, password=PW, recovery=False)
+        assert await reader.read_lac() <= 0
+        assert [e.payload for e in await reader.read_unconfirmed(0, 4)] == [b"vd-%d" % i for i in range(5)]
+        assert await writer.sync() == 4
+        assert writer.lac == 4
+
+
+async def test_sync_with_one_bookie_down(cluster_factory: Any) -> None:
+    cluster = cluster_factory(3, config=SLOW_SYNC)
+    async with bkframe.open_client(cluster.metadata) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, ledger_type="VD_JOURNAL", password=PW)
+        pending = [writer.append_async(b"x%d" % i) for i in range(50)]
+        for pa in pending:
+            await pa.wait()
+        cluster.by_id(writer.metadata.fragments[0][1][0]).kill()
+        with trio.fail_after(10):
+            assert await writer.sync() == 49  # two of three bookies are enough for A = 2
+
+
+async def test_ensemble_change_is_refused_with_a_reason(cluster_factory: Any) -> None:
+    cluster = cluster_factory(4)
+    async with bkframe.open_client(cluster.metadata) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, ledger_type="VD_JOURNAL", password=PW)
+        await writer.append(b"before")
+        cluster.by_id(writer.metadata.fragments[0][1][1]).kill()
+        with pytest.raises(bkframe.UnsupportedError, match="ensemble change is only allowed for PD_JOURNAL"):
+            with trio.fail_after(10):
+                for _ in range(100):
+                    await writer.append(b"after")
+        assert len(writer.metadata.fragments) == 1
+
+
+async def test_striped_vd_ledgers_are_refused(cluster_factory: Any) -> None:
+    cluster = cluster_factory(3)
+    async with bkframe.open_client(cluster.metadata) as client:
+        with pytest.raises(bkframe.UnsupportedError, match="cannot be striped"):
+            await client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, ledger_type="VD_JOURNAL")
+
+
+async def test_closed_vd_ledger_holds_every_acknowledged_entry(cluster_factory: Any) -> None:
+    cluster = cluster_factory(3, config=SLOW_SYNC)
+    async with bkframe.open_client(cluster.metadata) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, ledger_type="VD_JOURNAL", password=PW)
+        pending = [writer.append_async(b"bulk-%d" % i) for i in range(500)]
+        acked = [await pa.wait() for pa in pending]
+        md = await writer.close()  # syncs first
+        assert md.last_entry_id == max(acked) == 499
+        assert md.ledger_type == "VD_JOURNAL"
+        reader = await client.open_ledger(writer.ledger_id, password=PW)
+        assert [e.payload for e in await reader.read(0, 499)] == [b"bulk-%d" % i for i in range(500)]
+
+
+LOSSY = SLOW_SYNC.replace("max_wait_ms = 1500.0", "max_wait_ms = 5000.0") + "preallocate_bytes = 0\n"
+
+
+async def test_power_loss_of_unsynced_writes_keeps_everything_up_to_lac(cluster_factory: Any) -> None:
+    cluster = cluster_factory(3, config=LOSSY, powerloss=True)
+    # The bookies hold a group 5 s before its fsync (the first add waits for its master
+    # key's): give adds longer than the default timeout.
+    async with bkframe.open_client(cluster.metadata, add_timeout_s=30.0) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, ledger_type="VD_JOURNAL", password=PW)
+        for i in range(20):
+            await writer.append(b"synced-%d" % i)
+        lac = await writer.sync()
+        assert lac == 19
+        # More entries, acknowledged but not synced yet (the group commit waits 1.5 s).
+        for i in range(20, 40):
+            await writer.append(b"volatile-%d" % i)
+        assert writer.lac == 19
+    # Two of the three bookies lose power: what they had not fsynced is gone.
+    victims = [cluster.by_id(b) for b in writer.metadata.fragments[0][1][:2]]
+    for b in victims:
+        b.lose_power()
+    for b in victims:
+        b.start(*cluster.bookie_args, powerloss=True)
+    # Fences and recovery-adds are answered once synced: 5 s of group wait here, more than
+    # the default timeouts.
+    async with bkframe.open_client(cluster.metadata, read_timeout_s=30.0, add_timeout_s=30.0) as client:
+        # The power cut really lost data: the victims no longer hold the unsynced entries.
+        for b in victims:
+            assert (await (await client.pool.get(b.bookie_id)).read(writer.ledger_id, 39)).status != 0
+        reader = await client.open_ledger(writer.ledger_id, password=PW, recovery=False)
+        # Every entry up to the LAC is readable, from any replica.
+        assert [e.payload for e in await reader.read(0, 19)] == [b"synced-%d" % i for i in range(20)]
+        recovered = await client.open_ledger(writer.ledger_id, password=PW, recovery=True)
+        assert recovered.lac >= 19
+        entries = await recovered.read(0, recovered.lac)
+        assert [e.payload for e in entries[:20]] == [b"synced-%d" % i for i in range(20)]
+        assert all(e.payload == b"volatile-%d" % e.entry_id for e in entries[20:])

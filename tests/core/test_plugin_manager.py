@@ -1,0 +1,102 @@
+"""Loading third-party plugins: a broken one is reported and left out, the others work; an
+external plugin can be disabled by configuration or environment."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bkframe.core.config import load_config
+from bkframe.core.plugin_manager import DISABLE_ENV, PluginManager
+from bkframe.core.registry import ComponentKind
+from bkframe.errors import ConfigError
+
+
+@pytest.fixture
+def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An installed distribution ``odd-plugins`` with four entry points: one that imports,
+    one whose module does not exist, one with a misspelt hook, one whose registration raises."""
+    site = tmp_path / "site"
+    info = site / "odd_plugins-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: odd-plugins\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[bkframe]\n"
+        "good = odd_good\n"
+        "missing = odd_no_such_module\n"
+        "misspelt = odd_misspelt\n"
+        "raising = odd_raising\n"
+    )
+    (site / "odd_good.py").write_text(textwrap.dedent('''
+        import bkframe
+        from bkframe.core.interfaces import LedgerType
+
+        @bkframe.hookimpl
+        def bkframe_register_components(registry):
+            registry.add_ledger_type(LedgerType("ODD", 900, journal_data=True, sync_before_ack=True, description="odd"))
+        '''))
+    (site / "odd_misspelt.py").write_text(textwrap.dedent('''
+        import bkframe
+
+        @bkframe.hookimpl
+        def bkframe_register_componets(registry):
+            pass
+        '''))
+    (site / "odd_raising.py").write_text(textwrap.dedent('''
+        import bkframe
+        from bkframe.core.interfaces import LedgerType
+
+        @bkframe.hookimpl
+        def bkframe_register_components(registry):
+            registry.add_ledger_type(LedgerType("HALF", 901, journal_data=True, sync_before_ack=True, description="half"))
+            raise RuntimeError("this plugin is buggy")
+        '''))
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+def test_broken_plugins_are_reported_and_the_others_work(third_party: Path) -> None:
+    pm = PluginManager()
+    types = pm.ledger_types()
+    assert "ODD" in types and "PD_JOURNAL" in types
+    assert "HALF" not in types, "a plugin whose registration failed leaves nothing behind"
+    assert pm.components.get(ComponentKind.JOURNAL, "journal_fs") is not None
+    broken = {b.name: (b.distribution, b.error) for b in pm.broken}
+    assert set(broken) == {"missing", "misspelt", "raising"}
+    assert broken["missing"][0] == "odd-plugins" and "odd_no_such_module" in broken["missing"][1]
+    assert "bkframe_register_componets" in broken["misspelt"][1] and "misspelt" in broken["misspelt"][1]
+    assert "this plugin is buggy" in broken["raising"][1]
+
+
+def test_plugins_command_reports_what_was_left_out(third_party: Path) -> None:
+    env = {"PYTHONPATH": str(third_party), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bkframe", "plugins"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "good  [odd-plugins]" in proc.stdout and "ODD (wire id 900)  [good, odd-plugins]" in proc.stdout
+    assert "left out (broken): missing  [odd-plugins]: cannot load odd_no_such_module: ModuleNotFoundError" in proc.stdout
+    assert "left out (broken): raising  [odd-plugins]" in proc.stdout
+
+
+def test_an_external_plugin_can_be_disabled(third_party: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "ODD" not in PluginManager(disabled=["good"]).ledger_types()
+    monkeypatch.setenv(DISABLE_ENV, "good, metadata_zk")
+    pm = PluginManager()
+    assert "ODD" not in pm.ledger_types()
+    assert "zk" not in pm.components.names(ComponentKind.METADATA_STORE)
+    assert {"good", "metadata_zk"} <= pm.disabled
+
+
+def test_the_bookie_config_disables_plugins_too(tmp_path: Path) -> None:
+    config_file = tmp_path / "bookie.toml"
+    config_file.write_text('[plugins]\ndisable = ["entrylog_per_ledger"]\n\n[entry_log_manager]\nplugin = "per_ledger"\n')
+    config = load_config(config_file, {"data_dir": tmp_path / "data"})
+    assert config.plugins.disable == ("entrylog_per_ledger",)
+    with pytest.raises(ConfigError, match=r"\[entry_log_manager\] plugin = 'per_ledger': no installed plugin provides it"):
+        PluginManager(disabled=config.plugins.disable).check_config(config)
+    PluginManager().check_config(config)  # installed and not disabled: fine
