@@ -11,7 +11,10 @@ families, each importable from here:
   metadata store or a bookie says so;
 * the wire protocol: :class:`ProtocolError`; a bookie's error status as the client sees it:
   :class:`BookieError` and the typed ones (:class:`LedgerFencedError`, ...);
-* the client: :class:`NotEnoughBookiesError`, :class:`RecoveryError`, ...
+* the client: :class:`NotEnoughBookiesError`, :class:`RecoveryError`, ...;
+* named logs: :class:`LogError` and its kinds (:class:`NoSuchLogError` -- one class, whether
+  the metadata store or the client says so -- :class:`LogFencedError`,
+  :class:`PositionTrimmedError`, :class:`CommitError`, ...).
 
 Errors that belong to one part stay in its module and derive from :class:`BKError` too
 (for example ``CookieError`` in :mod:`bkframe.core.bookie.cookies`,
@@ -122,20 +125,71 @@ class UnsupportedError(BKError):
     """The operation is not allowed for this ledger (e.g. ensemble change for a non-PD type)."""
 
 
+# -- named logs -----------------------------------------------------------------------------
+
+
+class LogError(BKError):
+    """Something about a named log went wrong (a subclass says what)."""
+
+
+class NoSuchLogError(LogError):
+    """The named log does not exist -- one class, whether the metadata store or the client says so."""
+
+    def __init__(self, name: str, message: str = "") -> None:
+        super().__init__(message or f"log {name!r} does not exist")
+        self.name = name
+
+
+class LogExistsError(LogError, MetadataError):
+    """A log of that name exists already."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"log {name!r} already exists")
+        self.name = name
+
+
+class LogFencedError(LogError):
+    """Another writer opened the log: this writer must stop (nothing it had acknowledged is lost)."""
+
+
+class PositionTrimmedError(LogError):
+    """The position was trimmed away by retention (or a trim)."""
+
+
+class NoSuchCursorError(LogError):
+    """The log has no cursor of that name."""
+
+
+class CursorExistsError(LogError):
+    """The log has a cursor of that name already."""
+
+
+class CommitError(LogError):
+    """``commit_ledgers`` was given ledgers it cannot commit (open, unknown, wrong password, in the log already)."""
+
+
 __all__ = [
     "BKError",
     "BadVersionError",
     "BookieError",
+    "CommitError",
     "ConfigError",
+    "CursorExistsError",
     "LedgerClosedError",
     "LedgerDeletedError",
     "LedgerExistsError",
     "LedgerFencedError",
+    "LogError",
+    "LogExistsError",
+    "LogFencedError",
     "MetadataError",
+    "NoSuchCursorError",
     "NoSuchEntryError",
     "NoSuchLedgerError",
+    "NoSuchLogError",
     "NotEnoughBookiesError",
     "PluginError",
+    "PositionTrimmedError",
     "ProtocolError",
     "RecoveryError",
     "UnauthorizedError",

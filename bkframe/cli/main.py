@@ -1,7 +1,7 @@
 """The ``bkframe`` command line: the root group and its commands, one module per group.
 
 ``bookie`` (:mod:`.bookie`), ``plugins`` (:mod:`.plugins`), ``sandbox`` (:mod:`.sandbox`),
-``bench`` (:mod:`.bench`), ``ledger ...`` (:mod:`.ledger`), ``bookies ...``
+``bench`` (:mod:`.bench`), ``ledger ...`` (:mod:`.ledger`), ``log ...`` (:mod:`.log`), ``bookies ...``
 (:mod:`.bookies`), ``cookie ...`` (:mod:`.cookie`). Errors bkframe raises on purpose
 become one line and exit status 1 (:mod:`.errors`).
 """
@@ -19,6 +19,7 @@ from bkframe.cli.bookies import bookies
 from bkframe.cli.cookie import cookie
 from bkframe.cli.errors import Group
 from bkframe.cli.ledger import ledger
+from bkframe.cli.log import log_group
 from bkframe.cli.plugins import plugins
 from bkframe.cli.sandbox import sandbox
 
@@ -31,5 +32,5 @@ def main(verbose: int) -> None:
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-for command in (bookie, plugins, sandbox, bench, ledger, bookies, cookie):
+for command in (bookie, plugins, sandbox, bench, ledger, log_group, bookies, cookie):
     main.add_command(command)

@@ -4,6 +4,9 @@ Every update of ledger metadata is a compare-and-set on ``version``: read, ``att
 ``update_ledger(new, expected_version=old.version)``. A store raises
 :class:`BadVersionError` when someone else updated first.
 
+Named logs (:mod:`bkframe.core.client.logs`) keep one record per log and one per cursor;
+stores hold them as opaque bytes with a version, compared-and-set like ledger metadata.
+
 The metadata errors (:class:`MetadataError`, :class:`NoSuchLedgerError`, ...) are defined in
 :mod:`bkframe.errors` and re-exported here, where store plugins import them.
 """
@@ -20,7 +23,14 @@ import attrs
 import trio
 
 from bkframe.core.ledger_keys import password_hash
-from bkframe.errors import BadVersionError, LedgerExistsError, MetadataError, NoSuchLedgerError
+from bkframe.errors import (
+    BadVersionError,
+    LedgerExistsError,
+    LogExistsError,
+    MetadataError,
+    NoSuchLedgerError,
+    NoSuchLogError,
+)
 
 
 class LedgerStateName(str, enum.Enum):
@@ -210,6 +220,48 @@ class MetadataStore(Protocol):
         """CAS a cookie: ``expected_version=None`` creates (fails if it exists); returns the new version."""
         ...
 
+    # -- named logs: one record per log, one per cursor (opaque bytes, versioned) ---------
+
+    async def create_log(self, name: str, value: bytes) -> int:
+        """Store a new log record; returns its version. LogExistsError if the name is taken."""
+        ...
+
+    async def read_log(self, name: str) -> Versioned:
+        """The log record with its version. NoSuchLogError if absent."""
+        ...
+
+    async def update_log(self, name: str, value: bytes, expected_version: int) -> int:
+        """CAS: replace if the stored version is ``expected_version``; returns the new version.
+        BadVersionError if it moved, NoSuchLogError if deleted."""
+        ...
+
+    async def delete_log(self, name: str, expected_version: int | None = None) -> None:
+        """Remove the log record and, in the same step, all of its cursors. With
+        ``expected_version`` only if the record is still at it (else BadVersionError).
+        NoSuchLogError if absent."""
+        ...
+
+    async def list_logs(self) -> list[str]:
+        """Every log name, sorted."""
+        ...
+
+    async def read_cursor(self, log: str, cursor: str) -> Versioned | None:
+        """The cursor record with its version, or None."""
+        ...
+
+    async def write_cursor(self, log: str, cursor: str, value: bytes, expected_version: int | None) -> int:
+        """CAS a cursor: ``expected_version=None`` creates (BadVersionError if it exists);
+        returns the new version. NoSuchLogError if the log does not exist."""
+        ...
+
+    async def delete_cursor(self, log: str, cursor: str) -> bool:
+        """Remove a cursor; False if there was none."""
+        ...
+
+    async def list_cursors(self, log: str) -> dict[str, Versioned]:
+        """Every cursor of the log by name (empty if the log has none or does not exist)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -222,9 +274,11 @@ __all__ = [
     "LedgerExistsError",
     "LedgerMetadata",
     "LedgerStateName",
+    "LogExistsError",
     "MetadataError",
     "MetadataStore",
     "NoSuchLedgerError",
+    "NoSuchLogError",
     "Versioned",
     "ensemble_at",
     "password_hash",

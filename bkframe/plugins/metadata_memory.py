@@ -19,7 +19,9 @@ from bkframe.core.metadata import (
     BookieInfo,
     LedgerExistsError,
     LedgerMetadata,
+    LogExistsError,
     NoSuchLedgerError,
+    NoSuchLogError,
     Versioned,
 )
 from bkframe.core.registry import ComponentRegistry
@@ -33,6 +35,9 @@ class _State:
     ledgers: dict[int, LedgerMetadata] = attrs.Factory(dict)
     bookies: dict[str, BookieInfo] = attrs.Factory(dict)
     cookies: dict[str, Versioned] = attrs.Factory(dict)
+    logs: dict[str, Versioned] = attrs.Factory(dict)
+    #: Cursors by log name, then cursor name.
+    cursors: dict[str, dict[str, Versioned]] = attrs.Factory(dict)
     changed: trio.Event = attrs.Factory(trio.Event)
 
     def notify(self) -> None:
@@ -157,6 +162,71 @@ class MemoryMetadataStore:
         version = 1 if current is None else current.version + 1
         self._state.cookies[bookie_id] = Versioned(value, version)
         return version
+
+    # -- named logs ----------------------------------------------------------------------
+
+    async def create_log(self, name: str, value: bytes) -> int:
+        await trio.lowlevel.checkpoint()
+        if name in self._state.logs:
+            raise LogExistsError(name)
+        self._state.logs[name] = Versioned(value, 1)
+        return 1
+
+    async def read_log(self, name: str) -> Versioned:
+        await trio.lowlevel.checkpoint()
+        try:
+            return self._state.logs[name]
+        except KeyError:
+            raise NoSuchLogError(name) from None
+
+    async def update_log(self, name: str, value: bytes, expected_version: int) -> int:
+        await trio.lowlevel.checkpoint()
+        current = self._state.logs.get(name)
+        if current is None:
+            raise NoSuchLogError(name)
+        if current.version != expected_version:
+            raise BadVersionError(f"log {name!r} is at version {current.version}, not {expected_version}")
+        self._state.logs[name] = Versioned(value, expected_version + 1)
+        return expected_version + 1
+
+    async def delete_log(self, name: str, expected_version: int | None = None) -> None:
+        await trio.lowlevel.checkpoint()
+        current = self._state.logs.get(name)
+        if current is None:
+            raise NoSuchLogError(name)
+        if expected_version is not None and current.version != expected_version:
+            raise BadVersionError(f"log {name!r} is at version {current.version}, not {expected_version}")
+        del self._state.logs[name]
+        self._state.cursors.pop(name, None)
+
+    async def list_logs(self) -> list[str]:
+        await trio.lowlevel.checkpoint()
+        return sorted(self._state.logs)
+
+    async def read_cursor(self, log: str, cursor: str) -> Versioned | None:
+        await trio.lowlevel.checkpoint()
+        return self._state.cursors.get(log, {}).get(cursor)
+
+    async def write_cursor(self, log: str, cursor: str, value: bytes, expected_version: int | None) -> int:
+        await trio.lowlevel.checkpoint()
+        if log not in self._state.logs:
+            raise NoSuchLogError(log)
+        cursors = self._state.cursors.setdefault(log, {})
+        current = cursors.get(cursor)
+        found = None if current is None else current.version
+        if found != expected_version:
+            raise BadVersionError(f"cursor {cursor!r} of log {log!r} is at version {found}, not {expected_version}")
+        version = 1 if current is None else current.version + 1
+        cursors[cursor] = Versioned(value, version)
+        return version
+
+    async def delete_cursor(self, log: str, cursor: str) -> bool:
+        await trio.lowlevel.checkpoint()
+        return self._state.cursors.get(log, {}).pop(cursor, None) is not None
+
+    async def list_cursors(self, log: str) -> dict[str, Versioned]:
+        await trio.lowlevel.checkpoint()
+        return dict(sorted(self._state.cursors.get(log, {}).items()))
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()

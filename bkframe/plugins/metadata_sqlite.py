@@ -25,8 +25,10 @@ from bkframe.core.metadata import (
     BookieInfo,
     LedgerExistsError,
     LedgerMetadata,
+    LogExistsError,
     MetadataError,
     NoSuchLedgerError,
+    NoSuchLogError,
     Versioned,
 )
 from bkframe.core.registry import ComponentRegistry
@@ -42,6 +44,10 @@ CREATE TABLE IF NOT EXISTS id_counter (name TEXT PRIMARY KEY, value INTEGER NOT 
 CREATE TABLE IF NOT EXISTS bookies (id TEXT PRIMARY KEY, data BLOB NOT NULL, expires_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS cookies (id TEXT PRIMARY KEY, value BLOB NOT NULL, version INTEGER NOT NULL);
 INSERT OR IGNORE INTO id_counter (name, value) VALUES ('ledger', 0);
+CREATE TABLE IF NOT EXISTS logs (name TEXT PRIMARY KEY, data BLOB NOT NULL, version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS log_cursors (
+    log TEXT NOT NULL, name TEXT NOT NULL, data BLOB NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (log, name)
+);
 """
 
 #: How often watches look for a new version.
@@ -255,6 +261,91 @@ class SqliteMetadataStore:
             return expected_version + 1
 
         return await self._transaction(cas)
+
+    # -- named logs ----------------------------------------------------------------------
+
+    async def create_log(self, name: str, value: bytes) -> int:
+        def insert(db: sqlite3.Connection) -> None:
+            try:
+                db.execute("INSERT INTO logs (name, data, version) VALUES (?, ?, 1)", (name, value))
+            except sqlite3.IntegrityError:
+                raise LogExistsError(name) from None
+
+        await self._call(insert)
+        return 1
+
+    async def read_log(self, name: str) -> Versioned:
+        row = await self._call(lambda db: db.execute("SELECT data, version FROM logs WHERE name = ?", (name,)).fetchone())
+        if row is None:
+            raise NoSuchLogError(name)
+        return Versioned(bytes(row[0]), row[1])
+
+    async def update_log(self, name: str, value: bytes, expected_version: int) -> int:
+        def cas(db: sqlite3.Connection) -> int:
+            cur = db.execute(
+                "UPDATE logs SET data = ?, version = version + 1 WHERE name = ? AND version = ?",
+                (value, name, expected_version),
+            )
+            if cur.rowcount == 1:
+                return expected_version + 1
+            row = db.execute("SELECT version FROM logs WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise NoSuchLogError(name)
+            raise BadVersionError(f"log {name!r} is at version {row[0]}, not {expected_version}")
+
+        return await self._transaction(cas)
+
+    async def delete_log(self, name: str, expected_version: int | None = None) -> None:
+        def delete(db: sqlite3.Connection) -> None:
+            row = db.execute("SELECT version FROM logs WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise NoSuchLogError(name)
+            if expected_version is not None and row[0] != expected_version:
+                raise BadVersionError(f"log {name!r} is at version {row[0]}, not {expected_version}")
+            db.execute("DELETE FROM logs WHERE name = ?", (name,))
+            db.execute("DELETE FROM log_cursors WHERE log = ?", (name,))
+
+        await self._transaction(delete)
+
+    async def list_logs(self) -> list[str]:
+        rows = await self._call(lambda db: db.execute("SELECT name FROM logs ORDER BY name").fetchall())
+        return [r[0] for r in rows]
+
+    async def read_cursor(self, log: str, cursor: str) -> Versioned | None:
+        row = await self._call(
+            lambda db: db.execute("SELECT data, version FROM log_cursors WHERE log = ? AND name = ?", (log, cursor)).fetchone()
+        )
+        return None if row is None else Versioned(bytes(row[0]), row[1])
+
+    async def write_cursor(self, log: str, cursor: str, value: bytes, expected_version: int | None) -> int:
+        def cas(db: sqlite3.Connection) -> int:
+            if db.execute("SELECT 1 FROM logs WHERE name = ?", (log,)).fetchone() is None:
+                raise NoSuchLogError(log)
+            if expected_version is None:
+                try:
+                    db.execute("INSERT INTO log_cursors (log, name, data, version) VALUES (?, ?, ?, 1)", (log, cursor, value))
+                except sqlite3.IntegrityError:
+                    raise BadVersionError(f"cursor {cursor!r} of log {log!r} already exists") from None
+                return 1
+            cur = db.execute(
+                "UPDATE log_cursors SET data = ?, version = version + 1 WHERE log = ? AND name = ? AND version = ?",
+                (value, log, cursor, expected_version),
+            )
+            if cur.rowcount != 1:
+                raise BadVersionError(f"cursor {cursor!r} of log {log!r} is not at version {expected_version}")
+            return expected_version + 1
+
+        return await self._transaction(cas)
+
+    async def delete_cursor(self, log: str, cursor: str) -> bool:
+        cur = await self._call(lambda db: db.execute("DELETE FROM log_cursors WHERE log = ? AND name = ?", (log, cursor)))
+        return bool(cur.rowcount)
+
+    async def list_cursors(self, log: str) -> dict[str, Versioned]:
+        rows = await self._call(
+            lambda db: db.execute("SELECT name, data, version FROM log_cursors WHERE log = ? ORDER BY name", (log,)).fetchall()
+        )
+        return {r[0]: Versioned(bytes(r[1]), r[2]) for r in rows}
 
     async def aclose(self) -> None:
         await trio.to_thread.run_sync(self._db.close, limiter=self._limiter)

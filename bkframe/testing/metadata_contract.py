@@ -35,8 +35,10 @@ from bkframe.core.metadata import (
     LedgerExistsError,
     LedgerMetadata,
     LedgerStateName,
+    LogExistsError,
     MetadataStore,
     NoSuchLedgerError,
+    NoSuchLogError,
 )
 from bkframe.core.plugin_manager import PluginManager
 
@@ -194,6 +196,67 @@ class MetadataStoreContract:
         assert cookie is not None and (cookie.value, cookie.version) == (b"instance-2", v2)
 
 
+    # -- named logs: log and cursor records ----------------------------------------------
+
+    async def test_log_records_create_read_cas_list_delete(self, store: MetadataStore) -> None:
+        v1 = await store.create_log("orders", b"record-1")
+        with pytest.raises(LogExistsError):
+            await store.create_log("orders", b"again")
+        found = await store.read_log("orders")
+        assert (found.value, found.version) == (b"record-1", v1)
+        with pytest.raises(NoSuchLogError):
+            await store.read_log("nope")
+        v2 = await store.update_log("orders", b"record-2", v1)
+        assert v2 != v1 and (await store.read_log("orders")).value == b"record-2"
+        with pytest.raises(BadVersionError):
+            await store.update_log("orders", b"stale", v1)
+        assert (await store.read_log("orders")).value == b"record-2"
+        with pytest.raises(NoSuchLogError):
+            await store.update_log("nope", b"x", 1)
+        await store.create_log("audit", b"a")
+        await store.create_log("orders.eu", b"b")
+        assert await store.list_logs() == ["audit", "orders", "orders.eu"]
+        with pytest.raises(BadVersionError):
+            await store.delete_log("orders", expected_version=v1)
+        await store.delete_log("orders", expected_version=v2)
+        await store.delete_log("audit")
+        with pytest.raises(NoSuchLogError):
+            await store.delete_log("audit")
+        assert await store.list_logs() == ["orders.eu"]
+        # A name can be used again once deleted.
+        again = await store.create_log("orders", b"new")
+        assert (await store.read_log("orders")).version == again
+
+    async def test_cursors_cas_and_go_with_their_log(self, store: MetadataStore) -> None:
+        with pytest.raises(NoSuchLogError):
+            await store.write_cursor("events", "c", b"0:0", None)
+        await store.create_log("events", b"r")
+        await store.create_log("events2", b"r")
+        assert await store.read_cursor("events", "c") is None
+        v1 = await store.write_cursor("events", "c", b"0:0", None)
+        with pytest.raises(BadVersionError):
+            await store.write_cursor("events", "c", b"dup", None)
+        v2 = await store.write_cursor("events", "c", b"0:5", v1)
+        with pytest.raises(BadVersionError):
+            await store.write_cursor("events", "c", b"stale", v1)
+        cursor = await store.read_cursor("events", "c")
+        assert cursor is not None and (cursor.value, cursor.version) == (b"0:5", v2)
+        await store.write_cursor("events", "b", b"1:0", None)
+        await store.write_cursor("events2", "other", b"9:9", None)
+        assert {k: v.value for k, v in (await store.list_cursors("events")).items()} == {"b": b"1:0", "c": b"0:5"}
+        assert list(await store.list_cursors("events")) == ["b", "c"]
+        assert await store.delete_cursor("events", "b") is True
+        assert await store.delete_cursor("events", "b") is False
+        assert list(await store.list_cursors("events")) == ["c"]
+        # Deleting the log deletes its cursors, and only its own.
+        await store.delete_log("events")
+        assert await store.list_cursors("events") == {}
+        assert await store.read_cursor("events", "c") is None
+        await store.create_log("events", b"r2")
+        assert await store.list_cursors("events") == {}
+        assert list(await store.list_cursors("events2")) == ["other"]
+
+
 class SharedMetadataStoreContract(MetadataStoreContract):
     """What a store several processes share does besides: the store must be installed
     (an entry point), since the other processes open it through their own plugin manager."""
@@ -244,3 +307,66 @@ class SharedMetadataStoreContract(MetadataStoreContract):
         with trio.fail_after(20):
             while await store.list_bookies():
                 await trio.sleep(0.1)
+
+    async def test_log_and_cursor_cas_from_two_processes(self, store: MetadataStore, store_uri: str) -> None:
+        """Two processes increment a counter in one log record and in one cursor record by
+        read-modify-CAS, retrying when they lose: no increment is lost."""
+        await store.create_log("counter", b"0")
+        await store.write_cursor("counter", "c", b"0", None)
+        rounds = 40
+        script = textwrap.dedent(
+            f"""
+            import sys
+            import trio
+            from bkframe.core.metadata import BadVersionError
+            from bkframe.core.plugin_manager import PluginManager
+            async def bump(read, write):
+                while True:
+                    value, version = await read()
+                    try:
+                        await write(str(int(value) + 1).encode(), version)
+                        return
+                    except BadVersionError:
+                        pass
+            async def main():
+                s = PluginManager().metadata_store({store_uri!r})
+                async def read_log():
+                    r = await s.read_log("counter")
+                    return r.value, r.version
+                async def read_cursor():
+                    r = await s.read_cursor("counter", "c")
+                    return r.value, r.version
+                await s.list_logs()  # connected: now wait for the start signal
+                print("ready", flush=True)
+                sys.stdin.readline()
+                for _ in range({rounds}):
+                    await bump(read_log, lambda v, ver: s.update_log("counter", v, ver))
+                    await bump(read_cursor, lambda v, ver: s.write_cursor("counter", "c", v, ver))
+                await s.aclose()
+            trio.run(main)
+            """
+        )
+        procs = [
+            subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
+
+        def run_together() -> list[int]:
+            try:
+                for p in procs:  # both connected before either starts: their CAS loops overlap
+                    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+                for p in procs:
+                    assert p.stdin is not None
+                    p.stdin.write("go\n")
+                    p.stdin.flush()
+                return [p.wait(timeout=120) for p in procs]
+            finally:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+
+        assert await trio.to_thread.run_sync(run_together) == [0, 0]
+        assert (await store.read_log("counter")).value == str(2 * rounds).encode()
+        cursor = await store.read_cursor("counter", "c")
+        assert cursor is not None and cursor.value == str(2 * rounds).encode()

@@ -7,7 +7,9 @@ with current protobuf) and it is maintained.
 Keys under ROOT: ``ROOT/ledgers/L<id, 19 digits>`` (metadata JSON; the key's etcd
 ``version`` is the CAS version), ``ROOT/idgen`` (the last ledger id, advanced by CAS),
 ``ROOT/bookies/<id>`` (attached to a lease kept alive by a heartbeat; a dead bookie's
-lease expires), ``ROOT/cookies/<id>`` (CAS on version). Every call runs in a worker
+lease expires), ``ROOT/cookies/<id>`` (CAS on version), ``ROOT/logs/<name>`` (a named log's
+record, CAS on version) and ``ROOT/logcursors/<name>/<cursor>`` (its cursors; a transaction
+deletes them with the log). Every call runs in a worker
 thread with the store's limiter; with several hosts in the URI, a call that cannot reach
 one tries the next. Watches poll by version (the gateway's streaming watch would need a
 thread of its own for as long as the watch lives).
@@ -33,8 +35,10 @@ from bkframe.core.metadata import (
     BookieInfo,
     LedgerExistsError,
     LedgerMetadata,
+    LogExistsError,
     MetadataError,
     NoSuchLedgerError,
+    NoSuchLogError,
     Versioned,
 )
 
@@ -49,6 +53,11 @@ DEADLINE_S = 30.0
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    """The end of the key range holding every key that starts with ``prefix``."""
+    return prefix[:-1] + bytes([prefix[-1] + 1])
 
 
 def parse_uri(uri: str) -> tuple[list[tuple[str, int]], str]:
@@ -259,6 +268,105 @@ class EtcdMetadataStore:
         if expected_version == 0 or not await self._call(lambda c: self._cas_put(c, key, value, version)):
             raise BadVersionError(f"cookie of {bookie_id} is not at version {expected_version}")
         return version + 1
+
+    # -- named logs ----------------------------------------------------------------------
+
+    def _log(self, name: str) -> bytes:
+        return f"{self.root}/logs/{name}".encode()
+
+    def _cursors(self, log: str) -> bytes:
+        return f"{self.root}/logcursors/{log}/".encode()
+
+    @staticmethod
+    def _version_is(key: bytes, result: str, version: int) -> dict[str, Any]:
+        return {"key": _b64(key), "result": result, "target": "VERSION", "version": version}
+
+    async def create_log(self, name: str, value: bytes) -> int:
+        if not await self._call(lambda c: self._cas_put(c, self._log(name), value, 0)):
+            raise LogExistsError(name)
+        return 1
+
+    async def read_log(self, name: str) -> Versioned:
+        found = await self._call(lambda c: self._get(c, self._log(name)))
+        if found is None:
+            raise NoSuchLogError(name)
+        return Versioned(found[0], found[1])
+
+    async def update_log(self, name: str, value: bytes, expected_version: int) -> int:
+        key = self._log(name)
+
+        def cas(client: Etcd3Client) -> None:
+            if expected_version > 0 and self._cas_put(client, key, value, expected_version):
+                return
+            if self._get(client, key) is None:
+                raise NoSuchLogError(name)
+            raise BadVersionError(f"log {name!r} is not at version {expected_version}")
+
+        await self._call(cas)
+        return expected_version + 1
+
+    async def delete_log(self, name: str, expected_version: int | None = None) -> None:
+        key = self._log(name)
+        prefix = self._cursors(name)
+        compare = (
+            self._version_is(key, "GREATER", 0) if expected_version is None else self._version_is(key, "EQUAL", expected_version)
+        )
+
+        def delete(client: Etcd3Client) -> None:
+            txn = {
+                "compare": [compare],
+                "success": [
+                    {"request_delete_range": {"key": _b64(key)}},
+                    {"request_delete_range": {"key": _b64(prefix), "range_end": _b64(_prefix_end(prefix))}},
+                ],
+                "failure": [],
+            }
+            if client.transaction(txn).get("succeeded", False):
+                return
+            if self._get(client, key) is None:
+                raise NoSuchLogError(name)
+            raise BadVersionError(f"log {name!r} is not at version {expected_version}")
+
+        await self._call(delete)
+
+    async def list_logs(self) -> list[str]:
+        prefix = f"{self.root}/logs/".encode()
+        items = await self._call(lambda c: c.get_prefix(prefix))
+        return sorted(bytes(kv["key"])[len(prefix) :].decode() for _, kv in items)
+
+    async def read_cursor(self, log: str, cursor: str) -> Versioned | None:
+        found = await self._call(lambda c: self._get(c, self._cursors(log) + cursor.encode()))
+        return None if found is None else Versioned(found[0], found[1])
+
+    async def write_cursor(self, log: str, cursor: str, value: bytes, expected_version: int | None) -> int:
+        key = self._cursors(log) + cursor.encode()
+        log_key = self._log(log)
+        version = 0 if expected_version is None else expected_version
+
+        def cas(client: Etcd3Client) -> None:
+            # The log must exist in the same transaction: a cursor never outlives its log.
+            txn = {
+                "compare": [self._version_is(log_key, "GREATER", 0), self._version_is(key, "EQUAL", version)],
+                "success": [{"request_put": {"key": _b64(key), "value": _b64(value)}}],
+                "failure": [],
+            }
+            if expected_version != 0 and client.transaction(txn).get("succeeded", False):
+                return
+            if self._get(client, log_key) is None:
+                raise NoSuchLogError(log)
+            raise BadVersionError(f"cursor {cursor!r} of log {log!r} is not at version {expected_version}")
+
+        await self._call(cas)
+        return version + 1
+
+    async def delete_cursor(self, log: str, cursor: str) -> bool:
+        return bool(await self._call(lambda c: c.delete(self._cursors(log) + cursor.encode())))
+
+    async def list_cursors(self, log: str) -> dict[str, Versioned]:
+        prefix = self._cursors(log)
+        items = await self._call(lambda c: c.get_prefix(prefix))
+        found = {bytes(kv["key"])[len(prefix) :].decode(): Versioned(value, int(kv["version"])) for value, kv in items}
+        return dict(sorted(found.items()))
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()

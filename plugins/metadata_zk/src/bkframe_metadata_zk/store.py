@@ -6,6 +6,8 @@ Layout under ROOT (in the spirit of BookKeeper's):
     ROOT/idgen/id-<seq>             transient sequential nodes: their sequence makes ledger ids
     ROOT/bookies/<bookie id>        ephemeral: a live bookie's BookieInfo (JSON)
     ROOT/cookies/<bookie id>        cookies; the znode version is the CAS version
+    ROOT/logs/<name>                a named log's record; the znode version is the CAS version
+    ROOT/logs/<name>/<cursor>       its cursors (children, so the log and its cursors go together)
 
 kazoo is blocking and runs its own threads: every call goes through
 ``trio.to_thread.run_sync`` with the store's limiter, and watch callbacks come back into
@@ -23,7 +25,7 @@ import attrs
 import trio
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError as ZkBadVersion
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.retry import KazooRetry
 
 from bkframe.core.metadata import (
@@ -31,8 +33,10 @@ from bkframe.core.metadata import (
     BookieInfo,
     LedgerExistsError,
     LedgerMetadata,
+    LogExistsError,
     MetadataError,
     NoSuchLedgerError,
+    NoSuchLogError,
     Versioned,
 )
 
@@ -129,7 +133,7 @@ class ZkMetadataStore:
                 except Exception as e:  # noqa: BLE001 - kazoo raises its own timeout type
                     self.zk.stop()
                     raise MetadataError(f"cannot reach the ZooKeeper metadata store {self.uri!r}: {e}") from None
-                for path in ("ledgers", "idgen", "bookies", "cookies"):
+                for path in ("ledgers", "idgen", "bookies", "cookies", "logs"):
                     self.zk.ensure_path(f"{self.root}/{path}")
 
             await trio.to_thread.run_sync(start, limiter=self._limiter)
@@ -280,6 +284,114 @@ class ZkMetadataStore:
             raise BadVersionError(f"cookie of {bookie_id} already exists") from None
         except (ZkBadVersion, NoNodeError):
             raise BadVersionError(f"cookie of {bookie_id} is not at version {expected_version}") from None
+
+    # -- named logs ----------------------------------------------------------------------
+
+    def _log(self, name: str) -> str:
+        return f"{self.root}/logs/{name}"
+
+    async def create_log(self, name: str, value: bytes) -> int:
+        try:
+            await self._call(lambda zk: zk.create(self._log(name), value))
+        except NodeExistsError:
+            raise LogExistsError(name) from None
+        return 0
+
+    async def read_log(self, name: str) -> Versioned:
+        try:
+            data, stat = await self._call(lambda zk: zk.get(self._log(name)))
+        except NoNodeError:
+            raise NoSuchLogError(name) from None
+        return Versioned(data, stat.version)
+
+    async def update_log(self, name: str, value: bytes, expected_version: int) -> int:
+        try:
+            stat = await self._call(lambda zk: zk.set(self._log(name), value, version=expected_version))
+        except NoNodeError:
+            raise NoSuchLogError(name) from None
+        except ZkBadVersion:
+            raise BadVersionError(f"log {name!r} is not at version {expected_version}") from None
+        return int(stat.version)
+
+    async def delete_log(self, name: str, expected_version: int | None = None) -> None:
+        path = self._log(name)
+
+        def delete(zk: KazooClient) -> None:
+            # One multi-op: the cursors and the record go together. A cursor made (or
+            # deleted) meanwhile fails it; then list the children again.
+            while True:
+                children = zk.get_children(path)
+                txn = zk.transaction()
+                for child in children:
+                    txn.delete(f"{path}/{child}")
+                txn.delete(path, version=-1 if expected_version is None else expected_version)
+                results = txn.commit()
+                errors = [r for r in results if isinstance(r, Exception)]
+                if not errors:
+                    return
+                if isinstance(results[-1], ZkBadVersion):
+                    raise BadVersionError(f"log {name!r} is not at version {expected_version}")
+                if isinstance(results[-1], NoNodeError):
+                    raise NoNodeError()
+                if any(isinstance(r, (NotEmptyError, NoNodeError)) for r in results):
+                    continue
+                raise MetadataError(f"ZooKeeper metadata store {self.uri}: deleting log {name!r} failed: {errors!r}")
+
+        try:
+            await self._call(delete)
+        except NoNodeError:
+            raise NoSuchLogError(name) from None
+
+    async def list_logs(self) -> list[str]:
+        return sorted(await self._call(lambda zk: zk.get_children(f"{self.root}/logs")))
+
+    async def read_cursor(self, log: str, cursor: str) -> Versioned | None:
+        try:
+            data, stat = await self._call(lambda zk: zk.get(f"{self._log(log)}/{cursor}"))
+        except NoNodeError:
+            return None
+        return Versioned(data, stat.version)
+
+    async def write_cursor(self, log: str, cursor: str, value: bytes, expected_version: int | None) -> int:
+        path = f"{self._log(log)}/{cursor}"
+        try:
+            if expected_version is None:
+                await self._call(lambda zk: zk.create(path, value))
+                return 0
+            stat = await self._call(lambda zk: zk.set(path, value, version=expected_version))
+            return int(stat.version)
+        except NodeExistsError:
+            raise BadVersionError(f"cursor {cursor!r} of log {log!r} already exists") from None
+        except ZkBadVersion:
+            raise BadVersionError(f"cursor {cursor!r} of log {log!r} is not at version {expected_version}") from None
+        except NoNodeError:
+            if not await self._call(lambda zk: zk.exists(self._log(log))):
+                raise NoSuchLogError(log) from None
+            raise BadVersionError(f"cursor {cursor!r} of log {log!r} does not exist") from None
+
+    async def delete_cursor(self, log: str, cursor: str) -> bool:
+        try:
+            await self._call(lambda zk: zk.delete(f"{self._log(log)}/{cursor}"))
+        except NoNodeError:
+            return False
+        return True
+
+    async def list_cursors(self, log: str) -> dict[str, Versioned]:
+        def read(zk: KazooClient) -> dict[str, Versioned]:
+            out = {}
+            try:
+                children = zk.get_children(self._log(log))
+            except NoNodeError:
+                return {}
+            for child in sorted(children):
+                try:
+                    data, stat = zk.get(f"{self._log(log)}/{child}")
+                except NoNodeError:
+                    continue
+                out[child] = Versioned(data, stat.version)
+            return out
+
+        return await self._call(read)
 
     async def aclose(self) -> None:
         if self._started:

@@ -1,0 +1,333 @@
+"""``bkframe log ...``: named logs from the command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import attrs
+import click
+import trio
+
+from bkframe.cli.options import metadata_option
+from bkframe.core.client.client import open_client
+from bkframe.core.client.log_client import Logs
+from bkframe.core.client.log_writer import PendingLogAppend
+from bkframe.core.client.logs import EARLIEST, LogSettings, Position, check_name, parse_where
+
+T = TypeVar("T")
+
+#: ``--password``: a log's password (empty by default, as the client's).
+password_option = click.option("--password", default="", help="The log's password.")
+#: ``bkframe log append`` publishes its LAC this soon after the input pauses, so a tail
+#: shows the last line without waiting for the next one.
+APPEND_LAC_INTERVAL_S = 0.2
+
+
+def _run(metadata: str, fn: Callable[[Logs], Awaitable[T]], *, explicit_lac_interval_s: float = 0.0) -> T:
+    async def main() -> T:
+        async with open_client(metadata, explicit_lac_interval_s=explicit_lac_interval_s) as client:
+            return await fn(Logs(client))
+
+    return trio.run(main)
+
+
+def _log_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        return check_name(value, "cursor" if param.name == "cursor" else "log")
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _where(text: str) -> Position | str:
+    try:
+        return parse_where(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _position(text: str) -> Position:
+    try:
+        return Position.parse(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _when(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
+@click.group(name="log")
+def log_group() -> None:
+    """Named logs: unbounded streams made of ledgers, with one writer, cursors and retention."""
+
+
+@log_group.command()
+@metadata_option()
+@click.argument("name", callback=_log_name)
+@click.option("-e", "--ensemble", type=int, default=3, show_default=True)
+@click.option("-w", "--write-quorum", type=int, default=2, show_default=True)
+@click.option("-a", "--ack-quorum", type=int, default=2, show_default=True)
+@click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True, help="Ledger type of the segments.")
+@click.option("--digest", type=click.Choice(["CRC32C", "HMAC_SHA256"]), default="CRC32C", show_default=True)
+@click.option("--rollover-entries", type=int, default=LogSettings().rollover_entries, show_default=True)
+@click.option("--rollover-bytes", type=int, default=LogSettings().rollover_bytes, show_default=True)
+@click.option("--rollover-s", type=float, default=LogSettings().rollover_s, show_default=True)
+@click.option("--retention-s", type=float, default=None, help="Trim closed segments older than this.")
+@click.option("--retention-bytes", type=int, default=None, help="Trim the oldest closed segments beyond this size.")
+@password_option
+def create(
+    metadata: str, name: str, ensemble: int, write_quorum: int, ack_quorum: int, ledger_type: str, digest: str,
+    rollover_entries: int, rollover_bytes: int, rollover_s: float, retention_s: float | None,
+    retention_bytes: int | None, password: str,
+) -> None:
+    """Create an empty log."""
+    try:
+        settings = LogSettings(
+            ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type,
+            digest=digest, rollover_entries=rollover_entries, rollover_bytes=rollover_bytes, rollover_s=rollover_s,
+            retention_s=retention_s, retention_bytes=retention_bytes,
+        )
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    _run(metadata, lambda logs: logs.create(name, settings, password=password.encode()))
+    click.echo(f"created log {name}")
+
+
+@log_group.command()
+@metadata_option()
+@password_option
+@click.argument("name", callback=_log_name)
+def append(metadata: str, password: str, name: str) -> None:
+    """Each stdin line becomes one entry; prints each entry's position once acknowledged.
+    Takes the log over from any other writer; closes its segment at end of input."""
+
+    async def run(logs: Logs) -> None:
+        writer = await logs.open_writer(name, password=password.encode())
+        stdin = trio.wrap_file(sys.stdin.buffer)
+        send, receive = trio.open_memory_channel[PendingLogAppend](1024)
+
+        async def print_acks() -> None:
+            async for pending in receive:
+                click.echo(str(await pending.wait()))
+                sys.stdout.flush()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(print_acks)
+            async with send:
+                while line := await stdin.readline():
+                    await send.send(writer.append_async(line.rstrip(b"\n")))
+        await writer.close()
+
+    _run(metadata, run, explicit_lac_interval_s=APPEND_LAC_INTERVAL_S)
+
+
+def _print_entries(show_positions: bool, entries: list[Any]) -> None:
+    out = sys.stdout.buffer
+    for entry in entries:
+        if show_positions:
+            out.write(str(entry.position).encode() + b"\t")
+        out.write(entry.payload + b"\n")
+    out.flush()
+
+
+@log_group.command()
+@metadata_option()
+@password_option
+@click.argument("name", callback=_log_name)
+@click.option("--from", "start", default=EARLIEST, show_default=True, help="POS (e.g. 3:41), earliest or latest.")
+@click.option("--to", "last", default=None, help="Last position to print (default: the last confirmed entry).")
+@click.option("--positions", "show_positions", is_flag=True, help="Print POSITION<TAB>payload.")
+def read(metadata: str, password: str, name: str, start: str, last: str | None, show_positions: bool) -> None:
+    """Print the confirmed entries from --from to --to, one per line."""
+    first = _where(start)
+    end = _position(last).next() if last is not None else None
+
+    async def run(logs: Logs) -> None:
+        reader = await logs.reader(name, password=password.encode())
+        async for chunk in reader.chunks(first, end):
+            _print_entries(show_positions, chunk)
+
+    _run(metadata, run)
+
+
+@log_group.command()
+@metadata_option()
+@password_option
+@click.argument("name", callback=_log_name)
+@click.option("--from", "start", default=EARLIEST, show_default=True, help="POS (e.g. 3:41), earliest or latest.")
+@click.option("-f", "--follow", is_flag=True, help="Keep waiting for new entries (until interrupted).")
+@click.option("--positions", "show_positions", is_flag=True, help="Print POSITION<TAB>payload.")
+def tail(metadata: str, password: str, name: str, start: str, follow: bool, show_positions: bool) -> None:
+    """Print entries from --from on; with -f, follow the log across segments as it grows."""
+    first = _where(start)
+
+    async def run(logs: Logs) -> None:
+        reader = await logs.reader(name, password=password.encode())
+        if not follow:
+            async for chunk in reader.chunks(first):
+                _print_entries(show_positions, chunk)
+            return
+        async for chunk in reader.tail_chunks(first):
+            _print_entries(show_positions, chunk)
+
+    try:
+        _run(metadata, run)
+    except KeyboardInterrupt:
+        pass
+
+
+@log_group.command(name="list")
+@metadata_option()
+def list_logs(metadata: str) -> None:
+    """Print every log name, one per line."""
+    for name in _run(metadata, lambda logs: logs.list_logs()):
+        click.echo(name)
+
+
+@log_group.command()
+@metadata_option()
+@password_option
+@click.argument("name", callback=_log_name)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def info(metadata: str, password: str, name: str, as_json: bool) -> None:
+    """Settings, segments (entries, bytes, state), the confirmed end and cursors with their lag."""
+    result = _run(metadata, lambda logs: logs.info(name, password=password.encode()))
+    md = result.metadata
+    if as_json:
+        out = json.loads(md.serialize())
+        out.update(
+            version=md.version,
+            start=str(md.start),
+            end=str(result.end),
+            entries={str(k): v for k, v in result.entries.items()},
+            cursors={c.cursor.name: {"position": str(c.cursor.position), "lag": c.lag} for c in result.cursors},
+        )
+        click.echo(json.dumps(out, indent=2, sort_keys=True))
+        return
+    s = md.settings
+    click.echo(f"log {md.name}: {s.ledger_type} E={s.ensemble} W={s.write_quorum} A={s.ack_quorum} {s.digest.value}")
+    click.echo(
+        f"rollover: {s.rollover_entries} entries, {s.rollover_bytes} bytes, {s.rollover_s:g} s; "
+        f"retention: {'-' if s.retention_s is None else f'{s.retention_s:g} s'}, "
+        f"{'-' if s.retention_bytes is None else f'{s.retention_bytes} bytes'}"
+    )
+    click.echo(f"writer: {md.writer or '-'} (epoch {md.writer_epoch}); start {md.start}, end {result.end}")
+    click.echo(
+        f"entries: {sum(result.entries.values())} in {len(md.segments)} segment(s), {md.length} bytes closed; "
+        f"trimmed so far: {md.trimmed_entries} entries, {md.trimmed_bytes} bytes"
+    )
+    click.echo("segment\tledger\tstate\tentries\tbytes\tcreated\tclosed")
+    for seg in md.segments:
+        state = "closed" if seg.closed else "open"
+        size = str(seg.length) if seg.closed else "-"
+        click.echo(
+            f"{seg.number}\t{seg.ledger_id}\t{state}\t{result.entries.get(seg.number, 0)}\t{size}\t"
+            f"{_when(seg.created_at)}\t{_when(seg.closed_at)}"
+        )
+    for c in result.cursors:
+        click.echo(f"cursor {c.cursor.name}: at {c.cursor.position}, lag {c.lag} entries")
+
+
+@log_group.command()
+@metadata_option()
+@password_option
+@click.argument("name", callback=_log_name)
+def cursors(metadata: str, password: str, name: str) -> None:
+    """Each cursor: NAME<TAB>POSITION<TAB>LAG (confirmed entries it has not acknowledged)."""
+    result = _run(metadata, lambda logs: logs.info(name, password=password.encode()))
+    for c in result.cursors:
+        click.echo(f"{c.cursor.name}\t{c.cursor.position}\t{c.lag}")
+
+
+@log_group.command()
+@metadata_option()
+@password_option
+@click.argument("name", callback=_log_name)
+@click.argument("cursor", callback=_log_name)
+@click.option("--to", "target", default=None, help="Move it to POS, earliest or latest (made there if new).")
+@click.option("--rewind", is_flag=True, help="Allow moving it back.")
+@click.option("--delete", "remove", is_flag=True, help="Delete the cursor.")
+def cursor(metadata: str, password: str, name: str, cursor: str, target: str | None, rewind: bool, remove: bool) -> None:
+    """Show, create, move or delete a durable cursor (every entry before its position is acknowledged)."""
+    where = _where(target) if target is not None else None
+
+    async def run(logs: Logs) -> str:
+        if remove:
+            await logs.delete_cursor(name, cursor)
+            return f"deleted cursor {cursor}"
+        existing = {c.name for c in await logs.cursors(name)}
+        if cursor not in existing:
+            made = await logs.create_cursor(name, cursor, where or EARLIEST, password=password.encode())
+            return f"{cursor}\t{made.position}"
+        if where is not None:
+            moved = await logs.move_cursor(name, cursor, where, rewind=rewind, password=password.encode())
+            return f"{cursor}\t{moved.position}"
+        return f"{cursor}\t{(await logs.cursor(name, cursor)).position}"
+
+    click.echo(_run(metadata, run))
+
+
+@log_group.command()
+@metadata_option()
+@click.argument("name", callback=_log_name)
+@click.option("--before", default=None, help="Remove the segments whose every entry is before POS.")
+@click.option("--retention", is_flag=True, help="Remove what the log's retention settings let go.")
+@click.option("--force", is_flag=True, help="Also past cursors (they are moved to the new start).")
+def trim(metadata: str, name: str, before: str | None, retention: bool, force: bool) -> None:
+    """Remove whole segments from the start of the log and delete their ledgers; never past a
+    cursor unless --force."""
+    if before is None and not retention:
+        raise click.UsageError("say what to trim: --before POS and/or --retention")
+    until = _position(before) if before is not None else None
+    result = _run(metadata, lambda logs: logs.trim(name, before=until, retention=retention, force=force))
+    removed = ", ".join(f"{s.number} (ledger {s.ledger_id}, {s.entries} entries)" for s in result.removed)
+    click.echo(f"removed segments: {removed or 'none'}; the log starts at {result.start}")
+    if result.moved_cursors:
+        click.echo(f"moved cursors to the start: {', '.join(result.moved_cursors)}")
+
+
+@log_group.command()
+@metadata_option()
+@click.argument("name", callback=_log_name)
+def delete(metadata: str, name: str) -> None:
+    """Delete the log, its cursors and all its ledgers."""
+    record = _run(metadata, lambda logs: logs.delete(name))
+    click.echo(f"deleted log {name} ({len(record.segments)} segment(s))")
+
+
+@log_group.command()
+@metadata_option()
+@click.option("--entry-size", type=int, default=1024, show_default=True)
+@click.option("--count", type=int, default=100_000, show_default=True)
+@click.option("--window", type=int, default=256, show_default=True, help="Appends in flight at most.")
+@click.option("-e", "--ensemble", type=int, default=3, show_default=True)
+@click.option("-w", "--write-quorum", type=int, default=3, show_default=True)
+@click.option("-a", "--ack-quorum", type=int, default=2, show_default=True)
+@click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True)
+@click.option("--rollover-entries", type=int, default=10_000, show_default=True)
+@click.option("--rounds", type=int, default=2, show_default=True, help="Rounds of (one ledger, one log).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON line per run.")
+def bench(
+    metadata: str, entry_size: int, count: int, window: int, ensemble: int, write_quorum: int, ack_quorum: int,
+    ledger_type: str, rollover_entries: int, rounds: int, as_json: bool,
+) -> None:
+    """Appends through a log that rolls over every --rollover-entries vs the same load into
+    one ledger, alternating, in one run; prints both and the ratio."""
+    from bkframe.cli.log_bench import bench_ledger_vs_log, ratios
+
+    rows = _run(
+        metadata,
+        lambda logs: bench_ledger_vs_log(
+            logs, entry_size=entry_size, count=count, window=window, ensemble=ensemble, write_quorum=write_quorum,
+            ack_quorum=ack_quorum, ledger_type=ledger_type, rollover_entries=rollover_entries, rounds=rounds,
+        ),
+    )
+    for row in rows:
+        click.echo(json.dumps(attrs.asdict(row)) if as_json else row.human())
+    if rows and not as_json:
+        median, total = ratios(rows)
+        click.echo(f"log / ledger entries/s: median of {rounds} round(s) {median:.3f}, all runs together {total:.3f}")

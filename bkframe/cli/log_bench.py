@@ -1,0 +1,174 @@
+"""``bkframe log bench``: appends through a named log that rolls over vs into one ledger.
+
+Both runs drive the same pipelined load (``window`` appends in flight, fixed-size random
+payloads) from one client, alternating ledger and log runs so that drift on a shared
+machine hits both alike. Each run uses a fresh ledger or log, deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import numpy as np
+
+from bkframe.core.client.log_client import Logs
+
+
+@attrs.frozen
+class LogBenchResult:
+    mode: str
+    entry_size: int
+    count: int
+    window: int
+    seconds: float
+    entries_per_s: float
+    mb_per_s: float
+    p50_ms: float
+    p99_ms: float
+    #: Segments the log ended with (1 for the ledger run).
+    segments: int
+    #: CPU time of the client process per entry (all its threads): the log layer's cost,
+    #: steadier than throughput on a shared machine.
+    client_cpu_us: float
+    #: CPU time of the bookies per entry, when they run on this machine (else None).
+    bookies_cpu_us: float | None = None
+
+    def human(self) -> str:
+        return (
+            f"{self.mode}: {self.count} entries of {self.entry_size} B, window {self.window}, {self.seconds:.2f} s, "
+            f"{self.segments} segment(s)\n"
+            f"  {self.entries_per_s:,.0f} entries/s  {self.mb_per_s:,.1f} MB/s  "
+            f"latency p50 {self.p50_ms:.3f} ms  p99 {self.p99_ms:.3f} ms\n"
+            f"  CPU per entry: client {self.client_cpu_us:.1f} us"
+            + (f", bookies {self.bookies_cpu_us:.1f} us" if self.bookies_cpu_us is not None else "")
+        )
+
+
+async def _drive(
+    append: Callable[[bytes], Any], check: Callable[[Any], None], *, payload: bytes, count: int, window: int
+) -> tuple[float, float, np.ndarray[Any, np.dtype[np.float64]]]:
+    latencies = np.empty(count, dtype=np.float64)
+    inflight: deque[tuple[float, Any]] = deque()
+    cpu = time.process_time()
+    start = time.perf_counter()
+    submitted = done = 0
+    while done < count:
+        while submitted < count and len(inflight) < window:
+            inflight.append((time.perf_counter(), append(payload)))
+            submitted += 1
+        await inflight[0][1].wait()
+        now = time.perf_counter()
+        while inflight and inflight[0][1].done():
+            sent, pending = inflight.popleft()
+            check(pending)
+            latencies[done] = now - sent
+            done += 1
+    return time.perf_counter() - start, time.process_time() - cpu, latencies
+
+
+def _result(
+    mode: str, entry_size: int, count: int, window: int, seconds: float, cpu: float, lat: Any, segments: int
+) -> LogBenchResult:
+    return LogBenchResult(
+        mode=mode, entry_size=entry_size, count=count, window=window, seconds=seconds,
+        entries_per_s=count / seconds, mb_per_s=count * entry_size / seconds / 1e6,
+        p50_ms=float(np.percentile(lat, 50) * 1e3), p99_ms=float(np.percentile(lat, 99) * 1e3), segments=segments,
+        client_cpu_us=cpu / count * 1e6,
+    )
+
+
+def _local_cpu_s(pids: list[int]) -> float | None:
+    """User + system CPU seconds of these local processes, or None if one is not here."""
+    total = 0.0
+    try:
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
+def _check_ledger_append(pending: Any) -> None:
+    if pending.error is not None:
+        raise pending.error
+
+
+def _check_log_append(pending: Any) -> None:
+    pending.result()
+
+
+async def bench_ledger_vs_log(
+    logs: Logs,
+    *,
+    entry_size: int,
+    count: int,
+    window: int,
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    ledger_type: str,
+    rollover_entries: int,
+    rounds: int,
+) -> list[LogBenchResult]:
+    client = logs.client
+    payload = os.urandom(entry_size)
+    out: list[LogBenchResult] = []
+    local = ("127.0.0.1:", "localhost:", "[::1]:")
+    bookie_pids = [b.pid for b in await client.metadata.list_bookies() if b.pid and b.address.startswith(local)]
+
+    async def measured(run: Callable[[], Any]) -> LogBenchResult:
+        before = _local_cpu_s(bookie_pids) if bookie_pids else None
+        result: LogBenchResult = await run()
+        after = _local_cpu_s(bookie_pids) if before is not None else None
+        if before is None or after is None:
+            return result
+        return attrs.evolve(result, bookies_cpu_us=(after - before) / count * 1e6)
+
+    async def ledger_run() -> LogBenchResult:
+        writer = await client.create_ledger(
+            ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type
+        )
+        seconds, cpu, lat = await _drive(writer.append_async, _check_ledger_append, payload=payload, count=count, window=window)
+        await writer.close()
+        await client.delete_ledger(writer.ledger_id)
+        return _result("ledger", entry_size, count, window, seconds, cpu, lat, 1)
+
+    async def log_run() -> LogBenchResult:
+        name = f"bench-{uuid.uuid4().hex[:12]}"
+        await logs.create(
+            name, ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type,
+            rollover_entries=rollover_entries,
+        )
+        writer = await logs.open_writer(name)
+        seconds, cpu, lat = await _drive(writer.append_async, _check_log_append, payload=payload, count=count, window=window)
+        md = await writer.close()
+        await logs.delete(name)
+        return _result("log", entry_size, count, window, seconds, cpu, lat, len(md.segments))
+
+    for i in range(rounds):
+        # Alternate which goes first, so that drift on a shared machine hits both alike.
+        order = (ledger_run, log_run) if i % 2 == 0 else (log_run, ledger_run)
+        for run in order:
+            out.append(await measured(run))
+    return out
+
+
+def ratios(rows: list[LogBenchResult]) -> tuple[float, float]:
+    """(median of the per-round log/ledger ratios, ratio of the totals) of entries/s."""
+    ledger = [r for r in rows if r.mode == "ledger"]
+    log = [r for r in rows if r.mode == "log"]
+    per_round = sorted(b.entries_per_s / a.entries_per_s for a, b in zip(ledger, log))
+    mid = len(per_round) // 2
+    median = per_round[mid] if len(per_round) % 2 else (per_round[mid - 1] + per_round[mid]) / 2
+    total = (sum(r.count for r in log) / sum(r.seconds for r in log)) / (
+        sum(r.count for r in ledger) / sum(r.seconds for r in ledger)
+    )
+    return median, total

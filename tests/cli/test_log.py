@@ -1,0 +1,79 @@
+"""``bkframe log ...`` run as real processes against a cluster of bookie processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bkframe.core.plugin_manager import PluginManager
+from tests.cli.test_ledger_and_sandbox import bk
+
+
+def test_log_commands(cluster_factory: Any) -> None:
+    meta = ["--metadata", cluster_factory(3).metadata]
+    bk("log", "create", "events", *meta, "--rollover-entries", "3", "-e", "3", "-w", "3", "-a", "2")
+    appended = bk("log", "append", "events", *meta, stdin="a\nb\nc\nd\ne\n")
+    assert appended.stdout.split() == ["0:0", "0:1", "0:2", "1:0", "1:1"]
+    assert bk("log", "read", "events", *meta).stdout == "a\nb\nc\nd\ne\n"
+    assert bk("log", "read", "events", *meta, "--from", "0:2", "--to", "1:0").stdout == "c\nd\n"
+    assert bk("log", "tail", "events", *meta, "--from", "1:1", "--positions").stdout == "1:1\te\n"
+    assert bk("log", "list", *meta).stdout.split() == ["events"]
+    assert bk("log", "cursor", "events", "reporting", *meta, "--to", "1:0").stdout.split() == ["reporting", "1:0"]
+    assert bk("log", "cursors", "events", *meta).stdout == "reporting\t1:0\t2\n"
+    info = bk("log", "info", "events", *meta).stdout
+    assert "PD_JOURNAL E=3 W=3 A=2" in info and "start 0:0, end 1:2" in info
+    assert "cursor reporting: at 1:0, lag 2 entries" in info
+    rows = [line.split("\t") for line in info.splitlines() if line[:1].isdigit()]
+    assert [(r[0], r[2], r[3]) for r in rows] == [("0", "closed", "3"), ("1", "closed", "2")]
+    as_json = json.loads(bk("log", "info", "events", *meta, "--json").stdout)
+    assert as_json["end"] == "1:2" and as_json["cursors"] == {"reporting": {"position": "1:0", "lag": 2}}
+    # Trimming stops at the cursor; segment 0 goes, and its ledger with it.
+    first_ledger = as_json["segments"][0][1]
+    trimmed = bk("log", "trim", "events", *meta, "--before", "2:0").stdout
+    assert trimmed.startswith(f"removed segments: 0 (ledger {first_ledger}, 3 entries); the log starts at 1:0")
+    assert str(first_ledger) not in bk("ledger", "list", *meta).stdout.split()
+    assert bk("log", "read", "events", *meta).stdout == "d\ne\n"
+    # A follower sees what a second writer appends, across rollovers, then the writer is done.
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "bkframe", "log", "tail", "events", *meta, "-f", "--positions"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert follower.stdout is not None
+        assert [follower.stdout.readline() for _ in range(2)] == ["1:0\td\n", "1:1\te\n"]
+        more = bk("log", "append", "events", *meta, stdin="f\ng\nh\ni\n").stdout.split()
+        assert more == ["2:0", "2:1", "2:2", "3:0"]
+        assert [follower.stdout.readline() for _ in range(4)] == ["2:0\tf\n", "2:1\tg\n", "2:2\th\n", "3:0\ti\n"]
+    finally:
+        follower.kill()
+        follower.wait()
+    bk("log", "delete", "events", *meta)
+    assert bk("log", "list", *meta).stdout == ""
+
+
+def test_log_command_errors(tmp_path: Path) -> None:
+    """Each mistake gets a message saying what was wrong, never a traceback (none needs a bookie)."""
+    uri = f"sqlite://{tmp_path / 'meta.db'}"
+    trio.run(PluginManager().metadata_store(uri, create=True).aclose)  # clients never create a store
+    meta = ["--metadata", uri]
+    bk("log", "create", "secret", *meta, "--password", "pw")
+    for args, message in [
+        (["log", "read", "nope", *meta], "log 'nope' does not exist"),
+        (["log", "create", "secret", *meta], "log 'secret' already exists"),
+        (["log", "create", "bad/name", *meta], "bad log name 'bad/name'"),
+        (["log", "create", "q", *meta, "-e", "2", "-w", "3"], "E >= W >= A >= 1"),
+        (["log", "create", "t", *meta, "--type", "NOPE"], "unknown ledger type 'NOPE'"),
+        (["log", "append", "secret", *meta, "--password", "wrong"], "wrong password for log 'secret'"),
+        (["log", "read", "secret", *meta, "--password", "pw", "--from", "x:1"], "bad position 'x:1'"),
+        (["log", "trim", "secret", *meta], "--before POS and/or --retention"),
+    ]:
+        proc = bk(*args, stdin="", check=False)
+        assert proc.returncode != 0, args
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert any(message in line for line in lines), proc.stderr
+        assert "Traceback" not in proc.stderr
