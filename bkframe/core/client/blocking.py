@@ -39,8 +39,9 @@ T = TypeVar("T")
 class BlockingClient:
     """``with bkframe.connect(uri) as bk: ...``"""
 
-    def __init__(self, metadata_uri: str) -> None:
+    def __init__(self, metadata_uri: str, *, timeout_s: float | None = None, **settings: float) -> None:
         self._uri = metadata_uri
+        self._settings = settings
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._client: Client | None = None
@@ -48,7 +49,8 @@ class BlockingClient:
         self._stop: trio.Event | None = None
         self._thread = threading.Thread(target=self._thread_main, name="bkframe-client", daemon=True)
         self._thread.start()
-        self._ready.wait()
+        if not self._ready.wait(timeout_s):
+            raise TimeoutError(f"bkframe client: metadata store {metadata_uri} did not open within {timeout_s} s")
         if self._error is not None:
             raise self._error
 
@@ -61,7 +63,7 @@ class BlockingClient:
                 self._ready.set()
 
     async def _main(self) -> None:
-        async with open_client(self._uri) as client:
+        async with open_client(self._uri, **self._settings) as client:
             self._client = client
             self._token = trio.lowlevel.current_trio_token()
             self._stop = trio.Event()
@@ -71,6 +73,24 @@ class BlockingClient:
     def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         assert self._token is not None
         return trio.from_thread.run(fn, *args, trio_token=self._token)
+
+    @property
+    def client(self) -> Client:
+        """The trio client inside, for async functions given to :meth:`run`."""
+        assert self._client is not None
+        return self._client
+
+    @property
+    def alive(self) -> bool:
+        """The client's event loop is still running (False after :meth:`close`)."""
+        return self._thread.is_alive() and self._stop is not None and not self._stop.is_set()
+
+    def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``fn(*args)`` in the client's event loop and wait for its result: how
+        synchronous code (a Spark task) runs several client calls in one hop, e.g.
+        ``bk.run(partial(read_chunk, bk.client, ...))``. Put the timeout inside ``fn``
+        (``trio.fail_after``), at the call site."""
+        return self._run(fn, *args)
 
     def create_ledger(self, **kwargs: Any) -> BlockingWriteHandle:
         assert self._client is not None
@@ -340,5 +360,7 @@ class BlockingTail(Iterator[LogEntry]):
         self.close()
 
 
-def connect(metadata_uri: str) -> BlockingClient:
-    return BlockingClient(metadata_uri)
+def connect(metadata_uri: str, *, timeout_s: float | None = None, **settings: float) -> BlockingClient:
+    """A blocking client; ``timeout_s`` bounds opening the metadata store, ``settings``
+    override :class:`~bkframe.core.client.settings.ClientSettings` fields."""
+    return BlockingClient(metadata_uri, timeout_s=timeout_s, **settings)

@@ -1,0 +1,17 @@
+"""bkframe's Spark connector: the PySpark data source ``bkframe`` (Spark >= 4.2).
+
+Batch reads of a log or of ledgers (a consistent snapshot of confirmed entries), bulk loads
+(one ledger per task, made visible by one idempotent commit), a streaming source whose
+offsets are log positions, and an exactly-once streaming sink. See docs/spark.md.
+"""
+
+from bkframe_spark.options import OptionError, Options
+from bkframe_spark.source import FORMAT, BkframeDataSource
+
+__all__ = ["FORMAT", "BkframeDataSource", "OptionError", "Options", "register"]
+
+
+def register(spark: object) -> None:
+    """``spark.dataSource.register(BkframeDataSource)`` -- only needed where the
+    ``pyspark_bkframe`` module is not on the workers' Python path."""
+    spark.dataSource.register(BkframeDataSource)  # type: ignore[attr-defined]

@@ -1,0 +1,196 @@
+"""The PySpark data source ``bkframe``: batch reads, bulk loads, streaming source and sink.
+
+Spark finds it with no registration call: the distribution ships the module
+``pyspark_bkframe`` whose ``DefaultSource`` is :class:`BkframeDataSource`, and Spark >= 4
+registers every such module on the Python path (SPARK-45917).
+``spark.dataSource.register(BkframeDataSource)`` works as well.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.types import StructType
+
+from bkframe_spark.connection import call, client_for
+from bkframe_spark.options import OptionError, Options
+from bkframe_spark.reading import SCHEMA, EntryRange, check_schema, plan_ledgers, plan_log, read_partition, split
+from bkframe_spark.streaming import LogStreamReader, LogStreamWriter
+from bkframe_spark.writing import LedgerMessage, LedgerSpec, abort_write, check_write, commit_write, payload_index, write_task
+
+FORMAT = "bkframe"
+
+
+class BkframeDataSource(DataSource):
+    """``spark.read.format("bkframe").option("metadata", URI).option("log", NAME).load()``"""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        check_schema(schema)
+        opts = Options.parse(self.options)
+        if opts.log is None and not opts.ledgers:
+            raise OptionError("format 'bkframe' reads option 'log' (a log name) or option 'ledgers' (ledger ids)")
+        # Spark refuses a reader that can take filters while its filter pushdown is off
+        # (spark.sql.python.filterPushdown.enabled, off by default), and asks for filters
+        # only in its pushdown worker: offer pushdown there only.
+        return PushdownReader(opts) if _in_pushdown_worker() else BatchReader(opts)
+
+    def writer(self, schema: StructType, overwrite: bool) -> BulkWriter:
+        if overwrite:
+            raise OptionError(
+                "format 'bkframe' does not overwrite: a log is append-only; use .mode('append') "
+                "(or delete the log with 'bkframe log delete NAME' and create it again)"
+            )
+        opts = Options.parse(self.options)
+        spec, floor = check_write(opts, schema)
+        return BulkWriter(opts, spec, floor, payload_index(schema))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        check_schema(schema)
+        return LogStreamReader(Options.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        if overwrite:
+            raise OptionError(
+                "the bkframe sink appends to a log; outputMode('complete') would rewrite it every batch: "
+                "use outputMode('append') or outputMode('update')"
+            )
+        opts = Options.parse(self.options)
+        spec, floor = check_write(opts, schema)
+        return LogStreamWriter(opts, spec, floor, payload_index(schema))
+
+
+def _in_pushdown_worker() -> bool:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("data_source_pushdown_filters.py"):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+class BatchReader(DataSourceReader):
+    """A consistent snapshot: partitions are planned from what is confirmed now."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        #: Pushed-down filters, as (column, operator, value).
+        self.constraints: list[tuple[str, str, object]] = []
+
+    def partitions(self) -> Sequence[InputPartition]:
+        opts = self.opts
+        bk = client_for(opts.metadata, opts.timeout_s)
+        if opts.ledgers:
+            parts = call(bk, "planning the read of ledgers", opts.timeout_s, plan_ledgers, bk.client, opts)
+        else:
+            start = opts.starting if opts.starting is not None else "earliest"
+            parts = call(bk, f"planning the read of log {opts.log!r}", opts.timeout_s, plan_log, bk.client, opts, start,
+                         opts.ending)
+        return split(narrow(parts, self.constraints), opts.entries_per_partition, opts.bytes_per_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, EntryRange):
+            return iter(())  # Spark's stand-in partition for an empty plan
+        return read_partition(self.opts, partition)
+
+
+_OPS = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<=", In: "in"}
+_COLUMNS = ("ledger_id", "segment", "entry_id")
+
+
+class PushdownReader(BatchReader):
+    """:class:`BatchReader` that prunes partitions and entry ranges by filters on
+    ``ledger_id``, ``segment`` and ``entry_id`` (Spark >= 4.1 with pushdown on)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        for f in filters:
+            op = _OPS.get(type(f))
+            attribute = getattr(f, "attribute", ())
+            column = attribute[0].lower() if len(attribute) == 1 else ""
+            value = getattr(f, "value", None)
+            values = value if op == "in" else (value,)
+            if op is None or column not in _COLUMNS or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                                for v in values or (None,)):
+                yield f
+                continue
+            self.constraints.append((column, op, value))
+            if op == "in" and column == "entry_id":
+                yield f  # narrowed to [min, max] only: Spark still checks each row
+
+
+def _holds(op: str, have: int, value: object) -> bool:
+    if op == "in":
+        return have in value  # type: ignore[operator]
+    assert isinstance(value, int)
+    return {"=": have == value, ">": have > value, ">=": have >= value, "<": have < value, "<=": have <= value}[op]
+
+
+def narrow(parts: Sequence[EntryRange], constraints: Sequence[tuple[str, str, object]]) -> list[EntryRange]:
+    """The ranges (or parts of them) whose rows can satisfy every constraint."""
+    out = []
+    for part in parts:
+        lo, hi, keep = part.first, part.last, True
+        for column, op, value in constraints:
+            if column == "entry_id":
+                if op == "in":
+                    vals = list(value)  # type: ignore[call-overload]
+                    lo, hi = max(lo, min(vals, default=hi + 1)), min(hi, max(vals, default=lo - 1))
+                elif op == "=":
+                    lo, hi = max(lo, value), min(hi, value)  # type: ignore[type-var,assignment]
+                elif op in (">", ">="):
+                    lo = max(lo, value + (op == ">"))  # type: ignore[operator]
+                else:
+                    hi = min(hi, value - (op == "<"))  # type: ignore[operator]
+            else:
+                have = part.segment if column == "segment" else part.ledger_id
+                keep = keep and have is not None and _holds(op, have, value)
+        if keep and lo <= hi:
+            out.append(replace(part, first=lo, last=hi))
+    return out
+
+
+class BulkWriter(DataSourceArrowWriter):
+    """``df.write.format("bkframe").option("log", NAME).mode("append").save()``"""
+
+    def __init__(self, opts: Options, spec: LedgerSpec, floor: int, payload_index: int) -> None:
+        self.opts = opts
+        self.spec = spec
+        self.floor = floor
+        self.payload_index = payload_index
+        #: The write's id: the tag of its ledgers and (as the token) of its commit.
+        self.write_id = uuid.uuid4().hex
+        self.token = f"spark:write:{self.write_id}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerMessage:  # type: ignore[override]
+        return write_task(self.opts, self.spec, self.write_id, self.floor, self.token, self.payload_index, iterator)
+
+    def commit(self, messages: list[LedgerMessage | None]) -> None:  # type: ignore[override]
+        commit_write(self.opts, self.spec, self.token, self.write_id, self.floor, messages)
+
+    def abort(self, messages: list[LedgerMessage | None]) -> None:  # type: ignore[override]
+        abort_write(self.opts, self.spec, self.token, self.write_id, self.floor)

@@ -1,0 +1,222 @@
+"""Structured Streaming: a log as a source (offsets are positions) and as an exactly-once sink.
+
+**Source.** An offset is a log position, ``{"position": "3:41"}``: a boundary, so a
+micro-batch from offset ``a`` to offset ``b`` reads the confirmed entries in ``[a, b)``.
+``latestOffset`` is the log's end (only confirmed entries, across every rollover and
+committed segment), or fewer entries under ``maxEntriesPerTrigger``; a batch replayed after
+a failure reads the same entries, since positions never change meaning. With a ``cursor``
+the source moves that durable cursor to a batch's end when Spark commits the batch, so
+retention never trims what the query has not finished with.
+
+**Sink.** Each micro-batch is a bulk load (:mod:`bkframe_spark.writing`) whose commit token
+is the query's id and the batch id: Spark replays the last batch after a driver crash with
+the same id, and its commit then changes nothing (its new ledgers are deleted), so every
+batch lands in the output log exactly once. Spark's own contract -- the source replays the
+same data for a batch id, the sink's commit is idempotent per batch id -- does the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from bkframe.core.client.client import Client
+from bkframe.core.client.log_client import Logs
+from bkframe.core.client.logs import EARLIEST, Position
+from bkframe.errors import NoSuchCursorError, PositionTrimmedError
+from bkframe_spark.connection import call, client_for
+from bkframe_spark.options import Options
+from bkframe_spark.reading import EntryRange, plan_log, read_partition, split
+from bkframe_spark.writing import (
+    LedgerMessage,
+    LedgerSpec,
+    abort_write,
+    commit_write,
+    committed_ledgers,
+    write_task,
+)
+
+log = logging.getLogger("bkframe.spark")
+
+#: Spark's task-local properties naming the streaming query and the micro-batch.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+def offset(position: Position) -> dict[str, Any]:
+    return {"position": str(position)}
+
+
+def position_of(offset: dict[str, Any]) -> Position:
+    return Position.parse(str(offset["position"]))
+
+
+class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("bkframe").option("log", NAME)``."""
+
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.log = opts.need_log("a streaming read")
+        #: Set by Trigger.AvailableNow: the end the query stops at.
+        self._target: Position | None = None
+
+    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        bk = client_for(self.opts.metadata, self.opts.timeout_s)
+        return call(bk, f"{what} (log {self.log!r})", self.opts.timeout_s, fn, bk.client, *args)
+
+    # -- offsets ------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        return offset(self._call("finding the starting position", self._initial))
+
+    async def _initial(self, client: Client) -> Position:
+        """``startingPosition``; by default the cursor's position if the cursor exists, else
+        the earliest. A cursor that does not exist yet is created there."""
+        opts, logs = self.opts, Logs(client)
+        reader = await logs.reader(self.log, password=opts.password)
+        start: Position | str = opts.starting if opts.starting is not None else EARLIEST
+        if opts.cursor is not None:
+            try:
+                cursor = await logs.cursor(self.log, opts.cursor)
+                if opts.starting is None:
+                    start = cursor.position
+            except NoSuchCursorError:
+                cursor = await logs.create_cursor(self.log, opts.cursor, start, password=opts.password)
+                start = cursor.position
+        if isinstance(start, Position) and start < (await reader.refresh()).start and not opts.fail_on_data_loss:
+            start = EARLIEST
+        return await reader.resolve(start)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        first = position_of(start)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return offset(self._call("finding the latest position", self._latest, first, max_rows))
+
+    async def _latest(self, client: Client, first: Position, max_rows: int | None) -> Position:
+        reader = await Logs(client).reader(self.log, password=self.opts.password)
+        end = await reader.end()
+        if self._target is not None:
+            end = min(end, self._target)
+        first = self._not_trimmed(first, reader.metadata.start)
+        if end <= first:
+            return first
+        if max_rows is not None:
+            end = await reader.advance(first, max_rows, end)
+        return end
+
+    def _not_trimmed(self, first: Position, log_start: Position) -> Position:
+        if first.segment >= log_start.segment:
+            return first
+        if self.opts.fail_on_data_loss:
+            raise PositionTrimmedError(
+                f"log {self.log!r}: the stream is at {first}, which was trimmed (the log now starts at {log_start}); "
+                f"entries were lost to retention. Set option failOnDataLoss=false to go on from {log_start}"
+            )
+        log.warning("log %r: position %s was trimmed; skipping to %s (failOnDataLoss=false)", self.log, first, log_start)
+        return log_start
+
+    async def _end(self, client: Client) -> Position:
+        return await (await Logs(client).reader(self.log, password=self.opts.password)).end()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_entries_per_trigger
+        return ReadMaxRows(n) if n is not None else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._call("finding the log's end", self._end)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return offset(self._call("finding the log's end", self._end))
+
+    # -- batches ------------------------------------------------------------------------
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        first, stop = position_of(start), position_of(end)
+        if stop <= first:
+            return []
+        parts = self._call("planning a micro-batch", self._plan, first, stop)
+        return split(parts, self.opts.entries_per_partition, self.opts.bytes_per_partition)
+
+    async def _plan(self, client: Client, first: Position, stop: Position) -> list[EntryRange]:
+        reader = await Logs(client).reader(self.log, password=self.opts.password)
+        first = self._not_trimmed(first, reader.metadata.start)
+        return await plan_log(client, self.opts, first, stop) if stop > first else []
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, EntryRange)
+        return read_partition(self.opts, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        if self.opts.cursor is not None:
+            self._call(f"moving cursor {self.opts.cursor!r}", self._move_cursor, position_of(end))
+
+    async def _move_cursor(self, client: Client, position: Position) -> None:
+        # Never moves back: a batch committed again after a restart changes nothing.
+        await Logs(client).move_cursor(self.log, str(self.opts.cursor), position)
+
+
+def stream_token(query_id: str, batch_id: int) -> str:
+    return f"spark:stream:{query_id}:{batch_id}"
+
+
+class LogStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("bkframe").option("log", NAME)``: exactly once per batch."""
+
+    def __init__(self, opts: Options, spec: LedgerSpec, floor: int, payload_index: int) -> None:
+        self.opts = opts
+        self.spec = spec
+        #: Ledger ids above this are made after the query (re)started.
+        self.floor = floor
+        self.payload_index = payload_index
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerMessage:  # type: ignore[override]
+        ctx = TaskContext.get()
+        query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY) if ctx is not None else None
+        batch = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx is not None else None
+        if not query_id or batch is None:
+            raise RuntimeError("the bkframe stream sink runs only in a Spark streaming query (no query or batch id)")
+        write = f"{query_id}:{batch}"
+        return write_task(
+            self.opts, self.spec, write, self.floor, stream_token(query_id, int(batch)), self.payload_index, iterator
+        )
+
+    def _ids(self, messages: Sequence[LedgerMessage | None], batch_id: int) -> tuple[str, str, int] | None:
+        done = [m for m in messages if m is not None]
+        if not done:
+            return None
+        write = done[0].write
+        query_id = write.rpartition(":")[0]
+        return query_id, write, min(m.floor for m in done)
+
+    def commit(self, messages: list[LedgerMessage | None], batchId: int) -> None:  # type: ignore[override]
+        ids = self._ids(messages, batchId)
+        if ids is None:
+            return
+        query_id, write, floor = ids
+        bk = client_for(self.opts.metadata, self.opts.timeout_s)
+        # The previous batch's ledgers were all made before this batch's: the sweep for
+        # strays of this batch need not look below them.
+        floor = max(floor, call(bk, "reading the log", self.opts.timeout_s, _previous_max, bk.client, self.spec.log,
+                                stream_token(query_id, batchId - 1)))
+        commit_write(self.opts, self.spec, stream_token(query_id, batchId), write, floor, messages)
+
+    def abort(self, messages: list[LedgerMessage | None], batchId: int) -> None:  # type: ignore[override]
+        ids = self._ids(messages, batchId)
+        if ids is None:
+            return
+        query_id, write, floor = ids
+        abort_write(self.opts, self.spec, stream_token(query_id, batchId), write, floor)
+
+
+async def _previous_max(client: Client, log_name: str, token: str) -> int:
+    record = await Logs(client).metadata(log_name)
+    done = record.commit(token)
+    return max(committed_ledgers(record, done.segments), default=-1) if done is not None else -1
+
+

@@ -1,0 +1,320 @@
+"""Writing for Spark: one new ledger per task, made visible by the driver's one commit.
+
+A task appends its rows' payloads to a ledger of its own (``VD_JOURNAL`` by default: BP-14's
+bulk-load case, acknowledged before the fsync), then closes it -- a ``VD_JOURNAL`` close
+syncs first, so the closed ledger holds every entry -- and hands the ledger id to the
+driver in its commit message. Nothing is visible yet: the ledger is in no log. The
+driver's commit appends all the tasks' ledgers to the log as consecutive segments in one
+``commit_ledgers`` compare-and-set, with a token naming the write (a bulk load's id, or a
+streaming query's id and batch id), so a commit retried after a timeout or replayed after
+a driver crash lands once.
+
+What must never be visible, and never stay behind: a task attempt that fails deletes its
+ledger before it gives up; ledgers of attempts that could not clean up (killed, or a
+speculative duplicate whose result Spark discarded) carry the write's id in their custom
+metadata (:data:`TAG_WRITE`), and the driver's commit and abort delete every such ledger
+that is not committed. An attempt that ends after its write was committed without it
+deletes its own ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import attrs
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import WriterCommitMessage
+from pyspark.sql.types import BinaryType, StringType, StructType
+
+from bkframe.core.client.blocking import BlockingClient
+from bkframe.core.client.client import Client
+from bkframe.core.client.log_client import Logs
+from bkframe.core.client.logs import CommitResult, LogMetadata
+from bkframe.core.client.write_handle import PendingAppend, WriteHandle
+from bkframe.core.metadata import DigestType
+from bkframe.errors import BKError, LogError, MetadataError, NoSuchLedgerError
+from bkframe_spark.connection import ConnectorTimeoutError, call, client_for
+from bkframe_spark.options import OptionError, Options
+
+log = logging.getLogger("bkframe.spark")
+
+#: Custom metadata of every ledger a Spark write makes: the write it belongs to ...
+TAG_WRITE = "bkframe.spark.write"
+#: ... and the log it is for.
+TAG_LOG = "bkframe.spark.log"
+#: Appends in flight per task.
+WINDOW = 512
+#: How often the driver tries a commit that timed out or hit a metadata store error.
+COMMIT_ATTEMPTS = 5
+
+
+class DataError(BKError, ValueError):
+    """A row cannot be written (no payload column, a null payload)."""
+
+
+@dataclass
+class LedgerMessage(WriterCommitMessage):
+    """A task's result: the ledger it wrote (None if its partition was empty)."""
+
+    ledger_id: int | None
+    entries: int
+    size: int
+    partition: int
+    attempt: int
+    #: The write's id (:data:`TAG_WRITE`) and the ledger id every ledger of it is above.
+    write: str
+    floor: int
+
+
+@attrs.frozen
+class LedgerSpec:
+    """How each task's ledger is made: the log's settings, with the write's ledger type."""
+
+    log: str
+    ensemble: int
+    write_quorum: int
+    ack_quorum: int
+    ledger_type: str
+    digest: DigestType
+    password: bytes
+
+    @classmethod
+    def for_log(cls, client: Client, record: LogMetadata, ledger_type: str, password: bytes) -> LedgerSpec:
+        s = record.settings
+        policy = client.context.ledger_types.named(ledger_type)  # an unknown type fails here, on the driver
+        ensemble = s.ensemble
+        if policy.lac_by_sync and ensemble > s.write_quorum:
+            # BP-14's LastAddSynced rule cannot stripe: keep the log's copies per entry, unstriped.
+            ensemble = s.write_quorum
+        return cls(record.name, ensemble, s.write_quorum, s.ack_quorum, ledger_type, s.digest, password)
+
+
+def payload_index(schema: StructType) -> int:
+    """The ``payload`` column (binary or string) of the DataFrame being written."""
+    for i, field in enumerate(schema.fields):
+        if field.name.lower() == "payload":
+            if not isinstance(field.dataType, (BinaryType, StringType)):
+                raise DataError(
+                    f"column 'payload' is {field.dataType.simpleString()}; format 'bkframe' writes a binary or string "
+                    f"payload column (cast it, e.g. to_json(...) or .cast('binary'))"
+                )
+            return i
+    raise DataError(
+        f"format 'bkframe' writes the column 'payload' (binary or string) as one entry per row; the DataFrame has "
+        f"{[f.name for f in schema.fields]} (select or alias one as 'payload')"
+    )
+
+
+def payloads(batch: pa.RecordBatch, index: int) -> list[bytes]:
+    col = batch.column(index)
+    if col.null_count:
+        raise DataError("column 'payload' has null values; entries are bytes: fill them (e.g. coalesce(payload, ''))")
+    if not pa.types.is_binary(col.type):
+        col = col.cast(pa.binary())
+    return col.to_pylist()
+
+
+class _Sink:
+    """A task's ledger: made at the first row, appended with a window of appends in flight."""
+
+    def __init__(self, client: Client, spec: LedgerSpec, custom: dict[str, str]) -> None:
+        self.client = client
+        self.spec = spec
+        self.custom = custom
+        self.handle: WriteHandle | None = None
+        self.pending: deque[PendingAppend] = deque()
+        self.entries = 0
+        self.size = 0
+
+    async def append(self, data: Sequence[bytes]) -> None:
+        if self.handle is None:
+            s = self.spec
+            self.handle = await self.client.create_ledger(
+                ensemble=s.ensemble, write_quorum=s.write_quorum, ack_quorum=s.ack_quorum, ledger_type=s.ledger_type,
+                digest=s.digest, password=s.password, custom=self.custom,
+            )
+        handle, pending = self.handle, self.pending
+        for payload in data:
+            pending.append(handle.append_async(payload))
+            if len(pending) >= WINDOW:
+                await pending.popleft().wait()
+        self.entries += len(data)
+        self.size += sum(map(len, data))
+
+    async def finish(self) -> None:
+        """Wait for every append, then close (a VD_JOURNAL close syncs first)."""
+        while self.pending:
+            await self.pending.popleft().wait()
+        if self.handle is not None:
+            await self.handle.close()
+
+    async def discard(self) -> None:
+        if self.handle is not None:
+            try:
+                await self.client.delete_ledger(self.handle.ledger_id)
+            except NoSuchLedgerError:
+                pass
+
+
+def write_task(
+    opts: Options, spec: LedgerSpec, write: str, floor: int, token: str, index: int, batches: Iterator[pa.RecordBatch]
+) -> LedgerMessage:
+    """Write the task's rows to a new ledger, close it, return its id (in a task)."""
+    ctx = TaskContext.get()
+    partition, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (0, 0)
+    bk = client_for(opts.metadata, opts.timeout_s)
+    what = f"task {partition} (attempt {attempt}) writing for log {spec.log!r}"
+    custom = {TAG_WRITE: write, TAG_LOG: spec.log, "bkframe.spark.task": f"{partition}.{attempt}"}
+    sink = _Sink(bk.client, spec, custom)
+    try:
+        for batch in batches:
+            data = payloads(batch, index)
+            if data:
+                call(bk, what, opts.timeout_s, sink.append, data)
+        call(bk, what, opts.timeout_s, sink.finish)
+        ledger_id = sink.handle.ledger_id if sink.handle is not None else None
+        if ledger_id is not None and call(bk, what, opts.timeout_s, _committed_without, bk.client, spec, token, ledger_id):
+            # A late attempt: the write was committed with another attempt's ledger.
+            call(bk, what, opts.timeout_s, sink.discard)
+            ledger_id = None
+    except BaseException:
+        try:
+            call(bk, f"{what}: deleting its ledger", min(opts.timeout_s, 30.0), sink.discard)
+        except Exception as e:  # noqa: BLE001 - the driver's sweep deletes it (it carries the write's id)
+            log.warning("%s: could not delete ledger %s (the driver's commit or abort will): %s",
+                        what, sink.handle.ledger_id if sink.handle else None, e)
+        raise
+    return LedgerMessage(ledger_id, sink.entries, sink.size, partition, attempt, write, floor)
+
+
+async def _committed_without(client: Client, spec: LedgerSpec, token: str, ledger_id: int) -> bool:
+    record = await Logs(client).metadata(spec.log)
+    done = record.commit(token)
+    return done is not None and ledger_id not in committed_ledgers(record, done.segments)
+
+
+def committed_ledgers(record: LogMetadata, segments: Sequence[int]) -> set[int]:
+    wanted = set(segments)
+    return {s.ledger_id for s in record.segments if s.number in wanted}
+
+
+# -- the driver: commit, abort, sweep ----------------------------------------------------------
+
+
+def message_ledgers(messages: Sequence[LedgerMessage | None]) -> list[int]:
+    """The ledgers to commit, in partition order (so the log keeps the DataFrame's order)."""
+    done = sorted((m for m in messages if m is not None and m.ledger_id is not None), key=lambda m: m.partition)
+    return [m.ledger_id for m in done if m.ledger_id is not None]
+
+
+async def sweep(client: Client, write: str, floor: int, keep: set[int]) -> list[int]:
+    """Delete the ledgers above ``floor`` tagged with ``write`` that are not in ``keep``."""
+    deleted = []
+    for ledger_id in await client.list_ledgers():
+        if ledger_id <= floor or ledger_id in keep:
+            continue
+        try:
+            md = await client.ledger_metadata(ledger_id)
+            if md.custom.get(TAG_WRITE) == write:
+                await client.delete_ledger(ledger_id)
+                deleted.append(ledger_id)
+        except NoSuchLedgerError:
+            continue
+    return deleted
+
+
+async def _commit(client: Client, spec: LedgerSpec, ids: list[int], token: str) -> tuple[CommitResult, set[int]]:
+    logs = Logs(client)
+    result = await logs.commit_ledgers(spec.log, ids, token, password=spec.password)
+    if not result.replayed:
+        return result, set(ids)
+    record = await logs.metadata(spec.log)
+    return result, committed_ledgers(record, result.segments)
+
+
+def commit_write(
+    opts: Options, spec: LedgerSpec, token: str, write: str, floor: int, messages: Sequence[LedgerMessage | None]
+) -> CommitResult | None:
+    """Append the tasks' ledgers to the log in one idempotent commit; then delete what the
+    write made and did not commit (ledgers of a replayed batch, strays). None when no task
+    wrote anything (nothing is committed)."""
+    bk = client_for(opts.metadata, opts.timeout_s)
+    ids = message_ledgers(messages)
+    what = f"committing {len(ids)} ledger(s) to log {spec.log!r} (token {token})"
+    result: CommitResult | None = None
+    committed: set[int] = set()
+    delay = 0.5
+    for attempt in range(COMMIT_ATTEMPTS if ids else 0):
+        try:
+            result, committed = call(bk, what, opts.timeout_s, _commit, bk.client, spec, ids, token)
+            break
+        except (ConnectorTimeoutError, MetadataError) as e:
+            # The commit is idempotent per token: trying again after an unknown outcome is safe.
+            if isinstance(e, LogError) or attempt == COMMIT_ATTEMPTS - 1:
+                raise
+            log.warning("%s failed (attempt %d, retrying): %s", what, attempt + 1, e)
+            time.sleep(delay)
+            delay *= 2
+    if result is not None and result.replayed:
+        log.info("%s: committed before (a replayed batch); its new ledgers are deleted", what)
+    _clean_up(bk, opts, spec, write, floor, committed, what)
+    return result
+
+
+def abort_write(opts: Options, spec: LedgerSpec, token: str, write: str, floor: int) -> None:
+    """Delete every ledger the write made, unless the write was committed after all."""
+    bk = client_for(opts.metadata, opts.timeout_s)
+    what = f"aborting the write to log {spec.log!r} (token {token})"
+
+    async def committed() -> set[int] | None:
+        record = await Logs(client).metadata(spec.log)
+        done = record.commit(token)
+        return None if done is None else committed_ledgers(record, done.segments)
+
+    client = bk.client
+    keep = call(bk, what, opts.timeout_s, committed)
+    if keep is not None:
+        log.warning("%s: the write was committed already; its committed ledgers stay", what)
+    _clean_up(bk, opts, spec, write, floor, keep or set(), what)
+
+
+def _clean_up(
+    bk: BlockingClient, opts: Options, spec: LedgerSpec, write: str, floor: int, keep: set[int], what: str
+) -> None:
+    try:
+        deleted = call(bk, f"{what}: deleting unused ledgers", opts.timeout_s, sweep, bk.client, write, floor, keep)
+    except BKError as e:
+        log.warning("%s: deleting unused ledgers failed (they carry %s=%s): %s", what, TAG_WRITE, write, e)
+        return
+    if deleted:
+        log.info("%s: deleted %d ledger(s) of failed or duplicate attempts: %s", what, len(deleted), deleted)
+
+
+def check_write(opts: Options, schema: StructType) -> tuple[LedgerSpec, int]:
+    """On the driver, before any task runs: the log exists, the password is right, the
+    ledger type is known; returns how tasks make ledgers and the sweep floor."""
+    name = opts.need_log("writing")
+    payload_index(schema)
+    bk = client_for(opts.metadata, opts.timeout_s)
+
+    async def plan() -> tuple[LedgerSpec, int]:
+        client = bk.client
+        record = await Logs(client).metadata(name)
+        await Logs(client).reader(name, password=opts.password)  # checks the password
+        spec = LedgerSpec.for_log(client, record, opts.ledger_type, opts.password)
+        floor = max(await client.list_ledgers(), default=-1)
+        return spec, floor
+
+    try:
+        return call(bk, f"planning the write to log {name!r}", opts.timeout_s, plan)
+    except BKError:
+        raise
+    except ValueError as e:
+        raise OptionError(f"option 'ledgerType': {e}") from None
+
+
