@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bkframe_spark.writing import TAG_LOG
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from bkframe.core.client.blocking import BlockingClient
 from bkframe.testing.cluster import Cluster
-from bkframe_spark.writing import TAG_LOG
 
 BKFRAME = str(Path(sys.executable).parent / "bkframe")
 
