@@ -1,6 +1,7 @@
 """A Spark pipeline on bkframe logs, against any running cluster.
 
     python examples/spark_pipeline.py --metadata sqlite:///path/metadata.db [--rows 20000] [--replace]
+                                      [--events events] [--counts counts]
 
 (``./scripts/sandbox`` starts a local cluster and prints its metadata URI; so does
 ``sandbox-data/sandbox.json``.) On Spark ``local[2]``, with the ``bkframe`` data source:
@@ -34,7 +35,9 @@ def main() -> int:
     parser.add_argument("--metadata", default=os.environ.get("BKFRAME_METADATA"),
                         help="the cluster's metadata URI (default: $BKFRAME_METADATA)")
     parser.add_argument("--rows", type=int, default=20_000, help="events to generate")
-    parser.add_argument("--replace", action="store_true", help="delete the logs 'events' and 'counts' first")
+    parser.add_argument("--events", default="events", help="the log the events are loaded into")
+    parser.add_argument("--counts", default="counts", help="the log the counts are written to")
+    parser.add_argument("--replace", action="store_true", help="delete those two logs first if they exist")
     args = parser.parse_args()
     if not args.metadata:
         parser.error("give --metadata URI (e.g. sqlite:///path/metadata.db) or set $BKFRAME_METADATA")
@@ -42,7 +45,9 @@ def main() -> int:
     spark = local_session(2, app="bkframe-example")  # local[2]; Spark finds the "bkframe" format itself
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        report = run_pipeline(spark, args.metadata, rows=args.rows, replace=args.replace)
+        report = run_pipeline(
+            spark, args.metadata, rows=args.rows, events=args.events, counts=args.counts, replace=args.replace
+        )
     except BKError as e:  # a log exists already, a count is wrong, ...
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -36,6 +36,8 @@ DEMO_CURSOR = "demo-reader"
 SPARK_ROWS = 20_000
 #: How long the log demo's reading may take before it is an error rather than a hang.
 LOG_READ_TIMEOUT_S = 120.0
+#: ... and the Spark pipeline (about a minute on 2 busy cores; Spark's start-up included).
+SPARK_TIMEOUT_S = 900.0
 
 
 async def demo_ledgers(client: Client, bookies: int, out: Out) -> dict[str, Any]:
@@ -196,13 +198,16 @@ async def run_spark_pipeline(metadata: str, data_dir: Path, out: Out, rows: int 
         sys.executable, "-m", "bkframe_spark.pipeline", "--metadata", metadata, "--rows", str(rows),
         "--replace", "--report", str(report_path),
     ]
-    with log_path.open("wb") as log:
-        # Cancelling (Ctrl-C) kills the child; its JVM exits when its parent's pipe closes.
+    with log_path.open("wb") as log, trio.move_on_after(SPARK_TIMEOUT_S) as deadline:
+        # Cancelling kills the child; its JVM exits when the pipe from its parent closes.
         proc = await trio.run_process(command, stderr=log, check=False)
-    if proc.returncode != 0 or not report_path.exists():
-        tail = log_path.read_text(errors="replace").splitlines()[-15:]
+    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+    if deadline.cancelled_caught:
         raise click.ClickException(
-            f"the Spark pipeline failed (exit status {proc.returncode}); the end of {log_path}:\n" + "\n".join(tail)
+            f"the Spark pipeline did not finish within {SPARK_TIMEOUT_S:.0f} s and was stopped; "
+            f"the end of {log_path}:\n{tail}"
         )
+    if proc.returncode != 0 or not report_path.exists():
+        raise click.ClickException(f"the Spark pipeline failed (exit status {proc.returncode}); the end of {log_path}:\n{tail}")
     report: dict[str, Any] = json.loads(report_path.read_text())
     return report

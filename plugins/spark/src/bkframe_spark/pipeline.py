@@ -70,7 +70,8 @@ def expected_counts(rows: int) -> dict[tuple[int, int], int]:
 def prepare_logs(bk: BlockingClient, metadata: str, names: Sequence[str], *, replace: bool, out: Out) -> None:
     """Create the pipeline's logs, empty. Existing ones are deleted with ``replace``, else
     an error: a pipeline that appended to an earlier run's logs would count twice."""
-    existing = [name for name in names if name in bk.logs.list_logs()]
+    logs = set(bk.logs.list_logs())
+    existing = [name for name in names if name in logs]
     if existing and not replace:
         raise PipelineError(
             f"log(s) {', '.join(repr(n) for n in existing)} exist already on {metadata}: "
@@ -245,8 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bkframe_spark.session import local_session
 
     try:
+        with connect(args.metadata):  # a wrong URI fails now, not after Spark has started
+            pass
         spark = local_session(2, app="bkframe-pipeline")
-    except RuntimeError as e:
+    except (BKError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     spark.sparkContext.setLogLevel("ERROR")
