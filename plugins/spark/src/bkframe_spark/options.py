@@ -29,6 +29,7 @@ KNOWN = {
     "maxentriespertrigger": "at most this many entries per micro-batch",
     "cursor": "a durable cursor the stream advances as Spark commits batches",
     "failondataloss": "fail (true) or skip ahead (false) when positions were trimmed",
+    "createlog": "writing: create the log (default settings) if it does not exist (default true)",
     "timeoutseconds": "timeout of each call a task or the driver makes to bkframe",
     "checkpointlocation": "(Spark's own; accepted and ignored)",
     "path": "(Spark's own; accepted and ignored)",
@@ -92,6 +93,7 @@ class Options:
     cursor: str | None
     fail_on_data_loss: bool
     timeout_s: float
+    create_log: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
@@ -157,6 +159,7 @@ class Options:
             cursor=cursor,
             fail_on_data_loss=_bool(opts, "failondataloss", True),
             timeout_s=timeout_s,
+            create_log=_bool(opts, "createlog", True),
         )
 
     def need_log(self, what: str) -> str:

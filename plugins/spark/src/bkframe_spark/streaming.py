@@ -18,6 +18,7 @@ same data for a batch id, the sink's commit is idempotent per batch id -- does t
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -174,6 +175,8 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
         #: Ledger ids above this are made after the query (re)started.
         self.floor = floor
         self.payload_index = payload_index
+        #: Tells this run's writes from a replay's (after a restart) of the same batch.
+        self.run = uuid.uuid4().hex[:12]
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerMessage:  # type: ignore[override]
         ctx = TaskContext.get()
@@ -181,7 +184,7 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
         batch = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx is not None else None
         if not query_id or batch is None:
             raise RuntimeError("the bkframe stream sink runs only in a Spark streaming query (no query or batch id)")
-        write = f"{query_id}:{batch}"
+        write = f"{query_id}:{batch}:{self.run}"
         return write_task(
             self.opts, self.spec, write, self.floor, stream_token(query_id, int(batch)), self.payload_index, iterator
         )
@@ -191,7 +194,7 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
         if not done:
             return None
         write = done[0].write
-        query_id = write.rpartition(":")[0]
+        query_id = write.split(":")[0]
         return query_id, write, min(m.floor for m in done)
 
     def commit(self, messages: list[LedgerMessage | None], batchId: int) -> None:  # type: ignore[override]

@@ -37,7 +37,7 @@ from bkframe.core.client.log_client import Logs
 from bkframe.core.client.logs import CommitResult, LogMetadata
 from bkframe.core.client.write_handle import PendingAppend, WriteHandle
 from bkframe.core.metadata import DigestType
-from bkframe.errors import BKError, LogError, MetadataError, NoSuchLedgerError
+from bkframe.errors import BKError, LogError, LogExistsError, MetadataError, NoSuchLedgerError, NoSuchLogError
 from bkframe_spark.connection import ConnectorTimeoutError, call, client_for
 from bkframe_spark.options import OptionError, Options
 
@@ -178,8 +178,9 @@ def write_task(
                 call(bk, what, opts.timeout_s, sink.append, data)
         call(bk, what, opts.timeout_s, sink.finish)
         ledger_id = sink.handle.ledger_id if sink.handle is not None else None
-        if ledger_id is not None and call(bk, what, opts.timeout_s, _committed_without, bk.client, spec, token, ledger_id):
-            # A late attempt: the write was committed with another attempt's ledger.
+        if ledger_id is not None and call(bk, what, opts.timeout_s, _finished_without, bk.client, spec, token, write,
+                                          ledger_id):
+            # A late attempt: the write was committed with another attempt's ledger, or aborted.
             call(bk, what, opts.timeout_s, sink.discard)
             ledger_id = None
     except BaseException:
@@ -192,8 +193,19 @@ def write_task(
     return LedgerMessage(ledger_id, sink.entries, sink.size, partition, attempt, write, floor)
 
 
-async def _committed_without(client: Client, spec: LedgerSpec, token: str, ledger_id: int) -> bool:
+def abort_mark(write: str) -> str:
+    """The token of the empty commit that marks a write aborted (per write, not per commit
+    token: a streaming batch replayed after an abort is a new write with the same token)."""
+    return f"spark:aborted:{write}"
+
+
+async def _finished_without(client: Client, spec: LedgerSpec, token: str, write: str, ledger_id: int) -> bool:
+    """The write was committed without ``ledger_id``, or aborted: the ledger is not needed.
+    Read after the ledger is closed, so an abort that swept before the ledger existed is
+    seen here (the abort marks first, then sweeps)."""
     record = await Logs(client).metadata(spec.log)
+    if record.commit(abort_mark(write)) is not None:
+        return True
     done = record.commit(token)
     return done is not None and ledger_id not in committed_ledgers(record, done.segments)
 
@@ -276,10 +288,21 @@ def abort_write(opts: Options, spec: LedgerSpec, token: str, write: str, floor: 
         done = record.commit(token)
         return None if done is None else committed_ledgers(record, done.segments)
 
+    async def mark() -> None:
+        # Tasks still running (Spark does not wait for them before aborting) find this mark
+        # when they finish and delete their own ledgers.
+        await Logs(client).commit_ledgers(spec.log, [], abort_mark(write), password=spec.password)
+
     client = bk.client
     keep = call(bk, what, opts.timeout_s, committed)
     if keep is not None:
         log.warning("%s: the write was committed already; its committed ledgers stay", what)
+    else:
+        try:
+            call(bk, f"{what}: marking it aborted", opts.timeout_s, mark)
+        except BKError as e:
+            log.warning("%s: marking the write aborted failed (late tasks may leave ledgers tagged %s=%s): %s",
+                        what, TAG_WRITE, write, e)
     _clean_up(bk, opts, spec, write, floor, keep or set(), what)
 
 
@@ -304,7 +327,18 @@ def check_write(opts: Options, schema: StructType) -> tuple[LedgerSpec, int]:
 
     async def plan() -> tuple[LedgerSpec, int]:
         client = bk.client
-        record = await Logs(client).metadata(name)
+        try:
+            record = await Logs(client).metadata(name)
+        except NoSuchLogError:
+            if not opts.create_log:
+                raise NoSuchLogError(
+                    name, f"log {name!r} does not exist: create it ('bkframe log create {name}') or drop createLog=false"
+                ) from None
+            try:
+                record = await Logs(client).create(name, password=opts.password)
+                log.info("created log %r (default settings) for a Spark write", name)
+            except LogExistsError:  # another writer made it meanwhile
+                record = await Logs(client).metadata(name)
         await Logs(client).reader(name, password=opts.password)  # checks the password
         spec = LedgerSpec.for_log(client, record, opts.ledger_type, opts.password)
         floor = max(await client.list_ledgers(), default=-1)

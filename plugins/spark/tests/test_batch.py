@@ -1,0 +1,214 @@
+"""Batch reads and bulk loads on a real SparkSession (``local[2]``) and real bookies."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from pyspark import TaskContext
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from bkframe.core.client.blocking import BlockingClient
+from bkframe.testing.cluster import Cluster
+
+ROWS = 100_000
+
+
+def reader(spark: SparkSession, metadata: str, **options: Any) -> Any:
+    r = spark.read.format("bkframe").option("metadata", metadata)  # found with no register() call
+    for key, value in options.items():
+        r = r.option(key, value)
+    return r.load()
+
+
+def write(df: Any, metadata: str, log: str, **options: Any) -> None:
+    w = df.write.format("bkframe").option("metadata", metadata).option("log", log).mode("append")
+    for key, value in options.items():
+        w = w.option(key, value)
+    w.save()
+
+
+def payloads(n: int, tag: str) -> list[bytes]:
+    return [f"{tag}-{i:07d}".encode() for i in range(n)]
+
+
+def log_ledgers(bk: BlockingClient, log: str) -> set[int]:
+    return {s.ledger_id for s in bk.logs.metadata(log).segments}
+
+
+def check_contiguous(rows: list[Any]) -> None:
+    """Positions are entry ids 0..n-1 of each segment, and match the columns."""
+    by_segment: dict[int, list[int]] = {}
+    for row in rows:
+        by_segment.setdefault(row.segment, []).append(row.entry_id)
+        assert row.position == f"{row.segment}:{row.entry_id}"
+    for segment, ids in by_segment.items():
+        assert sorted(ids) == list(range(len(ids))), f"segment {segment} has gaps or duplicates"
+
+
+def test_bulk_load_then_read_back_the_same_rows(spark: SparkSession, spark_cluster: Cluster, bk: BlockingClient) -> None:
+    m = spark_cluster.metadata
+    expected = payloads(ROWS, "bulk")
+    df = spark.range(0, ROWS, numPartitions=4).select(F.format_string("bulk-%07d", "id").alias("payload"))
+    write(df, m, "bulk")  # the log does not exist yet: the write creates it
+    record = bk.logs.metadata("bulk")
+    assert len(record.segments) == 4 and all(s.closed for s in record.segments)
+    # Every ledger the write made is VD_JOURNAL (BP-14's bulk load), closed, and in the log.
+    assert {bk.ledger_metadata(s.ledger_id).ledger_type for s in record.segments} == {"VD_JOURNAL"}
+
+    df = reader(spark, m, log="bulk", entriesPerPartition=10_000)
+    assert df.rdd.getNumPartitions() == 12  # 4 segments of 25,000 entries, cut in 10,000s
+    rows = df.collect()
+    assert Counter(r.payload for r in rows) == Counter(expected)
+    check_contiguous(rows)
+    # The log keeps the DataFrame's order: partition i became segment i.
+    assert sorted(rows, key=lambda r: (r.segment, r.entry_id))[0].payload == b"bulk-0000000"
+    assert {r.log for r in rows} == {"bulk"}
+
+    # Filters on segment / entry_id are pushed down: the scan plans only what can match.
+    narrowed = reader(spark, m, log="bulk", entriesPerPartition=10_000).where("segment = 2 AND entry_id >= 24990")
+    assert narrowed.rdd.getNumPartitions() == 1
+    assert sorted(r.payload for r in narrowed.collect()) == expected[75_000 - 10 : 75_000]
+
+    # The same entries by ledger id, and positions from a starting/ending position.
+    ids = sorted(log_ledgers(bk, "bulk"))
+    assert reader(spark, m, ledgers=",".join(map(str, ids[:2]))).count() == 50_000
+    ranged = reader(spark, m, log="bulk", startingPosition="1:24998", endingPosition="2:2").collect()
+    assert [r.position for r in ranged] == ["1:24998", "1:24999", "2:0", "2:1"]
+
+
+def _fail_first_attempt(partition: int, at: int) -> Any:
+    @F.udf("string")
+    def flaky(i: int) -> str:
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.partitionId() == partition and ctx.attemptNumber() == 0 and i == at:
+            time.sleep(3)  # the rows before this one reach the writer first
+            raise RuntimeError("injected failure of a task's first attempt")
+        return f"retry-{i:07d}"
+
+    return flaky
+
+
+def _always_fail(partition: int) -> Any:
+    @F.udf("string")
+    def broken(i: int) -> str:
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.partitionId() == partition and i % 1000 == 999:
+            raise RuntimeError("injected failure of every attempt")
+        return f"doomed-{i:07d}"
+
+    return broken
+
+
+def test_failed_attempts_and_failed_jobs_leave_nothing(
+    spark: SparkSession, spark_cluster: Cluster, bk: BlockingClient
+) -> None:
+    m = spark_cluster.metadata
+    bk.logs.create("retried")
+    before = set(bk.list_ledgers())
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")  # the attempt writes before it fails
+    try:
+        n = 20_000
+        df = spark.range(0, n, numPartitions=4).select(_fail_first_attempt(1, 9_990)("id").alias("payload"))
+        write(df, m, "retried")
+        rows = reader(spark, m, log="retried").collect()
+        assert Counter(r.payload for r in rows) == Counter(payloads(n, "retry"))  # each row once
+        check_contiguous(rows)
+        made = max(bk.list_ledgers()) - max(before, default=-1)
+        assert made > 4, "the failed attempt should have made a ledger of its own"
+        assert set(bk.list_ledgers()) == before | log_ledgers(bk, "retried"), "a ledger of the failed attempt is left"
+
+        before = set(bk.list_ledgers())
+        doomed = spark.range(0, n, numPartitions=4).select(_always_fail(2)("id").alias("payload"))
+        with pytest.raises(Exception, match="injected failure of every attempt"):
+            write(doomed, m, "retried")
+        assert reader(spark, m, log="retried").count() == n  # nothing of the failed job is visible
+        left = set(bk.list_ledgers()) - before
+        assert not left, f"the failed job left ledgers behind: {[bk.ledger_metadata(i) for i in left]}"
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+
+
+def test_read_of_an_open_log_is_a_snapshot(spark: SparkSession, spark_cluster: Cluster, bk: BlockingClient) -> None:
+    m = spark_cluster.metadata
+    bk.logs.create("growing", rollover_entries=700)
+    acked = 0
+    stop = threading.Event()
+
+    def append() -> None:
+        nonlocal acked
+        with bk.logs.open_writer("growing") as writer:
+            while not stop.is_set():
+                writer.append(b"grow-%07d" % acked)  # one at a time: acked is exact
+                acked += 1
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    try:
+        while acked < 2000:
+            time.sleep(0.05)
+        df = reader(spark, m, log="growing", entriesPerPartition=300)
+        first = acked
+        rows = df.collect()
+        last = acked
+        again = df.count()  # a new action plans a new snapshot
+    finally:
+        stop.set()
+        thread.join()
+    ordered = sorted(rows, key=lambda r: (r.segment, r.entry_id))
+    # A prefix of the log (no gap, in every closed and the open segment) ...
+    assert [r.payload for r in ordered] == [b"grow-%07d" % i for i in range(len(rows))]
+    check_contiguous(rows)
+    assert len({r.segment for r in rows}) >= 3  # across rollovers
+    # ... holding what was acknowledged when the read was planned (the LAC, carried on the
+    # next add, trails the last acknowledged entry by one) and nothing after it was read.
+    assert first - 1 <= len(rows) <= last
+    assert again >= len(rows)
+
+
+def test_a_bookie_killed_during_a_bulk_load(spark: SparkSession, spark_cluster: Cluster, bk: BlockingClient) -> None:
+    m = spark_cluster.metadata
+    bk.logs.create("killed")
+    before = set(bk.list_ledgers())
+    victim: list[str] = []
+
+    def kill_when_writing() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            new = [i for i in bk.list_ledgers() if i not in before]
+            if new:
+                md = bk.ledger_metadata(new[0])
+                bookie = md.fragments[0][1][0]
+                time.sleep(0.2)
+                spark_cluster.by_id(bookie).kill()
+                victim.append(bookie)
+                return
+            time.sleep(0.02)
+
+    n = 100_000
+    df = spark.range(0, n, numPartitions=4).select(F.format_string("kill-%07d", "id").alias("payload"))
+    killer = threading.Thread(target=kill_when_writing)
+    killer.start()
+    try:
+        try:
+            write(df, m, "killed")
+            succeeded = True
+        except Exception:  # noqa: BLE001 - failing cleanly is allowed; what is visible is checked below
+            succeeded = False
+        killer.join()
+        assert victim, "no bookie was killed during the load"
+        rows = reader(spark, m, log="killed").collect()
+        if succeeded:
+            assert Counter(r.payload for r in rows) == Counter(payloads(n, "kill"))
+            check_contiguous(rows)
+        else:
+            assert rows == []
+        assert set(bk.list_ledgers()) == before | log_ledgers(bk, "killed")
+    finally:
+        for b in spark_cluster.bookies:
+            if not b.running:
+                b.start()
