@@ -64,7 +64,7 @@ def test_keep_open_then_recover_with_close(cluster_factory: Any) -> None:
 
 
 def test_sandbox_demo_is_the_main_job(tmp_path: Path) -> None:
-    """Ledgers and a named log (the Spark part: tests/cli/test_sandbox_spark.py)."""
+    """Ledgers and a named log (the Spark pipeline: plugins/spark/tests/test_pipeline.py)."""
     proc = bk("sandbox", "--bookies", "3", "--data-dir", str(tmp_path), "--demo", "--no-spark")
     out = proc.stdout
     assert "PD_JOURNAL on" in out and "BYPASS_JOURNAL on" in out and "sandbox stopped" in out
