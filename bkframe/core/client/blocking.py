@@ -41,7 +41,7 @@ class BlockingClient:
 
     def __init__(self, metadata_uri: str, *, timeout_s: float | None = None, **settings: float) -> None:
         self._uri = metadata_uri
-        self._settings = settings
+        self._settings: dict[str, Any] = dict(settings)
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._client: Client | None = None

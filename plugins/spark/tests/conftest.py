@@ -7,12 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bkframe_spark.connection import close_all
+from bkframe_spark.session import local_session
 
 import bkframe
 from bkframe.core.client.blocking import BlockingClient
 from bkframe.testing.cluster import Cluster
-from bkframe_spark.connection import close_all
-from bkframe_spark.session import local_session
 
 
 @pytest.fixture(scope="session")

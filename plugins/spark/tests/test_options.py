@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
-
-from bkframe.core.client.logs import EARLIEST, LATEST, Position
 from bkframe_spark import BkframeDataSource, OptionError, Options
 from bkframe_spark.reading import EntryRange, split
 from bkframe_spark.source import narrow
 from bkframe_spark.writing import DataError, payload_index
+from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+from bkframe.core.client.logs import EARLIEST, LATEST, Position
 
 M = "sqlite:///tmp/nowhere/metadata.db"
 
@@ -81,7 +81,7 @@ def test_partitions_cut_by_entries_and_bytes() -> None:
 
 def test_pushed_filters_prune_segments_and_entry_ranges() -> None:
     parts = [EntryRange("e", s, 10 + s, 0, 99) for s in range(4)]
-    got = narrow(parts, [("segment", ">=", 1), ("segment", "<", 3), ("entry_id", ">", 49)])
+    got = narrow(parts, [("segment", ">=", (1,)), ("segment", "<", (3,)), ("entry_id", ">", (49,))])
     assert [(p.segment, p.first, p.last) for p in got] == [(1, 50, 99), (2, 50, 99)]
     assert narrow(parts, [("ledger_id", "in", (12,)), ("entry_id", "in", (5, 7))]) == [EntryRange("e", 2, 12, 5, 7)]
-    assert narrow(parts, [("entry_id", "=", 500)]) == []
+    assert narrow(parts, [("entry_id", "=", (500,))]) == []

@@ -25,7 +25,7 @@ from bkframe.core.client.logs import LATEST, LogMetadata, Position, SegmentRange
 from bkframe.core.client.read_handle import Entry, ReadHandle
 from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
 from bkframe_spark.connection import call, client_for
-from bkframe_spark.options import Options, OptionError
+from bkframe_spark.options import OptionError, Options
 
 #: The columns of every read (batch and streaming).
 SCHEMA = StructType(

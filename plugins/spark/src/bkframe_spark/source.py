@@ -100,7 +100,7 @@ class BatchReader(DataSourceReader):
     def __init__(self, opts: Options) -> None:
         self.opts = opts
         #: Pushed-down filters, as (column, operator, value).
-        self.constraints: list[tuple[str, str, object]] = []
+        self.constraints: list[Constraint] = []
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
@@ -121,6 +121,16 @@ class BatchReader(DataSourceReader):
 
 _OPS = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<=", In: "in"}
 _COLUMNS = ("ledger_id", "segment", "entry_id")
+#: A pushed-down filter: (column, operator, the values it names -- one, or the list of an IN).
+Constraint = tuple[str, str, tuple[int, ...]]
+
+
+def _int_values(f: Filter, op: str) -> tuple[int, ...] | None:
+    raw = getattr(f, "value", None)
+    values = tuple(raw) if op == "in" and isinstance(raw, (list, tuple)) else (raw,)
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return values  # type: ignore[return-value]
+    return None
 
 
 class PushdownReader(BatchReader):
@@ -130,45 +140,40 @@ class PushdownReader(BatchReader):
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         for f in filters:
             op = _OPS.get(type(f))
-            attribute = getattr(f, "attribute", ())
-            column = attribute[0].lower() if len(attribute) == 1 else ""
-            value = getattr(f, "value", None)
-            values = value if op == "in" else (value,)
-            if op is None or column not in _COLUMNS or not all(isinstance(v, int) and not isinstance(v, bool)
-                                                                for v in values or (None,)):
-                yield f
+            attribute = tuple(getattr(f, "attribute", ()))
+            column = str(attribute[0]).lower() if len(attribute) == 1 else ""
+            values = _int_values(f, op) if op is not None and column in _COLUMNS else None
+            if op is None or values is None:
+                yield f  # Spark evaluates it
                 continue
-            self.constraints.append((column, op, value))
+            self.constraints.append((column, op, values))
             if op == "in" and column == "entry_id":
                 yield f  # narrowed to [min, max] only: Spark still checks each row
 
 
-def _holds(op: str, have: int, value: object) -> bool:
+def _holds(op: str, have: int, values: tuple[int, ...]) -> bool:
     if op == "in":
-        return have in value  # type: ignore[operator]
-    assert isinstance(value, int)
+        return have in values
+    value = values[0]
     return {"=": have == value, ">": have > value, ">=": have >= value, "<": have < value, "<=": have <= value}[op]
 
 
-def narrow(parts: Sequence[EntryRange], constraints: Sequence[tuple[str, str, object]]) -> list[EntryRange]:
+def narrow(parts: Sequence[EntryRange], constraints: Sequence[Constraint]) -> list[EntryRange]:
     """The ranges (or parts of them) whose rows can satisfy every constraint."""
     out = []
     for part in parts:
         lo, hi, keep = part.first, part.last, True
-        for column, op, value in constraints:
+        for column, op, values in constraints:
             if column == "entry_id":
-                if op == "in":
-                    vals = list(value)  # type: ignore[call-overload]
-                    lo, hi = max(lo, min(vals, default=hi + 1)), min(hi, max(vals, default=lo - 1))
-                elif op == "=":
-                    lo, hi = max(lo, value), min(hi, value)  # type: ignore[type-var,assignment]
+                if op in ("in", "="):
+                    lo, hi = max(lo, min(values)), min(hi, max(values))
                 elif op in (">", ">="):
-                    lo = max(lo, value + (op == ">"))  # type: ignore[operator]
+                    lo = max(lo, values[0] + (op == ">"))
                 else:
-                    hi = min(hi, value - (op == "<"))  # type: ignore[operator]
+                    hi = min(hi, values[0] - (op == "<"))
             else:
                 have = part.segment if column == "segment" else part.ledger_id
-                keep = keep and have is not None and _holds(op, have, value)
+                keep = keep and have is not None and _holds(op, have, values)
         if keep and lo <= hi:
             out.append(replace(part, first=lo, last=hi))
     return out

@@ -203,10 +203,10 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
             return
         query_id, write, floor = ids
         bk = client_for(self.opts.metadata, self.opts.timeout_s)
-        # The previous batch's ledgers were all made before this batch's: the sweep for
-        # strays of this batch need not look below them.
-        floor = max(floor, call(bk, "reading the log", self.opts.timeout_s, _previous_max, bk.client, self.spec.log,
-                                stream_token(query_id, batchId - 1)))
+        # Batches run one after the other, each committed before the next starts, so every
+        # ledger made for this batch -- in this run or in one stopped before a restart --
+        # is newer than the ledgers of the query's last committed batch.
+        floor = call(bk, "reading the log", self.opts.timeout_s, _previous_max, bk.client, self.spec.log, query_id, batchId)
         commit_write(self.opts, self.spec, stream_token(query_id, batchId), write, floor, messages)
 
     def abort(self, messages: list[LedgerMessage | None], batchId: int) -> None:  # type: ignore[override]
@@ -217,9 +217,14 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
         abort_write(self.opts, self.spec, stream_token(query_id, batchId), write, floor)
 
 
-async def _previous_max(client: Client, log_name: str, token: str) -> int:
+async def _previous_max(client: Client, log_name: str, query_id: str, batch_id: int) -> int:
+    """The newest ledger committed by the query's latest batch before ``batch_id`` (-1 if
+    the log remembers none: then every ledger is looked at)."""
     record = await Logs(client).metadata(log_name)
-    done = record.commit(token)
-    return max(committed_ledgers(record, done.segments), default=-1) if done is not None else -1
-
-
+    prefix = stream_token(query_id, 0)[:-1]
+    latest = None
+    for c in record.commits:
+        if c.token.startswith(prefix) and c.token[len(prefix):].isdigit() and int(c.token[len(prefix):]) < batch_id:
+            if latest is None or int(c.token[len(prefix):]) > int(latest.token[len(prefix):]):
+                latest = c
+    return max(committed_ledgers(record, latest.segments), default=-1) if latest is not None else -1

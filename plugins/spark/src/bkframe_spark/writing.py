@@ -45,6 +45,8 @@ log = logging.getLogger("bkframe.spark")
 
 #: Custom metadata of every ledger a Spark write makes: the write it belongs to ...
 TAG_WRITE = "bkframe.spark.write"
+#: ... the token its commit uses (a streaming batch's, shared by every run of that batch) ...
+TAG_TOKEN = "bkframe.spark.token"
 #: ... and the log it is for.
 TAG_LOG = "bkframe.spark.log"
 #: Appends in flight per task.
@@ -169,7 +171,7 @@ def write_task(
     partition, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (0, 0)
     bk = client_for(opts.metadata, opts.timeout_s)
     what = f"task {partition} (attempt {attempt}) writing for log {spec.log!r}"
-    custom = {TAG_WRITE: write, TAG_LOG: spec.log, "bkframe.spark.task": f"{partition}.{attempt}"}
+    custom = {TAG_WRITE: write, TAG_TOKEN: token, TAG_LOG: spec.log, "bkframe.spark.task": f"{partition}.{attempt}"}
     sink = _Sink(bk.client, spec, custom)
     try:
         for batch in batches:
@@ -224,15 +226,15 @@ def message_ledgers(messages: Sequence[LedgerMessage | None]) -> list[int]:
     return [m.ledger_id for m in done if m.ledger_id is not None]
 
 
-async def sweep(client: Client, write: str, floor: int, keep: set[int]) -> list[int]:
-    """Delete the ledgers above ``floor`` tagged with ``write`` that are not in ``keep``."""
+async def sweep(client: Client, tag: str, value: str, floor: int, keep: set[int]) -> list[int]:
+    """Delete the ledgers above ``floor`` whose custom ``tag`` is ``value``, except ``keep``."""
     deleted = []
     for ledger_id in await client.list_ledgers():
         if ledger_id <= floor or ledger_id in keep:
             continue
         try:
             md = await client.ledger_metadata(ledger_id)
-            if md.custom.get(TAG_WRITE) == write:
+            if md.custom.get(tag) == value:
                 await client.delete_ledger(ledger_id)
                 deleted.append(ledger_id)
         except NoSuchLedgerError:
@@ -274,7 +276,9 @@ def commit_write(
             delay *= 2
     if result is not None and result.replayed:
         log.info("%s: committed before (a replayed batch); its new ledgers are deleted", what)
-    _clean_up(bk, opts, spec, write, floor, committed, what)
+    # Once the token is committed, no ledger made for it and left out can ever be committed:
+    # those of this write's failed attempts and of earlier runs of the same streaming batch.
+    _clean_up(bk, opts, TAG_TOKEN, token, floor, committed, what)
     return result
 
 
@@ -303,16 +307,15 @@ def abort_write(opts: Options, spec: LedgerSpec, token: str, write: str, floor: 
         except BKError as e:
             log.warning("%s: marking the write aborted failed (late tasks may leave ledgers tagged %s=%s): %s",
                         what, TAG_WRITE, write, e)
-    _clean_up(bk, opts, spec, write, floor, keep or set(), what)
+    # Only this write's own ledgers: a later run of the same streaming batch may still commit its own.
+    _clean_up(bk, opts, TAG_WRITE, write, floor, keep or set(), what)
 
 
-def _clean_up(
-    bk: BlockingClient, opts: Options, spec: LedgerSpec, write: str, floor: int, keep: set[int], what: str
-) -> None:
+def _clean_up(bk: BlockingClient, opts: Options, tag: str, value: str, floor: int, keep: set[int], what: str) -> None:
     try:
-        deleted = call(bk, f"{what}: deleting unused ledgers", opts.timeout_s, sweep, bk.client, write, floor, keep)
+        deleted = call(bk, f"{what}: deleting unused ledgers", opts.timeout_s, sweep, bk.client, tag, value, floor, keep)
     except BKError as e:
-        log.warning("%s: deleting unused ledgers failed (they carry %s=%s): %s", what, TAG_WRITE, write, e)
+        log.warning("%s: deleting unused ledgers failed (they carry %s=%s): %s", what, tag, value, e)
         return
     if deleted:
         log.info("%s: deleted %d ledger(s) of failed or duplicate attempts: %s", what, len(deleted), deleted)

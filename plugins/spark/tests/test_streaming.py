@@ -1,0 +1,146 @@
+"""Structured Streaming on real bookies: a log as a source and as an exactly-once sink."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bkframe_spark.writing import TAG_LOG
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from bkframe.core.client.blocking import BlockingClient
+from bkframe.testing.cluster import Cluster
+
+BKFRAME = str(Path(sys.executable).parent / "bkframe")
+
+
+def stream(spark: SparkSession, metadata: str, log: str, **options: Any) -> Any:
+    r = spark.readStream.format("bkframe").option("metadata", metadata).option("log", log)
+    for key, value in options.items():
+        r = r.option(key, value)
+    return r.load()
+
+
+def sink(df: Any, metadata: str, log: str, checkpoint: Path) -> Any:
+    return (
+        df.writeStream.format("bkframe").option("metadata", metadata).option("log", log)
+        .option("checkpointLocation", str(checkpoint)).outputMode("append")
+    )
+
+
+def entries(bk: BlockingClient, log: str) -> int:
+    return sum(s.entries for s in bk.logs.metadata(log).segments if s.closed)
+
+
+def read_all(spark: SparkSession, metadata: str, log: str) -> list[bytes]:
+    df = spark.read.format("bkframe").option("metadata", metadata).option("log", log).load()
+    return [r.payload for r in df.select("payload").collect()]
+
+
+def no_strays(bk: BlockingClient, log: str) -> None:
+    """Every ledger the sink made for ``log`` is one of its segments."""
+    in_log = {s.ledger_id for s in bk.logs.metadata(log).segments}
+    tagged = {i for i in bk.list_ledgers() if bk.ledger_metadata(i).custom.get(TAG_LOG) == log}
+    assert tagged <= in_log, f"ledgers made for {log!r} but not in it: {sorted(tagged - in_log)}"
+
+
+def test_a_stream_follows_a_log_written_by_the_cli_across_rollovers(
+    spark: SparkSession, spark_cluster: Cluster, bk: BlockingClient, tmp_path: Path
+) -> None:
+    m = spark_cluster.metadata
+    bk.logs.create("clicks", rollover_entries=400)
+    bk.logs.create("clicks-copy")
+    lines = [f"click-{i:05d}" for i in range(3000)]
+    query = (
+        sink(stream(spark, m, "clicks", maxEntriesPerTrigger=500, cursor="copier").select("payload"), m, "clicks-copy",
+             tmp_path / "checkpoint")
+        .trigger(processingTime="1 second").start()
+    )
+    try:
+        appender = subprocess.Popen([BKFRAME, "log", "append", "clicks", "--metadata", m], stdin=subprocess.PIPE,
+                                    stdout=subprocess.DEVNULL)
+        assert appender.stdin is not None
+        for first in range(0, len(lines), 100):  # while the query runs, across 7 rollovers
+            appender.stdin.write("".join(line + "\n" for line in lines[first : first + 100]).encode())
+            appender.stdin.flush()
+            time.sleep(0.1)
+        appender.stdin.close()
+        assert appender.wait(60) == 0
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and entries(bk, "clicks-copy") < len(lines):
+            assert query.exception() is None
+            time.sleep(0.5)
+        # Spark commits a batch's end offset to the source when it plans the next batch, so
+        # the cursor reaches the end of what was read once one more entry arrives.
+        end = bk.logs.end("clicks")
+        lines.append("click-last")
+        subprocess.run([BKFRAME, "log", "append", "clicks", "--metadata", m], input=b"click-last\n", check=True,
+                       stdout=subprocess.DEVNULL, timeout=60)
+        while time.monotonic() < deadline and not (
+            entries(bk, "clicks-copy") == len(lines) and bk.logs.cursor("clicks", "copier").position >= end
+        ):
+            assert query.exception() is None
+            time.sleep(0.5)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert len(bk.logs.metadata("clicks").segments) >= 8
+    got = read_all(spark, m, "clicks-copy")
+    assert Counter(got) == Counter(line.encode() for line in lines)  # every entry exactly once
+    # The cursor moved as Spark committed the batches, never past what was read.
+    assert end <= bk.logs.cursor("clicks", "copier").position <= bk.logs.end("clicks")
+    no_strays(bk, "clicks-copy")
+
+
+def test_restarts_from_the_checkpoint_write_each_input_once(
+    spark: SparkSession, spark_cluster: Cluster, bk: BlockingClient, tmp_path: Path
+) -> None:
+    m = spark_cluster.metadata
+    n = 4000
+    bk.logs.create("orders", rollover_entries=1500)
+    bk.logs.create("orders-out")
+    with bk.logs.open_writer("orders") as writer:
+        writer.append_many([b"order-%05d" % i for i in range(n)])
+    checkpoint = tmp_path / "checkpoint"
+
+    @F.udf("binary")
+    def slow(payload: bytes) -> bytes:
+        time.sleep(0.002)  # a batch of 800 takes ~2 s: time to stop it in the middle
+        return payload
+
+    def start(trigger: dict[str, Any]) -> Any:
+        source = stream(spark, m, "orders", maxEntriesPerTrigger=800)
+        return sink(source.select(slow("payload").alias("payload")), m, "orders-out", checkpoint).trigger(**trigger).start()
+
+    query = start({"processingTime": "0 seconds"})
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+            entries(bk, "orders-out") > 0 and query.status["isTriggerActive"] and query.status["isDataAvailable"]
+        ):
+            time.sleep(0.05)
+        time.sleep(0.5)
+    finally:
+        query.stop()  # in the middle of a batch
+    stopped_at = entries(bk, "orders-out")
+    assert 0 < stopped_at < n
+
+    # A driver that crashed after the sink committed a batch but before Spark recorded it:
+    # Spark runs that batch again, and its commit must change nothing.
+    commits = sorted((checkpoint / "commits").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+    last = commits[-1]
+    assert last.name.isdigit()
+    last.unlink()
+    query = start({"availableNow": True})
+    query.awaitTermination(300)
+    assert query.exception() is None
+    got = read_all(spark, m, "orders-out")
+    assert Counter(got) == Counter(b"order-%05d" % i for i in range(n))
+    no_strays(bk, "orders-out")
+    # Batches land whole and in order: the output is the input's order.
+    assert got == [b"order-%05d" % i for i in range(n)]
