@@ -17,6 +17,8 @@ from bkframe.testing.cluster import Cluster
 
 ROWS = 100_000
 
+pytestmark = pytest.mark.spark
+
 
 def reader(spark: SparkSession, metadata: str, **options: Any) -> Any:
     r = spark.read.format("bkframe").option("metadata", metadata)  # found with no register() call

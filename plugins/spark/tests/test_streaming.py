@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from bkframe_spark.writing import TAG_LOG
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -17,6 +18,8 @@ from bkframe.core.client.blocking import BlockingClient
 from bkframe.testing.cluster import Cluster
 
 BKFRAME = str(Path(sys.executable).parent / "bkframe")
+
+pytestmark = pytest.mark.spark
 
 
 def stream(spark: SparkSession, metadata: str, log: str, **options: Any) -> Any:

@@ -17,6 +17,7 @@ import statistics
 import tempfile
 import time
 from collections import deque
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,28 @@ def _direct(metadata: str, payloads: list[bytes], ledger_type: str, e: int, w: i
         return bk.run(run)
 
 
+def _spark_load(df: Any, metadata: str, log: str) -> None:
+    df.write.format("bkframe").option("metadata", metadata).option("log", log).mode("append").save()
+
+
+def _parquet_write(df: Any, path: Path) -> None:
+    df.write.mode("overwrite").parquet(str(path))
+
+
+def _spark_read(spark: Any, metadata: str, log: str) -> None:
+    from pyspark.sql import functions as F
+
+    spark.read.format("bkframe").option("metadata", metadata).option("log", log).load().select(
+        F.sum(F.length("payload"))
+    ).collect()
+
+
+def _parquet_read(spark: Any, path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    spark.read.parquet(str(path)).select(F.sum(F.length("payload"))).collect()
+
+
 def _timed(fn: Any) -> float:
     start = time.perf_counter()
     fn()
@@ -65,8 +88,7 @@ def bench(metadata: str, work: Path, sizes: list[int], total_mb: int, rounds: in
     spark.sparkContext.setLogLevel("ERROR")
     results = []
     try:
-        with bkframe.connect(metadata) as bk:
-            settings = bkframe.LogSettings()
+        settings = bkframe.LogSettings()  # the log the load creates has the default settings
         ledger_type, e, w, a = "VD_JOURNAL", settings.write_quorum, settings.write_quorum, settings.ack_quorum
         for size in sizes:
             rows = max(partitions, total_mb * 1_000_000 // size)
@@ -80,10 +102,9 @@ def bench(metadata: str, work: Path, sizes: list[int], total_mb: int, rounds: in
                 log_name = f"bench-{size}-{r}"
                 parquet = work / f"parquet-{size}-{r}"
                 steps = [
-                    ("spark_load", lambda: df.write.format("bkframe").option("metadata", metadata)
-                     .option("log", log_name).mode("append").save()),
-                    ("parquet_write", lambda: df.write.mode("overwrite").parquet(str(parquet))),
-                    ("direct", lambda: _direct(metadata, payloads, ledger_type, e, w, a)),
+                    ("spark_load", partial(_spark_load, df, metadata, log_name)),
+                    ("parquet_write", partial(_parquet_write, df, parquet)),
+                    ("direct", partial(_direct, metadata, payloads, ledger_type, e, w, a)),
                 ]
                 if r % 2:
                     steps.reverse()
@@ -91,9 +112,8 @@ def bench(metadata: str, work: Path, sizes: list[int], total_mb: int, rounds: in
                 for name, step in steps:
                     row[name] = step() if name == "direct" else _timed(step)
                 reads = [
-                    ("spark_read", lambda: spark.read.format("bkframe").option("metadata", metadata)
-                     .option("log", log_name).load().select(F.sum(F.length("payload"))).collect()),
-                    ("parquet_read", lambda: spark.read.parquet(str(parquet)).select(F.sum(F.length("payload"))).collect()),
+                    ("spark_read", partial(_spark_read, spark, metadata, log_name)),
+                    ("parquet_read", partial(_parquet_read, spark, parquet)),
                 ]
                 if r % 2:
                     reads.reverse()
