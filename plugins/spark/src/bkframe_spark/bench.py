@@ -4,7 +4,7 @@ the local disk and against the direct client, measured side by side in one run.
 For each row size: one DataFrame of random payloads (generated and cached first, so the
 timings are of writing and reading only) is bulk-loaded into a new log, written as Parquet,
 and its entries appended by this process's client to one ledger of the same type and
-quorums as a task's (window 512); then the log and the Parquet files are read back with a
+quorums as a task's (the window a task uses); then the log and the Parquet files are read back with a
 Spark action that touches every payload byte. Rounds alternate the order; the report gives
 each round and the medians. Starts its own 3-bookie cluster unless given ``--metadata``.
 """
@@ -27,24 +27,27 @@ import bkframe
 from bkframe.core.client.write_handle import PendingAppend
 from bkframe.testing.cluster import BOOKIE_COMMAND, Cluster
 from bkframe_spark.connection import close_all
+from bkframe_spark.writing import CHUNK, WINDOW
 from bkframe_spark.session import local_session
 
 
 def _direct(metadata: str, payloads: list[bytes], ledger_type: str, e: int, w: int, a: int) -> float:
-    """Seconds to append ``payloads`` to a new ledger through the client (window 512) and close it."""
+    """Seconds to append ``payloads`` to a new ledger through the client (the window a task uses) and close it."""
     with bkframe.connect(metadata) as bk:
 
         async def run() -> float:
             client = bk.client
             start = time.perf_counter()
             handle = await client.create_ledger(ensemble=e, write_quorum=w, ack_quorum=a, ledger_type=ledger_type)
-            pending: deque[PendingAppend] = deque()
-            for p in payloads:
-                pending.append(handle.append_async(p))
-                if len(pending) >= 512:
-                    await pending.popleft().wait()
+            pending: deque[list[PendingAppend]] = deque()
+            for first in range(0, len(payloads), CHUNK):  # as a Spark task appends
+                pending.append([handle.append_async(p) for p in payloads[first : first + CHUNK]])
+                while len(pending) * CHUNK > WINDOW:
+                    for pa in pending.popleft():
+                        await pa.wait()
             while pending:
-                await pending.popleft().wait()
+                for pa in pending.popleft():
+                    await pa.wait()
             await handle.close()
             seconds = time.perf_counter() - start
             await client.delete_ledger(handle.ledger_id)
@@ -98,6 +101,9 @@ def bench(metadata: str, work: Path, sizes: list[int], total_mb: int, rounds: in
             df.count()
             sample = [r.payload for r in df.limit(1000).collect()]
             payloads = [sample[i % len(sample)] for i in range(rows)]
+            # Not counted: the first jobs start Spark's Python workers and the tasks' clients.
+            _spark_load(df.limit(1000), metadata, f"bench-{size}-warmup")
+            _spark_read(spark, metadata, f"bench-{size}-warmup")
             for r in range(rounds):
                 log_name = f"bench-{size}-{r}"
                 parquet = work / f"parquet-{size}-{r}"

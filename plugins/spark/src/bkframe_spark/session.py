@@ -27,6 +27,9 @@ def local_session(threads: int = 2, *, task_attempts: int = 4, app: str = "bkfra
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(threads))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # A bulk-load task starts appending after its first Arrow batch: keep batches small
+        # in bytes as well as in rows (64 KiB rows x 10,000 rows would be 640 MB).
+        .config("spark.sql.execution.arrow.maxBytesPerBatch", str(8 << 20))
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.driver.memory", "2g")
         .config("spark.ui.showConsoleProgress", "false")
