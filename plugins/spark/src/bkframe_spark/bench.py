@@ -17,18 +17,17 @@ import statistics
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
-
-import trio
 
 import bkframe
 from bkframe.core.client.write_handle import PendingAppend
 from bkframe.testing.cluster import BOOKIE_COMMAND, Cluster
 from bkframe_spark.connection import close_all
-from bkframe_spark.writing import CHUNK, WINDOW
 from bkframe_spark.session import local_session
+from bkframe_spark.writing import CHUNK, WINDOW
 
 
 def _direct(metadata: str, payloads: list[bytes], ledger_type: str, e: int, w: int, a: int) -> float:
@@ -107,7 +106,7 @@ def bench(metadata: str, work: Path, sizes: list[int], total_mb: int, rounds: in
             for r in range(rounds):
                 log_name = f"bench-{size}-{r}"
                 parquet = work / f"parquet-{size}-{r}"
-                steps = [
+                steps: list[tuple[str, Callable[[], Any]]] = [
                     ("spark_load", partial(_spark_load, df, metadata, log_name)),
                     ("parquet_write", partial(_parquet_write, df, parquet)),
                     ("direct", partial(_direct, metadata, payloads, ledger_type, e, w, a)),
@@ -117,7 +116,7 @@ def bench(metadata: str, work: Path, sizes: list[int], total_mb: int, rounds: in
                 row: dict[str, Any] = {"size": size, "rows": rows, "round": r + 1}
                 for name, step in steps:
                     row[name] = step() if name == "direct" else _timed(step)
-                reads = [
+                reads: list[tuple[str, Callable[[], Any]]] = [
                     ("spark_read", partial(_spark_read, spark, metadata, log_name)),
                     ("parquet_read", partial(_parquet_read, spark, parquet)),
                 ]
@@ -182,7 +181,7 @@ def main() -> None:
         print(report(bench(metadata, work, sizes, args.mb, args.rounds, args.partitions)))
     finally:
         if cluster is not None:
-            trio.run(trio.to_thread.run_sync, cluster.stop)
+            cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -156,8 +156,8 @@ class _Sink:
 
     async def _wait_oldest(self) -> None:
         oldest = self.pending.popleft()
-        for pa in oldest:
-            await pa.wait()
+        for pending in oldest:
+            await pending.wait()
         self.in_flight -= len(oldest)
 
     async def finish(self) -> None:
