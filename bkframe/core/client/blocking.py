@@ -150,8 +150,7 @@ class BlockingWriteHandle:
         """Append a batch pipelined; returns the entry ids once all are confirmed."""
 
         async def run() -> list[int]:
-            pending = [self.handle.append_async(p) for p in payloads]
-            return [await pa.wait() for pa in pending]
+            return list(await self.handle.append_many(payloads))
 
         return self._owner._run(run)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Iterable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -44,31 +45,43 @@ if TYPE_CHECKING:
 log = logging.getLogger("bkframe.client")
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, slots=True)
 class PendingAppend:
-    """An append in flight; ``await pending.wait()`` returns its entry id once confirmed."""
+    """An append in flight; ``await pending.wait()`` returns its entry id once confirmed.
+
+    The wake-up event is made only when someone waits on an append not done yet: a
+    pipelining appender that waits on every 256th append (or on the last of a batch, as
+    :meth:`WriteHandle.append_many` does) pays for no event per entry, and waiting on an
+    append already done returns at once, without a trip through the scheduler.
+    """
 
     entry_id: int
     data: bytes
     #: The ledger's length once this entry is in.
     length: int = 0
     acked: set[int] = attrs.Factory(set)
-    _done: trio.Event = attrs.Factory(trio.Event)
     error: BaseException | None = None
+    _is_done: bool = False
+    _event: trio.Event | None = None
 
     async def wait(self) -> int:
-        await self._done.wait()
+        if not self._is_done:
+            if self._event is None:
+                self._event = trio.Event()
+            await self._event.wait()
         if self.error is not None:
             raise self.error
         return self.entry_id
 
     def done(self) -> bool:
-        return self._done.is_set()
+        return self._is_done
 
     def _finish(self, error: BaseException | None = None) -> None:
-        if not self._done.is_set():
+        if not self._is_done:
             self.error = error
-            self._done.set()
+            self._is_done = True
+            if self._event is not None:
+                self._event.set()
 
 
 class WriteHandle:
@@ -164,6 +177,20 @@ class WriteHandle:
     async def append(self, payload: bytes) -> int:
         """Append one entry and wait until it is confirmed; returns its entry id."""
         return await self.append_async(payload).wait()
+
+    def append_many_async(self, payloads: Iterable[bytes]) -> list[PendingAppend]:
+        """Start an append of each payload, in order; they leave in one batch per bookie."""
+        return [self.append_async(payload) for payload in payloads]
+
+    async def append_many(self, payloads: Iterable[bytes]) -> range:
+        """Append the payloads (pipelined, one batch per bookie) and wait until all are
+        confirmed; returns their entry ids. Appends complete in entry order and a failure
+        fails every later append, so waiting for the last one is waiting for all."""
+        pendings = self.append_many_async(payloads)
+        if not pendings:
+            return range(0)
+        await pendings[-1].wait()
+        return range(pendings[0].entry_id, pendings[-1].entry_id + 1)
 
     async def _flush_soon(self) -> None:
         # Let the appender queue more first: every entry queued by then shares one

@@ -267,3 +267,33 @@ async def test_close_sends_an_advisory_write_close(cluster_factory: Any) -> None
                 conn = await client.pool.get(bookie_id)
                 while (await conn.info())["counters"]["write_closed_ledgers"] < 1:
                     await trio.sleep(0.05)
+
+
+async def test_append_many_confirms_a_batch_in_order(cluster_factory: Any) -> None:
+    cluster = cluster_factory(3)
+    async with bkframe.open_client(cluster.metadata) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PW)
+        assert await writer.append_many([payload(i) for i in range(500)]) == range(0, 500)
+        assert await writer.append_many([]) == range(0)
+        # Waiting on appends already confirmed returns their ids at once, in order.
+        batch = writer.append_many_async([payload(i) for i in range(500, 1000)])
+        assert await batch[-1].wait() == 999
+        assert all(pa.done() for pa in batch)
+        assert [await pa.wait() for pa in batch] == list(range(500, 1000))
+        assert writer.lac == 999 and writer.length == sum(len(payload(i)) for i in range(1000))
+        await writer.close()
+        with pytest.raises(bkframe.LedgerClosedError):
+            await writer.append_many([b"late"])
+        reader = await client.open_ledger(writer.ledger_id, password=PW)
+        assert [e.payload for e in await reader.read(0, 999)] == [payload(i) for i in range(1000)]
+
+
+async def test_append_many_fails_when_the_ledger_is_fenced(cluster_factory: Any) -> None:
+    cluster = cluster_factory(3)
+    async with bkframe.open_client(cluster.metadata) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PW)
+        await writer.append_many([payload(i) for i in range(10)])
+        async with bkframe.open_client(cluster.metadata) as other:
+            await other.open_ledger(writer.ledger_id, password=PW)  # recovery fences the bookies
+        with pytest.raises(bkframe.LedgerFencedError):
+            await writer.append_many([payload(i) for i in range(10, 300)])
