@@ -14,6 +14,8 @@ import attrs
 class Counters:
     entries_added: int = 0
     entries_read: int = 0
+    #: Of those, entries sent in READ_BATCH answers.
+    entries_read_in_batches: int = 0
     journal_bytes_written: int = 0
     journal_fsyncs: int = 0
     storage_bytes_written: int = 0

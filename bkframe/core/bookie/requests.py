@@ -20,6 +20,7 @@ import trio
 
 from bkframe.core import proto as p
 from bkframe.core.bookie import journal_records as jr
+from bkframe.core.bookie.batch_reads import read_batch
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.interfaces import Buffer, JournalWriteError, LedgerState
 
@@ -106,6 +107,8 @@ class RequestHandler:
                 self._add_run(requests, batch)  # type: ignore[arg-type]
         elif type(req) is p.ReadRequest:
             self._read(req, batch)
+        elif type(req) is p.ReadBatchRequest:
+            batch.parts.extend(read_batch(self.storage, self.counters, req))
         elif type(req) is p.ReadLacRequest:
             self._read_lac(req, batch)
         elif type(req) is p.AddBatchRequest:

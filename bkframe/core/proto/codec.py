@@ -22,6 +22,7 @@ from bkframe.core.proto.messages import (
     LAST_ENTRY,
     MAX_LEDGER_ID,
     MAX_MASTER_KEY,
+    MAX_READ_BATCH,
     MSG_HEADER,
     AddBatchRequest,
     AddFlag,
@@ -31,6 +32,7 @@ from bkframe.core.proto.messages import (
     ListEntriesRequest,
     Op,
     ProtocolError,
+    ReadBatchRequest,
     ReadFlag,
     ReadLacFlag,
     ReadLacRequest,
@@ -64,6 +66,8 @@ _LIST_ENTRIES_RESP = struct.Struct("<QBqI")  # ledger, limbo, next first (-1: do
 _RUN = np.dtype([("first", "<i8"), ("last", "<i8")])
 _ADD_BATCH = struct.Struct("<QqHHI")  # ledger, lac, ledger_type, key_len, count
 _ADD_BATCH_RESP = struct.Struct("<QIq")  # ledger, count, last_add_synced
+_READ_BATCH = struct.Struct("<QqqI")  # ledger, first, last, max bytes
+_READ_BATCH_RESP = struct.Struct("<QqI")  # ledger, lac, count (then directory, entries, message)
 
 
 def _message(op: Op, flags_or_status: int, request_id: int, *fields: Buffer) -> bytes:
@@ -172,6 +176,31 @@ def encode_list_entries_response(
     table = np.array(list(runs), dtype=np.int64).reshape(-1, 2).tobytes() if runs else b""
     head = _LIST_ENTRIES_RESP.pack(ledger_id, limbo, next_first, len(runs))
     return _message(Op.LIST_ENTRIES, status, request_id, head, table, message.encode())
+
+
+def encode_read_batch(request_id: int, ledger_id: int, first: int, last: int, max_bytes: int) -> bytes:
+    return _message(Op.READ_BATCH, 0, request_id, _READ_BATCH.pack(ledger_id, first, last, max_bytes))
+
+
+def encode_read_batch_response(
+    request_id: int,
+    status: Status,
+    ledger_id: int,
+    lac: int,
+    entry_ids: Sequence[int] = (),
+    entries: Sequence[Buffer] = (),
+    message: str = "",
+) -> list[Buffer]:
+    """Parts of a READ_BATCH response (entries are not copied)."""
+    directory = np.empty(len(entry_ids), dtype=BATCH_DIRECTORY)
+    directory["entry_id"] = entry_ids
+    directory["length"] = [len(e) for e in entries]
+    text = message.encode()
+    size = 10 + _READ_BATCH_RESP.size + directory.nbytes + int(directory["length"].sum()) + len(text)
+    head = MSG_HEADER.pack(size, Op.READ_BATCH, status, request_id) + _READ_BATCH_RESP.pack(
+        ledger_id, lac, len(entry_ids)
+    )
+    return [head + directory.tobytes(), *entries, text]
 
 
 def encode_bookie_info(request_id: int) -> bytes:
@@ -339,6 +368,16 @@ def _decode_fields(
         if first < 0 or last < first:
             raise ProtocolError(f"LIST_ENTRIES range {first}..{last} is invalid (need 0 <= first <= last)")
         return ListEntriesRequest(request_id, ledger_id, first, last)
+    if op == Op.READ_BATCH:
+        if flags or end - at != _READ_BATCH.size:
+            raise ProtocolError("READ_BATCH message has the wrong length or unknown flags")
+        ledger_id, first, last, max_bytes = _READ_BATCH.unpack_from(body, at)
+        if first < 0 or last < first or last - first >= MAX_READ_BATCH or max_bytes == 0:
+            raise ProtocolError(
+                f"READ_BATCH of {first}..{last} ({max_bytes} bytes) is invalid "
+                f"(need 0 <= first <= last < first + {MAX_READ_BATCH}, max bytes > 0)"
+            )
+        return ReadBatchRequest(request_id, ledger_id, first, last, max_bytes)
     if op == Op.GET_BOOKIE_INFO:
         if end != at:
             raise ProtocolError("GET_BOOKIE_INFO message has the wrong length")
@@ -451,6 +490,22 @@ def _decode_response(body: bytes, op: Op, status: Status, request_id: int, at: i
         return Response(
             op, status, request_id, ledger_id, message=msg, runs=pairs, next_first=next_first, limbo=bool(limbo)
         )
+    if op == Op.READ_BATCH:
+        ledger_id, lac, count = _READ_BATCH_RESP.unpack_from(body, at)
+        dir_at = at + _READ_BATCH_RESP.size
+        data_at = dir_at + count * BATCH_DIRECTORY.itemsize
+        if data_at > end:
+            raise ProtocolError("READ_BATCH response is shorter than its entry count")
+        directory = np.frombuffer(body, dtype=BATCH_DIRECTORY, count=count, offset=dir_at)
+        entries = []
+        pos = data_at
+        for entry_id, length in zip(directory["entry_id"].tolist(), directory["length"].tolist()):
+            entries.append((entry_id, body[pos : pos + length]))
+            pos += length
+        if pos > end:
+            raise ProtocolError("READ_BATCH response entry lengths overrun the message")
+        msg = body[pos:end].decode(errors="replace")
+        return Response(op, status, request_id, ledger_id, lac=lac, message=msg, entries=tuple(entries))
     if op == Op.GET_BOOKIE_INFO:
         return Response(op, status, request_id, info=json.loads(body[at:end]))
     return Response(op, status, request_id, message=body[at:end].decode(errors="replace"))
@@ -469,6 +524,8 @@ __all__ = [
     "encode_list_entries",
     "encode_list_entries_response",
     "encode_read",
+    "encode_read_batch",
+    "encode_read_batch_response",
     "encode_read_lac",
     "encode_read_lac_response",
     "encode_read_response",

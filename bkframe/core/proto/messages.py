@@ -51,6 +51,7 @@ class Op(enum.IntEnum):
     WRITE_LAC = 7
     LIST_ENTRIES = 8
     WRITE_CLOSE = 9
+    READ_BATCH = 10
 
 
 class Status(enum.IntEnum):
@@ -86,6 +87,8 @@ TARGET_FRAME_SIZE = 1024 * 1024
 LAST_ENTRY = -1
 #: A LIST_ENTRIES answer covers at most this many entry ids; ``next`` says where to go on.
 MAX_LIST_SPAN = 1 << 20
+#: READ_BATCH: at most this many entries asked in one request.
+MAX_READ_BATCH = 1 << 16
 #: The directory of an ADD_BATCH: one (entry id, length) per entry, in order.
 BATCH_DIRECTORY = np.dtype([("entry_id", "<i8"), ("length", "<u4")])
 
@@ -178,6 +181,19 @@ class ListEntriesRequest:
 
 
 @attrs.frozen
+class ReadBatchRequest:
+    """Entries ``first..last`` of one ledger in one answer: the bookie sends the entries it
+    holds from ``first`` on, in order, stopping before the first it lacks or once about
+    ``max_bytes`` are in the answer (always at least one entry if it holds ``first``)."""
+
+    request_id: int
+    ledger_id: int
+    first: int
+    last: int
+    max_bytes: int
+
+
+@attrs.frozen
 class WriteCloseRequest:
     """BP-32 advisory write close: the writer is done with the ledger."""
 
@@ -196,6 +212,7 @@ Request = (
     | SyncRequest
     | WriteLacRequest
     | ListEntriesRequest
+    | ReadBatchRequest
 )
 
 
@@ -222,6 +239,8 @@ class Response:
     runs: tuple[tuple[int, int], ...] = ()
     next_first: int = -1
     limbo: bool = False
+    #: READ_BATCH: the entries sent, in order, as (entry id, entry).
+    entries: tuple[tuple[int, bytes], ...] = ()
 
 
 
@@ -246,6 +265,7 @@ __all__ = [
     "MAX_LEDGER_ID",
     "MAX_LIST_SPAN",
     "MAX_MASTER_KEY",
+    "MAX_READ_BATCH",
     "MSG_HEADER",
     "PROTOCOL_VERSION",
     "TARGET_FRAME_SIZE",
@@ -257,6 +277,7 @@ __all__ = [
     "ListEntriesRequest",
     "Op",
     "ProtocolError",
+    "ReadBatchRequest",
     "ReadFlag",
     "ReadLacFlag",
     "ReadLacRequest",

@@ -70,3 +70,20 @@ def test_status_errors_are_typed() -> None:
     assert isinstance(missing, NoSuchLedgerError) and missing.ledger_id == 7
     other = p.error_for(p.Status.IO_ERROR, "disk", "b1")
     assert isinstance(other, BookieError) and other.status is p.Status.IO_ERROR and "b1: IO_ERROR: disk" in str(other)
+
+
+def test_read_batch_round_trip_and_bad_ranges() -> None:
+    (req,) = decoded(p.encode_read_batch(1, 7, 10, 265, 1 << 20))
+    assert req == p.ReadBatchRequest(1, 7, 10, 265, 1 << 20)
+    for first, last, max_bytes in ((-1, 5, 100), (5, 4, 100), (0, p.MAX_READ_BATCH, 100), (0, 5, 0)):
+        (bad,) = decoded(p.encode_read_batch(2, 7, first, last, max_bytes))
+        assert isinstance(bad, p.BadMessage) and "READ_BATCH" in bad.reason
+    frame = p.frame([
+        *p.encode_read_batch_response(3, p.Status.OK, 7, 12, [10, 11, 12], [b"a", b"", b"ccc"]),
+        *p.encode_read_batch_response(4, p.Status.OK, 7, 12),
+        *p.encode_read_batch_response(5, p.Status.NO_LEDGER, 7, -1, message="ledger 7 is not here"),
+    ])
+    full, empty, missing = p.decode_responses(frame[4:])
+    assert (full.op, full.lac, full.entries, full.message) == (p.Op.READ_BATCH, 12, ((10, b"a"), (11, b""), (12, b"ccc")), "")
+    assert empty.entries == () and empty.status == p.Status.OK
+    assert (missing.status, missing.entries, missing.message) == (p.Status.NO_LEDGER, (), "ledger 7 is not here")
