@@ -32,7 +32,7 @@ def read_batch(storage: LedgerStorage, counters: Counters, req: p.ReadBatchReque
     ids: list[int] = []
     entries: list[Buffer] = []
     size = 0
-    for entry_id in range(req.first, req.last + 1):
+    for entry_id in range(req.first, req.last + 1, req.step):
         try:
             data = storage.get_entry(req.ledger_id, entry_id)
         except Exception as e:  # noqa: BLE001 - the client reads this entry alone and gets the precise error

@@ -181,11 +181,18 @@ class BookieClient:
         return self._submit(rid, [p.encode_read(rid, ledger_id, entry_id, master_key=master_key, fence=fence)], timeout_s)
 
     def submit_read_batch(
-        self, ledger_id: int, first: int, last: int, *, max_bytes: int = p.TARGET_FRAME_SIZE, timeout_s: float | None = None
+        self,
+        ledger_id: int,
+        first: int,
+        last: int,
+        *,
+        step: int = 1,
+        max_bytes: int = p.TARGET_FRAME_SIZE,
+        timeout_s: float | None = None,
     ) -> PendingResponse:
         """READ_BATCH: the entries the bookie holds from ``first`` on (see bookie/batch_reads.py)."""
         rid = next(self._ids)
-        return self._submit(rid, [p.encode_read_batch(rid, ledger_id, first, last, max_bytes)], timeout_s)
+        return self._submit(rid, [p.encode_read_batch(rid, ledger_id, first, last, max_bytes, step)], timeout_s)
 
     def submit_read_lac(
         self, ledger_id: int, *, previous_lac: int | None = None, timeout_ms: int = 0, timeout_s: float | None = None

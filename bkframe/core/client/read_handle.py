@@ -114,16 +114,14 @@ class ReadHandle:
             return await self._read_range_once(first, last)
 
     async def _read_range_once(self, first: int, last: int) -> list[Entry]:
-        md = self.metadata
-        if md.ensemble_size != md.write_quorum or last - first < 2:
+        if last - first < 2:
             return await self._read_entries(first, last)
         return await self._read_batched(first, last)
 
     async def _read_batched(self, first: int, last: int) -> list[Entry]:
-        """Unstriped ledgers (every bookie of a fragment holds all its entries): the range
-        in chunks of READ_BATCH requests, several at once, spread over the replicas; what a
-        chunk's batches do not bring is read entry by entry (every failure case has its
-        precise handling there)."""
+        """The range in chunks of READ_BATCH requests, several at once; what a chunk's
+        batches do not bring is read entry by entry (every failure case has its precise
+        handling there)."""
         chunks: list[tuple[int, int]] = []
         boundaries = [f for f, _ in self.metadata.fragments if first < f <= last]
         lo = first
@@ -149,21 +147,47 @@ class ReadHandle:
         return [entry for got in results for entry in got]
 
     async def _read_chunk(self, i: int, lo: int, hi: int) -> list[Entry]:
+        """Entries ``lo..hi`` (one fragment). Unstriped (E = W): one batch sequence from one
+        replica, the replicas taken in turn by chunk. Striped: the entries whose write set
+        starts at each ensemble index, every E-th, each from its healthiest holder."""
+        e, w = self.metadata.ensemble_size, self.metadata.write_quorum
+        got: dict[int, Entry] = {}
+        if e == w:
+            await self._batch_sequence(lo, hi, 1, i, got)
+        else:
+            async with trio.open_nursery() as nursery:
+                for start in range(lo, min(lo + e, hi + 1)):
+                    nursery.start_soon(self._batch_sequence, start, hi, e, 0, got)
+        out: list[Entry] = []
+        nxt = lo
+        for entry_id in range(lo, hi + 1):
+            if entry_id in got:
+                if nxt < entry_id:
+                    out.extend(await self._read_entries(nxt, entry_id - 1))
+                out.append(got[entry_id])
+                nxt = entry_id + 1
+        if nxt <= hi:
+            out.extend(await self._read_entries(nxt, hi))
+        return out
+
+    async def _batch_sequence(self, first: int, last: int, step: int, turn: int, got: dict[int, Entry]) -> None:
+        """Entries ``first, first + step, ...`` up to ``last`` from one replica into ``got``,
+        until it has them all or sends nothing more usable. Never raises: what it did not
+        get is read entry by entry afterwards."""
         health = self._ctx.pool.health
         settings = self._ctx.settings
-        candidates = health.healthy_first(self._replicas(lo))
+        candidates = health.healthy_first(self._replicas(first))
         healthy = [b for b in candidates if not health.quarantined(b)] or candidates
-        bookie_id = healthy[i % len(healthy)]
-        # A batch answers in well under the speculative read timeout; a replica slower than
+        bookie_id = healthy[turn % len(healthy)]
+        # A batch answers well within the speculative read timeout; a replica slower than
         # that is left to the entry-by-entry path, which speculates.
-        timeout_s = settings.speculative_read_timeout_s or settings.read_timeout_s
-        got: list[Entry] = []
-        nxt = lo
+        timeout_s = min(settings.speculative_read_timeout_s or settings.read_timeout_s, settings.read_timeout_s)
+        nxt = first
         try:
             conn = await self._ctx.pool.get(bookie_id)
-            while nxt <= hi:
+            while nxt <= last:
                 response = await conn.submit_read_batch(
-                    self.ledger_id, nxt, hi, max_bytes=BATCH_BYTES, timeout_s=min(timeout_s, settings.read_timeout_s)
+                    self.ledger_id, nxt, last, step=step, max_bytes=BATCH_BYTES, timeout_s=timeout_s
                 ).wait()
                 start = nxt
                 for entry_id, data in response.entries if response.status == p.Status.OK else ():
@@ -175,15 +199,12 @@ class ReadHandle:
                         break
                     if entry_lac > self._lac:
                         self._lac = entry_lac
-                    got.append(Entry(self.ledger_id, entry_id, payload))
-                    nxt += 1
-                if nxt == start or nxt <= start + len(response.entries) - 1:
-                    break  # nothing (more) usable from this replica
-        except ConnectionError as e:
-            health.failed(bookie_id, str(e))
-        if nxt <= hi:
-            got.extend(await self._read_entries(nxt, hi))
-        return got
+                    got[entry_id] = Entry(self.ledger_id, entry_id, payload)
+                    nxt += step
+                if nxt == start or (nxt - start) // step < len(response.entries):
+                    return  # nothing (more) usable from this replica
+        except ConnectionError as err:
+            health.failed(bookie_id, str(err))
 
     async def _read_entries(self, first: int, last: int) -> list[Entry]:
         # Ask each entry's preferred replica for the whole range at once, then finish

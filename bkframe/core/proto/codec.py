@@ -66,7 +66,7 @@ _LIST_ENTRIES_RESP = struct.Struct("<QBqI")  # ledger, limbo, next first (-1: do
 _RUN = np.dtype([("first", "<i8"), ("last", "<i8")])
 _ADD_BATCH = struct.Struct("<QqHHI")  # ledger, lac, ledger_type, key_len, count
 _ADD_BATCH_RESP = struct.Struct("<QIq")  # ledger, count, last_add_synced
-_READ_BATCH = struct.Struct("<QqqI")  # ledger, first, last, max bytes
+_READ_BATCH = struct.Struct("<QqqII")  # ledger, first, last, max bytes, step
 _READ_BATCH_RESP = struct.Struct("<QqI")  # ledger, lac, count (then directory, entries, message)
 
 
@@ -178,8 +178,8 @@ def encode_list_entries_response(
     return _message(Op.LIST_ENTRIES, status, request_id, head, table, message.encode())
 
 
-def encode_read_batch(request_id: int, ledger_id: int, first: int, last: int, max_bytes: int) -> bytes:
-    return _message(Op.READ_BATCH, 0, request_id, _READ_BATCH.pack(ledger_id, first, last, max_bytes))
+def encode_read_batch(request_id: int, ledger_id: int, first: int, last: int, max_bytes: int, step: int = 1) -> bytes:
+    return _message(Op.READ_BATCH, 0, request_id, _READ_BATCH.pack(ledger_id, first, last, max_bytes, step))
 
 
 def encode_read_batch_response(
@@ -371,13 +371,13 @@ def _decode_fields(
     if op == Op.READ_BATCH:
         if flags or end - at != _READ_BATCH.size:
             raise ProtocolError("READ_BATCH message has the wrong length or unknown flags")
-        ledger_id, first, last, max_bytes = _READ_BATCH.unpack_from(body, at)
-        if first < 0 or last < first or last - first >= MAX_READ_BATCH or max_bytes == 0:
+        ledger_id, first, last, max_bytes, step = _READ_BATCH.unpack_from(body, at)
+        if first < 0 or last < first or last - first >= MAX_READ_BATCH or max_bytes == 0 or step == 0:
             raise ProtocolError(
-                f"READ_BATCH of {first}..{last} ({max_bytes} bytes) is invalid "
-                f"(need 0 <= first <= last < first + {MAX_READ_BATCH}, max bytes > 0)"
+                f"READ_BATCH of {first}..{last} step {step} ({max_bytes} bytes) is invalid "
+                f"(need 0 <= first <= last < first + {MAX_READ_BATCH}, step > 0, max bytes > 0)"
             )
-        return ReadBatchRequest(request_id, ledger_id, first, last, max_bytes)
+        return ReadBatchRequest(request_id, ledger_id, first, last, max_bytes, step)
     if op == Op.GET_BOOKIE_INFO:
         if end != at:
             raise ProtocolError("GET_BOOKIE_INFO message has the wrong length")

@@ -182,15 +182,17 @@ class ListEntriesRequest:
 
 @attrs.frozen
 class ReadBatchRequest:
-    """Entries ``first..last`` of one ledger in one answer: the bookie sends the entries it
-    holds from ``first`` on, in order, stopping before the first it lacks or once about
-    ``max_bytes`` are in the answer (always at least one entry if it holds ``first``)."""
+    """Entries ``first, first + step, ...`` up to ``last`` of one ledger in one answer: the
+    bookie sends the entries it holds from ``first`` on, in order, stopping before the first
+    it lacks or once about ``max_bytes`` are in the answer (always at least one entry if it
+    holds ``first``). ``step`` > 1 reads the entries a bookie holds of a striped ledger."""
 
     request_id: int
     ledger_id: int
     first: int
     last: int
     max_bytes: int
+    step: int = 1
 
 
 @attrs.frozen

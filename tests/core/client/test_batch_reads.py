@@ -62,13 +62,22 @@ async def test_a_range_read_comes_in_batches_and_fills_a_replica_s_gaps(cluster_
         assert [e.payload for e in got] == [payload(i) for i in range(1200)]
 
 
-async def test_striped_and_short_reads_keep_entry_reads(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
-    async with bkframe.open_client(cluster.metadata) as client:
+async def test_striped_ledgers_read_every_e_th_entry_from_each_bookie(cluster_factory: Any) -> None:
+    cluster = cluster_factory(4)
+    async with bkframe.open_client(cluster.metadata, **FAST) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=PW)
-        await writer.append_many([payload(i) for i in range(300)])
+        await writer.append_many([payload(i) for i in range(1000)])
         await writer.close()
+        bookies = [b.bookie_id for b in cluster.bookies]
         reader = await client.open_ledger(writer.ledger_id, password=PW)
-        before = await batched(client, [b.bookie_id for b in cluster.bookies])
-        assert [e.payload for e in await reader.read(0, 299)] == [payload(i) for i in range(300)]
-        assert await batched(client, [b.bookie_id for b in cluster.bookies]) == before
+        before = await batched(client, bookies)
+        assert [e.payload for e in await reader.read(0, 999)] == [payload(i) for i in range(1000)]
+        # Each entry came once, in a batch from one of its two holders.
+        assert await batched(client, bookies) - before == 1000
+        before = await batched(client, bookies)
+        assert [e.entry_id for e in await reader.read(5, 6)] == [5, 6]  # short reads: entry by entry
+        assert await batched(client, bookies) == before
+        # One holder gone: its share comes from the other holders, entry by entry.
+        cluster.by_id(writer.metadata.fragments[0][1][2]).kill()
+        with trio.fail_after(30):
+            assert [e.payload for e in await reader.read(0, 999)] == [payload(i) for i in range(1000)]

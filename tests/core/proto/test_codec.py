@@ -73,8 +73,8 @@ def test_status_errors_are_typed() -> None:
 
 
 def test_read_batch_round_trip_and_bad_ranges() -> None:
-    (req,) = decoded(p.encode_read_batch(1, 7, 10, 265, 1 << 20))
-    assert req == p.ReadBatchRequest(1, 7, 10, 265, 1 << 20)
+    (req,) = decoded(p.encode_read_batch(1, 7, 10, 265, 1 << 20, 3))
+    assert req == p.ReadBatchRequest(1, 7, 10, 265, 1 << 20, 3)
     for first, last, max_bytes in ((-1, 5, 100), (5, 4, 100), (0, p.MAX_READ_BATCH, 100), (0, 5, 0)):
         (bad,) = decoded(p.encode_read_batch(2, 7, first, last, max_bytes))
         assert isinstance(bad, p.BadMessage) and "READ_BATCH" in bad.reason
