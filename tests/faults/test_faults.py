@@ -153,14 +153,16 @@ async def test_the_checks_catch_each_kind_of_failure(cluster_factory: Any) -> No
 
     result = await check_cluster(cluster, records, 60.0)
     print("\n".join(result.failures))
-    assert result.kinds == {
-        "ack-beyond-close": 1,
-        "lost": 1,
-        "end-moved": 1,
-        "fenced-writer-added": 1,
-        "wrong-bytes": 2,
-        "hung": 1,
-    }, result.failures
+    kinds = dict(result.kinds)
+    # The overwritten entry is found on its bookie by the integrity check; the check's own
+    # read of the ledger may also get that copy (its digest is valid: which replica a range
+    # read asks is the client's choice), and then says so twice more.
+    wrong = kinds.pop("wrong-bytes", 0)
+    assert kinds == {"ack-beyond-close": 1, "lost": 1, "end-moved": 1, "fenced-writer-added": 1, "hung": 1}, result.failures
+    wrong_bytes = [f for f in result.failures if f.startswith("[wrong-bytes]")]
+    assert wrong in (2, 4) and all(
+        f"ledger {overwritten.ledger_id}" in f or f"ledger {honest.ledger_id + 1000}:" in f for f in wrong_bytes
+    ), result.failures
     by_kind = {f.split("]")[0][1:]: f for f in result.failures}
     assert f"ledger {beyond_close.ledger_id} " in by_kind["ack-beyond-close"]
     assert f"ledger {lost.ledger_id} " in by_kind["lost"] and "up to 7" in by_kind["lost"]
