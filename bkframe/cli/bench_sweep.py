@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -101,13 +102,16 @@ async def _sweep_one_size(metadata: str, size: int, settings: SweepSettings, typ
                     err=True,
                 )
                 cells.append(cell)
+                # Untimed: write back this cell's dirty pages so the next cell does not pay for them.
+                await trio.to_thread.run_sync(os.sync)
     return cells
 
 
 def run_cells(root: Path, settings: SweepSettings) -> list[dict[str, Any]]:
     """Every (size, type, window) cell. A fresh 3-bookie cluster per entry size, sizes in
     ascending order, its data deleted and the page cache written back (``os.sync``) before the
-    next size, so the 64 KiB cells neither inherit nor leave the smaller sizes' dirty pages.
+    next size, and written back after every cell too, so that no cell inherits the dirty
+    pages of the one before (64 KiB cells leave gigabytes).
     The ledger types' order rotates from one size to the next, so none is always first."""
     cells: list[dict[str, Any]] = []
     for index, size in enumerate(sorted(settings.sizes)):
@@ -195,7 +199,7 @@ def run_sweep(settings: SweepSettings, *, peer_bench: Path | None, notes: tuple[
     started = time.monotonic()
     sweep: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": " ".join(["bkframe", *sys.argv[1:]]),
+        "command": shlex.join(["bkframe", *sys.argv[1:]]),
         **commit(),
         "machine": machine(),
         "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
@@ -204,7 +208,8 @@ def run_sweep(settings: SweepSettings, *, peer_bench: Path | None, notes: tuple[
             **attrs.asdict(settings), "ensemble": 3, "write_quorum": 3, "ack_quorum": 2,
             "counts": {str(w): {str(s): settings.count(s, w) for s in settings.sizes} for w in settings.windows},
             "cluster": "3 bookie processes (bkframe bookie, default config) on sqlite metadata, fresh per entry size",
-            "timed": "first append to last ack, then sync() (PD: returns at once), per cell a new ledger",
+            "timed": "first append to last ack, then sync() (PD: returns at once); per cell a new ledger",
+            "between cells": "os.sync(), untimed: no cell inherits the dirty pages of the one before",
         },
         "floors": [], "peers": {"skipped": "no --peer-bench", "results": []},
     }
@@ -223,14 +228,26 @@ def run_sweep(settings: SweepSettings, *, peer_bench: Path | None, notes: tuple[
     return sweep
 
 
-def markdown_table(sweep: dict[str, Any]) -> str:
-    """The cells as a markdown table (for docs/benchmarks.md)."""
+def markdown_tables(sweep: dict[str, Any]) -> str:
+    """The cells, the floors and the peers as markdown tables (for docs/benchmarks.md)."""
     lines = ["| entry B | type | window | count | entries/s | MB/s | p50 ms | p99 ms |", "|---|---|---|---|---|---|---|---|"]
     for c in sorted(sweep["cells"], key=lambda c: (c["entry_size"], TYPES.index(c["ledger_type"]), c["window"])):
         lines.append(
             f"| {c['entry_size']:,} | {c['ledger_type']} | {c['window']} | {c['count']:,} | {c['entries_per_s']:,.0f} "
             f"| {c['mb_per_s']:,.1f} | {c['p50_ms']:.2f} | {c['p99_ms']:.2f} |"
         )
+    if sweep["floors"]:
+        lines += ["", "| floor (window 1, 2 of 3 answers) | entry B | p50 ms | p99 ms | appends/s |", "|---|---|---|---|---|"]
+        lines += [f"| {f['kind']} | {f['entry_size']:,} | {f['p50_ms']:.3f} | {f['p99_ms']:.3f} | {f['appends_per_s']:,} |"
+                  for f in sweep["floors"]]
+    if sweep["peers"]["results"]:
+        lines += ["", "| peer | entry B | count | records/s | MB/s | p50 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
+        for r in sweep["peers"]["results"]:
+            if "error" in r:
+                lines.append(f"| {r['system']} | {r['size']:,} | {r['count']:,} | failed: {r['error']} | | | |")
+            else:
+                lines.append(f"| {r['system']} | {r['size']:,} | {r['count']:,} | {r['records_per_s']:,.0f} "
+                             f"| {r['MB_per_s']:,.1f} | {r['lat_p50_ms']:.2f} | {r['lat_p99_ms']:.2f} |")
     return "\n".join(lines)
 
 
@@ -265,4 +282,4 @@ def bench_sweep(out_dir: Path, quick: bool, scale: float | None, sizes: str, win
 
         for path in write_plots(sweep, out_dir):
             click.echo(f"wrote {path}")
-    click.echo(markdown_table(sweep))
+    click.echo(markdown_tables(sweep))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bkframe.cli.bench_plots import write_plots
-from bkframe.cli.bench_sweep import SIZES, TYPES, WINDOWS
+from bkframe.cli.bench_sweep import SIZES, TYPES, WINDOWS, markdown_tables
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOTS = ("throughput-window256.png", "latency-cdf-window1.png", "latency-by-window.png")
@@ -47,6 +47,9 @@ def test_sweep_writes_every_cell_and_the_plots(tmp_path: Path) -> None:
     assert sweep["command"].startswith("bkframe bench-sweep")
     assert sweep["peers"]["results"] == [] and sweep["floors"] == []
     assert_pngs(out_dir)
+    # It prints the cells as a markdown table for docs/benchmarks.md: a row per cell.
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "JOURNAL" in line]
+    assert len(rows) == len(cells)
 
     # The same plots with the peers' markers and the floors' lines that --peer-bench adds.
     sweep["floors"] = [
@@ -54,10 +57,13 @@ def test_sweep_writes_every_cell_and_the_plots(tmp_path: Path) -> None:
         for size in SIZES for kind, p50 in (("echo", 0.2), ("fsync", 0.8))
     ]
     sweep["peers"] = {"results": [
-        {"system": system, "size": size, "records_per_s": 10_000.0, "MB_per_s": size / 100, "lat_p50_ms": 3.0}
+        {"system": system, "size": size, "count": 1000, "records_per_s": 10_000.0, "MB_per_s": size / 100,
+         "lat_p50_ms": 3.0, "lat_p99_ms": 6.0}
         for system in ("redis-always", "nats-r3") for size in SIZES
-    ] + [{"system": "nats-r3", "size": 100, "error": "a failed run has no figures"}]}
+    ] + [{"system": "nats-r3", "size": 100, "count": 1000, "error": "a failed run has no figures"}]}
     with_peers = tmp_path / "with-peers"
     with_peers.mkdir()
     assert [p.name for p in write_plots(sweep, with_peers)] == list(PLOTS)
     assert_pngs(with_peers)
+    tables = markdown_tables(sweep)
+    assert "| fsync | 65,536 | 0.800 |" in tables and "| redis-always | 1,024 |" in tables and "failed: a failed run" in tables
