@@ -278,8 +278,10 @@ def bench_sweep(out_dir: Path, quick: bool, scale: float | None, sizes: str, win
     (out_dir / "sweep.json").write_text(json.dumps(sweep, indent=1) + "\n")
     click.echo(f"wrote {out_dir / 'sweep.json'} ({sweep['duration_s']} s)")
     if not no_plots:
-        from bkframe.cli.bench_plots import write_plots
-
+        try:
+            from bkframe.cli.bench_plots import write_plots
+        except ImportError as e:
+            raise click.ClickException(f"no plots: {e} (install the extra: pip install 'bkframe[bench]')") from None
         for path in write_plots(sweep, out_dir):
             click.echo(f"wrote {path}")
     click.echo(markdown_tables(sweep))
