@@ -122,46 +122,74 @@ async def bench_client(
     """Append through the client library to a new ledger with ``window`` appends in flight."""
     from bkframe.core.client.client import open_client
 
+    async with open_client(metadata) as client:
+        result, _ = await append_timed(
+            client, entry_size=entry_size, count=count, window=window, ensemble=ensemble, write_quorum=write_quorum,
+            ack_quorum=ack_quorum, ledger_type=ledger_type, progress=progress, sync_every=sync_every,
+        )
+    return result
+
+
+async def append_timed(
+    client: Any,
+    *,
+    entry_size: int,
+    count: int,
+    window: int,
+    ensemble: int,
+    write_quorum: int,
+    ack_quorum: int,
+    ledger_type: str,
+    progress: bool = False,
+    sync_every: int = 0,
+    final_sync: bool = False,
+) -> tuple[BenchResult, np.ndarray]:
+    """Append ``count`` entries to a new ledger of an open client, ``window`` in flight; return
+    the figures and each append's latency in seconds (in completion order). ``final_sync``
+    times a ``sync()`` after the last append, so that VD_JOURNAL's figures include making
+    its entries durable."""
     payload = os.urandom(entry_size)
     latencies = np.empty(count, dtype=np.float64)
-    async with open_client(metadata) as client:
-        writer = await client.create_ledger(
-            ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type, password=b"bench"
-        )
-        bookies = list(writer.metadata.fragments[0][1])
-        before = await _bookie_bytes(client, bookies)
-        bar = click.progressbar(length=count, file=sys.stderr, label="appending") if progress else None
-        inflight: deque[tuple[float, Any]] = deque()
-        start = time.perf_counter()
-        submitted = done = 0
-        while done < count:
-            while submitted < count and len(inflight) < window:
-                inflight.append((time.perf_counter(), writer.append_async(payload)))
-                submitted += 1
-                if sync_every and submitted % sync_every == 0:
-                    break
-            await inflight[0][1].wait()
-            now = time.perf_counter()
-            finished = 0
-            while inflight and inflight[0][1].done():
-                sent, pending = inflight.popleft()
-                if pending.error is not None:
-                    raise pending.error
-                latencies[done] = now - sent
-                done += 1
-                finished += 1
-            if bar is not None:
-                bar.update(finished)
-            if sync_every and done % sync_every == 0 and not inflight:
-                await writer.sync()
-        seconds = time.perf_counter() - start
-        await writer.close()
+    writer = await client.create_ledger(
+        ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type, password=b"bench"
+    )
+    bookies = list(writer.metadata.fragments[0][1])
+    before = await _bookie_bytes(client, bookies)
+    bar = click.progressbar(length=count, file=sys.stderr, label="appending") if progress else None
+    inflight: deque[tuple[float, Any]] = deque()
+    start = time.perf_counter()
+    submitted = done = 0
+    while done < count:
+        while submitted < count and len(inflight) < window:
+            inflight.append((time.perf_counter(), writer.append_async(payload)))
+            submitted += 1
+            if sync_every and submitted % sync_every == 0:
+                break
+        await inflight[0][1].wait()
+        now = time.perf_counter()
+        finished = 0
+        while inflight and inflight[0][1].done():
+            sent, pending = inflight.popleft()
+            if pending.error is not None:
+                raise pending.error
+            latencies[done] = now - sent
+            done += 1
+            finished += 1
         if bar is not None:
-            bar.render_finish()
-        written = await _bookie_bytes(client, list(writer.metadata.bookies())) - before
-    return BenchResult(
+            bar.update(finished)
+        if sync_every and done % sync_every == 0 and not inflight:
+            await writer.sync()
+    if final_sync:
+        await writer.sync()
+    seconds = time.perf_counter() - start
+    await writer.close()
+    if bar is not None:
+        bar.render_finish()
+    written = await _bookie_bytes(client, list(writer.metadata.bookies())) - before
+    result = BenchResult(
         mode=f"client {ledger_type} E={ensemble} W={write_quorum} A={ack_quorum}"
-        + (f" sync every {sync_every}" if sync_every else ""),
+        + (f" sync every {sync_every}" if sync_every else "")
+        + (" then sync" if final_sync else ""),
         entry_size=entry_size,
         count=count,
         window=window,
@@ -175,6 +203,7 @@ async def bench_client(
         payload_bytes=count * entry_size,
         bookie_bytes_written=written,
     )
+    return result, latencies
 
 
 @click.command()

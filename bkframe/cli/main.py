@@ -1,8 +1,9 @@
 """The ``bkframe`` command line: the root group and its commands, one module per group.
 
 ``bookie`` (:mod:`.bookie`), ``plugins`` (:mod:`.plugins`), ``sandbox`` (:mod:`.sandbox`),
-``bench`` (:mod:`.bench`), ``ledger ...`` (:mod:`.ledger`), ``log ...`` (:mod:`.log`), ``bookies ...``
-(:mod:`.bookies`), ``cookie ...`` (:mod:`.cookie`). Errors bkframe raises on purpose
+``bench`` (:mod:`.bench`), ``bench-sweep`` (:mod:`.bench_sweep`, plots in :mod:`.bench_plots`),
+``ledger ...`` (:mod:`.ledger`), ``log ...`` (:mod:`.log`), ``bookies ...`` (:mod:`.bookies`),
+``cookie ...`` (:mod:`.cookie`). Errors bkframe raises on purpose
 become one line and exit status 1 (:mod:`.errors`).
 """
 
@@ -14,6 +15,7 @@ import sys
 import click
 
 from bkframe.cli.bench import bench
+from bkframe.cli.bench_sweep import bench_sweep
 from bkframe.cli.bookie import bookie
 from bkframe.cli.bookies import bookies
 from bkframe.cli.cookie import cookie
@@ -32,5 +34,5 @@ def main(verbose: int) -> None:
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-for command in (bookie, plugins, sandbox, bench, ledger, log_group, bookies, cookie):
+for command in (bookie, plugins, sandbox, bench, bench_sweep, ledger, log_group, bookies, cookie):
     main.add_command(command)
