@@ -62,6 +62,10 @@ class LedgerHistory:
     acks: dict[int, tuple[str, float, str]] = attrs.Factory(dict)
     synced_upto: int = -1
     closed_by_writer: bool = False
+    #: A recovery (a worker's, or the final check's) found it open and closed it, fencing
+    #: its bookies. Only then must the old writer's adds be refused: a ledger whose writer's
+    #: close() succeeded but was not recorded (the run stopped in it) was never fenced.
+    closed_by_recovery: bool = False
     #: (end, who, event) for every recorded end.
     ends: list[tuple[int, str, str]] = attrs.Factory(list)
     #: First time a recovery (of any worker) returned.
@@ -143,6 +147,7 @@ def build_histories(records: list[dict[str, Any]], result: CheckResult) -> dict[
             x.ends.append((r["last"], src, "close() returned"))
         elif ev == "recovered":
             x.ends.append((r["last"], src, "recovery returned"))
+            x.closed_by_recovery = x.closed_by_recovery or bool(r.get("was_open", True))
             x.recovered_at = r["t"] if x.recovered_at is None else min(x.recovered_at, r["t"])
         elif ev == "closed-seen":
             x.ends.append((r["last"], src, "a reader saw it closed"))
@@ -227,7 +232,7 @@ async def check_one(
                 await check_entries(client, x, md, end, result)
                 step = "reading every replica"
                 await check_replicas(client, md, end, result)
-                if not x.closed_by_writer:
+                if not x.closed_by_writer and x.closed_by_recovery:
                     step = "fence probe"
                     await probe_fence(client, md, end, result)
                 step = "second open"
@@ -263,6 +268,7 @@ async def recover(
     result.ledgers[kind] += 1
     result.stats["closed_by_writer" if x.closed_by_writer else "closed_by_recovery"] += 1
     if not before.closed:
+        x.closed_by_recovery = True
         x.ends.append((end, "final check", "recovery returned"))
     else:
         x.ends.append((end, "final check", "metadata says closed"))

@@ -126,6 +126,14 @@ async def test_the_checks_catch_each_kind_of_failure(cluster_factory: Any) -> No
         # Closed normally (never fenced) but recorded as if recovery had closed it: the
         # fence probe finds every bookie still taking adds.
         unfenced = await ledger("unfenced", 5, close=True)
+        rec("recovered", "rec2", ledger=unfenced.ledger_id, last=4, was_open=True)
+
+        # Closed by its writer, whose record of the close was lost (the run stopped in it); a
+        # recovery found it closed. Nobody fenced it, and nobody had to: no probe, no failure.
+        quiet = await ledger("quiet", 5, close=False)
+        rec("closing", "quiet", ledger=quiet.ledger_id, racing=True)
+        await quiet.close()
+        rec("recovered", "rec3", ledger=quiet.ledger_id, last=4, was_open=False)
 
         # Written bookie by bookie: one replica gets other bytes (with a valid digest) for entry 2.
         md = (await ledger("overwritten", 0, close=False)).metadata
@@ -170,7 +178,8 @@ async def test_the_checks_catch_each_kind_of_failure(cluster_factory: Any) -> No
     assert f"ledger {unfenced.ledger_id} " in by_kind["fenced-writer-added"]
     assert any(f"ledger {overwritten.ledger_id} " in f and f"on {victim}" in f for f in result.failures)
     assert not any(f"ledger {honest.ledger_id} " in f for f in result.failures)
-    assert result.stats["fence_probes"] == 2  # "lost" and "unfenced": no close() recorded
+    assert not any(f"ledger {quiet.ledger_id} " in f for f in result.failures)
+    assert result.stats["fence_probes"] == 2  # "lost" and "unfenced": closed by a recovery, no close() recorded
 
 
 async def test_a_call_that_never_returns_becomes_a_clear_failure(cluster_factory: Any, tmp_path: Path) -> None:
