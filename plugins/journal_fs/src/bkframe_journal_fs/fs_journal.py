@@ -300,6 +300,7 @@ class FsJournal:
         if self._buffered >= self._threshold:
             return
         if self._flush_when_empty:
+            before = -1
             if self._hurry_seq <= self._durable and self._lazy_wait > 0:
                 # Nobody waits for these records yet (VD entries are acknowledged before
                 # their fsync): an fsync of its own for each would cost every add a thread
@@ -309,10 +310,12 @@ class FsJournal:
                     while self._hurry_seq <= self._durable and self._buffered < self._threshold:
                         self._hurry = trio.Event()
                         await self._hurry.wait()
+                # That wait let every task that was ready append already: no extra pass
+                # for the waiter (a PD add whose writer task ran after this one).
+                before = self._buffered
             # Let every task that is ready to run append first: that is the "queue". The
             # deadline keeps a steady stream of appenders from growing one group forever.
             deadline = trio.current_time() + self._max_wait
-            before = -1
             while before != self._buffered and self._buffered < self._threshold and trio.current_time() < deadline:
                 before = self._buffered
                 await trio.lowlevel.checkpoint()
