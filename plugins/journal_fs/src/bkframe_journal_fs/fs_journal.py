@@ -77,10 +77,11 @@ class FsJournal:
     flush at once when this much is buffered. ``flush_when_queue_empty``: flush as soon as no
     task is ready to append (bounded by ``max_wait_ms``) -- if someone waits for the group
     (:meth:`wait_durable`); a group nobody waits for yet (VD_JOURNAL entries, acknowledged
-    before their fsync) waits up to ``max_lazy_wait_ms`` for company or a waiter first. ``preallocate_bytes``: extend the
-    open file this far ahead of the write position (0 disables). ``max_file_size``: roll to a
-    new file once a file exceeds this. ``fsync``: false skips fsync -- acknowledged records
-    can then be lost on power failure; for benchmarks only.
+    before their fsync) first waits up to ``max_lazy_wait_ms`` for a waiter or company.
+    ``preallocate_bytes``: extend the open file this far ahead of the write position (0
+    disables). ``max_file_size``: roll to a new file once a file exceeds this. ``fsync``:
+    false skips fsync -- acknowledged records can then be lost on power failure; for
+    benchmarks only.
     """
 
     def __init__(
