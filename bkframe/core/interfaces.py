@@ -65,8 +65,13 @@ class Journal(Protocol):
         """
         ...
 
-    async def wait_durable(self, seq: int) -> None:
+    async def wait_durable(self, seq: int, *, hurry: bool = True) -> None:
         """Return once every record up to and including ``seq`` is fsynced.
+
+        ``hurry``: someone is waiting on this now (an acknowledgement, a SYNC), so the group
+        commit should flush as soon as it can; ``hurry=False`` only watches (the bookie's
+        BP-14 sync cursors), and lets a journal keep records nobody waits for a while longer
+        to share one fsync among more of them (``journal_fs``: ``max_lazy_wait_ms``).
 
         Raises :class:`JournalWriteError` if record ``seq`` was lost to a write that failed
         in a way the journal survives (a full disk); it is then settled too (see

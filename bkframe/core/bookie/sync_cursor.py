@@ -133,7 +133,8 @@ class SyncTracker:
                 self._unsynced_added = trio.Event()
                 continue
             try:
-                await self._journal.wait_durable(self._unsynced[0][0])
+                # Only watching: VD records are acknowledged already, nobody waits on them.
+                await self._journal.wait_durable(self._unsynced[0][0], hurry=False)
             except JournalWriteError as e:
                 self._on_write_failed(e)
             self._apply_durable()

@@ -64,6 +64,9 @@ _WRITE_CLOSE_RESP = struct.Struct("<Q")  # ledger
 _LIST_ENTRIES = struct.Struct("<Qqq")  # ledger, first, last
 _LIST_ENTRIES_RESP = struct.Struct("<QBqI")  # ledger, limbo, next first (-1: done), run count
 _RUN = np.dtype([("first", "<i8"), ("last", "<i8")])
+#: One row of BATCH_DIRECTORY (entry id, length), for the one-entry fast path.
+_ONE_ENTRY_DIRECTORY = struct.Struct("<qI")
+assert _ONE_ENTRY_DIRECTORY.size == BATCH_DIRECTORY.itemsize
 _ADD_BATCH = struct.Struct("<QqHHI")  # ledger, lac, ledger_type, key_len, count
 _ADD_BATCH_RESP = struct.Struct("<QIq")  # ledger, count, last_add_synced
 _READ_BATCH = struct.Struct("<QqqII")  # ledger, first, last, max bytes, step
@@ -124,14 +127,21 @@ def encode_add_batch(
     recovery: bool = False,
 ) -> list[Buffer]:
     """The parts of one ADD_BATCH message (entries are not copied)."""
-    directory = np.empty(len(entry_ids), dtype=BATCH_DIRECTORY)
-    directory["entry_id"] = entry_ids
-    directory["length"] = [len(e) for e in entries]
-    size = 10 + _ADD_BATCH.size + len(master_key) + directory.nbytes + int(directory["length"].sum())
+    if len(entry_ids) == 1:
+        # One entry (one append in flight): struct is far cheaper than numpy for one row.
+        table = _ONE_ENTRY_DIRECTORY.pack(entry_ids[0], len(entries[0]))
+        data_size = len(entries[0])
+    else:
+        directory = np.empty(len(entry_ids), dtype=BATCH_DIRECTORY)
+        directory["entry_id"] = entry_ids
+        directory["length"] = [len(e) for e in entries]
+        table = directory.tobytes()
+        data_size = int(directory["length"].sum())
+    size = 10 + _ADD_BATCH.size + len(master_key) + len(table) + data_size
     head = MSG_HEADER.pack(size, Op.ADD_BATCH, _RECOVERY if recovery else 0, request_id) + _ADD_BATCH.pack(
         ledger_id, lac, ledger_type, len(master_key), len(entry_ids)
     )
-    return [head + master_key + directory.tobytes(), *entries]
+    return [head + master_key + table, *entries]
 
 
 def encode_sync(request_id: int, ledger_id: int) -> bytes:

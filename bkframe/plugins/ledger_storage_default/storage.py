@@ -276,8 +276,7 @@ class DefaultLedgerStorage:
             raise ValueError(f"ledger {ledger_id}: {n} entry ids but {len(entries)} entries")
         if n == 0:
             return 0
-        ids = np.asarray(entry_ids, dtype=np.int64)
-        lo, hi = int(ids.min()), int(ids.max())
+        lo, hi = min(entry_ids), max(entry_ids)
         if lo < 0 or hi > MAX_ENTRY_ID:
             raise ValueError(f"ledger {ledger_id}: entry ids must be in 0..{MAX_ENTRY_ID}, got {lo}..{hi}")
         idx = self._indexes.get(ledger_id)
@@ -297,13 +296,18 @@ class DefaultLedgerStorage:
         blob = b"".join(parts)
         log_id, base = self._entry_logs.append(ledger_id, blob)
 
-        rec_lens = np.array(lens, dtype=np.int64) + ENTRY_RECORD.size
-        batch = np.empty(n, dtype=RECORD_DTYPE)
-        batch["offset"] = np.cumsum(rec_lens) - rec_lens + base
-        batch["log_id"] = log_id
-        batch["length"] = rec_lens
-        # With a repeated id in one batch the later entry wins, as it does in the log.
-        idx.records[ids] = batch
+        if n == 1:
+            # One entry (a writer with one append in flight): numpy's per-call overhead
+            # would cost more than the whole record.
+            idx.records[lo] = (base, log_id, len(blob))
+        else:
+            rec_lens = np.array(lens, dtype=np.int64) + ENTRY_RECORD.size
+            batch = np.empty(n, dtype=RECORD_DTYPE)
+            batch["offset"] = np.cumsum(rec_lens) - rec_lens + base
+            batch["log_id"] = log_id
+            batch["length"] = rec_lens
+            # With a repeated id in one batch the later entry wins, as it does in the log.
+            idx.records[np.asarray(entry_ids, dtype=np.int64)] = batch
         if hi > idx.last_entry_id:
             idx.last_entry_id = hi
         self._dirty.add(ledger_id)

@@ -87,6 +87,48 @@ async def test_max_wait_groups_without_flush_when_queue_empty(tmp_path: Path) ->
     assert len(replay_all(tmp_path)) == 301
 
 
+async def test_a_group_nobody_waits_for_waits_for_a_waiter(tmp_path: Path) -> None:
+    """VD entries are acknowledged before their fsync: their records gather (up to
+    max_lazy_wait_ms) until someone waits for them, who is then not kept waiting."""
+    counters = Counters()
+    journal = make(tmp_path, counters, max_lazy_wait_ms=60_000.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        seqs = [journal.append([b"lazy %d" % i]) for i in range(3)]
+        watched = trio.Event()
+
+        async def watch() -> None:
+            await journal.wait_durable(seqs[-1], hurry=False)
+            watched.set()
+
+        async with trio.open_nursery() as watchers:
+            # A watcher (the bookie's BP-14 sync cursors) does not hurry the group...
+            watchers.start_soon(watch)
+            await trio.sleep(0.3)
+            assert journal.durable_seq == 0 and counters.journal_fsyncs == 0
+            # ...a waiter does (far sooner than the 60 s bound), and the watcher learns of it.
+            with trio.fail_after(10):
+                await journal.wait_durable(seqs[0])
+                await watched.wait()
+        assert journal.durable_seq == seqs[-1]
+        # A record a waiter already waits for when it is appended is not held back either.
+        with trio.fail_after(10):
+            await journal.wait_durable(journal.append([b"waited for"]))
+        await journal.aclose()
+        nursery.cancel_scope.cancel()
+    assert [r for _, r in replay_all(tmp_path)] == [b"lazy 0", b"lazy 1", b"lazy 2", b"waited for"]
+
+
+async def test_a_group_nobody_waits_for_is_written_within_the_bound(tmp_path: Path) -> None:
+    journal = make(tmp_path, max_lazy_wait_ms=20.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        with trio.fail_after(10):
+            await journal.wait_durable(journal.append([b"unwatched"]), hurry=False)
+        await journal.aclose()
+        nursery.cancel_scope.cancel()
+
+
 async def test_remove_files_before_keeps_the_mark_file_and_later(tmp_path: Path) -> None:
     journal = make(tmp_path, max_file_size=4096, preallocate_bytes=0)
     async with trio.open_nursery() as nursery:

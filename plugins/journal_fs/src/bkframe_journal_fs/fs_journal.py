@@ -75,10 +75,13 @@ class FsJournal:
 
     ``max_wait_ms``: how long a group may wait for more records. ``buffered_bytes_threshold``:
     flush at once when this much is buffered. ``flush_when_queue_empty``: flush as soon as no
-    task is ready to append (bounded by ``max_wait_ms``). ``preallocate_bytes``: extend the
-    open file this far ahead of the write position (0 disables). ``max_file_size``: roll to a
-    new file once a file exceeds this. ``fsync``: false skips fsync -- acknowledged records
-    can then be lost on power failure; for benchmarks only.
+    task is ready to append (bounded by ``max_wait_ms``) -- if someone waits for the group
+    (:meth:`wait_durable`); a group nobody waits for yet (VD_JOURNAL entries, acknowledged
+    before their fsync) first waits up to ``max_lazy_wait_ms`` for a waiter or company.
+    ``preallocate_bytes``: extend the open file this far ahead of the write position (0
+    disables). ``max_file_size``: roll to a new file once a file exceeds this. ``fsync``:
+    false skips fsync -- acknowledged records can then be lost on power failure; for
+    benchmarks only.
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class FsJournal:
         counters: Counters,
         *,
         max_wait_ms: float = 1.0,
+        max_lazy_wait_ms: float = 5.0,
         buffered_bytes_threshold: int = 512 * 1024,
         flush_when_queue_empty: bool = True,
         preallocate_bytes: int = 16 * 1024 * 1024,
@@ -97,6 +101,7 @@ class FsJournal:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._counters = counters
         self._max_wait = max_wait_ms / 1000.0
+        self._lazy_wait = max_lazy_wait_ms / 1000.0
         self._threshold = buffered_bytes_threshold
         self._flush_when_empty = flush_when_queue_empty
         self._prealloc = preallocate_bytes
@@ -111,6 +116,10 @@ class FsJournal:
         self._durable = 0
         self._group_done = trio.Event()
         self._wake = trio.Event()
+        #: The highest sequence a hurrying waiter waits for, and the event that tells the
+        #: group commit someone started waiting (or the buffer filled up).
+        self._hurry_seq = 0
+        self._hurry = trio.Event()
         self._failure: BaseException | None = None
         self._closed = False
         #: Sequence ranges ``(first, last)`` of records lost to writes that found no space,
@@ -219,13 +228,18 @@ class FsJournal:
         self._append_offset += size
         self._seq += 1
         self._wake.set()
+        if self._buffered >= self._threshold:
+            self._hurry.set()
         return self._seq
 
     @property
     def durable_seq(self) -> int:
         return self._durable
 
-    async def wait_durable(self, seq: int) -> None:
+    async def wait_durable(self, seq: int, *, hurry: bool = True) -> None:
+        if hurry and seq > self._durable:
+            self._hurry_seq = max(self._hurry_seq, seq)
+            self._hurry.set()
         while self._durable < seq:
             if self._failure is not None:
                 raise JournalFailedError(f"journal in {self.directory} failed: {self._failure}")
@@ -287,10 +301,22 @@ class FsJournal:
         if self._buffered >= self._threshold:
             return
         if self._flush_when_empty:
+            before = -1
+            if self._hurry_seq <= self._durable and self._lazy_wait > 0:
+                # Nobody waits for these records yet (VD entries are acknowledged before
+                # their fsync): an fsync of its own for each would cost every add a thread
+                # hop and a disk flush. Let them gather until a waiter comes (a SYNC, a PD
+                # add, a fence), the buffer fills up, or the bound passes.
+                with trio.move_on_after(self._lazy_wait):
+                    while self._hurry_seq <= self._durable and self._buffered < self._threshold:
+                        self._hurry = trio.Event()
+                        await self._hurry.wait()
+                # That wait let every task that was ready append already: no extra pass
+                # for the waiter (a PD add whose writer task ran after this one).
+                before = self._buffered
             # Let every task that is ready to run append first: that is the "queue". The
             # deadline keeps a steady stream of appenders from growing one group forever.
             deadline = trio.current_time() + self._max_wait
-            before = -1
             while before != self._buffered and self._buffered < self._threshold and trio.current_time() < deadline:
                 before = self._buffered
                 await trio.lowlevel.checkpoint()

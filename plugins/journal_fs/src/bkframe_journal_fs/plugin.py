@@ -25,6 +25,9 @@ class FsJournalConfig:
     buffered_bytes_threshold: int = attrs.field(default=512 * 1024, validator=at_least(0))
     #: ...or as soon as no more appends are arriving.
     flush_when_queue_empty: bool = True
+    #: With it, a group nobody waits for yet (VD entries, acknowledged before their fsync)
+    #: first waits at most this long for a waiter or more records.
+    max_lazy_wait_ms: float = attrs.field(default=5.0, validator=at_least(0))
     #: Files are extended ahead of the write position in chunks of this size.
     preallocate_bytes: int = attrs.field(default=16 * 1024 * 1024, validator=at_least(0))
     #: A new file is started once the current one is larger than this.
