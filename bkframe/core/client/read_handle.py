@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING
 
 import attrs
@@ -115,7 +115,7 @@ class ReadHandle:
 
     async def _read_range_once(self, first: int, last: int) -> list[Entry]:
         if last - first < 2:
-            return await self._read_entries(first, last)
+            return await self._read_entries(range(first, last + 1))
         return await self._read_batched(first, last)
 
     async def _read_batched(self, first: int, last: int) -> list[Entry]:
@@ -158,17 +158,10 @@ class ReadHandle:
             async with trio.open_nursery() as nursery:
                 for start in range(lo, min(lo + e, hi + 1)):
                     nursery.start_soon(self._batch_sequence, start, hi, e, 0, got)
-        out: list[Entry] = []
-        nxt = lo
-        for entry_id in range(lo, hi + 1):
-            if entry_id in got:
-                if nxt < entry_id:
-                    out.extend(await self._read_entries(nxt, entry_id - 1))
-                out.append(got[entry_id])
-                nxt = entry_id + 1
-        if nxt <= hi:
-            out.extend(await self._read_entries(nxt, hi))
-        return out
+        missing = [entry_id for entry_id in range(lo, hi + 1) if entry_id not in got]
+        if missing:  # all at once: a dead holder of a striped ledger leaves every E-th entry
+            got.update((entry.entry_id, entry) for entry in await self._read_entries(missing))
+        return [got[entry_id] for entry_id in range(lo, hi + 1)]
 
     async def _batch_sequence(self, first: int, last: int, step: int, turn: int, got: dict[int, Entry]) -> None:
         """Entries ``first, first + step, ...`` up to ``last`` from one replica into ``got``,
@@ -206,11 +199,11 @@ class ReadHandle:
         except ConnectionError as err:
             health.failed(bookie_id, str(err))
 
-    async def _read_entries(self, first: int, last: int) -> list[Entry]:
-        # Ask each entry's preferred replica for the whole range at once, then finish
-        # entry by entry, failing over (and speculating) per entry.
+    async def _read_entries(self, entry_ids: Iterable[int]) -> list[Entry]:
+        # Ask each entry's preferred replica for all of them at once, then finish entry by
+        # entry, failing over (and speculating) per entry.
         plans: list[_EntryRead] = []
-        for entry_id in range(first, last + 1):
+        for entry_id in entry_ids:
             plan = _EntryRead(entry_id, self._ctx.pool.health.healthy_first(self._replicas(entry_id)))
             await self._launch_next(plan)
             plans.append(plan)
