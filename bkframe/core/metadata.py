@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -165,6 +165,36 @@ class BookieRegistration(Protocol):
     async def aclose(self) -> None: ...
 
 
+@attrs.frozen
+class UnderReplicated:
+    """A ledger marked for re-replication (autorecovery): the bookies it lost and since when.
+
+    ``since`` is the wall-clock time (``time.time()``) of the first mark still standing;
+    marking again adds bookies and keeps it."""
+
+    ledger_id: int
+    bookies: frozenset[str]
+    since: float
+
+
+@runtime_checkable
+class Lock(Protocol):
+    """A held lock (the auditor's leadership, a worker's claim on a ledger). It vanishes when
+    released or when its holder dies (about ``ttl_s`` later, as a bookie registration)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def lost(self) -> trio.Event:
+        """Set if the store says the lock expired while held (e.g. a keep-alive failed for
+        longer than the TTL, a ZooKeeper session was lost): the holder must stop what the
+        lock protects."""
+        ...
+
+    async def release(self) -> None: ...
+
+
 @runtime_checkable
 class MetadataStore(Protocol):
     """Where ledgers and bookies are coordinated. Every method is async and may be
@@ -209,7 +239,8 @@ class MetadataStore(Protocol):
         ...
 
     async def list_bookies(self, *, writable_only: bool = False) -> list[BookieInfo]:
-        """Registered, live bookies (only those taking writes if ``writable_only``)."""
+        """Registered, live bookies (only those taking writes if ``writable_only``: neither
+        read-only nor decommissioned)."""
         ...
 
     async def read_cookie(self, bookie_id: str) -> Versioned | None:
@@ -262,6 +293,43 @@ class MetadataStore(Protocol):
         """Every cursor of the log by name (empty if the log has none or does not exist)."""
         ...
 
+    # -- autorecovery: locks, under-replicated ledgers, decommissioned bookies ----------
+
+    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: trio.Nursery) -> Lock | None:
+        """Take the lock ``name`` (e.g. ``"auditor"``, ``"ledger/123"``) for ``holder`` if nobody
+        holds it, without waiting: the :class:`Lock`, or None if it is held. What keeps it
+        alive runs in ``nursery`` (as for :meth:`register_bookie`); if the holder dies it
+        vanishes within about ``ttl_s``."""
+        ...
+
+    async def lock_holder(self, name: str) -> str | None:
+        """Who holds the lock ``name`` now, or None."""
+        ...
+
+    async def mark_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
+        """Add ``bookies`` to the ledger's under-replicated mark (creating it, ``since`` = now)."""
+        ...
+
+    async def list_under_replicated(self) -> list[UnderReplicated]:
+        """Every under-replicated mark, by ledger id ascending."""
+        ...
+
+    async def clear_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
+        """Remove ``bookies`` from the mark, atomically against concurrent marks; the mark goes
+        once no bookie is left. Bookies not in the mark, or no mark, are not an error."""
+        ...
+
+    async def set_decommissioned(self, bookie_id: str, decommissioned: bool) -> None:
+        """Mark (or unmark) a bookie as decommissioned: it stays registered if alive (it serves
+        reads while its ledgers are copied away) but ``list_bookies(writable_only=True)``
+        leaves it out, so nothing new is placed on it. Persistent, not tied to the
+        registration."""
+        ...
+
+    async def list_decommissioned(self) -> set[str]:
+        """The bookie ids marked decommissioned."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -274,11 +342,13 @@ __all__ = [
     "LedgerExistsError",
     "LedgerMetadata",
     "LedgerStateName",
+    "Lock",
     "LogExistsError",
     "MetadataError",
     "MetadataStore",
     "NoSuchLedgerError",
     "NoSuchLogError",
+    "UnderReplicated",
     "Versioned",
     "ensemble_at",
     "password_hash",
