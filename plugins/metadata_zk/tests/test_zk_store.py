@@ -28,6 +28,8 @@ async def test_locks_are_lost_with_the_session(zk_server: ZooKeeperServer, nurse
     try:
         lock = await holder.try_lock("ledger/7", "worker-1", 6, nursery)
         assert lock is not None and await heir.lock_holder("ledger/7") == "worker-1"
+        old = await holder.try_lock("ledger/9", "worker-1", 6, nursery)
+        assert old is not None
 
         def end_session() -> None:
             twin = KazooClient(hosts=zk_server.address, client_id=holder.zk.client_id)
@@ -42,10 +44,16 @@ async def test_locks_are_lost_with_the_session(zk_server: ZooKeeperServer, nurse
                 await trio.sleep(0.1)
         await lock.release()  # the old holder's release leaves the new node alone
         assert await heir.lock_holder("ledger/7") == "worker-2"
-        # The old holder's store works on (a new session) and can lock other names.
-        other = await holder.try_lock("ledger/8", "worker-1", 6, nursery)
-        assert other is not None and not other.lost.is_set()
-        await other.release()
+        # The old holder's store works on (a new session) and can lock again; the stale
+        # lock of the same name neither frees the new one nor makes it re-entrant.
+        assert old.lost.is_set()
+        new = await holder.try_lock("ledger/9", "worker-1", 6, nursery)
+        assert new is not None and not new.lost.is_set()
+        await old.release()
+        assert await heir.lock_holder("ledger/9") == "worker-1"
+        assert await holder.try_lock("ledger/9", "worker-1", 6, nursery) is None
+        await new.release()
+        assert await heir.lock_holder("ledger/9") is None
         await taken.release()
     finally:
         await holder.aclose()

@@ -54,7 +54,8 @@ class ZkLock:
             pass
 
     async def release(self) -> None:
-        self._store._locks.pop(self.name, None)
+        if self._store._locks.get(self.name) is self:  # not a later lock of the same name
+            del self._store._locks[self.name]
 
         def delete(zk: KazooClient) -> None:
             try:
