@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 import trio
-from bkframe_metadata_zk.store import ZkMetadataStore
+from bkframe_metadata_zk.store import SESSION_TIMEOUT_S, ZkMetadataStore
 from kazoo.client import KazooClient
 
 from bkframe.testing.metadata_contract import SharedMetadataStoreContract
@@ -58,3 +59,23 @@ async def test_locks_are_lost_with_the_session(zk_server: ZooKeeperServer, nurse
     finally:
         await holder.aclose()
         await heir.aclose()
+
+
+async def test_locks_are_lost_when_zookeeper_is_out_of_reach(tmp_path: Path, nursery: trio.Nursery) -> None:
+    """The holder cannot reach ZooKeeper: the server will expire its session (and give its
+    locks to others) while the holder hears nothing, so the locks are ``lost`` once the
+    connection has been suspended for a while, without waiting to reach the server again."""
+    server = ZooKeeperServer(tmp_path / "zk").start()
+    store = ZkMetadataStore(f"zk://{server.address}/t-{uuid.uuid4().hex[:12]}")
+    try:
+        lock = await store.try_lock("auditor", "bookie-1", 6, nursery)
+        assert lock is not None
+        await trio.to_thread.run_sync(server.stop)
+        with trio.fail_after(SESSION_TIMEOUT_S * 2):
+            await lock.lost.wait()
+        await trio.to_thread.run_sync(server.start)  # same data dir and port: the store reconnects
+        with trio.fail_after(30):
+            await lock.release()
+    finally:
+        server.stop()
+        await store.aclose()
