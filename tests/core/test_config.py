@@ -8,6 +8,7 @@ import pytest
 
 from bkframe.core.config import BookieConfig, ConfigError, PluginsConfig, load_config, parse_section
 from bkframe.core.plugin_manager import SECTION_KINDS, PluginManager
+from bkframe.core.registry import ComponentKind
 
 SAMPLE = Path(__file__).resolve().parents[2] / "conf" / "bookie.toml"
 
@@ -66,6 +67,10 @@ def test_sample_config_documents_every_key_at_its_default() -> None:
         component = plugins.components.get(kind, raw[section]["plugin"])
         assert component is not None and component.config is not None
         owners[section] = component.config
+    placement = plugins.components.get(ComponentKind.PLACEMENT_POLICY, raw["placement"]["policy"])
+    assert placement is not None and placement.config is not None
+    owners["placement"] = placement.config
+    raw["placement"] = {"plugin": raw["placement"]["policy"], **{k: v for k, v in raw["placement"].items() if k != "policy"}}
     assert set(raw) == set(owners)
     for section, cls in owners.items():
         keys = {k: v for k, v in raw[section].items() if k != "plugin"}
