@@ -6,8 +6,9 @@ register environments): journals, entry-log managers and ledger storages by the 
 config section's ``plugin`` key picks, metadata stores by URI scheme, ledger types by name
 and wire id; placement policies come through their own hook,
 :func:`~bkframe.core.hookspecs.bkframe_placement_policy`, into the same registry. A name
-registered twice is an error naming both plugins and distributions, never a silent shadowing. Each storage component comes with the attrs class of its config
-section, so that every section is validated the same way
+registered twice is an error naming both plugins and distributions, never a silent
+shadowing. Each storage component (and placement policy) comes with the attrs class of its
+config section, so that every section is validated the same way
 (:func:`bkframe.core.config.parse_section`).
 """
 
