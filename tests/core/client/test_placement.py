@@ -1,0 +1,134 @@
+"""Placement on real bookie processes: rack-aware ensembles and ensemble changes, too few
+racks, read-only bookies never chosen, and the client's placement options."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import trio
+
+import bkframe
+from bkframe.core.metadata import BookieInfo
+from bkframe.core.placement import PlacementError, racks_spanned
+from bkframe.core.plugin_manager import PluginManager
+from bkframe.errors import ConfigError
+
+PW = b"pw"
+RACKS = ("rack-a", "rack-b", "rack-c")
+FAST: dict[str, float] = {"add_timeout_s": 2.0, "read_timeout_s": 2.0}
+
+
+async def racks_of(client: Any) -> dict[str, str]:
+    return {b.bookie_id: b.rack for b in await client.metadata.list_bookies()}
+
+
+async def test_rack_aware_write_sets_span_racks_and_ensemble_changes_keep_it(
+    cluster_factory: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = cluster_factory(6, racks=RACKS)  # bookie-i is in RACKS[i % 3]
+    listed = subprocess.run(
+        [sys.executable, "-m", "bkframe", "bookies", "list", "--json", "--metadata", cluster.metadata],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout
+    assert {d["id"]: d["rack"] for d in map(json.loads, listed.splitlines())} == {
+        f"bookie-{i}": RACKS[i % 3] for i in range(6)
+    }
+    async with bkframe.open_client(cluster.metadata, placement="rack_aware", min_racks=3, **FAST) as client:
+        racks = await racks_of(client)
+        for e, w in [(3, 3), (4, 2), (5, 2), (6, 3)]:
+            for _ in range(5):
+                writer = await client.create_ledger(ensemble=e, write_quorum=w, ack_quorum=2, password=PW)
+                ensemble = writer.metadata.fragments[0][1]
+                # min_racks = 3 asks for every rack in a write set of 3, and 2 racks in one of 2.
+                assert racks_spanned([racks[b] for b in ensemble], w) == min(3, w), (e, w, ensemble)
+                await writer.close()
+
+        # A live writer loses a bookie: its replacement is the bookie of the same rack (the
+        # only one that keeps every write set on three racks; a random choice: one in three).
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PW)
+        for i in range(10):
+            await writer.append(b"before-%d" % i)
+        victim = writer.metadata.fragments[0][1][0]
+        cluster.by_id(victim).kill()
+        with trio.fail_after(60):
+            for i in range(10):
+                await writer.append(b"after-%d" % i)
+        fragments = writer.metadata.fragments
+        assert len(fragments) == 2 and victim not in fragments[1][1]
+        assert racks_spanned([racks[b] for b in fragments[1][1]], 3) == 3, fragments
+        await writer.close()
+        reader = await client.open_ledger(writer.ledger_id, password=PW)
+        assert [e.payload for e in await reader.read(0, 19)][-1] == b"after-9"
+
+        # E = W = 4 cannot span 4 racks with 3: a warning, and the most racks there are...
+        with caplog.at_level(logging.WARNING, logger="bkframe.placement"):
+            writer = await client.create_ledger(ensemble=4, write_quorum=4, ack_quorum=2, password=PW)
+        assert "no choice gives every write set 3 racks" not in caplog.text
+        await writer.close()
+    async with bkframe.open_client(cluster.metadata, placement="rack_aware", min_racks=4) as client:
+        with caplog.at_level(logging.WARNING, logger="bkframe.placement"):
+            writer = await client.create_ledger(ensemble=4, write_quorum=4, ack_quorum=2, password=PW)
+        assert "no choice gives every write set 4 racks" in caplog.text
+        assert racks_spanned([racks[b] for b in writer.metadata.fragments[0][1]], 4) == 3
+        await writer.close()
+    # ...or, with enforce_min_racks, a clear refusal.
+    async with bkframe.open_client(cluster.metadata, placement="rack_aware", min_racks=4, enforce_min_racks=True) as client:
+        with pytest.raises(PlacementError, match=r"no choice gives every write set 4 racks .* span 3 rack\(s\)"):
+            await client.create_ledger(ensemble=4, write_quorum=4, ack_quorum=2, password=PW)
+
+
+async def test_read_only_bookies_are_never_chosen(cluster_factory: Any) -> None:
+    cluster = cluster_factory(4)
+    store = PluginManager().metadata_store(cluster.metadata)
+    # One more registered bookie, "extra", served by bookie-3's process.
+    address = cluster.by_id("bookie-3").address
+    async with trio.open_nursery() as nursery:
+        registration = await store.register_bookie(BookieInfo("extra", address), ttl_s=6, nursery=nursery)
+        async with bkframe.open_client(cluster.metadata, **FAST) as client:
+            # Writable, it is chosen (so the test below can fail)...
+            chosen = set()
+            for _ in range(20):
+                writer = await client.create_ledger(ensemble=4, write_quorum=2, ack_quorum=2, password=PW)
+                chosen.update(writer.metadata.fragments[0][1])
+                await writer.close()
+            assert "extra" in chosen
+            # ...read-only (as a bookie with a full disk registers), never.
+            await registration.set_read_only(True)
+            for _ in range(20):
+                writer = await client.create_ledger(ensemble=4, write_quorum=2, ack_quorum=2, password=PW)
+                assert sorted(writer.metadata.fragments[0][1]) == [f"bookie-{i}" for i in range(4)]
+                await writer.close()
+            # Nor as a replacement in an ensemble change, where the only other choice is bookie-3.
+            for _ in range(50):
+                writer = await client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=PW)
+                ensemble = writer.metadata.fragments[0][1]
+                if "bookie-3" not in ensemble:
+                    break
+                await writer.close()
+            assert "bookie-3" not in ensemble
+            await writer.append(b"first")
+            cluster.by_id(ensemble[0]).kill()
+            with trio.fail_after(60):
+                for i in range(5):  # entries whose write set holds index 0
+                    await writer.append(b"more-%d" % i)
+            assert len(writer.metadata.fragments) == 2
+            assert writer.metadata.fragments[1][1] == ("bookie-3", *ensemble[1:])
+            await writer.close()
+        await registration.aclose()
+    await store.aclose()
+
+
+async def test_placement_options_are_checked_before_anything_starts(tmp_path: Any) -> None:
+    uri = f"sqlite://{tmp_path / 'never.db'}"
+    with pytest.raises(ConfigError, match=r"placement policy 'rack_aware': unknown key\(s\) min_rack.*or a setting: "):
+        async with bkframe.open_client(uri, placement="rack_aware", min_rack=2):
+            pass
+    with pytest.raises(ConfigError, match="placement policy 'nearest': no installed plugin provides it"):
+        async with bkframe.open_client(uri, placement="nearest"):
+            pass
+    assert not (tmp_path / "never.db").exists()
