@@ -1,4 +1,4 @@
-"""``bkframe ledger ...``: create, append, read, inspect, close, delete ledgers."""
+"""``bkframe ledger ...``: create, append, read, inspect, check (replication), close, delete ledgers."""
 
 from __future__ import annotations
 
@@ -157,3 +157,40 @@ def delete(metadata: str, ledger_id: int) -> None:
     """Delete a ledger's metadata (bookies reclaim its space)."""
     _run(metadata, lambda client: client.delete_ledger(ledger_id))
     click.echo(f"deleted ledger {ledger_id}")
+
+
+@ledger.command()
+@metadata_option()
+@click.option("--json", "as_json", is_flag=True, help="Print the whole check as one JSON object.")
+@click.argument("ledger_id", type=int)
+def check(metadata: str, as_json: bool, ledger_id: int) -> None:
+    """Which entries each replica bookie of each fragment holds (LIST_ENTRIES), marking
+    missing entries and unreachable bookies. Exit status 0 when fully replicated, 2 when
+    under-replicated (1 for errors)."""
+    from bkframe.core.replication.ledger_check import LedgerCheck, check_ledger, count, format_runs
+
+    async def run(client: Client) -> LedgerCheck:
+        return await check_ledger(client.pool, await client.ledger_metadata(ledger_id))
+
+    result = _run(metadata, run)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
+    else:
+        click.echo(f"ledger {ledger_id}: {result.state}, entries 0..{result.last_entry}, write quorum {result.write_quorum}")
+        for f in result.fragments:
+            span = f"{f.first_entry}..{f.last_entry}" if f.last_entry >= f.first_entry else f"{f.first_entry}.. (empty)"
+            click.echo(f"fragment {span}: {', '.join(f.ensemble)}")
+            for r in f.replicas:
+                held = r.expected - count(r.missing)
+                if not r.reachable:
+                    line = f"UNREACHABLE ({r.error}); should hold {r.expected}"
+                elif r.missing:
+                    line = f"holds {held}/{r.expected}, MISSING {format_runs(r.missing)}"
+                else:
+                    line = f"holds {held}/{r.expected}"
+                click.echo(f"  {r.bookie_id}\t{line}{' (in limbo: being repaired)' if r.limbo else ''}")
+            if f.under_replicated:
+                click.echo(f"  under-replicated entries: {format_runs(f.under_replicated)}")
+        click.echo(result.summary())
+    if not result.fully_replicated:
+        raise SystemExit(2)
