@@ -7,6 +7,7 @@ import json
 import logging
 import subprocess
 import sys
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -132,3 +133,18 @@ async def test_placement_options_are_checked_before_anything_starts(tmp_path: An
         async with bkframe.open_client(uri, placement="nearest"):
             pass
     assert not (tmp_path / "never.db").exists()
+
+
+async def test_least_used_spreads_ledgers_evenly(cluster_factory: Any) -> None:
+    cluster = cluster_factory(4)
+    async with bkframe.open_client(cluster.metadata, placement="least_used") as client:
+        placed: list[str] = []
+        for i in range(8):
+            writer = await client.create_ledger(ensemble=2, write_quorum=2, ack_quorum=2, password=PW)
+            await writer.append(b"%d" % i)
+            placed.extend(writer.metadata.fragments[0][1])
+            await writer.close()
+        # Each bookie holds as many as the others (random placement: rarely so).
+        assert sorted(Counter(placed).values()) == [4, 4, 4, 4], Counter(placed)
+        conn = await client.pool.get("bookie-0")
+        assert (await conn.info())["ledgers"] == 4
