@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tomllib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -16,12 +17,31 @@ from bkframe.core.client.client import Client, open_client
 T = TypeVar("T")
 
 
-def _run(metadata: str, fn: Callable[[Client], Awaitable[T]]) -> T:
+def _run(metadata: str, fn: Callable[[Client], Awaitable[T]], **settings: Any) -> T:
     async def main() -> T:
-        async with open_client(metadata) as client:
+        async with open_client(metadata, **settings) as client:
             return await fn(client)
 
     return trio.run(main)
+
+
+def _option_value(text: str) -> Any:
+    """A ``KEY=VALUE`` option's value as TOML reads it (``2``, ``true``), else the text."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _placement(policy: str | None, options: tuple[str, ...]) -> dict[str, Any]:
+    """``open_client`` keywords for ``--placement NAME -o KEY=VALUE ...``."""
+    out: dict[str, Any] = {} if policy is None else {"placement": policy}
+    for option in options:
+        key, sep, value = option.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{option!r} should be KEY=VALUE", param_hint="-o/--placement-option")
+        out[key.strip()] = _option_value(value.strip())
+    return out
 
 
 @click.group()
@@ -37,8 +57,12 @@ def ledger() -> None:
 @click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True)
 @click.option("--digest", type=click.Choice(["CRC32C", "HMAC_SHA256"]), default="CRC32C", show_default=True)
 @password_option
+@click.option("--placement", help="Placement policy choosing its bookies: random (default), least_used, rack_aware, ...")
+@click.option("-o", "--placement-option", "placement_options", multiple=True, metavar="KEY=VALUE",
+              help="An option of the placement policy, e.g. -o min_racks=2 (repeatable).")
 def create(
-    metadata: str, ensemble: int, write_quorum: int, ack_quorum: int, ledger_type: str, digest: str, password: str
+    metadata: str, ensemble: int, write_quorum: int, ack_quorum: int, ledger_type: str, digest: str, password: str,
+    placement: str | None, placement_options: tuple[str, ...],
 ) -> None:
     """Create a ledger; prints its id alone. Append to it with 'bkframe ledger append ID'."""
     try:
@@ -55,7 +79,7 @@ def create(
         )
         return handle.ledger_id
 
-    click.echo(_run(metadata, run))
+    click.echo(_run(metadata, run, **_placement(placement, placement_options)))
 
 
 @ledger.command()

@@ -1,5 +1,5 @@
 """Placement on real bookie processes: rack-aware ensembles and ensemble changes, too few
-racks, read-only bookies never chosen, and the client's placement options."""
+racks, read-only bookies never chosen, least-used spreading, and the client's placement options."""
 
 from __future__ import annotations
 
