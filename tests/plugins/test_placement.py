@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Sequence
 
 import pytest
 
@@ -120,11 +121,11 @@ class SortedPlacement:
 
     wants_load = False
 
-    def new_ensemble(self, candidates: list[Candidate], *, ensemble_size: int, write_quorum: int) -> list[str]:
+    def new_ensemble(self, candidates: Sequence[Candidate], *, ensemble_size: int, write_quorum: int) -> list[str]:
         return sorted(c.bookie_id for c in candidates)[:ensemble_size]
 
     def replacements(
-        self, candidates: list[Candidate], *, ensemble: list[Candidate], failed: list[int], write_quorum: int
+        self, candidates: Sequence[Candidate], *, ensemble: Sequence[Candidate], failed: Sequence[int], write_quorum: int
     ) -> dict[int, str]:
         return dict(zip(failed, sorted(c.bookie_id for c in candidates)))
 

@@ -16,9 +16,9 @@ from collections.abc import Collection, Sequence
 import trio
 
 from bkframe.core.client.bookie_pool import BookiePool
-from bkframe.core.metadata import BookieInfo, MetadataStore
+from bkframe.core.metadata import MetadataStore
 from bkframe.core.placement import Candidate
-from bkframe.errors import NotEnoughBookiesError
+from bkframe.errors import NotEnoughBookiesError, PluginError
 
 #: How long a bookie's reported ledger count is trusted (least-used placement).
 LOAD_TTL_S = 5.0
@@ -26,11 +26,14 @@ LOAD_TTL_S = 5.0
 LOAD_TIMEOUT_S = 2.0
 
 
-async def _registered(metadata: MetadataStore) -> tuple[list[BookieInfo], dict[str, str]]:
-    """The writable bookies, and every registered bookie's rack."""
-    everyone = await metadata.list_bookies()
-    writable = await metadata.list_bookies(writable_only=True)
-    return writable, {b.bookie_id: b.rack for b in everyone}
+def _checked(chosen: Sequence[str], candidates: Sequence[Candidate], needed: int, policy: object) -> None:
+    """A policy chooses among the candidates only (never a read-only bookie), each once."""
+    allowed = {c.bookie_id for c in candidates}
+    if len(chosen) != needed or len(set(chosen)) != needed or not set(chosen) <= allowed:
+        raise PluginError(
+            f"placement policy {type(policy).__name__} chose {list(chosen)}: it must choose {needed} distinct "
+            f"bookies among the candidates {sorted(allowed)}"
+        )
 
 
 async def _with_load(pool: BookiePool, candidates: list[Candidate]) -> list[Candidate]:
@@ -65,18 +68,16 @@ def _placed(pool: BookiePool, bookie_ids: Sequence[str]) -> None:
             pool.ledger_counts[b] = (count + 1, at)
 
 
-async def _candidates(
-    pool: BookiePool, metadata: MetadataStore, exclude: Collection[str]
-) -> tuple[list[Candidate], dict[str, str]]:
-    writable, racks = await _registered(metadata)
+async def _candidates(pool: BookiePool, metadata: MetadataStore, exclude: Collection[str]) -> list[Candidate]:
+    """The registered writable bookies not in ``exclude``, with rack, quarantine (and load)."""
     candidates = [
         Candidate(b.bookie_id, b.rack, pool.health.quarantined(b.bookie_id))
-        for b in writable
+        for b in await metadata.list_bookies(writable_only=True)
         if b.bookie_id not in exclude
     ]
     if pool.placement.wants_load:
         candidates = await _with_load(pool, candidates)
-    return candidates, racks
+    return candidates
 
 
 async def _reachable(pool: BookiePool, bookie_id: str) -> str:
@@ -92,7 +93,7 @@ async def choose_ensemble(pool: BookiePool, metadata: MetadataStore, size: int, 
     """``size`` reachable, writable bookies for a new ledger, as the client's placement
     policy orders them (``write_quorum``: the ledger's W, which rack-aware placement needs;
     by default ``size``)."""
-    candidates, _ = await _candidates(pool, metadata, ())
+    candidates = await _candidates(pool, metadata, ())
     registered = len(candidates)
     unreachable: list[str] = []
     while True:
@@ -102,6 +103,7 @@ async def choose_ensemble(pool: BookiePool, metadata: MetadataStore, size: int, 
                 f"({registered} registered; unreachable: {'; '.join(unreachable) or 'none'})"
             )
         chosen = pool.placement.new_ensemble(candidates, ensemble_size=size, write_quorum=write_quorum or size)
+        _checked(chosen, candidates, size, pool.placement)
         down = {b: why for b in chosen if (why := await _reachable(pool, b))}
         if not down:
             _placed(pool, chosen)
@@ -124,7 +126,9 @@ async def choose_replacements(
     taken from outside the ensemble and ``exclude``, as the placement policy chooses
     (``write_quorum``: the ledger's W, so rack-aware placement keeps every write set
     spanning its racks; by default ``len(ensemble)``, the whole ensemble as one set)."""
-    candidates, racks = await _candidates(pool, metadata, {*ensemble, *exclude})
+    candidates = await _candidates(pool, metadata, {*ensemble, *exclude})
+    # The racks of the ensemble's bookies: registered ones, read-only included.
+    racks = {b.bookie_id: b.rack for b in await metadata.list_bookies()}
     current = [Candidate(b, racks.get(b, ""), pool.health.quarantined(b)) for b in ensemble]
     unreachable: list[str] = []
     while True:
@@ -138,6 +142,9 @@ async def choose_replacements(
         chosen = pool.placement.replacements(
             candidates, ensemble=current, failed=list(failed), write_quorum=write_quorum or len(ensemble)
         )
+        if sorted(chosen) != sorted(failed):
+            raise PluginError(f"placement policy {type(pool.placement).__name__} replaced {sorted(chosen)}, not {sorted(failed)}")
+        _checked(list(chosen.values()), candidates, len(failed), pool.placement)
         down = {b: why for b in chosen.values() if (why := await _reachable(pool, b))}
         if not down:
             _placed(pool, list(chosen.values()))

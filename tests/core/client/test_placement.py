@@ -8,20 +8,23 @@ import logging
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 import trio
 
 import bkframe
+from bkframe.core.config import NoConfig
 from bkframe.core.metadata import BookieInfo
-from bkframe.core.placement import PlacementError, racks_spanned
+from bkframe.core.placement import Candidate, PlacementError, racks_spanned
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.errors import ConfigError
+from bkframe.core.registry import ComponentRegistry
+from bkframe.errors import ConfigError, PluginError
 
 PW = b"pw"
 RACKS = ("rack-a", "rack-b", "rack-c")
-FAST: dict[str, float] = {"add_timeout_s": 2.0, "read_timeout_s": 2.0}
+FAST: dict[str, Any] = {"add_timeout_s": 2.0, "read_timeout_s": 2.0}
 
 
 async def racks_of(client: Any) -> dict[str, str]:
@@ -83,6 +86,26 @@ async def test_rack_aware_write_sets_span_racks_and_ensemble_changes_keep_it(
             await client.create_ledger(ensemble=4, write_quorum=4, ack_quorum=2, password=PW)
 
 
+class ExtraFirst:
+    """A broken policy: "extra" first, whether it is a candidate or not."""
+
+    wants_load = False
+
+    def new_ensemble(self, candidates: Sequence[Candidate], *, ensemble_size: int, write_quorum: int) -> list[str]:
+        return ["extra", *sorted(c.bookie_id for c in candidates)][:ensemble_size]
+
+    def replacements(
+        self, candidates: Sequence[Candidate], *, ensemble: Sequence[Candidate], failed: Sequence[int], write_quorum: int
+    ) -> dict[int, str]:
+        raise AssertionError("not called")
+
+
+class ExtraFirstPlugin:
+    @bkframe.hookimpl
+    def bkframe_placement_policy(self, registry: ComponentRegistry) -> None:
+        registry.add_placement_policy("extra_first", lambda options: ExtraFirst(), config=NoConfig)
+
+
 async def test_read_only_bookies_are_never_chosen(cluster_factory: Any) -> None:
     cluster = cluster_factory(4)
     store = PluginManager().metadata_store(cluster.metadata)
@@ -92,7 +115,7 @@ async def test_read_only_bookies_are_never_chosen(cluster_factory: Any) -> None:
         registration = await store.register_bookie(BookieInfo("extra", address), ttl_s=6, nursery=nursery)
         async with bkframe.open_client(cluster.metadata, **FAST) as client:
             # Writable, it is chosen (so the test below can fail)...
-            chosen = set()
+            chosen: set[str] = set()
             for _ in range(20):
                 writer = await client.create_ledger(ensemble=4, write_quorum=2, ack_quorum=2, password=PW)
                 chosen.update(writer.metadata.fragments[0][1])
@@ -120,6 +143,11 @@ async def test_read_only_bookies_are_never_chosen(cluster_factory: Any) -> None:
             assert len(writer.metadata.fragments) == 2
             assert writer.metadata.fragments[1][1] == ("bookie-3", *ensemble[1:])
             await writer.close()
+        # No policy can break the rule: one that picks the read-only bookie is an error of its plugin.
+        plugins = PluginManager(load_entry_points=False, extra_plugins=[ExtraFirstPlugin()])
+        async with bkframe.open_client(cluster.metadata, plugins=plugins, placement="extra_first") as client:
+            with pytest.raises(PluginError, match=r"placement policy ExtraFirst chose \['extra', 'bookie-0'\]: it must"):
+                await client.create_ledger(ensemble=2, write_quorum=2, ack_quorum=2, password=PW)
         await registration.aclose()
     await store.aclose()
 
