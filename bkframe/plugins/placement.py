@@ -32,8 +32,9 @@ from bkframe.core.registry import ComponentRegistry
 log = logging.getLogger("bkframe.placement")
 
 #: Choices the rack-aware search tries before it gives up (it tries one bookie per rack at
-#: each position, so this is far more than any real ensemble needs).
-MAX_SEARCH_STEPS = 20000
+#: each position and finds a feasible ensemble in about E steps; this bounds the time an
+#: infeasible shape costs on the event loop to some tens of milliseconds).
+MAX_SEARCH_STEPS = 5000
 
 
 def _random(config: NoConfig) -> RandomPlacement:
@@ -133,10 +134,10 @@ class RackAwarePlacement:
         need = min(self.min_racks, w)
         windows = [ws for ws in write_sets(len(slots), w) if any(i in open_ for i in ws)]
         order = healthy_first(shuffled(candidates))
-        found = _search(order, list(slots), open_, windows, need)
+        racks = sorted({c.rack for c in candidates} | {c.rack for c in slots if c is not None})
+        found = _search(order, list(slots), open_, windows, need) if len(racks) >= need else None
         if found is not None:
             return found
-        racks = sorted({c.rack for c in candidates} | {c.rack for c in slots if c is not None})
         message = (
             f"rack-aware placement: {what}: no choice gives every write set {need} racks "
             f"(the writable bookies and the rest of the ensemble span {len(racks)} rack(s): "
@@ -148,9 +149,18 @@ class RackAwarePlacement:
         return _greedy(order, list(slots), open_, windows)
 
 
-def _overlap(slots: list[Candidate | None], windows: list[tuple[int, ...]], i: int, rack: str) -> int:
-    """In how many of the write sets holding position ``i`` ``rack`` is there already."""
-    return sum(1 for ws in windows if i in ws and rack in _racks(slots, ws, but=i))
+def _by_rack_preference(
+    order: list[Candidate], used: set[str], slots: list[Candidate | None], windows: list[tuple[int, ...]], i: int
+) -> list[Candidate]:
+    """For position ``i``: the first unused bookie of each (rack, quarantined) in ``order``
+    (bookies of one rack are interchangeable for the rule), healthy first, then those whose
+    rack the write sets holding ``i`` have least."""
+    firsts: dict[tuple[str, bool], Candidate] = {}
+    for c in order:
+        if c.bookie_id not in used:
+            firsts.setdefault((c.rack, c.quarantined), c)
+    present = [_racks(slots, ws, but=i) for ws in windows if i in ws]
+    return sorted(firsts.values(), key=lambda c: (c.quarantined, sum(c.rack in racks for racks in present)))
 
 
 def _racks(slots: list[Candidate | None], ws: tuple[int, ...], *, but: int = -1) -> set[str]:
@@ -177,13 +187,7 @@ def _search(
         if k == len(open_):
             return True
         i = open_[k]
-        tried: set[tuple[str, bool]] = set()
-        free = [c for c in order if c.bookie_id not in used]
-        free.sort(key=lambda c: (c.quarantined, _overlap(slots, windows, i, c.rack)))
-        for c in free:
-            if (c.rack, c.quarantined) in tried:
-                continue  # another bookie of this rack failed here: this one would too
-            tried.add((c.rack, c.quarantined))
+        for c in _by_rack_preference(order, used, slots, windows, i):
             steps += 1
             if steps > MAX_SEARCH_STEPS:
                 return False
@@ -203,10 +207,13 @@ def _search(
 def _greedy(
     order: list[Candidate], slots: list[Candidate | None], open_: list[int], windows: list[tuple[int, ...]]
 ) -> list[Candidate]:
-    """Each open position in turn gets the bookie whose rack its write sets have least."""
+    """Each open position in turn gets the bookie whose rack its write sets have least
+    (healthy first among those)."""
     for i in open_:
-        free = [c for c in order if c.bookie_id not in {s.bookie_id for s in slots if s is not None}]
-        slots[i] = min(free, key=lambda c: (_overlap(slots, windows, i, c.rack), c.quarantined))
+        used = {s.bookie_id for s in slots if s is not None}
+        present = [_racks(slots, ws, but=i) for ws in windows if i in ws]
+        free = [c for c in order if c.bookie_id not in used]
+        slots[i] = min(free, key=lambda c: (sum(c.rack in racks for racks in present), c.quarantined))
     return [c for c in slots if c is not None]
 
 

@@ -168,3 +168,13 @@ def test_a_placement_policy_name_registered_twice_is_an_error() -> None:
     pm = PluginManager(load_entry_points=False, extra_plugins=[Twice()])
     with pytest.raises(PluginError, match="placement_policy 'random' is registered twice"):
         pm.components  # noqa: B018 - building the registry is what fails
+
+
+def test_rack_aware_search_of_an_impossible_shape_ends_with_a_best_effort(caplog: pytest.LogCaptureFixture) -> None:
+    # Every 7 consecutive bookies of 13 on 7 distinct racks: impossible (13 is no multiple
+    # of 7); the bounded search gives up and the fallback still spreads.
+    many = [Candidate(f"b{i}", rack=f"r{i % 7}") for i in range(300)]
+    with caplog.at_level(logging.WARNING, logger="bkframe.placement"):
+        chosen = rack_aware(7).new_ensemble(many, ensemble_size=13, write_quorum=7)
+    assert len(set(chosen)) == 13 and "no choice gives every write set 7 racks" in caplog.text
+    assert racks_spanned(racks(chosen, many), 7) >= 6
