@@ -42,6 +42,11 @@ async def test_rack_aware_write_sets_span_racks_and_ensemble_changes_keep_it(
     assert {d["id"]: d["rack"] for d in map(json.loads, listed.splitlines())} == {
         f"bookie-{i}": RACKS[i % 3] for i in range(6)
     }
+    listed = subprocess.run(
+        [sys.executable, "-m", "bkframe", "bookies", "list", "--metadata", cluster.metadata],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout
+    assert [line.split("\t")[2:] for line in listed.splitlines()] == [["writable", RACKS[i % 3]] for i in range(6)]
     async with bkframe.open_client(cluster.metadata, placement="rack_aware", min_racks=3, **FAST) as client:
         racks = await racks_of(client)
         for e, w in [(3, 3), (4, 2), (5, 2), (6, 3)]:
