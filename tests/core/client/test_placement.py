@@ -181,3 +181,20 @@ async def test_least_used_spreads_ledgers_evenly(cluster_factory: Any) -> None:
         assert sorted(Counter(placed).values()) == [4, 4, 4, 4], Counter(placed)
         conn = await client.pool.get("bookie-0")
         assert (await conn.info())["ledgers"] == 4
+
+
+@pytest.mark.parametrize("server", ["zk_server", "etcd_server", None])
+async def test_the_rack_label_survives_every_metadata_store(server: str | None, request: Any, tmp_path: Any) -> None:
+    if server == "zk_server":
+        uri = f"zk://{request.getfixturevalue(server).address}/racks-{tmp_path.name}"
+    elif server == "etcd_server":
+        uri = f"etcd://{request.getfixturevalue(server).address}/racks-{tmp_path.name}"
+    else:
+        uri = f"sqlite://{tmp_path / 'meta.db'}"
+    store = PluginManager().metadata_store(uri, create=True)
+    async with trio.open_nursery() as nursery:
+        registration = await store.register_bookie(BookieInfo("b1", "127.0.0.1:1", rack="rack-a"), ttl_s=6, nursery=nursery)
+        await registration.set_read_only(True)
+        assert [(b.bookie_id, b.rack, b.read_only) for b in await store.list_bookies()] == [("b1", "rack-a", True)]
+        await registration.aclose()
+    await store.aclose()
