@@ -49,6 +49,30 @@ def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, message: str) ->
         load_config(f)
 
 
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[placement]\npolicy = 'nearest'\n", r"b.toml: \[placement\]: placement policy 'nearest': no installed plugin"),
+        ("[placement]\npolicy = 'rack_aware'\nmin_racks = 0\n", r"min_racks = 0 should be an integer >= 1"),
+        ("[placement]\nmin_racks = 2\n", r"placement policy 'random': unknown key\(s\) min_racks"),
+        ("[placement]\npolicy = 3\n", r"policy = 3 should be a string"),
+    ],
+)
+def test_bad_placement_section_is_a_clear_error_before_the_bookie_starts(tmp_path: Path, text: str, message: str) -> None:
+    f = tmp_path / "b.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        PluginManager().check_config(load_config(f))
+
+
+def test_placement_section(tmp_path: Path) -> None:
+    f = tmp_path / "b.toml"
+    f.write_text("[placement]\npolicy = 'rack_aware'\nmin_racks = 3\n[bookie]\nrack = 'r1'\n")
+    config = load_config(f)
+    assert (config.placement, config.bookie.rack) == ({"policy": "rack_aware", "min_racks": 3}, "r1")
+    assert load_config(None).placement == {"policy": "random"}
+
+
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml")
