@@ -46,12 +46,14 @@ async def _with_load(pool: BookiePool, candidates: list[Candidate]) -> list[Cand
             conn = await pool.get(bookie_id)
             info = await conn.info(timeout_s=LOAD_TIMEOUT_S)
             counts[bookie_id] = (int(info.get("ledgers", 0)), trio.current_time())
-        except (ConnectionError, TimeoutError, trio.TooSlowError):
-            pass  # unknown load; the reachability check decides whether it is taken at all
+        except ConnectionError as e:
+            # Unknown load; quarantined, so that the next choices do not wait for it again.
+            pool.health.failed(bookie_id, f"GET_BOOKIE_INFO failed: {e}")
 
     async with trio.open_nursery() as nursery:
         for c in candidates:
-            if c.bookie_id not in counts or now - counts[c.bookie_id][1] > LOAD_TTL_S:
+            stale = c.bookie_id not in counts or now - counts[c.bookie_id][1] > LOAD_TTL_S
+            if stale and not c.quarantined:
                 nursery.start_soon(ask, c.bookie_id)
     return [
         Candidate(c.bookie_id, c.rack, c.quarantined, counts[c.bookie_id][0] if c.bookie_id in counts else None)

@@ -181,6 +181,17 @@ async def test_least_used_spreads_ledgers_evenly(cluster_factory: Any) -> None:
         assert sorted(Counter(placed).values()) == [4, 4, 4, 4], Counter(placed)
         conn = await client.pool.get("bookie-0")
         assert (await conn.info())["ledgers"] == 4
+        # A bookie that does not answer GET_BOOKIE_INFO is not chosen, and is quarantined so
+        # that the next choices do not wait for it again.
+        hung = cluster.by_id("bookie-3")
+        hung.hang()
+        client.pool.ledger_counts.clear()  # as when they are LOAD_TTL_S old: asked again
+        for _ in range(3):
+            writer = await client.create_ledger(ensemble=2, write_quorum=2, ack_quorum=2, password=PW)
+            assert "bookie-3" not in writer.metadata.fragments[0][1]
+            await writer.close()
+        assert client.pool.health.quarantined("bookie-3")
+        hung.resume()
 
 
 @pytest.mark.parametrize("server", ["zk_server", "etcd_server", None])
