@@ -37,7 +37,7 @@ import bisect
 import logging
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import crc32c
@@ -66,6 +66,17 @@ SYNC_BODY = struct.Struct("<Q")
 SYNC_MARK_SIZE = RECORD_HEADER.size + SYNC_BODY.size
 
 
+def journal_file_ids(directory: Path) -> list[int]:
+    """The ids of the journal files in ``directory``, ascending."""
+    ids = []
+    for p in directory.glob("*.txn"):
+        try:
+            ids.append(int(p.stem, 16))
+        except ValueError:
+            continue
+    return sorted(ids)
+
+
 class JournalFailedError(BKError, OSError):
     """A journal write or fsync failed; the bookie must stop (acknowledging would lie)."""
 
@@ -81,7 +92,9 @@ class FsJournal:
     ``preallocate_bytes``: extend the open file this far ahead of the write position (0
     disables). ``max_file_size``: roll to a new file once a file exceeds this. ``fsync``:
     false skips fsync -- acknowledged records can then be lost on power failure; for
-    benchmarks only.
+    benchmarks only. ``new_file_id``: gives the id of each new file (default: one more than
+    the last); a :class:`~bkframe_journal_fs.multi_journal.MultiJournal` shares one counter
+    among its directories, so that file ids order files across all of them.
     """
 
     def __init__(
@@ -96,6 +109,7 @@ class FsJournal:
         preallocate_bytes: int = 16 * 1024 * 1024,
         max_file_size: int = 256 * 1024 * 1024,
         fsync: bool = True,
+        new_file_id: Callable[[], int] | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -128,9 +142,10 @@ class FsJournal:
         self._lost_error: OSError | None = None
         #: Where records go after a group was cut off: set by the worker thread.
         self._resume_at = JournalPosition(0, 0)
+        self._new_file_id = new_file_id
         existing = self._file_ids()
         #: The file being written (opened by ``run``) and the first file of this run.
-        self._file_id = (existing[-1] + 1) if existing else 1
+        self._file_id = new_file_id() if new_file_id is not None else (existing[-1] + 1) if existing else 1
         self._first_file_id = self._file_id
         self._fd: int | None = None
         #: Where the next appended record lands.
@@ -145,13 +160,7 @@ class FsJournal:
     # -- files ---------------------------------------------------------------------------
 
     def _file_ids(self) -> list[int]:
-        ids = []
-        for p in self.directory.glob("*.txn"):
-            try:
-                ids.append(int(p.stem, 16))
-            except ValueError:
-                continue
-        return sorted(ids)
+        return journal_file_ids(self.directory)
 
     def _path(self, file_id: int) -> Path:
         return self.directory / f"{file_id:016x}.txn"
@@ -199,7 +208,7 @@ class FsJournal:
 
     # -- appending -----------------------------------------------------------------------
 
-    def append(self, parts: Sequence[Buffer]) -> int:
+    def append(self, parts: Sequence[Buffer], key: int = 0) -> int:
         if self._failure is not None:
             raise JournalFailedError(f"journal in {self.directory} failed earlier: {self._failure}")
         if self._closed:
@@ -210,8 +219,7 @@ class FsJournal:
             crc = crc32c.crc32c(part, crc)
             length += len(part)
         if self._append_offset > self._max_file_size:
-            self._append_file_id += 1
-            self._append_offset = FILE_HEADER.size
+            self.roll()
         segments = self._segments
         if not segments or segments[-1][0] != self._append_file_id:
             # A new group (or its part in a new file) starts with room for its sync mark,
@@ -232,14 +240,24 @@ class FsJournal:
             self._hurry.set()
         return self._seq
 
+    def roll(self) -> None:
+        """Records appended from now on go to a new file (created when the first is written)."""
+        self._append_file_id = self._new_file_id() if self._new_file_id is not None else self._append_file_id + 1
+        self._append_offset = FILE_HEADER.size
+
+    def hurry(self, seq: int) -> None:
+        """Someone waits for record ``seq`` now: flush its group as soon as possible."""
+        if seq > self._durable:
+            self._hurry_seq = max(self._hurry_seq, seq)
+            self._hurry.set()
+
     @property
     def durable_seq(self) -> int:
         return self._durable
 
     async def wait_durable(self, seq: int, *, hurry: bool = True) -> None:
-        if hurry and seq > self._durable:
-            self._hurry_seq = max(self._hurry_seq, seq)
-            self._hurry.set()
+        if hurry:
+            self.hurry(seq)
         while self._durable < seq:
             if self._failure is not None:
                 raise JournalFailedError(f"journal in {self.directory} failed: {self._failure}")
@@ -414,6 +432,8 @@ class FsJournal:
         self._resume_at = JournalPosition(self._file_id, end)
 
     def _next_file_id(self) -> int:
+        if self._new_file_id is not None:
+            return self._new_file_id()
         return max(self._file_ids(), default=self._file_id - 1) + 1
 
     def _write_and_sync(self, segments: list[tuple[int, bytearray]]) -> int:
