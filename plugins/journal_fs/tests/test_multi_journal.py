@@ -3,8 +3,10 @@ replay order when the number of directories changes, the guard against a dropped
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -12,7 +14,7 @@ from bkframe_journal_fs.fs_journal import FsJournal
 from bkframe_journal_fs.multi_journal import JournalDirsChangedError, MultiJournal
 
 from bkframe.core.counters import Counters
-from bkframe.core.interfaces import Journal, JournalPosition
+from bkframe.core.interfaces import Journal, JournalPosition, JournalWriteError
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.testing.journal_contract import JournalContract, JournalFactory
 
@@ -165,3 +167,46 @@ async def test_wait_durable_waits_for_every_directory(tmp_path: Path) -> None:
         assert all(j.durable_seq == 1 for j in journal.journals)
         await journal.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_full_disk_under_one_directory_loses_only_its_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records of journal 1 find no space: they are lost (their waiters are told, is_lost
+    says so by the shared sequence); journal 0's, appended in between, are durable."""
+    full = False
+    real = os.pwrite
+
+    def pwrite(fd: int, data: Any, offset: int) -> int:
+        if full and os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path / "d1")):
+            raise OSError(errno.ENOSPC, "No space left on device (test)")
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    journal = make_multi(tmp_path, preallocate_bytes=0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        await append_keyed(journal, [keyed(i % 2, i) for i in range(20)], writers=1)
+        full = True
+        outcomes: dict[int, tuple[int, str]] = {}
+
+        async def waiter(seq: int, key: int) -> None:
+            try:
+                await journal.wait_durable(seq)
+                outcomes[seq] = (key, "durable")
+            except JournalWriteError:
+                outcomes[seq] = (key, "lost")
+
+        async with trio.open_nursery() as waiters:
+            for i in range(20, 60):
+                waiters.start_soon(waiter, journal.append([keyed(i % 2, i)], i % 2), i % 2)
+        assert {key for key, what in outcomes.values() if what == "lost"} == {1}
+        assert all(what == "durable" for key, what in outcomes.values() if key == 0)
+        assert all(journal.is_lost(seq) == (key == 1) for seq, (key, _) in outcomes.items())
+        assert journal.durable_seq == max(outcomes)
+        full = False
+        await append_keyed(journal, [keyed(1, 100), keyed(0, 101)], writers=1)
+        await journal.aclose()
+        nursery.cancel_scope.cancel()
+    got = per_key(replay(tmp_path))
+    assert len(got[0]) == 10 + 20 + 1 and len(got[1]) == 10 + 1
