@@ -48,6 +48,7 @@ from bkframe.core.disk_full import DISK_FULL_ERRNOS
 from bkframe.core.fsync import fsync_dir
 from bkframe.core.interfaces import Buffer, JournalCorruptError, JournalPosition, JournalWriteError
 from bkframe.errors import BKError
+from bkframe_journal_fs.group_buffer import RECORD_HEADER, RECORD_MAGIC, GroupBuffer
 
 log = logging.getLogger("bkframe.journal_fs")
 
@@ -56,8 +57,6 @@ FILE_HEADER = struct.Struct("<8sII")  # magic, version, file id (low 32 bits)
 #: Version 2 adds sync marks; version 1 files are still replayed.
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
-RECORD_MAGIC = 0xB0C4_1E55
-RECORD_HEADER = struct.Struct("<III")
 _MAGIC_BYTES = struct.pack("<I", RECORD_MAGIC)
 #: A sync mark: a record with this magic and an 8-byte body, the file's fsynced end (u64).
 SYNC_MAGIC = 0xB0C4_5CED
@@ -122,9 +121,9 @@ class FsJournal:
         self._max_file_size = max_file_size
         self._fsync = fsync
         self._limiter = trio.CapacityLimiter(1)
-        #: Appended records not yet written, as (file id, bytes) segments: a record's file
+        #: Appended records not yet written, a group per file: a record's file
         #: is decided when it is appended, so positions are exact across rolls.
-        self._segments: list[tuple[int, bytearray]] = []
+        self._segments: list[GroupBuffer] = []
         self._buffered = 0
         self._seq = 0  # sequence of the last appended record
         self._durable = 0
@@ -213,24 +212,16 @@ class FsJournal:
             raise JournalFailedError(f"journal in {self.directory} failed earlier: {self._failure}")
         if self._closed:
             raise JournalFailedError(f"journal in {self.directory} is closed")
-        crc = 0
-        length = 0
-        for part in parts:
-            crc = crc32c.crc32c(part, crc)
-            length += len(part)
         if self._append_offset > self._max_file_size:
             self.roll()
         segments = self._segments
-        if not segments or segments[-1][0] != self._append_file_id:
+        if not segments or segments[-1].file_id != self._append_file_id:
             # A new group (or its part in a new file) starts with room for its sync mark,
             # filled in when the group is written (only then is the fsynced end known).
-            segments.append((self._append_file_id, bytearray(SYNC_MARK_SIZE)))
+            segments.append(GroupBuffer(self._append_file_id, SYNC_MARK_SIZE))
             self._buffered += SYNC_MARK_SIZE
             self._append_offset += SYNC_MARK_SIZE
-        buf = segments[-1][1]
-        buf += RECORD_HEADER.pack(RECORD_MAGIC, length, crc)
-        for part in parts:
-            buf += part
+        length = segments[-1].add(parts)
         size = RECORD_HEADER.size + length
         self._buffered += size
         self._append_offset += size
@@ -399,7 +390,7 @@ class FsJournal:
         done, self._group_done = self._group_done, trio.Event()
         done.set()
 
-    def _write_group(self, segments: list[tuple[int, bytearray]]) -> int:
+    def _write_group(self, segments: list[GroupBuffer]) -> int:
         """Runs in the worker thread: :meth:`_write_and_sync`; if that finds no space, cut the
         open file back to where the group started (the durable end) and re-raise."""
         start = self._written if self._fd is not None else None
@@ -436,25 +427,25 @@ class FsJournal:
             return self._new_file_id()
         return max(self._file_ids(), default=self._file_id - 1) + 1
 
-    def _write_and_sync(self, segments: list[tuple[int, bytearray]]) -> int:
+    def _write_and_sync(self, segments: list[GroupBuffer]) -> int:
         """Runs in the worker thread: write each segment to its file, fsync; return fsyncs."""
         syncs = 0
-        for file_id, data in segments:
-            if self._fd is None or file_id != self._file_id:
+        for group in segments:
+            if self._fd is None or group.file_id != self._file_id:
                 if self._fsync and self._fd is not None:
                     syncs += 1  # the roll fsyncs the file it closes
-                self._open_file(file_id)
+                self._open_file(group.file_id)
             assert self._fd is not None
             # The limiter runs groups one at a time, so _synced is the end of the last
             # fdatasync that completed before this group.
             body = SYNC_BODY.pack(self._synced)
-            RECORD_HEADER.pack_into(data, 0, SYNC_MAGIC, SYNC_BODY.size, crc32c.crc32c(body))
-            data[RECORD_HEADER.size : SYNC_MARK_SIZE] = body
-            view = memoryview(data)
-            while view:
-                n = os.pwrite(self._fd, view, self._written)
-                self._written += n
-                view = view[n:]
+            RECORD_HEADER.pack_into(group.lead, 0, SYNC_MAGIC, SYNC_BODY.size, crc32c.crc32c(body))
+            group.lead[RECORD_HEADER.size : SYNC_MARK_SIZE] = body
+            for view in group.pieces():
+                while view:
+                    n = os.pwrite(self._fd, view, self._written)
+                    self._written += n
+                    view = view[n:]
         if self._fsync:
             os.fdatasync(self._fd)  # type: ignore[arg-type]
             self._synced = self._written
