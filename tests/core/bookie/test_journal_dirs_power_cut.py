@@ -11,6 +11,7 @@ from typing import Any
 
 import trio
 
+import bkframe
 from bkframe.core import proto as p
 from bkframe.core.client.bookie_client import connect_bookie
 from bkframe.testing import powerloss, write_faults
@@ -133,3 +134,35 @@ async def test_a_torn_group_in_one_journal_loses_nothing_of_the_other(
     assert "none was acknowledged; truncating" in log
     await add_all(b2, {(2, 30): b"after the power cut", (3, 30): b"after, in journal 1"})
     assert b2.stop() == 0
+
+
+async def test_vd_sync_covers_both_journals_across_a_power_cut(cluster_factory: Any) -> None:
+    """BP-14 with two journal directories: two VD ledgers (consecutive ids, one per journal)
+    are acknowledged while their records wait unsynced; sync() makes each durable in the
+    journal that holds it, and a power cut of every bookie keeps what the syncs covered."""
+    config = '[journal]\nplugin = "journal_fs"\nmax_lazy_wait_ms = 60000.0\npreallocate_bytes = 0\ndirs = ["j1"]\n'
+    cluster = cluster_factory(3, config=config, powerloss=True)
+    async with bkframe.open_client(cluster.metadata) as client:
+        writers = [
+            await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, ledger_type="VD_JOURNAL", password=b"vd")
+            for _ in range(2)
+        ]
+        assert {w.ledger_id % 2 for w in writers} == {0, 1}, "one ledger per journal"
+        with trio.fail_after(10):  # acknowledged while their journal records wait
+            for i in range(30):
+                for w in writers:
+                    await w.append(b"%d-acked-%d" % (w.ledger_id, i))
+        assert all(w.lac <= 0 for w in writers)
+        with trio.fail_after(10):  # a SYNC hurries the journals: no minute's wait
+            for w in writers:
+                assert await w.sync() == 29
+    bookies = [cluster.by_id(b) for b in writers[0].metadata.fragments[0][1]]
+    for b in bookies:
+        b.lose_power()
+    for b in bookies:
+        b.start(*cluster.bookie_args, powerloss=True)
+    async with bkframe.open_client(cluster.metadata) as client:
+        for w in writers:
+            recovered = await client.open_ledger(w.ledger_id, password=b"vd", recovery=True)
+            assert recovered.lac == 29
+            assert [e.payload for e in await recovered.read(0, 29)] == [b"%d-acked-%d" % (w.ledger_id, i) for i in range(30)]
