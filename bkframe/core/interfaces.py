@@ -57,11 +57,14 @@ class Journal(Protocol):
         """
         ...
 
-    def append(self, parts: Sequence[Buffer]) -> int:
+    def append(self, parts: Sequence[Buffer], key: int = 0) -> int:
         """Append one record made of the concatenation of ``parts``; return its sequence.
 
         Never blocks and never waits for the disk. The returned sequence number is
         monotonic; pass it to :meth:`wait_durable` to wait until the record is fsynced.
+        ``key`` (the bookie passes the record's ledger id): records of one key are replayed
+        in the order they were appended; a journal with several writers may spread keys
+        over them and replay records of different keys in another order.
         """
         ...
 

@@ -260,7 +260,8 @@ class RequestHandler:
                 if is_disk_full(e):
                     return self._no_space(e, f"to store ledger {ledger_id}")
                 return self._storage_failed(ledger_id, entry_ids, e)
-            batch.wait_seq = max(batch.wait_seq, self.journal.append(jr.master_record(ledger_id, ledger_type, master_key)))
+            seq = self.journal.append(jr.master_record(ledger_id, ledger_type, master_key), ledger_id)
+            batch.wait_seq = max(batch.wait_seq, seq)
         elif not state.master_key:
             if self.bookie.key_verifier is not None:
                 # Known only from a lost disk's protection, replayed entries or a keyless
@@ -303,7 +304,7 @@ class RequestHandler:
         if moved is not None:
             moved.set()
         if policy.journal_data or recovery:
-            seq = self.journal.append(jr.entries_record(ledger_id, entry_ids, datas, lac))
+            seq = self.journal.append(jr.entries_record(ledger_id, entry_ids, datas, lac), ledger_id)
             # Recovery closes the ledger on what recovery-adds acknowledge, so those are
             # synced whatever the ledger type promises its writer.
             if policy.sync_before_ack or recovery:
@@ -440,15 +441,15 @@ class RequestHandler:
         return what.encode()
 
     def _append_master(self, ledger_id: int, state: LedgerState, batch: ResponseBatch) -> None:
-        seq = self.journal.append(jr.master_record(ledger_id, state.ledger_type, state.master_key))
+        seq = self.journal.append(jr.master_record(ledger_id, state.ledger_type, state.master_key), ledger_id)
         batch.wait_seq = max(batch.wait_seq, seq)
 
     def _fence(self, ledger_id: int, state: LedgerState, batch: ResponseBatch) -> None:
         if self.journal.is_lost(self._fence_seq.get(ledger_id, 0)):
             # Its record found no space on the disk: into the journal again.
-            self._fence_seq[ledger_id] = self.journal.append(jr.fence_record(ledger_id))
+            self._fence_seq[ledger_id] = self.journal.append(jr.fence_record(ledger_id), ledger_id)
         if self.storage.set_fenced(ledger_id):
-            self._fence_seq[ledger_id] = self.journal.append(jr.fence_record(ledger_id))
+            self._fence_seq[ledger_id] = self.journal.append(jr.fence_record(ledger_id), ledger_id)
             self.counters.fenced_ledgers += 1
             if not state.write_closed:
                 # BP-32: a fenced ledger's writer is done; only recovery adds may follow.
@@ -479,7 +480,7 @@ class RequestHandler:
             return
         if req.lac > state.lac:
             self.storage.set_lac(req.ledger_id, req.lac)
-            batch.wait_seq = max(batch.wait_seq, self.journal.append(jr.lac_record(req.ledger_id, req.lac)))
+            batch.wait_seq = max(batch.wait_seq, self.journal.append(jr.lac_record(req.ledger_id, req.lac), req.ledger_id))
             moved = self._lac_moved.pop(req.ledger_id, None)
             if moved is not None:
                 moved.set()
