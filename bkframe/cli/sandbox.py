@@ -45,14 +45,22 @@ async def check_store(metadata: str) -> None:
     help="Write and read ledgers and a named log, run a Spark pipeline on logs, print what was done, then stop.",
 )
 @click.option("--no-spark", is_flag=True, help="With --demo: skip the Spark pipeline (it needs pyspark and Java).")
-def sandbox(bookies: int, data_dir: Path, metadata: str | None, demo: bool, no_spark: bool) -> None:
+@click.option(
+    "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="BKFRAME_SANDBOX_CONFIG",
+    help="Bookie TOML config for every bookie (see conf/bookie.toml); also $BKFRAME_SANDBOX_CONFIG.",
+)
+def sandbox(
+    bookies: int, data_dir: Path, metadata: str | None, demo: bool, no_spark: bool, config_path: Path | None
+) -> None:
     """Run a local cluster: N bookie processes on one metadata store."""
     if demo and not no_spark and (missing := spark_missing()) is not None:
         raise click.ClickException(missing)  # before any bookie starts: nothing to undo
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     metadata = metadata or f"sqlite://{data_dir / 'metadata.db'}"
-    cluster = Cluster(data_dir, bookies, metadata, first=1, command=BOOKIE_COMMAND)
+    args = ("--config", str(config_path.resolve())) if config_path is not None else ()
+    cluster = Cluster(data_dir, bookies, metadata, bookie_args=args, first=1, command=BOOKIE_COMMAND)
 
     async def main() -> None:
         await check_store(metadata)
