@@ -37,8 +37,10 @@ class EntryLogWriteError(EntryLogError):
 
 
 class EntryLogFiles:
-    def __init__(self, directory: Path, counters: Counters) -> None:
+    def __init__(self, directory: Path, counters: Counters, *, drop_synced_pages: bool = False) -> None:
         self.dir = Path(directory)
+        #: After each flush, drop the flushed logs' pages from the page cache.
+        self._drop_pages = drop_synced_pages
         self.dir.mkdir(parents=True, exist_ok=True)
         self._counters = counters
         #: Every log's fd by id.
@@ -153,7 +155,7 @@ class EntryLogFiles:
             fds = [self._fds[i] for i in todo]
             try:
                 n = await trio.to_thread.run_sync(
-                    fsync_files, fds, self.dir if dir_dirty else None, limiter=self._limiter
+                    _sync, fds, self.dir if dir_dirty else None, self._drop_pages, limiter=self._limiter
                 )
             except OSError as e:
                 # After a failed fsync the kernel may have dropped the dirty pages (and a
@@ -179,3 +181,14 @@ class EntryLogFiles:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+
+
+def _sync(fds: list[int], directory: Path | None, drop_pages: bool) -> int:
+    """In a worker thread: fsync the logs (and the directory); then, if asked, drop their
+    now clean pages from the page cache, so that a long stream of writes does not fill it
+    and make the kernel reclaim in the writers' path (reads of those entries go to disk)."""
+    n = fsync_files(fds, directory)
+    if drop_pages:
+        for fd in fds:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    return n

@@ -34,6 +34,8 @@ class FsJournalConfig:
     max_file_size: int = attrs.field(default=256 * 1024 * 1024, validator=at_least(4096))
     #: fsync each group (off only for benchmarks: acknowledged adds could be lost).
     fsync: bool = True
+    #: After each fsync, drop the synced pages from the page cache (read only at replay).
+    drop_synced_pages: bool = False
 
 
 def make_journal(config: FsJournalConfig, directory: Path, counters: Counters) -> FsJournal:
