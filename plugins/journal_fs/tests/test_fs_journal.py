@@ -104,3 +104,13 @@ def test_config_errors_and_other_names(tmp_path: Path) -> None:
     # The journal answers its own name only: another name is a clear error naming what is installed.
     with pytest.raises(ConfigError, match=r"plugin = 'other': no installed plugin provides it \(installed: journal_fs\)"):
         PluginManager().journal(config={"plugin": "other"}, directory=tmp_path, counters=Counters())
+
+
+class TestFsJournalDroppingSyncedPages(JournalContract):
+    """``drop_synced_pages`` (posix_fadvise DONTNEED after each fsync) keeps the contract."""
+
+    @pytest.fixture
+    def journal_factory(self) -> JournalFactory:
+        return lambda directory, counters: make(
+            directory, counters, max_file_size=5_000, preallocate_bytes=64 * 1024, drop_synced_pages=True
+        )
