@@ -71,8 +71,10 @@ async def held_everywhere(client: Any, cluster: Any, ledger_id: int, count: int)
             assert r.data.endswith(payload(ledger_id, e, size_of(e))), (b.bookie_id, e)
 
 
-async def test_acknowledged_large_entries_survive_a_power_cut_of_every_bookie(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3, config=CONFIG % LARGE, powerloss=True)
+@pytest.mark.parametrize("entry_logs", ["single", "per_ledger"])
+async def test_acknowledged_large_entries_survive_a_power_cut_of_every_bookie(cluster_factory: Any, entry_logs: str) -> None:
+    config = CONFIG % LARGE + f'\n[entry_log_manager]\nplugin = "{entry_logs}"\n'
+    cluster = cluster_factory(3, config=config, powerloss=True)
     count = 30
     async with bkframe.open_client(cluster.metadata) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=3, password=PW)
