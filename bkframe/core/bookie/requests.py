@@ -21,8 +21,9 @@ import trio
 from bkframe.core import proto as p
 from bkframe.core.bookie import journal_records as jr
 from bkframe.core.bookie.batch_reads import read_batch
+from bkframe.core.bookie.write_once import journal_written_once
 from bkframe.core.disk_full import is_disk_full
-from bkframe.core.interfaces import Buffer, JournalWriteError, LedgerState
+from bkframe.core.interfaces import Buffer, JournalWriteError, LedgerState, WriteOnceStorage
 
 if TYPE_CHECKING:
     from bkframe.core.bookie.bookie import Bookie
@@ -41,6 +42,9 @@ class ResponseBatch:
     deferred: list[Callable[[], Awaitable[bytes]]] = attrs.Factory(list)
     #: The frame's requests, to answer them again if the journal loses ``wait_seq``.
     requests: Sequence[p.Request | p.BadMessage] = ()
+    #: Large entries were written once: the ack also waits for ledger storage's
+    #: ``sync_entries`` (see :class:`WriteOnceStorage`).
+    sync_storage: bool = False
 
 
 class RequestHandler:
@@ -55,6 +59,10 @@ class RequestHandler:
         self.tombstones = bookie.tombstones
         self.sync = bookie.sync
         self.types_by_id = bookie.types_by_id
+        #: The storage, if it can write large PD entries once (and is configured to).
+        self.write_once: WriteOnceStorage | None = (
+            self.storage if isinstance(self.storage, WriteOnceStorage) and self.storage.large_entry_bytes > 0 else None
+        )
         #: Journal sequence of each ledger's fence record, so a repeated fence waits for it.
         self._fence_seq: dict[int, int] = {}
         #: Long polls waiting for a ledger's LAC to move.
@@ -191,7 +199,9 @@ class RequestHandler:
         return p.Status.READ_ONLY if self.mode.read_only else p.Status.IO_ERROR
 
 
-    def lost_write_responses(self, batch: ResponseBatch, error: BaseException) -> list[Buffer]:
+    def lost_write_responses(
+        self, batch: ResponseBatch, error: BaseException, what: str = "the journal write"
+    ) -> list[Buffer]:
         """Answers for a frame whose journal records were lost (a write found no space).
 
         Whatever needed those records to be durable (adds, explicit LACs, fences) gets an
@@ -201,7 +211,7 @@ class RequestHandler:
         """
         self.bookie.journal_write_failed(error)
         status = self.lost_status()
-        message = f"bookie {self.bookie.bookie_id}: the journal write failed ({error}); nothing of this request is durable here"
+        message = f"bookie {self.bookie.bookie_id}: {what} failed ({error}); nothing of this request is durable here"
         parts: list[Buffer] = []
         again: list[p.Request | p.BadMessage] = []
         for req in batch.requests:
@@ -304,7 +314,13 @@ class RequestHandler:
         if moved is not None:
             moved.set()
         if policy.journal_data or recovery:
-            seq = self.journal.append(jr.entries_record(ledger_id, entry_ids, datas, lac), ledger_id)
+            if self.write_once is not None and policy.sync_before_ack and not recovery:
+                seq, once = journal_written_once(self.journal, self.write_once, ledger_id, entry_ids, datas, lac)
+                if once:
+                    batch.sync_storage = True
+                    self.counters.entries_written_once += once
+            else:
+                seq = self.journal.append(jr.entries_record(ledger_id, entry_ids, datas, lac), ledger_id)
             # Recovery closes the ledger on what recovery-adds acknowledge, so those are
             # synced whatever the ledger type promises its writer.
             if policy.sync_before_ack or recovery:
@@ -313,6 +329,11 @@ class RequestHandler:
                 self.sync.journaled(ledger_id, cursor, seq, entry_ids, lac)
         self.counters.entries_added += len(entry_ids)
         return p.Status.OK, ""
+
+    async def sync_storage(self) -> None:
+        """Make the entry-log writes of large entries durable (see ``sync_storage`` of batches)."""
+        assert self.write_once is not None
+        await self.write_once.sync_entries()
 
     def _readable(self, ledger_id: int, entry_id: int) -> bytes | None:
         try:
@@ -346,6 +367,12 @@ class RequestHandler:
             self._add_batch(adds, sub)
         else:
             self._add_run(adds, sub)
+        if sub.sync_storage:
+            try:
+                await self.sync_storage()
+            except Exception as e:  # noqa: BLE001 - the entries are not durable here: say so
+                sub.requests = [adds] if isinstance(adds, p.AddBatchRequest) else list(adds)
+                return b"".join(bytes(part) for part in self.lost_write_responses(sub, e, "the entry-log fsync"))
         if sub.wait_seq > self.journal.durable_seq:
             await self.journal.wait_durable(sub.wait_seq)
         return b"".join(bytes(part) for part in sub.parts)

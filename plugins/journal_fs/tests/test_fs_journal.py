@@ -129,3 +129,13 @@ async def test_large_records_are_written_from_their_parts_and_checksummed_off_th
     data[-5000] ^= 0xFF
     last.write_bytes(bytes(data))
     assert replayed(tmp_path) == [b"".join(parts) for parts in records][:-1]
+
+
+class TestFsJournalDroppingSyncedPages(JournalContract):
+    """``drop_synced_pages`` (posix_fadvise DONTNEED after each fsync) keeps the contract."""
+
+    @pytest.fixture
+    def journal_factory(self) -> JournalFactory:
+        return lambda directory, counters: make(
+            directory, counters, max_file_size=5_000, preallocate_bytes=64 * 1024, drop_synced_pages=True
+        )

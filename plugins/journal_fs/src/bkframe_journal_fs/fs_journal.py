@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import mmap
 import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
@@ -109,6 +110,7 @@ class FsJournal:
         max_file_size: int = 256 * 1024 * 1024,
         fsync: bool = True,
         new_file_id: Callable[[], int] | None = None,
+        drop_synced_pages: bool = False,
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -120,6 +122,7 @@ class FsJournal:
         self._prealloc = preallocate_bytes
         self._max_file_size = max_file_size
         self._fsync = fsync
+        self._drop_pages = drop_synced_pages
         self._limiter = trio.CapacityLimiter(1)
         #: Appended records not yet written, a group per file: a record's file
         #: is decided when it is appended, so positions are exact across rolls.
@@ -155,6 +158,8 @@ class FsJournal:
         self._allocated = 0
         #: Where the open file's last completed fdatasync ended (what sync marks record).
         self._synced = 0
+        #: How much of the open file was dropped from the page cache (``drop_synced_pages``).
+        self._dropped = 0
 
     # -- files ---------------------------------------------------------------------------
 
@@ -193,6 +198,7 @@ class FsJournal:
         self._written = len(header)
         self._allocated = 0
         self._synced = 0
+        self._dropped = 0
         self._preallocate()
 
     def _preallocate(self) -> None:
@@ -450,6 +456,13 @@ class FsJournal:
             os.fdatasync(self._fd)  # type: ignore[arg-type]
             self._synced = self._written
             syncs += 1
+            if self._drop_pages:
+                # As BookKeeper's journalRemovePagesFromCache: the journal is read back only
+                # at replay, so its synced pages would only push useful ones out of the cache.
+                end = self._synced - self._synced % mmap.PAGESIZE
+                if end > self._dropped:
+                    os.posix_fadvise(self._fd, self._dropped, end - self._dropped, os.POSIX_FADV_DONTNEED)  # type: ignore[arg-type]
+                    self._dropped = end
         self._preallocate()
         return syncs
 

@@ -39,6 +39,8 @@ class FsJournalConfig:
     #: More journal directories (absolute, or relative to the bookie's journal directory,
     #: which is always the first), each with its own writer; ledgers are spread by id.
     dirs: tuple[str, ...] = ()
+    #: After each fsync, drop the synced pages from the page cache (read only at replay).
+    drop_synced_pages: bool = False
 
 
 def make_journal(config: FsJournalConfig, directory: Path, counters: Counters) -> Journal:
