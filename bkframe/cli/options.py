@@ -24,3 +24,8 @@ def metadata_option(*, required: bool = True, help: str = "") -> Callable[[F], F
 
 #: ``--password``: a ledger's password (empty by default, as the client's).
 password_option = click.option("--password", default="", help="The ledger's password.")
+
+
+#: ``click`` context meta key: the ``-v`` level and ``--log-format`` given to ``bkframe``
+#: (None each when not given), which win over a bookie's ``[logging]`` section.
+LOG_OVERRIDES = "bkframe.log_overrides"
