@@ -49,7 +49,13 @@ async def check_store(metadata: str) -> None:
     "--racks", default="", metavar="R1,R2,...",
     help="Rack labels given to the bookies in turn (bookie i gets the i-th, cycling), for rack-aware placement.",
 )
-def sandbox(bookies: int, data_dir: Path, metadata: str | None, demo: bool, no_spark: bool, racks: str) -> None:
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="A bookie config file every bookie is started with (e.g. with [tls] and [auth]).",
+)
+def sandbox(
+    bookies: int, data_dir: Path, metadata: str | None, demo: bool, no_spark: bool, racks: str, config_path: Path | None
+) -> None:
     """Run a local cluster: N bookie processes on one metadata store."""
     if demo and not no_spark and (missing := spark_missing()) is not None:
         raise click.ClickException(missing)  # before any bookie starts: nothing to undo
@@ -57,7 +63,10 @@ def sandbox(bookies: int, data_dir: Path, metadata: str | None, demo: bool, no_s
     data_dir.mkdir(parents=True, exist_ok=True)
     metadata = metadata or f"sqlite://{data_dir / 'metadata.db'}"
     rack_labels = [r.strip() for r in racks.split(",") if r.strip()]
-    cluster = Cluster(data_dir, bookies, metadata, first=1, command=BOOKIE_COMMAND, racks=rack_labels)
+    bookie_args = ("--config", str(config_path.resolve())) if config_path is not None else ()
+    cluster = Cluster(
+        data_dir, bookies, metadata, bookie_args=bookie_args, first=1, command=BOOKIE_COMMAND, racks=rack_labels
+    )
 
     async def main() -> None:
         await check_store(metadata)
