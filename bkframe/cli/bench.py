@@ -16,6 +16,7 @@ import click
 import numpy as np
 import trio
 
+from bkframe.cli.options import client_security
 from bkframe.core import proto as p
 from bkframe.core.client.bookie_client import PendingResponse, connect_bookie
 from bkframe.testing.cluster import BOOKIE_COMMAND, BookieProcess
@@ -222,11 +223,12 @@ async def append_timed(
 @click.option("-a", "--ack-quorum", type=int, default=2, show_default=True, help="Client mode.")
 @click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True, help="Client mode: ledger type.")
 @click.option("--sync-every", type=int, default=0, help="Client mode: call sync() after every N appends.")
-@click.option("--tls-ca", help="Client mode: CA of the bookies' certificates (TLS bookies).")
-@click.option("--tls-cert", help="Client mode: client certificate (bookies with require_client_cert).")
-@click.option("--tls-key", help="Client mode: the client certificate's key.")
+@click.option("--tls-ca", help="Client mode: CA of the bookies' certificates (or $BKFRAME_TLS_CA).")
+@click.option("--tls-cert", help="Client mode: client certificate, for require_client_cert (or $BKFRAME_TLS_CERT).")
+@click.option("--tls-key", help="Client mode: the client certificate's key (or $BKFRAME_TLS_KEY).")
 @click.option(
-    "--auth-token-file", type=click.Path(path_type=Path), help="Client mode: file holding the token (token auth)."
+    "--auth-token-file", type=click.Path(path_type=Path),
+    help="Client mode: file holding the token, for token auth (or $BKFRAME_AUTH_TOKEN_FILE).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line instead of text.")
 def bench(
@@ -252,9 +254,7 @@ def bench(
     """Benchmark pipelined adds: against one bookie directly (default, no metadata store
     needed), or through the client library on a cluster (--metadata)."""
     if metadata:
-        settings: dict[str, Any] = {"tls_ca": tls_ca or "", "tls_cert": tls_cert or "", "tls_key": tls_key or ""}
-        if auth_token_file is not None:
-            settings["auth_token"] = auth_token_file.read_text().strip()
+        settings = client_security(tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, auth_token_file=auth_token_file)
         result = trio.run(
             lambda: bench_client(
                 metadata, entry_size=entry_size, count=count, window=window, ensemble=ensemble,

@@ -20,6 +20,7 @@ import bkframe
 from bkframe.core import proto as p
 from bkframe.core.auth import AuthenticationError, Peer
 from bkframe.core.client.bookie_client import BookieConnectionError, connect_bookie
+from bkframe.core.client.settings import ClientSettings
 from bkframe.core.config import load_config
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.tls import client_context
@@ -235,6 +236,8 @@ def test_token_provider_compares_every_token_and_names_none() -> None:
     assert "a" * 16 not in str(e.value)
     assert provider.client_credential() == ("token", b"a" * 16)
     assert "aaaa" not in repr(TokenConfig(tokens=("a" * 16,)))
+    assert TOKEN not in repr(ClientSettings(auth_token=TOKEN))
+    assert "aaaa" not in repr(p.AuthRequest(1, "token", b"a" * 16))
 
 
 def test_token_file_and_tls_principals(tmp_path: Path) -> None:
@@ -272,3 +275,25 @@ def test_bkframe_auth_provider_registers_the_built_ins() -> None:
     from bkframe.core.registry import ComponentKind
 
     assert PluginManager().components.names(ComponentKind.AUTH_PROVIDER) == ["none", "tls", "token"]
+
+
+async def test_the_command_line_takes_tls_and_the_token_from_the_environment(
+    cluster_factory: Callable[..., Any], certs: Certs, tmp_path: Path
+) -> None:
+    import json
+    import os
+    import sys
+
+    cluster = cluster_factory(1, config=secure_config(certs))
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    env = {
+        **os.environ, "BKFRAME_TLS_CA": str(certs.ca), "BKFRAME_TLS_CERT": str(certs.client_cert),
+        "BKFRAME_TLS_KEY": str(certs.client_key), "BKFRAME_AUTH_TOKEN_FILE": str(token_file),
+    }
+    command = [sys.executable, "-m", "bkframe", "bookies", "info", "--metadata", cluster.metadata]
+    shown = await trio.run_process(command, capture_stdout=True, env=env)
+    assert json.loads(shown.stdout)["bookie_id"] == "bookie-0"
+    del env["BKFRAME_AUTH_TOKEN_FILE"]
+    refused = await trio.run_process(command, capture_stdout=True, capture_stderr=True, env=env, check=False)
+    assert refused.returncode == 1 and b"refused authentication" in refused.stdout + refused.stderr

@@ -54,13 +54,14 @@ async def open_connection(
     """The stream to serve (TLS-wrapped when ``context`` is an SSL context) and who the peer
     is; None when the connection was refused (and answered, where the client can read it)."""
     address = _address(raw)
+    if context is None:
+        # A client may connect and stay silent a while: no timeout here (a stop cancels it).
+        if looks_like_tls(await _peek(raw, 3)):
+            log.warning("refused a TLS connection from %s: this bookie serves plaintext ([tls] enabled = false)", address)
+            return None
+        return raw, Peer(address)
     with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
         first = await _peek(raw, 3)
-        if context is None:
-            if looks_like_tls(first):
-                log.warning("refused a TLS connection from %s: this bookie serves plaintext ([tls] enabled = false)", address)
-                return None
-            return raw, Peer(address)
         if not first or first[0] != TLS_HANDSHAKE:
             if first:
                 log.warning("refused a plaintext connection from %s: this bookie requires TLS", address)

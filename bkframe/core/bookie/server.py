@@ -25,6 +25,8 @@ from bkframe.core.tls import server_context
 log = logging.getLogger("bkframe.server")
 
 RECEIVE_SIZE = 256 * 1024
+#: Seconds a closing TLS connection may take to send its close_notify.
+CLOSE_TIMEOUT_S = 1.0
 
 
 class BookieServer:
@@ -70,7 +72,14 @@ class BookieServer:
         self._idle = trio.Event() if self._connections == 1 else self._idle
         stream: trio.abc.Stream = raw
         try:
-            opened = await open_connection(raw, self._tls)
+            # A stop ends the wait for a client's first bytes, as it ends a reader's wait.
+            opened = None
+            with trio.CancelScope() as waiting:
+                self._readers.add(waiting)
+                try:
+                    opened = await open_connection(raw, self._tls)
+                finally:
+                    self._readers.discard(waiting)
             if opened is None:
                 return
             stream, peer = opened
@@ -92,9 +101,11 @@ class BookieServer:
             if self._connections == 0:
                 self._idle.set()
             with trio.CancelScope(shield=True):
-                await stream.aclose()
-                if stream is not raw:
-                    await raw.aclose()
+                # TLS sends close_notify first: bounded, a peer that reads nothing cannot
+                # hold this task (the socket is closed whatever happens).
+                with trio.move_on_after(CLOSE_TIMEOUT_S):
+                    await stream.aclose()
+                await raw.aclose()
 
     async def _respond_later(
         self, respond: Callable[[], Awaitable[bytes]], send: trio.MemorySendChannel[ResponseBatch]

@@ -403,7 +403,7 @@ async def connect_bookie(
         raise BookieConnectionError(f"cannot connect to bookie {address}: {e}") from e
     except trio.TooSlowError:
         await _close(stream)
-        hint = "" if stream is None else " (does it serve TLS? give tls_ca only for bookies with [tls] enabled)"
+        hint = "" if stream is None else " (hung, or a TLS mismatch: give tls_ca only for bookies with [tls] enabled)"
         raise BookieTimeoutError(f"cannot connect to bookie {address}: no answer in {connect_timeout_s} s{hint}") from None
     except BKError:
         await _close(stream)
@@ -437,7 +437,10 @@ async def connect_bookie(
             # cancelled) and replace whatever the body raised, which the nursery would
             # then swallow: errors inside ``async with connect_bookie(...)`` would vanish.
             with trio.CancelScope(shield=True):
-                await stream.aclose()
+                # TLS sends close_notify first: bounded, so a hung bookie cannot hold us.
+                with trio.move_on_after(1.0):
+                    await stream.aclose()
+                await trio.aclose_forcefully(stream)
 
 
 async def _close(stream: trio.abc.Stream | None) -> None:
