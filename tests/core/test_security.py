@@ -164,6 +164,10 @@ async def test_a_wrong_or_missing_token_is_unauthorized(
     message = str(error)
     assert cluster.bookies[0].address in message and "auth_token" in message, message
     assert ("no token given" if not token else "not accepted") in message
+    # What a user sees first: creating a ledger says the same, not "not enough bookies".
+    async with bkframe.open_client(cluster.metadata, **certs.client(token=token)) as client:
+        with pytest.raises(UnauthorizedError, match="refused authentication"):
+            await client.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1)
 
 
 async def test_the_tls_provider_takes_the_principal_from_the_certificate(
