@@ -99,7 +99,8 @@ class LedgerDeletedError(LedgerFencedError):
 
 
 class UnauthorizedError(BKError):
-    """Wrong password for the ledger."""
+    """Wrong password for the ledger, or a bookie refused the client's authentication
+    (wrong or missing token, a principal it does not accept: see docs/security.md)."""
 
 
 class NoSuchEntryError(BKError):

@@ -16,6 +16,7 @@ import click
 import numpy as np
 import trio
 
+from bkframe.cli.options import client_security
 from bkframe.core import proto as p
 from bkframe.core.client.bookie_client import PendingResponse, connect_bookie
 from bkframe.testing.cluster import BOOKIE_COMMAND, BookieProcess
@@ -118,11 +119,13 @@ async def bench_client(
     ledger_type: str,
     progress: bool,
     sync_every: int = 0,
+    settings: dict[str, Any] | None = None,
 ) -> BenchResult:
-    """Append through the client library to a new ledger with ``window`` appends in flight."""
+    """Append through the client library to a new ledger with ``window`` appends in flight;
+    ``settings``: more ``open_client`` keywords (TLS, token)."""
     from bkframe.core.client.client import open_client
 
-    async with open_client(metadata) as client:
+    async with open_client(metadata, **(settings or {})) as client:
         result, _ = await append_timed(
             client, entry_size=entry_size, count=count, window=window, ensemble=ensemble, write_quorum=write_quorum,
             ack_quorum=ack_quorum, ledger_type=ledger_type, progress=progress, sync_every=sync_every,
@@ -220,6 +223,13 @@ async def append_timed(
 @click.option("-a", "--ack-quorum", type=int, default=2, show_default=True, help="Client mode.")
 @click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True, help="Client mode: ledger type.")
 @click.option("--sync-every", type=int, default=0, help="Client mode: call sync() after every N appends.")
+@click.option("--tls-ca", help="Client mode: CA of the bookies' certificates (or $BKFRAME_TLS_CA).")
+@click.option("--tls-cert", help="Client mode: client certificate, for require_client_cert (or $BKFRAME_TLS_CERT).")
+@click.option("--tls-key", help="Client mode: the client certificate's key (or $BKFRAME_TLS_KEY).")
+@click.option(
+    "--auth-token-file", type=click.Path(path_type=Path),
+    help="Client mode: file holding the token, for token auth (or $BKFRAME_AUTH_TOKEN_FILE).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line instead of text.")
 def bench(
     address: str | None,
@@ -235,16 +245,21 @@ def bench(
     ack_quorum: int,
     ledger_type: str,
     sync_every: int,
+    tls_ca: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    auth_token_file: Path | None,
     as_json: bool,
 ) -> None:
     """Benchmark pipelined adds: against one bookie directly (default, no metadata store
     needed), or through the client library on a cluster (--metadata)."""
     if metadata:
+        settings = client_security(tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, auth_token_file=auth_token_file)
         result = trio.run(
             lambda: bench_client(
                 metadata, entry_size=entry_size, count=count, window=window, ensemble=ensemble,
                 write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type,
-                progress=count >= 50_000 and sys.stderr.isatty(), sync_every=sync_every,
+                progress=count >= 50_000 and sys.stderr.isatty(), sync_every=sync_every, settings=settings,
             )
         )
         click.echo(json.dumps(attrs.asdict(result)) if as_json else result.human())

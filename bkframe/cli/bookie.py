@@ -8,12 +8,14 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import attrs
 import click
 import trio
 
-from bkframe.cli.options import metadata_option
+from bkframe.cli.options import LOG_OVERRIDES, metadata_option
 from bkframe.core.bookie.service import BookieService
 from bkframe.core.config import load_config
+from bkframe.core.log_config import setup_logging
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.replication.data_integrity import LimboRepair
 
@@ -38,6 +40,9 @@ def bookie(
     """Run one bookie composed from the config file; prints 'listening on HOST:PORT'."""
     overrides = {"data_dir": data_dir, "host": host, "port": port, "metadata": metadata, "bookie_id": bookie_id, "rack": rack}
     config = load_config(config_path, overrides)
+    level, log_format = click.get_current_context().meta.get(LOG_OVERRIDES, (None, None))
+    logging_config = attrs.evolve(config.logging, format=log_format) if log_format else config.logging
+    setup_logging(logging_config, level=level)
     plugins = PluginManager(disabled=config.plugins.disable)
     plugins.check_config(config)  # every section's mistakes before anything starts
     service = BookieService(config, plugins, repair=LimboRepair)

@@ -7,7 +7,8 @@ import json
 import click
 import trio
 
-from bkframe.cli.options import metadata_option
+from bkframe.cli.options import client_security, metadata_option
+from bkframe.core.client.settings import ClientSettings
 from bkframe.core.metadata import BookieInfo
 from bkframe.core.plugin_manager import PluginManager
 
@@ -50,6 +51,8 @@ def bookie_info(bookie_ids: tuple[str, ...], metadata: str) -> None:
     read_only / read_only_reason / disk_usage (read-only mode on a full disk)."""
     from bkframe.core.client.bookie_client import BookieConnectionError, connect_bookie
 
+    security = ClientSettings(**client_security())
+
     async def run() -> list[dict[str, object]]:
         store = PluginManager().metadata_store(metadata)
         try:
@@ -65,7 +68,7 @@ def bookie_info(bookie_ids: tuple[str, ...], metadata: str) -> None:
                 continue
             host, _, port = address.rpartition(":")
             try:
-                async with connect_bookie(host, int(port)) as conn:
+                async with connect_bookie(host, int(port), ssl_context=security.ssl_context(), auth=security.auth) as conn:
                     out.append(await conn.info())
             except BookieConnectionError as e:
                 out.append({"bookie_id": bookie_id, "error": str(e)})

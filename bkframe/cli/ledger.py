@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 import trio
 
-from bkframe.cli.options import metadata_option, password_option
+from bkframe.cli.options import client_security, metadata_option, password_option
 from bkframe.core.client.client import Client, open_client
 
 T = TypeVar("T")
@@ -19,7 +19,7 @@ T = TypeVar("T")
 
 def _run(metadata: str, fn: Callable[[Client], Awaitable[T]], **settings: Any) -> T:
     async def main() -> T:
-        async with open_client(metadata, **settings) as client:
+        async with open_client(metadata, **{**client_security(), **settings}) as client:
             return await fn(client)
 
     return trio.run(main)

@@ -12,7 +12,7 @@ import attrs
 import click
 import trio
 
-from bkframe.cli.options import metadata_option
+from bkframe.cli.options import client_security, metadata_option
 from bkframe.core.client.client import open_client
 from bkframe.core.client.log_client import Logs
 from bkframe.core.client.log_writer import PendingLogAppend
@@ -29,7 +29,9 @@ APPEND_LAC_INTERVAL_S = 0.2
 
 def _run(metadata: str, fn: Callable[[Logs], Awaitable[T]], *, explicit_lac_interval_s: float = 0.0) -> T:
     async def main() -> T:
-        async with open_client(metadata, explicit_lac_interval_s=explicit_lac_interval_s) as client:
+        async with open_client(
+            metadata, explicit_lac_interval_s=explicit_lac_interval_s, **client_security()
+        ) as client:
             return await fn(Logs(client))
 
     return trio.run(main)

@@ -10,7 +10,6 @@ become one line and exit status 1 (:mod:`.errors`).
 from __future__ import annotations
 
 import logging
-import sys
 
 import click
 
@@ -22,16 +21,26 @@ from bkframe.cli.cookie import cookie
 from bkframe.cli.errors import Group
 from bkframe.cli.ledger import ledger
 from bkframe.cli.log import log_group
+from bkframe.cli.options import LOG_OVERRIDES
 from bkframe.cli.plugins import plugins
 from bkframe.cli.sandbox import sandbox
+from bkframe.core.log_config import FORMATS, LoggingConfig, setup_logging
 
 
 @click.group(cls=Group)
 @click.option("-v", "--verbose", count=True, help="More logging on stderr (-vv for debug).")
-def main(verbose: int) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(FORMATS),
+    default=None,
+    help="Log lines as text or JSON (default: text; a bookie: its [logging] format).",
+)
+@click.pass_context
+def main(ctx: click.Context, verbose: int, log_format: str | None) -> None:
     """bkframe: a replicated, durable log store in the model of Apache BookKeeper."""
-    level = logging.WARNING - 10 * verbose
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # A bookie sets up logging again from its [logging] section; these win over it when given.
+    ctx.meta[LOG_OVERRIDES] = (logging.WARNING - 10 * verbose if verbose else None, log_format)
+    setup_logging(LoggingConfig(level="warning", format=log_format or "text"), level=logging.WARNING - 10 * verbose)
 
 
 for command in (bookie, plugins, sandbox, bench, bench_sweep, ledger, log_group, bookies, cookie):

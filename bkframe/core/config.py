@@ -18,7 +18,10 @@ from typing import Any, TypeVar, cast
 
 import attrs
 
+from bkframe.core.auth import DEFAULT_PROVIDER as DEFAULT_AUTH_PROVIDER
+from bkframe.core.log_config import LoggingConfig
 from bkframe.core.placement import DEFAULT_POLICY
+from bkframe.core.tls import TLSConfig
 from bkframe.errors import ConfigError
 
 T = TypeVar("T")
@@ -205,6 +208,13 @@ class Config:
     #: for the client inside the bookie (repair, re-replication); validated by the policy's
     #: config class when the plugin manager makes it (:meth:`PluginManager.check_config`).
     placement: Mapping[str, Any] = attrs.field(factory=lambda: {"policy": DEFAULT_POLICY})
+    #: ``[tls]``: the bookie's certificate, for its server and its own client connections.
+    tls: TLSConfig = attrs.field(factory=TLSConfig)
+    #: ``[auth]``: ``provider`` (a registered auth provider's name) and its options;
+    #: validated by the provider's config class (:meth:`PluginManager.check_config`).
+    auth: Mapping[str, Any] = attrs.field(factory=lambda: {"provider": DEFAULT_AUTH_PROVIDER})
+    #: ``[logging]``: level and format of the bookie's log (the CLI's too).
+    logging: LoggingConfig = attrs.field(factory=LoggingConfig)
 
 
 def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
@@ -221,7 +231,7 @@ def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = 
             raise ConfigError(f"config file {path} does not exist") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
-    known = {"bookie", "plugins", "placement", *PLUGIN_SECTIONS}
+    known = {"bookie", "plugins", "placement", "tls", "auth", "logging", *PLUGIN_SECTIONS}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -233,10 +243,15 @@ def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = 
         if value is not None:
             bookie_raw[key] = value
     sections = {s: {**DEFAULT_SECTIONS[s], **raw.get(s, {})} for s in PLUGIN_SECTIONS}
+    tls = parse_section(TLSConfig, raw.get("tls", {}), where=f"{source}: [tls]")
+    tls.check(f"{source}: [tls]")
     return Config(
         bookie=parse_section(BookieConfig, bookie_raw, where=f"{source}: [bookie]"),
         plugins=parse_section(PluginsConfig, raw.get("plugins", {}), where=f"{source}: [plugins]"),
         source=source,
         placement={"policy": DEFAULT_POLICY, **raw.get("placement", {})},
+        tls=tls,
+        auth={"provider": DEFAULT_AUTH_PROVIDER, **raw.get("auth", {})},
+        logging=parse_section(LoggingConfig, raw.get("logging", {}), where=f"{source}: [logging]"),
         **sections,
     )

@@ -51,3 +51,20 @@ def bkframe_placement_policy(registry: ComponentRegistry) -> None:
     Called once per plugin manager, for every plugin (not firstresult), built-ins first,
     after every ``bkframe_register_components``.
     """
+
+
+@hookspec
+def bkframe_auth_provider(registry: ComponentRegistry) -> None:
+    """Register authentication providers: ``registry.add_auth_provider(name, factory, config=C)``.
+
+    :param registry: the same :class:`~bkframe.core.registry.ComponentRegistry` as
+        :func:`bkframe_register_components` gets. ``factory(options: C)`` returns an
+        :class:`~bkframe.core.auth.AuthProvider`; ``C`` is the attrs class the bookie's
+        ``[auth]`` keys (all but ``provider``) are validated against. A bookie picks a
+        provider by name (``[auth] provider = "token"``); built-ins: ``none``, ``token``, ``tls``.
+    :return: nothing. A name registered twice is a :class:`~bkframe.errors.PluginError`
+        naming both plugins and distributions.
+
+    Called once per plugin manager, for every plugin (not firstresult), built-ins first,
+    after every ``bkframe_placement_policy``.
+    """

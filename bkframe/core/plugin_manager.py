@@ -23,6 +23,8 @@ import attrs
 import pluggy
 
 from bkframe.core import hookspecs
+from bkframe.core.auth import DEFAULT_PROVIDER as DEFAULT_AUTH_PROVIDER
+from bkframe.core.auth import AuthProvider
 from bkframe.core.config import Config, parse_section
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import DurabilityPolicy, EntryLogManager, Journal, LedgerStorage
@@ -41,6 +43,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "bkframe.plugins.metadata_memory",
     "bkframe.plugins.metadata_sqlite",
     "bkframe.plugins.placement",
+    "bkframe.plugins.auth",
 )
 
 ENTRY_POINT_GROUP = "bkframe"
@@ -151,7 +154,11 @@ class PluginManager:
         """Every registered component (plugins are asked once, in registration order)."""
         if self._registry is None:
             registry = ComponentRegistry()
-            hooks = (self._pm.hook.bkframe_register_components, self._pm.hook.bkframe_placement_policy)
+            hooks = (
+                self._pm.hook.bkframe_register_components,
+                self._pm.hook.bkframe_placement_policy,
+                self._pm.hook.bkframe_auth_provider,
+            )
             for impl in [impl for hook in hooks for impl in hook.get_hookimpls()]:
                 name = impl.plugin_name
                 if self._pm.get_plugin(name) is None:
@@ -189,6 +196,12 @@ class PluginManager:
         for section, kind in SECTION_KINDS.items():
             self._component(kind, section, getattr(config, section), config.source)
         self.placement_policy_from_section(config.placement, source=f"{config.source}: [placement]")
+        auth = self.auth_provider_from_section(config.auth, source=f"{config.source}: [auth]")
+        if auth.needs_client_certificate and not (config.tls.enabled and config.tls.require_client_cert):
+            raise ConfigError(
+                f"{config.source}: [auth] provider = {config.auth.get('provider')!r} takes the principal from the "
+                "client certificate: it needs [tls] enabled = true and require_client_cert = true"
+            )
 
     def placement_policy_from_section(self, section: Mapping[str, Any], *, source: str) -> PlacementPolicy:
         """The policy a ``[placement]`` section names (``policy = NAME``, its options as the other keys)."""
@@ -259,6 +272,25 @@ class PluginManager:
         config: Any = parse_section(component.config, options, where=f"{source}: placement policy {name!r}")
         policy: PlacementPolicy = component.factory(config)
         return policy
+
+    def auth_provider_from_section(self, section: Mapping[str, Any], *, source: str) -> AuthProvider:
+        """The provider an ``[auth]`` section names (``provider = NAME``, its options as the
+        other keys); unknown names and keys are clear :class:`ConfigError` s."""
+        options = dict(section)
+        name = options.pop("provider", DEFAULT_AUTH_PROVIDER)
+        component = self.components.get(ComponentKind.AUTH_PROVIDER, name) if isinstance(name, str) else None
+        if component is None:
+            raise ConfigError(
+                f"{source}: provider = {name!r}: no installed plugin provides it (installed: "
+                f"{', '.join(self.components.names(ComponentKind.AUTH_PROVIDER)) or 'none'})"
+            )
+        assert component.config is not None
+        config: Any = parse_section(component.config, options, where=f"{source} (provider {name!r})")
+        try:
+            provider: AuthProvider = component.factory(config)
+        except ValueError as e:
+            raise ConfigError(f"{source} (provider {name!r}): {e}") from None
+        return provider
 
     # -- ledger types ------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import attrs
 
+from bkframe.core.auth import AuthProvider
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import DurabilityPolicy, EntryLogManager, Journal, LedgerStorage
 from bkframe.core.placement import PlacementPolicy
@@ -39,6 +40,7 @@ class ComponentKind(str, enum.Enum):
     METADATA_STORE = "metadata_store"
     LEDGER_TYPE = "ledger_type"
     PLACEMENT_POLICY = "placement_policy"
+    AUTH_PROVIDER = "auth_provider"
 
 
 class MetadataStoreFactory(Protocol):
@@ -179,6 +181,13 @@ class ComponentRegistry:
         """``factory(options)``: a :class:`~bkframe.core.placement.PlacementPolicy`; ``options``
         is an instance of ``config`` made from the client's placement options."""
         self._add(ComponentKind.PLACEMENT_POLICY, name, factory, config, description)
+
+    def add_auth_provider(
+        self, name: str, factory: Callable[[C], AuthProvider], *, config: type[C], description: str = ""
+    ) -> None:
+        """``factory(options)``: an :class:`~bkframe.core.auth.AuthProvider`; ``options`` is
+        an instance of ``config`` made from the bookie's ``[auth]`` keys (but ``provider``)."""
+        self._add(ComponentKind.AUTH_PROVIDER, name, factory, config, description)
 
     # -- reading ---------------------------------------------------------------------------
 

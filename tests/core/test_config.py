@@ -7,8 +7,10 @@ import attrs
 import pytest
 
 from bkframe.core.config import BookieConfig, ConfigError, PluginsConfig, load_config, parse_section
+from bkframe.core.log_config import LoggingConfig
 from bkframe.core.plugin_manager import SECTION_KINDS, PluginManager
 from bkframe.core.registry import ComponentKind
+from bkframe.core.tls import TLSConfig
 
 SAMPLE = Path(__file__).resolve().parents[2] / "conf" / "bookie.toml"
 
@@ -95,6 +97,10 @@ def test_sample_config_documents_every_key_at_its_default() -> None:
     assert placement is not None and placement.config is not None
     owners["placement"] = placement.config
     raw["placement"] = {"plugin": raw["placement"]["policy"], **{k: v for k, v in raw["placement"].items() if k != "policy"}}
+    auth = plugins.components.get(ComponentKind.AUTH_PROVIDER, raw["auth"]["provider"])
+    assert auth is not None and auth.config is not None
+    owners.update(auth=auth.config, tls=TLSConfig, logging=LoggingConfig)
+    raw["auth"] = {"plugin": raw["auth"]["provider"], **{k: v for k, v in raw["auth"].items() if k != "provider"}}
     assert set(raw) == set(owners)
     for section, cls in owners.items():
         keys = {k: v for k, v in raw[section].items() if k != "plugin"}

@@ -17,6 +17,7 @@ from typing import Any
 import trio
 
 from bkframe.core import proto as p
+from bkframe.core.auth import AuthProvider
 from bkframe.core.bookie.checkpoint import Checkpointer
 from bkframe.core.bookie.cookies import CookieCheck
 from bkframe.core.bookie.disk_space import DiskUsage, ReadOnlyMode, measure
@@ -41,6 +42,9 @@ class Bookie:
         self.data_dir = Path(config.bookie.data_dir)
         self.bookie_id = config.bookie.bookie_id
         self.started_at = time.time()
+        #: Who may use this bookie (``[auth]``): asked once per connection by the server,
+        #: and for the credential the bookie's own client sends to its peers.
+        self.auth: AuthProvider = plugins.auth_provider_from_section(config.auth, source=f"{config.source}: [auth]")
         dirs = {name: self.data_dir / name for name in ("journal", "entrylogs", "ledgers")}
         for d in dirs.values():
             d.mkdir(parents=True, exist_ok=True)

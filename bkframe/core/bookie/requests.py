@@ -139,6 +139,10 @@ class RequestHandler:
             self._write_close(req, batch)
         elif type(req) is p.BookieInfoRequest:
             batch.parts.append(p.encode_bookie_info_response(req.request_id, self.bookie.info()))
+        elif type(req) is p.AuthRequest:
+            # The connection is authenticated already (the server's handshake did it, or the
+            # provider requires none): a client may always send AUTH first.
+            batch.parts.append(p.encode_auth_response(req.request_id, p.Status.OK, "authenticated"))
         else:
             assert isinstance(req, p.BadMessage)
             self.counters.bad_requests += 1

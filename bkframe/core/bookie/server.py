@@ -10,19 +10,23 @@ of all batches made durable by one fsync go out in one send.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 import trio
 
 from bkframe.core import proto as p
 from bkframe.core.bookie.bookie import Bookie
+from bkframe.core.bookie.handshake import AuthGate, open_connection
 from bkframe.core.bookie.requests import ResponseBatch
 from bkframe.core.interfaces import Buffer, JournalWriteError
+from bkframe.core.tls import server_context
 
 log = logging.getLogger("bkframe.server")
 
 RECEIVE_SIZE = 256 * 1024
+#: Seconds a closing TLS connection may take to send its close_notify.
+CLOSE_TIMEOUT_S = 1.0
 
 
 class BookieServer:
@@ -35,6 +39,10 @@ class BookieServer:
         self._connections = 0
         self._idle = trio.Event()
         self._idle.set()
+        tls = bookie.config.tls
+        #: ``[tls] enabled``: every connection must be TLS (see :mod:`.handshake`).
+        self._tls = server_context(tls) if tls.enabled else None
+        self._debug = log.isEnabledFor(logging.DEBUG)
 
     def stop(self) -> None:
         """Stop accepting, let live connections finish what they sent, then return from run."""
@@ -59,15 +67,28 @@ class BookieServer:
                 await self._idle.wait()
             connections.cancel_scope.cancel()
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
+    async def _serve(self, raw: trio.SocketStream) -> None:
         self._connections += 1
         self._idle = trio.Event() if self._connections == 1 else self._idle
+        stream: trio.abc.Stream = raw
         try:
+            # A stop ends the wait for a client's first bytes, as it ends a reader's wait.
+            opened = None
+            with trio.CancelScope() as waiting:
+                self._readers.add(waiting)
+                try:
+                    opened = await open_connection(raw, self._tls)
+                finally:
+                    self._readers.discard(waiting)
+            if opened is None:
+                return
+            stream, peer = opened
+            gate = AuthGate(self.bookie.auth, peer)
             send, receive = trio.open_memory_channel[ResponseBatch](self.bookie.config.bookie.max_pending_batches)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_responses, stream, receive)
                 async with send:
-                    await self._read_requests(stream, send, nursery)
+                    await self._read_requests(stream, gate, send, nursery)
         except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             # The peer went away (or reset the connection); nothing it sent is lost, it
             # just gets no answer. (The connection's nursery raises these in a group.)
@@ -80,7 +101,11 @@ class BookieServer:
             if self._connections == 0:
                 self._idle.set()
             with trio.CancelScope(shield=True):
-                await stream.aclose()
+                # TLS sends close_notify first: bounded, a peer that reads nothing cannot
+                # hold this task (the socket is closed whatever happens).
+                with trio.move_on_after(CLOSE_TIMEOUT_S):
+                    await stream.aclose()
+                await raw.aclose()
 
     async def _respond_later(
         self, respond: Callable[[], Awaitable[bytes]], send: trio.MemorySendChannel[ResponseBatch]
@@ -93,7 +118,7 @@ class BookieServer:
                 pass  # the connection is gone
 
     async def _read_requests(
-        self, stream: trio.SocketStream, send: trio.MemorySendChannel[ResponseBatch], nursery: trio.Nursery
+        self, stream: trio.abc.Stream, gate: AuthGate, send: trio.MemorySendChannel[ResponseBatch], nursery: trio.Nursery
     ) -> None:
         bookie = self.bookie
         max_entry = bookie.config.bookie.max_entry_size
@@ -121,6 +146,14 @@ class BookieServer:
                             body = memoryview(bytes(view[4 : 4 + length]))
                         del buf[: 4 + length]
                         requests = p.decode_requests(body, max_entry)
+                        if self._debug:
+                            log.debug("%s: requests %s", gate.peer.address, _describe(requests))
+                        if not gate.authenticated:
+                            # Before AUTH succeeds nothing reaches the bookie's requests.
+                            answers, requests = gate.check(requests)
+                            if answers:
+                                with trio.CancelScope(shield=True):
+                                    await send.send(ResponseBatch(list(answers)))
                         if not requests:
                             continue
                         # Shield the hand-off: a frame that was served (written to the
@@ -137,7 +170,7 @@ class BookieServer:
             finally:
                 self._readers.discard(scope)
 
-    async def _write_responses(self, stream: trio.SocketStream, receive: trio.MemoryReceiveChannel[ResponseBatch]) -> None:
+    async def _write_responses(self, stream: trio.abc.Stream, receive: trio.MemoryReceiveChannel[ResponseBatch]) -> None:
         journal = self.bookie.journal
         async with receive:
             async for batch in receive:
@@ -204,3 +237,13 @@ def _needed(buf: bytearray) -> int:
         return 0
     (length,) = p.FRAME_HEADER.unpack_from(buf)
     return min(4 + length - len(buf), p.MAX_FRAME_SIZE) if length <= p.MAX_FRAME_SIZE else 0
+
+
+def _describe(requests: Sequence[p.Request | p.BadMessage]) -> str:
+    """Requests as ``OP#id(ledger L)`` for debug logs: ids only, never keys, tokens or data."""
+    out = []
+    for r in requests:
+        ledger = getattr(r, "ledger_id", None)
+        where = f"(ledger {ledger})" if ledger is not None else ""
+        out.append(f"{type(r).__name__.removesuffix('Request')}#{r.request_id}{where}")
+    return ", ".join(out)

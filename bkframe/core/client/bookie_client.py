@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -17,7 +18,7 @@ import trio
 
 from bkframe.core import proto as p
 from bkframe.core.interfaces import Buffer
-from bkframe.errors import BKError
+from bkframe.errors import BKError, UnauthorizedError
 
 
 class BookieConnectionError(BKError, ConnectionError):
@@ -85,7 +86,7 @@ class PendingResponse:
 class BookieClient:
     """Use :func:`connect_bookie` to make one."""
 
-    def __init__(self, stream: trio.SocketStream, address: str, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
+    def __init__(self, stream: trio.abc.Stream, address: str, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
         self.address = address
         #: Timeout of requests submitted without one.
         self.request_timeout_s = request_timeout_s
@@ -311,6 +312,59 @@ class BookieClient:
             waiter._fail(error)
 
 
+#: What a client sends in its AUTH request without a token: "nobody in particular".
+NO_AUTH: tuple[str, bytes] = ("none", b"")
+
+
+async def _secure(
+    tcp: trio.SocketStream, address: str, host: str, ssl_context: ssl.SSLContext
+) -> trio.SSLStream[trio.SocketStream]:
+    stream = trio.SSLStream(tcp, ssl_context, server_hostname=host)
+    try:
+        await stream.do_handshake()
+    except trio.BrokenResourceError as e:
+        cause = e.__cause__ or e
+        hint = (
+            "the bookie's certificate is not signed by the CA given (tls_ca) or does not name this address"
+            if isinstance(cause, ssl.SSLCertVerificationError)
+            else "does the bookie serve TLS? ([tls] enabled = true; a plaintext bookie closes TLS connections)"
+        )
+        raise BookieConnectionError(f"TLS handshake with bookie {address} failed ({cause}): {hint}") from None
+    return stream
+
+
+async def _authenticate(stream: trio.abc.Stream, address: str, auth: tuple[str, bytes], tls: bool) -> None:
+    """Send the connection's AUTH request and read its answer (nothing else is in flight)."""
+    method, credential = auth
+    try:
+        await stream.send_all(p.frame([p.encode_auth(0, method, credential)]))
+        buf = bytearray()
+        while len(buf) < 4 or len(buf) < 4 + p.FRAME_HEADER.unpack_from(buf)[0]:
+            if len(buf) >= 4 and p.FRAME_HEADER.unpack_from(buf)[0] > p.MAX_FRAME_SIZE:
+                raise p.ProtocolError("the answer to AUTH is not a bkframe frame")
+            data = await stream.receive_some(64 * 1024)
+            if not data:
+                raise BookieConnectionError("it closed the connection")
+            buf += data
+        (length,) = p.FRAME_HEADER.unpack_from(buf)
+        response = p.decode_responses(bytes(buf[4 : 4 + length]))[0]
+    except (trio.BrokenResourceError, BookieConnectionError, p.ProtocolError, OSError, IndexError) as e:
+        cause = e.__cause__ or e
+        hint = (
+            "does it require a client certificate? (give tls_cert and tls_key)"
+            if tls
+            else "does it require TLS? (give tls_ca)"
+        )
+        raise BookieConnectionError(f"bookie {address} refused the connection ({cause}): {hint}") from None
+    if response.status == p.Status.UNAUTHORIZED:
+        raise UnauthorizedError(
+            f"bookie {address} refused authentication: {response.message}. Give the client a token the bookie "
+            "accepts (open_client(..., auth_token=...), --auth-token-file) or the certificate it requires"
+        )
+    if response.status != p.Status.OK or response.op != p.Op.AUTH:
+        raise BookieConnectionError(f"bookie {address} refused the connection: {response.message or response.status.name}")
+
+
 @asynccontextmanager
 async def connect_bookie(
     host: str,
@@ -318,8 +372,16 @@ async def connect_bookie(
     *,
     connect_timeout_s: float = 10.0,
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    ssl_context: ssl.SSLContext | None = None,
+    auth: tuple[str, bytes] = NO_AUTH,
 ) -> AsyncIterator[BookieClient]:
     """Connect to a bookie; the connection lives for the ``async with`` block.
+
+    With ``ssl_context`` the connection is TLS; every connection starts with an AUTH request
+    carrying ``auth`` (method, credential), answered before anything else, so a refusal --
+    wrong token, missing certificate, plaintext against TLS or the reverse -- is an error
+    here (:class:`~bkframe.errors.UnauthorizedError` or :class:`BookieConnectionError`
+    saying what to change), never a hang.
 
     A broken connection fails every pending response with :class:`BookieConnectionError`
     (and later submissions raise it); the block itself goes on, so the caller sees the
@@ -328,13 +390,25 @@ async def connect_bookie(
     unless the request gives its own).
     """
     address = f"{host}:{port}"
+    stream: trio.abc.Stream | None = None
     try:
         with trio.fail_after(connect_timeout_s):
-            stream = await trio.open_tcp_stream(host, port)
+            tcp = await trio.open_tcp_stream(host, port)
+            stream = tcp
+            if ssl_context is not None:
+                stream = await _secure(tcp, address, host, ssl_context)
+            await _authenticate(stream, address, auth, ssl_context is not None)
     except OSError as e:
+        await _close(stream)
         raise BookieConnectionError(f"cannot connect to bookie {address}: {e}") from e
     except trio.TooSlowError:
-        raise BookieTimeoutError(f"cannot connect to bookie {address}: no answer in {connect_timeout_s} s") from None
+        await _close(stream)
+        hint = "" if stream is None else " (hung, or a TLS mismatch: give tls_ca only for bookies with [tls] enabled)"
+        raise BookieTimeoutError(f"cannot connect to bookie {address}: no answer in {connect_timeout_s} s{hint}") from None
+    except BKError:
+        await _close(stream)
+        raise
+    assert stream is not None
     client = BookieClient(stream, address, request_timeout_s=request_timeout_s)
     # The connection's own tasks; a failure ends them all, never the caller's block.
     scopes: list[trio.CancelScope] = []
@@ -363,4 +437,13 @@ async def connect_bookie(
             # cancelled) and replace whatever the body raised, which the nursery would
             # then swallow: errors inside ``async with connect_bookie(...)`` would vanish.
             with trio.CancelScope(shield=True):
-                await stream.aclose()
+                # TLS sends close_notify first: bounded, so a hung bookie cannot hold us.
+                with trio.move_on_after(1.0):
+                    await stream.aclose()
+                await trio.aclose_forcefully(stream)
+
+
+async def _close(stream: trio.abc.Stream | None) -> None:
+    if stream is not None:
+        with trio.CancelScope(shield=True):
+            await trio.aclose_forcefully(stream)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ssl
+
 import trio
 
-from bkframe.core.client.bookie_client import BookieClient, BookieConnectionError, connect_bookie
+from bkframe.core.client.bookie_client import NO_AUTH, BookieClient, BookieConnectionError, connect_bookie
 from bkframe.core.client.bookie_health import BookieHealth
 from bkframe.core.metadata import MetadataStore
 from bkframe.core.placement import PlacementPolicy, RandomPlacement
@@ -25,6 +27,8 @@ class BookiePool:
         connect_timeout_s: float = 10.0,
         health: BookieHealth | None = None,
         placement: PlacementPolicy | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        auth: tuple[str, bytes] = NO_AUTH,
     ) -> None:
         self._nursery = nursery
         self._metadata = metadata
@@ -39,6 +43,9 @@ class BookiePool:
         self._clients: dict[str, BookieClient] = {}
         self._addresses: dict[str, str] = {}
         self._locks: dict[str, trio.Lock] = {}
+        #: TLS (None: plaintext) and the AUTH request of every connection (see connect_bookie).
+        self._ssl_context = ssl_context
+        self._auth = auth
 
     async def resolve(self, bookie_id: str, *, refresh: bool = False) -> str:
         if refresh or bookie_id not in self._addresses:
@@ -86,7 +93,9 @@ class BookiePool:
 
     async def _hold(self, bookie_id: str, host: str, port: int, *, task_status: trio.TaskStatus[BookieClient]) -> None:
         # A failed connect raises out of nursery.start to the caller of get().
-        async with connect_bookie(host, port, connect_timeout_s=self.connect_timeout_s) as client:
+        async with connect_bookie(
+            host, port, connect_timeout_s=self.connect_timeout_s, ssl_context=self._ssl_context, auth=self._auth
+        ) as client:
             self._clients[bookie_id] = client
             task_status.started(client)
             await client.wait_closed()

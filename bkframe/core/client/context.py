@@ -53,5 +53,7 @@ class ClientContext:
             connect_timeout_s=settings.connect_timeout_s,
             health=BookieHealth(settings.bookie_quarantine_s),
             placement=placement,
+            ssl_context=settings.ssl_context(),
+            auth=settings.auth,
         )
         return cls(nursery=nursery, metadata=metadata, pool=pool, ledger_types=plugins.ledger_types(), settings=settings)

@@ -8,13 +8,17 @@ never forever.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 from attrs import validators as v
 
+from bkframe.core.config import Config
 from bkframe.core.placement import DEFAULT_POLICY
+from bkframe.core.tls import client_context
+from bkframe.errors import ConfigError
 
 
 def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -50,6 +54,50 @@ class ClientSettings:
     #: The policy's options (``rack_aware``: ``min_racks``, ``enforce_min_racks``);
     #: :func:`bkframe.open_client` puts here every keyword that is no field of this class.
     placement_options: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
+    #: TLS: the PEM CA bundle that signs the bookies' certificates; set, every connection is
+    #: TLS (bookies with ``[tls] enabled``). Empty: plaintext.
+    tls_ca: str = ""
+    #: The client's own PEM certificate and key, for bookies with ``require_client_cert``.
+    tls_cert: str = ""
+    tls_key: str = attrs.field(default="")
+    #: The token sent in each connection's AUTH request (bookies with ``[auth] provider =
+    #: "token"``). A secret: never shown in a repr or a log line.
+    auth_token: str = attrs.field(default="", repr=False)
+    #: What the client sends in AUTH when it is not a token: (method, credential). A
+    #: bookie's own client sends its provider's credential (see :meth:`for_bookie`).
+    auth_credential: tuple[str, bytes] = attrs.field(default=("none", b""), repr=False)
+
+    @tls_key.validator
+    def _tls_pair(self, attribute: attrs.Attribute[str], value: str) -> None:
+        if bool(self.tls_cert) != bool(value):
+            raise ValueError("tls_cert and tls_key go together: give both or neither")
+        if self.tls_cert and not self.tls_ca:
+            raise ValueError("tls_cert needs tls_ca (the CA that signs the bookies' certificates)")
+
+    @property
+    def auth(self) -> tuple[str, bytes]:
+        """The (method, credential) of each connection's AUTH request."""
+        return ("token", self.auth_token.encode()) if self.auth_token else self.auth_credential
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context of the client's connections (None: plaintext)."""
+        if not self.tls_ca:
+            return None
+        try:
+            return client_context(self.tls_ca, self.tls_cert, self.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"client TLS settings (tls_ca, tls_cert, tls_key): {e}") from None
+
+    @classmethod
+    def for_bookie(cls, config: Config, auth_credential: tuple[str, bytes]) -> ClientSettings:
+        """The settings of a bookie's own client (limbo repair, recovery, re-replication):
+        its placement, and its ``[tls]`` certificate and auth credential toward its peers,
+        which share its ``[tls]`` CA and ``[auth]`` provider."""
+        tls = config.tls
+        fields: dict[str, Any] = {"auth_credential": auth_credential}
+        if tls.enabled:
+            fields.update(tls_ca=str(tls.ca), tls_cert=str(tls.cert), tls_key=str(tls.key))
+        return cls.from_placement_section(config.placement, **fields)
 
     @classmethod
     def from_placement_section(cls, section: Mapping[str, Any], **fields: Any) -> ClientSettings:

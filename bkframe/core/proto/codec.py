@@ -20,6 +20,8 @@ from bkframe.core.proto.messages import (
     BATCH_DIRECTORY,
     FRAME_HEADER,
     LAST_ENTRY,
+    MAX_AUTH_CREDENTIAL,
+    MAX_AUTH_METHOD,
     MAX_LEDGER_ID,
     MAX_MASTER_KEY,
     MAX_READ_BATCH,
@@ -27,6 +29,7 @@ from bkframe.core.proto.messages import (
     AddBatchRequest,
     AddFlag,
     AddRequest,
+    AuthRequest,
     BadMessage,
     BookieInfoRequest,
     ListEntriesRequest,
@@ -70,6 +73,7 @@ assert _ONE_ENTRY_DIRECTORY.size == BATCH_DIRECTORY.itemsize
 _ADD_BATCH = struct.Struct("<QqHHI")  # ledger, lac, ledger_type, key_len, count
 _ADD_BATCH_RESP = struct.Struct("<QIq")  # ledger, count, last_add_synced
 _READ_BATCH = struct.Struct("<QqqII")  # ledger, first, last, max bytes, step
+_AUTH = struct.Struct("<HI")  # method length, credential length (then both)
 _READ_BATCH_RESP = struct.Struct("<QqI")  # ledger, lac, count (then directory, entries, message)
 
 
@@ -213,6 +217,16 @@ def encode_read_batch_response(
     return [head + directory.tobytes(), *entries, text]
 
 
+def encode_auth(request_id: int, method: str, credential: bytes) -> bytes:
+    name = method.encode()
+    return _message(Op.AUTH, 0, request_id, _AUTH.pack(len(name), len(credential)), name, credential)
+
+
+def encode_auth_response(request_id: int, status: Status, message: str) -> bytes:
+    """OK with the principal, or UNAUTHORIZED with why (never the credential)."""
+    return _message(Op.AUTH, status, request_id, message.encode())
+
+
 def encode_bookie_info(request_id: int) -> bytes:
     return _message(Op.GET_BOOKIE_INFO, 0, request_id)
 
@@ -269,7 +283,7 @@ def _decode_one(
     body: memoryview, op: int, flags: int, request_id: int, at: int, end: int, max_entry_size: int
 ) -> Request:
     request = _decode_fields(body, op, flags, request_id, at, end, max_entry_size)
-    if not isinstance(request, BookieInfoRequest):
+    if not isinstance(request, (BookieInfoRequest, AuthRequest)):
         _check_ledger(Op(op).name, request.ledger_id)
     return request
 
@@ -388,6 +402,15 @@ def _decode_fields(
                 f"(need 0 <= first <= last < first + {MAX_READ_BATCH}, step > 0, max bytes > 0)"
             )
         return ReadBatchRequest(request_id, ledger_id, first, last, max_bytes, step)
+    if op == Op.AUTH:
+        if flags or end - at < _AUTH.size:
+            raise ProtocolError("AUTH message is too short or has unknown flags")
+        name_len, cred_len = _AUTH.unpack_from(body, at)
+        name_at = at + _AUTH.size
+        if name_len > MAX_AUTH_METHOD or cred_len > MAX_AUTH_CREDENTIAL or name_at + name_len + cred_len != end:
+            raise ProtocolError("AUTH message has the wrong length, method length or credential length")
+        method = bytes(body[name_at : name_at + name_len]).decode(errors="replace")
+        return AuthRequest(request_id, method, bytes(body[name_at + name_len : end]))
     if op == Op.GET_BOOKIE_INFO:
         if end != at:
             raise ProtocolError("GET_BOOKIE_INFO message has the wrong length")
@@ -528,6 +551,8 @@ __all__ = [
     "encode_add_batch",
     "encode_add_batch_response",
     "encode_add_response",
+    "encode_auth",
+    "encode_auth_response",
     "encode_bookie_info",
     "encode_bookie_info_response",
     "encode_error_response",

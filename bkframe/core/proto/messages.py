@@ -52,6 +52,8 @@ class Op(enum.IntEnum):
     LIST_ENTRIES = 8
     WRITE_CLOSE = 9
     READ_BATCH = 10
+    #: The first message of a connection: who the client is (see bkframe.core.auth).
+    AUTH = 11
 
 
 class Status(enum.IntEnum):
@@ -204,8 +206,24 @@ class WriteCloseRequest:
     master_key: bytes
 
 
+@attrs.frozen
+class AuthRequest:
+    """Who the client is: an auth method name and its credential (a token, or nothing when
+    the TLS certificate says it). The credential is a secret: never in a repr or a log."""
+
+    request_id: int
+    method: str
+    credential: bytes = attrs.field(default=b"", repr=False)
+
+
+#: Longest AUTH method name and credential accepted.
+MAX_AUTH_METHOD = 255
+MAX_AUTH_CREDENTIAL = 16 * 1024
+
+
 Request = (
     WriteCloseRequest
+    | AuthRequest
     | AddRequest
     | ReadRequest
     | ReadLacRequest
@@ -263,6 +281,8 @@ __all__ = [
     "BATCH_DIRECTORY",
     "FRAME_HEADER",
     "LAST_ENTRY",
+    "MAX_AUTH_CREDENTIAL",
+    "MAX_AUTH_METHOD",
     "MAX_FRAME_SIZE",
     "MAX_LEDGER_ID",
     "MAX_LIST_SPAN",
@@ -274,6 +294,7 @@ __all__ = [
     "AddBatchRequest",
     "AddFlag",
     "AddRequest",
+    "AuthRequest",
     "BadMessage",
     "BookieInfoRequest",
     "ListEntriesRequest",
