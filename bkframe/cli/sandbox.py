@@ -57,7 +57,9 @@ def sandbox(bookies: int, data_dir: Path, metadata: str | None, demo: bool, no_s
     data_dir.mkdir(parents=True, exist_ok=True)
     metadata = metadata or f"sqlite://{data_dir / 'metadata.db'}"
     rack_labels = [r.strip() for r in racks.split(",") if r.strip()]
-    cluster = Cluster(data_dir, bookies, metadata, first=1, command=BOOKIE_COMMAND, racks=rack_labels)
+    cluster = Cluster(
+        data_dir, bookies, metadata, ("--http-port", "0"), first=1, command=BOOKIE_COMMAND, racks=rack_labels
+    )
 
     async def main() -> None:
         await check_store(metadata)
@@ -68,7 +70,7 @@ def sandbox(bookies: int, data_dir: Path, metadata: str | None, demo: bool, no_s
                     "metadata": metadata,
                     "bookies": [
                         {"id": b.bookie_id, "address": b.address, "pid": b.proc.pid if b.proc else 0, "log": str(b.log_path),
-                         "rack": b.rack}
+                         "rack": b.rack, "http": b.http_url}
                         for b in cluster.bookies
                     ],
                 }
@@ -76,7 +78,8 @@ def sandbox(bookies: int, data_dir: Path, metadata: str | None, demo: bool, no_s
                 click.echo(f"sandbox: {bookies} bookies on {metadata}")
                 for b in cluster.bookies:
                     rack = f", rack {b.rack}" if b.rack else ""
-                    click.echo(f"  {b.bookie_id} at {b.address}{rack} (log: {b.log_path})")
+                    click.echo(f"  {b.bookie_id} at {b.address}{rack} (log: {b.log_path}), admin http {b.http_url}")
+                click.echo(f"status page: {cluster.bookies[0].http_url}/")
                 click.echo(f"wrote {data_dir / 'sandbox.json'}")
                 if demo:
                     await run_demo(metadata, bookies, click.echo)

@@ -194,6 +194,16 @@ class PluginsConfig:
 
 
 @attrs.frozen
+class HttpConfig:
+    """``[http]``: the bookie's admin HTTP service (status page, metrics, admin API)."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    #: 0 picks a free port (printed as "admin http on URL").
+    port: int = attrs.field(default=8000, validator=between(0, 65535))
+
+
+@attrs.frozen
 class Config:
     bookie: BookieConfig
     journal: Mapping[str, Any]
@@ -205,11 +215,14 @@ class Config:
     #: for the client inside the bookie (repair, re-replication); validated by the policy's
     #: config class when the plugin manager makes it (:meth:`PluginManager.check_config`).
     placement: Mapping[str, Any] = attrs.field(factory=lambda: {"policy": DEFAULT_POLICY})
+    http: HttpConfig = HttpConfig()
 
 
-def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
+def load_config(
+    path: Path | None = None, overrides: Mapping[str, Any] | None = None, http: Mapping[str, Any] | None = None
+) -> Config:
     """Read ``path`` (or use defaults), apply ``[bookie]`` overrides, validate ``[bookie]``
-    and ``[plugins]`` (the component sections are validated by the components' classes
+    and ``[plugins]``, ``[http]`` (with ``http`` overrides) (the component sections are validated by the components' classes
     when the plugin manager makes them: :meth:`PluginManager.check_config` does it at once)."""
     raw: dict[str, Any] = {}
     source = "(defaults)"
@@ -221,7 +234,7 @@ def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = 
             raise ConfigError(f"config file {path} does not exist") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
-    known = {"bookie", "plugins", "placement", *PLUGIN_SECTIONS}
+    known = {"bookie", "plugins", "placement", "http", *PLUGIN_SECTIONS}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -233,10 +246,12 @@ def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = 
         if value is not None:
             bookie_raw[key] = value
     sections = {s: {**DEFAULT_SECTIONS[s], **raw.get(s, {})} for s in PLUGIN_SECTIONS}
+    http_raw = {**raw.get("http", {}), **{k: v for k, v in (http or {}).items() if v is not None}}
     return Config(
         bookie=parse_section(BookieConfig, bookie_raw, where=f"{source}: [bookie]"),
         plugins=parse_section(PluginsConfig, raw.get("plugins", {}), where=f"{source}: [plugins]"),
         source=source,
         placement={"policy": DEFAULT_POLICY, **raw.get("placement", {})},
+        http=parse_section(HttpConfig, http_raw, where=f"{source}: [http]"),
         **sections,
     )

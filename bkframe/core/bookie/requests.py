@@ -21,6 +21,7 @@ import trio
 from bkframe.core import proto as p
 from bkframe.core.bookie import journal_records as jr
 from bkframe.core.bookie.batch_reads import read_batch
+from bkframe.core.counters import Histogram
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.interfaces import Buffer, JournalWriteError, LedgerState
 
@@ -41,6 +42,10 @@ class ResponseBatch:
     deferred: list[Callable[[], Awaitable[bytes]]] = attrs.Factory(list)
     #: The frame's requests, to answer them again if the journal loses ``wait_seq``.
     requests: Sequence[p.Request | p.BadMessage] = ()
+    #: When the frame was read (trio clock), and the latency histograms its answer ends:
+    #: one per kind (add, read) and ledger type in the frame, observed once when it is sent.
+    received: float = 0.0
+    timed: list[Histogram] = attrs.Factory(list)
 
 
 class RequestHandler:
@@ -69,7 +74,7 @@ class RequestHandler:
 
     def handle(self, requests: Sequence[p.Request | p.BadMessage]) -> ResponseBatch:
         """Serve one frame's requests; never raises for bad input or a failing disk."""
-        batch = ResponseBatch(requests=requests)
+        batch = ResponseBatch(requests=requests, received=trio.current_time())
         self.counters.requests += len(requests)
         i = 0
         n = len(requests)
@@ -97,6 +102,22 @@ class RequestHandler:
             i = j
         return batch
 
+    def answered(self, batches: Sequence[ResponseBatch]) -> None:
+        """The server sent these batches' answers: observe their request latencies."""
+        now = trio.current_time()
+        for b in batches:
+            for histogram in b.timed:
+                histogram.observe(now - b.received)
+
+    def _timed(self, batch: ResponseBatch, by_type: dict[str, Histogram], ledger_type: int) -> None:
+        policy = self.types_by_id.get(ledger_type)
+        name = policy.name if policy is not None else str(ledger_type)
+        histogram = by_type.get(name)
+        if histogram is None:
+            histogram = by_type[name] = Histogram()
+        if histogram not in batch.timed:
+            batch.timed.append(histogram)
+
     def _serve(self, requests: Sequence[p.Request | p.BadMessage], batch: ResponseBatch) -> None:
         """One request, or a run of adds to one ledger."""
         req = requests[0]
@@ -109,6 +130,8 @@ class RequestHandler:
             self._read(req, batch)
         elif type(req) is p.ReadBatchRequest:
             batch.parts.extend(read_batch(self.storage, self.counters, req))
+            if (state := self.storage.ledger_state(req.ledger_id)) is not None:
+                self._timed(batch, self.counters.read_latency, state.ledger_type)
         elif type(req) is p.ReadLacRequest:
             self._read_lac(req, batch)
         elif type(req) is p.AddBatchRequest:
@@ -311,6 +334,7 @@ class RequestHandler:
             if cursor is not None:
                 self.sync.journaled(ledger_id, cursor, seq, entry_ids, lac)
         self.counters.entries_added += len(entry_ids)
+        self._timed(batch, self.counters.add_latency, ledger_type)
         return p.Status.OK, ""
 
     def _readable(self, ledger_id: int, entry_id: int) -> bytes | None:
@@ -428,6 +452,7 @@ class RequestHandler:
             reply(missing, entry_id, self._missing(state, f"entry {ledger_id}:{entry_id} is not on this bookie"))
             return
         self.counters.entries_read += 1
+        self._timed(batch, self.counters.read_latency, state.ledger_type)
         reply(p.Status.OK, entry_id, data)
 
     @staticmethod

@@ -36,6 +36,11 @@ class BookieServer:
         self._idle = trio.Event()
         self._idle.set()
 
+    @property
+    def connections(self) -> int:
+        """Connections open now (for the metrics)."""
+        return self._connections
+
     def stop(self) -> None:
         """Stop accepting, let live connections finish what they sent, then return from run."""
         self._stop.set()
@@ -168,6 +173,7 @@ class BookieServer:
                         parts.extend(b.parts)
                 if parts:
                     await stream.send_all(p.frame(parts))
+                self.bookie.requests.answered(batches)
 
 
 def _needed(buf: bytearray) -> int:
