@@ -160,8 +160,9 @@ class BookieProcess:
         line = self.proc.stdout.readline() if ready else ""
         if line.startswith("admin http on "):
             self.http_url = line.split()[-1]
-            ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
-            line = self.proc.stdout.readline() if ready else ""
+            # No select here: the bookie prints the next line right after this one, and it
+            # may be in the reader's buffer already, where select cannot see it.
+            line = self.proc.stdout.readline()
         if not line.startswith("listening on "):
             if ready:
                 code = self.proc.wait(timeout=30)

@@ -146,7 +146,7 @@ class BookieService:
                         registration = await store.register_bookie(info, cfg.registration_ttl_s, background)
                     background.start_soon(self._watch_disk, bookie, registration)
                     if self.config.http.enabled and self.admin is not None:
-                        self.admin_url = await serving.start(self.admin(self).run)
+                        self.admin_url = await background.start(self.admin(self).run)  # cancelled with the rest, after serving
                     task_status.started((host, port))
                 background.cancel_scope.cancel()
         finally:
