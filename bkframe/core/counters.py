@@ -82,3 +82,16 @@ class Counters:
         d = {k: v for k, v in attrs.asdict(self, recurse=False).items() if isinstance(v, int)}
         d["fsyncs"] = self.fsyncs
         return d
+
+
+@attrs.define
+class ClientCounters:
+    """What one client has done, for its metrics (:func:`bkframe.core.client.metrics.client_registry`)."""
+
+    #: Seconds from ``append`` to its confirmation, one observation per entry.
+    add_latency: Histogram = attrs.Factory(Histogram)
+    #: Ensemble changes this client's writers committed (a new fragment each).
+    ensemble_changes: int = 0
+    #: Ledgers this client recovered (fenced, found the end of, closed), and recoveries that failed.
+    recoveries: int = 0
+    recovery_failures: int = 0
