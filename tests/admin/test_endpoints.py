@@ -87,6 +87,9 @@ async def test_every_endpoint_of_a_bookie_process(tmp_path: Path, bookie_process
     status, page = await fetch(url + "/")
     assert status == 200 and "<td>b0</td>" in page and f"<td>{kept.ledger_id}</td>" in page
 
+    # With its admin service (and the status page's client) running, the bookie still stops cleanly.
+    assert b.stop(timeout_s=30) == 0
+
 
 def test_redact_masks_secret_keys() -> None:
     from bkframe.admin.http import redact
