@@ -12,6 +12,7 @@ import attrs
 import click
 import trio
 
+from bkframe.admin import AdminServer
 from bkframe.cli.options import LOG_OVERRIDES, metadata_option
 from bkframe.core.bookie.service import BookieService
 from bkframe.core.config import load_config
@@ -28,6 +29,9 @@ from bkframe.core.replication.data_integrity import LimboRepair
 @metadata_option(required=False, help="Overrides [bookie] metadata (metadata store URI).")
 @click.option("--bookie-id", help="Overrides [bookie] bookie_id (default HOST:PORT).")
 @click.option("--rack", help="Overrides [bookie] rack (its rack label, for rack-aware placement).")
+@click.option(
+    "--http-port", type=int, help="Turns the admin HTTP service on at this port (overrides [http]; 0 picks a free port)."
+)
 def bookie(
     config_path: Path | None,
     data_dir: Path | None,
@@ -36,21 +40,26 @@ def bookie(
     metadata: str | None,
     bookie_id: str | None,
     rack: str | None,
+    http_port: int | None,
 ) -> None:
-    """Run one bookie composed from the config file; prints 'listening on HOST:PORT'."""
+    """Run one bookie composed from the config file; prints 'listening on HOST:PORT' (after
+    'admin http on URL' when the admin HTTP service is on)."""
     overrides = {"data_dir": data_dir, "host": host, "port": port, "metadata": metadata, "bookie_id": bookie_id, "rack": rack}
-    config = load_config(config_path, overrides)
+    http = {"enabled": True, "port": http_port} if http_port is not None else None
+    config = load_config(config_path, overrides, http)
     level, log_format = click.get_current_context().meta.get(LOG_OVERRIDES, (None, None))
     logging_config = attrs.evolve(config.logging, format=log_format) if log_format else config.logging
     setup_logging(logging_config, level=level)
     plugins = PluginManager(disabled=config.plugins.disable)
     plugins.check_config(config)  # every section's mistakes before anything starts
-    service = BookieService(config, plugins, repair=LimboRepair)
+    service = BookieService(config, plugins, repair=LimboRepair, admin=AdminServer)
 
     async def run() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 host_port = await nursery.start(service.run)
+                if service.admin_url:
+                    click.echo(f"admin http on {service.admin_url}")  # before "listening on": launchers read both
                 click.echo(f"listening on {host_port[0]}:{host_port[1]}")
                 sys.stdout.flush()
                 nursery.start_soon(_stop_on_signal, signals, service)

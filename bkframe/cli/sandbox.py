@@ -70,7 +70,7 @@ def sandbox(
     data_dir.mkdir(parents=True, exist_ok=True)
     metadata = metadata or f"sqlite://{data_dir / 'metadata.db'}"
     rack_labels = [r.strip() for r in racks.split(",") if r.strip()]
-    args = ("--config", str(config_path.resolve())) if config_path is not None else ()
+    args = ("--http-port", "0", *(("--config", str(config_path.resolve())) if config_path is not None else ()))
     cluster = Cluster(
         data_dir, bookies, metadata, bookie_args=args, first=1, command=BOOKIE_COMMAND, racks=rack_labels
     )
@@ -84,7 +84,7 @@ def sandbox(
                     "metadata": metadata,
                     "bookies": [
                         {"id": b.bookie_id, "address": b.address, "pid": b.proc.pid if b.proc else 0, "log": str(b.log_path),
-                         "rack": b.rack}
+                         "rack": b.rack, "http": b.http_url}
                         for b in cluster.bookies
                     ],
                 }
@@ -92,7 +92,8 @@ def sandbox(
                 click.echo(f"sandbox: {bookies} bookies on {metadata}")
                 for b in cluster.bookies:
                     rack = f", rack {b.rack}" if b.rack else ""
-                    click.echo(f"  {b.bookie_id} at {b.address}{rack} (log: {b.log_path})")
+                    click.echo(f"  {b.bookie_id} at {b.address}{rack} (log: {b.log_path}), admin http {b.http_url}")
+                click.echo(f"status page: {cluster.bookies[0].http_url}/")
                 click.echo(f"wrote {data_dir / 'sandbox.json'}")
                 if demo:
                     await run_demo(metadata, bookies, click.echo)

@@ -197,6 +197,16 @@ class PluginsConfig:
 
 
 @attrs.frozen
+class HttpConfig:
+    """``[http]``: the bookie's admin HTTP service (status page, metrics, admin API)."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    #: 0 picks a free port (printed as "admin http on URL").
+    port: int = attrs.field(default=8000, validator=between(0, 65535))
+
+
+@attrs.frozen
 class Config:
     bookie: BookieConfig
     journal: Mapping[str, Any]
@@ -215,12 +225,16 @@ class Config:
     auth: Mapping[str, Any] = attrs.field(factory=lambda: {"provider": DEFAULT_AUTH_PROVIDER})
     #: ``[logging]``: level and format of the bookie's log (the CLI's too).
     logging: LoggingConfig = attrs.field(factory=LoggingConfig)
+    http: HttpConfig = HttpConfig()
 
 
-def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
-    """Read ``path`` (or use defaults), apply ``[bookie]`` overrides, validate ``[bookie]``
-    and ``[plugins]`` (the component sections are validated by the components' classes
-    when the plugin manager makes them: :meth:`PluginManager.check_config` does it at once)."""
+def load_config(
+    path: Path | None = None, overrides: Mapping[str, Any] | None = None, http: Mapping[str, Any] | None = None
+) -> Config:
+    """Read ``path`` (or use defaults), apply ``[bookie]`` overrides and ``http`` overrides,
+    validate ``[bookie]``, ``[plugins]``, ``[tls]``, ``[logging]`` and ``[http]`` (the component
+    sections are validated by the components' classes when the plugin manager makes them:
+    :meth:`PluginManager.check_config` does it at once)."""
     raw: dict[str, Any] = {}
     source = "(defaults)"
     if path is not None:
@@ -231,7 +245,7 @@ def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = 
             raise ConfigError(f"config file {path} does not exist") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
-    known = {"bookie", "plugins", "placement", "tls", "auth", "logging", *PLUGIN_SECTIONS}
+    known = {"bookie", "plugins", "placement", "tls", "auth", "logging", "http", *PLUGIN_SECTIONS}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -245,6 +259,7 @@ def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = 
     sections = {s: {**DEFAULT_SECTIONS[s], **raw.get(s, {})} for s in PLUGIN_SECTIONS}
     tls = parse_section(TLSConfig, raw.get("tls", {}), where=f"{source}: [tls]")
     tls.check(f"{source}: [tls]")
+    http_raw = {**raw.get("http", {}), **{k: v for k, v in (http or {}).items() if v is not None}}
     return Config(
         bookie=parse_section(BookieConfig, bookie_raw, where=f"{source}: [bookie]"),
         plugins=parse_section(PluginsConfig, raw.get("plugins", {}), where=f"{source}: [plugins]"),
@@ -253,5 +268,6 @@ def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = 
         tls=tls,
         auth={"provider": DEFAULT_AUTH_PROVIDER, **raw.get("auth", {})},
         logging=parse_section(LoggingConfig, raw.get("logging", {}), where=f"{source}: [logging]"),
+        http=parse_section(HttpConfig, http_raw, where=f"{source}: [http]"),
         **sections,
     )

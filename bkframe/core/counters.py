@@ -7,7 +7,33 @@ worker threads that fsync only hand results back to it.
 
 from __future__ import annotations
 
+import bisect
+
 import attrs
+
+#: Upper bounds (seconds) of the latency buckets: 100 us to 10 s.
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+)
+#: Upper bounds (bytes) of the size buckets: 1 KiB to 16 MiB.
+SIZE_BUCKETS: tuple[float, ...] = tuple(float(1024 * 4**i) for i in range(8))
+
+
+@attrs.define(eq=False)  # identity: a batch lists the histograms it ends once each
+class Histogram:
+    """A fixed-bucket histogram of plain numbers, read by the metrics collector at scrape
+    time: the bookie's parts observe into it without importing prometheus."""
+
+    buckets: tuple[float, ...] = LATENCY_BUCKETS
+    #: Observations per bucket (not cumulative); the last one is above every bound (+Inf).
+    counts: list[int] = attrs.Factory(lambda self: [0] * (len(self.buckets) + 1), takes_self=True)
+    total: float = 0.0
+    count: int = 0
+
+    def observe(self, value: float, times: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.buckets, value)] += times
+        self.total += value * times
+        self.count += times
 
 
 @attrs.define
@@ -43,12 +69,35 @@ class Counters:
     #: STORED journal records whose entry-log record was not the entry at replay (never
     #: acknowledged: torn by the crash); not indexed.
     stored_entries_unreadable: int = 0
+    #: Bytes appended to the journal and not yet handed to its group write (a gauge).
+    journal_queued_bytes: int = 0
+    #: Seconds each journal group took to write and fsync, and its size in bytes.
+    journal_fsync_latency: Histogram = attrs.Factory(Histogram)
+    journal_group_bytes: Histogram = attrs.Factory(lambda: Histogram(SIZE_BUCKETS))
+    #: Seconds from reading a request frame to sending its answers, by ledger type name:
+    #: one observation per frame that held adds (reads), not one per entry.
+    add_latency: dict[str, Histogram] = attrs.Factory(dict)
+    read_latency: dict[str, Histogram] = attrs.Factory(dict)
 
     @property
     def fsyncs(self) -> int:
         return self.journal_fsyncs + self.storage_fsyncs
 
     def as_dict(self) -> dict[str, int]:
-        d = attrs.asdict(self)
+        """The plain counts (the histograms are for the metrics endpoint)."""
+        d = {k: v for k, v in attrs.asdict(self, recurse=False).items() if isinstance(v, int)}
         d["fsyncs"] = self.fsyncs
         return d
+
+
+@attrs.define
+class ClientCounters:
+    """What one client has done, for its metrics (:func:`bkframe.core.client.metrics.client_registry`)."""
+
+    #: Seconds from ``append`` to its confirmation, one observation per entry.
+    add_latency: Histogram = attrs.Factory(Histogram)
+    #: Ensemble changes this client's writers committed (a new fragment each).
+    ensemble_changes: int = 0
+    #: Ledgers this client recovered (fenced, found the end of, closed), and recoveries that failed.
+    recoveries: int = 0
+    recovery_failures: int = 0

@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 
+from bkframe.admin import AdminServer
 from bkframe.core.bookie.service import BookieService
 from bkframe.core.config import Config, load_config
 from bkframe.core.plugin_manager import PluginManager
@@ -53,7 +54,7 @@ async def running_bookie(
     config: Config, plugins: PluginManager | None = None
 ) -> AsyncIterator[tuple[BookieService, str, int]]:
     """An in-process bookie for the duration of the block, stopped cleanly after it."""
-    service = BookieService(config, plugins or PluginManager(), repair=LimboRepair)
+    service = BookieService(config, plugins or PluginManager(), repair=LimboRepair, admin=AdminServer)
     async with trio.open_nursery() as nursery:
         host, port = await nursery.start(service.run)
         try:
@@ -89,6 +90,8 @@ class BookieProcess:
         self.command = tuple(command)
         self.proc: subprocess.Popen[str] | None = None
         self.address = ""
+        #: The admin HTTP service's URL (started with ``--http-port``), else "".
+        self.http_url = ""
         #: The bookie's stderr (its log), across restarts.
         self.log_path = log_path or data_dir.with_name(data_dir.name + ".log")
         #: With ``powerloss=True``: what the bookie has fsynced (see bkframe.testing.powerloss).
@@ -147,12 +150,19 @@ class BookieProcess:
                 [*cmd, *self.args, *extra], stdout=subprocess.PIPE, stderr=log_file, text=True, env=environ
             )
         self.address = ""
+        self.http_url = ""
 
     def wait_started(self, timeout_s: float = START_TIMEOUT_S) -> BookieProcess:
-        """Wait for the ``listening on`` line; :class:`BookieStartError` if it does not come."""
+        """Wait for the ``listening on`` line (after ``admin http on URL`` with ``--http-port``);
+        :class:`BookieStartError` if it does not come."""
         assert self.proc is not None and self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
         line = self.proc.stdout.readline() if ready else ""
+        if line.startswith("admin http on "):
+            self.http_url = line.split()[-1]
+            # No select here: the bookie prints the next line right after this one, and it
+            # may be in the reader's buffer already, where select cannot see it.
+            line = self.proc.stdout.readline()
         if not line.startswith("listening on "):
             if ready:
                 code = self.proc.wait(timeout=30)

@@ -38,6 +38,8 @@ class GarbageCollector:
         self.store = store
         self.interval_s = interval_s
         self._warned = False
+        #: One pass at a time: the periodic one and one asked for (admin HTTP) never overlap.
+        self._lock = trio.Lock()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Collect every ``interval_s``; a failed pass is logged and retried, never fatal."""
@@ -56,6 +58,10 @@ class GarbageCollector:
 
     async def collect(self) -> tuple[int, int]:
         """One pass; returns (ledgers deleted here, bytes the storage freed)."""
+        async with self._lock:
+            return await self._collect()
+
+    async def _collect(self) -> tuple[int, int]:
         bookie = self.bookie
         storage = bookie.storage
         deleted = 0

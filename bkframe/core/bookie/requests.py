@@ -10,18 +10,19 @@ wait on the add path is the journal's group commit, which the connection's write
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-import attrs
 import numpy as np
 import trio
 
 from bkframe.core import proto as p
 from bkframe.core.bookie import journal_records as jr
 from bkframe.core.bookie.batch_reads import read_batch
+from bkframe.core.bookie.response_batch import ResponseBatch
 from bkframe.core.bookie.write_once import journal_written_once
+from bkframe.core.counters import Histogram
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.interfaces import Buffer, JournalWriteError, LedgerState, WriteOnceStorage
 
@@ -29,22 +30,6 @@ if TYPE_CHECKING:
     from bkframe.core.bookie.bookie import Bookie
 
 log = logging.getLogger("bkframe.bookie")
-
-
-@attrs.define
-class ResponseBatch:
-    """Responses to one request frame, to be sent once the journal is durable to ``wait_seq``."""
-
-    parts: list[Buffer] = attrs.Factory(list)
-    wait_seq: int = 0
-    #: Responses that must wait for something (a long poll, a sync): the server runs each
-    #: as a task and sends what it returns.
-    deferred: list[Callable[[], Awaitable[bytes]]] = attrs.Factory(list)
-    #: The frame's requests, to answer them again if the journal loses ``wait_seq``.
-    requests: Sequence[p.Request | p.BadMessage] = ()
-    #: Large entries were written once: the ack also waits for ledger storage's
-    #: ``sync_entries`` (see :class:`WriteOnceStorage`).
-    sync_storage: bool = False
 
 
 class RequestHandler:
@@ -77,7 +62,7 @@ class RequestHandler:
 
     def handle(self, requests: Sequence[p.Request | p.BadMessage]) -> ResponseBatch:
         """Serve one frame's requests; never raises for bad input or a failing disk."""
-        batch = ResponseBatch(requests=requests)
+        batch = ResponseBatch(requests=requests, received=trio.current_time())
         self.counters.requests += len(requests)
         i = 0
         n = len(requests)
@@ -87,9 +72,7 @@ class RequestHandler:
             if type(req) is p.AddRequest:
                 # Consecutive adds to one ledger are stored and journaled as one batch.
                 while (
-                    j < n
-                    and type(requests[j]) is p.AddRequest
-                    and requests[j].ledger_id == req.ledger_id  # type: ignore[union-attr]
+                    j < n and type(requests[j]) is p.AddRequest and requests[j].ledger_id == req.ledger_id  # type: ignore[union-attr]
                 ):
                     j += 1
             try:
@@ -105,6 +88,22 @@ class RequestHandler:
             i = j
         return batch
 
+    def answered(self, batches: Sequence[ResponseBatch]) -> None:
+        """The server sent these batches' answers: observe their request latencies."""
+        now = trio.current_time()
+        for b in batches:
+            for histogram in b.timed:
+                histogram.observe(now - b.received)
+
+    def _timed(self, batch: ResponseBatch, by_type: dict[str, Histogram], ledger_type: int) -> None:
+        policy = self.types_by_id.get(ledger_type)
+        name = policy.name if policy is not None else str(ledger_type)
+        histogram = by_type.get(name)
+        if histogram is None:
+            histogram = by_type[name] = Histogram()
+        if histogram not in batch.timed:
+            batch.timed.append(histogram)
+
     def _serve(self, requests: Sequence[p.Request | p.BadMessage], batch: ResponseBatch) -> None:
         """One request, or a run of adds to one ledger."""
         req = requests[0]
@@ -117,6 +116,8 @@ class RequestHandler:
             self._read(req, batch)
         elif type(req) is p.ReadBatchRequest:
             batch.parts.extend(read_batch(self.storage, self.counters, req))
+            if (state := self.storage.ledger_state(req.ledger_id)) is not None:
+                self._timed(batch, self.counters.read_latency, state.ledger_type)
         elif type(req) is p.ReadLacRequest:
             self._read_lac(req, batch)
         elif type(req) is p.AddBatchRequest:
@@ -153,8 +154,7 @@ class RequestHandler:
         # Requests of one run may still disagree on key, type or recovery flag: then
         # serve them one by one (rare, only from odd clients).
         if len(adds) > 1 and any(
-            a.master_key != first.master_key or a.ledger_type != first.ledger_type or a.recovery != first.recovery
-            for a in adds
+            a.master_key != first.master_key or a.ledger_type != first.ledger_type or a.recovery != first.recovery for a in adds
         ):
             for a in adds:
                 self._add_run([a], batch)
@@ -192,7 +192,10 @@ class RequestHandler:
         except JournalWriteError as e:
             self.bookie.journal_write_failed(e)
             return p.encode_sync_response(
-                req.request_id, self.lost_status(), req.ledger_id, self.sync.last_add_synced(req.ledger_id),
+                req.request_id,
+                self.lost_status(),
+                req.ledger_id,
+                self.sync.last_add_synced(req.ledger_id),
                 f"bookie {self.bookie.bookie_id}: entries of ledger {req.ledger_id} were not written to its journal ({e}); "
                 f"they are not synced here",
             )
@@ -202,10 +205,7 @@ class RequestHandler:
         """The status of a request whose journal record was lost."""
         return p.Status.READ_ONLY if self.mode.read_only else p.Status.IO_ERROR
 
-
-    def lost_write_responses(
-        self, batch: ResponseBatch, error: BaseException, what: str = "the journal write"
-    ) -> list[Buffer]:
+    def lost_write_responses(self, batch: ResponseBatch, error: BaseException, what: str = "the journal write") -> list[Buffer]:
         """Answers for a frame whose journal records were lost (a write found no space).
 
         Whatever needed those records to be durable (adds, explicit LACs, fences) gets an
@@ -281,8 +281,7 @@ class RequestHandler:
                 # Known only from a lost disk's protection, replayed entries or a keyless
                 # fence: _add_after_key_check adopts a key once metadata vouches for it.
                 return p.Status.UNAUTHORIZED, (
-                    f"wrong master key for ledger {ledger_id}: it does not match the password hash "
-                    f"in the ledger's metadata"
+                    f"wrong master key for ledger {ledger_id}: it does not match the password hash in the ledger's metadata"
                 )
             # No metadata store to check against (a standalone bookie): adopt this key.
             state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
@@ -332,6 +331,7 @@ class RequestHandler:
             if cursor is not None:
                 self.sync.journaled(ledger_id, cursor, seq, entry_ids, lac)
         self.counters.entries_added += len(entry_ids)
+        self._timed(batch, self.counters.add_latency, ledger_type)
         return p.Status.OK, ""
 
     async def sync_storage(self) -> None:
@@ -460,6 +460,7 @@ class RequestHandler:
             reply(missing, entry_id, self._missing(state, f"entry {ledger_id}:{entry_id} is not on this bookie"))
             return
         self.counters.entries_read += 1
+        self._timed(batch, self.counters.read_latency, state.ledger_type)
         reply(p.Status.OK, entry_id, data)
 
     @staticmethod

@@ -18,7 +18,7 @@ import trio
 from bkframe.core import proto as p
 from bkframe.core.bookie.bookie import Bookie
 from bkframe.core.bookie.handshake import AuthGate, open_connection
-from bkframe.core.bookie.requests import ResponseBatch
+from bkframe.core.bookie.response_batch import ResponseBatch
 from bkframe.core.interfaces import Buffer, JournalWriteError
 from bkframe.core.tls import server_context
 
@@ -43,6 +43,11 @@ class BookieServer:
         #: ``[tls] enabled``: every connection must be TLS (see :mod:`.handshake`).
         self._tls = server_context(tls) if tls.enabled else None
         self._debug = log.isEnabledFor(logging.DEBUG)
+
+    @property
+    def connections(self) -> int:
+        """Connections open now (for the metrics)."""
+        return self._connections
 
     def stop(self) -> None:
         """Stop accepting, let live connections finish what they sent, then return from run."""
@@ -206,6 +211,7 @@ class BookieServer:
                         parts.extend(b.parts)
                 if parts:
                     await stream.send_all(p.frame(parts))
+                self.bookie.requests.answered(batches)
 
 
     async def _durable_and_synced(self, wait: int) -> tuple[JournalWriteError | None, Exception | None]:

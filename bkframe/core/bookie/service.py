@@ -56,6 +56,18 @@ class Repair(Protocol):
 RepairFactory = Callable[[Bookie, MetadataStore, str], Repair]
 
 
+class AdminHttp(Protocol):
+    """The admin HTTP service of a bookie: ``await nursery.start(admin.run)`` returns its URL."""
+
+    async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None: ...
+
+
+#: ``admin(service)``: makes the admin HTTP service (``[http] enabled``), normally
+#: :class:`bkframe.admin.AdminServer`; it lives outside the core because its status page uses
+#: the client library, which the bookie never imports.
+AdminFactory = Callable[["BookieService"], AdminHttp]
+
+
 class BookieService:
     """``await nursery.start(service.run)`` returns ``(host, port)`` once connections are accepted.
 
@@ -63,12 +75,22 @@ class BookieService:
         :class:`~bkframe.core.replication.data_integrity.LimboRepair`.
     """
 
-    def __init__(self, config: Config, plugins: PluginManager | None = None, *, repair: RepairFactory) -> None:
+    def __init__(
+        self, config: Config, plugins: PluginManager | None = None, *, repair: RepairFactory,
+        admin: AdminFactory | None = None,
+    ) -> None:
         self.config = config
         self.plugins = plugins if plugins is not None else PluginManager()
         self.repair = repair
+        self.admin = admin
         self.bookie: Bookie | None = None
         self.server: BookieServer | None = None
+        #: With a metadata store: the bookie's metadata store and garbage collector (the
+        #: admin service lists ledgers and triggers collections through them).
+        self.store: MetadataStore | None = None
+        self.gc: GarbageCollector | None = None
+        #: The admin HTTP service's URL once it listens ("" when off).
+        self.admin_url = ""
         self._stop_requested = False
 
     def stop(self) -> None:
@@ -91,6 +113,7 @@ class BookieService:
         try:
             if cfg.metadata:
                 store = self.plugins.metadata_store(cfg.metadata, create=True)  # the first bookie makes the store
+                self.store = store
             async with trio.open_nursery() as background:
                 await background.start(bookie.journal.run)
                 if bookie.checkpointer.replayed_records:
@@ -114,13 +137,16 @@ class BookieService:
                     if store is not None:
                         if bookie.limbo_ledgers():
                             background.start_soon(self.repair(bookie, store, bookie_id).run)
-                        background.start_soon(GarbageCollector(bookie, store, cfg.gc_interval_s).run)
+                        self.gc = GarbageCollector(bookie, store, cfg.gc_interval_s)
+                        background.start_soon(self.gc.run)
                         info = BookieInfo(
                             bookie_id=bookie_id, address=f"{host}:{port}", read_only=bookie.read_only, pid=os.getpid(),
                             rack=cfg.rack,
                         )
                         registration = await store.register_bookie(info, cfg.registration_ttl_s, background)
                     background.start_soon(self._watch_disk, bookie, registration)
+                    if self.config.http.enabled and self.admin is not None:
+                        self.admin_url = await background.start(self.admin(self).run)  # cancelled with the rest, after serving
                     task_status.started((host, port))
                 background.cancel_scope.cancel()
         finally:

@@ -18,9 +18,11 @@ from typing import Any
 
 import attrs
 import trio
+from prometheus_client import CollectorRegistry
 
 from bkframe.core.client.context import ClientContext
 from bkframe.core.client.entry_format import Digester
+from bkframe.core.client.metrics import client_registry
 from bkframe.core.client.placement import choose_ensemble
 from bkframe.core.client.read_handle import ReadHandle
 from bkframe.core.client.recovery import Recovery
@@ -51,12 +53,21 @@ class Client:
     Its handles and recoveries share its :class:`~bkframe.core.client.context.ClientContext`.
     """
 
-    def __init__(self, context: ClientContext) -> None:
+    def __init__(self, context: ClientContext, metrics_registry: CollectorRegistry | None = None) -> None:
         self.context = context
         self.metadata = context.metadata
         self.pool = context.pool
         self.settings = context.settings
         self.client_id = context.client_id
+        self._registry = None if metrics_registry is None else client_registry(context.counters, self.client_id, metrics_registry)
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """The Prometheus registry with this client's metrics (add latency, ensemble changes,
+        recoveries): the one given to :func:`open_client`, else one of its own, made here."""
+        if self._registry is None:
+            self._registry = client_registry(self.context.counters, self.client_id)
+        return self._registry
 
     async def create_ledger(
         self,
@@ -155,11 +166,14 @@ async def open_client(
     *,
     plugins: PluginManager | None = None,
     settings: ClientSettings | None = None,
+    metrics_registry: CollectorRegistry | None = None,
     **overrides: Any,
 ) -> AsyncIterator[Client]:
     """A client for the block. Keywords override :class:`ClientSettings` fields, e.g.
     ``open_client(uri, add_timeout_s=2.0, explicit_lac_interval_s=0.5)``; the others are
-    options of the placement policy: ``open_client(uri, placement="rack_aware", min_racks=2)``."""
+    options of the placement policy: ``open_client(uri, placement="rack_aware", min_racks=2)``.
+    ``metrics_registry``: a Prometheus registry to put the client's metrics on (no global one
+    is used; :attr:`Client.metrics_registry` makes one otherwise)."""
     settings = settings if settings is not None else ClientSettings()
     fields = {f.name for f in attrs.fields(ClientSettings)}
     options = {k: v for k, v in overrides.items() if k not in fields}
@@ -180,7 +194,7 @@ async def open_client(
     store = plugins.metadata_store(metadata_uri)
     try:
         async with trio.open_nursery() as nursery:
-            client = Client(ClientContext.create(nursery, store, plugins, settings, placement))
+            client = Client(ClientContext.create(nursery, store, plugins, settings, placement), metrics_registry)
             try:
                 yield client
             finally:

@@ -15,6 +15,7 @@ import trio
 from bkframe.core.client.bookie_health import BookieHealth
 from bkframe.core.client.bookie_pool import BookiePool
 from bkframe.core.client.settings import ClientSettings
+from bkframe.core.counters import ClientCounters
 from bkframe.core.metadata import MetadataStore
 from bkframe.core.placement import PlacementPolicy
 from bkframe.core.plugin_manager import LedgerTypes, PluginManager
@@ -32,6 +33,8 @@ class ClientContext:
     settings: ClientSettings
     #: Written into the metadata of the ledgers this client claims (single writer).
     client_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+    #: What the client has done (add latency, ensemble changes, recoveries), for its metrics.
+    counters: ClientCounters = attrs.field(factory=ClientCounters)
 
     @classmethod
     def create(

@@ -94,13 +94,20 @@ class Recovery:
         self._fenced: set[str] = set()
 
     async def run(self) -> LedgerMetadata:
-        md = await self._mark_in_recovery()
-        if md.closed:
-            return md
-        self.fragments = md.fragments
-        lac = await self._fence()
-        last, length = await self._recover_from(lac)
-        return await self._close(last, length)
+        counters = self.ctx.counters
+        try:
+            md = await self._mark_in_recovery()
+            if md.closed:
+                return md
+            self.fragments = md.fragments
+            lac = await self._fence()
+            last, length = await self._recover_from(lac)
+            md = await self._close(last, length)
+        except Exception:
+            counters.recovery_failures += 1
+            raise
+        counters.recoveries += 1
+        return md
 
     async def _mark_in_recovery(self) -> LedgerMetadata:
         md = self.md

@@ -63,6 +63,8 @@ class PendingAppend:
     error: BaseException | None = None
     _is_done: bool = False
     _event: trio.Event | None = None
+    #: When the append started (trio clock), for the client's add latency.
+    started: float = 0.0
 
     async def wait(self) -> int:
         if not self._is_done:
@@ -165,7 +167,7 @@ class WriteHandle:
         self._next_entry += 1
         self._length += len(payload)
         data = self._digester.encode(self.ledger_id, entry_id, self._lac, self._length, payload)
-        pending = PendingAppend(entry_id, data, self._length)
+        pending = PendingAppend(entry_id, data, self._length, started=trio.current_time())
         self._pending.append(pending)
         self._idle = trio.Event() if self._idle.is_set() else self._idle
         self._unsent.append(pending)
@@ -286,11 +288,15 @@ class WriteHandle:
     def _advance(self) -> None:
         ack_quorum = self.metadata.ack_quorum
         pending = self._pending
-        while pending and len(pending[0].acked) >= ack_quorum:
-            head = pending.popleft()
-            self._lap = head.entry_id
-            self._lap_length = head.length
-            head._finish()
+        if pending and len(pending[0].acked) >= ack_quorum:
+            now = trio.current_time()
+            latency = self._ctx.counters.add_latency
+            while pending and len(pending[0].acked) >= ack_quorum:
+                head = pending.popleft()
+                self._lap = head.entry_id
+                self._lap_length = head.length
+                latency.observe(now - head.started)
+                head._finish()
         if not self._vd:
             self._lac = self._lap
         else:
@@ -474,6 +480,7 @@ class WriteHandle:
                     pa.acked.difference_update(failed)
                 new_ensemble = await self._replacements(failed)
                 await self._commit_fragment(boundary, new_ensemble)
+                self._ctx.counters.ensemble_changes += 1
                 self._to_replace.difference_update(self._ensemble[i] for i in failed)
                 self._ensemble = list(new_ensemble)
                 e, w = len(self._ensemble), self.metadata.write_quorum

@@ -230,6 +230,7 @@ class FsJournal:
         length = segments[-1].add(parts)
         size = RECORD_HEADER.size + length
         self._buffered += size
+        self._counters.journal_queued_bytes = self._buffered
         self._append_offset += size
         self._seq += 1
         self._wake.set()
@@ -344,12 +345,14 @@ class FsJournal:
     async def _flush_group(self) -> None:
         segments, self._segments = self._segments, []
         size, self._buffered = self._buffered, 0
+        self._counters.journal_queued_bytes = 0
         seq = self._seq
         if not segments:
             return  # a concurrent aclose took the group; its flush sets durable_seq
         # Shielded: once the bytes are handed to the thread, the bookkeeping after it must
         # happen too, or waiters would never learn their records are durable.
         with trio.CancelScope(shield=True):
+            started = trio.current_time()
             try:
                 syncs = await trio.to_thread.run_sync(self._write_group, segments, limiter=self._limiter)
             except OSError as e:
@@ -367,6 +370,9 @@ class FsJournal:
                 raise JournalFailedError(f"journal write to {self.directory} failed: {e}") from e
             self._counters.journal_bytes_written += size
             self._counters.journal_fsyncs += syncs
+            # Write and fsync, with any wait for the previous group's thread (what a waiter sees).
+            self._counters.journal_fsync_latency.observe(trio.current_time() - started)
+            self._counters.journal_group_bytes.observe(size)
             # Groups reach the thread in limiter (FIFO) order, but max() keeps this
             # monotonic even if a concurrent aclose flush finished first.
             self._durable = max(self._durable, seq)
@@ -379,6 +385,7 @@ class FsJournal:
         Their waiters are told; later records go where the group would have started."""
         first, last = self._durable + 1, self._seq
         self._segments, self._buffered = [], 0
+        self._counters.journal_queued_bytes = 0
         if self._lost and self._lost[-1][1] + 1 >= first:
             first = self._lost[-1][0]
             self._lost[-1] = (first, last)

@@ -1,0 +1,179 @@
+"""The status page (``/`` on a bookie's admin port): the whole cluster at a glance.
+
+Server-rendered HTML, no script and no build step: bookies (state, disk use, request rates,
+from their registration and GET_BOOKIE_INFO), ledgers and logs with their sizes, what is
+under-replicated and what is in limbo. Each bookie is asked with a timeout, in parallel: a
+bookie that does not answer is shown so, and does not hold the page.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from bkframe.core.client.logs import LogMetadata
+from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore
+
+if TYPE_CHECKING:
+    from bkframe.admin.http import AdminServer
+
+#: How long the page waits for one bookie's info, and for the metadata store.
+INFO_TIMEOUT_S = 2.0
+STORE_TIMEOUT_S = 5.0
+#: At most this many ledgers and logs are listed (newest ids first); the counts say how many.
+MAX_ROWS = 200
+
+STYLE = """
+body { font-family: sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; margin-bottom: 1.5em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
+th { background: #f0f0f0; }
+.bad { color: #b00; font-weight: bold; }
+.ok { color: #070; }
+"""
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value))
+
+
+def table(table_id: str, headers: list[str], rows: list[list[str]], empty: str) -> str:
+    """``rows`` hold HTML already escaped."""
+    if not rows:
+        return f'<p id="{table_id}">{esc(empty)}</p>'
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table id="{table_id}"><tr>{head}</tr>{body}</table>'
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+class StatusPage:
+    def __init__(self, admin: AdminServer) -> None:
+        self.admin = admin
+        #: The last counters seen of each bookie, to show request rates since the last view.
+        self._last: dict[str, tuple[float, dict[str, int]]] = {}
+
+    async def render(self, request: Request) -> Response:
+        store = self.admin.store()
+        me = esc(self.admin.bookie.bookie_id)
+        parts = [f"<h1>bkframe cluster</h1><p>page from bookie <b>{me}</b>, {esc(time.ctime())}</p>"]
+        if store is None:
+            parts.append("<p>This bookie has no metadata store: there is no cluster to show.</p>")
+        else:
+            try:
+                with trio.fail_after(STORE_TIMEOUT_S):
+                    parts.append(await self._cluster(store))
+            except (trio.TooSlowError, MetadataError) as e:
+                parts.append(f'<p class="bad">The metadata store did not answer: {esc(repr(e))}</p>')
+        page = (
+            "<!DOCTYPE html><html><head><meta charset='utf-8'><title>bkframe status</title>"
+            f"<style>{STYLE}</style></head><body>{''.join(parts)}</body></html>"
+        )
+        return HTMLResponse(page)
+
+    async def _cluster(self, store: MetadataStore) -> str:
+        registered = await store.list_bookies()
+        decommissioned = await store.list_decommissioned()
+        infos: dict[str, dict[str, Any] | str] = {}
+        async with trio.open_nursery() as nursery:
+            for b in registered:
+                nursery.start_soon(self._info, b.bookie_id, infos)
+        now = time.monotonic()
+        bookie_rows = []
+        limbo: list[list[str]] = []
+        for b in sorted(registered, key=lambda b: b.bookie_id):
+            info = infos.get(b.bookie_id, "no answer")
+            state = "draining" if b.bookie_id in decommissioned else "read-only" if b.read_only else "writable"
+            if isinstance(info, str):
+                unreachable = f'<span class="bad">{esc(info)}</span>'
+                bookie_rows.append([esc(b.bookie_id), esc(b.address), esc(state), unreachable, "", "", ""])
+                continue
+            counters = info.get("counters", {})
+            rates = self._rates(b.bookie_id, now, counters, float(info.get("uptime_s", 0.0)))
+            disk = f"{info.get('disk_usage', 0.0):.1%} of {human_bytes(info.get('total_disk_bytes', 0))}"
+            bookie_rows.append([
+                esc(b.bookie_id), esc(b.address), esc(state), disk, esc(info.get("ledgers", "")),
+                f"{rates['requests']:.1f} req/s, {rates['entries_added']:.1f} adds/s, {rates['entries_read']:.1f} reads/s",
+                esc(b.rack or "(default)"),
+            ])
+            limbo.extend([str(ledger_id), esc(b.bookie_id)] for ledger_id in info.get("limbo_ledgers", []))
+        parts = [
+            f"<h2>Bookies ({len(registered)})</h2>",
+            table("bookies", ["bookie", "address", "state", "disk use", "ledgers", "request rate", "rack"], bookie_rows,
+                  "no bookie is registered"),
+        ]
+        ledger_ids = sorted(await store.list_ledgers(), reverse=True)
+        ledger_rows = []
+        for ledger_id in ledger_ids[:MAX_ROWS]:
+            try:
+                md: LedgerMetadata = await store.read_ledger(ledger_id)
+            except MetadataError:
+                continue  # deleted since the listing
+            ledger_rows.append([
+                str(ledger_id), esc(md.state.value), esc(md.ledger_type), f"{md.ensemble_size}/{md.write_quorum}/{md.ack_quorum}",
+                str(md.last_entry_id), human_bytes(md.length), esc(", ".join(sorted(md.bookies()))),
+            ])
+        parts += [
+            f"<h2>Ledgers ({len(ledger_ids)})</h2>",
+            table("ledgers", ["ledger", "state", "type", "E/W/A", "last entry", "size", "bookies"], ledger_rows, "no ledgers"),
+        ]
+        log_rows = []
+        names = sorted(await store.list_logs())
+        for name in names[:MAX_ROWS]:
+            try:
+                versioned = await store.read_log(name)
+                record = LogMetadata.deserialize(versioned.value, versioned.version)
+            except MetadataError:
+                continue
+            size = sum(s.length for s in record.segments if s.closed)
+            log_rows.append([esc(name), str(len(record.segments)), human_bytes(size), esc(record.writer or "(none)")])
+        parts += [
+            f"<h2>Logs ({len(names)})</h2>",
+            table("logs", ["log", "segments", "size (closed segments)", "writer"], log_rows, "no logs"),
+        ]
+        under = await store.list_under_replicated()
+        under_rows = [
+            [str(u.ledger_id), esc(", ".join(sorted(u.bookies))), esc(time.ctime(u.since))] for u in under
+        ]
+        parts += [
+            f'<h2>Under-replicated ledgers (<span class="{"bad" if under else "ok"}">{len(under)}</span>)</h2>',
+            table("under-replicated", ["ledger", "lost bookies", "since"], under_rows, "nothing is under-replicated"),
+            f'<h2>Ledgers in limbo (<span class="{"bad" if limbo else "ok"}">{len(limbo)}</span>)</h2>',
+            table("limbo", ["ledger", "bookie"], limbo, "no ledger is in limbo"),
+        ]
+        return "".join(parts)
+
+    async def _info(self, bookie_id: str, infos: dict[str, dict[str, Any] | str]) -> None:
+        client = self.admin.client
+        if client is None:
+            infos[bookie_id] = "no client"
+            return
+        try:
+            with trio.fail_after(INFO_TIMEOUT_S):
+                infos[bookie_id] = await (await client.pool.get(bookie_id)).info(timeout_s=INFO_TIMEOUT_S)
+        except trio.TooSlowError:
+            infos[bookie_id] = f"no answer within {INFO_TIMEOUT_S:.0f} s"
+        except Exception as e:  # noqa: BLE001 - whatever one bookie does, the page shows the others
+            infos[bookie_id] = f"unreachable: {e}"
+
+    def _rates(self, bookie_id: str, now: float, counters: dict[str, int], uptime_s: float) -> dict[str, float]:
+        """Per second since this page was last shown (since the bookie started, the first time)."""
+        keys = ("requests", "entries_added", "entries_read")
+        last = self._last.get(bookie_id)
+        self._last[bookie_id] = (now, dict(counters))
+        if last is not None and now > last[0] and all(counters.get(k, 0) >= last[1].get(k, 0) for k in keys):
+            dt = now - last[0]
+            return {k: (counters.get(k, 0) - last[1].get(k, 0)) / dt for k in keys}
+        return {k: counters.get(k, 0) / uptime_s if uptime_s > 0 else 0.0 for k in keys}
