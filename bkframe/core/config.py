@@ -191,12 +191,40 @@ class PluginsConfig:
 
 
 @attrs.frozen
+class AutorecoveryConfig:
+    """``[autorecovery]``: the auditor and a replication worker inside the bookie (the same
+    keys configure ``bkframe autorecovery`` run alone). See docs/autorecovery.md."""
+
+    #: Run the auditor election and a replication worker in this bookie (needs a metadata store).
+    enabled: bool = False
+    #: A bookie whose registration has been gone this long is lost: its ledgers are marked
+    #: under-replicated (a decommissioned bookie's at once).
+    lost_bookie_grace_s: float = attrs.field(default=30.0, validator=at_least(0))
+    #: An open ledger's last fragment is re-replicated (after recovering and closing the
+    #: ledger, which fences its writer) only once it has been marked this long.
+    open_ledger_rereplication_grace_s: float = attrs.field(default=30.0, validator=at_least(0))
+    #: Seconds between full checks (LIST_ENTRIES on every replica of every ledger); 0: never.
+    audit_interval_s: float = attrs.field(default=3600.0, validator=at_least(0))
+    #: Seconds between the auditor's looks at the registrations, and between a worker's looks
+    #: for under-replicated ledgers when it has nothing to do.
+    check_interval_s: float = attrs.field(default=1.0, validator=above(0))
+    #: The auditor's lock and a worker's claim on a ledger vanish about this long after their
+    #: holder dies.
+    lock_ttl_s: float = attrs.field(default=6.0, validator=above(0))
+    #: Deadline of each metadata request and of each bookie request of a copy.
+    request_timeout_s: float = attrs.field(default=30.0, validator=above(0))
+    #: A ledger that cannot be repaired yet is retried after a back-off that doubles up to this.
+    max_retry_s: float = attrs.field(default=30.0, validator=above(0))
+
+
+@attrs.frozen
 class Config:
     bookie: BookieConfig
     journal: Mapping[str, Any]
     ledger_storage: Mapping[str, Any]
     entry_log_manager: Mapping[str, Any]
     plugins: PluginsConfig = PluginsConfig()
+    autorecovery: AutorecoveryConfig = AutorecoveryConfig()
     source: str = "(defaults)"
 
 
@@ -214,7 +242,7 @@ def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = 
             raise ConfigError(f"config file {path} does not exist") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
-    known = {"bookie", "plugins", *PLUGIN_SECTIONS}
+    known = {"bookie", "plugins", "autorecovery", *PLUGIN_SECTIONS}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -229,6 +257,7 @@ def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = 
     return Config(
         bookie=parse_section(BookieConfig, bookie_raw, where=f"{source}: [bookie]"),
         plugins=parse_section(PluginsConfig, raw.get("plugins", {}), where=f"{source}: [plugins]"),
+        autorecovery=parse_section(AutorecoveryConfig, raw.get("autorecovery", {}), where=f"{source}: [autorecovery]"),
         source=source,
         **sections,
     )

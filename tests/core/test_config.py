@@ -6,7 +6,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from bkframe.core.config import BookieConfig, ConfigError, PluginsConfig, load_config, parse_section
+from bkframe.core.config import AutorecoveryConfig, BookieConfig, ConfigError, PluginsConfig, load_config, parse_section
 from bkframe.core.plugin_manager import SECTION_KINDS, PluginManager
 
 SAMPLE = Path(__file__).resolve().parents[2] / "conf" / "bookie.toml"
@@ -61,7 +61,7 @@ def test_sample_config_documents_every_key_at_its_default() -> None:
     config = load_config(SAMPLE)
     plugins = PluginManager()
     plugins.check_config(config)
-    owners: dict[str, type] = {"bookie": BookieConfig, "plugins": PluginsConfig}
+    owners: dict[str, type] = {"bookie": BookieConfig, "plugins": PluginsConfig, "autorecovery": AutorecoveryConfig}
     for section, kind in SECTION_KINDS.items():
         component = plugins.components.get(kind, raw[section]["plugin"])
         assert component is not None and component.config is not None
