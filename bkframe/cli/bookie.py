@@ -15,6 +15,7 @@ from bkframe.cli.options import metadata_option
 from bkframe.core.bookie.service import BookieService
 from bkframe.core.config import load_config
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.core.replication.autorecovery import in_bookie
 from bkframe.core.replication.data_integrity import LimboRepair
 
 
@@ -38,7 +39,7 @@ def bookie(
     config = load_config(config_path, overrides)
     plugins = PluginManager(disabled=config.plugins.disable)
     plugins.check_config(config)  # every section's mistakes before anything starts
-    service = BookieService(config, plugins, repair=LimboRepair)
+    service = BookieService(config, plugins, repair=LimboRepair, autorecovery=in_bookie)
 
     async def run() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -28,6 +28,7 @@ import trio
 from bkframe.core.bookie.service import BookieService
 from bkframe.core.config import Config, load_config
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.core.replication.autorecovery import in_bookie
 from bkframe.core.replication.data_integrity import LimboRepair
 from bkframe.errors import BKError
 
@@ -53,7 +54,7 @@ async def running_bookie(
     config: Config, plugins: PluginManager | None = None
 ) -> AsyncIterator[tuple[BookieService, str, int]]:
     """An in-process bookie for the duration of the block, stopped cleanly after it."""
-    service = BookieService(config, plugins or PluginManager(), repair=LimboRepair)
+    service = BookieService(config, plugins or PluginManager(), repair=LimboRepair, autorecovery=in_bookie)
     async with trio.open_nursery() as nursery:
         host, port = await nursery.start(service.run)
         try:

@@ -23,9 +23,12 @@ log = logging.getLogger("bkframe.copying")
 PEER_TIMEOUT_S = 10.0
 
 
-async def list_on_peers(pool: BookiePool, ledger_id: int, lo: int, hi: int, peers: list[str]) -> dict[str, set[int]]:
-    """LIST_ENTRIES on each reachable peer: which of ``lo..hi`` it holds (a peer that cannot
-    be asked, or answers with an error, is left out)."""
+async def list_on_peers(
+    pool: BookiePool, ledger_id: int, lo: int, hi: int, peers: list[str], *, skip_limbo: bool = False
+) -> dict[str, set[int]]:
+    """LIST_ENTRIES on each reachable peer: which of ``lo..hi`` it holds (none if it does not
+    have the ledger). A peer that cannot be asked or answers with another error is left
+    out, and so is one with the ledger in limbo if ``skip_limbo`` (its list is not final)."""
     holders: dict[str, set[int]] = {}
 
     async def list_one(peer: str) -> None:
@@ -35,7 +38,9 @@ async def list_on_peers(pool: BookiePool, ledger_id: int, lo: int, hi: int, peer
             first = lo
             while first != -1:
                 r = await conn.submit_list_entries(ledger_id, first, hi, timeout_s=PEER_TIMEOUT_S).wait()
-                if r.status != p.Status.OK:
+                if r.status == p.Status.NO_LEDGER:
+                    break
+                if r.status != p.Status.OK or (skip_limbo and r.limbo):
                     return
                 for a, b in r.runs:
                     held.update(range(a, b + 1))
