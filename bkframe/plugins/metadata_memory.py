@@ -2,13 +2,15 @@
 
 Stores opened with the same NAME in one process share their state; ``memory://`` alone
 is a fresh private store. Registrations vanish on ``aclose`` or on :meth:`MemoryMetadataStore.expire`,
-which stands in for "the holder died" in tests.
+and locks on ``release`` or on :meth:`MemoryMetadataStore.expire_lock`: these stand in for
+"the holder died" in tests.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Collection
 
 import attrs
 import trio
@@ -22,6 +24,7 @@ from bkframe.core.metadata import (
     LogExistsError,
     NoSuchLedgerError,
     NoSuchLogError,
+    UnderReplicated,
     Versioned,
 )
 from bkframe.core.registry import ComponentRegistry
@@ -38,6 +41,9 @@ class _State:
     logs: dict[str, Versioned] = attrs.Factory(dict)
     #: Cursors by log name, then cursor name.
     cursors: dict[str, dict[str, Versioned]] = attrs.Factory(dict)
+    locks: dict[str, MemoryLock] = attrs.Factory(dict)
+    under_replicated: dict[int, UnderReplicated] = attrs.Factory(dict)
+    decommissioned: set[str] = attrs.Factory(set)
     changed: trio.Event = attrs.Factory(trio.Event)
 
     def notify(self) -> None:
@@ -66,6 +72,20 @@ class MemoryRegistration:
 
     async def aclose(self) -> None:
         self._store.expire(self.bookie_id)
+
+
+class MemoryLock:
+    def __init__(self, state: _State, name: str, holder: str) -> None:
+        self._state = state
+        self.name = name
+        self.holder = holder
+        self.lost = trio.Event()
+
+    async def release(self) -> None:
+        await trio.lowlevel.checkpoint()
+        # Only our own entry: after an expiry the name may belong to someone else.
+        if self._state.locks.get(self.name) is self:
+            del self._state.locks[self.name]
 
 
 class MemoryMetadataStore:
@@ -145,8 +165,14 @@ class MemoryMetadataStore:
 
     async def list_bookies(self, *, writable_only: bool = False) -> list[BookieInfo]:
         await trio.lowlevel.checkpoint()
+        state = self._state
         return sorted(
-            (b for b in self._state.bookies.values() if not (writable_only and b.read_only)), key=lambda b: b.bookie_id
+            (
+                b
+                for b in state.bookies.values()
+                if not (writable_only and (b.read_only or b.bookie_id in state.decommissioned))
+            ),
+            key=lambda b: b.bookie_id,
         )
 
     async def read_cookie(self, bookie_id: str) -> Versioned | None:
@@ -227,6 +253,64 @@ class MemoryMetadataStore:
     async def list_cursors(self, log: str) -> dict[str, Versioned]:
         await trio.lowlevel.checkpoint()
         return dict(sorted(self._state.cursors.get(log, {}).items()))
+
+    # -- autorecovery -------------------------------------------------------------------
+
+    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: trio.Nursery) -> MemoryLock | None:
+        """Nothing to keep alive in one process: the lock lives until released or expired."""
+        await trio.lowlevel.checkpoint()
+        if name in self._state.locks:
+            return None
+        lock = MemoryLock(self._state, name, holder)
+        self._state.locks[name] = lock
+        return lock
+
+    def expire_lock(self, name: str) -> None:
+        """Drop a lock as if its holder had died; the holder's ``lost`` is set."""
+        lock = self._state.locks.pop(name, None)
+        if lock is not None:
+            lock.lost.set()
+
+    async def lock_holder(self, name: str) -> str | None:
+        await trio.lowlevel.checkpoint()
+        lock = self._state.locks.get(name)
+        return None if lock is None else lock.holder
+
+    async def mark_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
+        await trio.lowlevel.checkpoint()
+        marks = self._state.under_replicated
+        current = marks.get(ledger_id)
+        if current is None:
+            marks[ledger_id] = UnderReplicated(ledger_id, frozenset(bookies), time.time())
+        else:
+            marks[ledger_id] = attrs.evolve(current, bookies=current.bookies | frozenset(bookies))
+
+    async def list_under_replicated(self) -> list[UnderReplicated]:
+        await trio.lowlevel.checkpoint()
+        return [m for _, m in sorted(self._state.under_replicated.items())]
+
+    async def clear_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
+        await trio.lowlevel.checkpoint()
+        marks = self._state.under_replicated
+        current = marks.get(ledger_id)
+        if current is None:
+            return
+        left = current.bookies - frozenset(bookies)
+        if left:
+            marks[ledger_id] = attrs.evolve(current, bookies=left)
+        else:
+            del marks[ledger_id]
+
+    async def set_decommissioned(self, bookie_id: str, decommissioned: bool) -> None:
+        await trio.lowlevel.checkpoint()
+        if decommissioned:
+            self._state.decommissioned.add(bookie_id)
+        else:
+            self._state.decommissioned.discard(bookie_id)
+
+    async def list_decommissioned(self) -> set[str]:
+        await trio.lowlevel.checkpoint()
+        return set(self._state.decommissioned)
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()

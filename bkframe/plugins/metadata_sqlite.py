@@ -4,15 +4,19 @@ SQLite in WAL mode with a busy timeout serialises writers across processes; ever
 compare-and-set is one ``UPDATE ... WHERE version = ?``. All calls run in a worker thread
 (``trio.to_thread.run_sync`` with the store's own limiter of 1), so the event loop never
 blocks on the database. A bookie registration is a row with an expiry time that a
-heartbeat task pushes forward; a dead bookie stops heartbeating and its row expires.
+heartbeat task pushes forward; a dead bookie stops heartbeating and its row expires. A lock
+is the same: a row with its holder, a token of its own and an expiry, free to take once
+expired.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,6 +33,7 @@ from bkframe.core.metadata import (
     MetadataError,
     NoSuchLedgerError,
     NoSuchLogError,
+    UnderReplicated,
     Versioned,
 )
 from bkframe.core.registry import ComponentRegistry
@@ -48,6 +53,9 @@ CREATE TABLE IF NOT EXISTS logs (name TEXT PRIMARY KEY, data BLOB NOT NULL, vers
 CREATE TABLE IF NOT EXISTS log_cursors (
     log TEXT NOT NULL, name TEXT NOT NULL, data BLOB NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (log, name)
 );
+CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, holder TEXT NOT NULL, token TEXT NOT NULL, expires_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS under_replicated (ledger_id INTEGER PRIMARY KEY, bookies TEXT NOT NULL, since REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS decommissioned (id TEXT PRIMARY KEY);
 """
 
 #: How often watches look for a new version.
@@ -85,6 +93,55 @@ class SqliteRegistration:
         self._scope.cancel()
         await self._stopped.wait()
         await self._store._call(lambda db: db.execute("DELETE FROM bookies WHERE id = ?", (self.info.bookie_id,)))
+
+
+class SqliteLock:
+    """A held lock row; the heartbeat (in the holder's nursery) pushes its expiry forward and
+    sets ``lost`` if the row is no longer ours or could not be renewed for a whole TTL."""
+
+    def __init__(self, store: SqliteMetadataStore, name: str, holder: str, token: str, ttl_s: float) -> None:
+        self._store = store
+        self.name = name
+        self.holder = holder
+        self._token = token
+        self._ttl = ttl_s
+        self.lost = trio.Event()
+        self._scope = trio.CancelScope()
+        self._stopped = trio.Event()
+
+    async def _heartbeat(self) -> None:
+        renewed = time.monotonic()
+        try:
+            with self._scope:
+                while True:
+                    await trio.sleep(self._ttl / 3)
+                    try:
+                        ours = await self._store._call(self._renew)
+                    except Exception as e:  # noqa: BLE001 - retried until the TTL is over
+                        log.warning("lock %s: heartbeat failed: %s", self.name, e)
+                        if time.monotonic() - renewed < self._ttl:
+                            continue
+                        ours = False  # others may take it by now
+                    if not ours:
+                        log.warning("lock %s of %s expired while held", self.name, self.holder)
+                        self.lost.set()
+                        return
+                    renewed = time.monotonic()
+        finally:
+            self._stopped.set()
+
+    def _renew(self, db: sqlite3.Connection) -> bool:
+        cur = db.execute(
+            "UPDATE locks SET expires_at = ? WHERE name = ? AND token = ? AND expires_at > ?",
+            (time.time() + self._ttl, self.name, self._token, time.time()),
+        )
+        return cur.rowcount == 1
+
+    async def release(self) -> None:
+        self._scope.cancel()
+        await self._stopped.wait()
+        # Only our own row: after an expiry the name may belong to someone else.
+        await self._store._call(lambda db: db.execute("DELETE FROM locks WHERE name = ? AND token = ?", (self.name, self._token)))
 
 
 class SqliteMetadataStore:
@@ -236,7 +293,10 @@ class SqliteMetadataStore:
             lambda db: db.execute("SELECT data FROM bookies WHERE expires_at > ? ORDER BY id", (time.time(),)).fetchall()
         )
         infos = [BookieInfo.deserialize(r[0]) for r in rows]
-        return [b for b in infos if not (writable_only and b.read_only)]
+        if not writable_only:
+            return infos
+        decommissioned = await self.list_decommissioned()
+        return [b for b in infos if not (b.read_only or b.bookie_id in decommissioned)]
 
     # -- cookies -------------------------------------------------------------------------
 
@@ -346,6 +406,76 @@ class SqliteMetadataStore:
             lambda db: db.execute("SELECT name, data, version FROM log_cursors WHERE log = ? ORDER BY name", (log,)).fetchall()
         )
         return {r[0]: Versioned(bytes(r[1]), r[2]) for r in rows}
+
+    # -- autorecovery -------------------------------------------------------------------
+
+    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: trio.Nursery) -> SqliteLock | None:
+        token = uuid.uuid4().hex
+
+        def take(db: sqlite3.Connection) -> bool:
+            now = time.time()
+            db.execute("DELETE FROM locks WHERE name = ? AND expires_at <= ?", (name, now))
+            cur = db.execute(
+                "INSERT OR IGNORE INTO locks (name, holder, token, expires_at) VALUES (?, ?, ?, ?)",
+                (name, holder, token, now + ttl_s),
+            )
+            return cur.rowcount == 1
+
+        if not await self._transaction(take):
+            return None
+        lock = SqliteLock(self, name, holder, token, ttl_s)
+        nursery.start_soon(lock._heartbeat, name=f"bkframe-lock-{name}")
+        return lock
+
+    async def lock_holder(self, name: str) -> str | None:
+        row = await self._call(
+            lambda db: db.execute("SELECT holder FROM locks WHERE name = ? AND expires_at > ?", (name, time.time())).fetchone()
+        )
+        return None if row is None else str(row[0])
+
+    async def mark_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
+        def mark(db: sqlite3.Connection) -> None:
+            row = db.execute("SELECT bookies FROM under_replicated WHERE ledger_id = ?", (ledger_id,)).fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO under_replicated (ledger_id, bookies, since) VALUES (?, ?, ?)",
+                    (ledger_id, json.dumps(sorted(set(bookies))), time.time()),
+                )
+            else:
+                merged = sorted(set(json.loads(row[0])) | set(bookies))
+                db.execute("UPDATE under_replicated SET bookies = ? WHERE ledger_id = ?", (json.dumps(merged), ledger_id))
+
+        await self._transaction(mark)
+
+    async def list_under_replicated(self) -> list[UnderReplicated]:
+        rows = await self._call(
+            lambda db: db.execute("SELECT ledger_id, bookies, since FROM under_replicated ORDER BY ledger_id").fetchall()
+        )
+        return [UnderReplicated(r[0], frozenset(json.loads(r[1])), r[2]) for r in rows]
+
+    async def clear_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
+        def clear(db: sqlite3.Connection) -> None:
+            row = db.execute("SELECT bookies FROM under_replicated WHERE ledger_id = ?", (ledger_id,)).fetchone()
+            if row is None:
+                return
+            left = sorted(set(json.loads(row[0])) - set(bookies))
+            if left:
+                db.execute("UPDATE under_replicated SET bookies = ? WHERE ledger_id = ?", (json.dumps(left), ledger_id))
+            else:
+                db.execute("DELETE FROM under_replicated WHERE ledger_id = ?", (ledger_id,))
+
+        await self._transaction(clear)
+
+    async def set_decommissioned(self, bookie_id: str, decommissioned: bool) -> None:
+        if decommissioned:
+            sql = "INSERT OR IGNORE INTO decommissioned (id) VALUES (?)"
+        else:
+            sql = "DELETE FROM decommissioned WHERE id = ?"
+        await self._call(lambda db: db.execute(sql, (bookie_id,)))
+
+    async def list_decommissioned(self) -> set[str]:
+        rows = await self._call(lambda db: db.execute("SELECT id FROM decommissioned").fetchall())
+        return {r[0] for r in rows}
 
     async def aclose(self) -> None:
         await trio.to_thread.run_sync(self._db.close, limiter=self._limiter)

@@ -13,6 +13,8 @@ empty store per test)::
 :class:`MetadataStoreContract` holds what every store must do; stores that several
 processes share (all but ``memory://``) take :class:`SharedMetadataStoreContract`, which
 adds id uniqueness across processes and registrations that expire when their holder dies.
+The autorecovery cases (locks, under-replicated marks, decommissioned bookies) come in
+from :mod:`bkframe.testing.autorecovery_contract`.
 Stores are opened through the plugin manager (override ``plugins`` to register a plugin
 that is not installed), with ``create=True`` as a bookie opens them.
 """
@@ -41,13 +43,14 @@ from bkframe.core.metadata import (
     NoSuchLogError,
 )
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.testing.autorecovery_contract import AutorecoveryContract, SharedAutorecoveryContract
 
 
 def ledger(ledger_id: int, **kw: object) -> LedgerMetadata:
     return LedgerMetadata(ledger_id, 3, 2, 2, ((0, ("a", "b", "c")),), **kw)  # type: ignore[arg-type]
 
 
-class MetadataStoreContract:
+class MetadataStoreContract(AutorecoveryContract):
     """What every :class:`~bkframe.core.metadata.MetadataStore` does; see the module docstring."""
 
     @pytest.fixture
@@ -257,7 +260,7 @@ class MetadataStoreContract:
         assert list(await store.list_cursors("events2")) == ["other"]
 
 
-class SharedMetadataStoreContract(MetadataStoreContract):
+class SharedMetadataStoreContract(MetadataStoreContract, SharedAutorecoveryContract):
     """What a store several processes share does besides: the store must be installed
     (an entry point), since the other processes open it through their own plugin manager."""
 

@@ -26,3 +26,16 @@ async def test_registration_expires_when_the_holder_dies(nursery: trio.Nursery) 
     assert [b.bookie_id for b in await store.list_bookies()] == ["gone"]
     store.expire("gone")
     assert await store.list_bookies() == []
+
+
+async def test_lock_is_freed_and_lost_when_its_holder_dies(nursery: trio.Nursery) -> None:
+    """``expire_lock`` is the in-process "holder died": the lock is free and its holder told."""
+    store = MemoryMetadataStore("memory://")
+    lock = await store.try_lock("auditor", "doomed", 1, nursery)
+    assert lock is not None and not lock.lost.is_set()
+    store.expire_lock("auditor")
+    assert lock.lost.is_set() and await store.lock_holder("auditor") is None
+    heir = await store.try_lock("auditor", "heir", 1, nursery)
+    assert heir is not None and await store.lock_holder("auditor") == "heir"
+    await lock.release()  # the dead holder's release must not free the heir's lock
+    assert await store.lock_holder("auditor") == "heir" and not heir.lost.is_set()

@@ -9,6 +9,9 @@ Layout under ROOT (in the spirit of BookKeeper's):
     ROOT/logs/<name>                a named log's record; the znode version is the CAS version
     ROOT/logs/<name>/<cursor>       its cursors (children, so the log and its cursors go together)
 
+and the autorecovery records (locks, under-replicated marks, decommissioned bookies) of
+:mod:`bkframe_metadata_zk.autorecovery`.
+
 kazoo is blocking and runs its own threads: every call goes through
 ``trio.to_thread.run_sync`` with the store's limiter, and watch callbacks come back into
 trio through a memory channel. Ephemeral nodes vanish when the session expires (a dead
@@ -39,6 +42,7 @@ from bkframe.core.metadata import (
     NoSuchLogError,
     Versioned,
 )
+from bkframe_metadata_zk.autorecovery import PATHS, ZkAutorecovery, ZkLock
 
 log = logging.getLogger("bkframe.metadata.zk")
 
@@ -96,7 +100,7 @@ class ZkRegistration:
         await self._store._call(delete)
 
 
-class ZkMetadataStore:
+class ZkMetadataStore(ZkAutorecovery):
     def __init__(self, uri: str) -> None:
         self.uri = uri
         hosts, self.root = parse_uri(uri)
@@ -110,6 +114,7 @@ class ZkMetadataStore:
         self._started = False
         self._start_lock = trio.Lock()
         self._registrations: set[ZkRegistration] = set()
+        self._locks: dict[str, ZkLock] = {}
         self._lost = False
         self.zk.add_listener(self._on_state)
 
@@ -117,6 +122,7 @@ class ZkMetadataStore:
         # Called from a kazoo thread: never block here, hand work to kazoo's handler.
         if state == KazooState.LOST:
             self._lost = True
+            self._locks_lost()  # unlike registrations, a lock is never taken again by itself
         elif state == KazooState.CONNECTED and self._lost:
             self._lost = False
             for reg in list(self._registrations):
@@ -133,7 +139,7 @@ class ZkMetadataStore:
                 except Exception as e:  # noqa: BLE001 - kazoo raises its own timeout type
                     self.zk.stop()
                     raise MetadataError(f"cannot reach the ZooKeeper metadata store {self.uri!r}: {e}") from None
-                for path in ("ledgers", "idgen", "bookies", "cookies", "logs"):
+                for path in ("ledgers", "idgen", "bookies", "cookies", "logs", *PATHS):
                     self.zk.ensure_path(f"{self.root}/{path}")
 
             await trio.to_thread.run_sync(start, limiter=self._limiter)
@@ -261,7 +267,10 @@ class ZkMetadataStore:
             return out
 
         infos = await self._call(read)
-        return [b for b in infos if not (writable_only and b.read_only)]
+        if not writable_only:
+            return infos
+        decommissioned = await self.list_decommissioned()
+        return [b for b in infos if not (b.read_only or b.bookie_id in decommissioned)]
 
     # -- cookies -------------------------------------------------------------------------
 
