@@ -9,7 +9,8 @@ Keys under ROOT: ``ROOT/ledgers/L<id, 19 digits>`` (metadata JSON; the key's etc
 ``ROOT/bookies/<id>`` (attached to a lease kept alive by a heartbeat; a dead bookie's
 lease expires), ``ROOT/cookies/<id>`` (CAS on version), ``ROOT/logs/<name>`` (a named log's
 record, CAS on version) and ``ROOT/logcursors/<name>/<cursor>`` (its cursors; a transaction
-deletes them with the log). Every call runs in a worker
+deletes them with the log); the autorecovery records (locks, under-replicated marks,
+decommissioned bookies) are :mod:`bkframe_metadata_etcd.autorecovery`'s. Every call runs in a worker
 thread with the store's limiter; with several hosts in the URI, a call that cannot reach
 one tries the next. Watches poll by version (the gateway's streaming watch would need a
 thread of its own for as long as the watch lives).
@@ -41,6 +42,7 @@ from bkframe.core.metadata import (
     NoSuchLogError,
     Versioned,
 )
+from bkframe_metadata_etcd.autorecovery import EtcdAutorecovery
 
 log = logging.getLogger("bkframe.metadata.etcd")
 
@@ -133,7 +135,7 @@ class EtcdRegistration:
         await self._store._call(revoke)
 
 
-class EtcdMetadataStore:
+class EtcdMetadataStore(EtcdAutorecovery):
     def __init__(self, uri: str) -> None:
         self.uri = uri
         endpoints, self.root = parse_uri(uri)
@@ -254,7 +256,10 @@ class EtcdMetadataStore:
     async def list_bookies(self, *, writable_only: bool = False) -> list[BookieInfo]:
         items = await self._call(lambda c: c.get_prefix(f"{self.root}/bookies/".encode()))
         infos = sorted((BookieInfo.deserialize(value) for value, _ in items), key=lambda b: b.bookie_id)
-        return [b for b in infos if not (writable_only and b.read_only)]
+        if not writable_only:
+            return infos
+        decommissioned = await self.list_decommissioned()
+        return [b for b in infos if not (b.read_only or b.bookie_id in decommissioned)]
 
     # -- cookies -------------------------------------------------------------------------
 

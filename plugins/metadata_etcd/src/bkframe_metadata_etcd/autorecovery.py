@@ -1,0 +1,231 @@
+"""The etcd store's autorecovery records: locks, under-replicated marks, decommissioned bookies.
+
+Keys under ROOT (next to the store's own, see :mod:`bkframe_metadata_etcd.store`):
+``ROOT/locks/<name>`` (a held lock; value = the holder; attached to a lease of its own, made
+in a transaction that requires ``create_revision == 0``), ``ROOT/underreplicated/L<id, 19 digits>``
+(``{"bookies": [...], "since": unix time}``, rewritten by transactions that compare the
+``mod_revision`` read, so a clear never deletes a mark somebody added to meanwhile) and
+``ROOT/decommissioned/<bookie id>`` (empty).
+
+A lock's lease is refreshed every TTL/3 from the holder's nursery. Unlike a registration's,
+an expired lock lease is not replaced: the lock is ``lost`` (someone else may hold it now),
+and so it is when no refresh got through for a whole TTL.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
+
+import requests
+import trio
+from etcd3gw.client import Etcd3Client
+from etcd3gw.exceptions import Etcd3Exception
+from etcd3gw.lease import Lease
+
+from bkframe.core.metadata import UnderReplicated
+
+log = logging.getLogger("bkframe.metadata.etcd")
+
+T = TypeVar("T")
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _record(bookies: Collection[str], since: float) -> bytes:
+    return json.dumps({"bookies": sorted(bookies), "since": since}, sort_keys=True).encode()
+
+
+def _txn(compare: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    return {"compare": [compare], "success": [request], "failure": []}
+
+
+class EtcdLock:
+    def __init__(self, store: EtcdAutorecovery, name: str, holder: str, lease: Lease, ttl: int) -> None:
+        self._store = store
+        self.name = name
+        self.holder = holder
+        self._lease = lease
+        self._ttl = ttl
+        self.lost = trio.Event()
+        self._scope = trio.CancelScope()
+        self._stopped = trio.Event()
+
+    async def _keep_alive(self) -> None:
+        # The lease lasts at least a TTL from the last refresh that was *sent* and answered.
+        alive_since = time.monotonic()
+        try:
+            with self._scope:
+                while True:
+                    await trio.sleep(self._ttl / 3)
+                    sent = time.monotonic()
+                    left: int | None = None
+                    # A hung request must not hide the lease's end: wait for it only as long
+                    # as the lease can still be alive.
+                    with trio.move_on_after(max(0.0, alive_since + self._ttl - sent)):
+                        try:
+                            left = await self._store._call_once(lambda c: self._lease.refresh())
+                        except (Etcd3Exception, requests.RequestException, OSError) as e:
+                            log.warning("lock %s: lease keep-alive failed: %s", self.name, e)
+                    if left is None and time.monotonic() - alive_since < self._ttl:
+                        continue
+                    if left is None or left <= 0:
+                        log.warning("lock %s of %s expired while held", self.name, self.holder)
+                        self.lost.set()
+                        return
+                    alive_since = sent
+        finally:
+            self._stopped.set()
+
+    async def release(self) -> None:
+        self._scope.cancel()
+        await self._stopped.wait()
+        # Revoking our lease deletes our key and nothing else (after an expiry the name may
+        # be someone else's, on their lease). If it fails, the lease still ends with its TTL.
+        try:
+            await self._store._call_once(lambda c: self._lease.revoke())
+        except (Etcd3Exception, requests.RequestException, OSError) as e:
+            if "not found" not in str(getattr(e, "detail_text", "")):
+                log.warning("lock %s: revoking its lease failed (it expires by itself): %s", self.name, e)
+
+
+class EtcdAutorecovery:
+    """Mixed into :class:`~bkframe_metadata_etcd.store.EtcdMetadataStore`."""
+
+    root: str
+    _clients: list[Etcd3Client]
+    _current: int
+    _limiter: trio.CapacityLimiter
+
+    async def _call(self, fn: Callable[[Etcd3Client], T]) -> T:
+        raise NotImplementedError
+
+    async def _call_once(self, fn: Callable[[Etcd3Client], T]) -> T:
+        """``fn`` on each host once, without the store's retries (keep-alives have a
+        deadline of their own); abandoned if the caller is cancelled."""
+
+        def run() -> T:
+            for _ in range(len(self._clients) - 1):
+                try:
+                    return fn(self._clients[self._current])
+                except (Etcd3Exception, requests.RequestException, OSError):
+                    self._current = (self._current + 1) % len(self._clients)
+            return fn(self._clients[self._current])  # the last host's error is the caller's
+
+        return await trio.to_thread.run_sync(run, limiter=self._limiter, abandon_on_cancel=True)
+
+    def _lock_key(self, name: str) -> bytes:
+        return f"{self.root}/locks/{name}".encode()
+
+    def _mark_key(self, ledger_id: int) -> bytes:
+        return f"{self.root}/underreplicated/L{ledger_id:019d}".encode()
+
+    # -- locks -----------------------------------------------------------------------------
+
+    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: trio.Nursery) -> EtcdLock | None:
+        ttl = max(2, math.ceil(ttl_s))  # etcd's leases are whole seconds, at least 2
+        key = self._lock_key(name)
+
+        def take(client: Etcd3Client) -> Lease | None:
+            lease = client.lease(ttl=ttl)
+            if client.create(key, holder.encode(), lease=lease):
+                return lease
+            lease.revoke()
+            return None
+
+        lease = await self._call(take)
+        if lease is None:
+            return None
+        lock = EtcdLock(self, name, holder, lease, ttl)
+        nursery.start_soon(lock._keep_alive, name=f"bkframe-lock-{name}")
+        return lock
+
+    async def lock_holder(self, name: str) -> str | None:
+        found = await self._call(lambda c: c.get(self._lock_key(name)))
+        return bytes(found[0]).decode() if found else None
+
+    # -- under-replicated marks ------------------------------------------------------------
+
+    @staticmethod
+    def _read_mark(client: Etcd3Client, key: bytes) -> tuple[dict[str, Any], int] | None:
+        found = client.get(key, metadata=True)
+        if not found:
+            return None
+        value, kv = found[0]
+        return json.loads(value), int(kv["mod_revision"])
+
+    @staticmethod
+    def _unchanged_since(key: bytes, mod_revision: int) -> dict[str, Any]:
+        return {"key": _b64(key), "result": "EQUAL", "target": "MOD", "mod_revision": mod_revision}
+
+    async def mark_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
+        key, adding = self._mark_key(ledger_id), set(bookies)
+
+        def mark(client: Etcd3Client) -> None:
+            while True:
+                found = self._read_mark(client, key)
+                if found is None:
+                    if client.create(key, _record(adding, time.time())):
+                        return
+                    continue  # marked meanwhile: merge into that one
+                current, mod = found
+                merged = set(current["bookies"]) | adding
+                if merged == set(current["bookies"]):
+                    return
+                put = {"request_put": {"key": _b64(key), "value": _b64(_record(merged, current["since"]))}}
+                if client.transaction(_txn(self._unchanged_since(key, mod), put)).get("succeeded", False):
+                    return
+
+        await self._call(mark)
+
+    async def list_under_replicated(self) -> list[UnderReplicated]:
+        prefix = f"{self.root}/underreplicated/L".encode()
+        items = await self._call(lambda c: c.get_prefix(prefix))
+        marks = []
+        for value, kv in items:
+            record = json.loads(value)
+            ledger_id = int(bytes(kv["key"])[len(prefix) :])
+            marks.append(UnderReplicated(ledger_id, frozenset(record["bookies"]), float(record["since"])))
+        return sorted(marks, key=lambda m: m.ledger_id)
+
+    async def clear_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
+        key, removing = self._mark_key(ledger_id), set(bookies)
+
+        def clear(client: Etcd3Client) -> None:
+            while True:
+                found = self._read_mark(client, key)
+                if found is None:
+                    return
+                current, mod = found
+                left = set(current["bookies"]) - removing
+                if left == set(current["bookies"]):
+                    return
+                if left:
+                    request = {"request_put": {"key": _b64(key), "value": _b64(_record(left, current["since"]))}}
+                else:
+                    request = {"request_delete_range": {"key": _b64(key)}}
+                if client.transaction(_txn(self._unchanged_since(key, mod), request)).get("succeeded", False):
+                    return
+
+        await self._call(clear)
+
+    # -- decommissioned bookies ------------------------------------------------------------
+
+    async def set_decommissioned(self, bookie_id: str, decommissioned: bool) -> None:
+        key = f"{self.root}/decommissioned/{bookie_id}".encode()
+        if decommissioned:
+            await self._call(lambda c: c.put(key, b""))
+        else:
+            await self._call(lambda c: c.delete(key))
+
+    async def list_decommissioned(self) -> set[str]:
+        prefix = f"{self.root}/decommissioned/".encode()
+        items = await self._call(lambda c: c.get_prefix(prefix))
+        return {bytes(kv["key"])[len(prefix) :].decode() for _, kv in items}
