@@ -3,7 +3,7 @@
 ``bookie`` (:mod:`.bookie`), ``plugins`` (:mod:`.plugins`), ``sandbox`` (:mod:`.sandbox`),
 ``bench`` (:mod:`.bench`), ``bench-sweep`` (:mod:`.bench_sweep`, plots in :mod:`.bench_plots`),
 ``ledger ...`` (:mod:`.ledger`), ``log ...`` (:mod:`.log`), ``bookies ...`` (:mod:`.bookies`),
-``cookie ...`` (:mod:`.cookie`). Errors bkframe raises on purpose
+``cookie ...`` (:mod:`.cookie`), ``autorecovery ...`` (:mod:`.autorecovery`). Errors bkframe raises on purpose
 become one line and exit status 1 (:mod:`.errors`).
 """
 
@@ -14,6 +14,7 @@ import sys
 
 import click
 
+from bkframe.cli.autorecovery import autorecovery
 from bkframe.cli.bench import bench
 from bkframe.cli.bench_sweep import bench_sweep
 from bkframe.cli.bookie import bookie
@@ -34,5 +35,5 @@ def main(verbose: int) -> None:
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-for command in (bookie, plugins, sandbox, bench, bench_sweep, ledger, log_group, bookies, cookie):
+for command in (bookie, plugins, sandbox, bench, bench_sweep, ledger, log_group, bookies, cookie, autorecovery):
     main.add_command(command)
