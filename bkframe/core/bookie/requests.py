@@ -369,10 +369,8 @@ class RequestHandler:
 
     def _read_only_refusal(self, what: str) -> str:
         self.counters.read_only_refusals += 1
-        return (
-            f"bookie {self.bookie.bookie_id} is read-only ({self.mode.reason}); it refuses {what} until its disk "
-            f"usage is below disk_usage_lwm"
-        )
+        until = "it is no longer decommissioned" if self.mode.draining else "its disk usage is below disk_usage_lwm"
+        return f"bookie {self.bookie.bookie_id} is read-only ({self.mode.reason}); it refuses {what} until {until}"
 
     def _read(self, req: p.ReadRequest, batch: ResponseBatch) -> None:
         storage = self.storage
