@@ -162,3 +162,28 @@ async def test_lost_bookie_ledgers_return_to_full_replication(cluster_factory: A
         assert all([(await writers.ledger_metadata(i)).closed for i in on_victim])
         status = await writers.metadata.list_under_replicated()
         assert status == [], status
+
+
+async def test_full_check_finds_a_replica_that_lost_its_entries(cluster_factory: Any) -> None:
+    """A bookie comes back on an empty disk within the lost-bookie grace (cookie re-stamped,
+    BP-46 protection off, so nothing repairs it): only the full check (LIST_ENTRIES on every
+    replica) can see its ledgers lack entries; they are marked and re-replicated."""
+    config = autorecovery_config(lost_bookie_grace_s=300.0, audit_interval_s=2.0)
+    config = config.replace("[bookie]\n", "[bookie]\nauto_fix_cookies = true\ndata_loss_protection = false\n")
+    cluster = cluster_factory(5, config=config)
+    async with bkframe.open_client(cluster.metadata) as client:
+        ledger_ids = []
+        for i in range(6):
+            writer = await client.create_ledger(ensemble=3, write_quorum=3 if i % 2 else 2, ack_quorum=2, password=PW)
+            await writer.append_many([payload(writer.ledger_id, e) for e in range(ENTRIES)])
+            await writer.close()
+            ledger_ids.append(writer.ledger_id)
+        mds = [await client.ledger_metadata(i) for i in ledger_ids]
+        victim = victim_of(cluster, mds)
+        proc = cluster.by_id(victim)
+        proc.kill()
+        shutil.rmtree(proc.data_dir)
+        proc.start(*cluster.bookie_args)  # back at once, empty
+        await wait_fully_replicated(client, ledger_ids, {victim}, timeout_s=90)
+        await check_replicas(client, ledger_ids)
+        assert await client.metadata.list_under_replicated() == []
