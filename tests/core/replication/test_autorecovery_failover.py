@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 
 import bkframe
@@ -129,7 +128,6 @@ async def test_auditor_and_worker_killed_others_take_over(cluster_factory: Any, 
                 s.kill()
 
 
-@pytest.mark.parametrize("metadata_uri", ["sqlite"], indirect=True)
 async def test_decommission_under_a_live_writer(cluster_factory: Any, metadata_uri: str | None) -> None:
     """``bookies decommission`` of a bookie a live writer writes to: the writer keeps
     appending (it moves off the bookie, which refuses adds), the closed ledgers are copied
