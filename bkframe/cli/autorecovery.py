@@ -14,6 +14,7 @@ import click
 import trio
 
 from bkframe.cli.options import metadata_option
+from bkframe.core.client.settings import ClientSettings
 from bkframe.core.config import load_config
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.replication.autorecovery import AutorecoveryService, cluster_status, default_holder
@@ -26,7 +27,8 @@ log = logging.getLogger("bkframe.autorecovery")
 @metadata_option(required=False)
 @click.option(
     "--config", "config_path", type=click.Path(path_type=Path),
-    help="A bookie TOML config: its [autorecovery] keys (enabled is ignored: running alone is enabling it).",
+    help="A bookie TOML config: its [autorecovery] keys (enabled is ignored: running alone is enabling it) "
+    "and [placement] (where copies go).",
 )
 @click.option("--holder", default="", help="This service's name in the locks it takes (default autorecovery@HOST:PID).")
 def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | None, holder: str) -> None:
@@ -38,6 +40,8 @@ def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | N
         raise click.UsageError("Missing option '--metadata' (or $BKFRAME_METADATA).")
     config = load_config(config_path)
     plugins = PluginManager(disabled=config.plugins.disable)
+    plugins.check_config(config)  # a wrong [placement] policy fails here, not in the service
+    settings = ClientSettings.from_placement_section(config.placement)
     name = holder or default_holder()
 
     async def run() -> None:
@@ -45,7 +49,7 @@ def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | N
         try:
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async with trio.open_nursery() as nursery:
-                    service = AutorecoveryService(store, plugins, config.autorecovery, holder=name)
+                    service = AutorecoveryService(store, plugins, config.autorecovery, holder=name, settings=settings)
                     await nursery.start(service.run)
                     click.echo(f"autorecovery running as {name}", err=True)
                     async for signum in signals:

@@ -26,6 +26,7 @@ from bkframe.core.replication.data_integrity import LimboRepair
 @click.option("--port", type=int, help="Overrides [bookie] port (0 picks a free port).")
 @metadata_option(required=False, help="Overrides [bookie] metadata (metadata store URI).")
 @click.option("--bookie-id", help="Overrides [bookie] bookie_id (default HOST:PORT).")
+@click.option("--rack", help="Overrides [bookie] rack (its rack label, for rack-aware placement).")
 def bookie(
     config_path: Path | None,
     data_dir: Path | None,
@@ -33,9 +34,10 @@ def bookie(
     port: int | None,
     metadata: str | None,
     bookie_id: str | None,
+    rack: str | None,
 ) -> None:
     """Run one bookie composed from the config file; prints 'listening on HOST:PORT'."""
-    overrides = {"data_dir": data_dir, "host": host, "port": port, "metadata": metadata, "bookie_id": bookie_id}
+    overrides = {"data_dir": data_dir, "host": host, "port": port, "metadata": metadata, "bookie_id": bookie_id, "rack": rack}
     config = load_config(config_path, overrides)
     plugins = PluginManager(disabled=config.plugins.disable)
     plugins.check_config(config)  # every section's mistakes before anything starts

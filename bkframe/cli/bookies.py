@@ -22,8 +22,9 @@ def bookies() -> None:
 @metadata_option()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per bookie.")
 def list_bookies(metadata: str, as_json: bool) -> None:
-    """Registered, live bookies with their address and state: writable, or read-only
-    (its disk is full: it takes no adds, serves reads; see ``bookies info`` for why)."""
+    """Registered, live bookies with their address, state and rack: writable, or read-only
+    (its disk is full: it takes no adds, serves reads; see ``bookies info`` for why). The
+    rack is a fourth column once any bookie has a rack label ('-' for those without)."""
 
     async def run() -> list[BookieInfo]:
         store = PluginManager().metadata_store(metadata)
@@ -33,10 +34,12 @@ def list_bookies(metadata: str, as_json: bool) -> None:
             await store.aclose()
 
     infos = trio.run(run)
+    racks = any(b.rack for b in infos)
     for b in infos:
         state = "read-only" if b.read_only else "writable"
-        click.echo(json.dumps({"id": b.bookie_id, "address": b.address, "state": state}) if as_json
-                   else f"{b.bookie_id}\t{b.address}\t{state}")
+        rack = f"\t{b.rack or '-'}" if racks else ""
+        click.echo(json.dumps({"id": b.bookie_id, "address": b.address, "state": state, "rack": b.rack}) if as_json
+                   else f"{b.bookie_id}\t{b.address}\t{state}{rack}")
 
 
 @bookies.command(name="info")

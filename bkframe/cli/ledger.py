@@ -1,9 +1,10 @@
-"""``bkframe ledger ...``: create, append, read, inspect, close, delete ledgers."""
+"""``bkframe ledger ...``: create, append, read, inspect, check (replication), close, delete ledgers."""
 
 from __future__ import annotations
 
 import json
 import sys
+import tomllib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -16,12 +17,31 @@ from bkframe.core.client.client import Client, open_client
 T = TypeVar("T")
 
 
-def _run(metadata: str, fn: Callable[[Client], Awaitable[T]]) -> T:
+def _run(metadata: str, fn: Callable[[Client], Awaitable[T]], **settings: Any) -> T:
     async def main() -> T:
-        async with open_client(metadata) as client:
+        async with open_client(metadata, **settings) as client:
             return await fn(client)
 
     return trio.run(main)
+
+
+def _option_value(text: str) -> Any:
+    """A ``KEY=VALUE`` option's value as TOML reads it (``2``, ``true``), else the text."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _placement(policy: str | None, options: tuple[str, ...]) -> dict[str, Any]:
+    """``open_client`` keywords for ``--placement NAME -o KEY=VALUE ...``."""
+    out: dict[str, Any] = {} if policy is None else {"placement": policy}
+    for option in options:
+        key, sep, value = option.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{option!r} should be KEY=VALUE", param_hint="-o/--placement-option")
+        out[key.strip()] = _option_value(value.strip())
+    return out
 
 
 @click.group()
@@ -37,8 +57,12 @@ def ledger() -> None:
 @click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True)
 @click.option("--digest", type=click.Choice(["CRC32C", "HMAC_SHA256"]), default="CRC32C", show_default=True)
 @password_option
+@click.option("--placement", help="Placement policy choosing its bookies: random (default), least_used, rack_aware, ...")
+@click.option("-o", "--placement-option", "placement_options", multiple=True, metavar="KEY=VALUE",
+              help="An option of the placement policy, e.g. -o min_racks=2 (repeatable).")
 def create(
-    metadata: str, ensemble: int, write_quorum: int, ack_quorum: int, ledger_type: str, digest: str, password: str
+    metadata: str, ensemble: int, write_quorum: int, ack_quorum: int, ledger_type: str, digest: str, password: str,
+    placement: str | None, placement_options: tuple[str, ...],
 ) -> None:
     """Create a ledger; prints its id alone. Append to it with 'bkframe ledger append ID'."""
     try:
@@ -55,7 +79,7 @@ def create(
         )
         return handle.ledger_id
 
-    click.echo(_run(metadata, run))
+    click.echo(_run(metadata, run, **_placement(placement, placement_options)))
 
 
 @ledger.command()
@@ -157,3 +181,40 @@ def delete(metadata: str, ledger_id: int) -> None:
     """Delete a ledger's metadata (bookies reclaim its space)."""
     _run(metadata, lambda client: client.delete_ledger(ledger_id))
     click.echo(f"deleted ledger {ledger_id}")
+
+
+@ledger.command()
+@metadata_option()
+@click.option("--json", "as_json", is_flag=True, help="Print the whole check as one JSON object.")
+@click.argument("ledger_id", type=int)
+def check(metadata: str, as_json: bool, ledger_id: int) -> None:
+    """Which entries each replica bookie of each fragment holds (LIST_ENTRIES), marking
+    missing entries and unreachable bookies. Exit status 0 when fully replicated, 2 when
+    under-replicated (1 for errors)."""
+    from bkframe.core.replication.ledger_check import LedgerCheck, check_ledger, count, format_runs
+
+    async def run(client: Client) -> LedgerCheck:
+        return await check_ledger(client.pool, await client.ledger_metadata(ledger_id))
+
+    result = _run(metadata, run)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
+    else:
+        click.echo(f"ledger {ledger_id}: {result.state}, entries 0..{result.last_entry}, write quorum {result.write_quorum}")
+        for f in result.fragments:
+            span = f"{f.first_entry}..{f.last_entry}" if f.last_entry >= f.first_entry else f"{f.first_entry}.. (empty)"
+            click.echo(f"fragment {span}: {', '.join(f.ensemble)}")
+            for r in f.replicas:
+                held = r.expected - count(r.missing)
+                if not r.reachable:
+                    line = f"UNREACHABLE ({r.error}); should hold {r.expected}"
+                elif r.missing:
+                    line = f"holds {held}/{r.expected}, MISSING {format_runs(r.missing)}"
+                else:
+                    line = f"holds {held}/{r.expected}"
+                click.echo(f"  {r.bookie_id}\t{line}{' (in limbo: being repaired)' if r.limbo else ''}")
+            if f.under_replicated:
+                click.echo(f"  under-replicated entries: {format_runs(f.under_replicated)}")
+        click.echo(result.summary())
+    if not result.fully_replicated:
+        raise SystemExit(2)

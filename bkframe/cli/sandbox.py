@@ -45,14 +45,19 @@ async def check_store(metadata: str) -> None:
     help="Write and read ledgers and a named log, run a Spark pipeline on logs, print what was done, then stop.",
 )
 @click.option("--no-spark", is_flag=True, help="With --demo: skip the Spark pipeline (it needs pyspark and Java).")
-def sandbox(bookies: int, data_dir: Path, metadata: str | None, demo: bool, no_spark: bool) -> None:
+@click.option(
+    "--racks", default="", metavar="R1,R2,...",
+    help="Rack labels given to the bookies in turn (bookie i gets the i-th, cycling), for rack-aware placement.",
+)
+def sandbox(bookies: int, data_dir: Path, metadata: str | None, demo: bool, no_spark: bool, racks: str) -> None:
     """Run a local cluster: N bookie processes on one metadata store."""
     if demo and not no_spark and (missing := spark_missing()) is not None:
         raise click.ClickException(missing)  # before any bookie starts: nothing to undo
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     metadata = metadata or f"sqlite://{data_dir / 'metadata.db'}"
-    cluster = Cluster(data_dir, bookies, metadata, first=1, command=BOOKIE_COMMAND)
+    rack_labels = [r.strip() for r in racks.split(",") if r.strip()]
+    cluster = Cluster(data_dir, bookies, metadata, first=1, command=BOOKIE_COMMAND, racks=rack_labels)
 
     async def main() -> None:
         await check_store(metadata)
@@ -62,14 +67,16 @@ def sandbox(bookies: int, data_dir: Path, metadata: str | None, demo: bool, no_s
                 state = {
                     "metadata": metadata,
                     "bookies": [
-                        {"id": b.bookie_id, "address": b.address, "pid": b.proc.pid if b.proc else 0, "log": str(b.log_path)}
+                        {"id": b.bookie_id, "address": b.address, "pid": b.proc.pid if b.proc else 0, "log": str(b.log_path),
+                         "rack": b.rack}
                         for b in cluster.bookies
                     ],
                 }
                 (data_dir / "sandbox.json").write_text(json.dumps(state, indent=2) + "\n")
                 click.echo(f"sandbox: {bookies} bookies on {metadata}")
                 for b in cluster.bookies:
-                    click.echo(f"  {b.bookie_id} at {b.address} (log: {b.log_path})")
+                    rack = f", rack {b.rack}" if b.rack else ""
+                    click.echo(f"  {b.bookie_id} at {b.address}{rack} (log: {b.log_path})")
                 click.echo(f"wrote {data_dir / 'sandbox.json'}")
                 if demo:
                     await run_demo(metadata, bookies, click.echo)

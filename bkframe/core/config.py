@@ -18,6 +18,7 @@ from typing import Any, TypeVar, cast
 
 import attrs
 
+from bkframe.core.placement import DEFAULT_POLICY
 from bkframe.errors import ConfigError
 
 T = TypeVar("T")
@@ -171,6 +172,8 @@ class BookieConfig:
     disk_usage_lwm: float = attrs.field(default=0.90)
     #: Seconds between disk usage checks (diskCheckInterval).
     disk_check_interval_s: float = attrs.field(default=10.0, validator=above(0))
+    #: The rack (failure domain) label the bookie registers with, for rack-aware placement.
+    rack: str = ""
 
     @disk_usage_lwm.validator
     def _lwm_below_threshold(self, attribute: attrs.Attribute[float], value: float) -> None:
@@ -226,6 +229,10 @@ class Config:
     plugins: PluginsConfig = PluginsConfig()
     autorecovery: AutorecoveryConfig = AutorecoveryConfig()
     source: str = "(defaults)"
+    #: ``[placement]``: ``policy`` (a registered placement policy's name) and its options,
+    #: for the client inside the bookie (repair, re-replication); validated by the policy's
+    #: config class when the plugin manager makes it (:meth:`PluginManager.check_config`).
+    placement: Mapping[str, Any] = attrs.field(factory=lambda: {"policy": DEFAULT_POLICY})
 
 
 def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
@@ -242,7 +249,7 @@ def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = 
             raise ConfigError(f"config file {path} does not exist") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
-    known = {"bookie", "plugins", "autorecovery", *PLUGIN_SECTIONS}
+    known = {"bookie", "plugins", "placement", "autorecovery", *PLUGIN_SECTIONS}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -259,5 +266,6 @@ def load_config(path: Path | None = None, overrides: Mapping[str, Any] | None = 
         plugins=parse_section(PluginsConfig, raw.get("plugins", {}), where=f"{source}: [plugins]"),
         autorecovery=parse_section(AutorecoveryConfig, raw.get("autorecovery", {}), where=f"{source}: [autorecovery]"),
         source=source,
+        placement={"policy": DEFAULT_POLICY, **raw.get("placement", {})},
         **sections,
     )

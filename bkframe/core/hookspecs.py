@@ -34,3 +34,20 @@ def bkframe_register_components(registry: ComponentRegistry) -> None:
 
     Called once per plugin manager, for every plugin (not firstresult), built-ins first.
     """
+
+
+@hookspec
+def bkframe_placement_policy(registry: ComponentRegistry) -> None:
+    """Register placement policies: ``registry.add_placement_policy(name, factory, config=C)``.
+
+    :param registry: the same :class:`~bkframe.core.registry.ComponentRegistry` as
+        :func:`bkframe_register_components` gets. ``factory(options: C)`` returns a
+        :class:`~bkframe.core.placement.PlacementPolicy`; ``C`` is the attrs class the
+        policy's options (``[placement]`` keys, ``open_client`` keywords) are validated
+        against. A client picks a policy by name (``placement = "rack_aware"``).
+    :return: nothing. A name registered twice is a :class:`~bkframe.errors.PluginError`
+        naming both plugins and distributions.
+
+    Called once per plugin manager, for every plugin (not firstresult), built-ins first,
+    after every ``bkframe_register_components``.
+    """

@@ -139,6 +139,9 @@ class BookieInfo:
     address: str
     read_only: bool = False
     pid: int = 0
+    #: Its rack (failure domain) label, ``[bookie] rack``; rack-aware placement spreads
+    #: every write set over racks. "" is the default rack.
+    rack: str = ""
 
     def serialize(self) -> bytes:
         return json.dumps(attrs.asdict(self), sort_keys=True).encode()

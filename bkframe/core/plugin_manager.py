@@ -27,6 +27,7 @@ from bkframe.core.config import Config, parse_section
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import DurabilityPolicy, EntryLogManager, Journal, LedgerStorage
 from bkframe.core.metadata import MetadataStore
+from bkframe.core.placement import PlacementPolicy
 from bkframe.core.registry import Component, ComponentKind, ComponentRegistry, LedgerTypes
 from bkframe.errors import ConfigError, MetadataError, PluginError
 
@@ -39,6 +40,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "bkframe.plugins.ledger_storage_default",
     "bkframe.plugins.metadata_memory",
     "bkframe.plugins.metadata_sqlite",
+    "bkframe.plugins.placement",
 )
 
 ENTRY_POINT_GROUP = "bkframe"
@@ -149,8 +151,11 @@ class PluginManager:
         """Every registered component (plugins are asked once, in registration order)."""
         if self._registry is None:
             registry = ComponentRegistry()
-            for impl in self._pm.hook.bkframe_register_components.get_hookimpls():
+            hooks = (self._pm.hook.bkframe_register_components, self._pm.hook.bkframe_placement_policy)
+            for impl in [impl for hook in hooks for impl in hook.get_hookimpls()]:
                 name = impl.plugin_name
+                if self._pm.get_plugin(name) is None:
+                    continue  # left out (broken) by its other hook
                 registry.registering(name, self._dists.get(name, "?"))
                 try:
                     impl.function(registry=registry)
@@ -183,6 +188,15 @@ class PluginManager:
         """Validate every component section of ``config`` now (a bookie does it as it starts)."""
         for section, kind in SECTION_KINDS.items():
             self._component(kind, section, getattr(config, section), config.source)
+        self.placement_policy_from_section(config.placement, source=f"{config.source}: [placement]")
+
+    def placement_policy_from_section(self, section: Mapping[str, Any], *, source: str) -> PlacementPolicy:
+        """The policy a ``[placement]`` section names (``policy = NAME``, its options as the other keys)."""
+        options = dict(section)
+        name = options.pop("policy", "random")
+        if not isinstance(name, str):
+            raise ConfigError(f"{source}: policy = {name!r} should be a string")
+        return self.placement_policy(name, options, source=source)
 
     # -- making parts ------------------------------------------------------------------------
 
@@ -231,6 +245,20 @@ class PluginManager:
             )
         store: MetadataStore = component.factory(uri, create=create)
         return store
+
+    def placement_policy(self, name: str, options: Mapping[str, Any], *, source: str = "placement") -> PlacementPolicy:
+        """The placement policy registered as ``name``, made with ``options`` validated
+        against its config class (unknown names and keys are clear :class:`ConfigError` s)."""
+        component = self.components.get(ComponentKind.PLACEMENT_POLICY, name)
+        if component is None:
+            raise ConfigError(
+                f"{source}: placement policy {name!r}: no installed plugin provides it (installed: "
+                f"{', '.join(self.components.names(ComponentKind.PLACEMENT_POLICY)) or 'none'})"
+            )
+        assert component.config is not None
+        config: Any = parse_section(component.config, options, where=f"{source}: placement policy {name!r}")
+        policy: PlacementPolicy = component.factory(config)
+        return policy
 
     # -- ledger types ------------------------------------------------------------------------
 

@@ -4,9 +4,11 @@ Each plugin implements one hook, :func:`~bkframe.core.hookspecs.bkframe_register
 and adds its components to the :class:`ComponentRegistry` it is handed (as tox plugins
 register environments): journals, entry-log managers and ledger storages by the name a
 config section's ``plugin`` key picks, metadata stores by URI scheme, ledger types by name
-and wire id. A name registered twice is an error naming both plugins and distributions,
-never a silent shadowing. Each storage component comes with the attrs class of its config
-section, so that every section is validated the same way
+and wire id; placement policies come through their own hook,
+:func:`~bkframe.core.hookspecs.bkframe_placement_policy`, into the same registry. A name
+registered twice is an error naming both plugins and distributions, never a silent
+shadowing. Each storage component (and placement policy) comes with the attrs class of its
+config section, so that every section is validated the same way
 (:func:`bkframe.core.config.parse_section`).
 """
 
@@ -21,6 +23,7 @@ import attrs
 
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import DurabilityPolicy, EntryLogManager, Journal, LedgerStorage
+from bkframe.core.placement import PlacementPolicy
 from bkframe.errors import PluginError, UnknownLedgerTypeError
 
 if TYPE_CHECKING:
@@ -35,6 +38,7 @@ class ComponentKind(str, enum.Enum):
     LEDGER_STORAGE = "ledger_storage"
     METADATA_STORE = "metadata_store"
     LEDGER_TYPE = "ledger_type"
+    PLACEMENT_POLICY = "placement_policy"
 
 
 class MetadataStoreFactory(Protocol):
@@ -168,6 +172,13 @@ class ComponentRegistry:
             )
         self._add(ComponentKind.LEDGER_TYPE, policy.name, policy, None, policy.description)
         self._type_ids[policy.type_id] = self._components[(ComponentKind.LEDGER_TYPE, policy.name)]
+
+    def add_placement_policy(
+        self, name: str, factory: Callable[[C], PlacementPolicy], *, config: type[C], description: str = ""
+    ) -> None:
+        """``factory(options)``: a :class:`~bkframe.core.placement.PlacementPolicy`; ``options``
+        is an instance of ``config`` made from the client's placement options."""
+        self._add(ComponentKind.PLACEMENT_POLICY, name, factory, config, description)
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -79,9 +79,12 @@ class BookieProcess:
         args: Sequence[str] = (),
         command: Sequence[str] = TEST_BOOKIE_COMMAND,
         log_path: Path | None = None,
+        rack: str = "",
     ) -> None:
         self.data_dir = data_dir
         self.bookie_id = bookie_id
+        #: The rack label it registers with (``--rack``); "" for none.
+        self.rack = rack
         self.metadata = metadata
         self.args = tuple(args)
         self.command = tuple(command)
@@ -137,6 +140,8 @@ class BookieProcess:
             cmd += ["--metadata", self.metadata]
         if self.bookie_id:
             cmd += ["--bookie-id", self.bookie_id]
+        if self.rack:
+            cmd += ["--rack", self.rack]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "a") as log_file:
             self.proc = subprocess.Popen(
@@ -224,7 +229,8 @@ class BookieProcess:
 
 class Cluster:
     """``Cluster(tmp_path, 3).start()``: bookies ``bookie-0`` ... on one metadata store
-    (``sqlite://ROOT/metadata.db`` unless given); ``close()`` kills what is still running."""
+    (``sqlite://ROOT/metadata.db`` unless given); ``close()`` kills what is still running.
+    ``racks``: rack labels given to the bookies in turn (bookie i gets ``racks[i % len]``)."""
 
     def __init__(
         self,
@@ -236,14 +242,18 @@ class Cluster:
         *,
         first: int = 0,
         command: Sequence[str] = TEST_BOOKIE_COMMAND,
+        racks: Sequence[str] = (),
     ) -> None:
         self.root = root
         self.bookie_args = bookie_args
         self.powerloss = powerloss
         self.metadata = metadata or f"sqlite://{root / 'metadata.db'}"
         self.bookies = [
-            BookieProcess(root / f"bookie-{i}", bookie_id=f"bookie-{i}", metadata=self.metadata, command=command)
-            for i in range(first, first + bookies)
+            BookieProcess(
+                root / f"bookie-{i}", bookie_id=f"bookie-{i}", metadata=self.metadata, command=command,
+                rack=racks[n % len(racks)] if racks else "",
+            )
+            for n, i in enumerate(range(first, first + bookies))
         ]
 
     def start(self, *, parallel: bool = False) -> Cluster:

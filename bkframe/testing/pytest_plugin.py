@@ -40,19 +40,26 @@ def bookie_processes() -> Iterator[list[BookieProcess]]:
 
 @pytest.fixture
 def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
-    """``cluster_factory(bookies=3, metadata=None, config=None, powerloss=False)`` starts a
-    cluster of real bookie processes (``config``: TOML text every bookie is started with;
-    ``powerloss``: bookies can lose power); all are killed at the end of the test."""
+    """``cluster_factory(bookies=3, metadata=None, config=None, powerloss=False, racks=())``
+    starts a cluster of real bookie processes (``config``: TOML text every bookie is started
+    with; ``powerloss``: bookies can lose power; ``racks``: rack labels the bookies get in
+    turn); all are killed at the end of the test."""
     made: list[Cluster] = []
 
-    def make(bookies: int = 3, metadata: str | None = None, config: str | None = None, powerloss: bool = False) -> Cluster:
+    def make(
+        bookies: int = 3,
+        metadata: str | None = None,
+        config: str | None = None,
+        powerloss: bool = False,
+        racks: tuple[str, ...] = (),
+    ) -> Cluster:
         root = tmp_path / f"cluster-{len(made)}"
         args: tuple[str, ...] = ()
         if config is not None:
             root.mkdir(parents=True, exist_ok=True)
             (root / "bookie.toml").write_text(config)
             args = ("--config", str(root / "bookie.toml"))
-        cluster = Cluster(root, bookies, metadata, bookie_args=args, powerloss=powerloss)
+        cluster = Cluster(root, bookies, metadata, bookie_args=args, powerloss=powerloss, racks=racks)
         made.append(cluster)
         return cluster.start()
 

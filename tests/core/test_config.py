@@ -8,6 +8,7 @@ import pytest
 
 from bkframe.core.config import AutorecoveryConfig, BookieConfig, ConfigError, PluginsConfig, load_config, parse_section
 from bkframe.core.plugin_manager import SECTION_KINDS, PluginManager
+from bkframe.core.registry import ComponentKind
 
 SAMPLE = Path(__file__).resolve().parents[2] / "conf" / "bookie.toml"
 
@@ -48,6 +49,30 @@ def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, message: str) ->
         load_config(f)
 
 
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[placement]\npolicy = 'nearest'\n", r"b.toml: \[placement\]: placement policy 'nearest': no installed plugin"),
+        ("[placement]\npolicy = 'rack_aware'\nmin_racks = 0\n", r"min_racks = 0 should be an integer >= 1"),
+        ("[placement]\nmin_racks = 2\n", r"placement policy 'random': unknown key\(s\) min_racks"),
+        ("[placement]\npolicy = 3\n", r"policy = 3 should be a string"),
+    ],
+)
+def test_bad_placement_section_is_a_clear_error_before_the_bookie_starts(tmp_path: Path, text: str, message: str) -> None:
+    f = tmp_path / "b.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        PluginManager().check_config(load_config(f))
+
+
+def test_placement_section(tmp_path: Path) -> None:
+    f = tmp_path / "b.toml"
+    f.write_text("[placement]\npolicy = 'rack_aware'\nmin_racks = 3\n[bookie]\nrack = 'r1'\n")
+    config = load_config(f)
+    assert (config.placement, config.bookie.rack) == ({"policy": "rack_aware", "min_racks": 3}, "r1")
+    assert load_config(None).placement == {"policy": "random"}
+
+
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml")
@@ -66,6 +91,10 @@ def test_sample_config_documents_every_key_at_its_default() -> None:
         component = plugins.components.get(kind, raw[section]["plugin"])
         assert component is not None and component.config is not None
         owners[section] = component.config
+    placement = plugins.components.get(ComponentKind.PLACEMENT_POLICY, raw["placement"]["policy"])
+    assert placement is not None and placement.config is not None
+    owners["placement"] = placement.config
+    raw["placement"] = {"plugin": raw["placement"]["policy"], **{k: v for k, v in raw["placement"].items() if k != "policy"}}
     assert set(raw) == set(owners)
     for section, cls in owners.items():
         keys = {k: v for k, v in raw[section].items() if k != "plugin"}

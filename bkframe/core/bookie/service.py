@@ -139,7 +139,8 @@ class BookieService:
                             background.start_soon(self.repair(bookie, store, bookie_id).run)
                         background.start_soon(GarbageCollector(bookie, store, cfg.gc_interval_s).run)
                         info = BookieInfo(
-                            bookie_id=bookie_id, address=f"{host}:{port}", read_only=bookie.read_only, pid=os.getpid()
+                            bookie_id=bookie_id, address=f"{host}:{port}", read_only=bookie.read_only, pid=os.getpid(),
+                            rack=cfg.rack,
                         )
                         registration = await store.register_bookie(info, cfg.registration_ttl_s, background)
                         background.start_soon(self._watch_decommission, bookie, store, bookie_id)

@@ -39,7 +39,7 @@ T = TypeVar("T")
 class BlockingClient:
     """``with bkframe.connect(uri) as bk: ...``"""
 
-    def __init__(self, metadata_uri: str, *, timeout_s: float | None = None, **settings: float) -> None:
+    def __init__(self, metadata_uri: str, *, timeout_s: float | None = None, **settings: Any) -> None:
         self._uri = metadata_uri
         self._settings: dict[str, Any] = dict(settings)
         self._ready = threading.Event()
@@ -359,7 +359,8 @@ class BlockingTail(Iterator[LogEntry]):
         self.close()
 
 
-def connect(metadata_uri: str, *, timeout_s: float | None = None, **settings: float) -> BlockingClient:
+def connect(metadata_uri: str, *, timeout_s: float | None = None, **settings: Any) -> BlockingClient:
     """A blocking client; ``timeout_s`` bounds opening the metadata store, ``settings``
-    override :class:`~bkframe.core.client.settings.ClientSettings` fields."""
+    override :class:`~bkframe.core.client.settings.ClientSettings` fields (and, as in
+    :func:`~bkframe.core.client.client.open_client`, give the placement policy's options)."""
     return BlockingClient(metadata_uri, timeout_s=timeout_s, **settings)

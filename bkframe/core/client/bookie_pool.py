@@ -7,12 +7,14 @@ import trio
 from bkframe.core.client.bookie_client import BookieClient, BookieConnectionError, connect_bookie
 from bkframe.core.client.bookie_health import BookieHealth
 from bkframe.core.metadata import MetadataStore
+from bkframe.core.placement import PlacementPolicy, RandomPlacement
 
 
 class BookiePool:
     """Holds one connection per bookie inside the client's nursery.
 
     A failed connect quarantines the bookie in ``health`` (see :mod:`bookie_health`).
+    It carries the client's placement policy, which choosing bookies needs with it.
     """
 
     def __init__(
@@ -22,11 +24,18 @@ class BookiePool:
         *,
         connect_timeout_s: float = 10.0,
         health: BookieHealth | None = None,
+        placement: PlacementPolicy | None = None,
     ) -> None:
         self._nursery = nursery
         self._metadata = metadata
         self.connect_timeout_s = connect_timeout_s
         self.health = health if health is not None else BookieHealth(0.0)
+        #: How ensembles and replacements are chosen (see :mod:`.placement`): it travels
+        #: with the pool, as health does, so every caller of ``choose_*`` uses the client's.
+        self.placement: PlacementPolicy = placement if placement is not None else RandomPlacement()
+        #: Ledgers each bookie holds, as it last reported (GET_BOOKIE_INFO), with when
+        #: (trio time) and how many this client placed on it since: for ``least_used``.
+        self.ledger_counts: dict[str, tuple[int, float]] = {}
         self._clients: dict[str, BookieClient] = {}
         self._addresses: dict[str, str] = {}
         self._locks: dict[str, trio.Lock] = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 import attrs
 import trio
@@ -36,6 +37,7 @@ from bkframe.core.metadata import (
 )
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import (
+    ConfigError,
     LedgerClosedError,
     LedgerFencedError,
     UnauthorizedError,
@@ -76,7 +78,7 @@ class Client:
                 f"{ledger_type} ledgers cannot be striped (E={ensemble} > W={write_quorum}): the LastAddSynced "
                 f"rule needs every bookie to hold every entry; use E = W"
             )
-        chosen = await choose_ensemble(self.pool, self.metadata, ensemble)
+        chosen = await choose_ensemble(self.pool, self.metadata, ensemble, write_quorum=write_quorum)
         while True:
             ledger_id = await self.metadata.new_ledger_id()
             md = LedgerMetadata(
@@ -153,21 +155,32 @@ async def open_client(
     *,
     plugins: PluginManager | None = None,
     settings: ClientSettings | None = None,
-    **overrides: float,
+    **overrides: Any,
 ) -> AsyncIterator[Client]:
     """A client for the block. Keywords override :class:`ClientSettings` fields, e.g.
-    ``open_client(uri, add_timeout_s=2.0, explicit_lac_interval_s=0.5)``."""
+    ``open_client(uri, add_timeout_s=2.0, explicit_lac_interval_s=0.5)``; the others are
+    options of the placement policy: ``open_client(uri, placement="rack_aware", min_racks=2)``."""
     settings = settings if settings is not None else ClientSettings()
+    fields = {f.name for f in attrs.fields(ClientSettings)}
+    options = {k: v for k, v in overrides.items() if k not in fields}
+    if options:
+        overrides = {k: v for k, v in overrides.items() if k in fields}
+        overrides["placement_options"] = {**settings.placement_options, **options}
     try:
         settings = attrs.evolve(settings, **overrides)
     except TypeError as e:
-        known = ", ".join(f.name for f in attrs.fields(ClientSettings))
-        raise TypeError(f"open_client: {e}; the settings are: {known}") from None
+        raise TypeError(f"open_client: {e}; the settings are: {', '.join(sorted(fields))}") from None
     plugins = plugins or PluginManager()
+    try:
+        placement = plugins.placement_policy(settings.placement, settings.placement_options, source="open_client")
+    except ConfigError as e:
+        if options:
+            e.args = (f"{e}; or a setting: {', '.join(sorted(fields))}",)
+        raise
     store = plugins.metadata_store(metadata_uri)
     try:
         async with trio.open_nursery() as nursery:
-            client = Client(ClientContext.create(nursery, store, plugins, settings))
+            client = Client(ClientContext.create(nursery, store, plugins, settings, placement))
             try:
                 yield client
             finally:

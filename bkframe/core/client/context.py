@@ -16,6 +16,7 @@ from bkframe.core.client.bookie_health import BookieHealth
 from bkframe.core.client.bookie_pool import BookiePool
 from bkframe.core.client.settings import ClientSettings
 from bkframe.core.metadata import MetadataStore
+from bkframe.core.placement import PlacementPolicy
 from bkframe.core.plugin_manager import LedgerTypes, PluginManager
 
 
@@ -39,12 +40,18 @@ class ClientContext:
         metadata: MetadataStore,
         plugins: PluginManager,
         settings: ClientSettings | None = None,
+        placement: PlacementPolicy | None = None,
     ) -> ClientContext:
+        """``placement``: the policy the settings name, if the caller made it already
+        (:func:`bkframe.open_client` does, so that a wrong name fails before anything starts)."""
         settings = settings if settings is not None else ClientSettings()
+        if placement is None:
+            placement = plugins.placement_policy(settings.placement, settings.placement_options, source="client settings")
         pool = BookiePool(
             nursery,
             metadata,
             connect_timeout_s=settings.connect_timeout_s,
             health=BookieHealth(settings.bookie_quarantine_s),
+            placement=placement,
         )
         return cls(nursery=nursery, metadata=metadata, pool=pool, ledger_types=plugins.ledger_types(), settings=settings)

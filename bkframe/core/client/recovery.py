@@ -320,7 +320,7 @@ class Recovery:
             try:
                 new = await choose_replacements(
                     self.ctx.pool, self.ctx.metadata, ensemble, indices,
-                    what=f"recovery of ledger {self.ledger_id}",
+                    what=f"recovery of ledger {self.ledger_id}", write_quorum=self.md.write_quorum,
                 )
             except BKError as e:
                 raise RecoveryError(

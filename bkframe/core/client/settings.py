@@ -8,8 +8,13 @@ never forever.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import attrs
 from attrs import validators as v
+
+from bkframe.core.placement import DEFAULT_POLICY
 
 
 def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -38,3 +43,18 @@ class ClientSettings:
     #: > 0: write handles send their LAC explicitly when it moved and no add carried it for
     #: this long, so tailing readers see the last entry without waiting for the next.
     explicit_lac_interval_s: float = attrs.field(default=0.0, validator=v.ge(0))
+    #: The placement policy choosing bookies for new ledgers, ensemble changes and
+    #: re-replication, by registered name: ``random``, ``least_used``, ``rack_aware``, or a
+    #: plugin's (see docs/placement.md).
+    placement: str = DEFAULT_POLICY
+    #: The policy's options (``rack_aware``: ``min_racks``, ``enforce_min_racks``);
+    #: :func:`bkframe.open_client` puts here every keyword that is no field of this class.
+    placement_options: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
+
+    @classmethod
+    def from_placement_section(cls, section: Mapping[str, Any], **fields: Any) -> ClientSettings:
+        """Settings with the placement of a ``[placement]`` config section: ``policy = NAME``
+        and the policy's options as the other keys (a bookie's client reads it so)."""
+        options = dict(section)
+        policy = options.pop("policy", DEFAULT_POLICY)
+        return cls(placement=policy, placement_options=options, **fields)

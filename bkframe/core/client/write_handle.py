@@ -503,6 +503,7 @@ class WriteHandle:
             failed,
             exclude=self._to_replace,
             what=f"ledger {self.ledger_id}",
+            write_quorum=self.metadata.write_quorum,
         )
 
     async def _commit_fragment(self, boundary: int, ensemble: list[str]) -> None:

@@ -18,6 +18,7 @@ import trio
 
 from bkframe.core.bookie.bookie import Bookie
 from bkframe.core.client.context import ClientContext
+from bkframe.core.client.settings import ClientSettings
 from bkframe.core.config import AutorecoveryConfig
 from bkframe.core.metadata import MetadataStore, NoSuchLedgerError
 from bkframe.core.plugin_manager import PluginManager
@@ -43,8 +44,11 @@ class AutorecoveryService:
         *,
         holder: str,
         key_for: KeyLookup = _no_key,
+        settings: ClientSettings | None = None,
     ) -> None:
+        """``settings``: for the service's client (the placement policy of the copies)."""
         self.store = store
+        self.settings = settings
         self.plugins = plugins
         self.config = config
         self.holder = holder
@@ -54,7 +58,7 @@ class AutorecoveryService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            ctx = ClientContext.create(nursery, self.store, self.plugins)
+            ctx = ClientContext.create(nursery, self.store, self.plugins, self.settings)
             self.auditor = Auditor(self.store, ctx.pool, self.holder, self.config)
             self.worker = ReplicationWorker(ctx, self.holder, self.config, key_for=self.key_for)
             await nursery.start(self.auditor.run)
@@ -71,7 +75,10 @@ def in_bookie(bookie: Bookie, store: MetadataStore, bookie_id: str) -> Autorecov
         state = bookie.storage.ledger_state(ledger_id)
         return bytes(state.master_key) if state is not None and state.master_key else None
 
-    return AutorecoveryService(store, bookie.plugins, bookie.config.autorecovery, holder=bookie_id, key_for=key_for)
+    return AutorecoveryService(
+        store, bookie.plugins, bookie.config.autorecovery, holder=bookie_id, key_for=key_for,
+        settings=ClientSettings.from_placement_section(bookie.config.placement),
+    )
 
 
 async def cluster_status(store: MetadataStore, timeout_s: float = 30.0) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from bkframe.core.client.context import ClientContext
 from bkframe.core.client.distribution import replicas, stored_at
 from bkframe.core.client.entry_format import Digester
 from bkframe.core.client.recovery import Recovery
+from bkframe.core.client.settings import ClientSettings
 from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore, NoSuchLedgerError
 from bkframe.core.replication.copying import fetch_entries, list_on_peers
 from bkframe.errors import BKError
@@ -54,7 +55,8 @@ class LimboRepair:
             return
         log.info("repairing %d limbo ledger(s): %s", len(pending), pending)
         async with trio.open_nursery() as nursery:
-            ctx = ClientContext.create(nursery, self.store, self.bookie.plugins)
+            settings = ClientSettings.from_placement_section(self.bookie.config.placement)
+            ctx = ClientContext.create(nursery, self.store, self.bookie.plugins, settings)
             delay = self.retry_s
             while pending:
                 still: list[int] = []

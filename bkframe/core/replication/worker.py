@@ -308,10 +308,13 @@ class ReplicationWorker:
         with trio.fail_after(self.config.request_timeout_s):
             try:
                 return await choose_replacements(
-                    self.ctx.pool, self.store, ensemble, failed, exclude=md.bookies() | lost, what=what
+                    self.ctx.pool, self.store, ensemble, failed, exclude=md.bookies() | lost, what=what,
+                    write_quorum=md.write_quorum,
                 )
             except NotEnoughBookiesError:
-                return await choose_replacements(self.ctx.pool, self.store, ensemble, failed, exclude=lost, what=what)
+                return await choose_replacements(
+                    self.ctx.pool, self.store, ensemble, failed, exclude=lost, what=what, write_quorum=md.write_quorum
+                )
 
     async def _copy(
         self, md: LedgerMetadata, ensemble: tuple[str, ...], first: int, end: int, index: int, target: str, lost: set[str]

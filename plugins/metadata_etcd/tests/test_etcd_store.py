@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 import trio
@@ -40,3 +41,23 @@ async def test_a_lock_whose_lease_ends_is_lost(etcd_server: EtcdServer, nursery:
     finally:
         await holder.aclose()
         await heir.aclose()
+
+
+async def test_a_lock_is_lost_when_etcd_is_out_of_reach(tmp_path: Path, nursery: trio.Nursery) -> None:
+    """No keep-alive gets through for a TTL (etcd is down): the lock is ``lost``, since the
+    lease may have ended and the lock gone to another."""
+    server = EtcdServer(tmp_path / "etcd").start()
+    store = EtcdMetadataStore(f"etcd://{server.address}/t-{uuid.uuid4().hex[:12]}")
+    try:
+        lock = await store.try_lock("auditor", "bookie-1", 2, nursery)
+        assert lock is not None
+        await trio.sleep(1.5)  # kept alive meanwhile
+        assert not lock.lost.is_set()
+        await trio.to_thread.run_sync(server.stop)
+        with trio.fail_after(6):
+            await lock.lost.wait()
+        with trio.fail_after(10):
+            await lock.release()  # etcd is still down: logged, not raised
+    finally:
+        server.stop()
+        await store.aclose()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 import trio
-from bkframe_metadata_zk.store import ZkMetadataStore
+from bkframe_metadata_zk.store import SESSION_TIMEOUT_S, ZkMetadataStore
 from kazoo.client import KazooClient
 
 from bkframe.testing.metadata_contract import SharedMetadataStoreContract
@@ -28,6 +29,8 @@ async def test_locks_are_lost_with_the_session(zk_server: ZooKeeperServer, nurse
     try:
         lock = await holder.try_lock("ledger/7", "worker-1", 6, nursery)
         assert lock is not None and await heir.lock_holder("ledger/7") == "worker-1"
+        old = await holder.try_lock("ledger/9", "worker-1", 6, nursery)
+        assert old is not None
 
         def end_session() -> None:
             twin = KazooClient(hosts=zk_server.address, client_id=holder.zk.client_id)
@@ -42,11 +45,37 @@ async def test_locks_are_lost_with_the_session(zk_server: ZooKeeperServer, nurse
                 await trio.sleep(0.1)
         await lock.release()  # the old holder's release leaves the new node alone
         assert await heir.lock_holder("ledger/7") == "worker-2"
-        # The old holder's store works on (a new session) and can lock other names.
-        other = await holder.try_lock("ledger/8", "worker-1", 6, nursery)
-        assert other is not None and not other.lost.is_set()
-        await other.release()
+        # The old holder's store works on (a new session) and can lock again; the stale
+        # lock of the same name neither frees the new one nor makes it re-entrant.
+        assert old.lost.is_set()
+        new = await holder.try_lock("ledger/9", "worker-1", 6, nursery)
+        assert new is not None and not new.lost.is_set()
+        await old.release()
+        assert await heir.lock_holder("ledger/9") == "worker-1"
+        assert await holder.try_lock("ledger/9", "worker-1", 6, nursery) is None
+        await new.release()
+        assert await heir.lock_holder("ledger/9") is None
         await taken.release()
     finally:
         await holder.aclose()
         await heir.aclose()
+
+
+async def test_locks_are_lost_when_zookeeper_is_out_of_reach(tmp_path: Path, nursery: trio.Nursery) -> None:
+    """The holder cannot reach ZooKeeper: the server will expire its session (and give its
+    locks to others) while the holder hears nothing, so the locks are ``lost`` once the
+    connection has been suspended for a while, without waiting to reach the server again."""
+    server = ZooKeeperServer(tmp_path / "zk").start()
+    store = ZkMetadataStore(f"zk://{server.address}/t-{uuid.uuid4().hex[:12]}")
+    try:
+        lock = await store.try_lock("auditor", "bookie-1", 6, nursery)
+        assert lock is not None
+        await trio.to_thread.run_sync(server.stop)
+        with trio.fail_after(SESSION_TIMEOUT_S * 2):
+            await lock.lost.wait()
+        await trio.to_thread.run_sync(server.start)  # same data dir and port: the store reconnects
+        with trio.fail_after(30):
+            await lock.release()
+    finally:
+        server.stop()
+        await store.aclose()

@@ -8,7 +8,10 @@ Layout under ROOT (next to the store's own, see :mod:`bkframe_metadata_zk.store`
 
 A lock is an ephemeral node of the store's session: it dies with the session (the holder
 dies: about ``SESSION_TIMEOUT_S``), and every lock the store holds is ``lost`` when kazoo
-reports the session LOST. Marks are read, merged and written back with the version they
+reports the session LOST, or when the connection has been SUSPENDED for a third of the
+session timeout: kazoo notices a silent connection about two thirds into the timeout, so by
+then the server may expire the session (and give the lock to another) at any moment, while
+the holder would hear of it only once it reaches the server again. Marks are read, merged and written back with the version they
 were read at, again on a conflict; an emptied mark is deleted at that version.
 """
 
@@ -16,13 +19,14 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Collection
 from typing import TypeVar
 from urllib.parse import quote
 
 import trio
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError as ZkBadVersion
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
@@ -54,7 +58,8 @@ class ZkLock:
             pass
 
     async def release(self) -> None:
-        self._store._locks.pop(self.name, None)
+        if self._store._locks.get(self.name) is self:  # not a later lock of the same name
+            del self._store._locks[self.name]
 
         def delete(zk: KazooClient) -> None:
             try:
@@ -77,15 +82,37 @@ class ZkAutorecovery:
     root: str
     zk: KazooClient
     _locks: dict[str, ZkLock]
+    #: Set while the connection is SUSPENDED (a new object per suspension), else None.
+    _suspension: object | None = None
 
     async def _call(self, fn: Callable[[KazooClient], T]) -> T:
         raise NotImplementedError
 
-    def _locks_lost(self) -> None:
-        """From a kazoo thread, when the session is LOST: every lock held through it is gone."""
+    def _locks_lost(self, *, forget: bool) -> None:
+        """From a kazoo thread: every lock held through the session is (or may be) gone.
+        ``forget`` when the session surely ended (its nodes are gone); otherwise the locks
+        stay known until released, so that this store does not take a name again while a
+        node of it may still be ours."""
         for lock in list(self._locks.values()):
             lock.session_lost()
-        self._locks.clear()
+        if forget:
+            self._locks.clear()
+
+    def _watch_suspension(self, state: str, session_timeout_s: float) -> None:
+        """From kazoo's state listener (never blocks): after SUSPENDED, the locks are lost
+        unless the connection is back within a third of the session timeout."""
+        if state != KazooState.SUSPENDED:
+            self._suspension = None
+            return
+        suspension = self._suspension = object()
+
+        def wait() -> None:
+            time.sleep(session_timeout_s / 3)
+            if self._suspension is suspension:
+                log.warning("ZooKeeper connection suspended too long: the locks of %s may be lost", self.root)
+                self._locks_lost(forget=False)
+
+        threading.Thread(target=wait, name="bkframe-zk-suspension", daemon=True).start()
 
     def _lock_path(self, name: str) -> str:
         # Lock names have slashes ("ledger/12"); one znode per lock, not a tree.

@@ -120,9 +120,10 @@ class ZkMetadataStore(ZkAutorecovery):
 
     def _on_state(self, state: str) -> None:
         # Called from a kazoo thread: never block here, hand work to kazoo's handler.
+        self._watch_suspension(state, SESSION_TIMEOUT_S)
         if state == KazooState.LOST:
             self._lost = True
-            self._locks_lost()  # unlike registrations, a lock is never taken again by itself
+            self._locks_lost(forget=True)  # unlike registrations, a lock is never taken again by itself
         elif state == KazooState.CONNECTED and self._lost:
             self._lost = False
             for reg in list(self._registrations):
