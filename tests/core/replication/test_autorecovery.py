@@ -187,3 +187,34 @@ async def test_full_check_finds_a_replica_that_lost_its_entries(cluster_factory:
         await wait_fully_replicated(client, ledger_ids, {victim}, timeout_s=90)
         await check_replicas(client, ledger_ids)
         assert await client.metadata.list_under_replicated() == []
+
+
+async def test_rereplication_keeps_write_sets_on_three_racks(cluster_factory: Any) -> None:
+    """Six bookies in three racks, every bookie's [placement] rack-aware with min_racks = 3:
+    the copies of a lost bookie's fragments go where every write set still spans three racks
+    (the other bookie of its rack: a random choice would be right one time in four)."""
+    from bkframe.core.placement import racks_spanned
+
+    racks_by_index = ("rack-a", "rack-b", "rack-c")
+    config = autorecovery_config() + '\n[placement]\npolicy = "rack_aware"\nmin_racks = 3\n'
+    cluster = cluster_factory(6, config=config, racks=racks_by_index)
+    async with bkframe.open_client(cluster.metadata, placement="rack_aware", min_racks=3) as client:
+        racks = {b.bookie_id: b.rack for b in await client.metadata.list_bookies()}
+        ledger_ids = []
+        for _ in range(6):
+            writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PW)
+            await writer.append_many([payload(writer.ledger_id, e) for e in range(ENTRIES)])
+            await writer.close()
+            ledger_ids.append(writer.ledger_id)
+        mds = [await client.ledger_metadata(i) for i in ledger_ids]
+        assert all(racks_spanned([racks[b] for b in md.fragments[0][1]], 3) == 3 for md in mds)
+        victim = victim_of(cluster, mds)
+        proc = cluster.by_id(victim)
+        proc.kill()
+        shutil.rmtree(proc.data_dir)
+        await wait_fully_replicated(client, ledger_ids, {victim}, timeout_s=90)
+        for ledger_id in ledger_ids:
+            md = await client.ledger_metadata(ledger_id)
+            for _, ensemble in md.fragments:
+                assert racks_spanned([racks[b] for b in ensemble], 3) == 3, md.fragments
+        await check_replicas(client, ledger_ids)
