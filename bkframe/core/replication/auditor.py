@@ -100,6 +100,7 @@ class Auditor:
             async def stop_when_lost() -> None:
                 await lock.lost.wait()
                 log.warning("%s lost the auditor lock; it stops auditing", self.holder)
+                self.status.auditing = False
                 scope.cancel()
 
             async with trio.open_nursery() as nursery:
