@@ -49,7 +49,20 @@ async def check_store(metadata: str) -> None:
     "--racks", default="", metavar="R1,R2,...",
     help="Rack labels given to the bookies in turn (bookie i gets the i-th, cycling), for rack-aware placement.",
 )
-def sandbox(bookies: int, data_dir: Path, metadata: str | None, demo: bool, no_spark: bool, racks: str) -> None:
+@click.option(
+    "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="BKFRAME_SANDBOX_CONFIG",
+    help="Bookie TOML config for every bookie (see conf/bookie.toml); also $BKFRAME_SANDBOX_CONFIG.",
+)
+def sandbox(
+    bookies: int,
+    data_dir: Path,
+    metadata: str | None,
+    demo: bool,
+    no_spark: bool,
+    racks: str,
+    config_path: Path | None,
+) -> None:
     """Run a local cluster: N bookie processes on one metadata store."""
     if demo and not no_spark and (missing := spark_missing()) is not None:
         raise click.ClickException(missing)  # before any bookie starts: nothing to undo
@@ -57,7 +70,10 @@ def sandbox(bookies: int, data_dir: Path, metadata: str | None, demo: bool, no_s
     data_dir.mkdir(parents=True, exist_ok=True)
     metadata = metadata or f"sqlite://{data_dir / 'metadata.db'}"
     rack_labels = [r.strip() for r in racks.split(",") if r.strip()]
-    cluster = Cluster(data_dir, bookies, metadata, first=1, command=BOOKIE_COMMAND, racks=rack_labels)
+    args = ("--config", str(config_path.resolve())) if config_path is not None else ()
+    cluster = Cluster(
+        data_dir, bookies, metadata, bookie_args=args, first=1, command=BOOKIE_COMMAND, racks=rack_labels
+    )
 
     async def main() -> None:
         await check_store(metadata)

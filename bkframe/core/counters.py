@@ -37,6 +37,12 @@ class Counters:
     journal_write_failures: int = 0
     #: Adds refused because the bookie is read-only.
     read_only_refusals: int = 0
+    #: Large PD entries written once: entry log fsynced before the ack, a STORED record
+    #: (their location) in the journal instead of their data.
+    entries_written_once: int = 0
+    #: STORED journal records whose entry-log record was not the entry at replay (never
+    #: acknowledged: torn by the crash); not indexed.
+    stored_entries_unreadable: int = 0
 
     @property
     def fsyncs(self) -> int:

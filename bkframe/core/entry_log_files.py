@@ -37,8 +37,10 @@ class EntryLogWriteError(EntryLogError):
 
 
 class EntryLogFiles:
-    def __init__(self, directory: Path, counters: Counters) -> None:
+    def __init__(self, directory: Path, counters: Counters, *, drop_synced_pages: bool = False) -> None:
         self.dir = Path(directory)
+        #: After each flush, drop the flushed logs' pages from the page cache.
+        self._drop_pages = drop_synced_pages
         self.dir.mkdir(parents=True, exist_ok=True)
         self._counters = counters
         #: Every log's fd by id.
@@ -48,6 +50,11 @@ class EntryLogFiles:
         self._unflushed: set[int] = set()
         #: Log files were created or removed since the last flush: the directory needs an fsync.
         self._dir_dirty = False
+        #: Writes made so far, and how many of them the last good flush covered: a flush
+        #: whose writes an fsync already covered returns without one of its own (large PD
+        #: entries written once wait for a flush each; one fsync serves them all).
+        self._writes = 0
+        self._flushed_writes = 0
         # One thread is enough: fsyncs of one disk do not go faster in parallel, and a
         # limiter of our own keeps them from starving trio's default thread pool.
         self._limiter = trio.CapacityLimiter(1)
@@ -104,6 +111,7 @@ class EntryLogFiles:
                 f"{written} bytes: {e}", truncated=truncated
             ) from e
         self._unflushed.add(log_id)
+        self._writes += 1
         self._counters.storage_bytes_written += total
         return total
 
@@ -140,12 +148,14 @@ class EntryLogFiles:
 
     async def flush(self) -> None:
         """fsync every log written since the last flush, and the directory if it changed."""
+        target = self._writes
         async with self._flush_lock:
             if self._sync_failure is not None:
                 raise EntryLogError(self._sync_failure)
-            if not self._unflushed and not self._dir_dirty:
+            if (not self._unflushed or self._flushed_writes >= target) and not self._dir_dirty:
                 return
             todo = sorted(self._unflushed)
+            writes = self._writes
             # Taken before the thread starts: appends made while it runs re-add their log
             # and are covered by the next flush, not silently by this one.
             self._unflushed.clear()
@@ -153,7 +163,7 @@ class EntryLogFiles:
             fds = [self._fds[i] for i in todo]
             try:
                 n = await trio.to_thread.run_sync(
-                    fsync_files, fds, self.dir if dir_dirty else None, limiter=self._limiter
+                    _sync, fds, self.dir if dir_dirty else None, self._drop_pages, limiter=self._limiter
                 )
             except OSError as e:
                 # After a failed fsync the kernel may have dropped the dirty pages (and a
@@ -173,9 +183,21 @@ class EntryLogFiles:
                 self._unflushed.update(todo)
                 self._dir_dirty = self._dir_dirty or dir_dirty
                 raise
+            self._flushed_writes = writes
             self._counters.storage_fsyncs += n
 
     def close(self) -> None:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+
+
+def _sync(fds: list[int], directory: Path | None, drop_pages: bool) -> int:
+    """In a worker thread: fsync the logs (and the directory); then, if asked, drop their
+    now clean pages from the page cache, so that a long stream of writes does not fill it
+    and make the kernel reclaim in the writers' path (reads of those entries go to disk)."""
+    n = fsync_files(fds, directory)
+    if drop_pages:
+        for fd in fds:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    return n

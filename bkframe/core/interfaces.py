@@ -57,11 +57,14 @@ class Journal(Protocol):
         """
         ...
 
-    def append(self, parts: Sequence[Buffer]) -> int:
+    def append(self, parts: Sequence[Buffer], key: int = 0) -> int:
         """Append one record made of the concatenation of ``parts``; return its sequence.
 
         Never blocks and never waits for the disk. The returned sequence number is
         monotonic; pass it to :meth:`wait_durable` to wait until the record is fsynced.
+        ``key`` (the bookie passes the record's ledger id): records of one key are replayed
+        in the order they were appended; a journal with several writers may spread keys
+        over them and replay records of different keys in another order.
         """
         ...
 
@@ -205,6 +208,38 @@ class LedgerStorage(Protocol):
 
     async def aclose(self) -> None:
         """Flush and close. A later open of the same directory sees every write."""
+        ...
+
+
+@runtime_checkable
+class WriteOnceStorage(Protocol):
+    """Optional, besides :class:`LedgerStorage`: large PD entries written once.
+
+    A PD add whose entries are at least :attr:`large_entry_bytes` long is stored with
+    ``add_entries`` as usual, but only a small STORED record (where each entry's record is,
+    and a CRC32C of its data) goes to the journal; the ack waits for the journal's fsync AND
+    for :meth:`sync_entries`. Replay re-indexes such an entry through :meth:`index_stored`.
+    The storage must keep every location it handed out readable, or durably indexed
+    elsewhere, before it removes or moves it (compaction: copies durable and indexed first).
+    """
+
+    @property
+    def large_entry_bytes(self) -> int:
+        """Entries at least this long are written once (0: never)."""
+        ...
+
+    def locate(self, ledger_id: int, entry_id: int) -> tuple[int, int, int]:
+        """``(log_id, offset, record_length)`` of an entry just stored by ``add_entries``."""
+        ...
+
+    async def sync_entries(self) -> None:
+        """Return once every entry stored before the call is durable where ``locate`` says
+        (one sync serves every caller waiting for it). Raises if that cannot be done."""
+        ...
+
+    def index_stored(self, ledger_id: int, entry_id: int, log_id: int, offset: int, length: int, crc: int) -> bool:
+        """Replay: index the entry from its record at ``log_id``/``offset`` if that record is
+        the entry and its data has CRC32C ``crc``; False (nothing indexed) otherwise."""
         ...
 
 

@@ -51,10 +51,17 @@ class SingleEntryLogManager:
         than this makes a log that large).
     """
 
-    def __init__(self, directory: Path, counters: Counters, *, max_log_size: int = DEFAULT_MAX_LOG_SIZE) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        counters: Counters,
+        *,
+        max_log_size: int = DEFAULT_MAX_LOG_SIZE,
+        drop_synced_pages: bool = False,
+    ) -> None:
         if max_log_size <= LOG_HEADER.size:
             raise ValueError(f"max_log_size must be larger than the {LOG_HEADER.size}-byte log header")
-        self._files = EntryLogFiles(directory, counters)
+        self._files = EntryLogFiles(directory, counters, drop_synced_pages=drop_synced_pages)
         self._max_log_size = max_log_size
         self._closed = False
         self._files.open_existing(self._check_header)
@@ -157,10 +164,15 @@ class SingleConfig:
 
     #: A new log is started before an append that would take the active log past this size.
     max_log_size: int = attrs.field(default=DEFAULT_MAX_LOG_SIZE, validator=at_least(LOG_HEADER.size + 1))
+    #: After each flush (a checkpoint, or the fsync of large PD entries written once), drop
+    #: the logs' synced pages from the page cache.
+    drop_synced_pages: bool = False
 
 
 def make_manager(config: SingleConfig, directory: Path, counters: Counters) -> SingleEntryLogManager:
-    return SingleEntryLogManager(directory, counters, max_log_size=config.max_log_size)
+    return SingleEntryLogManager(
+        directory, counters, max_log_size=config.max_log_size, drop_synced_pages=config.drop_synced_pages
+    )
 
 
 @hookimpl

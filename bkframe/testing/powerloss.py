@@ -50,12 +50,13 @@ class _Shadow:
             present = {p.name for p in path.iterdir()}
             for name in present:
                 real = path / name
-                if not real.is_file() or (target / name).exists():
+                if not real.is_file():
                     continue
                 st = real.stat()
                 synced_as = self._inodes.get((st.st_dev, st.st_ino))
-                if synced_as is not None and synced_as.exists():
-                    # Renamed in after its content was synced under another name.
+                if synced_as is not None and synced_as != target / name and synced_as.exists():
+                    # Renamed in after its content was synced under another name -- also
+                    # over an older file of this name (write_durably's rename).
                     os.replace(synced_as, target / name)
                     self._inodes[(st.st_dev, st.st_ino)] = target / name
             for entry in list(target.iterdir()):

@@ -145,7 +145,8 @@ class Run:
         self.stop_dir = workdir / "stop"
         for d in (self.records_dir, self.logs_dir, self.stop_dir):
             d.mkdir(parents=True, exist_ok=True)
-        (workdir / "bookie.toml").write_text(BOOKIE_CONFIG)
+        written_once = f'\n[ledger_storage]\nplugin = "default"\nlarge_entry_bytes = {config.large_entry_bytes}\n'
+        (workdir / "bookie.toml").write_text(BOOKIE_CONFIG + (written_once if config.large_entry_bytes else ""))
         self.cluster = Cluster(
             workdir / "cluster", config.bookies, bookie_args=("--config", str(workdir / "bookie.toml")), powerloss=True
         )
@@ -266,6 +267,8 @@ class Run:
         return self.spawn(
             "writer", name, slot, "--stop-file", str(self.stop_dir / name), "--menu", menu,
             "--give-up", str(RECOVER_GIVE_UP_S),
+            # Written once only from large_entry_bytes up: most ledgers big then.
+            "--big-fraction", "0.6" if self.config.large_entry_bytes else "0.1",
         )
 
     def spawn_reader(self, slot: int) -> WorkerProc:

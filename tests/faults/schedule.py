@@ -86,6 +86,9 @@ class RunConfig:
     #: Seconds the writers run before the first fault and after the last heal.
     warmup_s: float = 2.0
     cooldown_s: float = 2.0
+    #: ``[ledger_storage] large_entry_bytes`` of the bookies (0: off): big PD entries are
+    #: then written once (docs/ledger-types.md).
+    large_entry_bytes: int = 0
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.max_down < self.bookies:

@@ -233,6 +233,21 @@ def test_kill_and_restart_one_bookie_at_a_time(tmp_path: Path, request: pytest.F
 
 
 @pytest.mark.subprocess
+def test_large_entries_written_once_under_kills_and_power_cuts(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """PD_JOURNAL with big entries written once (entry log fsynced before the ack, their
+    location in the journal): kill -9, power cuts and a full disk lose nothing acknowledged."""
+    config = RunConfig(
+        seed=202,
+        events=10,
+        ledgers=(("PD_JOURNAL", 3, 3, 2), ("PD_JOURNAL", 3, 2, 2)),
+        weights=((Fault.KILL, 1.0), (Fault.POWER_CUT, 2.0), (Fault.DISK_FULL, 1.0)),
+        max_down=1,
+        large_entry_bytes=8192,
+    )
+    run_and_judge(config, tmp_path / "run", request.node.nodeid)
+
+
+@pytest.mark.subprocess
 def test_seeded_fault_schedule(tmp_path: Path, fault_seed: int, fault_events: int) -> None:
     """Every fault kind over every ledger type (odd seeds) or the journaled ones (even)."""
     run_and_judge(RunConfig.for_seed(fault_seed, fault_events), tmp_path / "run")

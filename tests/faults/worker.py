@@ -86,7 +86,7 @@ async def run_writer(wk: Worker) -> None:
     async with bkframe.open_client(args.metadata) as client, trio.open_nursery() as recoveries:
         while not wk.stopping():
             kind, e, w, a = wk.rng.choice(menu)
-            big = wk.rng.random() < 0.1
+            big = wk.rng.random() < args.big_fraction
             count = wk.rng.randint(args.min_entries, args.max_entries // 5 if big else args.max_entries)
             window = wk.rng.choice((1, 4, 16, 64))
             sync_every = wk.rng.choice((8, 32, 128))
@@ -393,6 +393,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-entries", type=int, default=800)
     parser.add_argument("--ledger", type=int, default=-1)
     parser.add_argument("--give-up", type=float, default=120.0)
+    parser.add_argument("--big-fraction", type=float, default=0.1, help="of ledgers with 4-32 KiB entries")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     worker = Worker(args)

@@ -355,3 +355,18 @@ async def test_compaction_keeps_a_corrupt_record_and_its_log(tmp_path: Path) -> 
     assert [storage.get_entry(1, e) for e in range(20) if e != 7] == [kept[e] for e in range(20) if e != 7]
     assert storage.held_entries(1, 0, 19) == list(range(20))
     await storage.aclose()
+
+
+class TestDefaultStorageDroppingSyncedPages(LedgerStorageContract):
+    """With the entry logs' pages dropped from the page cache after each flush, and large
+    entries written once configured, the storage still keeps the contract."""
+
+    @pytest.fixture
+    def storage_factory(self) -> StorageFactory:
+        def make(directory: Path, counters: Counters) -> DefaultLedgerStorage:
+            logs = SingleEntryLogManager(directory / "entrylogs", counters, max_log_size=4096, drop_synced_pages=True)
+            return DefaultLedgerStorage(
+                directory / "ledgers", logs, counters, index_initial_entries=8, large_entry_bytes=1024
+            )
+
+        return make

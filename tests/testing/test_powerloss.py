@@ -41,3 +41,25 @@ def test_only_synced_writes_survive(tmp_path: Path) -> None:
     assert (data / "synced").read_bytes() == b"durable"
     assert not (data / "never").exists()
     assert (data / "mark").read_bytes() == b"mark" and not (data / "mark.tmp").exists()
+
+
+def test_a_file_replaced_durably_survives_with_its_new_content(tmp_path: Path) -> None:
+    """write_durably renames over the old file (a LastLogMark, a cookie): after the directory
+    fsync the new content is what a power cut leaves, not the first version."""
+    data, shadow = tmp_path / "data", tmp_path / "shadow"
+    data.mkdir()
+    script = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from bkframe.testing.powerloss import install_from_env
+        from bkframe.core.fsync import write_durably
+        assert install_from_env()
+        for n in range(3):
+            write_durably(Path({str(data)!r}) / "lastmark", b"mark %d" % n)
+        """
+    )
+    env = {"BKFRAME_POWERLOSS_SHADOW": str(shadow), "BKFRAME_POWERLOSS_ROOT": str(data), "PATH": ""}
+    subprocess.run([sys.executable, "-c", script], check=True, env=env)
+    lose_power(data, shadow)
+    assert (data / "lastmark").read_bytes() == b"mark 2"
+    assert sorted(p.name for p in data.iterdir()) == ["lastmark"]

@@ -17,6 +17,7 @@ import trio
 from bkframe.core.bookie import journal_records as jr
 from bkframe.core.bookie.background import run_periodically
 from bkframe.core.bookie.disk_space import NoSpaceToStartError
+from bkframe.core.bookie.write_once import apply_stored
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.fsync import fsync_tree, write_durably
 from bkframe.core.interfaces import Buffer, JournalPosition
@@ -90,6 +91,8 @@ class Checkpointer:
             if ids:
                 storage.add_entries(rec.ledger_id, ids, entries)
             storage.set_lac(rec.ledger_id, rec.lac)
+        elif isinstance(rec, jr.StoredRecord):
+            apply_stored(storage, self.counters, rec)
         elif isinstance(rec, jr.FenceRecord):
             if storage.ledger_state(rec.ledger_id) is None:
                 storage.ensure_ledger(rec.ledger_id, b"", 0)

@@ -11,6 +11,9 @@ ENTRIES  ledger u64, count u32, max piggybacked LAC i64, then count times (entry
 MASTER   ledger u64, ledger_type u16, key (rest of record)
 FENCE    ledger u64
 LAC      ledger u64, lac i64
+STORED   ledger u64, count u32, max piggybacked LAC i64, then count times (entry_id i64, log_id u64,
+         offset u64, record length u32, CRC32C of the entry's data u32): large PD entries written
+         once, to an entry log that was fsynced before their ack (see docs/ledger-types.md)
 ======== ===================================================================
 """
 
@@ -32,6 +35,7 @@ class RecordType(enum.IntEnum):
     MASTER = 2
     FENCE = 3
     LAC = 4
+    STORED = 5
 
 
 _ENTRIES_HEAD = struct.Struct("<BQIq")
@@ -39,6 +43,10 @@ _ENTRY_DIR = np.dtype([("entry_id", "<i8"), ("length", "<u4")])
 _MASTER = struct.Struct("<BQH")
 _FENCE = struct.Struct("<BQ")
 _LAC = struct.Struct("<BQq")
+_STORED_HEAD = struct.Struct("<BQIq")
+_STORED_DIR = np.dtype(
+    [("entry_id", "<i8"), ("log_id", "<u8"), ("offset", "<u8"), ("length", "<u4"), ("crc", "<u4")]
+)
 
 
 def entries_record(
@@ -61,6 +69,31 @@ def fence_record(ledger_id: int) -> list[Buffer]:
 
 def lac_record(ledger_id: int, lac: int) -> list[Buffer]:
     return [_LAC.pack(RecordType.LAC, ledger_id, lac)]
+
+
+def stored_record(ledger_id: int, lac: int, located: Sequence[tuple[int, int, int, int, int]]) -> list[Buffer]:
+    """The parts of one STORED record: ``located`` holds ``(entry_id, log_id, offset, length,
+    crc)`` of entries whose data is in an entry log, not in the journal."""
+    directory = np.array(located, dtype=_STORED_DIR)
+    return [_STORED_HEAD.pack(RecordType.STORED, ledger_id, len(located), lac), directory.tobytes()]
+
+
+@attrs.frozen
+class StoredEntry:
+    """Where a STORED record says an entry's record is, and the CRC32C of its data."""
+
+    entry_id: int
+    log_id: int
+    offset: int
+    length: int
+    crc: int
+
+
+@attrs.frozen
+class StoredRecord:
+    ledger_id: int
+    entries: tuple[StoredEntry, ...]
+    lac: int
 
 
 @attrs.frozen
@@ -89,7 +122,7 @@ class LacRecord:
     lac: int
 
 
-Record = EntriesRecord | MasterRecord | FenceRecord | LacRecord
+Record = EntriesRecord | MasterRecord | FenceRecord | LacRecord | StoredRecord
 
 
 class BadRecordError(BKError, ValueError):
@@ -115,6 +148,12 @@ def decode(record: bytes) -> Record:
             if pos != len(record):
                 raise BadRecordError(f"ENTRIES record is {len(record)} bytes but its directory says {pos}")
             return EntriesRecord(ledger_id, tuple(directory["entry_id"].tolist()), tuple(entries), lac)
+        if kind == RecordType.STORED:
+            _, ledger_id, count, lac = _STORED_HEAD.unpack_from(record)
+            if len(record) != _STORED_HEAD.size + count * _STORED_DIR.itemsize:
+                raise BadRecordError(f"STORED record is {len(record)} bytes for {count} entries")
+            rows = np.frombuffer(record, dtype=_STORED_DIR, count=count, offset=_STORED_HEAD.size)
+            return StoredRecord(ledger_id, tuple(StoredEntry(*row) for row in rows.tolist()), lac)
         if kind == RecordType.MASTER:
             _, ledger_id, ledger_type = _MASTER.unpack_from(record)
             return MasterRecord(ledger_id, ledger_type, bytes(record[_MASTER.size :]))

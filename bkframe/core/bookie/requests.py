@@ -21,8 +21,9 @@ import trio
 from bkframe.core import proto as p
 from bkframe.core.bookie import journal_records as jr
 from bkframe.core.bookie.batch_reads import read_batch
+from bkframe.core.bookie.write_once import journal_written_once
 from bkframe.core.disk_full import is_disk_full
-from bkframe.core.interfaces import Buffer, JournalWriteError, LedgerState
+from bkframe.core.interfaces import Buffer, JournalWriteError, LedgerState, WriteOnceStorage
 
 if TYPE_CHECKING:
     from bkframe.core.bookie.bookie import Bookie
@@ -41,6 +42,9 @@ class ResponseBatch:
     deferred: list[Callable[[], Awaitable[bytes]]] = attrs.Factory(list)
     #: The frame's requests, to answer them again if the journal loses ``wait_seq``.
     requests: Sequence[p.Request | p.BadMessage] = ()
+    #: Large entries were written once: the ack also waits for ledger storage's
+    #: ``sync_entries`` (see :class:`WriteOnceStorage`).
+    sync_storage: bool = False
 
 
 class RequestHandler:
@@ -55,6 +59,10 @@ class RequestHandler:
         self.tombstones = bookie.tombstones
         self.sync = bookie.sync
         self.types_by_id = bookie.types_by_id
+        #: The storage, if it can write large PD entries once (and is configured to).
+        self.write_once: WriteOnceStorage | None = (
+            self.storage if isinstance(self.storage, WriteOnceStorage) and self.storage.large_entry_bytes > 0 else None
+        )
         #: Journal sequence of each ledger's fence record, so a repeated fence waits for it.
         self._fence_seq: dict[int, int] = {}
         #: Long polls waiting for a ledger's LAC to move.
@@ -191,7 +199,9 @@ class RequestHandler:
         return p.Status.READ_ONLY if self.mode.read_only else p.Status.IO_ERROR
 
 
-    def lost_write_responses(self, batch: ResponseBatch, error: BaseException) -> list[Buffer]:
+    def lost_write_responses(
+        self, batch: ResponseBatch, error: BaseException, what: str = "the journal write"
+    ) -> list[Buffer]:
         """Answers for a frame whose journal records were lost (a write found no space).
 
         Whatever needed those records to be durable (adds, explicit LACs, fences) gets an
@@ -201,7 +211,7 @@ class RequestHandler:
         """
         self.bookie.journal_write_failed(error)
         status = self.lost_status()
-        message = f"bookie {self.bookie.bookie_id}: the journal write failed ({error}); nothing of this request is durable here"
+        message = f"bookie {self.bookie.bookie_id}: {what} failed ({error}); nothing of this request is durable here"
         parts: list[Buffer] = []
         again: list[p.Request | p.BadMessage] = []
         for req in batch.requests:
@@ -260,7 +270,8 @@ class RequestHandler:
                 if is_disk_full(e):
                     return self._no_space(e, f"to store ledger {ledger_id}")
                 return self._storage_failed(ledger_id, entry_ids, e)
-            batch.wait_seq = max(batch.wait_seq, self.journal.append(jr.master_record(ledger_id, ledger_type, master_key)))
+            seq = self.journal.append(jr.master_record(ledger_id, ledger_type, master_key), ledger_id)
+            batch.wait_seq = max(batch.wait_seq, seq)
         elif not state.master_key:
             if self.bookie.key_verifier is not None and not (recovery and not master_key):
                 # Known only from a lost disk's protection, replayed entries or a keyless
@@ -304,7 +315,13 @@ class RequestHandler:
         if moved is not None:
             moved.set()
         if policy.journal_data or recovery:
-            seq = self.journal.append(jr.entries_record(ledger_id, entry_ids, datas, lac))
+            if self.write_once is not None and policy.sync_before_ack and not recovery:
+                seq, once = journal_written_once(self.journal, self.write_once, ledger_id, entry_ids, datas, lac)
+                if once:
+                    batch.sync_storage = True
+                    self.counters.entries_written_once += once
+            else:
+                seq = self.journal.append(jr.entries_record(ledger_id, entry_ids, datas, lac), ledger_id)
             # Recovery closes the ledger on what recovery-adds acknowledge, so those are
             # synced whatever the ledger type promises its writer.
             if policy.sync_before_ack or recovery:
@@ -313,6 +330,11 @@ class RequestHandler:
                 self.sync.journaled(ledger_id, cursor, seq, entry_ids, lac)
         self.counters.entries_added += len(entry_ids)
         return p.Status.OK, ""
+
+    async def sync_storage(self) -> None:
+        """Make the entry-log writes of large entries durable (see ``sync_storage`` of batches)."""
+        assert self.write_once is not None
+        await self.write_once.sync_entries()
 
     def _readable(self, ledger_id: int, entry_id: int) -> bytes | None:
         try:
@@ -346,6 +368,12 @@ class RequestHandler:
             self._add_batch(adds, sub)
         else:
             self._add_run(adds, sub)
+        if sub.sync_storage:
+            try:
+                await self.sync_storage()
+            except Exception as e:  # noqa: BLE001 - the entries are not durable here: say so
+                sub.requests = [adds] if isinstance(adds, p.AddBatchRequest) else list(adds)
+                return b"".join(bytes(part) for part in self.lost_write_responses(sub, e, "the entry-log fsync"))
         if sub.wait_seq > self.journal.durable_seq:
             await self.journal.wait_durable(sub.wait_seq)
         return b"".join(bytes(part) for part in sub.parts)
@@ -439,15 +467,15 @@ class RequestHandler:
         return what.encode()
 
     def _append_master(self, ledger_id: int, state: LedgerState, batch: ResponseBatch) -> None:
-        seq = self.journal.append(jr.master_record(ledger_id, state.ledger_type, state.master_key))
+        seq = self.journal.append(jr.master_record(ledger_id, state.ledger_type, state.master_key), ledger_id)
         batch.wait_seq = max(batch.wait_seq, seq)
 
     def _fence(self, ledger_id: int, state: LedgerState, batch: ResponseBatch) -> None:
         if self.journal.is_lost(self._fence_seq.get(ledger_id, 0)):
             # Its record found no space on the disk: into the journal again.
-            self._fence_seq[ledger_id] = self.journal.append(jr.fence_record(ledger_id))
+            self._fence_seq[ledger_id] = self.journal.append(jr.fence_record(ledger_id), ledger_id)
         if self.storage.set_fenced(ledger_id):
-            self._fence_seq[ledger_id] = self.journal.append(jr.fence_record(ledger_id))
+            self._fence_seq[ledger_id] = self.journal.append(jr.fence_record(ledger_id), ledger_id)
             self.counters.fenced_ledgers += 1
             if not state.write_closed:
                 # BP-32: a fenced ledger's writer is done; only recovery adds may follow.
@@ -478,7 +506,7 @@ class RequestHandler:
             return
         if req.lac > state.lac:
             self.storage.set_lac(req.ledger_id, req.lac)
-            batch.wait_seq = max(batch.wait_seq, self.journal.append(jr.lac_record(req.ledger_id, req.lac)))
+            batch.wait_seq = max(batch.wait_seq, self.journal.append(jr.lac_record(req.ledger_id, req.lac), req.ledger_id))
             moved = self._lac_moved.pop(req.ledger_id, None)
             if moved is not None:
                 moved.set()

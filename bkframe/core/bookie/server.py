@@ -152,7 +152,10 @@ class BookieServer:
                     batches.append(more)
                     wait = max(wait, more.wait_seq)
                 lost: JournalWriteError | None = None
-                if wait > journal.durable_seq:
+                unsynced: Exception | None = None
+                if any(b.sync_storage for b in batches):
+                    lost, unsynced = await self._durable_and_synced(wait)
+                elif wait > journal.durable_seq:
                     try:
                         await journal.wait_durable(wait)
                     except JournalWriteError as e:
@@ -164,10 +167,36 @@ class BookieServer:
                     if b.wait_seq and journal.is_lost(b.wait_seq):
                         error = lost or JournalWriteError(None, f"journal record {b.wait_seq} was not written")
                         parts.extend(self.bookie.requests.lost_write_responses(b, error))
+                    elif b.sync_storage and unsynced is not None:
+                        parts.extend(self.bookie.requests.lost_write_responses(b, unsynced, "the entry-log fsync"))
                     else:
                         parts.extend(b.parts)
                 if parts:
                     await stream.send_all(p.frame(parts))
+
+
+    async def _durable_and_synced(self, wait: int) -> tuple[JournalWriteError | None, Exception | None]:
+        """Wait for the journal up to ``wait`` and, at the same time, for the entry-log fsync
+        that large entries written once need (see :mod:`.write_once`); return what failed."""
+        journal = self.bookie.journal
+        lost: JournalWriteError | None = None
+        unsynced: Exception | None = None
+
+        async def sync_storage() -> None:
+            nonlocal unsynced
+            try:
+                await self.bookie.requests.sync_storage()
+            except Exception as e:  # noqa: BLE001 - answered per batch by the caller
+                unsynced = e
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sync_storage)
+            if wait > journal.durable_seq:
+                try:
+                    await journal.wait_durable(wait)
+                except JournalWriteError as e:
+                    lost = e
+        return lost, unsynced
 
 
 def _needed(buf: bytearray) -> int:

@@ -45,6 +45,9 @@ class DefaultStorageConfig:
     index_initial_entries: int = attrs.field(default=DEFAULT_INDEX_INITIAL_ENTRIES, validator=at_least(1))
     #: Compact sealed entry logs whose live fraction is below this (0 turns compaction off).
     compaction_threshold: float = attrs.field(default=DEFAULT_COMPACTION_THRESHOLD, validator=between(0, 1))
+    #: PD_JOURNAL entries at least this long are written once: to the entry log, fsynced
+    #: before the ack, with only their location in the journal (0 turns it off).
+    large_entry_bytes: int = attrs.field(default=0, validator=at_least(0))
 
 
 def make_storage(
@@ -56,6 +59,7 @@ def make_storage(
         counters,
         index_initial_entries=config.index_initial_entries,
         compaction_threshold=config.compaction_threshold,
+        large_entry_bytes=config.large_entry_bytes,
     )
 
 

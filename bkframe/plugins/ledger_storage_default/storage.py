@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from itertools import repeat
 from pathlib import Path
 
+import crc32c
 import numpy as np
 import trio
 
@@ -89,12 +90,15 @@ class DefaultLedgerStorage:
         *,
         index_initial_entries: int = DEFAULT_INDEX_INITIAL_ENTRIES,
         compaction_threshold: float = DEFAULT_COMPACTION_THRESHOLD,
+        large_entry_bytes: int = 0,
     ) -> None:
         if index_initial_entries < 1:
             raise ValueError("index_initial_entries must be at least 1")
         if not 0 <= compaction_threshold <= 1:
             raise ValueError("compaction_threshold must be from 0 to 1")
         self._compaction_threshold = compaction_threshold
+        #: Write-once threshold for PD entries (:class:`bkframe.core.interfaces.WriteOnceStorage`).
+        self.large_entry_bytes = large_entry_bytes
         self._dir = Path(directory)
         self._index_dir = self._dir / "index"
         self._entry_logs = entry_logs
@@ -313,6 +317,33 @@ class DefaultLedgerStorage:
         self._dirty.add(ledger_id)
         self._counters.storage_bytes_written += n * RECORD_DTYPE.itemsize
         return len(blob)
+
+    # -- large entries written once (WriteOnceStorage) -------------------------------------
+
+    def locate(self, ledger_id: int, entry_id: int) -> tuple[int, int, int]:
+        offset, log_id, length = self._index(ledger_id).records[entry_id].item()
+        return log_id, offset, length
+
+    async def sync_entries(self) -> None:
+        # The entry-log manager's flush covers every append made before it was called and
+        # callers queue on its lock, so one fsync serves all the adds waiting for it.
+        await self._entry_logs.flush()
+
+    def index_stored(self, ledger_id: int, entry_id: int, log_id: int, offset: int, length: int, crc: int) -> bool:
+        if not 0 <= entry_id <= MAX_ENTRY_ID:
+            return False
+        record = self._read_record(log_id, offset, length, ledger_id, entry_id)
+        # A record torn by the crash (never acknowledged: its log was not fsynced) or a log
+        # id reused since: the header or the CRC says so, and it is not indexed.
+        if not isinstance(record, bytes) or crc32c.crc32c(memoryview(record)[ENTRY_RECORD.size :]) != crc:
+            return False
+        idx = self._indexes.get(ledger_id) or self._create(ledger_id, b"", 0)
+        idx.ensure_capacity(entry_id)
+        idx.reserve(entry_id, entry_id)
+        idx.records[entry_id] = (offset, log_id, length)
+        idx.last_entry_id = max(idx.last_entry_id, entry_id)
+        self._dirty.add(ledger_id)
+        return True
 
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
         idx = self._indexes.get(ledger_id)

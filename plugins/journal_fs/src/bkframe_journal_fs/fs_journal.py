@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import bisect
 import logging
+import mmap
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import crc32c
@@ -48,6 +49,7 @@ from bkframe.core.disk_full import DISK_FULL_ERRNOS
 from bkframe.core.fsync import fsync_dir
 from bkframe.core.interfaces import Buffer, JournalCorruptError, JournalPosition, JournalWriteError
 from bkframe.errors import BKError
+from bkframe_journal_fs.group_buffer import RECORD_HEADER, RECORD_MAGIC, GroupBuffer
 
 log = logging.getLogger("bkframe.journal_fs")
 
@@ -56,14 +58,23 @@ FILE_HEADER = struct.Struct("<8sII")  # magic, version, file id (low 32 bits)
 #: Version 2 adds sync marks; version 1 files are still replayed.
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
-RECORD_MAGIC = 0xB0C4_1E55
-RECORD_HEADER = struct.Struct("<III")
 _MAGIC_BYTES = struct.pack("<I", RECORD_MAGIC)
 #: A sync mark: a record with this magic and an 8-byte body, the file's fsynced end (u64).
 SYNC_MAGIC = 0xB0C4_5CED
 _SYNC_MAGIC_BYTES = struct.pack("<I", SYNC_MAGIC)
 SYNC_BODY = struct.Struct("<Q")
 SYNC_MARK_SIZE = RECORD_HEADER.size + SYNC_BODY.size
+
+
+def journal_file_ids(directory: Path) -> list[int]:
+    """The ids of the journal files in ``directory``, ascending."""
+    ids = []
+    for p in directory.glob("*.txn"):
+        try:
+            ids.append(int(p.stem, 16))
+        except ValueError:
+            continue
+    return sorted(ids)
 
 
 class JournalFailedError(BKError, OSError):
@@ -81,7 +92,9 @@ class FsJournal:
     ``preallocate_bytes``: extend the open file this far ahead of the write position (0
     disables). ``max_file_size``: roll to a new file once a file exceeds this. ``fsync``:
     false skips fsync -- acknowledged records can then be lost on power failure; for
-    benchmarks only.
+    benchmarks only. ``new_file_id``: gives the id of each new file (default: one more than
+    the last); a :class:`~bkframe_journal_fs.multi_journal.MultiJournal` shares one counter
+    among its directories, so that file ids order files across all of them.
     """
 
     def __init__(
@@ -96,6 +109,8 @@ class FsJournal:
         preallocate_bytes: int = 16 * 1024 * 1024,
         max_file_size: int = 256 * 1024 * 1024,
         fsync: bool = True,
+        new_file_id: Callable[[], int] | None = None,
+        drop_synced_pages: bool = False,
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -107,10 +122,11 @@ class FsJournal:
         self._prealloc = preallocate_bytes
         self._max_file_size = max_file_size
         self._fsync = fsync
+        self._drop_pages = drop_synced_pages
         self._limiter = trio.CapacityLimiter(1)
-        #: Appended records not yet written, as (file id, bytes) segments: a record's file
+        #: Appended records not yet written, a group per file: a record's file
         #: is decided when it is appended, so positions are exact across rolls.
-        self._segments: list[tuple[int, bytearray]] = []
+        self._segments: list[GroupBuffer] = []
         self._buffered = 0
         self._seq = 0  # sequence of the last appended record
         self._durable = 0
@@ -128,9 +144,10 @@ class FsJournal:
         self._lost_error: OSError | None = None
         #: Where records go after a group was cut off: set by the worker thread.
         self._resume_at = JournalPosition(0, 0)
+        self._new_file_id = new_file_id
         existing = self._file_ids()
         #: The file being written (opened by ``run``) and the first file of this run.
-        self._file_id = (existing[-1] + 1) if existing else 1
+        self._file_id = new_file_id() if new_file_id is not None else (existing[-1] + 1) if existing else 1
         self._first_file_id = self._file_id
         self._fd: int | None = None
         #: Where the next appended record lands.
@@ -141,17 +158,13 @@ class FsJournal:
         self._allocated = 0
         #: Where the open file's last completed fdatasync ended (what sync marks record).
         self._synced = 0
+        #: How much of the open file was dropped from the page cache (``drop_synced_pages``).
+        self._dropped = 0
 
     # -- files ---------------------------------------------------------------------------
 
     def _file_ids(self) -> list[int]:
-        ids = []
-        for p in self.directory.glob("*.txn"):
-            try:
-                ids.append(int(p.stem, 16))
-            except ValueError:
-                continue
-        return sorted(ids)
+        return journal_file_ids(self.directory)
 
     def _path(self, file_id: int) -> Path:
         return self.directory / f"{file_id:016x}.txn"
@@ -185,6 +198,7 @@ class FsJournal:
         self._written = len(header)
         self._allocated = 0
         self._synced = 0
+        self._dropped = 0
         self._preallocate()
 
     def _preallocate(self) -> None:
@@ -199,30 +213,21 @@ class FsJournal:
 
     # -- appending -----------------------------------------------------------------------
 
-    def append(self, parts: Sequence[Buffer]) -> int:
+    def append(self, parts: Sequence[Buffer], key: int = 0) -> int:
         if self._failure is not None:
             raise JournalFailedError(f"journal in {self.directory} failed earlier: {self._failure}")
         if self._closed:
             raise JournalFailedError(f"journal in {self.directory} is closed")
-        crc = 0
-        length = 0
-        for part in parts:
-            crc = crc32c.crc32c(part, crc)
-            length += len(part)
         if self._append_offset > self._max_file_size:
-            self._append_file_id += 1
-            self._append_offset = FILE_HEADER.size
+            self.roll()
         segments = self._segments
-        if not segments or segments[-1][0] != self._append_file_id:
+        if not segments or segments[-1].file_id != self._append_file_id:
             # A new group (or its part in a new file) starts with room for its sync mark,
             # filled in when the group is written (only then is the fsynced end known).
-            segments.append((self._append_file_id, bytearray(SYNC_MARK_SIZE)))
+            segments.append(GroupBuffer(self._append_file_id, SYNC_MARK_SIZE))
             self._buffered += SYNC_MARK_SIZE
             self._append_offset += SYNC_MARK_SIZE
-        buf = segments[-1][1]
-        buf += RECORD_HEADER.pack(RECORD_MAGIC, length, crc)
-        for part in parts:
-            buf += part
+        length = segments[-1].add(parts)
         size = RECORD_HEADER.size + length
         self._buffered += size
         self._append_offset += size
@@ -232,14 +237,24 @@ class FsJournal:
             self._hurry.set()
         return self._seq
 
+    def roll(self) -> None:
+        """Records appended from now on go to a new file (created when the first is written)."""
+        self._append_file_id = self._new_file_id() if self._new_file_id is not None else self._append_file_id + 1
+        self._append_offset = FILE_HEADER.size
+
+    def hurry(self, seq: int) -> None:
+        """Someone waits for record ``seq`` now: flush its group as soon as possible."""
+        if seq > self._durable:
+            self._hurry_seq = max(self._hurry_seq, seq)
+            self._hurry.set()
+
     @property
     def durable_seq(self) -> int:
         return self._durable
 
     async def wait_durable(self, seq: int, *, hurry: bool = True) -> None:
-        if hurry and seq > self._durable:
-            self._hurry_seq = max(self._hurry_seq, seq)
-            self._hurry.set()
+        if hurry:
+            self.hurry(seq)
         while self._durable < seq:
             if self._failure is not None:
                 raise JournalFailedError(f"journal in {self.directory} failed: {self._failure}")
@@ -381,7 +396,7 @@ class FsJournal:
         done, self._group_done = self._group_done, trio.Event()
         done.set()
 
-    def _write_group(self, segments: list[tuple[int, bytearray]]) -> int:
+    def _write_group(self, segments: list[GroupBuffer]) -> int:
         """Runs in the worker thread: :meth:`_write_and_sync`; if that finds no space, cut the
         open file back to where the group started (the durable end) and re-raise."""
         start = self._written if self._fd is not None else None
@@ -414,31 +429,40 @@ class FsJournal:
         self._resume_at = JournalPosition(self._file_id, end)
 
     def _next_file_id(self) -> int:
+        if self._new_file_id is not None:
+            return self._new_file_id()
         return max(self._file_ids(), default=self._file_id - 1) + 1
 
-    def _write_and_sync(self, segments: list[tuple[int, bytearray]]) -> int:
+    def _write_and_sync(self, segments: list[GroupBuffer]) -> int:
         """Runs in the worker thread: write each segment to its file, fsync; return fsyncs."""
         syncs = 0
-        for file_id, data in segments:
-            if self._fd is None or file_id != self._file_id:
+        for group in segments:
+            if self._fd is None or group.file_id != self._file_id:
                 if self._fsync and self._fd is not None:
                     syncs += 1  # the roll fsyncs the file it closes
-                self._open_file(file_id)
+                self._open_file(group.file_id)
             assert self._fd is not None
             # The limiter runs groups one at a time, so _synced is the end of the last
             # fdatasync that completed before this group.
             body = SYNC_BODY.pack(self._synced)
-            RECORD_HEADER.pack_into(data, 0, SYNC_MAGIC, SYNC_BODY.size, crc32c.crc32c(body))
-            data[RECORD_HEADER.size : SYNC_MARK_SIZE] = body
-            view = memoryview(data)
-            while view:
-                n = os.pwrite(self._fd, view, self._written)
-                self._written += n
-                view = view[n:]
+            RECORD_HEADER.pack_into(group.lead, 0, SYNC_MAGIC, SYNC_BODY.size, crc32c.crc32c(body))
+            group.lead[RECORD_HEADER.size : SYNC_MARK_SIZE] = body
+            for view in group.pieces():
+                while view:
+                    n = os.pwrite(self._fd, view, self._written)
+                    self._written += n
+                    view = view[n:]
         if self._fsync:
             os.fdatasync(self._fd)  # type: ignore[arg-type]
             self._synced = self._written
             syncs += 1
+            if self._drop_pages:
+                # As BookKeeper's journalRemovePagesFromCache: the journal is read back only
+                # at replay, so its synced pages would only push useful ones out of the cache.
+                end = self._synced - self._synced % mmap.PAGESIZE
+                if end > self._dropped:
+                    os.posix_fadvise(self._fd, self._dropped, end - self._dropped, os.POSIX_FADV_DONTNEED)  # type: ignore[arg-type]
+                    self._dropped = end
         self._preallocate()
         return syncs
 

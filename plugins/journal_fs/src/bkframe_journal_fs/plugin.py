@@ -9,8 +9,10 @@ import attrs
 from bkframe import hookimpl
 from bkframe.core.config import at_least
 from bkframe.core.counters import Counters
+from bkframe.core.interfaces import Journal
 from bkframe.core.registry import ComponentRegistry
 from bkframe_journal_fs.fs_journal import FsJournal
+from bkframe_journal_fs.multi_journal import MultiJournal, check_dirs
 
 NAME = "journal_fs"
 
@@ -34,10 +36,20 @@ class FsJournalConfig:
     max_file_size: int = attrs.field(default=256 * 1024 * 1024, validator=at_least(4096))
     #: fsync each group (off only for benchmarks: acknowledged adds could be lost).
     fsync: bool = True
+    #: More journal directories (absolute, or relative to the bookie's journal directory,
+    #: which is always the first), each with its own writer; ledgers are spread by id.
+    dirs: tuple[str, ...] = ()
+    #: After each fsync, drop the synced pages from the page cache (read only at replay).
+    drop_synced_pages: bool = False
 
 
-def make_journal(config: FsJournalConfig, directory: Path, counters: Counters) -> FsJournal:
-    return FsJournal(directory, counters, **attrs.asdict(config))
+def make_journal(config: FsJournalConfig, directory: Path, counters: Counters) -> Journal:
+    options = attrs.asdict(config)
+    others = [directory / d for d in options.pop("dirs")]  # an absolute d stays itself
+    check_dirs(directory, others)
+    if not others:
+        return FsJournal(directory, counters, **options)
+    return MultiJournal([directory, *others], counters, **options)
 
 
 @hookimpl
