@@ -18,6 +18,7 @@ from bkframe.core.bookie.service import BookieService
 from bkframe.core.config import load_config
 from bkframe.core.log_config import setup_logging
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.core.replication.autorecovery import in_bookie
 from bkframe.core.replication.data_integrity import LimboRepair
 
 
@@ -52,7 +53,7 @@ def bookie(
     setup_logging(logging_config, level=level)
     plugins = PluginManager(disabled=config.plugins.disable)
     plugins.check_config(config)  # every section's mistakes before anything starts
-    service = BookieService(config, plugins, repair=LimboRepair, admin=AdminServer)
+    service = BookieService(config, plugins, repair=LimboRepair, admin=AdminServer, autorecovery=in_bookie)
 
     async def run() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

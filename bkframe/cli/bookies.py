@@ -1,4 +1,5 @@
-"""``bkframe bookies list``: the bookies registered in a metadata store."""
+"""``bkframe bookies list`` / ``info``: the bookies registered in a metadata store;
+``bookies decommission``: move everything off a bookie (autorecovery)."""
 
 from __future__ import annotations
 
@@ -79,3 +80,40 @@ def bookie_info(bookie_ids: tuple[str, ...], metadata: str) -> None:
         click.echo(json.dumps(info, sort_keys=True))
     if any("error" in info for info in infos):
         raise SystemExit(1)
+
+
+@bookies.command(name="decommission")
+@click.argument("bookie_id")
+@metadata_option()
+@click.option("--no-wait", is_flag=True, help="Mark it and return; do not wait for its ledgers to move.")
+@click.option("--undo", is_flag=True, help="Take the mark back: the bookie takes new ledgers and adds again.")
+@click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between progress lines.")
+def decommission(bookie_id: str, metadata: str, no_wait: bool, undo: bool, interval: float) -> None:
+    """Mark a bookie decommissioned: nothing new is placed on it, it refuses adds (writers
+    move off it), and autorecovery copies its ledgers to other bookies. Waits, printing
+    progress, until no ledger has a fragment on it; then the bookie can be stopped."""
+    from bkframe.core.replication.autorecovery import ledgers_using
+
+    async def run() -> None:
+        store = PluginManager().metadata_store(metadata)
+        try:
+            await store.set_decommissioned(bookie_id, not undo)
+            if undo:
+                click.echo(f"{bookie_id} is no longer decommissioned")
+                return
+            click.echo(f"{bookie_id} is decommissioned; autorecovery copies its ledgers away")
+            last = -1
+            while not no_wait:
+                using = await ledgers_using(store, bookie_id)
+                if len(using) != last:
+                    shown = ", ".join(map(str, using[:10])) + (" ..." if len(using) > 10 else "")
+                    click.echo(f"{len(using)} ledger(s) still use {bookie_id}" + (f": {shown}" if using else ""))
+                    last = len(using)
+                if not using:
+                    click.echo(f"nothing depends on {bookie_id} any more; it can be stopped")
+                    return
+                await trio.sleep(interval)
+        finally:
+            await store.aclose()
+
+    trio.run(run)

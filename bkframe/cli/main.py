@@ -1,9 +1,10 @@
 """The ``bkframe`` command line: the root group and its commands, one module per group.
 
 ``bookie`` (:mod:`.bookie`), ``plugins`` (:mod:`.plugins`), ``sandbox`` (:mod:`.sandbox`),
-``bench`` (:mod:`.bench`), ``bench-sweep`` (:mod:`.bench_sweep`, plots in :mod:`.bench_plots`),
+``bench`` (:mod:`.bench`), ``bench-sweep`` (:mod:`.bench_sweep`, plots in :mod:`.bench_plots`), ``bench-autorecovery``
+(:mod:`.bench_autorecovery`),
 ``ledger ...`` (:mod:`.ledger`), ``log ...`` (:mod:`.log`), ``bookies ...`` (:mod:`.bookies`),
-``cookie ...`` (:mod:`.cookie`). Errors bkframe raises on purpose
+``cookie ...`` (:mod:`.cookie`), ``autorecovery ...`` (:mod:`.autorecovery`). Errors bkframe raises on purpose
 become one line and exit status 1 (:mod:`.errors`).
 """
 
@@ -13,7 +14,9 @@ import logging
 
 import click
 
+from bkframe.cli.autorecovery import autorecovery
 from bkframe.cli.bench import bench
+from bkframe.cli.bench_autorecovery import bench_autorecovery
 from bkframe.cli.bench_sweep import bench_sweep
 from bkframe.cli.bookie import bookie
 from bkframe.cli.bookies import bookies
@@ -43,5 +46,6 @@ def main(ctx: click.Context, verbose: int, log_format: str | None) -> None:
     setup_logging(LoggingConfig(level="warning", format=log_format or "text"), level=logging.WARNING - 10 * verbose)
 
 
-for command in (bookie, plugins, sandbox, bench, bench_sweep, ledger, log_group, bookies, cookie):
+for command in (bookie, plugins, sandbox, bench, bench_sweep, ledger, log_group, bookies, cookie, autorecovery,
+                bench_autorecovery):
     main.add_command(command)

@@ -116,9 +116,7 @@ def parse_section(cls: type[T], raw: Mapping[str, Any], *, where: str) -> T:
     fields = {f.name: f for f in attrs.fields(attrs.resolve_types(cast(Any, cls)))}
     unknown = sorted(set(raw) - set(fields))
     if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(fields)) or '(none)'}"
-        )
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(fields)) or '(none)'}")
     values: dict[str, Any] = {}
     for key, value in raw.items():
         ok, values[key] = _accepts(fields[key].type, value)
@@ -168,9 +166,7 @@ class BookieConfig:
     deleted_ledger_retention_s: float = attrs.field(default=7 * 24 * 3600.0, validator=above(0))
     #: Read-only mode (BookKeeper's diskUsageThreshold): once this fraction of the data
     #: dir's filesystem is used, the bookie takes no more adds and registers read-only.
-    disk_usage_threshold: float = attrs.field(
-        default=0.95, validator=[above(0), at_most(1)]
-    )
+    disk_usage_threshold: float = attrs.field(default=0.95, validator=[above(0), at_most(1)])
     #: ...and takes adds again once usage is below this fraction (diskUsageLwm).
     disk_usage_lwm: float = attrs.field(default=0.90)
     #: Seconds between disk usage checks (diskCheckInterval).
@@ -207,12 +203,40 @@ class HttpConfig:
 
 
 @attrs.frozen
+class AutorecoveryConfig:
+    """``[autorecovery]``: the auditor and a replication worker inside the bookie (the same
+    keys configure ``bkframe autorecovery`` run alone). See docs/autorecovery.md."""
+
+    #: Run the auditor election and a replication worker in this bookie (needs a metadata store).
+    enabled: bool = False
+    #: A bookie whose registration has been gone this long is lost: its ledgers are marked
+    #: under-replicated (a decommissioned bookie's at once).
+    lost_bookie_grace_s: float = attrs.field(default=30.0, validator=at_least(0))
+    #: An open ledger's last fragment is re-replicated (after recovering and closing the
+    #: ledger, which fences its writer) only once it has been marked this long.
+    open_ledger_rereplication_grace_s: float = attrs.field(default=30.0, validator=at_least(0))
+    #: Seconds between full checks (LIST_ENTRIES on every replica of every ledger); 0: never.
+    audit_interval_s: float = attrs.field(default=3600.0, validator=at_least(0))
+    #: Seconds between the auditor's looks at the registrations, and between a worker's looks
+    #: for under-replicated ledgers when it has nothing to do.
+    check_interval_s: float = attrs.field(default=1.0, validator=above(0))
+    #: The auditor's lock and a worker's claim on a ledger vanish about this long after their
+    #: holder dies.
+    lock_ttl_s: float = attrs.field(default=6.0, validator=above(0))
+    #: Deadline of each metadata request and of each bookie request of a copy.
+    request_timeout_s: float = attrs.field(default=30.0, validator=above(0))
+    #: A ledger that cannot be repaired yet is retried after a back-off that doubles up to this.
+    max_retry_s: float = attrs.field(default=30.0, validator=above(0))
+
+
+@attrs.frozen
 class Config:
     bookie: BookieConfig
     journal: Mapping[str, Any]
     ledger_storage: Mapping[str, Any]
     entry_log_manager: Mapping[str, Any]
     plugins: PluginsConfig = PluginsConfig()
+    autorecovery: AutorecoveryConfig = AutorecoveryConfig()
     source: str = "(defaults)"
     #: ``[placement]``: ``policy`` (a registered placement policy's name) and its options,
     #: for the client inside the bookie (repair, re-replication); validated by the policy's
@@ -245,7 +269,7 @@ def load_config(
             raise ConfigError(f"config file {path} does not exist") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
-    known = {"bookie", "plugins", "placement", "tls", "auth", "logging", "http", *PLUGIN_SECTIONS}
+    known = {"bookie", "plugins", "placement", "tls", "auth", "logging", "http", "autorecovery", *PLUGIN_SECTIONS}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -263,6 +287,7 @@ def load_config(
     return Config(
         bookie=parse_section(BookieConfig, bookie_raw, where=f"{source}: [bookie]"),
         plugins=parse_section(PluginsConfig, raw.get("plugins", {}), where=f"{source}: [plugins]"),
+        autorecovery=parse_section(AutorecoveryConfig, raw.get("autorecovery", {}), where=f"{source}: [autorecovery]"),
         source=source,
         placement={"policy": DEFAULT_POLICY, **raw.get("placement", {})},
         tls=tls,

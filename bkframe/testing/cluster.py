@@ -29,6 +29,7 @@ from bkframe.admin import AdminServer
 from bkframe.core.bookie.service import BookieService
 from bkframe.core.config import Config, load_config
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.core.replication.autorecovery import in_bookie
 from bkframe.core.replication.data_integrity import LimboRepair
 from bkframe.errors import BKError
 
@@ -50,11 +51,9 @@ def make_config(data_dir: Path, **bookie: Any) -> Config:
 
 
 @asynccontextmanager
-async def running_bookie(
-    config: Config, plugins: PluginManager | None = None
-) -> AsyncIterator[tuple[BookieService, str, int]]:
+async def running_bookie(config: Config, plugins: PluginManager | None = None) -> AsyncIterator[tuple[BookieService, str, int]]:
     """An in-process bookie for the duration of the block, stopped cleanly after it."""
-    service = BookieService(config, plugins or PluginManager(), repair=LimboRepair, admin=AdminServer)
+    service = BookieService(config, plugins or PluginManager(), repair=LimboRepair, admin=AdminServer, autorecovery=in_bookie)
     async with trio.open_nursery() as nursery:
         host, port = await nursery.start(service.run)
         try:
@@ -172,8 +171,7 @@ class BookieProcess:
                 why = f"no address printed within {timeout_s:.0f} s"
             tail = "\n".join(self.log().splitlines()[-20:])
             raise BookieStartError(
-                f"bookie {self.bookie_id or self.data_dir} did not start ({why}); the end of its log "
-                f"{self.log_path}:\n{tail}"
+                f"bookie {self.bookie_id or self.data_dir} did not start ({why}); the end of its log {self.log_path}:\n{tail}"
             )
         self.address = line.split()[-1]
         return self
@@ -259,7 +257,10 @@ class Cluster:
         self.metadata = metadata or f"sqlite://{root / 'metadata.db'}"
         self.bookies = [
             BookieProcess(
-                root / f"bookie-{i}", bookie_id=f"bookie-{i}", metadata=self.metadata, command=command,
+                root / f"bookie-{i}",
+                bookie_id=f"bookie-{i}",
+                metadata=self.metadata,
+                command=command,
                 rack=racks[n % len(racks)] if racks else "",
             )
             for n, i in enumerate(range(first, first + bookies))

@@ -6,7 +6,15 @@ from pathlib import Path
 import attrs
 import pytest
 
-from bkframe.core.config import BookieConfig, ConfigError, HttpConfig, PluginsConfig, load_config, parse_section
+from bkframe.core.config import (
+    AutorecoveryConfig,
+    BookieConfig,
+    ConfigError,
+    HttpConfig,
+    PluginsConfig,
+    load_config,
+    parse_section,
+)
 from bkframe.core.log_config import LoggingConfig
 from bkframe.core.plugin_manager import SECTION_KINDS, PluginManager
 from bkframe.core.registry import ComponentKind
@@ -88,7 +96,12 @@ def test_sample_config_documents_every_key_at_its_default() -> None:
     config = load_config(SAMPLE)
     plugins = PluginManager()
     plugins.check_config(config)
-    owners: dict[str, type] = {"bookie": BookieConfig, "plugins": PluginsConfig, "http": HttpConfig}
+    owners: dict[str, type] = {
+        "bookie": BookieConfig,
+        "plugins": PluginsConfig,
+        "http": HttpConfig,
+        "autorecovery": AutorecoveryConfig,
+    }
     for section, kind in SECTION_KINDS.items():
         component = plugins.components.get(kind, raw[section]["plugin"])
         assert component is not None and component.config is not None

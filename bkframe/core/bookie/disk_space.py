@@ -60,6 +60,8 @@ class ReadOnlyMode:
         self.usage: DiskUsage | None = None
         #: Set (and replaced) whenever ``read_only`` changes, for whoever publishes it.
         self.changed = trio.Event()
+        #: Decommissioned: read-only whatever the disk, until no longer decommissioned.
+        self.draining = False
 
     def disk_checked(self, usage: DiskUsage) -> None:
         """Apply one measurement: enter read-only at the threshold, leave below the low-water mark."""
@@ -71,8 +73,19 @@ class ReadOnlyMode:
                     f"disk usage of {self.data_dir} is {usage.fraction:.1%}, at or above "
                     f"disk_usage_threshold {self.threshold:.0%} ({usage.free} of {usage.total} bytes free)",
                 )
-        elif self.read_only and usage.fraction < self.lwm:
+        elif self.read_only and usage.fraction < self.lwm and not self.draining:
             self._set(False, f"disk usage of {self.data_dir} is {usage.fraction:.1%}, below disk_usage_lwm {self.lwm:.0%}")
+
+    def set_draining(self, draining: bool) -> None:
+        """Decommissioned (or no longer): no adds, so that writers move their ledgers off
+        this bookie; reads, fences and recovery adds go on (autorecovery copies from it)."""
+        if draining == self.draining:
+            return
+        self.draining = draining
+        if draining and not self.read_only:
+            self._set(True, "the bookie is decommissioned: its ledgers are being copied away")
+        elif not draining and self.read_only and (self.usage is None or self.usage.fraction < self.lwm):
+            self._set(False, "the bookie is no longer decommissioned")
 
     def write_failed(self, error: BaseException) -> None:
         """A write found no space left: read-only at once, until usage is below the low-water mark."""

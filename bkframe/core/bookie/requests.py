@@ -108,7 +108,7 @@ class RequestHandler:
         """One request, or a run of adds to one ledger."""
         req = requests[0]
         if type(req) is p.AddRequest:
-            if self._needs_key_check(req.ledger_id):
+            if self._needs_key_check(req.ledger_id) and not _is_copy(req):
                 batch.deferred.append(partial(self._add_after_key_check, requests))  # type: ignore[arg-type]
             else:
                 self._add_run(requests, batch)  # type: ignore[arg-type]
@@ -121,7 +121,7 @@ class RequestHandler:
         elif type(req) is p.ReadLacRequest:
             self._read_lac(req, batch)
         elif type(req) is p.AddBatchRequest:
-            if self._needs_key_check(req.ledger_id):
+            if self._needs_key_check(req.ledger_id) and not _is_copy(req):
                 batch.deferred.append(partial(self._add_after_key_check, req))
             else:
                 self._add_batch(req, batch)
@@ -277,13 +277,14 @@ class RequestHandler:
             seq = self.journal.append(jr.master_record(ledger_id, ledger_type, master_key), ledger_id)
             batch.wait_seq = max(batch.wait_seq, seq)
         elif not state.master_key:
-            if self.bookie.key_verifier is not None:
+            if self.bookie.key_verifier is not None and not (recovery and not master_key):
                 # Known only from a lost disk's protection, replayed entries or a keyless
                 # fence: _add_after_key_check adopts a key once metadata vouches for it.
                 return p.Status.UNAUTHORIZED, (
                     f"wrong master key for ledger {ledger_id}: it does not match the password hash in the ledger's metadata"
                 )
-            # No metadata store to check against (a standalone bookie): adopt this key.
+            # No metadata store to check against (a standalone bookie): adopt this key. A
+            # keyless copy (autorecovery, see _is_copy) adopts none: the ledger stays keyless.
             state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
         if state.master_key != master_key:
             return p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}"
@@ -400,10 +401,8 @@ class RequestHandler:
 
     def _read_only_refusal(self, what: str) -> str:
         self.counters.read_only_refusals += 1
-        return (
-            f"bookie {self.bookie.bookie_id} is read-only ({self.mode.reason}); it refuses {what} until its disk "
-            f"usage is below disk_usage_lwm"
-        )
+        until = "it is no longer decommissioned" if self.mode.draining else "its disk usage is below disk_usage_lwm"
+        return f"bookie {self.bookie.bookie_id} is read-only ({self.mode.reason}); it refuses {what} until {until}"
 
     def _read(self, req: p.ReadRequest, batch: ResponseBatch) -> None:
         storage = self.storage
@@ -584,3 +583,11 @@ class RequestHandler:
             return p.encode_read_lac_response(req.request_id, p.Status.NO_LEDGER, req.ledger_id, -1, -1, "ledger deleted")
         last = self.storage.last_entry_id(req.ledger_id)
         return p.encode_read_lac_response(req.request_id, p.Status.OK, req.ledger_id, state.lac, last)
+
+
+def _is_copy(req: p.AddRequest | p.AddBatchRequest) -> bool:
+    """A keyless recovery add: autorecovery copying a lost bookie's entries here. It knows
+    no master key (only the hash is in the metadata), so the ledger is kept keyless here
+    until an add whose key the metadata vouches for comes (:meth:`_add_after_key_check`).
+    It is refused (UNAUTHORIZED) where the bookie holds the ledger's key."""
+    return req.recovery and not req.master_key

@@ -68,21 +68,42 @@ class AdminHttp(Protocol):
 AdminFactory = Callable[["BookieService"], AdminHttp]
 
 
+class Background(Protocol):
+    """A service that runs until cancelled (autorecovery)."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None: ...
+
+
+#: ``autorecovery(bookie, store, bookie_id)``: the autorecovery service run when
+#: ``[autorecovery] enabled`` (normally :func:`bkframe.core.replication.autorecovery.in_bookie`).
+AutorecoveryFactory = Callable[[Bookie, MetadataStore, str], Background]
+
+#: Seconds between a bookie's looks at whether it was decommissioned.
+DECOMMISSION_CHECK_S = 2.0
+
+
 class BookieService:
     """``await nursery.start(service.run)`` returns ``(host, port)`` once connections are accepted.
 
     :param repair: makes the task that repairs limbo ledgers (BP-46 phase two), normally
         :class:`~bkframe.core.replication.data_integrity.LimboRepair`.
+    :param autorecovery: makes the autorecovery service, run if ``[autorecovery] enabled``.
     """
 
     def __init__(
-        self, config: Config, plugins: PluginManager | None = None, *, repair: RepairFactory,
+        self,
+        config: Config,
+        plugins: PluginManager | None = None,
+        *,
+        repair: RepairFactory,
         admin: AdminFactory | None = None,
+        autorecovery: AutorecoveryFactory | None = None,
     ) -> None:
         self.config = config
         self.plugins = plugins if plugins is not None else PluginManager()
         self.repair = repair
         self.admin = admin
+        self.autorecovery = autorecovery
         self.bookie: Bookie | None = None
         self.server: BookieServer | None = None
         #: With a metadata store: the bookie's metadata store and garbage collector (the
@@ -126,8 +147,12 @@ class BookieService:
                     bookie.bookie_id = bookie_id
                     if store is not None:
                         bookie.cookie_check = await check_cookies(
-                            store, bookie.data_dir, bookie_id, f"{host}:{port}",
-                            auto_fix=cfg.auto_fix_cookies, metadata_uri=cfg.metadata,
+                            store,
+                            bookie.data_dir,
+                            bookie_id,
+                            f"{host}:{port}",
+                            auto_fix=cfg.auto_fix_cookies,
+                            metadata_uri=cfg.metadata,
                         )
                         log.info("bookie %s: %s", bookie_id, bookie.cookie_check.value)
                     if store is not None:
@@ -140,10 +165,16 @@ class BookieService:
                         self.gc = GarbageCollector(bookie, store, cfg.gc_interval_s)
                         background.start_soon(self.gc.run)
                         info = BookieInfo(
-                            bookie_id=bookie_id, address=f"{host}:{port}", read_only=bookie.read_only, pid=os.getpid(),
+                            bookie_id=bookie_id,
+                            address=f"{host}:{port}",
+                            read_only=bookie.read_only,
+                            pid=os.getpid(),
                             rack=cfg.rack,
                         )
                         registration = await store.register_bookie(info, cfg.registration_ttl_s, background)
+                        background.start_soon(self._watch_decommission, bookie, store, bookie_id)
+                        if self.config.autorecovery.enabled and self.autorecovery is not None:
+                            background.start_soon(self._run_autorecovery, bookie, store, bookie_id)
                     background.start_soon(self._watch_disk, bookie, registration)
                     if self.config.http.enabled and self.admin is not None:
                         self.admin_url = await background.start(self.admin(self).run)  # cancelled with the rest, after serving
@@ -157,6 +188,29 @@ class BookieService:
                     await store.aclose()
                 await bookie.aclose()
         log.info("bookie stopped cleanly")
+
+    async def _run_autorecovery(self, bookie: Bookie, store: MetadataStore, bookie_id: str) -> None:
+        """Autorecovery in this bookie; if it ever fails, log it and start it again: it never
+        takes the bookie down."""
+        assert self.autorecovery is not None
+        while True:
+            try:
+                await self.autorecovery(bookie, store, bookie_id).run()
+            except Exception:
+                log.exception("autorecovery failed; starting it again")
+            await trio.sleep(self.config.autorecovery.check_interval_s)
+
+    async def _watch_decommission(self, bookie: Bookie, store: MetadataStore, bookie_id: str) -> None:
+        """A decommissioned bookie refuses adds (as read-only), so writers move off it by an
+        ensemble change while autorecovery copies its ledgers away; reads go on."""
+        while True:
+            try:
+                with trio.fail_after(REGISTRATION_UPDATE_TIMEOUT_S):
+                    decommissioned = bookie_id in await store.list_decommissioned()
+                bookie.mode.set_draining(decommissioned)
+            except Exception as e:  # noqa: BLE001 - a store's failure, or its timeout: never fatal here
+                log.warning("could not check whether this bookie is decommissioned (%r)", e)
+            await trio.sleep(DECOMMISSION_CHECK_S)
 
     async def _watch_disk(self, bookie: Bookie, registration: BookieRegistration | None) -> None:
         """Check the disk every ``disk_check_interval_s`` and keep the registration's

@@ -19,15 +19,15 @@ import logging
 import numpy as np
 import trio
 
-from bkframe.core import proto as p
 from bkframe.core.bookie.bookie import Bookie
 from bkframe.core.client.bookie_pool import BookiePool
 from bkframe.core.client.context import ClientContext
 from bkframe.core.client.distribution import replicas, stored_at
-from bkframe.core.client.entry_format import Digester, DigestMismatchError
+from bkframe.core.client.entry_format import Digester
 from bkframe.core.client.recovery import Recovery
 from bkframe.core.client.settings import ClientSettings
 from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore, NoSuchLedgerError
+from bkframe.core.replication.copying import fetch_entries, list_on_peers
 from bkframe.errors import BKError
 
 log = logging.getLogger("bkframe.data_integrity")
@@ -36,8 +36,6 @@ log = logging.getLogger("bkframe.data_integrity")
 COPY_BATCH = 256
 #: Entry ids examined at a time when looking for what this bookie lacks.
 REPAIR_WINDOW = 65536
-#: A peer that does not answer a repair request within this long is skipped this round.
-PEER_TIMEOUT_S = 10.0
 
 
 class LimboRepair:
@@ -148,7 +146,7 @@ class LimboRepair:
                 missing = sorted(missing + torn)
                 if not missing:
                     continue
-                holders = await self._list_on_peers(pool, md.ledger_id, lo, hi, [b for b in ensemble if b != self.bookie_id])
+                holders = await list_on_peers(pool, md.ledger_id, lo, hi, [b for b in ensemble if b != self.bookie_id])
                 for start in range(0, len(missing), COPY_BATCH):
                     chunk = []
                     for entry_id in missing[start : start + COPY_BATCH]:
@@ -157,7 +155,7 @@ class LimboRepair:
                         peers.sort(key=lambda b: 0 if entry_id in holders.get(b, ()) else 1 if b not in holders else 2)
                         chunk.append((entry_id, peers))
                     got: dict[int, bytes] = {}
-                    await self._fetch(pool, md.ledger_id, chunk, got, digester)
+                    await fetch_entries(pool, md.ledger_id, chunk, got, digester)
                     lost = [entry_id for entry_id, _ in chunk if entry_id not in got]
                     if lost:
                         raise BKError(
@@ -182,104 +180,3 @@ class LimboRepair:
             return True
         except Exception:  # noqa: BLE001 - a short, torn or mismatched record: counted and logged by the caller
             return False
-
-    async def _list_on_peers(
-        self, pool: BookiePool, ledger_id: int, lo: int, hi: int, peers: list[str]
-    ) -> dict[str, set[int]]:
-        """LIST_ENTRIES on each reachable peer: which of ``lo..hi`` it holds."""
-        holders: dict[str, set[int]] = {}
-
-        async def list_one(peer: str) -> None:
-            try:
-                conn = await pool.get(peer)
-                held: set[int] = set()
-                first = lo
-                while first != -1:
-                    r = await conn.submit_list_entries(ledger_id, first, hi, timeout_s=PEER_TIMEOUT_S).wait()
-                    if r.status != p.Status.OK:
-                        return
-                    for a, b in r.runs:
-                        held.update(range(a, b + 1))
-                    first = r.next_first
-                holders[peer] = held
-            except ConnectionError:
-                return
-
-        async with trio.open_nursery() as nursery:
-            for peer in peers:
-                nursery.start_soon(list_one, peer)
-        return holders
-
-    async def _fetch(
-        self,
-        pool: BookiePool,
-        ledger_id: int,
-        chunk: list[tuple[int, list[str]]],
-        got: dict[int, bytes],
-        digester: Digester,
-    ) -> None:
-        """Read each entry from its peers in turn; requests to one peer are pipelined.
-
-        A copy that cannot be verified (HMAC without the password) is taken only when two
-        peers hold the same bytes and none differs: a single copy may be the corrupt one.
-        """
-        if not digester.verifies:
-            await self._fetch_agreeing(pool, ledger_id, chunk, got, digester)
-            return
-        rounds = max((len(peers) for _, peers in chunk), default=0)
-        for r in range(rounds):
-            by_peer: dict[str, list[int]] = {}
-            for entry_id, peers in chunk:
-                if entry_id not in got and r < len(peers):
-                    by_peer.setdefault(peers[r], []).append(entry_id)
-            async with trio.open_nursery() as nursery:
-                for peer, ids in by_peer.items():
-                    nursery.start_soon(self._fetch_from, pool, peer, ledger_id, ids, got, digester)
-
-    async def _fetch_agreeing(
-        self,
-        pool: BookiePool,
-        ledger_id: int,
-        chunk: list[tuple[int, list[str]]],
-        got: dict[int, bytes],
-        digester: Digester,
-    ) -> None:
-        copies: dict[str, dict[int, bytes]] = {}
-        by_peer: dict[str, list[int]] = {}
-        for entry_id, peers in chunk:
-            for peer in peers:
-                by_peer.setdefault(peer, []).append(entry_id)
-        async with trio.open_nursery() as nursery:
-            for peer, ids in by_peer.items():
-                copies[peer] = {}
-                nursery.start_soon(self._fetch_from, pool, peer, ledger_id, ids, copies[peer], digester)
-        for entry_id, peers in chunk:
-            seen = [copies[peer][entry_id] for peer in peers if entry_id in copies.get(peer, {})]
-            if len(seen) >= 2 and len(set(seen)) == 1:
-                got[entry_id] = seen[0]
-            elif seen:
-                log.warning(
-                    "repair of ledger %d: entry %d has %d cop%s that cannot be verified without the password%s; "
-                    "not copying it", ledger_id, entry_id, len(seen), "y" if len(seen) == 1 else "ies",
-                    " and they differ" if len(set(seen)) > 1 else "",
-                )
-
-    async def _fetch_from(
-        self, pool: BookiePool, peer: str, ledger_id: int, ids: list[int], got: dict[int, bytes], digester: Digester
-    ) -> None:
-        try:
-            conn = await pool.get(peer)
-            pendings = [(entry_id, conn.submit_read(ledger_id, entry_id, timeout_s=PEER_TIMEOUT_S)) for entry_id in ids]
-            for entry_id, pending in pendings:
-                response = await pending.wait()
-                if response.status != p.Status.OK:
-                    continue
-                data = bytes(response.data)
-                try:
-                    digester.decode(ledger_id, entry_id, data)
-                except DigestMismatchError as e:
-                    log.warning("repair of ledger %d: %s on %s; trying another peer", ledger_id, e, peer)
-                    continue
-                got[entry_id] = data
-        except ConnectionError as e:
-            log.info("repair of ledger %d: peer %s unreachable (%s)", ledger_id, peer, e)

@@ -1,0 +1,92 @@
+"""``bkframe autorecovery``: run the auditor candidate and a replication worker alone
+(``run``, the default), or show what autorecovery is doing (``status``).
+See docs/autorecovery.md."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import click
+import trio
+
+from bkframe.cli.options import client_security, metadata_option
+from bkframe.core.client.settings import ClientSettings
+from bkframe.core.config import load_config
+from bkframe.core.plugin_manager import PluginManager
+from bkframe.core.replication.autorecovery import AutorecoveryService, cluster_status, default_holder
+
+log = logging.getLogger("bkframe.autorecovery")
+
+
+@click.group(invoke_without_command=True)
+@click.pass_context
+@metadata_option(required=False)
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path),
+    help="A bookie TOML config: its [autorecovery] keys (enabled is ignored: running alone is enabling it) "
+    "and [placement] (where copies go).",
+)
+@click.option("--holder", default="", help="This service's name in the locks it takes (default autorecovery@HOST:PID).")
+def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | None, holder: str) -> None:
+    """Run autorecovery alone (an auditor candidate and a replication worker) until
+    SIGTERM / SIGINT; ``status`` shows what it is doing."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not metadata:
+        raise click.UsageError("Missing option '--metadata' (or $BKFRAME_METADATA).")
+    config = load_config(config_path)
+    plugins = PluginManager(disabled=config.plugins.disable)
+    plugins.check_config(config)  # a wrong [placement] policy fails here, not in the service
+    # TLS and the token from $BKFRAME_TLS_* / $BKFRAME_AUTH_TOKEN_FILE, as the other client commands.
+    settings = ClientSettings.from_placement_section(config.placement, **client_security())
+    name = holder or default_holder()
+
+    async def run() -> None:
+        store = plugins.metadata_store(metadata)
+        try:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async with trio.open_nursery() as nursery:
+                    service = AutorecoveryService(store, plugins, config.autorecovery, holder=name, settings=settings)
+                    await nursery.start(service.run)
+                    click.echo(f"autorecovery running as {name}", err=True)
+                    async for signum in signals:
+                        log.info("received %s; stopping", signal.Signals(signum).name)
+                        nursery.cancel_scope.cancel()
+                        break
+        finally:
+            with trio.CancelScope(shield=True):
+                await store.aclose()
+
+    trio.run(run)
+
+
+@autorecovery.command()
+@metadata_option()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def status(metadata: str, as_json: bool) -> None:
+    """The auditor, the under-replicated ledgers (age, lost bookies, the worker on each)
+    and the decommissioned bookies with how many ledgers still use them."""
+
+    async def run() -> dict[str, Any]:
+        store = PluginManager().metadata_store(metadata)
+        try:
+            return await cluster_status(store)
+        finally:
+            await store.aclose()
+
+    got = trio.run(run)
+    if as_json:
+        click.echo(json.dumps(got, sort_keys=True))
+        return
+    click.echo(f"auditor: {got['auditor'] or '(none)'}")
+    marks = got["under_replicated"]
+    click.echo(f"under-replicated ledgers: {len(marks)}")
+    for m in marks:
+        worker = f", replicated by {m['worker']}" if m["worker"] else ""
+        click.echo(f"  ledger {m['ledger_id']}: lost {', '.join(m['lost_bookies'])}; marked {m['age_s']:.0f} s ago{worker}")
+    for d in got["decommissioned"]:
+        click.echo(f"decommissioned: {d['bookie_id']} ({d['ledgers']} ledger(s) still use it)")

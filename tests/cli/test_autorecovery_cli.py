@@ -1,0 +1,54 @@
+"""``bkframe autorecovery status`` and ``bkframe bookies decommission --no-wait / --undo``
+on a sqlite store (the commands with bookies at work: tests/core/replication)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from bkframe.core.metadata import LedgerMetadata
+from bkframe.core.plugin_manager import PluginManager
+
+
+def bk(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bkframe", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_status_and_decommission(tmp_path: Path) -> None:
+    uri = f"sqlite://{tmp_path / 'metadata.db'}"
+
+    async def prepare() -> None:
+        store = PluginManager().metadata_store(uri, create=True)
+        try:
+            for ledger_id, ensemble in ((1, ("b1", "b2")), (2, ("b2", "b3")), (3, ("b3", "b4"))):
+                md = LedgerMetadata(
+                    ledger_id=ledger_id, ensemble_size=2, write_quorum=2, ack_quorum=1, fragments=((0, ensemble),)
+                )
+                await store.create_ledger(md)
+            await store.mark_under_replicated(1, ["b1"])
+            async with trio.open_nursery() as nursery:
+                lock = await store.try_lock("auditor", "bookie-9", 30.0, nursery)
+                assert lock is not None
+                status = await trio.to_thread.run_sync(lambda: bk("autorecovery", "status", "--metadata", uri, "--json"))
+                nursery.cancel_scope.cancel()
+        finally:
+            await store.aclose()
+        assert status.returncode == 0, status.stderr
+        got = json.loads(status.stdout)
+        assert got["auditor"] == "bookie-9"
+        [mark] = got["under_replicated"]
+        assert (mark["ledger_id"], mark["lost_bookies"], mark["worker"]) == (1, ["b1"], None)
+        assert mark["age_s"] >= 0
+
+    trio.run(prepare)
+    marked = bk("bookies", "decommission", "b2", "--metadata", uri, "--no-wait")
+    assert marked.returncode == 0 and "b2 is decommissioned" in marked.stdout, marked.stderr
+    status = bk("autorecovery", "status", "--metadata", uri)
+    assert "decommissioned: b2 (2 ledger(s) still use it)" in status.stdout, status.stdout
+    undone = bk("bookies", "decommission", "b2", "--metadata", uri, "--undo")
+    assert undone.returncode == 0
+    assert json.loads(bk("autorecovery", "status", "--metadata", uri, "--json").stdout)["decommissioned"] == []
