@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from bkframe.admin.metrics import bookie_registry
 from bkframe.admin.status import StatusPage
+from bkframe.core.auth import AuthenticationError, AuthProvider, Peer
 from bkframe.core.bookie.bookie import Bookie
 from bkframe.core.bookie.service import BookieService
 from bkframe.core.client.client import Client, open_client
@@ -60,11 +61,37 @@ def redact(value: Any) -> Any:
     return str(value)
 
 
+def provider_authorize(provider: AuthProvider) -> Authorize:
+    """Admin requests checked by the bookie's auth provider, as its connections are: the
+    ``Authorization: METHOD CREDENTIAL`` header stands for the AUTH request. /heartbeat stays
+    open (load balancers and liveness probes carry no credential)."""
+
+    async def authorize(request: Request) -> str | None:
+        if request.url.path == "/heartbeat":
+            return None
+        method, _, credential = request.headers.get("authorization", "").strip().partition(" ")
+        method = "token" if method.lower() == "bearer" else method.lower()
+        client = request.client
+        peer = Peer(address=f"{client.host}:{client.port}" if client else "")
+        try:
+            provider.authenticate(peer, method, credential.strip().encode())
+        except AuthenticationError as e:
+            return f"{e}; send the credential as 'Authorization: Bearer TOKEN' (docs/admin.md)"
+        return None
+
+    return authorize
+
+
 class AdminServer:
-    """``AdminServer(service)``: ``await nursery.start(admin.run)`` returns the URL it serves on."""
+    """``AdminServer(service)``: ``await nursery.start(admin.run)`` returns the URL it serves on.
+
+    ``authorize`` checks every request; without one, ``[http] require_auth`` makes it the
+    bookie's ``[auth]`` provider (:func:`provider_authorize`)."""
 
     def __init__(self, service: BookieService, *, authorize: Authorize | None = None) -> None:
         self.service = service
+        if authorize is None and service.config.http.require_auth and service.bookie is not None:
+            authorize = provider_authorize(service.bookie.auth)
         self.authorize = authorize
         self.registry = bookie_registry(service)
         self.client: Client | None = None

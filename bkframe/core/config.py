@@ -200,6 +200,10 @@ class HttpConfig:
     host: str = "127.0.0.1"
     #: 0 picks a free port (printed as "admin http on URL").
     port: int = attrs.field(default=8000, validator=between(0, 65535))
+    #: Protect every endpoint but /heartbeat with the bookie's ``[auth]`` provider: a request
+    #: carries ``Authorization: METHOD CREDENTIAL`` (``Bearer`` counts as ``token``), checked
+    #: as a connection's AUTH request is (docs/admin.md).
+    require_auth: bool = False
 
 
 @attrs.frozen

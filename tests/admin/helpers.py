@@ -11,8 +11,8 @@ from typing import Any
 import trio
 
 
-def fetch_sync(url: str, method: str = "GET") -> tuple[int, str]:
-    request = urllib.request.Request(url, method=method)
+def fetch_sync(url: str, method: str = "GET", headers: dict[str, str] | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, response.read().decode()
@@ -20,8 +20,8 @@ def fetch_sync(url: str, method: str = "GET") -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
-async def fetch(url: str, method: str = "GET") -> tuple[int, str]:
-    return await trio.to_thread.run_sync(fetch_sync, url, method)
+async def fetch(url: str, method: str = "GET", headers: dict[str, str] | None = None) -> tuple[int, str]:
+    return await trio.to_thread.run_sync(fetch_sync, url, method, headers)
 
 
 async def fetch_json(url: str, method: str = "GET") -> tuple[int, Any]:
