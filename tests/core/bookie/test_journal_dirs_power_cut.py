@@ -48,6 +48,16 @@ async def read_all(b: BookieProcess, keys: list[tuple[int, int]]) -> dict[tuple[
     return out
 
 
+async def checkpoints_after_now(b: BookieProcess, n: int = 2) -> None:
+    """Wait until ``n`` more checkpoints have run, so at least one began after this call (not
+    a fixed sleep: on a loaded machine a 0.3 s checkpoint interval can take seconds)."""
+    async with connect_bookie(b.host, b.port) as bk:
+        start = (await bk.info())["counters"]["checkpoints"]
+        with trio.fail_after(60):
+            while (await bk.info())["counters"]["checkpoints"] < start + n:
+                await trio.sleep(0.05)
+
+
 def power_env(tmp_path: Path, monkeypatch: Any) -> tuple[Path, Path, Path]:
     data_dir = tmp_path / "bookie"
     data_dir.mkdir()
@@ -77,7 +87,7 @@ async def test_acknowledged_entries_survive_a_power_cut_across_checkpoints(
         await add_all(b, batch)
         acked |= batch
         if n < len(batches) - 1:
-            await trio.sleep(0.6)  # a checkpoint moves the mark and drops journal files
+            await checkpoints_after_now(b)  # a checkpoint moves the mark and drops journal files
     assert journal_files(data_dir, 0) and journal_files(data_dir, 1)
     b.kill()
     powerloss.lose_power(data_dir, shadow)
