@@ -154,6 +154,9 @@ class WriteHandle:
 
     def append_async(self, payload: bytes) -> PendingAppend:
         """Start an append; completions of successive appends come in entry order."""
+        return self._append(payload, alone=True)
+
+    def _append(self, payload: bytes, *, alone: bool) -> PendingAppend:
         if self._error is not None:
             raise self._error
         if self._closing:
@@ -168,6 +171,13 @@ class WriteHandle:
         pending = PendingAppend(entry_id, data, self._length)
         self._pending.append(pending)
         self._idle = trio.Event() if self._idle.is_set() else self._idle
+        if alone and len(self._pending) == 1 and not self._unsent and not self._changing:
+            # Nothing else in flight: no batch is forming that this entry could join, so it
+            # leaves now instead of in a task that would run a scheduler pass later (one
+            # append in flight pays that pass on every add). With appends in flight the
+            # entries gather as below, one message per bookie for all queued in a pass.
+            self._send_entries([pending])
+            return pending
         self._unsent.append(pending)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -180,7 +190,7 @@ class WriteHandle:
 
     def append_many_async(self, payloads: Iterable[bytes]) -> list[PendingAppend]:
         """Start an append of each payload, in order; they leave in one batch per bookie."""
-        return [self.append_async(payload) for payload in payloads]
+        return [self._append(payload, alone=False) for payload in payloads]
 
     async def append_many(self, payloads: Iterable[bytes]) -> range:
         """Append the payloads (pipelined, one batch per bookie) and wait until all are
