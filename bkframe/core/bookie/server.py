@@ -140,11 +140,18 @@ class BookieServer:
                         batch = bookie.requests.handle(requests)
                         for later in batch.deferred:
                             nursery.start_soon(self._respond_later, later, send.clone(), stream)
-                        if out.idle and not batch.wait_seq and not batch.sync_storage and not scope.cancel_called:
-                            # Nothing to wait for and nothing queued before it: answer now,
-                            # not one scheduler pass later in the writer (BYPASS and VD adds,
-                            # reads). Not while draining: the writer's send may outlive this
-                            # task's cancel scope, this one may not (see _Outbox).
+                        if (
+                            out.idle
+                            and not batch.wait_seq
+                            and not batch.sync_storage
+                            and not scope.cancel_called
+                            and not _whole_frame(buf)
+                        ):
+                            # Nothing to wait for, nothing queued before it and no further
+                            # whole frame read (those the writer answers with one send):
+                            # answer now, not one scheduler pass later in the writer (BYPASS
+                            # and VD adds, reads). Not while draining: the writer's send may
+                            # outlive this task's cancel scope, this one may not (see _Outbox).
                             await out.send(p.frame(batch.parts))
                             continue
                         out.idle = False  # handed over: later answers go after it
@@ -262,6 +269,14 @@ class _Outbox:
             await self.stream.send_all(data)
         finally:
             self._lock.release()
+
+
+def _whole_frame(buf: bytearray) -> bool:
+    """``buf`` starts with a whole frame (or a length no frame may have)."""
+    if len(buf) < 4:
+        return False
+    (length,) = p.FRAME_HEADER.unpack_from(buf)
+    return length > p.MAX_FRAME_SIZE or len(buf) >= 4 + length
 
 
 def _needed(buf: bytearray) -> int:
