@@ -43,6 +43,7 @@ class BookieServer:
         #: ``[tls] enabled``: every connection must be TLS (see :mod:`.handshake`).
         self._tls = server_context(tls) if tls.enabled else None
         self._debug = log.isEnabledFor(logging.DEBUG)
+        self._outboxes: dict[trio.abc.Stream, _Outbox] = {}
 
     @property
     def connections(self) -> int:
@@ -113,18 +114,29 @@ class BookieServer:
                 await raw.aclose()
 
     async def _respond_later(
-        self, respond: Callable[[], Awaitable[bytes]], send: trio.MemorySendChannel[ResponseBatch]
+        self, respond: Callable[[], Awaitable[bytes]], send: trio.MemorySendChannel[ResponseBatch], stream: trio.abc.Stream
     ) -> None:
         async with send:
             response = await respond()
+            out = self._outboxes.get(stream)
+            if out is not None:
+                out.idle = False  # handed over: later answers go after it
             try:
                 await send.send(ResponseBatch([response]))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # the connection is gone
 
+    def _outbox(self, stream: trio.abc.Stream) -> _Outbox:
+        """The connection's outbox, shared by its reader and writer (made by the first)."""
+        out = self._outboxes.get(stream)
+        if out is None:
+            out = self._outboxes[stream] = _Outbox(stream)
+        return out
+
     async def _read_requests(
         self, stream: trio.abc.Stream, gate: AuthGate, send: trio.MemorySendChannel[ResponseBatch], nursery: trio.Nursery
     ) -> None:
+        out = self._outbox(stream)
         bookie = self.bookie
         max_entry = bookie.config.bookie.max_entry_size
         buf = bytearray()
@@ -157,6 +169,7 @@ class BookieServer:
                             # Before AUTH succeeds nothing reaches the bookie's requests.
                             answers, requests = gate.check(requests)
                             if answers:
+                                out.idle = False  # handed over: later answers go after it
                                 with trio.CancelScope(shield=True):
                                     await send.send(ResponseBatch(list(answers)))
                         if not requests:
@@ -165,7 +178,23 @@ class BookieServer:
                         # journal) must also be answered, even while draining.
                         batch = bookie.requests.handle(requests)
                         for later in batch.deferred:
-                            nursery.start_soon(self._respond_later, later, send.clone())
+                            nursery.start_soon(self._respond_later, later, send.clone(), stream)
+                        if (
+                            out.idle
+                            and not batch.wait_seq
+                            and not batch.sync_storage
+                            and not scope.cancel_called
+                            and not _whole_frame(buf)
+                        ):
+                            # Nothing to wait for, nothing queued before it and no further
+                            # whole frame read (those the writer answers with one send):
+                            # answer now, not one scheduler pass later in the writer (BYPASS
+                            # and VD adds, reads). Not while draining: the writer's send may
+                            # outlive this task's cancel scope, this one may not (see _Outbox).
+                            await out.send(p.frame(batch.parts))
+                            bookie.requests.answered((batch,))
+                            continue
+                        out.idle = False  # handed over: later answers go after it
                         with trio.CancelScope(shield=True):
                             await send.send(batch)
                     data = await stream.receive_some(max(RECEIVE_SIZE, _needed(buf)))
@@ -176,9 +205,28 @@ class BookieServer:
                 self._readers.discard(scope)
 
     async def _write_responses(self, stream: trio.abc.Stream, receive: trio.MemoryReceiveChannel[ResponseBatch]) -> None:
+        out = self._outbox(stream)
+        try:
+            await self._answer(out, receive)
+        finally:
+            del self._outboxes[stream]
+
+    async def _answer(self, out: _Outbox, receive: trio.MemoryReceiveChannel[ResponseBatch]) -> None:
         journal = self.bookie.journal
         async with receive:
-            async for batch in receive:
+            while True:
+                try:
+                    batch = receive.receive_nowait()
+                except trio.WouldBlock:
+                    out.idle = True
+                    try:
+                        batch = await receive.receive()
+                    except trio.EndOfChannel:
+                        return
+                    finally:
+                        out.idle = False
+                except trio.EndOfChannel:
+                    return
                 batches = [batch]
                 wait = batch.wait_seq
                 # Coalesce batches already queued behind this one into a single send.
@@ -210,7 +258,7 @@ class BookieServer:
                     else:
                         parts.extend(b.parts)
                 if parts:
-                    await stream.send_all(p.frame(parts))
+                    await out.send(p.frame(parts))
                 self.bookie.requests.answered(batches)
 
 
@@ -236,6 +284,41 @@ class BookieServer:
                 except JournalWriteError as e:
                     lost = e
         return lost, unsynced
+
+
+class _Outbox:
+    """A connection's sending side, shared by its writer task and its reader.
+
+    The reader answers a frame itself when the writer is idle (parked on an empty queue)
+    and the answer waits for nothing: then no earlier answer is pending on this connection,
+    so answers keep their order. The lock keeps the two from sending at once (a deferred
+    answer may wake the writer while the reader sends). The reader's send is not shielded
+    from stop(): a drain that catches it blocked on a full socket buffer ends the
+    connection with that answer unsent, and an unanswered request acknowledged nothing."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        #: The writer waits for a batch and holds none.
+        self.idle = False
+        self._lock = trio.Lock()
+
+    async def send(self, data: Buffer) -> None:
+        try:
+            self._lock.acquire_nowait()  # the usual case: no extra scheduler pass
+        except trio.WouldBlock:
+            await self._lock.acquire()
+        try:
+            await self.stream.send_all(data)
+        finally:
+            self._lock.release()
+
+
+def _whole_frame(buf: bytearray) -> bool:
+    """``buf`` starts with a whole frame (or a length no frame may have)."""
+    if len(buf) < 4:
+        return False
+    (length,) = p.FRAME_HEADER.unpack_from(buf)
+    return length > p.MAX_FRAME_SIZE or len(buf) >= 4 + length
 
 
 def _needed(buf: bytearray) -> int:

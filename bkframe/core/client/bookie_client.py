@@ -97,6 +97,8 @@ class BookieClient:
         #: Bytes in ``_outgoing`` and the part indices where a frame may be cut.
         self._outgoing_size = 0
         self._cuts: list[int] = []
+        #: Requests in ``_outgoing``: if they are all that is pending, nothing is on the wire.
+        self._queued = 0
         self._wake_sender = trio.Event()
         self._closed: BaseException | None = None
         self._closed_event = trio.Event()
@@ -127,6 +129,7 @@ class BookieClient:
             # Mostly answered requests: rebuild from those still in flight (bounded memory).
             self._deadlines = [(pr.deadline, rid) for rid, pr in self._pending.items()]
             heapq.heapify(self._deadlines)
+        self._queued += 1
         outgoing = self._outgoing
         outgoing.extend(parts)
         for part in parts:
@@ -247,11 +250,14 @@ class BookieClient:
             self._wake_sender = trio.Event()
             # Let tasks that are ready submit more first, so that pipelined requests share
             # frames (and the bookie's journal records) instead of going one per frame.
-            before = -1
+            # Only while earlier requests are on the wire, though (as Nagle's rule): with
+            # none, the bookie is idle and a pass spent waiting is latency of a lone request.
+            before = -1 if len(self._pending) > self._queued else len(self._outgoing)
             while before != len(self._outgoing) and not self._cuts:
                 before = len(self._outgoing)
                 await trio.lowlevel.checkpoint()
             parts, self._outgoing = self._outgoing, []
+            self._queued = 0
             cuts, self._cuts = self._cuts, []
             self._outgoing_size = 0 if not cuts or cuts[-1] == len(parts) else sum(map(len, parts[cuts[-1]:]))
             start = 0

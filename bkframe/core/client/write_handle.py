@@ -98,6 +98,10 @@ class WriteHandle:
         policy = ctx.ledger_types.named(metadata.ledger_type)
         self._type_id = policy.type_id
         self._can_change_ensemble = policy.sync_before_ack and policy.journal_data
+        #: A lone append leaves at once only where bookies answer without an fsync: a PD
+        #: add sent ahead of the appends that follow it in the same pass would take a group
+        #: commit (an fsync) of its own on every bookie, and they would wait for the next.
+        self._send_lone = not policy.sync_before_ack
         #: BP-14: acks come before the fsync, so the LAC follows the bookies' LastAddSynced.
         self._vd = policy.lac_by_sync
         self._las = [-1] * metadata.ensemble_size
@@ -156,6 +160,9 @@ class WriteHandle:
 
     def append_async(self, payload: bytes) -> PendingAppend:
         """Start an append; completions of successive appends come in entry order."""
+        return self._append(payload, alone=False)
+
+    def _append(self, payload: bytes, *, alone: bool) -> PendingAppend:
         if self._error is not None:
             raise self._error
         if self._closing:
@@ -170,6 +177,15 @@ class WriteHandle:
         pending = PendingAppend(entry_id, data, self._length, started=trio.current_time())
         self._pending.append(pending)
         self._idle = trio.Event() if self._idle.is_set() else self._idle
+        if alone and self._send_lone and len(self._pending) == 1 and not self._unsent and not self._changing:
+            # A synchronous writer's append with nothing else in flight: no batch is forming
+            # that it could join, so it leaves now instead of in a task that would run a
+            # scheduler pass later (one append in flight pays that pass on every add). Not
+            # for append_async: a pipelined appender refilling a drained window would send
+            # the first entry of every refill alone and split its batches. Otherwise the
+            # entries gather as below, one message per bookie for all queued in a pass.
+            self._send_entries([pending])
+            return pending
         self._unsent.append(pending)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -178,11 +194,13 @@ class WriteHandle:
 
     async def append(self, payload: bytes) -> int:
         """Append one entry and wait until it is confirmed; returns its entry id."""
-        return await self.append_async(payload).wait()
+        # This task starts nothing more before the entry is confirmed: on an idle writer it
+        # is alone, and may leave at once.
+        return await self._append(payload, alone=True).wait()
 
     def append_many_async(self, payloads: Iterable[bytes]) -> list[PendingAppend]:
         """Start an append of each payload, in order; they leave in one batch per bookie."""
-        return [self.append_async(payload) for payload in payloads]
+        return [self._append(payload, alone=False) for payload in payloads]
 
     async def append_many(self, payloads: Iterable[bytes]) -> range:
         """Append the payloads (pipelined, one batch per bookie) and wait until all are
