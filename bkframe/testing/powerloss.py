@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import threading
 from pathlib import Path
 
 SHADOW_ENV = "BKFRAME_POWERLOSS_SHADOW"
@@ -31,6 +32,13 @@ class _Shadow:
         shadow.mkdir(parents=True, exist_ok=True)
         #: Which shadow file holds the synced content of each inode (to follow renames).
         self._inodes: dict[tuple[int, int], Path] = {}
+        #: ...and which inode each shadow file holds now: inode numbers are reused once a file
+        #: is deleted or replaced, so a stale entry above must not move another file's copy.
+        self._owners: dict[Path, tuple[int, int]] = {}
+        #: fsyncs come from several threads (each journal's writer, the checkpoint): one
+        #: shadow update at a time, or a directory fsync could drop a file another thread
+        #: is moving into place (a checkpoint's LastLogMark).
+        self._lock = threading.Lock()
 
     def _relative(self, path: Path) -> Path | None:
         try:
@@ -39,6 +47,10 @@ class _Shadow:
             return None
 
     def synced(self, fd: int) -> None:
+        with self._lock:
+            self._synced(fd)
+
+    def _synced(self, fd: int) -> None:
         path = Path(os.readlink(f"/proc/self/fd/{fd}"))
         rel = self._relative(path)
         if rel is None:
@@ -53,15 +65,24 @@ class _Shadow:
                 if not real.is_file():
                     continue
                 st = real.stat()
-                synced_as = self._inodes.get((st.st_dev, st.st_ino))
-                if synced_as is not None and synced_as != target / name and synced_as.exists():
+                key = (st.st_dev, st.st_ino)
+                synced_as = self._inodes.get(key)
+                if (
+                    synced_as is not None
+                    and synced_as != target / name
+                    and self._owners.get(synced_as) == key
+                    and synced_as.exists()
+                ):
                     # Renamed in after its content was synced under another name -- also
                     # over an older file of this name (write_durably's rename).
                     os.replace(synced_as, target / name)
-                    self._inodes[(st.st_dev, st.st_ino)] = target / name
+                    del self._owners[synced_as]
+                    self._inodes[key] = target / name
+                    self._owners[target / name] = key
             for entry in list(target.iterdir()):
                 if entry.name not in present and entry.is_file():
                     entry.unlink()  # its deletion is now durable
+                    self._owners.pop(entry, None)
             return
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(target.name + ".powerloss-tmp")
@@ -69,6 +90,7 @@ class _Shadow:
         os.replace(tmp, target)
         st = os.fstat(fd)
         self._inodes[(st.st_dev, st.st_ino)] = target
+        self._owners[target] = (st.st_dev, st.st_ino)
 
 
 def install_from_env() -> bool:

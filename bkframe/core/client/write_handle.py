@@ -178,12 +178,9 @@ class WriteHandle:
         self._pending.append(pending)
         self._idle = trio.Event() if self._idle.is_set() else self._idle
         if alone and self._send_lone and len(self._pending) == 1 and not self._unsent and not self._changing:
-            # A synchronous writer's append with nothing else in flight: no batch is forming
-            # that it could join, so it leaves now instead of in a task that would run a
-            # scheduler pass later (one append in flight pays that pass on every add). Not
-            # for append_async: a pipelined appender refilling a drained window would send
-            # the first entry of every refill alone and split its batches. Otherwise the
-            # entries gather as below, one message per bookie for all queued in a pass.
+            # A synchronous writer's lone append joins no batch: it leaves now, not a
+            # scheduler pass later in a flush task. Not for append_async: a pipelined
+            # appender refilling a drained window would split its batches.
             self._send_entries([pending])
             return pending
         self._unsent.append(pending)
