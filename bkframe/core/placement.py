@@ -122,10 +122,14 @@ class RandomPlacement:
 
     wants_load = False
 
+    def _order(self, candidates: Sequence[Candidate]) -> list[Candidate]:
+        """The candidates best first (a policy that only orders differently overrides this)."""
+        return healthy_first(shuffled(candidates))
+
     def new_ensemble(self, candidates: Sequence[Candidate], *, ensemble_size: int, write_quorum: int) -> list[str]:
         if len(candidates) < ensemble_size:
             raise too_few(ensemble_size, candidates, f"an ensemble of {ensemble_size}")
-        return [c.bookie_id for c in healthy_first(shuffled(candidates))[:ensemble_size]]
+        return [c.bookie_id for c in self._order(candidates)[:ensemble_size]]
 
     def replacements(
         self,
@@ -137,5 +141,4 @@ class RandomPlacement:
     ) -> dict[int, str]:
         if len(candidates) < len(failed):
             raise too_few(len(failed), candidates, f"replacing {len(failed)} bookie(s)")
-        chosen = healthy_first(shuffled(candidates))
-        return {idx: c.bookie_id for idx, c in zip(failed, chosen)}
+        return {idx: c.bookie_id for idx, c in zip(failed, self._order(candidates))}

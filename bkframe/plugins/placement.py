@@ -41,7 +41,7 @@ def _random(config: NoConfig) -> RandomPlacement:
     return RandomPlacement()
 
 
-class LeastUsedPlacement:
+class LeastUsedPlacement(RandomPlacement):
     """The bookies holding the fewest ledgers, healthy ones first; ties in random order."""
 
     wants_load = True
@@ -53,23 +53,6 @@ class LeastUsedPlacement:
             shuffled(candidates),
             key=lambda c: (c.quarantined, c.ledgers is None, c.ledgers or 0),
         )
-
-    def new_ensemble(self, candidates: Sequence[Candidate], *, ensemble_size: int, write_quorum: int) -> list[str]:
-        if len(candidates) < ensemble_size:
-            raise too_few(ensemble_size, candidates, f"an ensemble of {ensemble_size}")
-        return [c.bookie_id for c in self._order(candidates)[:ensemble_size]]
-
-    def replacements(
-        self,
-        candidates: Sequence[Candidate],
-        *,
-        ensemble: Sequence[Candidate],
-        failed: Sequence[int],
-        write_quorum: int,
-    ) -> dict[int, str]:
-        if len(candidates) < len(failed):
-            raise too_few(len(failed), candidates, f"replacing {len(failed)} bookie(s)")
-        return {idx: c.bookie_id for idx, c in zip(failed, self._order(candidates))}
 
 
 def _least_used(config: NoConfig) -> LeastUsedPlacement:
