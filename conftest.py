@@ -1,5 +1,28 @@
 """The test suites of the repository (``tests/`` and each ``plugins/*/tests/``) share the
 fixtures a plugin author gets from ``bkframe.testing.pytest_plugin``; the fault suite adds
-its command-line options (``--fault-seeds`` ...)."""
+its command-line options (``--fault-seeds`` ...).
+
+The suite runs on several pytest-xdist workers (``scripts/test``). Each test module stays on
+one worker (``--dist loadgroup`` with a group per module), so a module's shared clusters
+start once; the Spark tests form one group, so one worker starts a SparkSession, not each.
+A test marked ``subprocess`` shares nothing with its module (it starts every process it
+needs), so it is a group of its own: the long fault-injection runs spread over the workers.
+"""
+
+from __future__ import annotations
+
+import pytest
 
 pytest_plugins = ("bkframe.testing.pytest_plugin", "tests.faults.options")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        if module.startswith("plugins/spark/"):
+            group = "spark"
+        elif item.get_closest_marker("subprocess"):
+            group = item.nodeid
+        else:
+            group = module
+        item.add_marker(pytest.mark.xdist_group(group))

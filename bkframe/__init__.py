@@ -5,7 +5,9 @@
 :class:`BKError`), and :data:`hookimpl` for plugin authors (whose API is ``bkframe.core``).
 """
 
-from bkframe.core.client.blocking import (
+import importlib.metadata
+
+from bkframe.client.blocking import (
     BlockingClient,
     BlockingLogReader,
     BlockingLogs,
@@ -15,11 +17,11 @@ from bkframe.core.client.blocking import (
     BlockingWriteHandle,
     connect,
 )
-from bkframe.core.client.client import Client, open_client
-from bkframe.core.client.log_client import CursorInfo, LogInfo, Logs
-from bkframe.core.client.log_reader import LogReader
-from bkframe.core.client.log_writer import LogWriter, PendingLogAppend
-from bkframe.core.client.logs import (
+from bkframe.client.client import Client, open_client
+from bkframe.client.logs.api import CursorInfo, LogInfo, Logs
+from bkframe.client.logs.model import (
+    EARLIEST,
+    LATEST,
     CommitResult,
     Cursor,
     LogEntry,
@@ -29,10 +31,14 @@ from bkframe.core.client.logs import (
     Segment,
     SegmentRange,
     TrimResult,
+    check_name,
+    parse_where,
 )
-from bkframe.core.client.read_handle import Entry, ReadHandle
-from bkframe.core.client.settings import ClientSettings
-from bkframe.core.client.write_handle import PendingAppend, WriteHandle
+from bkframe.client.logs.reader import LogReader
+from bkframe.client.logs.writer import LogWriter, PendingLogAppend
+from bkframe.client.read_handle import Entry, ReadHandle
+from bkframe.client.settings import ClientSettings
+from bkframe.client.write_handle import PendingAppend, WriteHandle
 from bkframe.core.hookspecs import hookimpl
 from bkframe.core.metadata import DigestType, LedgerMetadata, LedgerStateName
 from bkframe.errors import (
@@ -64,9 +70,14 @@ from bkframe.errors import (
     UnsupportedError,
 )
 
-__version__ = "0.1.0"
+try:
+    __version__ = importlib.metadata.version("bkframe")  # the one source: the distribution's metadata (pyproject.toml)
+except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
+    "EARLIEST",
+    "LATEST",
     "BKError",
     "BadVersionError",
     "BlockingClient",
@@ -124,7 +135,9 @@ __all__ = [
     "UnknownLedgerTypeError",
     "UnsupportedError",
     "WriteHandle",
+    "check_name",
     "connect",
     "hookimpl",
     "open_client",
+    "parse_where",
 ]

@@ -17,16 +17,13 @@ families, each importable from here:
   :class:`PositionTrimmedError`, :class:`CommitError`, ...).
 
 Errors that belong to one part stay in its module and derive from :class:`BKError` too
-(for example ``CookieError`` in :mod:`bkframe.core.bookie.cookies`,
+(for example ``CookieError`` in :mod:`bkframe.bookie.cookies`,
 ``JournalCorruptError`` in :mod:`bkframe.core.interfaces`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from bkframe.core.proto.messages import Status
+import enum
 
 
 class BKError(Exception):
@@ -81,9 +78,10 @@ class ProtocolError(BKError, ValueError):
 
 
 class BookieError(BKError):
-    """A bookie answered with an error status."""
+    """A bookie answered with an error status: ``status`` is a :class:`bkframe.proto.Status`
+    (typed as its base here: this module imports nothing of the protocol, which imports it)."""
 
-    def __init__(self, status: Status, message: str, bookie: str = "") -> None:
+    def __init__(self, status: enum.IntEnum, message: str, bookie: str = "") -> None:
         super().__init__(f"{bookie or 'bookie'}: {status.name}: {message}")
         self.status = status
         self.bookie = bookie

@@ -19,7 +19,7 @@ from pathlib import Path
 import trio
 
 import bkframe
-from bkframe.core.client.placement import choose_ensemble
+from bkframe.client.placement import choose_ensemble
 from bkframe.testing.cluster import Cluster
 
 POLICIES = (("random", {}), ("least_used", {}), ("rack_aware", {"min_racks": 2}))

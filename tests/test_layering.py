@@ -1,46 +1,138 @@
-"""The shape of the package: what may import what, and modules a reader can take in.
+"""The shape of the package: what may import what, no import circles, and modules a reader
+can take in.
 
 ``bkframe.core`` (the plugin API) imports none of the packages built on it; the wire
-protocol imports neither side; the client never imports the bookie and the bookie never
-imports the client -- only ``bkframe.core.replication`` uses both.
+protocol imports only the plugin API; the client never imports the bookie and the bookie
+never imports the client -- only ``bkframe.replication`` uses both. No two modules import
+each other, directly or around a circle, counting every import (type-checking-only and
+function-local ones too): a circle means two modules are one concept, or one reaches back
+into the other's insides.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "bkframe"
-SIDES = ("bkframe.core.bookie", "bkframe.core.client", "bkframe.core.replication", "bkframe.core.proto")
-#: Which of SIDES each part may import (besides the plugin API and bkframe.errors).
-ALLOWED = {
+#: Each part, and which other parts it may import. ``bkframe.errors`` and the package's own
+#: ``__init__`` (the public API, imported by nothing inside) are outside every part.
+ALLOWED: dict[str, tuple[str, ...]] = {
     "bkframe.core": (),
-    "bkframe.core.proto": (),
-    "bkframe.core.bookie": ("bkframe.core.proto",),
-    "bkframe.core.client": ("bkframe.core.proto",),
-    "bkframe.core.replication": SIDES,
+    "bkframe.plugins": ("bkframe.core",),
+    "bkframe.proto": ("bkframe.core",),
+    "bkframe.bookie": ("bkframe.core", "bkframe.proto"),
+    "bkframe.client": ("bkframe.core", "bkframe.proto"),
+    "bkframe.replication": ("bkframe.core", "bkframe.proto", "bkframe.bookie", "bkframe.client"),
+    "bkframe.admin": ("bkframe.core", "bkframe.proto", "bkframe.bookie", "bkframe.client", "bkframe.plugins"),
+    "bkframe.cli": (
+        "bkframe.core", "bkframe.proto", "bkframe.bookie", "bkframe.client", "bkframe.replication", "bkframe.admin",
+        "bkframe.plugins",
+    ),
+    "bkframe.testing": (
+        "bkframe.core", "bkframe.proto", "bkframe.bookie", "bkframe.client", "bkframe.replication", "bkframe.admin",
+        "bkframe.plugins", "bkframe.cli",
+    ),
 }
+#: The distributions under plugins/ (third-party style), with the bkframe parts they may use:
+#: storage plugins only the plugin API; the Spark connector the public client API too.
+DISTRIBUTIONS = sorted(p for p in (ROOT / "plugins").glob("*/src/*") if p.is_dir() and (p / "__init__.py").exists())
 MAX_LINES = 600
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
+def module_name(path: Path, base: Path = ROOT) -> str:
+    parts = path.relative_to(base).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> set[str]:
-    """Every module ``path`` imports, type-checking-only imports included."""
-    out: set[str] = set()
+def imported(path: Path, name: str) -> Iterator[str]:
+    """Every module name ``path`` (module ``name``) imports, relative imports resolved and
+    type-checking-only or function-local imports included; ``from m import x`` yields both
+    ``m`` and ``m.x`` (``x`` may be a submodule)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
-            out.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return out
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package
+                for _ in range(node.level - 1):
+                    parent = parent.rpartition(".")[0]
+                base = f"{parent}.{base}" if base else parent
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def all_modules() -> dict[str, Path]:
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    for src in DISTRIBUTIONS:
+        modules.update({module_name(p, src.parent): p for p in src.rglob("*.py")})
+    return modules
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the modules of bkframe (and the plugin distributions) it imports. A module's
+    own parent packages are left out: importing ``a.b.c`` runs ``a.b``'s ``__init__`` first,
+    which is Python's order, not a dependency of ``c`` on its package."""
+    modules = all_modules()
+
+    def known(target: str) -> str | None:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = {t for m in imported(path, name) if (t := known(m)) is not None}
+        graph[name] = {t for t in targets if t != name and not name.startswith(t + ".")}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
 
 
 def part_of(module: str) -> str | None:
@@ -50,13 +142,47 @@ def part_of(module: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "core").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
-def test_core_packages_import_only_what_they_may(path: Path) -> None:
-    part = part_of(module_name(path))
-    assert part is not None
-    forbidden = [side for side in SIDES if side != part and side not in ALLOWED[part]]
-    bad = sorted(m for m in imports(path) if any(m == f or m.startswith(f + ".") for f in forbidden))
-    assert not bad, f"{part} must not import {bad}"
+def test_no_import_circles() -> None:
+    found = circles(import_graph())
+    assert not found, f"these modules import each other (around a circle): {found}"
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_parts_import_only_what_they_may() -> None:
+    bad = {}
+    for module, targets in import_graph().items():
+        part = part_of(module)
+        if part is None:
+            continue
+        wrong = sorted(t for t in targets if (other := part_of(t)) not in (None, part) and other not in ALLOWED[part])
+        if wrong:
+            bad[module] = wrong
+    assert not bad, f"imports across the layers (see ALLOWED): {bad}"
+
+
+def test_every_module_belongs_to_a_part() -> None:
+    outside = sorted(m for m in all_modules() if m.startswith("bkframe.") and part_of(m) is None)
+    assert outside == ["bkframe.__main__", "bkframe.errors"], outside
+
+
+@pytest.mark.parametrize("src", DISTRIBUTIONS, ids=lambda p: p.name)
+def test_plugin_distributions_use_only_public_names(src: Path) -> None:
+    """A plugin distribution is written as a third party would: the plugin API
+    (``bkframe.core``, ``bkframe.testing`` in tests), the public client API (``bkframe``,
+    ``bkframe.errors``), never the insides of the bookie, the client or the protocol."""
+    inside = ("bkframe.bookie", "bkframe.client", "bkframe.proto", "bkframe.replication", "bkframe.cli", "bkframe.admin")
+    graph = import_graph()
+    bad = {
+        m: sorted(t for t in targets if t.startswith(inside))
+        for m, targets in graph.items()
+        if m == src.name or m.startswith(src.name + ".")
+    }
+    bad = {m: t for m, t in bad.items() if t}
+    assert not bad, f"{src.name} reaches past the public API: {bad}"
 
 
 def test_no_module_is_too_long_to_read() -> None:

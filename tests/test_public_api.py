@@ -1,14 +1,22 @@
-"""``import bkframe``: typed, eager names listed in ``__all__``; one error root."""
+"""``import bkframe``: typed, eager names listed in ``__all__``; one error root; the version
+from the distribution; what a plain install brings."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
+import subprocess
+import sys
+from pathlib import Path
 
 import pluggy
+from packaging.requirements import Requirement
 
 import bkframe
 import bkframe.core.metadata
 import bkframe.errors
+from bkframe.core.config import DEFAULT_SECTIONS
+from bkframe.core.plugin_manager import SECTION_KINDS, PluginManager
 
 
 def test_every_public_name_is_there_eagerly() -> None:
@@ -27,3 +35,31 @@ def test_one_error_root_and_one_no_such_ledger() -> None:
     assert errors and all(issubclass(e, bkframe.BKError) for e in errors)
     assert bkframe.core.metadata.NoSuchLedgerError is bkframe.NoSuchLedgerError
     assert issubclass(bkframe.ConfigError, ValueError) and issubclass(bkframe.LedgerDeletedError, bkframe.LedgerFencedError)
+
+
+def test_version_is_the_installed_distributions() -> None:
+    version = importlib.metadata.version("bkframe")
+    assert bkframe.__version__ == version
+    proc = subprocess.run([sys.executable, "-m", "bkframe", "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"bkframe, version {version}", proc
+
+
+def test_a_plain_install_runs_a_bookie_on_its_defaults() -> None:
+    """Every plugin a default bookie config names comes with ``pip install bkframe``:
+    from bkframe itself or a distribution it depends on (the journal: bkframe-journal-fs)."""
+    required = {Requirement(r).name for r in importlib.metadata.requires("bkframe") or [] if "extra ==" not in r}
+    assert "bkframe-journal-fs" in required
+    components = PluginManager().components
+    for section, kind in SECTION_KINDS.items():
+        component = components.get(kind, DEFAULT_SECTIONS[section]["plugin"])
+        assert component is not None, section
+        assert component.distribution == "bkframe" or component.distribution in required, (section, component)
+
+
+def test_every_distribution_ships_py_typed() -> None:
+    """PEP 561: without py.typed, users' type checkers ignore bkframe's annotations. Hatchling
+    puts every file of a package into its wheel, py.typed with them."""
+    root = Path(bkframe.__file__).parent.parent
+    packages = [root / "bkframe", *(p for p in root.glob("plugins/*/src/*") if (p / "__init__.py").exists())]
+    assert len(packages) > 1
+    assert [p for p in packages if not (p / "py.typed").is_file()] == []

@@ -26,10 +26,10 @@ from starlette.routing import Route
 
 from bkframe.admin.metrics import bookie_registry
 from bkframe.admin.status import StatusPage
+from bkframe.bookie.bookie import Bookie
+from bkframe.bookie.service import BookieService
+from bkframe.client.client import Client, open_client
 from bkframe.core.auth import AuthenticationError, AuthProvider, Peer
-from bkframe.core.bookie.bookie import Bookie
-from bkframe.core.bookie.service import BookieService
-from bkframe.core.client.client import Client, open_client
 from bkframe.core.metadata import MetadataError, MetadataStore, NoSuchLedgerError
 
 log = logging.getLogger("bkframe.admin")

@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from bkframe.core.counters import Histogram
 
 if TYPE_CHECKING:
-    from bkframe.core.bookie.service import BookieService
+    from bkframe.bookie.service import BookieService
 
 PREFIX = "bkframe_bookie_"
 #: Counters fields that are gauges (a level now), not totals.

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import html
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from bkframe.core.client.logs import LogMetadata
+from bkframe.bookie.bookie import Bookie
+from bkframe.client.client import Client
+from bkframe.client.logs.model import LogMetadata
 from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore
-
-if TYPE_CHECKING:
-    from bkframe.admin.http import AdminServer
 
 #: How long the page waits for one bookie's info, and for the metadata store.
 INFO_TIMEOUT_S = 2.0
@@ -59,8 +58,21 @@ def human_bytes(n: float) -> str:
     return str(n)
 
 
+class AdminView(Protocol):
+    """What the status page reads of the admin service it belongs to
+    (:class:`~bkframe.admin.http.AdminServer`, which imports this module)."""
+
+    #: The admin service's own client, to ask every bookie for its info (None without a store).
+    client: Client | None
+
+    @property
+    def bookie(self) -> Bookie: ...
+
+    def store(self) -> MetadataStore | None: ...
+
+
 class StatusPage:
-    def __init__(self, admin: AdminServer) -> None:
+    def __init__(self, admin: AdminView) -> None:
         self.admin = admin
         #: The last counters seen of each bookie, to show request rates since the last view.
         self._last: dict[str, tuple[float, dict[str, int]]] = {}

@@ -14,10 +14,10 @@ import click
 import trio
 
 from bkframe.cli.options import client_security, metadata_option
-from bkframe.core.client.settings import ClientSettings
+from bkframe.client.settings import ClientSettings
 from bkframe.core.config import load_config
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.core.replication.autorecovery import AutorecoveryService, cluster_status, default_holder
+from bkframe.replication.autorecovery import AutorecoveryService, cluster_status, default_holder
 
 log = logging.getLogger("bkframe.autorecovery")
 

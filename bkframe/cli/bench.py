@@ -16,10 +16,10 @@ import click
 import numpy as np
 import trio
 
+from bkframe import proto as p
+from bkframe.cli.local_cluster import BookieProcess
 from bkframe.cli.options import client_security
-from bkframe.core import proto as p
-from bkframe.core.client.bookie_client import PendingResponse, connect_bookie
-from bkframe.testing.cluster import BOOKIE_COMMAND, BookieProcess
+from bkframe.client.bookie_client import PendingResponse, connect_bookie
 
 
 @attrs.frozen
@@ -123,7 +123,7 @@ async def bench_client(
 ) -> BenchResult:
     """Append through the client library to a new ledger with ``window`` appends in flight;
     ``settings``: more ``open_client`` keywords (TLS, token)."""
-    from bkframe.core.client.client import open_client
+    from bkframe.client.client import open_client
 
     async with open_client(metadata, **(settings or {})) as client:
         result, _ = await append_timed(
@@ -274,7 +274,7 @@ def bench(
             tmp = tempfile.TemporaryDirectory(prefix="bkframe-bench-")
             data_dir = Path(tmp.name) / "bookie"
         extra = ("--config", str(config_path)) if config_path else ()
-        started = BookieProcess(data_dir, command=BOOKIE_COMMAND).start(*extra)
+        started = BookieProcess(data_dir).start(*extra)
         host, port = started.host, started.port
     try:
         result = trio.run(

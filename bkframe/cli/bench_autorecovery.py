@@ -19,7 +19,7 @@ import click
 import trio
 
 import bkframe
-from bkframe.testing.cluster import BOOKIE_COMMAND, Cluster
+from bkframe.cli.local_cluster import Cluster
 
 CONFIG = """[bookie]
 registration_ttl_s = 2.0
@@ -45,7 +45,7 @@ def bench_autorecovery(
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.mkdir(parents=True)
     (data_dir / "bookie.toml").write_text(CONFIG)
-    cluster = Cluster(data_dir, 5, bookie_args=("--config", str(data_dir / "bookie.toml")), command=BOOKIE_COMMAND)
+    cluster = Cluster(data_dir, 5, bookie_args=("--config", str(data_dir / "bookie.toml")))
     cluster.start(parallel=True)
     try:
         result = trio.run(_run, cluster, size_mb, ledgers, entry_size, foreground_writes)

@@ -30,7 +30,7 @@ import numpy as np
 import trio
 
 from bkframe.cli.bench import append_timed
-from bkframe.testing.cluster import BOOKIE_COMMAND, Cluster
+from bkframe.cli.local_cluster import Cluster
 
 SIZES = (100, 1024, 4096, 65536)
 TYPES = ("PD_JOURNAL", "VD_JOURNAL", "BYPASS_JOURNAL")
@@ -68,7 +68,7 @@ def _quantiles_ms(latencies: np.ndarray, points: int) -> list[float]:
 
 
 async def _sweep_one_size(metadata: str, size: int, settings: SweepSettings, types: tuple[str, ...]) -> list[dict[str, Any]]:
-    from bkframe.core.client.client import open_client
+    from bkframe.client.client import open_client
 
     cells: list[dict[str, Any]] = []
     async with open_client(metadata) as client:
@@ -119,7 +119,7 @@ def run_cells(root: Path, settings: SweepSettings) -> list[dict[str, Any]]:
         types = settings.types[shift:] + settings.types[:shift]
         cluster_root = root / f"cluster-{size}"
         cluster_root.mkdir(parents=True)
-        cluster = Cluster(cluster_root, 3, command=BOOKIE_COMMAND).start(parallel=True)
+        cluster = Cluster(cluster_root, 3).start(parallel=True)
         click.echo(f"bench-sweep: {size} B entries on a fresh cluster ({', '.join(types)})", err=True)
         try:
             cells.extend(trio.run(_sweep_one_size, cluster.metadata, size, settings, types))

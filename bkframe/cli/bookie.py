@@ -13,13 +13,13 @@ import click
 import trio
 
 from bkframe.admin import AdminServer
+from bkframe.bookie.service import BookieService
 from bkframe.cli.options import LOG_OVERRIDES, metadata_option
-from bkframe.core.bookie.service import BookieService
-from bkframe.core.config import load_config
+from bkframe.core.config import Config, load_config
 from bkframe.core.log_config import setup_logging
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.core.replication.autorecovery import in_bookie
-from bkframe.core.replication.data_integrity import LimboRepair
+from bkframe.replication.autorecovery import in_bookie
+from bkframe.replication.data_integrity import LimboRepair
 
 
 @click.command()
@@ -53,7 +53,7 @@ def bookie(
     setup_logging(logging_config, level=level)
     plugins = PluginManager(disabled=config.plugins.disable)
     plugins.check_config(config)  # every section's mistakes before anything starts
-    service = BookieService(config, plugins, repair=LimboRepair, admin=AdminServer, autorecovery=in_bookie)
+    service = compose_bookie(config, plugins)
 
     async def run() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -66,6 +66,13 @@ def bookie(
                 nursery.start_soon(_stop_on_signal, signals, service)
 
     trio.run(run)
+
+
+def compose_bookie(config: Config, plugins: PluginManager) -> BookieService:
+    """A whole bookie as ``bkframe bookie`` runs it: the service with BP-46 limbo repair,
+    the admin HTTP service and the in-bookie autorecovery (the parts that need more than
+    :mod:`bkframe.bookie` are handed to it here, where every part may be imported)."""
+    return BookieService(config, plugins, repair=LimboRepair, admin=AdminServer, autorecovery=in_bookie)
 
 
 async def _stop_on_signal(signals: AsyncIterator[int], service: BookieService) -> None:

@@ -9,7 +9,7 @@ import click
 import trio
 
 from bkframe.cli.options import client_security, metadata_option
-from bkframe.core.client.settings import ClientSettings
+from bkframe.client.settings import ClientSettings
 from bkframe.core.metadata import BookieInfo
 from bkframe.core.plugin_manager import PluginManager
 
@@ -50,7 +50,7 @@ def bookie_info(bookie_ids: tuple[str, ...], metadata: str) -> None:
     """GET_BOOKIE_INFO of the given bookies (default: every registered one), one JSON line
     each: counters, last_shutdown_clean, cookie_check, limbo_ledgers, repair progress, and
     read_only / read_only_reason / disk_usage (read-only mode on a full disk)."""
-    from bkframe.core.client.bookie_client import BookieConnectionError, connect_bookie
+    from bkframe.client.bookie_client import BookieConnectionError, connect_bookie
 
     security = ClientSettings(**client_security())
 
@@ -92,7 +92,7 @@ def decommission(bookie_id: str, metadata: str, no_wait: bool, undo: bool, inter
     """Mark a bookie decommissioned: nothing new is placed on it, it refuses adds (writers
     move off it), and autorecovery copies its ledgers to other bookies. Waits, printing
     progress, until no ledger has a fragment on it; then the bookie can be stopped."""
-    from bkframe.core.replication.autorecovery import ledgers_using
+    from bkframe.replication.autorecovery import ledgers_using
 
     async def run() -> None:
         store = PluginManager().metadata_store(metadata)

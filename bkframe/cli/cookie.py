@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 import click
 import trio
 
+from bkframe.bookie.cookies import Cookie, fix_cookies, read_local
 from bkframe.cli.options import metadata_option
-from bkframe.core.bookie.cookies import Cookie, fix_cookies, read_local
 from bkframe.core.metadata import MetadataStore, Versioned
 from bkframe.core.plugin_manager import PluginManager
 

@@ -21,10 +21,9 @@ from typing import Any
 import click
 import trio
 
-from bkframe.core.client.client import Client, open_client
-from bkframe.core.client.log_client import Logs
-from bkframe.core.client.log_writer import LogWriter
-from bkframe.core.client.logs import LogEntry, Position
+from bkframe.client.client import Client, open_client
+from bkframe.client.logs.model import LogEntry, Position
+from bkframe.client.logs.writer import LogWriter
 from bkframe.errors import LogFencedError, NoSuchLogError
 
 Out = Callable[[str], None]
@@ -97,7 +96,7 @@ async def demo_log(metadata: str, bookies: int, out: Out) -> dict[str, Any]:
     tailed: list[LogEntry] = []
     # Two clients, as two processes would be: the second writer takes the log from the first.
     async with open_client(metadata) as c1, open_client(metadata) as c2:
-        logs = Logs(c1)
+        logs = c1.logs
         try:
             await logs.delete(DEMO_LOG)
             out(f"deleted log {DEMO_LOG!r} of an earlier demo")
@@ -123,7 +122,7 @@ async def demo_log(metadata: str, bookies: int, out: Out) -> dict[str, Any]:
                 nursery.start_soon(consume)
                 first = await logs.open_writer(DEMO_LOG)
                 await _append_all(first, payloads[:half], acked)
-                second = await Logs(c2).open_writer(DEMO_LOG)
+                second = await c2.logs.open_writer(DEMO_LOG)
                 try:
                     await first.append(b"too late")
                 except LogFencedError:

@@ -13,10 +13,10 @@ import click
 import trio
 
 from bkframe.cli.options import client_security, metadata_option
-from bkframe.core.client.client import open_client
-from bkframe.core.client.log_client import Logs
-from bkframe.core.client.log_writer import PendingLogAppend
-from bkframe.core.client.logs import EARLIEST, LogSettings, Position, check_name, parse_where
+from bkframe.client.client import open_client
+from bkframe.client.logs.api import Logs
+from bkframe.client.logs.model import EARLIEST, LogSettings, Position, check_name, parse_where
+from bkframe.client.logs.writer import PendingLogAppend
 
 T = TypeVar("T")
 
@@ -32,7 +32,7 @@ def _run(metadata: str, fn: Callable[[Logs], Awaitable[T]], *, explicit_lac_inte
         async with open_client(
             metadata, explicit_lac_interval_s=explicit_lac_interval_s, **client_security()
         ) as client:
-            return await fn(Logs(client))
+            return await fn(client.logs)
 
     return trio.run(main)
 

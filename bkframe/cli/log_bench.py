@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from bkframe.core.client.log_client import Logs
+from bkframe.client.logs.api import Logs
 
 
 @attrs.frozen

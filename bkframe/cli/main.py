@@ -31,6 +31,7 @@ from bkframe.core.log_config import FORMATS, LoggingConfig, setup_logging
 
 
 @click.group(cls=Group)
+@click.version_option(package_name="bkframe", prog_name="bkframe")  # the installed distribution's version
 @click.option("-v", "--verbose", count=True, help="More logging on stderr (-vv for debug).")
 @click.option(
     "--log-format",

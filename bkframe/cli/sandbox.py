@@ -11,10 +11,10 @@ import click
 import trio
 
 from bkframe.cli.demo import run_demo, run_spark_pipeline, spark_missing
+from bkframe.cli.local_cluster import Cluster
 from bkframe.cli.options import metadata_option
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import MetadataError
-from bkframe.testing.cluster import BOOKIE_COMMAND, Cluster
 
 #: How long the sandbox waits for its metadata store to answer before giving up.
 STORE_CHECK_TIMEOUT_S = 15.0
@@ -72,7 +72,7 @@ def sandbox(
     rack_labels = [r.strip() for r in racks.split(",") if r.strip()]
     args = ("--http-port", "0", *(("--config", str(config_path.resolve())) if config_path is not None else ()))
     cluster = Cluster(
-        data_dir, bookies, metadata, bookie_args=args, first=1, command=BOOKIE_COMMAND, racks=rack_labels
+        data_dir, bookies, metadata, bookie_args=args, first=1, racks=rack_labels
     )
 
     async def main() -> None:

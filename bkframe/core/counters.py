@@ -92,7 +92,7 @@ class Counters:
 
 @attrs.define
 class ClientCounters:
-    """What one client has done, for its metrics (:func:`bkframe.core.client.metrics.client_registry`)."""
+    """What one client has done, for its metrics (:func:`bkframe.client.metrics.client_registry`)."""
 
     #: Seconds from ``append`` to its confirmation, one observation per entry.
     add_latency: Histogram = attrs.Factory(Histogram)

@@ -3,7 +3,7 @@
 ``format = "text"`` writes ``TIME LEVEL LOGGER: message`` lines, ``"json"`` one JSON object
 a line (``time``, ``level``, ``logger``, ``message``, and ``exception`` when there is one),
 for log shippers. Secrets never reach a log line because no code logs them: tokens and
-keys are kept out of every ``repr`` (see :class:`bkframe.core.client.settings.ClientSettings`)
+keys are kept out of every ``repr`` (see :class:`bkframe.client.settings.ClientSettings`)
 and requests are logged by op and ids, never by content (docs/security.md).
 """
 

@@ -4,7 +4,7 @@ Every update of ledger metadata is a compare-and-set on ``version``: read, ``att
 ``update_ledger(new, expected_version=old.version)``. A store raises
 :class:`BadVersionError` when someone else updated first.
 
-Named logs (:mod:`bkframe.core.client.logs`) keep one record per log and one per cursor;
+Named logs (:mod:`bkframe.client.logs.model`) keep one record per log and one per cursor;
 stores hold them as opaque bytes with a version, compared-and-set like ledger metadata.
 
 The metadata errors (:class:`MetadataError`, :class:`NoSuchLedgerError`, ...) are defined in

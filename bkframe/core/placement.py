@@ -4,7 +4,7 @@ A :class:`PlacementPolicy` chooses bookies for (a) a new ledger's ensemble, (b) 
 change (bookies of the current ensemble failed) and (c) re-replication (a fragment's lost
 replica is copied elsewhere: the same call as (b), the fragment's other replicas being the
 ensemble and the bookies to avoid left out of the candidates). Policies are pure choices
-over :class:`Candidate` lists: the client (``bkframe.core.client.placement``) gathers the
+over :class:`Candidate` lists: the client (``bkframe.client.placement``) gathers the
 candidates -- registered, writable, not excluded, with their rack, quarantine and load --
 checks that the chosen ones are reachable, and asks again without those that are not. So
 a policy never sees a read-only (or decommissioned) bookie and never does I/O.
@@ -12,7 +12,7 @@ a policy never sees a read-only (or decommissioned) bookie and never does I/O.
 Policies are registered by name through the ``bkframe_placement_policy`` hook
 (``registry.add_placement_policy(name, factory, config=C)``); the client picks one by its
 ``placement`` setting and validates the policy's options against ``C``. Built-ins
-(:mod:`bkframe.plugins.placement`): ``random`` (the default, :class:`RandomPlacement`),
+(:mod:`bkframe.plugins.placement`): ``random`` (the default, ``RandomPlacement``),
 ``least_used`` and ``rack_aware``. The write-set helpers below are for policy authors.
 """
 
@@ -37,7 +37,7 @@ class Candidate:
     bookie_id: str
     #: Its registered rack label; "" (no label) is one rack of its own, the default rack.
     rack: str = ""
-    #: It failed a request lately (see ``bkframe.core.client.bookie_health``): take it last.
+    #: It failed a request lately (see ``bkframe.client.bookie_health``): take it last.
     quarantined: bool = False
     #: Ledgers it holds, as it last reported (GET_BOOKIE_INFO), plus those this client has
     #: placed on it since; None when unknown (filled only for policies with ``wants_load``).
@@ -114,31 +114,3 @@ def shuffled(candidates: Iterable[Candidate]) -> list[Candidate]:
 
 def too_few(needed: int, candidates: Sequence[Candidate], what: str) -> NotEnoughBookiesError:
     return NotEnoughBookiesError(f"{what} needs {needed} writable bookies, {len(candidates)} are available")
-
-
-class RandomPlacement:
-    """Random order, healthy bookies first: ledgers spread evenly over time, and a bookie
-    that failed lately is taken only when no other is left (BookKeeper's default)."""
-
-    wants_load = False
-
-    def _order(self, candidates: Sequence[Candidate]) -> list[Candidate]:
-        """The candidates best first (a policy that only orders differently overrides this)."""
-        return healthy_first(shuffled(candidates))
-
-    def new_ensemble(self, candidates: Sequence[Candidate], *, ensemble_size: int, write_quorum: int) -> list[str]:
-        if len(candidates) < ensemble_size:
-            raise too_few(ensemble_size, candidates, f"an ensemble of {ensemble_size}")
-        return [c.bookie_id for c in self._order(candidates)[:ensemble_size]]
-
-    def replacements(
-        self,
-        candidates: Sequence[Candidate],
-        *,
-        ensemble: Sequence[Candidate],
-        failed: Sequence[int],
-        write_quorum: int,
-    ) -> dict[int, str]:
-        if len(candidates) < len(failed):
-            raise too_few(len(failed), candidates, f"replacing {len(failed)} bookie(s)")
-        return {idx: c.bookie_id for idx, c in zip(failed, self._order(candidates))}

@@ -1,6 +1,6 @@
 """Built-in placement policies: ``random``, ``least_used`` and ``rack_aware``.
 
-``random`` (the default) is :class:`bkframe.core.placement.RandomPlacement`. ``least_used``
+``random`` (the default) is :class:`RandomPlacement`. ``least_used``
 takes the bookies holding the fewest ledgers; the figure is what each bookie reports in
 GET_BOOKIE_INFO (``ledgers``: the ledgers in its storage), which the client asks for while
 it connects to the candidates anyway, caches a few seconds and bumps for each ledger it
@@ -21,7 +21,6 @@ from bkframe.core.hookspecs import hookimpl
 from bkframe.core.placement import (
     Candidate,
     PlacementError,
-    RandomPlacement,
     healthy_first,
     shuffled,
     too_few,
@@ -35,6 +34,34 @@ log = logging.getLogger("bkframe.placement")
 #: each position and finds a feasible ensemble in about E steps; this bounds the time an
 #: infeasible shape costs on the event loop to some tens of milliseconds).
 MAX_SEARCH_STEPS = 5000
+
+
+class RandomPlacement:
+    """Random order, healthy bookies first: ledgers spread evenly over time, and a bookie
+    that failed lately is taken only when no other is left (BookKeeper's default)."""
+
+    wants_load = False
+
+    def _order(self, candidates: Sequence[Candidate]) -> list[Candidate]:
+        """The candidates best first (a policy that only orders differently overrides this)."""
+        return healthy_first(shuffled(candidates))
+
+    def new_ensemble(self, candidates: Sequence[Candidate], *, ensemble_size: int, write_quorum: int) -> list[str]:
+        if len(candidates) < ensemble_size:
+            raise too_few(ensemble_size, candidates, f"an ensemble of {ensemble_size}")
+        return [c.bookie_id for c in self._order(candidates)[:ensemble_size]]
+
+    def replacements(
+        self,
+        candidates: Sequence[Candidate],
+        *,
+        ensemble: Sequence[Candidate],
+        failed: Sequence[int],
+        write_quorum: int,
+    ) -> dict[int, str]:
+        if len(candidates) < len(failed):
+            raise too_few(len(failed), candidates, f"replacing {len(failed)} bookie(s)")
+        return {idx: c.bookie_id for idx, c in zip(failed, self._order(candidates))}
 
 
 def _random(config: NoConfig) -> RandomPlacement:

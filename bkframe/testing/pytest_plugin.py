@@ -4,10 +4,20 @@ Load it from the top-level ``conftest.py`` of a test suite::
 
     pytest_plugins = ("bkframe.testing.pytest_plugin",)
 
-Fixtures: ``cluster_factory`` (clusters of real bookie processes, killed at the end of the
-test), ``bookie_processes`` (collects :class:`~bkframe.testing.cluster.BookieProcess` objects
+Clusters of real bookie processes, from the cheapest to the most private:
+
+* ``shared_cluster``: one cluster of three bookies (sqlite metadata) for the whole session,
+  for tests that only write and read -- they must not stop, hang or reconfigure its bookies,
+  and they use ledgers and logs of their own;
+* ``module_cluster_factory``: clusters kept for one test module (the module's tests share
+  what they start, e.g. a cluster with a config of their own);
+* ``cluster_factory``: clusters for one test, killed at its end -- for tests that break
+  bookies (kill, hang, power cut, fill the disk) or need a cluster nobody else touched.
+
+Also ``bookie_processes`` (collects :class:`~bkframe.testing.cluster.BookieProcess` objects
 to kill at the end), and session-wide real servers for metadata-store plugins:
-``zk_server`` (ZooKeeper) and ``etcd_server``. The contract suites are in
+``zk_server`` (ZooKeeper) and ``etcd_server``. Passwords, payloads and short client
+timeouts for tests are in :mod:`bkframe.testing.kit`. The contract suites are in
 :mod:`bkframe.testing.metadata_contract`, :mod:`bkframe.testing.journal_contract` and
 :mod:`bkframe.testing.storage_contract`.
 """
@@ -38,34 +48,66 @@ def bookie_processes() -> Iterator[list[BookieProcess]]:
             b.kill()
 
 
-@pytest.fixture
-def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
-    """``cluster_factory(bookies=3, metadata=None, config=None, powerloss=False, racks=())``
-    starts a cluster of real bookie processes (``config``: TOML text every bookie is started
-    with; ``powerloss``: bookies can lose power; ``racks``: rack labels the bookies get in
-    turn); all are killed at the end of the test."""
-    made: list[Cluster] = []
+class ClusterFactory:
+    """Starts clusters under ``root`` and kills them all at :meth:`close`. Calling it:
+    ``factory(bookies=3, metadata=None, config=None, powerloss=False, racks=())``
+    (``config``: TOML text every bookie is started with; ``powerloss``: bookies can lose
+    power; ``racks``: rack labels the bookies get in turn)."""
 
-    def make(
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.made: list[Cluster] = []
+
+    def __call__(
+        self,
         bookies: int = 3,
         metadata: str | None = None,
         config: str | None = None,
         powerloss: bool = False,
         racks: tuple[str, ...] = (),
     ) -> Cluster:
-        root = tmp_path / f"cluster-{len(made)}"
+        root = self.root / f"cluster-{len(self.made)}"
         args: tuple[str, ...] = ()
         if config is not None:
             root.mkdir(parents=True, exist_ok=True)
             (root / "bookie.toml").write_text(config)
             args = ("--config", str(root / "bookie.toml"))
         cluster = Cluster(root, bookies, metadata, bookie_args=args, powerloss=powerloss, racks=racks)
-        made.append(cluster)
-        return cluster.start()
+        self.made.append(cluster)
+        return cluster.start(parallel=True)
 
-    yield make
-    for c in made:
-        c.close()
+    def close(self) -> None:
+        for c in self.made:
+            c.close()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+    """Clusters of real bookie processes for this test only (see :class:`ClusterFactory`);
+    all are killed at the end of the test."""
+    factory = ClusterFactory(tmp_path)
+    yield factory
+    factory.close()
+
+
+@pytest.fixture(scope="module")
+def module_cluster_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Cluster]]:
+    """Clusters kept for the whole test module (see :class:`ClusterFactory`): a module's
+    tests that need a cluster of one shape start it once. Tests sharing one must not break
+    its bookies; each uses ledgers and logs of its own."""
+    factory = ClusterFactory(tmp_path_factory.mktemp("module-clusters"))
+    yield factory
+    factory.close()
+
+
+@pytest.fixture(scope="session")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three bookies on sqlite metadata for the whole session, for tests that only write and
+    read ledgers and logs of their own: never stop, hang or restart its bookies (use
+    ``cluster_factory`` for that). ``shared_cluster.metadata`` is its URI."""
+    cluster = Cluster(tmp_path_factory.mktemp("shared-cluster"), 3).start(parallel=True)
+    yield cluster
+    cluster.close()
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bkframe.core.bookie import journal_records as jr
+from bkframe.bookie import journal_records as jr
 from bkframe.core.counters import Counters
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from bkframe.admin.metrics import bookie_registry
-from bkframe.core.client.metrics import client_registry
+from bkframe.client.metrics import client_registry
 from bkframe.core.counters import ClientCounters
 from bkframe.testing.cluster import make_config, running_bookie
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
-from bkframe.core.client.distribution import replicas
+from bkframe.client.distribution import replicas
 
 #: Bookies that come back with an empty data dir re-stamp their cookie and start; without
 #: BP-46 protection they do not repair themselves, so the loss stays for the check to see.

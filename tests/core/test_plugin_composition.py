@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bkframe.core import proto as p
-from bkframe.core.client.bookie_client import connect_bookie
+from bkframe import proto as p
+from bkframe.client.bookie_client import connect_bookie
 from bkframe.core.config import ConfigError, NoConfig, load_config
 from bkframe.core.counters import Counters
 from bkframe.core.hookspecs import hookimpl
@@ -111,7 +111,7 @@ async def test_test_plugin_replaces_ledger_storage(tmp_path: Path) -> None:
 
 
 def test_unknown_plugin_name_is_a_clear_error(tmp_path: Path) -> None:
-    from bkframe.core.bookie.bookie import Bookie
+    from bkframe.bookie.bookie import Bookie
 
     config_file = tmp_path / "bookie.toml"
     config_file.write_text('[ledger_storage]\nplugin = "nosuch"\n')
@@ -212,7 +212,7 @@ def test_metadata_stores_are_picked_by_scheme() -> None:
 
 async def test_third_party_ledger_type_end_to_end(tmp_path: Path) -> None:
     """A plugin's own ledger type is usable by bookie and client alike."""
-    from bkframe.core.client.client import open_client
+    from bkframe.client.client import open_client
     from bkframe.plugins.metadata_memory import reset_shared
 
     reset_shared()

@@ -17,10 +17,10 @@ import trio
 import trustme
 
 import bkframe
-from bkframe.core import proto as p
+from bkframe import proto as p
+from bkframe.client.bookie_client import BookieConnectionError, connect_bookie
+from bkframe.client.settings import ClientSettings
 from bkframe.core.auth import AuthenticationError, Peer
-from bkframe.core.client.bookie_client import BookieConnectionError, connect_bookie
-from bkframe.core.client.settings import ClientSettings
 from bkframe.core.config import load_config
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.tls import client_context

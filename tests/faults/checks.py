@@ -36,9 +36,9 @@ import attrs
 import trio
 
 import bkframe
-from bkframe.core import proto as p
-from bkframe.core.client.distribution import write_set
-from bkframe.core.client.entry_format import Digester, DigestMismatchError
+from bkframe import proto as p
+from bkframe.client.distribution import write_set
+from bkframe.client.entry_format import Digester, DigestMismatchError
 from bkframe.core.ledger_keys import master_key
 from tests.faults.payloads import PASSWORD, digest, expected_from_custom
 

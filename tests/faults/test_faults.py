@@ -22,7 +22,7 @@ import pytest
 import trio
 
 import bkframe
-from bkframe.core.client.entry_format import Digester
+from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
 from bkframe.core.metadata import LedgerStateName
 from tests.faults.checks import check_cluster

@@ -31,7 +31,7 @@ import attrs
 import trio
 
 import bkframe
-from bkframe.core.client.write_handle import PendingAppend
+from bkframe.client.write_handle import PendingAppend
 from bkframe.core.metadata import LedgerMetadata
 from tests.faults.payloads import BIG_KEY, PASSWORD, SEED_KEY, WRITER_KEY, digest, expected_from_custom, payload
 from tests.faults.records import RecordFile

@@ -283,7 +283,7 @@ async def test_compaction_treats_entries_past_a_cut_log_as_missing(tmp_path: Pat
     storage.delete_ledger(2)
     # Log 0 lost its tail while the bookie ran on (seen by GC, not at open): the last
     # entries of ledger 1 in it are gone.
-    cut = storage._indexes[1].records[30]["offset"].item()  # type: ignore[attr-defined]
+    cut = storage.locate(1, 30)[1]
     _cut_log(log0, cut)
     assert await storage.collect_garbage() > 0  # no error; log 0 compacted away
     assert not log0.exists()
@@ -311,8 +311,8 @@ async def test_open_drops_index_records_past_the_end_of_their_log(tmp_path: Path
     logs = sorted((tmp_path / "entrylogs").glob("*.log"))
     assert len(logs) == 2
     reopened = open_storage(tmp_path, counters, max_log_size=16 * 1024)
-    first_in_log1 = next(e for e in range(100) if reopened._indexes[1].records[e]["log_id"] == 1)  # type: ignore[attr-defined]
-    cut = reopened._indexes[1].records[first_in_log1 - 5]["offset"].item()  # type: ignore[attr-defined]
+    first_in_log1 = next(e for e in range(100) if reopened.locate(1, e)[0] == 1)
+    cut = reopened.locate(1, first_in_log1 - 5)[1]
     await reopened.aclose()
     _cut_log(logs[0], cut)  # log 0 lost its last 5 entries
     logs[1].unlink()  # log 1 never reached the disk at all
@@ -346,7 +346,7 @@ async def test_compaction_keeps_a_corrupt_record_and_its_log(tmp_path: Path) -> 
     storage.add_entries(2, [20], [b"?" * 64 * 1024])
     log0 = tmp_path / "entrylogs" / "00000000.log"
     storage.delete_ledger(2)
-    at = storage._indexes[1].records[7]["offset"].item()  # type: ignore[attr-defined]
+    at = storage.locate(1, 7)[1]
     with open(log0, "r+b") as f:
         f.seek(at + 4)
         f.write(b"\x99")  # the record's ledger id byte

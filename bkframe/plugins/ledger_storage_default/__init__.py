@@ -1,7 +1,9 @@
 """Ledger storage ``default``: entries interleaved in shared entry logs, one index per ledger.
 
-See :mod:`.storage` for the add/read/checkpoint paths and :mod:`.ledger_index` for the
-index file format. This module registers the component with its config class.
+See :mod:`.storage` for the add/read/checkpoint paths, :mod:`.entry_record` for an entry
+in an entry log, :mod:`.ledger_index` for the index file format, :mod:`.startup` for what
+happens at open and :mod:`.compaction` for garbage collection. This module registers the
+component with its config class.
 """
 
 from __future__ import annotations
@@ -16,13 +18,9 @@ from bkframe.core.hookspecs import hookimpl
 from bkframe.core.interfaces import EntryLogManager
 from bkframe.core.registry import ComponentRegistry
 
+from .compaction import DEFAULT_COMPACTION_THRESHOLD
 from .ledger_index import IndexCorruptError, LedgerIndex
-from .storage import (
-    DEFAULT_COMPACTION_THRESHOLD,
-    DEFAULT_INDEX_INITIAL_ENTRIES,
-    DefaultLedgerStorage,
-    StorageCorruptError,
-)
+from .storage import DEFAULT_INDEX_INITIAL_ENTRIES, DefaultLedgerStorage, StorageCorruptError
 
 __all__ = [
     "DefaultLedgerStorage",

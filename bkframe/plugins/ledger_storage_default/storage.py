@@ -5,18 +5,13 @@ append to the entry-log manager, and its locations are stored in the ledger's in
 one numpy fancy assignment. Nothing is fsynced there: the journal covers the batch until
 :meth:`DefaultLedgerStorage.checkpoint` ("Data Flush") makes logs, then indexes, durable.
 
-Each entry is stored in the log as a self-describing record, ``length u32, ledger_id u64,
-entry_id i64, data`` (``length`` = data bytes), so that logs can be scanned to garbage
-collect or rebuild indexes without the indexes, and so that a read can check that the
-index pointed at the entry it expected.
+Each entry is stored in the log as a self-describing record (:mod:`.entry_record`). The
+indexes are loaded, and checked against the logs, by :mod:`.startup`; the space of deleted
+ledgers is reclaimed by :mod:`.compaction`.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import re
-import struct
 from collections.abc import Sequence
 from itertools import repeat
 from pathlib import Path
@@ -26,43 +21,23 @@ import numpy as np
 import trio
 
 from bkframe.core.counters import Counters
-from bkframe.core.disk_full import is_disk_full
-from bkframe.core.entry_log_files import EntryLogError
 from bkframe.core.fsync import fsync_dir
 from bkframe.core.interfaces import Buffer, EntryLogManager, LedgerState
 from bkframe.errors import BKError
 
-from .ledger_index import (
-    HEADER_SIZE,
-    MAX_MASTER_KEY,
-    RECORD_DTYPE,
-    IndexCorruptError,
-    LedgerIndex,
-    index_path,
-)
+from .compaction import DEFAULT_COMPACTION_THRESHOLD, Compactor
+from .entry_record import ENTRY_RECORD, read_record
+from .ledger_index import HEADER_SIZE, MAX_MASTER_KEY, RECORD_DTYPE, LedgerIndex, index_path
+from .startup import load_indexes, lost_entries
 
-log = logging.getLogger(__name__)
-
-#: Entry record header in the entry log: data length, ledger id, entry id.
-ENTRY_RECORD = struct.Struct("<IQq")
 DEFAULT_INDEX_INITIAL_ENTRIES = 1024
-#: A sealed entry log whose live bytes are below this fraction of its size is compacted.
-DEFAULT_COMPACTION_THRESHOLD = 0.5
-#: Bytes of live records copied per step of a compaction (the event loop runs in between).
-COMPACTION_STEP_BYTES = 4 << 20
 #: Entry ids index a dense table, so a huge id would mean a huge (sparse) index file;
 #: BookKeeper ids count up from 0, and 2**31 entries is far beyond any real ledger.
 MAX_ENTRY_ID = (1 << 31) - 1
-_INDEX_NAME = re.compile(r"^([0-9a-f]{16})\.idx$")
 
 
 class StorageCorruptError(BKError):
     """Stored data does not match what the index says; the message says where."""
-
-
-#: What :meth:`DefaultLedgerStorage._read_record` finds instead of a record.
-_LOST = object()
-_CORRUPT = object()
 
 
 class StorageSyncError(BKError):
@@ -96,7 +71,6 @@ class DefaultLedgerStorage:
             raise ValueError("index_initial_entries must be at least 1")
         if not 0 <= compaction_threshold <= 1:
             raise ValueError("compaction_threshold must be from 0 to 1")
-        self._compaction_threshold = compaction_threshold
         #: Write-once threshold for PD entries (:class:`bkframe.core.interfaces.WriteOnceStorage`).
         self.large_entry_bytes = large_entry_bytes
         self._dir = Path(directory)
@@ -104,7 +78,6 @@ class DefaultLedgerStorage:
         self._entry_logs = entry_logs
         self._counters = counters
         self._initial_entries = index_initial_entries
-        self._indexes: dict[int, LedgerIndex] = {}
         #: Ledgers whose index or state changed since the last checkpoint.
         self._dirty: set[int] = set()
         #: Index files were created or removed: the directory needs an fsync.
@@ -119,68 +92,27 @@ class DefaultLedgerStorage:
         self._limiter = trio.CapacityLimiter(1)
         self._closed = False
         self._index_dir.mkdir(parents=True, exist_ok=True)
+        self._indexes, removed = load_indexes(self._index_dir)
+        self._dir_dirty = self._dir_dirty or removed
         try:
-            self._load()
-            self._drop_lost_entries()
+            for ledger_id, idx, lost in lost_entries(self._indexes, entry_logs):
+                self._drop(ledger_id, idx, lost)
         except BaseException:
             for idx in self._indexes.values():
                 idx.close()
             raise
-
-    def _load(self) -> None:
-        for name in sorted(os.listdir(self._index_dir)):
-            m = _INDEX_NAME.match(name)
-            if not m:
-                continue
-            ledger_id = int(m.group(1), 16)
-            path = self._index_dir / name
-            with open(path, "rb") as f:
-                head = f.read(HEADER_SIZE)
-            if not any(head):
-                # Created after the last checkpoint and never written back: a checkpoint
-                # fsyncs every header before LastLogMark moves, so the journal still has
-                # whatever this ledger held and replay recreates it.
-                log.warning("index file %s was never written (crash before a checkpoint); removing it", path)
-                path.unlink()
-                self._dir_dirty = True
-                continue
-            idx = LedgerIndex.open(path)
-            if idx.state.ledger_id != ledger_id:
-                idx.close()
-                raise IndexCorruptError(
-                    f"index file {path} holds ledger {idx.state.ledger_id}, but its name says {ledger_id}"
-                )
-            self._indexes[ledger_id] = idx
-
-    def _drop_lost_entries(self) -> None:
-        """Drop index records that point past the end of their entry log (or into a log
-        that is not there): after a power cut the index can be ahead of the logs, since
-        index pages reach the disk on their own schedule. Those entries are simply not
-        here any more; saying so ("no such entry", or UNKNOWN in limbo) is true, where a
-        read would only fail. Journal replay (next, at boot) re-adds what the journal
-        holds, and BP-46 repair copies back what a limbo ledger should hold. The records
-        are dropped in memory; the first checkpoint makes the index agree on disk.
-        """
-        sizes = {log_id: self._entry_logs.log_size(log_id) for log_id in self._entry_logs.log_ids()}
-        for ledger_id, idx in self._indexes.items():
-            held = np.flatnonzero(idx.records["length"])
-            if not held.size:
-                continue
-            rows = idx.records[held]
-            logs, inverse = np.unique(rows["log_id"], return_inverse=True)
-            limits = np.array([sizes.get(int(log_id), 0) for log_id in logs.tolist()], dtype=np.uint64)[inverse]
-            ends = rows["offset"] + rows["length"].astype(np.uint64)
-            lost = held[ends > limits]
-            if lost.size:
-                log.warning(
-                    "ledger %d: %d entries (ids %d..%d) point past the end of their entry log (its tail was "
-                    "lost in a crash); dropped from the index as missing here",
-                    ledger_id, lost.size, int(lost[0]), int(lost[-1]),
-                )
-                self._drop(ledger_id, idx, lost)
+        self._compactor = Compactor(
+            self._indexes,
+            entry_logs,
+            counters,
+            threshold=compaction_threshold,
+            checkpoint=self.checkpoint,
+            drop=self._drop,
+            repointed=self._dirty.add,
+        )
 
     def _drop(self, ledger_id: int, idx: LedgerIndex, entry_ids: np.ndarray) -> None:
-        """Forget entries whose bytes are gone (see :meth:`_drop_lost_entries`)."""
+        """Forget entries whose bytes are gone (see :func:`.startup.lost_entries`)."""
         idx.records[entry_ids] = np.zeros(len(entry_ids), dtype=RECORD_DTYPE)
         if idx.last_entry_id in entry_ids:
             nonzero = np.flatnonzero(idx.records["length"][: idx.last_entry_id + 1])
@@ -332,7 +264,7 @@ class DefaultLedgerStorage:
     def index_stored(self, ledger_id: int, entry_id: int, log_id: int, offset: int, length: int, crc: int) -> bool:
         if not 0 <= entry_id <= MAX_ENTRY_ID:
             return False
-        record = self._read_record(log_id, offset, length, ledger_id, entry_id)
+        record = read_record(self._entry_logs, log_id, offset, length, ledger_id, entry_id)
         # A record torn by the crash (never acknowledged: its log was not fsynced) or a log
         # id reused since: the header or the CRC says so, and it is not indexed.
         if not isinstance(record, bytes) or crc32c.crc32c(memoryview(record)[ENTRY_RECORD.size :]) != crc:
@@ -412,153 +344,9 @@ class DefaultLedgerStorage:
             self._counters.storage_fsyncs += n
 
     async def collect_garbage(self) -> int:
-        """Reclaim the entry-log space of deleted ledgers; return the bytes freed.
-
-        Deletions are made durable first (a checkpoint), so that a crash cannot bring back
-        an index that points into a removed log. Then, for sealed logs only (the entry-log
-        manager says which will never be appended to again): a log no index points into
-        is removed; a log whose live records are under ``compaction_threshold`` of its size
-        is compacted: its live records are copied to the active log, the copies are
-        fsynced, the indexes are pointed at them and checkpointed, and only then is the
-        old log removed. A crash at
-        any step leaves every index pointing at durable data.
-        """
-        await self.checkpoint()
-        # One synchronous pass (no await): which logs are sealed, and their live bytes. A
-        # sealed log gains no entries while the steps below await.
-        sealed = self._entry_logs.sealed_log_ids()
-        live: dict[int, int] = {}
-        for idx in self._indexes.values():
-            records = idx.records
-            held = records[records["length"] > 0]
-            if held.size:
-                ids, inverse = np.unique(held["log_id"], return_inverse=True)
-                sums = np.bincount(inverse, weights=held["length"])
-                for log_id, total in zip(ids.tolist(), sums.tolist()):
-                    live[log_id] = live.get(log_id, 0) + int(total)
-        freed = 0
-        for log_id in sealed:
-            size = self._entry_logs.log_size(log_id)
-            in_use = live.get(log_id, 0)
-            if in_use == 0:
-                if await self._entry_logs.remove_log(log_id):
-                    freed += size
-                    log.info("removed entry log %08x (%d bytes): no ledger points into it", log_id, size)
-            elif size and in_use / size < self._compaction_threshold:
-                try:
-                    copied, complete = await self._compact(log_id)
-                except Exception as e:
-                    if not is_disk_full(e):
-                        raise
-                    # No room for the copies (a full disk): nothing points at them yet. Go on
-                    # removing logs that need no copy; they are what can make room.
-                    log.warning("compaction of entry log %08x skipped: %s", log_id, e)
-                    continue
-                if complete and await self._entry_logs.remove_log(log_id):
-                    freed += size - copied
-                    log.info("compacted entry log %08x: kept %d of %d bytes", log_id, copied, size)
-        if freed:
-            await self._entry_logs.flush()  # the directory: the removals are durable
-        return freed
-
-    async def _compact(self, old_log: int) -> tuple[int, bool]:
-        """Copy ``old_log``'s live records to the active log and repoint the indexes to them.
-
-        Returns the bytes copied and whether every live record could be moved (else the
-        old log must stay). A record the log does not hold (past its end, or never written:
-        zeros -- a power cut took it) is dropped from the index as missing here, as at
-        open. A record that is there but is not the entry the index names is corruption:
-        it stays where it is, and so does the log, for repair or inspection.
-        """
-        moved: list[tuple[int, np.ndarray, np.ndarray, int, np.ndarray]] = []
-        copied = 0
-        complete = True
-        for ledger_id in sorted(self._indexes):
-            idx = self._indexes.get(ledger_id)
-            if idx is None:
-                continue  # deleted while an earlier step yielded
-            records = idx.records
-            ids = np.flatnonzero((records["log_id"] == old_log) & (records["length"] > 0))
-            steps = int(records["length"][ids].sum()) // COMPACTION_STEP_BYTES + 1
-            for chunk in np.array_split(ids, steps):
-                idx = self._indexes.get(ledger_id)
-                if idx is None or not chunk.size:
-                    continue
-                # Re-read after every yield: an add may have grown (remapped) the index.
-                rows = idx.records[chunk].copy()
-                keep = (rows["log_id"] == old_log) & (rows["length"] > 0)
-                chunk, rows = chunk[keep], rows[keep]
-                if not chunk.size:
-                    continue
-                parts: list[bytes] = []
-                fate = np.zeros(chunk.size, dtype=np.int8)  # 0 copy, 1 lost, 2 corrupt
-                for i, (entry_id, offset, length) in enumerate(
-                    zip(chunk.tolist(), rows["offset"].tolist(), rows["length"].tolist())
-                ):
-                    record = self._read_record(old_log, offset, length, ledger_id, entry_id)
-                    if isinstance(record, bytes):
-                        parts.append(record)
-                    else:
-                        fate[i] = 1 if record is _LOST else 2
-                if (fate == 1).any():
-                    # Bytes a power cut took: the entry is missing here, nothing to copy,
-                    # and no reason to fail the pass (it used to, at every GC).
-                    lost = chunk[fate == 1]
-                    log.warning(
-                        "compacting entry log %08x: %d entries of ledger %d (ids %d..%d) are not in it "
-                        "(its tail was lost in a crash); dropped from the index as missing here",
-                        old_log, lost.size, ledger_id, int(lost[0]), int(lost[-1]),
-                    )
-                    self._drop(ledger_id, idx, lost)
-                if (fate == 2).any():
-                    complete = False
-                    log.error(
-                        "compacting entry log %08x: %d records of ledger %d (first entry %d) are not the "
-                        "entries the index names (corrupt); they stay where they are, and so does the log",
-                        old_log, int((fate == 2).sum()), ledger_id, int(chunk[fate == 2][0]),
-                    )
-                chunk, rows = chunk[fate == 0], rows[fate == 0]
-                if not chunk.size:
-                    continue
-                blob = b"".join(parts)
-                new_log, base = self._entry_logs.append(ledger_id, blob)
-                lengths = rows["length"].astype(np.int64)
-                new_offsets = (np.cumsum(lengths) - lengths + base).astype(np.uint64)
-                moved.append((ledger_id, chunk, rows["offset"].copy(), new_log, new_offsets))
-                copied += len(blob)
-                await trio.sleep(0)  # let requests in between steps
-        # The copies must be durable before any index points at them.
-        await self._entry_logs.flush()
-        for ledger_id, chunk, old_offsets, new_log, new_offsets in moved:
-            idx = self._indexes.get(ledger_id)
-            if idx is None:
-                continue
-            current = idx.records[chunk]
-            # Only records still where the copy was taken from: an entry rewritten since
-            # (a recovery add) keeps its newer location.
-            still = (current["log_id"] == old_log) & (current["offset"] == old_offsets)
-            targets = chunk[still]
-            idx.records["offset"][targets] = new_offsets[still]
-            idx.records["log_id"][targets] = new_log
-            self._dirty.add(ledger_id)
-        await self.checkpoint()
-        self._counters.compacted_bytes += copied
-        return copied, complete
-
-    def _read_record(self, log_id: int, offset: int, length: int, ledger_id: int, entry_id: int) -> bytes | object:
-        """The entry's whole record; ``_LOST`` if the log does not hold it (shorter, gone,
-        or zeros there: never written); ``_CORRUPT`` if other bytes are there. An I/O
-        error is raised: it says nothing about the entry."""
-        try:
-            raw = self._entry_logs.read(log_id, offset, length)
-        except EntryLogError:  # short read or no such log
-            return _LOST
-        if length < ENTRY_RECORD.size:
-            return _CORRUPT
-        data_len, rec_ledger, rec_entry = ENTRY_RECORD.unpack_from(raw)
-        if (rec_ledger, rec_entry, data_len + ENTRY_RECORD.size) == (ledger_id, entry_id, length):
-            return raw
-        return _LOST if not any(raw[: ENTRY_RECORD.size]) else _CORRUPT
+        """Reclaim the entry-log space of deleted ledgers; return the bytes freed (see
+        :meth:`.compaction.Compactor.collect_garbage`)."""
+        return await self._compactor.collect_garbage()
 
     def _sync(self, targets: list[LedgerIndex], dir_dirty: bool) -> int:
         for idx in targets:

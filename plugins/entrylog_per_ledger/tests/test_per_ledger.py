@@ -12,8 +12,8 @@ import trio
 from bkframe_entrylog_per_ledger.manager import PerLedgerEntryLogManager
 from bkframe_entrylog_per_ledger.plugin import PerLedgerConfig
 
-from bkframe.core import proto as p
-from bkframe.core.client.bookie_client import connect_bookie
+from bkframe import proto as p
+from bkframe.client.bookie_client import connect_bookie
 from bkframe.core.config import ConfigError, load_config, parse_section
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import EntryLogManager

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from bkframe_journal_fs.fs_journal import FILE_HEADER, FsJournal, JournalFailedError
+from bkframe_journal_fs.file_format import FILE_HEADER
+from bkframe_journal_fs.fs_journal import FsJournal, JournalFailedError
 
 from bkframe.core.config import ConfigError
 from bkframe.core.counters import Counters

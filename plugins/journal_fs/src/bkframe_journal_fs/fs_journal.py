@@ -1,26 +1,13 @@
-"""The filesystem journal: group commit, preallocation, rolling, replay with torn-tail repair.
+"""The filesystem journal's writer: appending, group commit, preallocation, rolling, fsync.
 
-File ``DIR/{file_id:016x}.txn``: a 16-byte header (magic, version, file id), then records
-``magic u32 | body length u32 | CRC32C(body) u32 | body``, then zeros (preallocated).
+The file format (header, record framing, sync marks) is :mod:`.file_format`; reading the
+files back at start, torn-tail repair included, is :mod:`.replay`.
 
-**Sync marks and the tail rule.** Every group commit starts (in each file it writes to)
-with a *sync mark*: a record of its own magic whose 8-byte body is the offset up to which
-this file was fsynced when the group was written -- where the last *completed* fdatasync
-ended. Records are acknowledged only once their group's fdatasync completed, so:
-
-* in the **last** file, a bad record at offset P (zeros, a torn or CRC-failing record)
-  followed by valid records is an *unfinished group* -- pages written back by the kernel
-  while its fdatasync had not completed, the earlier ones lost in a power cut -- unless a
-  valid sync mark after P says the file was fsynced beyond P. Nothing at or after P was
-  then acknowledged: the file is truncated at P. If a mark proves P was fsynced,
-  acknowledged records were damaged: replay refuses, naming the file and offset;
-* a **rolled** file was fsynced whole when the journal moved to the next file: any bad
-  record followed by valid ones refuses, naming the file and offset.
-
-The proof can only come from a later group, so damage inside the very last fsynced group
-of the last file (a disk corrupting synced data, not a power cut) cannot be told from an
-unfinished group and is truncated too. Version 1 files (no sync marks) replay by the same
-rule, with no proofs.
+**Sync marks.** Every group commit starts (in each file it writes to) with a sync mark:
+the offset up to which this file was fsynced when the group was written -- where the last
+*completed* fdatasync ended. Records are acknowledged only once their group's fdatasync
+completed, so replay can tell an unfinished group (truncated) from damage to acknowledged
+records (refused).
 
 A group whose write or fsync fails for want of space (ENOSPC, EDQUOT) is cut off the file
 again, so the file ends where the last durable group did; that group and every record
@@ -37,44 +24,30 @@ import bisect
 import logging
 import mmap
 import os
-import struct
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-import crc32c
 import trio
 
 from bkframe.core.counters import Counters
 from bkframe.core.disk_full import DISK_FULL_ERRNOS
 from bkframe.core.fsync import fsync_dir
-from bkframe.core.interfaces import Buffer, JournalCorruptError, JournalPosition, JournalWriteError
+from bkframe.core.interfaces import Buffer, JournalPosition, JournalWriteError
 from bkframe.errors import BKError
-from bkframe_journal_fs.group_buffer import RECORD_HEADER, RECORD_MAGIC, GroupBuffer
+from bkframe_journal_fs.file_format import (
+    FILE_HEADER,
+    FILE_MAGIC,
+    FORMAT_VERSION,
+    RECORD_HEADER,
+    SYNC_MARK_SIZE,
+    journal_file_ids,
+    journal_path,
+    pack_sync_mark,
+)
+from bkframe_journal_fs.group_buffer import GroupBuffer
+from bkframe_journal_fs.replay import replay_journal
 
 log = logging.getLogger("bkframe.journal_fs")
-
-FILE_MAGIC = b"BKFJRNL1"
-FILE_HEADER = struct.Struct("<8sII")  # magic, version, file id (low 32 bits)
-#: Version 2 adds sync marks; version 1 files are still replayed.
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
-_MAGIC_BYTES = struct.pack("<I", RECORD_MAGIC)
-#: A sync mark: a record with this magic and an 8-byte body, the file's fsynced end (u64).
-SYNC_MAGIC = 0xB0C4_5CED
-_SYNC_MAGIC_BYTES = struct.pack("<I", SYNC_MAGIC)
-SYNC_BODY = struct.Struct("<Q")
-SYNC_MARK_SIZE = RECORD_HEADER.size + SYNC_BODY.size
-
-
-def journal_file_ids(directory: Path) -> list[int]:
-    """The ids of the journal files in ``directory``, ascending."""
-    ids = []
-    for p in directory.glob("*.txn"):
-        try:
-            ids.append(int(p.stem, 16))
-        except ValueError:
-            continue
-    return sorted(ids)
 
 
 class JournalFailedError(BKError, OSError):
@@ -167,7 +140,7 @@ class FsJournal:
         return journal_file_ids(self.directory)
 
     def _path(self, file_id: int) -> Path:
-        return self.directory / f"{file_id:016x}.txn"
+        return journal_path(self.directory, file_id)
 
     def _open_file(self, file_id: int) -> None:
         """Runs in the worker thread: close the open file, create ``file_id`` with its header.
@@ -451,9 +424,7 @@ class FsJournal:
             assert self._fd is not None
             # The limiter runs groups one at a time, so _synced is the end of the last
             # fdatasync that completed before this group.
-            body = SYNC_BODY.pack(self._synced)
-            RECORD_HEADER.pack_into(group.lead, 0, SYNC_MAGIC, SYNC_BODY.size, crc32c.crc32c(body))
-            group.lead[RECORD_HEADER.size : SYNC_MARK_SIZE] = body
+            pack_sync_mark(group.lead, self._synced)
             for view in group.pieces():
                 while view:
                     n = os.pwrite(self._fd, view, self._written)
@@ -495,102 +466,5 @@ class FsJournal:
     # -- replay --------------------------------------------------------------------------
 
     def replay(self, since: JournalPosition | None) -> Iterator[tuple[JournalPosition, bytes]]:
-        ids = [i for i in self._file_ids() if i < self._first_file_id]
-        if since is not None:
-            ids = [i for i in ids if i >= since.file_id]
-        for n, file_id in enumerate(ids):
-            start = since.offset if since is not None and file_id == since.file_id else FILE_HEADER.size
-            yield from self._replay_file(file_id, start, last=n == len(ids) - 1)
-
-    def _replay_file(self, file_id: int, start: int, *, last: bool) -> Iterator[tuple[JournalPosition, bytes]]:
-        path = self._path(file_id)
-        data = path.read_bytes()
-        if len(data) < FILE_HEADER.size:
-            if last:
-                log.warning("journal file %s has a torn header; removing it", path)
-                path.unlink()
-                return
-            raise JournalCorruptError(str(path), 0, "the file header is incomplete")
-        magic, version, low_id = FILE_HEADER.unpack_from(data)
-        if magic != FILE_MAGIC or version not in READABLE_VERSIONS or low_id != file_id & 0xFFFFFFFF:
-            raise JournalCorruptError(str(path), 0, "not a bkframe journal file of a version this bkframe reads")
-        pos = max(start, FILE_HEADER.size)
-        end = len(data)
-        while pos < end:
-            problem = self._check_record(data, pos)
-            if problem is None:
-                magic, length, _ = RECORD_HEADER.unpack_from(data, pos)
-                body_at = pos + RECORD_HEADER.size
-                pos = body_at + length
-                if magic == RECORD_MAGIC:
-                    yield JournalPosition(file_id, pos), data[body_at:pos]
-                continue
-            after, synced = self._valid_records_after(data, pos + 1)
-            if not after:
-                if problem == "end":
-                    return  # preallocated zeros: the end of the data
-                if last:
-                    log.warning("journal %s: torn tail at offset %d (%s); truncating", path, pos, problem)
-                    self._truncate(path, pos)
-                    return
-                raise JournalCorruptError(str(path), pos, problem)
-            if problem == "end":
-                problem = "zeroed bytes followed by valid records"
-            if not last:
-                raise JournalCorruptError(str(path), pos, f"{problem}, in a file fsynced whole when the journal rolled")
-            if synced > pos:
-                raise JournalCorruptError(
-                    str(path), pos, f"{problem}, but a later group commit records that the file was fsynced up to "
-                    f"offset {synced}, so acknowledged records were damaged"
-                )
-            # The group commit that wrote this never completed its fdatasync: nothing from
-            # here on was acknowledged (see the module docstring).
-            log.warning(
-                "journal %s: %s at offset %d, then %d valid-looking records of a group whose fdatasync never "
-                "completed (the file was fsynced up to offset %d); none was acknowledged; truncating",
-                path, problem, pos, after, synced,
-            )
-            self._truncate(path, pos)
-            return
-
-    @staticmethod
-    def _truncate(path: Path, offset: int) -> None:
-        with open(path, "r+b") as f:
-            f.truncate(offset)
-            os.fsync(f.fileno())
-
-    @staticmethod
-    def _check_record(data: bytes, pos: int) -> str | None:
-        """None if a valid record (or sync mark) starts at ``pos``; "end" at preallocated
-        zeros; else why not."""
-        if len(data) - pos < RECORD_HEADER.size:
-            return "end" if not any(data[pos:]) else "truncated record header"
-        magic, length, crc = RECORD_HEADER.unpack_from(data, pos)
-        if magic == 0 and length == 0 and crc == 0:
-            return "end" if not any(data[pos : pos + 4096]) else "zeroed record header"
-        if magic not in (RECORD_MAGIC, SYNC_MAGIC):
-            return f"bad record magic {magic:#010x}"
-        if magic == SYNC_MAGIC and length != SYNC_BODY.size:
-            return f"sync mark of {length} bytes (expected {SYNC_BODY.size})"
-        body_at = pos + RECORD_HEADER.size
-        if body_at + length > len(data):
-            return f"record of {length} bytes runs past the end of the file"
-        if crc32c.crc32c(data[body_at : body_at + length]) != crc:
-            return "record CRC mismatch"
-        return None
-
-    def _valid_records_after(self, data: bytes, pos: int) -> tuple[int, int]:
-        """Valid records (sync marks included) starting at or after ``pos``: how many, and
-        the highest fsynced end their sync marks record (0 if none)."""
-        count = 0
-        synced = 0
-        for magic_bytes in (_MAGIC_BYTES, _SYNC_MAGIC_BYTES):
-            at = data.find(magic_bytes, pos)
-            while at >= 0:
-                if self._check_record(data, at) is None:
-                    count += 1
-                    if magic_bytes == _SYNC_MAGIC_BYTES:
-                        (mark,) = SYNC_BODY.unpack_from(data, at + RECORD_HEADER.size)
-                        synced = max(synced, mark)
-                at = data.find(magic_bytes, at + 1)
-        return count, synced
+        # The files of earlier runs: this run's are still being written (see :mod:`.replay`).
+        return replay_journal(self.directory, self._first_file_id, since)

@@ -2,7 +2,7 @@
 worker thread, with the large entries' bytes neither copied nor checksummed on the loop.
 
 Records are framed ``magic u32 | body length u32 | CRC32C(body) u32 | body`` (see
-:mod:`bkframe_journal_fs.fs_journal`). A record whose last part (an entry) is at least
+:mod:`bkframe_journal_fs.file_format`). A record whose last part (an entry) is at least
 :data:`PIECE_BYTES` long keeps its large parts where they are (the request frame they came
 in, which nothing changes; the worker writes them from there) and has its CRC computed by
 the worker thread, where ``crc32c`` releases the GIL. A record of small parts is copied
@@ -12,15 +12,13 @@ for no gain. Measured in docs/scaling.md ("Work off the event loop").
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 
 import crc32c
 
 from bkframe.core.interfaces import Buffer
+from bkframe_journal_fs.file_format import RECORD_HEADER, RECORD_MAGIC
 
-RECORD_MAGIC = 0xB0C4_1E55
-RECORD_HEADER = struct.Struct("<III")
 #: Parts at least this long are written from where they are, not copied.
 PIECE_BYTES = 16 * 1024
 

@@ -41,7 +41,8 @@ from bkframe.core.counters import Counters
 from bkframe.core.fsync import write_durably
 from bkframe.core.interfaces import Buffer, JournalPosition, JournalWriteError
 from bkframe.errors import BKError
-from bkframe_journal_fs.fs_journal import FILE_HEADER, FsJournal, journal_file_ids
+from bkframe_journal_fs.file_format import FILE_HEADER, journal_file_ids
+from bkframe_journal_fs.fs_journal import FsJournal
 
 #: In the first directory: the other directories this journal used, to refuse a start
 #: that would leave one of them (and the records in it) out of replay.

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import bkframe
-from bkframe.core.client.write_handle import PendingAppend
+from bkframe import PendingAppend
 from bkframe.testing.cluster import BOOKIE_COMMAND, Cluster
 from bkframe_spark.connection import close_all
 from bkframe_spark.session import local_session

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from bkframe.core.client.blocking import BlockingClient, connect
+from bkframe import BlockingClient, connect
 from bkframe.errors import BKError
 
 T = TypeVar("T")

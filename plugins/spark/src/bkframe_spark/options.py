@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from bkframe.core.client.logs import EARLIEST, LATEST, Position, check_name, parse_where
+from bkframe import EARLIEST, LATEST, Position, check_name, parse_where
 from bkframe.errors import BKError
 
 #: Every option, lower-cased (Spark lower-cases the keys), and what it is for.

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from bkframe.core.client.blocking import BlockingClient, connect
+from bkframe import BlockingClient, connect
 from bkframe.errors import BKError
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 The plan is made once, on the driver, from what is *confirmed* at that moment: a log's
 closed segments up to their last entry and its open segment up to its LAC (the log's end
-is a prefix, see :mod:`bkframe.core.client.log_reader`), a ledger up to its close or LAC.
+is a prefix, see :mod:`bkframe.client.logs.reader`), a ledger up to its close or LAC.
 Every entry in the plan stays readable forever and is the same bytes for every reader, so
 a batch read is a consistent snapshot and a streaming micro-batch replayed after a failure
 reads exactly what it read the first time. Tasks read their range with the ledger's read
@@ -19,10 +19,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-from bkframe.core.client.client import Client
-from bkframe.core.client.log_client import Logs
-from bkframe.core.client.logs import LATEST, LogMetadata, Position, SegmentRange
-from bkframe.core.client.read_handle import Entry, ReadHandle
+from bkframe import LATEST, Client, Entry, LogMetadata, Position, ReadHandle, SegmentRange
 from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
 from bkframe_spark.connection import call, client_for
 from bkframe_spark.options import OptionError, Options
@@ -104,7 +101,7 @@ async def plan_log(client: Client, opts: Options, start: Position | str, end: Po
     """The confirmed entries of the log from ``start`` to ``end`` (exclusive; None or
     ``latest``: the end now), as entry ranges."""
     log = opts.need_log("reading")
-    reader = await Logs(client).reader(log, password=opts.password)
+    reader = await client.logs.reader(log, password=opts.password)
     stop = None if end is None or end == LATEST else end
     if isinstance(stop, str):
         raise OptionError(f"bad ending position {end!r}")

@@ -27,9 +27,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from bkframe.core.client.client import Client
-from bkframe.core.client.log_client import Logs
-from bkframe.core.client.logs import EARLIEST, Position
+from bkframe import EARLIEST, Client, Position
 from bkframe.errors import NoSuchCursorError, PositionTrimmedError
 from bkframe_spark.connection import call, client_for
 from bkframe_spark.options import Options
@@ -79,7 +77,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     async def _initial(self, client: Client) -> Position:
         """``startingPosition``; by default the cursor's position if the cursor exists, else
         the earliest. A cursor that does not exist yet is created there."""
-        opts, logs = self.opts, Logs(client)
+        opts, logs = self.opts, client.logs
         reader = await logs.reader(self.log, password=opts.password)
         start: Position | str = opts.starting if opts.starting is not None else EARLIEST
         if opts.cursor is not None:
@@ -100,7 +98,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offset(self._call("finding the latest position", self._latest, first, max_rows))
 
     async def _latest(self, client: Client, first: Position, max_rows: int | None) -> Position:
-        reader = await Logs(client).reader(self.log, password=self.opts.password)
+        reader = await client.logs.reader(self.log, password=self.opts.password)
         end = await reader.end()
         if self._target is not None:
             end = min(end, self._target)
@@ -123,7 +121,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return log_start
 
     async def _end(self, client: Client) -> Position:
-        return await (await Logs(client).reader(self.log, password=self.opts.password)).end()
+        return await (await client.logs.reader(self.log, password=self.opts.password)).end()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_entries_per_trigger
@@ -145,7 +143,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return split(parts, self.opts.entries_per_partition, self.opts.bytes_per_partition)
 
     async def _plan(self, client: Client, first: Position, stop: Position) -> list[EntryRange]:
-        reader = await Logs(client).reader(self.log, password=self.opts.password)
+        reader = await client.logs.reader(self.log, password=self.opts.password)
         first = self._not_trimmed(first, reader.metadata.start)
         return await plan_log(client, self.opts, first, stop) if stop > first else []
 
@@ -159,7 +157,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     async def _move_cursor(self, client: Client, position: Position) -> None:
         # Never moves back: a batch committed again after a restart changes nothing.
-        await Logs(client).move_cursor(self.log, str(self.opts.cursor), position)
+        await client.logs.move_cursor(self.log, str(self.opts.cursor), position)
 
 
 def stream_token(query_id: str, batch_id: int) -> str:
@@ -220,7 +218,7 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
 async def _previous_max(client: Client, log_name: str, query_id: str, batch_id: int) -> int:
     """The newest ledger committed by the query's latest batch before ``batch_id`` (-1 if
     the log remembers none: then every ledger is looked at)."""
-    record = await Logs(client).metadata(log_name)
+    record = await client.logs.metadata(log_name)
     prefix = stream_token(query_id, 0)[:-1]
     latest = None
     for c in record.commits:

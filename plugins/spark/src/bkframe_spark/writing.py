@@ -31,12 +31,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from bkframe.core.client.blocking import BlockingClient
-from bkframe.core.client.client import Client
-from bkframe.core.client.log_client import Logs
-from bkframe.core.client.logs import CommitResult, LogMetadata
-from bkframe.core.client.write_handle import PendingAppend, WriteHandle
-from bkframe.core.metadata import DigestType
+from bkframe import BlockingClient, Client, CommitResult, DigestType, LogMetadata, PendingAppend, WriteHandle
 from bkframe.errors import BKError, LogError, LogExistsError, MetadataError, NoSuchLedgerError, NoSuchLogError
 from bkframe_spark.connection import ConnectorTimeoutError, call, client_for
 from bkframe_spark.options import OptionError, Options
@@ -217,7 +212,7 @@ async def _finished_without(client: Client, spec: LedgerSpec, token: str, write:
     """The write was committed without ``ledger_id``, or aborted: the ledger is not needed.
     Read after the ledger is closed, so an abort that swept before the ledger existed is
     seen here (the abort marks first, then sweeps)."""
-    record = await Logs(client).metadata(spec.log)
+    record = await client.logs.metadata(spec.log)
     if record.commit(abort_mark(write)) is not None:
         return True
     done = record.commit(token)
@@ -255,7 +250,7 @@ async def sweep(client: Client, tag: str, value: str, floor: int, keep: set[int]
 
 
 async def _commit(client: Client, spec: LedgerSpec, ids: list[int], token: str) -> tuple[CommitResult, set[int]]:
-    logs = Logs(client)
+    logs = client.logs
     result = await logs.commit_ledgers(spec.log, ids, token, password=spec.password)
     if not result.replayed:
         return result, set(ids)
@@ -300,14 +295,14 @@ def abort_write(opts: Options, spec: LedgerSpec, token: str, write: str, floor: 
     what = f"aborting the write to log {spec.log!r} (token {token})"
 
     async def committed() -> set[int] | None:
-        record = await Logs(client).metadata(spec.log)
+        record = await client.logs.metadata(spec.log)
         done = record.commit(token)
         return None if done is None else committed_ledgers(record, done.segments)
 
     async def mark() -> None:
         # Tasks still running (Spark does not wait for them before aborting) find this mark
         # when they finish and delete their own ledgers.
-        await Logs(client).commit_ledgers(spec.log, [], abort_mark(write), password=spec.password)
+        await client.logs.commit_ledgers(spec.log, [], abort_mark(write), password=spec.password)
 
     client = bk.client
     keep = call(bk, what, opts.timeout_s, committed)
@@ -343,18 +338,18 @@ def check_write(opts: Options, schema: StructType) -> tuple[LedgerSpec, int]:
     async def plan() -> tuple[LedgerSpec, int]:
         client = bk.client
         try:
-            record = await Logs(client).metadata(name)
+            record = await client.logs.metadata(name)
         except NoSuchLogError:
             if not opts.create_log:
                 raise NoSuchLogError(
                     name, f"log {name!r} does not exist: create it ('bkframe log create {name}') or drop createLog=false"
                 ) from None
             try:
-                record = await Logs(client).create(name, password=opts.password)
+                record = await client.logs.create(name, password=opts.password)
                 log.info("created log %r (default settings) for a Spark write", name)
             except LogExistsError:  # another writer made it meanwhile
-                record = await Logs(client).metadata(name)
-        await Logs(client).reader(name, password=opts.password)  # checks the password
+                record = await client.logs.metadata(name)
+        await client.logs.reader(name, password=opts.password)  # checks the password
         spec = LedgerSpec.for_log(client, record, opts.ledger_type, opts.password)
         floor = max(await client.list_ledgers(), default=-1)
         return spec, floor

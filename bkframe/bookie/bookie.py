@@ -1,0 +1,189 @@
+"""The bookie: journal + ledger storage + ledger types, composed from config by plugins.
+
+:class:`Bookie` holds one bookie's parts and state; its concerns live in their own modules:
+:mod:`.requests` (answering requests: :mod:`.adds`, :mod:`.reads`, :mod:`.ledger_control`),
+:mod:`.checkpoint` (journal replay, checkpoints), both handed a :mod:`.context` of what they use,
+:mod:`.sync_cursor` (BP-14 LastAddSynced), :mod:`.protection` (BP-46 phase one),
+:mod:`.garbage_collector`, :mod:`.disk_space` (read-only mode), :mod:`.cookies`,
+:mod:`.tombstones`. :mod:`.service` runs it all; :mod:`.server` is the network side.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bkframe import proto as p
+from bkframe.bookie.checkpoint import Checkpointer
+from bkframe.bookie.context import BookieContext
+from bkframe.bookie.cookies import CookieCheck
+from bkframe.bookie.disk_space import DiskUsage, ReadOnlyMode, measure
+from bkframe.bookie.requests import RequestHandler
+from bkframe.bookie.sync_cursor import SyncTracker
+from bkframe.bookie.tombstones import Tombstones
+from bkframe.bookie.unclean_marker import mark_clean, mark_running
+from bkframe.core.auth import AuthProvider
+from bkframe.core.config import Config
+from bkframe.core.counters import Counters
+from bkframe.core.interfaces import DurabilityPolicy, Journal, JournalPosition, LedgerStorage
+from bkframe.core.plugin_manager import PluginManager
+
+
+class Bookie:
+    """One bookie's storage, state and request semantics (the network server is separate)."""
+
+    def __init__(self, config: Config, plugins: PluginManager) -> None:
+        self.config = config
+        self.plugins = plugins
+        self.counters = Counters()
+        self.data_dir = Path(config.bookie.data_dir)
+        self.started_at = time.time()
+        #: Who may use this bookie (``[auth]``): asked once per connection by the server,
+        #: and for the credential the bookie's own client sends to its peers.
+        self.auth: AuthProvider = plugins.auth_provider_from_section(config.auth, source=f"{config.source}: [auth]")
+        dirs = {name: self.data_dir / name for name in ("journal", "entrylogs", "ledgers")}
+        for d in dirs.values():
+            d.mkdir(parents=True, exist_ok=True)
+        #: What ledger storage and its entry logs keep (fsynced whole after an unclean stop).
+        self.storage_dirs = (dirs["entrylogs"], dirs["ledgers"])
+        where = config.source
+        self.journal: Journal = plugins.journal(
+            config=config.journal, directory=dirs["journal"], counters=self.counters, source=where
+        )
+        entry_logs = plugins.entry_log_manager(
+            config=config.entry_log_manager, directory=dirs["entrylogs"], counters=self.counters, source=where
+        )
+        self.storage: LedgerStorage = plugins.ledger_storage(
+            config=config.ledger_storage, directory=dirs["ledgers"], entry_logs=entry_logs, counters=self.counters,
+            source=where,
+        )
+        #: The ledger types this bookie serves, by wire id.
+        self.types_by_id: dict[int, DurabilityPolicy] = {t.type_id: t for t in plugins.ledger_types().values()}
+        #: Whether the previous run stopped cleanly (BP-46); the marker is set for this run.
+        self.last_shutdown_clean = mark_running(self.data_dir)
+        #: Outcome of the cookie check at boot (None without a metadata store).
+        self.cookie_check: CookieCheck | None = None
+        #: Set once boot protection (BP-46 phase one) is done; requests wait for it.
+        self.ready = trio.Event()
+        #: Ledgers garbage collection deleted: never created again by an add or a fence.
+        self.tombstones = Tombstones(self.data_dir, config.bookie.deleted_ledger_retention_s)
+        #: What the limbo repair task reports in GET_BOOKIE_INFO.
+        self.repair_status: dict[str, Any] = {"repaired_ledgers": 0, "entries_copied": 0, "last_error": ""}
+        #: BookKeeper's read-only mode: on a full disk, no adds (reads, fences and recovery go on).
+        self.mode = ReadOnlyMode(self.data_dir, config.bookie.disk_usage_threshold, config.bookie.disk_usage_lwm)
+        #: BP-14 sync cursors of the ledgers acknowledged before their fsync.
+        self.sync = SyncTracker(self.journal, self.journal_write_failed)
+        #: What request handling and checkpoints use of this bookie.
+        self.context = BookieContext(
+            journal=self.journal,
+            storage=self.storage,
+            counters=self.counters,
+            types_by_id=self.types_by_id,
+            mode=self.mode,
+            tombstones=self.tombstones,
+            sync=self.sync,
+            data_dir=self.data_dir,
+            bookie_id=config.bookie.bookie_id,
+        )
+        self.checkpointer = Checkpointer(
+            self.context,
+            storage_dirs=self.storage_dirs,
+            last_shutdown_clean=self.last_shutdown_clean,
+            interval_s=config.bookie.checkpoint_interval_s,
+        )
+        self.requests = RequestHandler(self.context, info=self.info)
+
+    @property
+    def bookie_id(self) -> str:
+        """This bookie's id: the config's, or set by the service once it listens."""
+        return self.context.bookie_id
+
+    @bookie_id.setter
+    def bookie_id(self, bookie_id: str) -> None:
+        self.context.bookie_id = bookie_id
+
+    @property
+    def key_verifier(self) -> Callable[[int, bytes], Awaitable[bool]] | None:
+        """``await key_verifier(ledger_id, master_key)``: whether the ledger's metadata vouches
+        for the key (set by the service when there is a metadata store; raises if the
+        store cannot say). Keys of ledgers the bookie knows no key for are checked with it."""
+        return self.context.key_verifier
+
+    @key_verifier.setter
+    def key_verifier(self, verifier: Callable[[int, bytes], Awaitable[bool]] | None) -> None:
+        self.context.key_verifier = verifier
+
+    @property
+    def read_only(self) -> bool:
+        return self.mode.read_only
+
+    def check_disk(self) -> DiskUsage:
+        """Measure the data dir's filesystem and enter or leave read-only mode (blocking:
+        a statvfs; the service runs it off the event loop, except once at start)."""
+        usage = measure(self.data_dir)
+        self.mode.disk_checked(usage)
+        return usage
+
+    def journal_write_failed(self, error: BaseException) -> None:
+        self.context.journal_write_failed(error)
+
+    async def checkpoint(self) -> JournalPosition | None:
+        """See :meth:`Checkpointer.checkpoint`: storage flushed, LastLogMark persisted, old
+        journal files dropped; None if the mark found no space (the bookie turns read-only)."""
+        return await self.checkpointer.checkpoint()
+
+    async def aclose(self) -> None:
+        """Make everything durable and close: journal, then storage, then the final mark,
+        and only then clear the unclean-shutdown marker."""
+        await self.checkpointer.close()
+        await trio.to_thread.run_sync(mark_clean, self.data_dir)
+
+    async def delete_ledgers(self, ledger_ids: Sequence[int]) -> None:
+        """Delete ledgers gone from the metadata store: tombstones first (durable), then
+        every trace of them (durable at the next checkpoint)."""
+        await trio.to_thread.run_sync(self.tombstones.record, ledger_ids)
+        for ledger_id in ledger_ids:
+            self.forget_ledger(ledger_id)
+
+    def forget_ledger(self, ledger_id: int) -> None:
+        """Drop a deleted ledger: its storage and every trace of it in this bookie
+        (:meth:`delete_ledgers` also leaves a tombstone, so it is not created again)."""
+        self.storage.delete_ledger(ledger_id)
+        self.requests.forget(ledger_id)
+        self.sync.forget(ledger_id)
+
+    def limbo_ledgers(self) -> list[int]:
+        storage = self.storage
+        return [
+            ledger_id
+            for ledger_id in storage.ledgers()
+            if (state := storage.ledger_state(ledger_id)) is not None and state.limbo
+        ]
+
+    def info(self) -> dict[str, Any]:
+        usage = measure(self.data_dir)
+        return {
+            "bookie_id": self.bookie_id,
+            "protocol_version": p.PROTOCOL_VERSION,
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "free_disk_bytes": usage.free,
+            "total_disk_bytes": usage.total,
+            "disk_usage": round(usage.fraction, 4),
+            "disk_usage_threshold": self.mode.threshold,
+            "disk_usage_lwm": self.mode.lwm,
+            "read_only": self.mode.read_only,
+            "read_only_reason": self.mode.reason,
+            "ledgers": sum(1 for _ in self.storage.ledgers()),
+            "ledger_types": {t.name: t.type_id for t in self.types_by_id.values()},
+            "replayed_records": self.checkpointer.replayed_records,
+            "last_shutdown_clean": self.last_shutdown_clean,
+            "cookie_check": self.cookie_check.name if self.cookie_check else None,
+            "limbo_ledgers": self.limbo_ledgers(),
+            "deleted_ledgers_remembered": len(self.tombstones),
+            "repair": dict(self.repair_status),
+            "counters": self.counters.as_dict(),
+        }

@@ -1,0 +1,98 @@
+"""What answering requests and checkpointing need of a bookie -- and nothing more.
+
+A :class:`BookieContext` is made once per bookie by :class:`~bkframe.bookie.bookie.Bookie`
+and shared by the request handlers (:mod:`.requests` and the :mod:`.adds`, :mod:`.reads`
+and :mod:`.ledger_control` it dispatches to) and the
+:class:`~bkframe.bookie.checkpoint.Checkpointer`. They never see the Bookie itself, so the
+bookie module imports them and nothing of them imports it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import attrs
+
+from bkframe import proto as p
+from bkframe.bookie import journal_records as jr
+from bkframe.bookie.disk_space import ReadOnlyMode
+from bkframe.bookie.lac_waiters import LacWaiters
+from bkframe.bookie.response_batch import ResponseBatch
+from bkframe.bookie.sync_cursor import SyncTracker
+from bkframe.bookie.tombstones import Tombstones
+from bkframe.core.counters import Counters, Histogram
+from bkframe.core.disk_full import is_disk_full
+from bkframe.core.interfaces import DurabilityPolicy, Journal, LedgerState, LedgerStorage, WriteOnceStorage
+
+
+def _write_once(context: BookieContext) -> WriteOnceStorage | None:
+    storage = context.storage
+    return storage if isinstance(storage, WriteOnceStorage) and storage.large_entry_bytes > 0 else None
+
+
+@attrs.define(eq=False)
+class BookieContext:
+    journal: Journal
+    storage: LedgerStorage
+    counters: Counters
+    #: The ledger types this bookie serves, by wire id.
+    types_by_id: dict[int, DurabilityPolicy]
+    #: BookKeeper's read-only mode: on a full disk, no adds (reads, fences and recovery go on).
+    mode: ReadOnlyMode
+    #: Ledgers garbage collection deleted: never created again by an add or a fence.
+    tombstones: Tombstones
+    #: BP-14 sync cursors of the ledgers acknowledged before their fsync.
+    sync: SyncTracker
+    data_dir: Path
+    #: Named in refusals; the service sets it once the bookie listens (if the config names none).
+    bookie_id: str
+    #: ``await key_verifier(ledger_id, master_key)``: whether the ledger's metadata vouches
+    #: for the key (set by the service when there is a metadata store; raises if the
+    #: store cannot say). Keys of ledgers the bookie knows no key for are checked with it.
+    key_verifier: Callable[[int, bytes], Awaitable[bool]] | None = None
+    #: Long polls waiting for a ledger's LAC to move.
+    lac_waiters: LacWaiters = attrs.Factory(LacWaiters)
+    #: The storage, if it can write large PD entries once (and is configured to).
+    write_once: WriteOnceStorage | None = attrs.field(
+        init=False, default=attrs.Factory(_write_once, takes_self=True)
+    )
+
+    def journal_write_failed(self, error: BaseException) -> None:
+        if is_disk_full(error):
+            self.mode.write_failed(error)
+
+    def lost_status(self) -> p.Status:
+        """The status of a request whose journal record was lost."""
+        return p.Status.READ_ONLY if self.mode.read_only else p.Status.IO_ERROR
+
+    def lost_write(self, error: BaseException, what: str) -> tuple[p.Status, str]:
+        """Status and message for requests whose write (``what``) failed: nothing of them
+        is durable here (a full disk turns the bookie read-only)."""
+        self.journal_write_failed(error)
+        message = f"bookie {self.bookie_id}: {what} failed ({error}); nothing of this request is durable here"
+        return self.lost_status(), message
+
+    def no_space(self, error: BaseException, what: str) -> tuple[p.Status, str]:
+        self.mode.write_failed(error)
+        return p.Status.READ_ONLY, f"bookie {self.bookie_id} has no space {what} ({error}); it is read-only now"
+
+    def read_only_refusal(self, what: str) -> str:
+        self.counters.read_only_refusals += 1
+        until = "it is no longer decommissioned" if self.mode.draining else "its disk usage is below disk_usage_lwm"
+        return f"bookie {self.bookie_id} is read-only ({self.mode.reason}); it refuses {what} until {until}"
+
+    def journal_master_key(self, ledger_id: int, state: LedgerState, batch: ResponseBatch) -> None:
+        """Journal the ledger's (new) master key; the batch's answers wait for it."""
+        seq = self.journal.append(jr.master_record(ledger_id, state.ledger_type, state.master_key), ledger_id)
+        batch.wait_seq = max(batch.wait_seq, seq)
+
+    def timed(self, batch: ResponseBatch, by_type: dict[str, Histogram], ledger_type: int) -> None:
+        """The batch's answer ends a request of this ledger type timed in ``by_type``."""
+        policy = self.types_by_id.get(ledger_type)
+        name = policy.name if policy is not None else str(ledger_type)
+        histogram = by_type.get(name)
+        if histogram is None:
+            histogram = by_type[name] = Histogram()
+        if histogram not in batch.timed:
+            batch.timed.append(histogram)

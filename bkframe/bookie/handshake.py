@@ -1,0 +1,124 @@
+"""What a connection goes through before its requests are served: TLS, then authentication.
+
+:func:`open_connection` looks at the first bytes a client sends (without reading them): a TLS bookie
+answers a plaintext client with a plaintext error frame ("this bookie requires TLS") and
+closes; a plaintext bookie closes on a TLS ClientHello (the client's handshake then fails
+at once, with a message saying so). Neither side hangs.
+
+:class:`AuthGate` holds a connection's authentication: until the provider accepts an AUTH
+request, every other request gets UNAUTHORIZED, before any ledger is touched. It is asked
+once per frame only while the connection is not authenticated.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+
+import trio
+
+from bkframe import proto as p
+from bkframe.core.auth import AuthenticationError, AuthProvider, Peer
+from bkframe.core.tls import TLS_HANDSHAKE, looks_like_tls, peer_principal
+
+log = logging.getLogger("bkframe.server")
+
+#: A client has this long to send its first bytes and finish the TLS handshake.
+HANDSHAKE_TIMEOUT_S = 10.0
+#: How long a refused plaintext client gets to read the error before the socket closes.
+REFUSAL_LINGER_S = 2.0
+
+NOT_TLS = (
+    "this bookie requires TLS: the client connected in plaintext; give the client the CA "
+    "(open_client(..., tls_ca=...) or --tls-ca)"
+)
+
+
+async def _peek(raw: trio.SocketStream, size: int) -> bytes:
+    """Up to ``size`` of the first bytes the client sent, left in the socket for the reader."""
+    return await raw.socket.recv(size, socket.MSG_PEEK)
+
+
+def _address(raw: trio.SocketStream) -> str:
+    try:
+        host, port = raw.socket.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"
+
+
+async def open_connection(
+    raw: trio.SocketStream, context: ssl.SSLContext | None
+) -> tuple[trio.abc.Stream, Peer] | None:
+    """The stream to serve (TLS-wrapped when ``context`` is an SSL context) and who the peer
+    is; None when the connection was refused (and answered, where the client can read it)."""
+    address = _address(raw)
+    if context is None:
+        # A client may connect and stay silent a while: no timeout here (a stop cancels it).
+        if looks_like_tls(await _peek(raw, 3)):
+            log.warning("refused a TLS connection from %s: this bookie serves plaintext ([tls] enabled = false)", address)
+            return None
+        return raw, Peer(address)
+    with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
+        first = await _peek(raw, 3)
+        if not first or first[0] != TLS_HANDSHAKE:
+            if first:
+                log.warning("refused a plaintext connection from %s: this bookie requires TLS", address)
+                await _refuse(raw, NOT_TLS)
+            return None
+        stream = trio.SSLStream(raw, context, server_side=True)
+        try:
+            await stream.do_handshake()
+        except trio.BrokenResourceError as e:
+            log.warning("TLS handshake with %s failed: %s", address, e.__cause__ or e)
+            return None
+        subject = peer_principal(stream.getpeercert())
+        return stream, Peer(address, subject, tls=True)
+    log.info("no TLS handshake from %s within %s s; closing", address, HANDSHAKE_TIMEOUT_S)
+    return None
+
+
+async def _refuse(raw: trio.SocketStream, message: str) -> None:
+    """Answer in plaintext and close gently: a close with the client's bytes unread would
+    reset the connection and the client might never read the answer."""
+    try:
+        await raw.send_all(p.frame([p.encode_error_response(0, p.Status.BAD_REQUEST, message)]))
+        await raw.send_eof()
+        with trio.move_on_after(REFUSAL_LINGER_S):
+            while await raw.receive_some(64 * 1024):
+                pass
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+
+
+class AuthGate:
+    """One connection's authentication state."""
+
+    def __init__(self, provider: AuthProvider, peer: Peer) -> None:
+        self.provider = provider
+        self.peer = peer
+        self.authenticated = not provider.requires_auth
+        self.principal = ""
+
+    def check(self, requests: list[p.Request | p.BadMessage]) -> tuple[list[bytes], list[p.Request | p.BadMessage]]:
+        """(responses to send now, requests to serve): requests before a successful AUTH are
+        refused; those after it in the same frame are served."""
+        answers: list[bytes] = []
+        for i, req in enumerate(requests):
+            if self.authenticated:
+                return answers, requests[i:]
+            if type(req) is p.AuthRequest:
+                try:
+                    self.principal = self.provider.authenticate(self.peer, req.method, req.credential)
+                except AuthenticationError as e:
+                    log.warning("refused authentication from %s (method %r): %s", self.peer.address, req.method, e)
+                    answers.append(p.encode_auth_response(req.request_id, p.Status.UNAUTHORIZED, str(e)))
+                    continue
+                self.authenticated = True
+                log.info("connection from %s authenticated as %s", self.peer.address, self.principal)
+                answers.append(p.encode_auth_response(req.request_id, p.Status.OK, self.principal))
+            else:
+                message = "not authenticated: a connection's first request must be AUTH (give the client its token)"
+                answers.append(p.encode_error_response(req.request_id, p.Status.UNAUTHORIZED, message))
+        return answers, []

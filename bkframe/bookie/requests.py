@@ -1,0 +1,202 @@
+"""How a bookie answers requests: the dispatcher, and when answers may leave.
+
+``RequestHandler.handle`` turns a frame's requests into a :class:`ResponseBatch`: the encoded
+responses plus what must be durable before they may be sent (a journal sequence, the
+entry-log fsync of large entries written once). It does all its work synchronously on the
+event loop (page-cache writes, memory copies), by concern: :mod:`.adds` (ADD, ADD_BATCH,
+SYNC), :mod:`.reads` (READ, READ_BATCH, READ_LAC, LIST_ENTRIES), :mod:`.ledger_control`
+(fences, WRITE_LAC, WRITE_CLOSE). ``RequestHandler.durable_answers`` is the only wait on the
+add path: the server's connection writer hands it the batches it holds and sends what it
+returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import trio
+
+from bkframe import proto as p
+from bkframe.bookie.adds import Adds
+from bkframe.bookie.context import BookieContext
+from bkframe.bookie.ledger_control import LedgerControl
+from bkframe.bookie.reads import Reads
+from bkframe.bookie.response_batch import ResponseBatch
+from bkframe.core.interfaces import Buffer, JournalWriteError
+
+log = logging.getLogger("bkframe.bookie")
+
+
+class RequestHandler:
+    """One bookie's request semantics (the network server is :mod:`.server`).
+
+    :param info: what GET_BOOKIE_INFO answers (:meth:`Bookie.info <bkframe.bookie.bookie.Bookie.info>`).
+    """
+
+    def __init__(self, context: BookieContext, info: Callable[[], dict[str, Any]]) -> None:
+        self.context = context
+        self.info = info
+        self.journal = context.journal
+        self.counters = context.counters
+        self.adds = Adds(context)
+        self.control = LedgerControl(context)
+        self.reads = Reads(context, self.control)
+
+    def forget(self, ledger_id: int) -> None:
+        """A deleted ledger: drop its fence sequence; its long polls answer NO_LEDGER."""
+        self.control.forget(ledger_id)
+        self.context.lac_waiters.moved(ledger_id)
+
+    def handle(self, requests: Sequence[p.Request | p.BadMessage]) -> ResponseBatch:
+        """Serve one frame's requests; never raises for bad input or a failing disk."""
+        batch = ResponseBatch(requests=requests, received=trio.current_time())
+        self.counters.requests += len(requests)
+        i = 0
+        n = len(requests)
+        while i < n:
+            req = requests[i]
+            j = i + 1
+            if type(req) is p.AddRequest:
+                # Consecutive adds to one ledger are stored and journaled as one batch.
+                while (
+                    j < n and type(requests[j]) is p.AddRequest and requests[j].ledger_id == req.ledger_id  # type: ignore[union-attr]
+                ):
+                    j += 1
+            try:
+                self._serve(requests[i:j], batch)
+            except Exception as e:
+                # Storage failures are answered where they are expected (adds, reads); this
+                # is the net under the rest (e.g. a full disk under a fence's new index):
+                # the requests get IO_ERROR, the connection and the bookie go on.
+                log.exception("serving %s failed", type(req).__name__)
+                for r in requests[i:j]:
+                    message = f"this bookie failed to serve the request: {e}"
+                    batch.parts.append(p.encode_error_response(r.request_id, p.Status.IO_ERROR, message))
+            i = j
+        return batch
+
+    def _serve(self, requests: Sequence[p.Request | p.BadMessage], batch: ResponseBatch) -> None:
+        """One request, or a run of adds to one ledger."""
+        req = requests[0]
+        if type(req) is p.AddRequest:
+            self.adds.add(requests, batch)  # type: ignore[arg-type]
+        elif type(req) is p.ReadRequest:
+            self.reads.read(req, batch)
+        elif type(req) is p.ReadBatchRequest:
+            self.reads.read_batch(req, batch)
+        elif type(req) is p.ReadLacRequest:
+            self.reads.read_lac(req, batch)
+        elif type(req) is p.AddBatchRequest:
+            self.adds.add_batch(req, batch)
+        elif type(req) is p.SyncRequest:
+            self.adds.sync_request(req, batch)
+        elif type(req) is p.WriteLacRequest:
+            self.control.write_lac(req, batch)
+        elif type(req) is p.ListEntriesRequest:
+            self.reads.list_entries(req, batch)
+        elif type(req) is p.WriteCloseRequest:
+            self.control.write_close(req, batch)
+        elif type(req) is p.BookieInfoRequest:
+            batch.parts.append(p.encode_bookie_info_response(req.request_id, self.info()))
+        elif type(req) is p.AuthRequest:
+            # The connection is authenticated already (the server's handshake did it, or the
+            # provider requires none): a client may always send AUTH first.
+            batch.parts.append(p.encode_auth_response(req.request_id, p.Status.OK, "authenticated"))
+        else:
+            assert isinstance(req, p.BadMessage)
+            self.counters.bad_requests += 1
+            batch.parts.append(p.encode_error_response(req.request_id, p.Status.BAD_REQUEST, req.reason))
+
+    async def durable_answers(self, batches: Sequence[ResponseBatch]) -> list[Buffer]:
+        """Wait until what these batches' answers acknowledge is durable -- their journal
+        records and, for large entries written once, the entry-log fsync -- and return the
+        answers to send, in order: a batch whose records were lost answers with errors
+        (:meth:`lost_write_responses`). Never raises for a failed write."""
+        journal = self.journal
+        wait = 0
+        sync_storage = False
+        for b in batches:
+            if b.wait_seq > wait:
+                wait = b.wait_seq
+            sync_storage = sync_storage or b.sync_storage
+        lost: JournalWriteError | None = None
+        unsynced: Exception | None = None
+        if sync_storage:
+            lost, unsynced = await self._durable_and_synced(wait)
+        elif wait > journal.durable_seq:
+            try:
+                await journal.wait_durable(wait)
+            except JournalWriteError as e:
+                lost = e  # settled up to ``wait``: each batch is checked below
+        parts: list[Buffer] = []
+        for b in batches:
+            # A batch's records were appended together, so they were written (or lost)
+            # together: its highest sequence tells for all of them.
+            if b.wait_seq and journal.is_lost(b.wait_seq):
+                error = lost or JournalWriteError(None, f"journal record {b.wait_seq} was not written")
+                parts.extend(self.lost_write_responses(b, error))
+            elif b.sync_storage and unsynced is not None:
+                parts.extend(self.lost_write_responses(b, unsynced, "the entry-log fsync"))
+            else:
+                parts.extend(b.parts)
+        return parts
+
+    async def _durable_and_synced(self, wait: int) -> tuple[JournalWriteError | None, Exception | None]:
+        """Wait for the journal up to ``wait`` and, at the same time, for the entry-log fsync
+        that large entries written once need (see :mod:`.write_once`); return what failed."""
+        journal = self.journal
+        lost: JournalWriteError | None = None
+        unsynced: Exception | None = None
+
+        async def sync_storage() -> None:
+            nonlocal unsynced
+            try:
+                await self.adds.sync_storage()
+            except Exception as e:  # noqa: BLE001 - answered per batch by the caller
+                unsynced = e
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sync_storage)
+            if wait > journal.durable_seq:
+                try:
+                    await journal.wait_durable(wait)
+                except JournalWriteError as e:
+                    lost = e
+        return lost, unsynced
+
+    def answered(self, batches: Sequence[ResponseBatch]) -> None:
+        """The server sent these batches' answers: observe their request latencies."""
+        now = trio.current_time()
+        for b in batches:
+            for histogram in b.timed:
+                histogram.observe(now - b.received)
+
+    def lost_write_responses(self, batch: ResponseBatch, error: BaseException, what: str = "the journal write") -> list[Buffer]:
+        """Answers for a frame whose journal records were lost (a write found no space).
+
+        Whatever needed those records to be durable (adds, explicit LACs, fences) gets an
+        error; nothing of it may be acknowledged. The rest of the frame (plain reads, LAC
+        reads, info, ...) journals nothing and is served again. SYNC and long polls answer
+        on their own.
+        """
+        status, message = self.context.lost_write(error, what)
+        parts: list[Buffer] = []
+        again: list[p.Request | p.BadMessage] = []
+        for req in batch.requests:
+            if type(req) is p.AddRequest or type(req) is p.AddBatchRequest:
+                parts.append(self.adds.refused(req, status, message))
+            elif type(req) is p.WriteLacRequest:
+                parts.append(p.encode_write_lac_response(req.request_id, status, req.ledger_id, -1, message))
+            elif type(req) is p.ReadRequest and req.fence:
+                parts.extend(
+                    p.encode_read_response(req.request_id, p.Status.IO_ERROR, req.ledger_id, req.entry_id, -1, message.encode())
+                )
+            elif type(req) is p.SyncRequest or (type(req) is p.ReadLacRequest and req.previous_lac is not None):
+                continue  # answered by their own task
+            else:
+                again.append(req)
+        if again:
+            parts.extend(self.handle(again).parts)
+        return parts

@@ -1,0 +1,37 @@
+"""What a bookie sends back for one request frame, and what must happen before it may."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+import attrs
+
+from bkframe import proto as p
+from bkframe.core.counters import Histogram
+from bkframe.core.interfaces import Buffer
+
+
+@attrs.define
+class ResponseBatch:
+    """Responses to one request frame, to be sent once the journal is durable to ``wait_seq``."""
+
+    parts: list[Buffer] = attrs.Factory(list)
+    wait_seq: int = 0
+    #: Responses that must wait for something (a long poll, a sync): the server runs each
+    #: as a task and sends what it returns.
+    deferred: list[Callable[[], Awaitable[bytes]]] = attrs.Factory(list)
+    #: The frame's requests, to answer them again if the journal loses ``wait_seq``.
+    requests: Sequence[p.Request | p.BadMessage] = ()
+    #: Large entries were written once: the ack also waits for ledger storage's
+    #: ``sync_entries`` (see :class:`WriteOnceStorage`).
+    sync_storage: bool = False
+    #: When the frame was read (trio clock), and the latency histograms its answer ends:
+    #: one per kind (add, read) and ledger type in the frame, observed once when it is sent.
+    received: float = 0.0
+    timed: list[Histogram] = attrs.Factory(list)
+
+    @property
+    def waits(self) -> bool:
+        """Its answers may leave only once something is durable (see
+        :meth:`RequestHandler.durable_answers <bkframe.bookie.requests.RequestHandler.durable_answers>`)."""
+        return bool(self.wait_seq) or self.sync_storage

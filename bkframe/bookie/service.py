@@ -1,0 +1,242 @@
+"""Runs a composed bookie: replay, journal, checkpoints, server, disk checks, and a clean stop.
+
+Repairing limbo ledgers (BP-46 phase two) needs the client library, which the bookie
+package never imports: whoever starts the service passes it in (``repair=LimboRepair``
+from :mod:`bkframe.replication.data_integrity`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from functools import partial
+from typing import Protocol
+
+import trio
+
+from bkframe.bookie.bookie import Bookie
+from bkframe.bookie.cookies import check_cookies
+from bkframe.bookie.disk_space import measure
+from bkframe.bookie.garbage_collector import GarbageCollector
+from bkframe.bookie.protection import protect_at_boot
+from bkframe.bookie.server import BookieServer
+from bkframe.core.config import Config
+from bkframe.core.ledger_keys import key_matches
+from bkframe.core.metadata import BookieInfo, BookieRegistration, MetadataStore, NoSuchLedgerError
+from bkframe.core.plugin_manager import PluginManager
+
+log = logging.getLogger("bkframe.bookie")
+
+#: Seconds a change of the read-only registration may take before it is retried.
+REGISTRATION_UPDATE_TIMEOUT_S = 10.0
+
+
+#: How long the bookie waits for the metadata store when checking a master key.
+KEY_CHECK_TIMEOUT_S = 10.0
+
+
+async def verify_master_key(store: MetadataStore, ledger_id: int, key: bytes) -> bool:
+    """Whether ``key`` is the master key of the ledger per its metadata (False if deleted)."""
+    with trio.fail_after(KEY_CHECK_TIMEOUT_S):
+        try:
+            md = await store.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            return False
+    return key_matches(key, md.password_hash)
+
+
+class Repair(Protocol):
+    """A background task that repairs a bookie's limbo ledgers, then returns."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None: ...
+
+
+#: ``repair(bookie, store, bookie_id)``: what repairs limbo ledgers (a metadata store is needed).
+RepairFactory = Callable[[Bookie, MetadataStore, str], Repair]
+
+
+class AdminHttp(Protocol):
+    """The admin HTTP service of a bookie: ``await nursery.start(admin.run)`` returns its URL."""
+
+    async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None: ...
+
+
+#: ``admin(service)``: makes the admin HTTP service (``[http] enabled``), normally
+#: :class:`bkframe.admin.AdminServer`; it lives outside the core because its status page uses
+#: the client library, which the bookie never imports.
+AdminFactory = Callable[["BookieService"], AdminHttp]
+
+
+class Background(Protocol):
+    """A service that runs until cancelled (autorecovery)."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None: ...
+
+
+#: ``autorecovery(bookie, store, bookie_id)``: the autorecovery service run when
+#: ``[autorecovery] enabled`` (normally :func:`bkframe.replication.autorecovery.in_bookie`).
+AutorecoveryFactory = Callable[[Bookie, MetadataStore, str], Background]
+
+#: Seconds between a bookie's looks at whether it was decommissioned.
+DECOMMISSION_CHECK_S = 2.0
+
+
+class BookieService:
+    """``await nursery.start(service.run)`` returns ``(host, port)`` once connections are accepted.
+
+    :param repair: makes the task that repairs limbo ledgers (BP-46 phase two), normally
+        :class:`~bkframe.replication.data_integrity.LimboRepair`.
+    :param autorecovery: makes the autorecovery service, run if ``[autorecovery] enabled``.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        plugins: PluginManager | None = None,
+        *,
+        repair: RepairFactory,
+        admin: AdminFactory | None = None,
+        autorecovery: AutorecoveryFactory | None = None,
+    ) -> None:
+        self.config = config
+        self.plugins = plugins if plugins is not None else PluginManager()
+        self.repair = repair
+        self.admin = admin
+        self.autorecovery = autorecovery
+        self.bookie: Bookie | None = None
+        self.server: BookieServer | None = None
+        #: With a metadata store: the bookie's metadata store and garbage collector (the
+        #: admin service lists ledgers and triggers collections through them).
+        self.store: MetadataStore | None = None
+        self.gc: GarbageCollector | None = None
+        #: The admin HTTP service's URL once it listens ("" when off).
+        self.admin_url = ""
+        self._stop_requested = False
+
+    def stop(self) -> None:
+        """Stop accepting, drain in-flight requests (bounded), flush and return from run."""
+        self._stop_requested = True
+        if self.server is not None:
+            self.server.stop()
+
+    async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
+        cfg = self.config.bookie
+        bookie = self.bookie = Bookie(self.config, self.plugins)
+        # Before anything is written: a bookie starting on a full disk starts read-only.
+        bookie.check_disk()
+        bookie.checkpointer.replay()
+        server = self.server = BookieServer(bookie, cfg.host, cfg.port)
+        if self._stop_requested:
+            server.stop()
+        store: MetadataStore | None = None
+        registration: BookieRegistration | None = None
+        try:
+            if cfg.metadata:
+                store = self.plugins.metadata_store(cfg.metadata, create=True)  # the first bookie makes the store
+                self.store = store
+            async with trio.open_nursery() as background:
+                await background.start(bookie.journal.run)
+                if bookie.checkpointer.replayed_records:
+                    await bookie.checkpoint()  # on a full disk: read-only, the old mark stays
+                await background.start(bookie.checkpointer.run)
+                await background.start(bookie.sync.run)
+                async with trio.open_nursery() as serving:
+                    host, port = await serving.start(server.run)
+                    bookie_id = cfg.bookie_id or f"{host}:{port}"
+                    bookie.bookie_id = bookie_id
+                    if store is not None:
+                        bookie.cookie_check = await check_cookies(
+                            store,
+                            bookie.data_dir,
+                            bookie_id,
+                            f"{host}:{port}",
+                            auto_fix=cfg.auto_fix_cookies,
+                            metadata_uri=cfg.metadata,
+                        )
+                        log.info("bookie %s: %s", bookie_id, bookie.cookie_check.value)
+                    if store is not None:
+                        bookie.key_verifier = partial(verify_master_key, store)
+                    await protect_at_boot(bookie, store, bookie_id)
+                    bookie.ready.set()
+                    if store is not None:
+                        if bookie.limbo_ledgers():
+                            background.start_soon(self.repair(bookie, store, bookie_id).run)
+                        self.gc = GarbageCollector(bookie, store, cfg.gc_interval_s)
+                        background.start_soon(self.gc.run)
+                        info = BookieInfo(
+                            bookie_id=bookie_id,
+                            address=f"{host}:{port}",
+                            read_only=bookie.read_only,
+                            pid=os.getpid(),
+                            rack=cfg.rack,
+                        )
+                        registration = await store.register_bookie(info, cfg.registration_ttl_s, background)
+                        background.start_soon(self._watch_decommission, bookie, store, bookie_id)
+                        if self.config.autorecovery.enabled and self.autorecovery is not None:
+                            background.start_soon(self._run_autorecovery, bookie, store, bookie_id)
+                    background.start_soon(self._watch_disk, bookie, registration)
+                    if self.config.http.enabled and self.admin is not None:
+                        self.admin_url = await background.start(self.admin(self).run)  # cancelled with the rest, after serving
+                    task_status.started((host, port))
+                background.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                if registration is not None:
+                    await registration.aclose()
+                if store is not None:
+                    await store.aclose()
+                await bookie.aclose()
+        log.info("bookie stopped cleanly")
+
+    async def _run_autorecovery(self, bookie: Bookie, store: MetadataStore, bookie_id: str) -> None:
+        """Autorecovery in this bookie; if it ever fails, log it and start it again: it never
+        takes the bookie down."""
+        assert self.autorecovery is not None
+        while True:
+            try:
+                await self.autorecovery(bookie, store, bookie_id).run()
+            except Exception:
+                log.exception("autorecovery failed; starting it again")
+            await trio.sleep(self.config.autorecovery.check_interval_s)
+
+    async def _watch_decommission(self, bookie: Bookie, store: MetadataStore, bookie_id: str) -> None:
+        """A decommissioned bookie refuses adds (as read-only), so writers move off it by an
+        ensemble change while autorecovery copies its ledgers away; reads go on."""
+        while True:
+            try:
+                with trio.fail_after(REGISTRATION_UPDATE_TIMEOUT_S):
+                    decommissioned = bookie_id in await store.list_decommissioned()
+                bookie.mode.set_draining(decommissioned)
+            except Exception as e:  # noqa: BLE001 - a store's failure, or its timeout: never fatal here
+                log.warning("could not check whether this bookie is decommissioned (%r)", e)
+            await trio.sleep(DECOMMISSION_CHECK_S)
+
+    async def _watch_disk(self, bookie: Bookie, registration: BookieRegistration | None) -> None:
+        """Check the disk every ``disk_check_interval_s`` and keep the registration's
+        read-only flag in step with the bookie's (a write that found no space changes it
+        between checks). Failures are logged and retried: this task never ends the bookie."""
+        interval = self.config.bookie.disk_check_interval_s
+        published = bookie.read_only
+        limiter = trio.CapacityLimiter(1)
+        while True:
+            changed = bookie.mode.changed
+            if registration is not None and published != bookie.read_only:
+                wanted = bookie.read_only
+                try:
+                    with trio.fail_after(REGISTRATION_UPDATE_TIMEOUT_S):
+                        await registration.set_read_only(wanted)
+                    published = wanted
+                    log.info("registered as %s", "read-only" if wanted else "writable")
+                except Exception as e:  # noqa: BLE001 - a store's failure, or its timeout: never fatal here
+                    log.warning("could not register as %s (%r); retrying", "read-only" if wanted else "writable", e)
+            with trio.move_on_after(interval):
+                await changed.wait()
+                continue  # publish the change now; the disk check follows at the interval
+            try:
+                # statvfs may hang on a sick disk: off the loop, and a hung check blocks only this task.
+                usage = await trio.to_thread.run_sync(measure, bookie.data_dir, limiter=limiter, abandon_on_cancel=True)
+            except OSError as e:
+                log.warning("disk check of %s failed: %s", bookie.data_dir, e)
+                continue
+            bookie.mode.disk_checked(usage)

@@ -1,0 +1,455 @@
+"""A pipelined connection to one bookie (the transport under the client library).
+
+Requests submitted while a send is in progress are coalesced into the next frame, so a
+writer with many adds in flight sends few large frames; responses are matched to their
+requests by request id, whatever order the bookie answers in.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import ssl
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from bkframe import proto as p
+from bkframe.core.interfaces import Buffer
+from bkframe.errors import BKError, UnauthorizedError
+
+
+class BookieConnectionError(BKError, ConnectionError):
+    """The connection to a bookie failed or closed before the response came."""
+
+
+class BookieTimeoutError(BookieConnectionError):
+    """A bookie did not answer a request in time: hung, overloaded or cut off. Callers
+    treat it like a failed connection (the connection itself stays open: a late answer
+    is dropped)."""
+
+
+#: Requests without a timeout of their own get this one: nothing waits on a bookie forever.
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+
+
+class PendingResponse:
+    """A response that will come; ``await pending.wait()`` returns it."""
+
+    __slots__ = ("_error", "_event", "_response", "callback", "deadline")
+
+    def __init__(self, deadline: float = float("inf")) -> None:
+        self._event = trio.Event()
+        #: trio clock time after which the request fails with :class:`BookieTimeoutError`.
+        self.deadline = deadline
+        self._response: p.Response | None = None
+        self._error: BaseException | None = None
+        #: Called synchronously with (response, None) or (None, error) when it completes;
+        #: lets a writer track thousands of adds without a task each.
+        self.callback: Callable[[p.Response | None, BaseException | None], None] | None = None
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> p.Response:
+        await self._event.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._response is not None
+        return self._response
+
+    def result(self) -> p.Response:
+        """The response of a done request (raises its error); no waiting, no checkpoint."""
+        if not self._event.is_set():
+            raise RuntimeError("the response has not come yet")
+        if self._error is not None:
+            raise self._error
+        assert self._response is not None
+        return self._response
+
+    def _set(self, response: p.Response) -> None:
+        self._response = response
+        self._event.set()
+        if self.callback is not None:
+            self.callback(response, None)
+
+    def _fail(self, error: BaseException) -> None:
+        if not self._event.is_set():
+            self._error = error
+            self._event.set()
+            if self.callback is not None:
+                self.callback(None, error)
+
+
+class BookieClient:
+    """Use :func:`connect_bookie` to make one."""
+
+    def __init__(self, stream: trio.abc.Stream, address: str, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
+        self.address = address
+        #: Timeout of requests submitted without one.
+        self.request_timeout_s = request_timeout_s
+        self._stream = stream
+        self._ids = itertools.count(1)
+        self._pending: dict[int, PendingResponse] = {}
+        self._outgoing: list[Buffer] = []
+        #: Bytes in ``_outgoing`` and the part indices where a frame may be cut.
+        self._outgoing_size = 0
+        self._cuts: list[int] = []
+        #: Requests in ``_outgoing``: if they are all that is pending, nothing is on the wire.
+        self._queued = 0
+        self._wake_sender = trio.Event()
+        self._closed: BaseException | None = None
+        self._closed_event = trio.Event()
+        #: (deadline, request id) of requests in flight; answered ones are dropped lazily.
+        self._deadlines: list[tuple[float, int]] = []
+        self._earlier_deadline = trio.Event()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    async def wait_closed(self) -> None:
+        await self._closed_event.wait()
+
+    # -- submission ----------------------------------------------------------------------
+
+    def _submit(self, request_id: int, parts: list[Buffer], timeout_s: float | None = None) -> PendingResponse:
+        if self._closed is not None:
+            raise BookieConnectionError(f"connection to bookie {self.address} is closed: {self._closed}")
+        deadline = trio.current_time() + (self.request_timeout_s if timeout_s is None else timeout_s)
+        pending = PendingResponse(deadline)
+        self._pending[request_id] = pending
+        deadlines = self._deadlines
+        if not deadlines or deadline < deadlines[0][0]:
+            self._earlier_deadline.set()
+        heapq.heappush(deadlines, (deadline, request_id))
+        if len(deadlines) > 2 * len(self._pending) + 1024:
+            # Mostly answered requests: rebuild from those still in flight (bounded memory).
+            self._deadlines = [(pr.deadline, rid) for rid, pr in self._pending.items()]
+            heapq.heapify(self._deadlines)
+        self._queued += 1
+        outgoing = self._outgoing
+        outgoing.extend(parts)
+        for part in parts:
+            self._outgoing_size += len(part)
+        if self._outgoing_size >= p.TARGET_FRAME_SIZE:
+            self._cuts.append(len(outgoing))
+            self._outgoing_size = 0
+        self._wake_sender.set()
+        return pending
+
+    def submit_add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        data: Buffer,
+        *,
+        master_key: bytes,
+        lac: int = -1,
+        ledger_type: int = 0,
+        recovery: bool = False,
+        timeout_s: float | None = None,
+    ) -> PendingResponse:
+        rid = next(self._ids)
+        parts = p.encode_add(rid, ledger_id, entry_id, lac, ledger_type, master_key, data, recovery=recovery)
+        return self._submit(rid, parts, timeout_s)
+
+    def submit_add_batch(
+        self,
+        ledger_id: int,
+        entry_ids: list[int],
+        entries: list[Buffer],
+        *,
+        master_key: bytes,
+        lac: int = -1,
+        ledger_type: int = 0,
+        recovery: bool = False,
+        timeout_s: float | None = None,
+    ) -> PendingResponse:
+        """Many entries of one ledger in one ADD_BATCH message; one status for all."""
+        rid = next(self._ids)
+        parts = p.encode_add_batch(rid, ledger_id, lac, ledger_type, master_key, entry_ids, entries, recovery=recovery)
+        return self._submit(rid, parts, timeout_s)
+
+    def submit_sync(self, ledger_id: int, *, timeout_s: float | None = None) -> PendingResponse:
+        """SYNC (BP-14 force): the bookie fsyncs what it holds of the ledger; answers LastAddSynced."""
+        rid = next(self._ids)
+        return self._submit(rid, [p.encode_sync(rid, ledger_id)], timeout_s)
+
+    def submit_read(
+        self, ledger_id: int, entry_id: int, *, master_key: bytes = b"", fence: bool = False, timeout_s: float | None = None
+    ) -> PendingResponse:
+        rid = next(self._ids)
+        return self._submit(rid, [p.encode_read(rid, ledger_id, entry_id, master_key=master_key, fence=fence)], timeout_s)
+
+    def submit_read_batch(
+        self,
+        ledger_id: int,
+        first: int,
+        last: int,
+        *,
+        step: int = 1,
+        max_bytes: int = p.TARGET_FRAME_SIZE,
+        timeout_s: float | None = None,
+    ) -> PendingResponse:
+        """READ_BATCH: the entries the bookie holds from ``first`` on (see bookie/batch_reads.py)."""
+        rid = next(self._ids)
+        return self._submit(rid, [p.encode_read_batch(rid, ledger_id, first, last, max_bytes, step)], timeout_s)
+
+    def submit_read_lac(
+        self, ledger_id: int, *, previous_lac: int | None = None, timeout_ms: int = 0, timeout_s: float | None = None
+    ) -> PendingResponse:
+        """READ_LAC; with ``previous_lac`` a long poll answered once the LAC passes it (the
+        request's own ``timeout_s`` must then cover ``timeout_ms``)."""
+        rid = next(self._ids)
+        message = p.encode_read_lac(rid, ledger_id, previous_lac=previous_lac, timeout_ms=timeout_ms)
+        return self._submit(rid, [message], timeout_s)
+
+    def submit_write_lac(self, ledger_id: int, lac: int, *, master_key: bytes, timeout_s: float | None = None) -> PendingResponse:
+        """WRITE_LAC: an explicit LAC, answered once the bookie journaled and synced it."""
+        rid = next(self._ids)
+        return self._submit(rid, [p.encode_write_lac(rid, ledger_id, lac, master_key)], timeout_s)
+
+    def submit_write_close(self, ledger_id: int, *, master_key: bytes, timeout_s: float | None = None) -> PendingResponse:
+        """WRITE_CLOSE (BP-32): advisory; the writer is done with the ledger."""
+        rid = next(self._ids)
+        return self._submit(rid, [p.encode_write_close(rid, ledger_id, master_key)], timeout_s)
+
+    def submit_list_entries(self, ledger_id: int, first: int, last: int, *, timeout_s: float | None = None) -> PendingResponse:
+        """LIST_ENTRIES: the runs of entries of ``first..last`` the bookie holds (one answer
+        covers at most ``protocol.MAX_LIST_SPAN`` ids; ``next_first`` says where to go on)."""
+        rid = next(self._ids)
+        return self._submit(rid, [p.encode_list_entries(rid, ledger_id, first, last)], timeout_s)
+
+    def submit_raw(self, request_id: int, message: bytes, *, timeout_s: float | None = None) -> PendingResponse:
+        """Send a pre-encoded message (tests of malformed input use this)."""
+        return self._submit(request_id, [message], timeout_s)
+
+    async def add(self, ledger_id: int, entry_id: int, data: Buffer, **kw: Any) -> p.Response:
+        return await self.submit_add(ledger_id, entry_id, data, **kw).wait()
+
+    async def read(self, ledger_id: int, entry_id: int, **kw: Any) -> p.Response:
+        return await self.submit_read(ledger_id, entry_id, **kw).wait()
+
+    async def read_lac(self, ledger_id: int, **kw: Any) -> p.Response:
+        return await self.submit_read_lac(ledger_id, **kw).wait()
+
+    async def info(self, *, timeout_s: float | None = None) -> dict[str, Any]:
+        rid = next(self._ids)
+        response = await self._submit(rid, [p.encode_bookie_info(rid)], timeout_s).wait()
+        assert response.info is not None
+        return response.info
+
+    # -- background tasks ----------------------------------------------------------------
+
+    async def _send_loop(self) -> None:
+        while True:
+            await self._wake_sender.wait()
+            self._wake_sender = trio.Event()
+            # Let tasks that are ready submit more first, so that pipelined requests share
+            # frames (and the bookie's journal records) instead of going one per frame.
+            # Only while earlier requests are on the wire, though (as Nagle's rule): with
+            # none, the bookie is idle and a pass spent waiting is latency of a lone request.
+            before = -1 if len(self._pending) > self._queued else len(self._outgoing)
+            while before != len(self._outgoing) and not self._cuts:
+                before = len(self._outgoing)
+                await trio.lowlevel.checkpoint()
+            parts, self._outgoing = self._outgoing, []
+            self._queued = 0
+            cuts, self._cuts = self._cuts, []
+            self._outgoing_size = 0 if not cuts or cuts[-1] == len(parts) else sum(map(len, parts[cuts[-1]:]))
+            start = 0
+            for cut in [*cuts, len(parts)]:
+                if cut > start:
+                    await self._stream.send_all(p.frame(parts[start:cut]))
+                start = cut
+
+    async def _timeout_loop(self) -> None:
+        """Fail each request whose deadline passed (the bookie may be hung: SIGSTOP, a
+        stalled disk, a partition); its late answer, if any, is dropped."""
+        while True:
+            deadlines = self._deadlines
+            if not deadlines:
+                await self._earlier_deadline.wait()
+                self._earlier_deadline = trio.Event()
+                continue
+            deadline, rid = deadlines[0]
+            if deadline > trio.current_time():
+                with trio.move_on_at(deadline):
+                    await self._earlier_deadline.wait()
+                if self._earlier_deadline.is_set():
+                    self._earlier_deadline = trio.Event()
+                continue
+            heapq.heappop(deadlines)
+            pending = self._pending.get(rid)
+            if pending is not None and pending.deadline <= deadline:
+                del self._pending[rid]
+                pending._fail(BookieTimeoutError(f"bookie {self.address} did not answer request {rid} in time"))
+
+    async def _receive_loop(self) -> None:
+        buf = bytearray()
+        while True:
+            while len(buf) >= 4:
+                (length,) = p.FRAME_HEADER.unpack_from(buf)
+                if len(buf) < 4 + length:
+                    break
+                with memoryview(buf) as view:  # one copy; released before the del below
+                    body = bytes(view[4 : 4 + length])
+                del buf[: 4 + length]
+                for response in p.decode_responses(body):
+                    pending = self._pending.pop(response.request_id, None)
+                    if pending is not None:
+                        pending._set(response)
+                    elif response.request_id == 0 and response.status == p.Status.BAD_REQUEST:
+                        raise BookieConnectionError(f"bookie {self.address} rejected the stream: {response.message}")
+            data = await self._stream.receive_some(256 * 1024)
+            if not data:
+                raise BookieConnectionError(f"bookie {self.address} closed the connection")
+            buf += data
+
+    def _fail_all(self, error: BaseException) -> None:
+        if self._closed is None:
+            self._closed = error
+        self._closed_event.set()
+        pending, self._pending = self._pending, {}
+        for waiter in pending.values():
+            waiter._fail(error)
+
+
+#: What a client sends in its AUTH request without a token: "nobody in particular".
+NO_AUTH: tuple[str, bytes] = ("none", b"")
+
+
+async def _secure(
+    tcp: trio.SocketStream, address: str, host: str, ssl_context: ssl.SSLContext
+) -> trio.SSLStream[trio.SocketStream]:
+    stream = trio.SSLStream(tcp, ssl_context, server_hostname=host)
+    try:
+        await stream.do_handshake()
+    except trio.BrokenResourceError as e:
+        cause = e.__cause__ or e
+        hint = (
+            "the bookie's certificate is not signed by the CA given (tls_ca) or does not name this address"
+            if isinstance(cause, ssl.SSLCertVerificationError)
+            else "does the bookie serve TLS? ([tls] enabled = true; a plaintext bookie closes TLS connections)"
+        )
+        raise BookieConnectionError(f"TLS handshake with bookie {address} failed ({cause}): {hint}") from None
+    return stream
+
+
+async def _authenticate(stream: trio.abc.Stream, address: str, auth: tuple[str, bytes], tls: bool) -> None:
+    """Send the connection's AUTH request and read its answer (nothing else is in flight)."""
+    method, credential = auth
+    try:
+        await stream.send_all(p.frame([p.encode_auth(0, method, credential)]))
+        buf = bytearray()
+        while len(buf) < 4 or len(buf) < 4 + p.FRAME_HEADER.unpack_from(buf)[0]:
+            if len(buf) >= 4 and p.FRAME_HEADER.unpack_from(buf)[0] > p.MAX_FRAME_SIZE:
+                raise p.ProtocolError("the answer to AUTH is not a bkframe frame")
+            data = await stream.receive_some(64 * 1024)
+            if not data:
+                raise BookieConnectionError("it closed the connection")
+            buf += data
+        (length,) = p.FRAME_HEADER.unpack_from(buf)
+        response = p.decode_responses(bytes(buf[4 : 4 + length]))[0]
+    except (trio.BrokenResourceError, BookieConnectionError, p.ProtocolError, OSError, IndexError) as e:
+        cause = e.__cause__ or e
+        hint = (
+            "does it require a client certificate? (give tls_cert and tls_key)"
+            if tls
+            else "does it require TLS? (give tls_ca)"
+        )
+        raise BookieConnectionError(f"bookie {address} refused the connection ({cause}): {hint}") from None
+    if response.status == p.Status.UNAUTHORIZED:
+        raise UnauthorizedError(
+            f"bookie {address} refused authentication: {response.message}. Give the client a token the bookie "
+            "accepts (open_client(..., auth_token=...), --auth-token-file) or the certificate it requires"
+        )
+    if response.status != p.Status.OK or response.op != p.Op.AUTH:
+        raise BookieConnectionError(f"bookie {address} refused the connection: {response.message or response.status.name}")
+
+
+@asynccontextmanager
+async def connect_bookie(
+    host: str,
+    port: int,
+    *,
+    connect_timeout_s: float = 10.0,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    ssl_context: ssl.SSLContext | None = None,
+    auth: tuple[str, bytes] = NO_AUTH,
+) -> AsyncIterator[BookieClient]:
+    """Connect to a bookie; the connection lives for the ``async with`` block.
+
+    With ``ssl_context`` the connection is TLS; every connection starts with an AUTH request
+    carrying ``auth`` (method, credential), answered before anything else, so a refusal --
+    wrong token, missing certificate, plaintext against TLS or the reverse -- is an error
+    here (:class:`~bkframe.errors.UnauthorizedError` or :class:`BookieConnectionError`
+    saying what to change), never a hang.
+
+    A broken connection fails every pending response with :class:`BookieConnectionError`
+    (and later submissions raise it); the block itself goes on, so the caller sees the
+    failure where it waits, and :meth:`BookieClient.wait_closed` returns. An unanswered
+    request fails with :class:`BookieTimeoutError` after its timeout (``request_timeout_s``
+    unless the request gives its own).
+    """
+    address = f"{host}:{port}"
+    stream: trio.abc.Stream | None = None
+    try:
+        with trio.fail_after(connect_timeout_s):
+            tcp = await trio.open_tcp_stream(host, port)
+            stream = tcp
+            if ssl_context is not None:
+                stream = await _secure(tcp, address, host, ssl_context)
+            await _authenticate(stream, address, auth, ssl_context is not None)
+    except OSError as e:
+        await _close(stream)
+        raise BookieConnectionError(f"cannot connect to bookie {address}: {e}") from e
+    except trio.TooSlowError:
+        await _close(stream)
+        hint = "" if stream is None else " (hung, or a TLS mismatch: give tls_ca only for bookies with [tls] enabled)"
+        raise BookieTimeoutError(f"cannot connect to bookie {address}: no answer in {connect_timeout_s} s{hint}") from None
+    except BKError:
+        await _close(stream)
+        raise
+    assert stream is not None
+    client = BookieClient(stream, address, request_timeout_s=request_timeout_s)
+    # The connection's own tasks; a failure ends them all, never the caller's block.
+    scopes: list[trio.CancelScope] = []
+
+    async def run(task: Any) -> None:
+        try:
+            with trio.CancelScope() as scope:
+                scopes.append(scope)
+                await task()
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, p.ProtocolError, BookieConnectionError) as e:
+            err = e if isinstance(e, BookieConnectionError) else BookieConnectionError(f"bookie {address}: {e!r}")
+            client._fail_all(err)
+            for other in scopes:
+                other.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, client._send_loop)
+        nursery.start_soon(run, client._receive_loop)
+        nursery.start_soon(run, client._timeout_loop)
+        try:
+            yield client
+        finally:
+            client._fail_all(BookieConnectionError(f"connection to bookie {address} was closed"))
+            nursery.cancel_scope.cancel()
+            # Shielded: an unshielded await here would raise Cancelled (the scope was just
+            # cancelled) and replace whatever the body raised, which the nursery would
+            # then swallow: errors inside ``async with connect_bookie(...)`` would vanish.
+            with trio.CancelScope(shield=True):
+                # TLS sends close_notify first: bounded, so a hung bookie cannot hold us.
+                with trio.move_on_after(1.0):
+                    await stream.aclose()
+                await trio.aclose_forcefully(stream)
+
+
+async def _close(stream: trio.abc.Stream | None) -> None:
+    if stream is not None:
+        with trio.CancelScope(shield=True):
+            await trio.aclose_forcefully(stream)

@@ -1,0 +1,101 @@
+"""Connections to bookies by bookie id, opened on demand and reopened after a failure."""
+
+from __future__ import annotations
+
+import ssl
+
+import trio
+
+from bkframe.client.bookie_client import NO_AUTH, BookieClient, BookieConnectionError, connect_bookie
+from bkframe.client.bookie_health import BookieHealth
+from bkframe.core.metadata import MetadataStore
+from bkframe.core.placement import PlacementPolicy
+
+
+class BookiePool:
+    """Holds one connection per bookie inside the client's nursery.
+
+    A failed connect quarantines the bookie in ``health`` (see :mod:`bookie_health`).
+    It carries the client's placement policy, which choosing bookies needs with it.
+    """
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        metadata: MetadataStore,
+        *,
+        connect_timeout_s: float = 10.0,
+        health: BookieHealth | None = None,
+        placement: PlacementPolicy,
+        ssl_context: ssl.SSLContext | None = None,
+        auth: tuple[str, bytes] = NO_AUTH,
+    ) -> None:
+        self._nursery = nursery
+        self._metadata = metadata
+        self.connect_timeout_s = connect_timeout_s
+        self.health = health if health is not None else BookieHealth(0.0)
+        #: How ensembles and replacements are chosen (see :mod:`.placement`): it travels
+        #: with the pool, as health does, so every caller of ``choose_*`` uses the client's.
+        self.placement = placement
+        #: Ledgers each bookie holds, as it last reported (GET_BOOKIE_INFO), with when
+        #: (trio time) and how many this client placed on it since: for ``least_used``.
+        self.ledger_counts: dict[str, tuple[int, float]] = {}
+        self._clients: dict[str, BookieClient] = {}
+        self._addresses: dict[str, str] = {}
+        self._locks: dict[str, trio.Lock] = {}
+        #: TLS (None: plaintext) and the AUTH request of every connection (see connect_bookie).
+        self._ssl_context = ssl_context
+        self._auth = auth
+
+    async def resolve(self, bookie_id: str, *, refresh: bool = False) -> str:
+        if refresh or bookie_id not in self._addresses:
+            for info in await self._metadata.list_bookies():
+                self._addresses[info.bookie_id] = info.address
+        try:
+            return self._addresses[bookie_id]
+        except KeyError:
+            raise BookieConnectionError(f"bookie {bookie_id} is not registered (not running?)") from None
+
+    def connected(self, bookie_id: str) -> BookieClient | None:
+        client = self._clients.get(bookie_id)
+        return client if client is not None and not client.closed else None
+
+    async def get(self, bookie_id: str) -> BookieClient:
+        client = self.connected(bookie_id)
+        if client is not None:
+            return client
+        lock = self._locks.setdefault(bookie_id, trio.Lock())
+        async with lock:
+            client = self.connected(bookie_id)
+            if client is not None:
+                return client
+            refreshed = bookie_id in self._clients
+            address = await self.resolve(bookie_id, refresh=refreshed)
+            while True:
+                host, _, port = address.rpartition(":")
+                try:
+                    return await self._nursery.start(self._hold, bookie_id, host, int(port))
+                except ConnectionError as e:
+                    # A restarted bookie listens elsewhere: the address may be stale (it
+                    # came with another bookie's lookup). Look it up afresh, once.
+                    self._addresses.pop(bookie_id, None)
+                    if not refreshed:
+                        refreshed = True
+                        try:
+                            fresh = await self.resolve(bookie_id, refresh=True)
+                        except ConnectionError:
+                            fresh = address
+                        if fresh != address:
+                            address = fresh
+                            continue
+                    self.health.failed(bookie_id, str(e))
+                    raise
+
+    async def _hold(self, bookie_id: str, host: str, port: int, *, task_status: trio.TaskStatus[BookieClient]) -> None:
+        # A failed connect raises out of nursery.start to the caller of get().
+        async with connect_bookie(
+            host, port, connect_timeout_s=self.connect_timeout_s, ssl_context=self._ssl_context, auth=self._auth
+        ) as client:
+            self._clients[bookie_id] = client
+            task_status.started(client)
+            await client.wait_closed()

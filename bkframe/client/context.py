@@ -1,0 +1,62 @@
+"""What write handles, read handles and recovery need of a client -- and nothing more.
+
+A :class:`ClientContext` is made once per client (:func:`bkframe.open_client`) and shared;
+the handles never see the :class:`~bkframe.client.client.Client` itself, so the
+client module imports the handles and nothing imports it back.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import attrs
+import trio
+
+from bkframe.client.bookie_health import BookieHealth
+from bkframe.client.bookie_pool import BookiePool
+from bkframe.client.settings import ClientSettings
+from bkframe.core.counters import ClientCounters
+from bkframe.core.metadata import MetadataStore
+from bkframe.core.placement import PlacementPolicy
+from bkframe.core.plugin_manager import LedgerTypes, PluginManager
+
+
+@attrs.frozen
+class ClientContext:
+    #: Where the client's background tasks run (flushes, ensemble changes, explicit LACs).
+    nursery: trio.Nursery
+    metadata: MetadataStore
+    #: Connections to bookies, with their health (quarantine).
+    pool: BookiePool
+    #: The ledger types the client's plugins registered.
+    ledger_types: LedgerTypes
+    settings: ClientSettings
+    #: Written into the metadata of the ledgers this client claims (single writer).
+    client_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+    #: What the client has done (add latency, ensemble changes, recoveries), for its metrics.
+    counters: ClientCounters = attrs.field(factory=ClientCounters)
+
+    @classmethod
+    def create(
+        cls,
+        nursery: trio.Nursery,
+        metadata: MetadataStore,
+        plugins: PluginManager,
+        settings: ClientSettings | None = None,
+        placement: PlacementPolicy | None = None,
+    ) -> ClientContext:
+        """``placement``: the policy the settings name, if the caller made it already
+        (:func:`bkframe.open_client` does, so that a wrong name fails before anything starts)."""
+        settings = settings if settings is not None else ClientSettings()
+        if placement is None:
+            placement = plugins.placement_policy(settings.placement, settings.placement_options, source="client settings")
+        pool = BookiePool(
+            nursery,
+            metadata,
+            connect_timeout_s=settings.connect_timeout_s,
+            health=BookieHealth(settings.bookie_quarantine_s),
+            placement=placement,
+            ssl_context=settings.ssl_context(),
+            auth=settings.auth,
+        )
+        return cls(nursery=nursery, metadata=metadata, pool=pool, ledger_types=plugins.ledger_types(), settings=settings)

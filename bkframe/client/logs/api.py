@@ -1,0 +1,338 @@
+"""Named logs through the client: create, write, read, commit, trim, cursors.
+
+::
+
+    async with bkframe.open_client(uri) as bk:
+        logs = bk.logs                                       # or bkframe.Logs(bk)
+        await logs.create("events", rollover_entries=10_000, retention_s=86_400)
+        async with await logs.open_writer("events") as writer:
+            position = await writer.append(b"hello")          # e.g. Position(0, 0), printed 0:0
+        reader = await logs.reader("events")
+        async for entry in reader.tail("earliest"):
+            ...
+
+The model (positions, records, cursors) is :mod:`bkframe.client.logs.model`; writing is
+:mod:`bkframe.client.logs.writer`, reading :mod:`bkframe.client.logs.reader`; the stored
+records, and the steps all three share, :mod:`bkframe.client.logs.records`; trimming
+:mod:`bkframe.client.logs.retention`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import trio
+
+from bkframe.client.logs.ledgers import LedgerClient
+from bkframe.client.logs.model import (
+    EARLIEST,
+    Commit,
+    CommitResult,
+    Cursor,
+    LogMetadata,
+    LogSettings,
+    Position,
+    TrimResult,
+    check_name,
+)
+from bkframe.client.logs.reader import LogReader, count_entries
+from bkframe.client.logs.records import LogRecords
+from bkframe.client.logs.retention import trim
+from bkframe.client.logs.writer import LogWriter
+from bkframe.client.write_handle import WriteHandle
+from bkframe.core.metadata import LedgerMetadata, password_hash
+from bkframe.errors import (
+    BadVersionError,
+    CommitError,
+    CursorExistsError,
+    LogFencedError,
+    NoSuchCursorError,
+    NoSuchLedgerError,
+)
+
+log = logging.getLogger("bkframe.logs")
+
+
+@attrs.frozen
+class CursorInfo:
+    cursor: Cursor
+    #: Confirmed entries from the cursor's position to the log's end.
+    lag: int
+
+
+@attrs.frozen
+class LogInfo:
+    """``bkframe log info``: the record, where the confirmed end is, cursors and their lag."""
+
+    metadata: LogMetadata
+    end: Position
+    #: Confirmed entries per segment number (open segments: up to their LAC).
+    entries: dict[int, int]
+    cursors: tuple[CursorInfo, ...]
+
+
+class Logs:
+    """Named logs on a client: ``client.logs`` (or ``bkframe.Logs(client)``)."""
+
+    def __init__(self, client: LedgerClient) -> None:
+        self.client = client
+        self.store = client.metadata
+        self._records = LogRecords(client)
+
+    # -- records ------------------------------------------------------------------------
+
+    async def create(
+        self, name: str, settings: LogSettings | None = None, *, password: bytes = b"", **overrides: Any
+    ) -> LogMetadata:
+        """Create an empty log. Keywords override :class:`LogSettings` fields
+        (``rollover_entries=10_000``, ``ledger_type="VD_JOURNAL"``, ...)."""
+        check_name(name)
+        settings = settings if settings is not None else LogSettings()
+        try:
+            settings = attrs.evolve(settings, **overrides)
+        except TypeError as e:
+            known = ", ".join(f.name for f in attrs.fields(LogSettings))
+            raise TypeError(f"create log: {e}; the settings are: {known}") from None
+        self.client.context.ledger_types.named(settings.ledger_type)  # unknown type: a clear error now
+        record = LogMetadata(name=name, settings=settings, password_hash=password_hash(password), uid=uuid.uuid4().hex)
+        version = await self.store.create_log(name, record.serialize())
+        return attrs.evolve(record, version=version)
+
+    async def metadata(self, name: str) -> LogMetadata:
+        return await self._records.read(name)
+
+    async def list_logs(self) -> list[str]:
+        return await self.store.list_logs()
+
+    async def delete(self, name: str) -> LogMetadata:
+        """Delete the log, its cursors and every ledger it holds. A writer still writing
+        it fails (its segments are gone). Returns the record as it was."""
+        while True:
+            record = await self.metadata(name)
+            try:
+                await self.store.delete_log(name, expected_version=record.version)
+                break
+            except BadVersionError:
+                continue
+        for ledger_id in sorted(record.ledger_ids()):
+            await self._records.delete_ledger_quietly(ledger_id)
+        return record
+
+    # -- writing ------------------------------------------------------------------------
+
+    async def open_writer(self, name: str, *, password: bytes = b"") -> LogWriter:
+        """Become the log's one writer: recover and close the segments the previous writer
+        left open (fencing it), start a new segment. If another client opens the log at
+        the same moment, one of the two gets :class:`LogFencedError`."""
+        record = await self.metadata(name)
+        self._records.check_password(record, password)
+        writer_id = uuid.uuid4().hex
+        s = record.settings
+        first: WriteHandle | None = None
+        try:
+            while True:
+                recovered: dict[int, LedgerMetadata | None] = {}
+                for seg in record.open_segments():
+                    try:
+                        handle = await self.client.open_ledger(seg.ledger_id, password=password, recovery=True)
+                        recovered[seg.number] = handle.metadata
+                    except NoSuchLedgerError:
+                        # Deleted meanwhile: another opener dropped it (it was empty) and
+                        # won; our CAS below fails and says so.
+                        recovered[seg.number] = None
+                if first is None:
+                    first = await self.client.create_ledger(
+                        ensemble=s.ensemble, write_quorum=s.write_quorum, ack_quorum=s.ack_quorum,
+                        ledger_type=s.ledger_type, digest=s.digest, password=password, custom={"bkframe.log": name},
+                    )
+                now = time.time()
+                new = record
+                lost_in_flight = False
+                dropped = []
+                for seg in record.open_segments():
+                    md = recovered[seg.number]
+                    last = -1 if md is None else md.last_entry_id
+                    if lost_in_flight or last < 0:
+                        # It holds no entry, or follows a segment that lost entries in flight
+                        # (so none of its entries was acknowledged): it gives no position.
+                        dropped.append(seg.number)
+                    else:
+                        assert md is not None
+                        closed = attrs.evolve(seg, closed=True, last_entry_id=last, length=md.length, closed_at=now)
+                        new = new.replace_segment(closed)
+                    lost_in_flight = lost_in_flight or last < seg.last_sent
+                new = new.drop_segments(dropped)
+                new = attrs.evolve(new.with_garbage(new.spares), spares=())
+                new = new.add_segment(first.ledger_id, now=now)
+                new = attrs.evolve(new, writer=writer_id, writer_epoch=record.writer_epoch + 1)
+                try:
+                    stored = await self._records.cas(new, record.version)
+                    break
+                except BadVersionError:
+                    latest = await self.metadata(name)
+                    if latest.writer_epoch != record.writer_epoch:
+                        raise LogFencedError(
+                            f"log {name!r} was opened for writing by another client at the same moment; "
+                            f"it is that client's now (open again to take it over)"
+                        ) from None
+                    record = latest
+        except BaseException:
+            if first is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(10):
+                    await self._records.delete_ledger_quietly(first.ledger_id)
+            raise
+        writer = LogWriter(self._records, stored, first, writer_id, password)
+        await writer._start()
+        if stored.garbage:
+            try:
+                await self._records.collect_garbage(name)
+            except Exception as e:  # noqa: BLE001 - the ledgers stay listed as garbage; a later pass retries
+                log.warning("log %r: deleting unused ledgers failed (retried later): %s", name, e)
+        return writer
+
+    async def commit_ledgers(
+        self, name: str, ledger_ids: Iterable[int], token: str, *, password: bytes = b""
+    ) -> CommitResult:
+        """Append closed ledgers to the log as consecutive segments, all in one CAS, so they
+        become visible together or not at all. Idempotent per ``token``: committing a token
+        again (a retry after a crash or a timeout) changes nothing and returns the first
+        result. The ledgers must be closed and have the log's password; empty ones become no
+        segment and are deleted; the log owns the others from then on."""
+        if not token:
+            raise ValueError("commit_ledgers needs a non-empty token (e.g. the job's or batch's id)")
+        ids = list(ledger_ids)
+        if len(set(ids)) != len(ids):
+            raise CommitError(f"commit to log {name!r}: a ledger is listed twice in {ids}")
+        record = await self.metadata(name)
+        self._records.check_password(record, password)
+        done = record.commit(token)
+        if done is not None:
+            return CommitResult(token, done.segments, replayed=True)
+        mds: list[LedgerMetadata] = []
+        for ledger_id in ids:
+            try:
+                md = await self.client.ledger_metadata(ledger_id)
+            except NoSuchLedgerError:
+                raise CommitError(f"commit to log {name!r}: ledger {ledger_id} does not exist") from None
+            if not md.closed:
+                raise CommitError(
+                    f"commit to log {name!r}: ledger {ledger_id} is {md.state.value}; only closed ledgers can be "
+                    f"committed (close it first)"
+                )
+            if md.password_hash != record.password_hash:
+                raise CommitError(f"commit to log {name!r}: ledger {ledger_id} has another password than the log")
+            mds.append(md)
+        full = [md for md in mds if md.last_entry_id >= 0]
+        empty = [md.ledger_id for md in mds if md.last_entry_id < 0]
+        while True:
+            done = record.commit(token)
+            if done is not None:
+                return CommitResult(token, done.segments, replayed=True)
+            taken = record.ledger_ids() & set(ids)
+            if taken:
+                raise CommitError(f"commit to log {name!r}: ledger(s) {sorted(taken)} are in the log already")
+            now = time.time()
+            new = record
+            for md in full:
+                new = new.add_segment(md.ledger_id, now=now, closed=True, last_entry_id=md.last_entry_id, length=md.length)
+            commit = Commit(token, record.next_segment, new.next_segment - 1, now)
+            new = new.with_commit(commit).with_garbage(empty)
+            try:
+                await self._records.cas(new, record.version)
+                break
+            except BadVersionError:
+                record = await self.metadata(name)
+        if empty:
+            try:
+                await self._records.collect_garbage(name)
+            except Exception as e:  # noqa: BLE001 - the commit stands; the garbage is deleted later
+                log.warning("log %r: deleting empty committed ledgers failed (retried later): %s", name, e)
+        return CommitResult(token, commit.segments)
+
+    # -- reading ------------------------------------------------------------------------
+
+    async def reader(self, name: str, *, password: bytes = b"") -> LogReader:
+        record = await self.metadata(name)
+        self._records.check_password(record, password)
+        return LogReader(self._records, record, password)
+
+    # -- retention ----------------------------------------------------------------------
+
+    async def trim(
+        self, name: str, *, before: Position | None = None, retention: bool = False, force: bool = False
+    ) -> TrimResult:
+        """Remove whole closed segments from the start of the log and delete their ledgers:
+        those before ``before``, and with ``retention`` those the log's ``retention_s`` /
+        ``retention_bytes`` let go. Never a segment some cursor has not passed, unless
+        ``force`` (which moves such cursors to the new start)."""
+        return await trim(self._records, name, before=before, retention=retention, force=force)
+
+    # -- cursors ------------------------------------------------------------------------
+
+    async def _where(self, name: str, where: Position | str, password: bytes) -> tuple[LogMetadata, Position]:
+        reader = await self.reader(name, password=password)
+        return reader.metadata, await reader.resolve(where)
+
+    async def create_cursor(
+        self, name: str, cursor: str, start: Position | str = EARLIEST, *, password: bytes = b""
+    ) -> Cursor:
+        """A durable cursor at ``start`` (``earliest``, ``latest`` or a position)."""
+        check_name(cursor, "cursor")
+        record, position = await self._where(name, start, password)
+        new = Cursor(name, cursor, position, log_uid=record.uid)
+        try:
+            version = await self.store.write_cursor(name, cursor, new.serialize(), None)
+        except BadVersionError:
+            raise CursorExistsError(f"log {name!r} has a cursor {cursor!r} already") from None
+        created = attrs.evolve(new, version=version)
+        if start == EARLIEST:
+            # A trim that ran meanwhile may have passed it: start where the log starts now.
+            latest = await self.metadata(name)
+            if created.position < latest.start:
+                created = await self.move_cursor(name, cursor, latest.start)
+        return created
+
+    async def cursor(self, name: str, cursor: str) -> Cursor:
+        return await self._records.cursor(name, cursor)
+
+    async def cursors(self, name: str) -> list[Cursor]:
+        return await self._records.cursors(name)
+
+    async def move_cursor(
+        self, name: str, cursor: str, position: Position | str, *, rewind: bool = False, password: bytes = b""
+    ) -> Cursor:
+        """Set where the consumer resumes: every entry before ``position`` is acknowledged.
+        A cursor never moves back (an older position is ignored) unless ``rewind``."""
+        target = position if isinstance(position, Position) else (await self._where(name, position, password))[1]
+        return await self._records.set_cursor(name, cursor, target, rewind=rewind)
+
+    async def ack(self, name: str, cursor: str, position: Position) -> Cursor:
+        """Acknowledge the entry at ``position`` and every one before it."""
+        return await self.move_cursor(name, cursor, position.next())
+
+    async def delete_cursor(self, name: str, cursor: str) -> None:
+        if not await self.store.delete_cursor(name, cursor):
+            raise NoSuchCursorError(f"log {name!r} has no cursor {cursor!r}")
+
+    # -- inspecting ---------------------------------------------------------------------
+
+    async def end(self, name: str, *, password: bytes = b"") -> Position:
+        """The position after the last confirmed entry (where ``latest`` starts)."""
+        return await (await self.reader(name, password=password)).end()
+
+    async def info(self, name: str, *, password: bytes = b"") -> LogInfo:
+        """The record, the confirmed end, entries per segment, cursors and their lag."""
+        reader = await self.reader(name, password=password)
+        end = await reader.end()
+        record = reader.metadata
+        entries = {r.segment: r.entries for r in await reader.snapshot(record.start, end)}
+        infos = []
+        for c in await self.cursors(name):
+            lag = await count_entries(reader, max(c.position, record.start)) if c.position < end else 0
+            infos.append(CursorInfo(c, lag))
+        return LogInfo(record, end, {s.number: entries.get(s.number, 0) for s in record.segments}, tuple(infos))

@@ -1,0 +1,472 @@
+"""Named logs: the model. A log is an unbounded stream made of ledgers (segments).
+
+One metadata record per log holds its settings, its ordered segments, who writes it, and
+the tokens of its recent commits; every change is a compare-and-set on the record's
+version (the metadata store keeps the record as opaque bytes, see
+:class:`~bkframe.core.metadata.MetadataStore`). Cursors are records of their own, so a
+consumer moving its cursor never contends with the writer.
+
+A :class:`Position` is (segment number, entry id): segment numbers are handed out in
+order and never reused, entry ids are the segment ledger's, so a position names the same
+entry forever. Positions are also *boundaries*: ``(s, e)`` with ``e`` past the end of
+segment ``s`` means "after segment ``s``", i.e. the start of the next segment.
+
+Reading and writing are in :mod:`bkframe.client.logs.writer` and
+:mod:`bkframe.client.logs.reader`; the client's entry point is
+:class:`bkframe.client.logs.api.Logs`. The errors are in :mod:`bkframe.errors`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+import attrs
+from attrs import validators as v
+
+from bkframe.core.metadata import DigestType
+from bkframe.errors import MetadataError
+
+#: Log and cursor names: they become ZooKeeper node names and etcd key parts.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+#: How many recent commit tokens a log remembers (a commit retried after more commits
+#: than this would be applied again).
+TOKEN_HISTORY = 256
+#: ``start`` / ``end`` words accepted wherever a position is.
+EARLIEST = "earliest"
+LATEST = "latest"
+
+
+def check_name(name: str, what: str = "log") -> str:
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise ValueError(
+            f"bad {what} name {name!r}: use 1 to 200 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return name
+
+
+# -- positions -------------------------------------------------------------------------
+
+
+class Position(NamedTuple):
+    """(segment number, entry id), ordered; printed and parsed as ``SEGMENT:ENTRY``.
+
+    A named tuple rather than an attrs class: one is made per append and per entry read,
+    and tuple creation and comparison are what this hot path can afford.
+    """
+
+    segment: int
+    entry_id: int
+
+    def __str__(self) -> str:
+        return f"{self.segment}:{self.entry_id}"
+
+    def __repr__(self) -> str:
+        return f"Position({self.segment}, {self.entry_id})"
+
+    def next(self) -> Position:
+        """The position right after this one (a boundary if this was a segment's last entry)."""
+        return Position(self.segment, self.entry_id + 1)
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        seg, sep, entry = text.strip().partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            position = cls(int(seg), int(entry))
+        except ValueError:
+            position = None
+        if position is None or position.segment < 0 or position.entry_id < 0:
+            raise ValueError(f"bad position {text!r}: write SEGMENT:ENTRY with two numbers >= 0, e.g. 3:41")
+        return position
+
+
+def parse_where(text: str) -> Position | str:
+    """A position, or ``earliest`` / ``latest``."""
+    word = text.strip().lower()
+    if word in (EARLIEST, LATEST):
+        return word
+    try:
+        return Position.parse(text)
+    except ValueError:
+        raise ValueError(f"bad position {text!r}: write SEGMENT:ENTRY (e.g. 3:41), 'earliest' or 'latest'") from None
+
+
+# -- settings --------------------------------------------------------------------------
+
+
+def _quorums(instance: LogSettings, attribute: attrs.Attribute[Any], value: Any) -> None:
+    e, w, a = instance.ensemble, instance.write_quorum, instance.ack_quorum
+    if not (e >= w >= a >= 1):
+        raise ValueError(f"quorum sizes must satisfy E >= W >= A >= 1, got E={e} W={w} A={a}")
+
+
+def _positive_or_none(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{attribute.name} must be > 0 (or unset), got {value!r}")
+
+
+@attrs.frozen
+class LogSettings:
+    """How a log's segments are made, when they roll over, and what retention keeps.
+
+    Rollover defaults follow Pulsar's managed ledger (``managedLedgerMaxEntriesPerLedger``
+    50,000, ``managedLedgerMaxSizePerLedgerMbytes`` 2048, rollover time 4 h). A segment
+    rolls over at the first append that finds any limit reached; retention is off (None)
+    unless set.
+    """
+
+    ensemble: int = attrs.field(default=3, validator=_quorums)
+    write_quorum: int = 2
+    ack_quorum: int = 2
+    ledger_type: str = "PD_JOURNAL"
+    digest: DigestType = attrs.field(default=DigestType.CRC32C, converter=DigestType)
+    rollover_entries: int = attrs.field(default=50_000, validator=v.ge(1))
+    rollover_bytes: int = attrs.field(default=2 << 30, validator=v.ge(1))
+    rollover_s: float = attrs.field(default=4 * 3600.0, validator=_positive_or_none)
+    #: Closed segments older than this (by the time they closed) may be trimmed.
+    retention_s: float | None = attrs.field(default=None, validator=_positive_or_none)
+    #: Oldest closed segments may be trimmed while the log holds more than this.
+    retention_bytes: int | None = attrs.field(default=None, validator=_positive_or_none)
+
+    def to_json(self) -> dict[str, Any]:
+        d = attrs.asdict(self)
+        d["digest"] = self.digest.value
+        return d
+
+
+# -- segments and the log record --------------------------------------------------------
+
+
+@attrs.frozen
+class Segment:
+    """One ledger of a log. ``last_entry_id`` and ``length`` are known once it is closed."""
+
+    number: int
+    ledger_id: int
+    closed: bool = False
+    last_entry_id: int = -1
+    length: int = 0
+    created_at: float = 0.0
+    closed_at: float = 0.0
+    #: Set when the writer moved on to the next segment: the last entry id it had sent
+    #: here (-1 before). Recovery that finds less knows entries were lost in flight, and
+    #: drops the later open segments, so the log stays a prefix of what was appended.
+    last_sent: int = -1
+
+    @property
+    def entries(self) -> int:
+        return self.last_entry_id + 1
+
+    def first(self) -> Position:
+        return Position(self.number, 0)
+
+    def last(self) -> Position | None:
+        """The last entry's position (None while open or if empty)."""
+        return Position(self.number, self.last_entry_id) if self.closed and self.last_entry_id >= 0 else None
+
+    def passed_by(self, position: Position) -> bool:
+        """Every entry of this closed segment is before ``position``."""
+        return self.closed and (
+            position.segment > self.number or (position.segment == self.number and position.entry_id > self.last_entry_id)
+        )
+
+    def to_json(self) -> list[Any]:
+        return [
+            self.number, self.ledger_id, int(self.closed), self.last_entry_id, self.length, self.created_at,
+            self.closed_at, self.last_sent,
+        ]
+
+    @classmethod
+    def from_json(cls, raw: Sequence[Any]) -> Segment:
+        number, ledger_id, closed, last, length, created, closed_at, last_sent = raw
+        return cls(
+            int(number), int(ledger_id), bool(closed), int(last), int(length), float(created), float(closed_at),
+            int(last_sent),
+        )
+
+
+@attrs.frozen
+class Commit:
+    """A remembered ``commit_ledgers``: its token and the segments it added."""
+
+    token: str
+    first_segment: int
+    last_segment: int
+    committed_at: float
+
+    @property
+    def segments(self) -> tuple[int, ...]:
+        return tuple(range(self.first_segment, self.last_segment + 1))
+
+
+@attrs.frozen
+class LogMetadata:
+    name: str
+    settings: LogSettings
+    password_hash: str = ""
+    #: Made at creation: cursors and caches of a deleted and re-created log never mix.
+    uid: str = ""
+    created_at: float = attrs.field(factory=time.time)
+    segments: tuple[Segment, ...] = ()
+    #: The number the next segment gets (never reused, even after trims or dropped segments).
+    next_segment: int = 0
+    #: Segments numbered below this were trimmed: their positions are gone.
+    first_segment: int = 0
+    #: The current writer's id ("" when none) and the number of writers so far.
+    writer: str = ""
+    writer_epoch: int = 0
+    #: Ledgers the writer made ready for its next rollover (not segments yet).
+    spares: tuple[int, ...] = ()
+    #: Ledgers no longer part of the log, to be deleted (kept here until they are).
+    garbage: tuple[int, ...] = ()
+    commits: tuple[Commit, ...] = ()
+    #: What trims removed so far (segments, entries, bytes).
+    trimmed_entries: int = 0
+    trimmed_bytes: int = 0
+    version: int = -1
+
+    # -- queries ---------------------------------------------------------------------
+
+    def segment(self, number: int) -> Segment | None:
+        for seg in self.segments:
+            if seg.number == number:
+                return seg
+        return None
+
+    def segment_at_or_after(self, number: int) -> Segment | None:
+        for seg in self.segments:
+            if seg.number >= number:
+                return seg
+        return None
+
+    def open_segments(self) -> list[Segment]:
+        return [s for s in self.segments if not s.closed]
+
+    def ledger_ids(self) -> set[int]:
+        return {s.ledger_id for s in self.segments} | set(self.spares) | set(self.garbage)
+
+    def commit(self, token: str) -> Commit | None:
+        for c in self.commits:
+            if c.token == token:
+                return c
+        return None
+
+    @property
+    def start(self) -> Position:
+        """The earliest position that was not trimmed."""
+        first = self.segments[0].number if self.segments else self.next_segment
+        return Position(max(first, self.first_segment), 0)
+
+    @property
+    def length(self) -> int:
+        """Bytes in the closed segments."""
+        return sum(s.length for s in self.segments if s.closed)
+
+    # -- changes (each returns a new record; the caller stores it with a CAS) ---------
+
+    def replace_segment(self, seg: Segment) -> LogMetadata:
+        return attrs.evolve(self, segments=tuple(seg if s.number == seg.number else s for s in self.segments))
+
+    def add_segment(
+        self, ledger_id: int, *, now: float, closed: bool = False, last_entry_id: int = -1, length: int = 0
+    ) -> LogMetadata:
+        seg = Segment(
+            self.next_segment, ledger_id, closed, last_entry_id, length, created_at=now, closed_at=now if closed else 0.0
+        )
+        return attrs.evolve(self, segments=(*self.segments, seg), next_segment=self.next_segment + 1)
+
+    def drop_segments(self, numbers: Iterable[int]) -> LogMetadata:
+        """Remove segments that never held an acknowledged entry (empty, or written after
+        entries lost in flight) and list their ledgers as garbage. Their numbers are handed
+        out again if they were the last ones: no position ever named an entry in them."""
+        gone = set(numbers)
+        dropped = [s for s in self.segments if s.number in gone]
+        kept = tuple(s for s in self.segments if s.number not in gone)
+        next_segment = self.next_segment
+        if dropped:
+            highest_kept = max((s.number for s in kept), default=-1)
+            lowest_dropped = min(s.number for s in dropped)
+            if lowest_dropped > highest_kept:
+                next_segment = max(lowest_dropped, self.first_segment)
+        return attrs.evolve(self, segments=kept, next_segment=next_segment).with_garbage(s.ledger_id for s in dropped)
+
+    def with_commit(self, commit: Commit) -> LogMetadata:
+        return attrs.evolve(self, commits=(*self.commits, commit)[-TOKEN_HISTORY:])
+
+    def with_garbage(self, ledger_ids: Iterable[int]) -> LogMetadata:
+        extra = tuple(i for i in ledger_ids if i not in self.garbage)
+        return attrs.evolve(self, garbage=self.garbage + extra)
+
+    def without_garbage(self, ledger_ids: Iterable[int]) -> LogMetadata:
+        gone = set(ledger_ids)
+        return attrs.evolve(self, garbage=tuple(i for i in self.garbage if i not in gone))
+
+    # -- storage ----------------------------------------------------------------------
+
+    def serialize(self) -> bytes:
+        d = {
+            "name": self.name,
+            "settings": self.settings.to_json(),
+            "password_hash": self.password_hash,
+            "uid": self.uid,
+            "created_at": self.created_at,
+            "segments": [s.to_json() for s in self.segments],
+            "next_segment": self.next_segment,
+            "first_segment": self.first_segment,
+            "writer": self.writer,
+            "writer_epoch": self.writer_epoch,
+            "spares": list(self.spares),
+            "garbage": list(self.garbage),
+            "commits": [[c.token, c.first_segment, c.last_segment, c.committed_at] for c in self.commits],
+            "trimmed_entries": self.trimmed_entries,
+            "trimmed_bytes": self.trimmed_bytes,
+        }
+        return json.dumps(d, separators=(",", ":")).encode()
+
+    @classmethod
+    def deserialize(cls, data: bytes, version: int) -> LogMetadata:
+        try:
+            raw = json.loads(data)
+            return cls(
+                name=raw["name"],
+                settings=LogSettings(**raw["settings"]),
+                password_hash=raw["password_hash"],
+                uid=raw["uid"],
+                created_at=raw["created_at"],
+                segments=tuple(Segment.from_json(s) for s in raw["segments"]),
+                next_segment=raw["next_segment"],
+                first_segment=raw["first_segment"],
+                writer=raw["writer"],
+                writer_epoch=raw["writer_epoch"],
+                spares=tuple(raw["spares"]),
+                garbage=tuple(raw["garbage"]),
+                commits=tuple(Commit(str(t), int(f), int(last), float(at)) for t, f, last, at in raw["commits"]),
+                trimmed_entries=raw.get("trimmed_entries", 0),
+                trimmed_bytes=raw.get("trimmed_bytes", 0),
+                version=version,
+            )
+        except (ValueError, TypeError, KeyError) as e:
+            raise MetadataError(f"stored log metadata does not parse: {e!r}") from None
+
+
+# -- cursors ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Cursor:
+    """A consumer's durable place in a log: every entry before ``position`` is acknowledged,
+    so reading resumes at ``position``."""
+
+    log: str
+    name: str
+    position: Position
+    log_uid: str = ""
+    updated_at: float = attrs.field(factory=time.time)
+    version: int = -1
+
+    def serialize(self) -> bytes:
+        return json.dumps(
+            {"position": str(self.position), "log_uid": self.log_uid, "updated_at": self.updated_at},
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def deserialize(cls, log: str, name: str, data: bytes, version: int) -> Cursor:
+        try:
+            raw = json.loads(data)
+            return cls(log, name, Position.parse(raw["position"]), raw["log_uid"], raw["updated_at"], version)
+        except (ValueError, TypeError, KeyError) as e:
+            raise MetadataError(f"stored cursor {name!r} of log {log!r} does not parse: {e!r}") from None
+
+
+# -- reading results -------------------------------------------------------------------
+
+
+@attrs.frozen
+class LogEntry:
+    position: Position
+    ledger_id: int
+    payload: bytes
+
+
+@attrs.frozen
+class SegmentRange:
+    """Confirmed entries ``first..last`` (inclusive) of one segment: a unit of reading."""
+
+    segment: int
+    ledger_id: int
+    first: int
+    last: int
+
+    @property
+    def entries(self) -> int:
+        return max(0, self.last - self.first + 1)
+
+
+@attrs.frozen
+class CommitResult:
+    """What ``commit_ledgers`` did: the segments its ledgers became (empty ledgers become none).
+    ``replayed``: the token had been committed before, and this is that first result."""
+
+    token: str
+    segments: tuple[int, ...]
+    replayed: bool = attrs.field(default=False, eq=False)
+
+
+@attrs.frozen
+class TrimResult:
+    """Segments a trim removed (their ledgers are deleted), and the log's new start."""
+
+    removed: tuple[Segment, ...]
+    start: Position
+    #: Cursors a forced trim moved forward to the new start.
+    moved_cursors: tuple[str, ...] = ()
+
+
+# -- retention decisions (pure, so they are easy to test) --------------------------------
+
+
+def segments_to_trim(
+    record: LogMetadata,
+    *,
+    before: Position | None,
+    use_retention: bool,
+    slowest_cursor: Position | None,
+    force: bool,
+    now: float,
+) -> int:
+    """How many leading segments a trim removes: those fully before ``before``, or too old
+    or beyond the size limit (with ``use_retention``); never an open segment, and never one
+    a cursor has not passed unless ``force``."""
+    segs = record.segments
+    closed_prefix = 0
+    while closed_prefix < len(segs) and segs[closed_prefix].closed:
+        closed_prefix += 1
+    wanted = 0
+    if before is not None:
+        while wanted < closed_prefix and segs[wanted].passed_by(before):
+            wanted += 1
+    settings = record.settings
+    if use_retention and settings.retention_s is not None:
+        k = 0
+        while k < closed_prefix and segs[k].closed_at <= now - settings.retention_s:
+            k += 1
+        wanted = max(wanted, k)
+    if use_retention and settings.retention_bytes is not None:
+        total = sum(s.length for s in segs)
+        k = 0
+        while k < closed_prefix and total > settings.retention_bytes:
+            total -= segs[k].length
+            k += 1
+        wanted = max(wanted, k)
+    if not force and slowest_cursor is not None:
+        allowed = 0
+        while allowed < wanted and segs[allowed].passed_by(slowest_cursor):
+            allowed += 1
+        wanted = allowed
+    return wanted

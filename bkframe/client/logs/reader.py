@@ -1,0 +1,296 @@
+"""Reading a named log: ranges of positions, consistent snapshots, tailing across segments.
+
+A reader never returns an entry beyond what is confirmed: a closed segment up to its last
+entry, an open one up to its LAC. The *end* of a log is a prefix: it stops in the first
+segment the log record does not show closed (a rolled-over segment is closed moments after
+its successor starts), so everything before the end stays readable and nothing before it
+can appear later; a reader moves to the next segment only once the record shows the
+previous one closed (see :attr:`bkframe.client.logs.model.Segment.last_sent` for why). A
+Spark batch or micro-batch that reads up to the end therefore never skips an entry.
+
+Tailing reads what is confirmed, then waits: a long poll on the open segment's bookies
+(READ_LAC with LONG_POLL), starting short after progress and doubling up to
+``poll_timeout_s`` while the log is quiet; a poll that brings nothing re-reads the
+segment's and the log's metadata, which is how a reader learns that a segment closed
+and which segment comes next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import trio
+
+from bkframe.client.logs.model import (
+    EARLIEST,
+    LATEST,
+    LogEntry,
+    LogMetadata,
+    Position,
+    Segment,
+    SegmentRange,
+)
+from bkframe.client.logs.records import LogRecords
+from bkframe.client.read_handle import ReadHandle
+from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
+
+#: Entries read per request batch.
+CHUNK = 1000
+#: The first wait of a caught-up tail after progress; doubles up to ``poll_timeout_s``.
+FIRST_WAIT_S = 0.05
+#: Read handles a reader keeps (closed segments' are dropped first beyond this).
+MAX_HANDLES = 64
+
+
+class _SegmentGone(Exception):
+    """The segment left the log, not by a trim (an empty segment dropped): skip it."""
+
+
+class LogReader:
+    """Made by :meth:`Logs.reader`. Holds no resources; make as many as you like."""
+
+    def __init__(self, records: LogRecords, record: LogMetadata, password: bytes) -> None:
+        self._records = records
+        self._client = records.ledgers
+        self.name = record.name
+        self.metadata = record
+        self._password = password
+        self._handles: dict[int, ReadHandle] = {}
+
+    async def refresh(self) -> LogMetadata:
+        record = await self._records.read(self.name)
+        if record.uid != self.metadata.uid:
+            raise NoSuchLogError(self.name, f"log {self.name!r} was deleted (and made again); open a new reader")
+        self.metadata = record
+        return record
+
+    # -- positions -----------------------------------------------------------------------
+
+    async def resolve(self, where: Position | str) -> Position:
+        """``earliest``, ``latest`` (the end: the next position to be confirmed) or a
+        position, checked not to be trimmed."""
+        if where == EARLIEST:
+            return (await self.refresh()).start
+        if where == LATEST:
+            return await self.end()
+        if not isinstance(where, Position):
+            raise ValueError(f"bad position {where!r}: a Position, 'earliest' or 'latest'")
+        self._check_not_trimmed(where)
+        return where
+
+    def _check_not_trimmed(self, position: Position) -> None:
+        if position.segment < self.metadata.first_segment:
+            raise PositionTrimmedError(
+                f"log {self.name!r}: position {position} was trimmed; the log now starts at {self.metadata.start}"
+            )
+
+    async def end(self) -> Position:
+        """The position after the last confirmed entry of the log's confirmed prefix."""
+        record = await self.refresh()
+        end = Position(record.next_segment, 0)
+        for seg in record.segments:
+            if seg.closed:
+                end = Position(seg.number, seg.last_entry_id + 1)
+                continue
+            # The first segment the record does not show closed ends the prefix (see tail).
+            confirmed = await self._confirmed_last(seg, check_closed=True)
+            if confirmed is None:
+                continue  # dropped meanwhile
+            end = Position(seg.number, confirmed + 1)
+            break
+        return end
+
+    async def _confirmed_last(self, seg: Segment, *, check_closed: bool = False) -> int | None:
+        """The segment's last confirmed entry id (None if the segment left the log)."""
+        if seg.closed:
+            return seg.last_entry_id
+        try:
+            handle = await self._handle(seg)
+            if check_closed and not handle.closed:
+                await handle.refresh()
+            if not handle.closed:
+                await handle.read_lac()
+        except (_SegmentGone, NoSuchLedgerError):
+            return None
+        return handle.lac
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def snapshot(self, start: Position | str = EARLIEST, end: Position | None = None) -> list[SegmentRange]:
+        """The confirmed entries from ``start`` up to ``end`` (exclusive; default the log's
+        end now), as one range per segment: a consistent snapshot to read in parts."""
+        first = await self.resolve(start)
+        stop = end if end is not None else await self.end()
+        out: list[SegmentRange] = []
+        for seg in self.metadata.segments:
+            if seg.number < first.segment:
+                continue
+            if seg.number > stop.segment:
+                break
+            # Segments before the end must be read to their close, not to a stale LAC.
+            confirmed = await self._confirmed_last(seg, check_closed=seg.number < stop.segment)
+            if confirmed is None:
+                continue
+            lo = first.entry_id if seg.number == first.segment else 0
+            hi = confirmed if seg.number < stop.segment else min(confirmed, stop.entry_id - 1)
+            if hi >= lo:
+                out.append(SegmentRange(seg.number, seg.ledger_id, lo, hi))
+        return out
+
+    async def advance(self, start: Position | str, max_entries: int, end: Position | None = None) -> Position:
+        """The position ``max_entries`` confirmed entries after ``start``, or ``end`` (default
+        the log's end) if there are fewer: where a bounded batch from ``start`` stops (what
+        a stream's ``maxEntriesPerTrigger`` needs)."""
+        if max_entries < 0:
+            raise ValueError(f"max_entries must be >= 0, got {max_entries}")
+        first = await self.resolve(start)
+        stop = end if end is not None else await self.end()
+        left = max_entries
+        for part in await self.snapshot(first, stop):
+            if part.entries >= left:
+                return Position(part.segment, part.first + left)
+            left -= part.entries
+        return max(stop, first)
+
+    async def read_segment(self, segment: int, first: int, last: int) -> list[LogEntry]:
+        """Entries ``first..last`` (inclusive) of one segment; they must be confirmed."""
+        seg = self.metadata.segment(segment) or (await self.refresh()).segment(segment)
+        if seg is None:
+            self._check_not_trimmed(Position(segment, 0))
+            raise NoSuchEntryError(f"log {self.name!r} has no segment {segment}")
+        return await self._read(seg, first, last)
+
+    async def read(
+        self, start: Position | str = EARLIEST, end: Position | None = None, *, max_entries: int | None = None
+    ) -> list[LogEntry]:
+        """Confirmed entries from ``start`` up to ``end`` (exclusive; default the end now)."""
+        out: list[LogEntry] = []
+        async for chunk in self.chunks(start, end):
+            out.extend(chunk)
+            if max_entries is not None and len(out) >= max_entries:
+                return out[:max_entries]
+        return out
+
+    async def chunks(self, start: Position | str = EARLIEST, end: Position | None = None) -> AsyncIterator[list[LogEntry]]:
+        """Like :meth:`read`, a chunk of entries at a time."""
+        for part in await self.snapshot(start, end):
+            for lo in range(part.first, part.last + 1, CHUNK):
+                seg = self.metadata.segment(part.segment)
+                if seg is None:
+                    seg = Segment(part.segment, part.ledger_id)
+                yield await self._read(seg, lo, min(lo + CHUNK - 1, part.last))
+
+    async def _handle(self, seg: Segment) -> ReadHandle:
+        handle = self._handles.get(seg.ledger_id)
+        if handle is None:
+            try:
+                handle = await self._client.open_ledger(seg.ledger_id, password=self._password, recovery=False)
+            except NoSuchLedgerError:
+                await self._gone(seg)
+                raise
+            if len(self._handles) >= MAX_HANDLES:
+                for ledger_id in [i for i, h in self._handles.items() if h.closed][: MAX_HANDLES // 2]:
+                    del self._handles[ledger_id]
+            self._handles[seg.ledger_id] = handle
+        return handle
+
+    async def _gone(self, seg: Segment) -> None:
+        """The segment's ledger is gone: say why (trimmed, or a segment without an
+        acknowledged entry dropped, its number maybe given to a new segment)."""
+        record = await self.refresh()
+        self._handles.pop(seg.ledger_id, None)
+        self._check_not_trimmed(Position(seg.number, 0))
+        now = record.segment(seg.number)
+        if now is None or now.ledger_id != seg.ledger_id:
+            raise _SegmentGone()
+
+    async def _read(self, seg: Segment, first: int, last: int) -> list[LogEntry]:
+        try:
+            handle = await self._handle(seg)
+            entries = await handle.read(first, last)
+        except (NoSuchLedgerError, NoSuchEntryError):
+            try:
+                await self._gone(seg)
+            except _SegmentGone:
+                raise NoSuchEntryError(f"log {self.name!r}: segment {seg.number} holds no entries") from None
+            raise
+        return [LogEntry(Position(seg.number, e.entry_id), seg.ledger_id, e.payload) for e in entries]
+
+    # -- tailing ---------------------------------------------------------------------------
+
+    async def tail(self, start: Position | str = EARLIEST, *, poll_timeout_s: float = 1.0) -> AsyncIterator[LogEntry]:
+        """Yield every confirmed entry from ``start`` on, in order, across segments, waiting
+        for new ones; it ends only when cancelled (or raises if the log is deleted)."""
+        async for chunk in self.tail_chunks(start, poll_timeout_s=poll_timeout_s):
+            for entry in chunk:
+                yield entry
+
+    async def tail_chunks(
+        self, start: Position | str = EARLIEST, *, poll_timeout_s: float = 1.0
+    ) -> AsyncIterator[list[LogEntry]]:
+        """:meth:`tail`, a chunk of entries at a time."""
+        pos = await self.resolve(start)
+        wait = FIRST_WAIT_S
+        while True:
+            self._check_not_trimmed(pos)
+            seg = self.metadata.segment_at_or_after(pos.segment)
+            if seg is None:
+                # Nothing after the last segment yet: wait for the writer's next one.
+                await trio.sleep(wait)
+                wait = min(wait * 2, poll_timeout_s)
+                await self.refresh()
+                continue
+            if seg.number > pos.segment:
+                pos = Position(seg.number, 0)
+            try:
+                handle = await self._handle(seg)
+            except _SegmentGone:
+                continue
+            if pos.entry_id <= handle.lac:
+                last = min(handle.lac, pos.entry_id + CHUNK - 1)
+                try:
+                    chunk = await self._read(seg, pos.entry_id, last)
+                except NoSuchEntryError:
+                    await self._gone(seg)  # trimmed: raises; else a real read failure
+                    raise
+                yield chunk
+                pos = Position(seg.number, last + 1)
+                wait = FIRST_WAIT_S
+                continue
+            if handle.closed:
+                if seg.closed:
+                    self._handles.pop(seg.ledger_id, None)
+                    pos = Position(seg.number + 1, 0)
+                    continue
+                # The ledger is closed; the log record says so a moment later (or, if the
+                # writer died, once the next writer opens the log). Only then is the next
+                # segment part of the log for sure: a writer that died with entries of this
+                # segment in flight leaves its next segment to be dropped.
+                await trio.sleep(wait)
+                wait = min(wait * 2, poll_timeout_s)
+                await self.refresh()
+                continue
+            # Caught up with an open segment: long-poll its LAC. A busy log answers at
+            # once; a poll that brings nothing checks whether the segment closed (a
+            # rollover's close comes moments after the switch) and waits longer next time.
+            before = handle.lac
+            await handle.wait_for_lac(before, timeout_s=wait)
+            if handle.lac != before:
+                wait = FIRST_WAIT_S
+                continue
+            try:
+                await handle.refresh()
+            except NoSuchLedgerError:
+                try:
+                    await self._gone(seg)
+                except _SegmentGone:
+                    continue
+                raise
+            if not handle.closed:
+                await self.refresh()
+                wait = min(wait * 2, poll_timeout_s)
+
+
+async def count_entries(reader: LogReader, start: Position) -> int:
+    """Confirmed entries from ``start`` to the end (a cursor's lag)."""
+    return sum(r.entries for r in await reader.snapshot(start))

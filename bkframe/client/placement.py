@@ -1,0 +1,158 @@
+"""Choosing bookies: a new ledger's ensemble, and replacements for bookies that failed (an
+ensemble change, recovery's write-back, or re-replication of a lost bookie's fragments).
+
+The choice itself is the client's placement policy's (:mod:`bkframe.core.placement`; it
+travels with the pool). Here are the rules no policy can change: candidates are the
+registered *writable* bookies (read-only and decommissioned ones are never listed by
+``list_bookies(writable_only=True)``), minus the ensemble and ``exclude``, flagged when in
+quarantine (:mod:`.bookie_health`), with their rack label; and a chosen bookie is taken only
+once a connection to it is open -- an unreachable one is dropped and the policy asked again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import trio
+
+from bkframe.client.bookie_pool import BookiePool
+from bkframe.core.metadata import MetadataStore
+from bkframe.core.placement import Candidate
+from bkframe.errors import NotEnoughBookiesError, PluginError
+
+#: How long a bookie's reported ledger count is trusted (least-used placement).
+LOAD_TTL_S = 5.0
+#: How long a bookie may take to report its ledger count.
+LOAD_TIMEOUT_S = 2.0
+
+
+def _checked(chosen: Sequence[str], candidates: Sequence[Candidate], needed: int, policy: object) -> None:
+    """A policy chooses among the candidates only (never a read-only bookie), each once."""
+    allowed = {c.bookie_id for c in candidates}
+    if len(chosen) != needed or len(set(chosen)) != needed or not set(chosen) <= allowed:
+        raise PluginError(
+            f"placement policy {type(policy).__name__} chose {list(chosen)}: it must choose {needed} distinct "
+            f"bookies among the candidates {sorted(allowed)}"
+        )
+
+
+async def _with_load(pool: BookiePool, candidates: list[Candidate]) -> list[Candidate]:
+    """``candidates`` with the ledger count each reports (cached ``LOAD_TTL_S``)."""
+    now = trio.current_time()
+    counts = pool.ledger_counts
+
+    async def ask(bookie_id: str) -> None:
+        try:
+            conn = await pool.get(bookie_id)
+            info = await conn.info(timeout_s=LOAD_TIMEOUT_S)
+            counts[bookie_id] = (int(info.get("ledgers", 0)), trio.current_time())
+        except ConnectionError as e:
+            # Unknown load; quarantined, so that the next choices do not wait for it again.
+            pool.health.failed(bookie_id, f"GET_BOOKIE_INFO failed: {e}")
+
+    async with trio.open_nursery() as nursery:
+        for c in candidates:
+            stale = c.bookie_id not in counts or now - counts[c.bookie_id][1] > LOAD_TTL_S
+            if stale and not c.quarantined:
+                nursery.start_soon(ask, c.bookie_id)
+    return [
+        Candidate(c.bookie_id, c.rack, c.quarantined, counts[c.bookie_id][0] if c.bookie_id in counts else None)
+        for c in candidates
+    ]
+
+
+def _placed(pool: BookiePool, bookie_ids: Sequence[str]) -> None:
+    """Count what this client just placed, so that a burst of new ledgers spreads before the
+    bookies' own counts catch up (they count a ledger once it has entries)."""
+    for b in bookie_ids:
+        if b in pool.ledger_counts:
+            count, at = pool.ledger_counts[b]
+            pool.ledger_counts[b] = (count + 1, at)
+
+
+async def _candidates(pool: BookiePool, metadata: MetadataStore, exclude: Collection[str]) -> list[Candidate]:
+    """The registered writable bookies not in ``exclude``, with rack, quarantine (and load)."""
+    candidates = [
+        Candidate(b.bookie_id, b.rack, pool.health.quarantined(b.bookie_id))
+        for b in await metadata.list_bookies(writable_only=True)
+        if b.bookie_id not in exclude
+    ]
+    if pool.placement.wants_load:
+        candidates = await _with_load(pool, candidates)
+    return candidates
+
+
+async def _reachable(pool: BookiePool, bookie_id: str) -> str:
+    """'' once connected, else why not (the pool quarantined it)."""
+    try:
+        await pool.get(bookie_id)
+    except ConnectionError as e:
+        return f"{bookie_id}: {e}"
+    return ""
+
+
+async def choose_ensemble(pool: BookiePool, metadata: MetadataStore, size: int, *, write_quorum: int | None = None) -> list[str]:
+    """``size`` reachable, writable bookies for a new ledger, as the client's placement
+    policy orders them (``write_quorum``: the ledger's W, which rack-aware placement needs;
+    by default ``size``)."""
+    candidates = await _candidates(pool, metadata, ())
+    registered = len(candidates)
+    unreachable: list[str] = []
+    while True:
+        if len(candidates) < size:
+            raise NotEnoughBookiesError(
+                f"ensemble of {size} needs {size} writable bookies, {len(candidates)} are reachable "
+                f"({registered} registered; unreachable: {'; '.join(unreachable) or 'none'})"
+            )
+        chosen = pool.placement.new_ensemble(candidates, ensemble_size=size, write_quorum=write_quorum or size)
+        _checked(chosen, candidates, size, pool.placement)
+        down = {b: why for b in chosen if (why := await _reachable(pool, b))}
+        if not down:
+            _placed(pool, chosen)
+            return chosen
+        unreachable.extend(down.values())
+        candidates = [c for c in candidates if c.bookie_id not in down]
+
+
+async def choose_replacements(
+    pool: BookiePool,
+    metadata: MetadataStore,
+    ensemble: Sequence[str],
+    failed: Sequence[int],
+    *,
+    exclude: Collection[str] = (),
+    what: str = "ensemble change",
+    write_quorum: int | None = None,
+) -> list[str]:
+    """``ensemble`` with a reachable, writable bookie in place of each index in ``failed``,
+    taken from outside the ensemble and ``exclude``, as the placement policy chooses
+    (``write_quorum``: the ledger's W, so rack-aware placement keeps every write set
+    spanning its racks; by default ``len(ensemble)``, the whole ensemble as one set)."""
+    candidates = await _candidates(pool, metadata, {*ensemble, *exclude})
+    # The racks of the ensemble's bookies: registered ones, read-only included.
+    racks = {b.bookie_id: b.rack for b in await metadata.list_bookies()}
+    current = [Candidate(b, racks.get(b, ""), pool.health.quarantined(b)) for b in ensemble]
+    unreachable: list[str] = []
+    while True:
+        if len(candidates) < len(failed):
+            lost = ", ".join(ensemble[i] for i in failed)
+            raise NotEnoughBookiesError(
+                f"{what}: no reachable writable bookie left to replace {lost} "
+                f"(ensemble {list(ensemble)}; unreachable: {'; '.join(unreachable) or 'none'}); "
+                f"start more bookies or free disk space on read-only ones"
+            )
+        chosen = pool.placement.replacements(
+            candidates, ensemble=current, failed=list(failed), write_quorum=write_quorum or len(ensemble)
+        )
+        if sorted(chosen) != sorted(failed):
+            raise PluginError(f"placement policy {type(pool.placement).__name__} replaced {sorted(chosen)}, not {sorted(failed)}")
+        _checked(list(chosen.values()), candidates, len(failed), pool.placement)
+        down = {b: why for b in chosen.values() if (why := await _reachable(pool, b))}
+        if not down:
+            _placed(pool, list(chosen.values()))
+            new = list(ensemble)
+            for idx, bookie_id in chosen.items():
+                new[idx] = bookie_id
+            return new
+        unreachable.extend(down.values())
+        candidates = [c for c in candidates if c.bookie_id not in down]

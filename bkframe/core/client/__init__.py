@@ -1,5 +1,0 @@
-"""The client library: create, open, recover, read and write ledgers.
-
-It talks to bookies through :mod:`bkframe.core.proto` only and never imports the bookie
-(:mod:`bkframe.core.bookie`). ``import bkframe`` re-exports its public names.
-"""

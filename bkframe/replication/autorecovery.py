@@ -1,0 +1,127 @@
+"""Autorecovery as a service: an auditor candidate (:mod:`.auditor`) and a replication
+worker (:mod:`.worker`) sharing one client context. It runs inside a bookie when
+``[autorecovery] enabled = true`` (the bookie service starts it, see
+:func:`in_bookie`) or alone as ``bkframe autorecovery --metadata URI``.
+
+Also what ``bkframe autorecovery status`` reports (:func:`cluster_status`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+import trio
+
+from bkframe.bookie.bookie import Bookie
+from bkframe.client.context import ClientContext
+from bkframe.client.settings import ClientSettings
+from bkframe.core.config import AutorecoveryConfig
+from bkframe.core.metadata import MetadataStore, NoSuchLedgerError
+from bkframe.core.plugin_manager import PluginManager
+from bkframe.replication.auditor import Auditor
+from bkframe.replication.worker import KeyLookup, ReplicationWorker, _no_key
+
+log = logging.getLogger("bkframe.autorecovery")
+
+
+def default_holder() -> str:
+    """A name for a standalone service's locks: host and process id."""
+    return f"autorecovery@{socket.gethostname()}:{os.getpid()}"
+
+
+class AutorecoveryService:
+    """``await nursery.start(service.run)``: the auditor candidate and one worker, until cancelled."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        plugins: PluginManager,
+        config: AutorecoveryConfig,
+        *,
+        holder: str,
+        key_for: KeyLookup = _no_key,
+        settings: ClientSettings | None = None,
+    ) -> None:
+        """``settings``: for the service's client (the placement policy of the copies)."""
+        self.store = store
+        self.settings = settings
+        self.plugins = plugins
+        self.config = config
+        self.holder = holder
+        self.key_for = key_for
+        self.auditor: Auditor | None = None
+        self.worker: ReplicationWorker | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            ctx = ClientContext.create(nursery, self.store, self.plugins, self.settings)
+            self.auditor = Auditor(self.store, ctx.pool, self.holder, self.config)
+            self.worker = ReplicationWorker(ctx, self.holder, self.config, key_for=self.key_for)
+            await nursery.start(self.auditor.run)
+            await nursery.start(self.worker.run)
+            log.info("autorecovery running as %s", self.holder)
+            task_status.started()
+
+
+def in_bookie(bookie: Bookie, store: MetadataStore, bookie_id: str) -> AutorecoveryService:
+    """The service a bookie runs (``[autorecovery] enabled``): its worker knows the master
+    keys of the ledgers this bookie holds, so it can also recover open ledgers."""
+
+    def key_for(ledger_id: int) -> bytes | None:
+        state = bookie.storage.ledger_state(ledger_id)
+        return bytes(state.master_key) if state is not None and state.master_key else None
+
+    return AutorecoveryService(
+        store, bookie.plugins, bookie.config.autorecovery, holder=bookie_id, key_for=key_for,
+        settings=ClientSettings.for_bookie(bookie.config, bookie.auth.client_credential()),
+    )
+
+
+async def cluster_status(store: MetadataStore, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The auditor, the under-replicated ledgers (age, lost bookies, the worker replicating
+    each) and the decommissioned bookies with how many ledgers still use them."""
+    now = time.time()
+    with trio.fail_after(timeout_s):
+        auditor = await store.lock_holder("auditor")
+        marks = await store.list_under_replicated()
+        decommissioned = sorted(await store.list_decommissioned())
+        ledgers: list[dict[str, Any]] = []
+        for m in marks:
+            ledgers.append({
+                "ledger_id": m.ledger_id,
+                "lost_bookies": sorted(m.bookies),
+                "age_s": round(now - m.since, 1),
+                "worker": await store.lock_holder(f"ledger/{m.ledger_id}"),
+            })
+        using = {b: 0 for b in decommissioned}
+        if using:
+            for ledger_id in await store.list_ledgers():
+                try:
+                    bookies = (await store.read_ledger(ledger_id)).bookies()
+                except NoSuchLedgerError:
+                    continue
+                for b in bookies & using.keys():
+                    using[b] += 1
+    return {
+        "auditor": auditor,
+        "under_replicated": ledgers,
+        "decommissioned": [{"bookie_id": b, "ledgers": n} for b, n in using.items()],
+    }
+
+
+async def ledgers_using(store: MetadataStore, bookie_id: str, timeout_s: float = 30.0) -> list[int]:
+    """The ledgers with a fragment on ``bookie_id``."""
+    out: list[int] = []
+    with trio.fail_after(timeout_s):
+        for ledger_id in await store.list_ledgers():
+            try:
+                md = await store.read_ledger(ledger_id)
+            except NoSuchLedgerError:
+                continue
+            if bookie_id in md.bookies():
+                out.append(ledger_id)
+    return out

@@ -1,0 +1,368 @@
+"""The replication worker of autorecovery: it brings under-replicated ledgers back to full
+replication, one at a time.
+
+A loop: list the under-replicated marks (the auditor's, :mod:`.auditor`), claim one ledger
+(the lock ``ledger/<id>``, which dies with the worker; a ledger another worker holds is
+skipped), and for each fragment with a *lost* bookie -- one in the mark, no longer
+registered, or decommissioned -- choose a replacement (the placement policy), copy the
+entries the lost bookie held in that fragment (its positions in the write sets,
+:func:`~bkframe.client.distribution.stored_at`) from the surviving replicas to the
+replacement, verifying each copy's digest (or requiring agreeing copies when it cannot be
+verified), and only then compare-and-set the fragment's ensemble to name the replacement.
+Metadata therefore never names a bookie that holds half a fragment: a worker that dies
+mid-copy leaves at most unreferenced entries on the replacement, and the next worker
+starts over. Once no fragment names a marked bookie the mark is cleared and the claim
+released.
+
+Closed ledgers are repaired fully. An open ledger's closed fragments are repaired at once;
+its last fragment belongs to its writer (which replaces a failed bookie itself when it
+writes next), so it is repaired only once the mark is ``open_ledger_rereplication_grace_s``
+old and one of its lost bookies is really gone (not registered): the worker then recovers
+and closes the ledger (fencing the writer, if it still lives) with the existing
+:class:`~bkframe.client.recovery.Recovery`, which needs the ledger's master key -- a
+worker inside a bookie that holds the ledger has it; a worker without it leaves the
+ledger to one that has it, or to a client that opens it. A decommissioned bookie that is
+still alive is never a reason to fence a writer: the bookie refuses adds, so the writer
+moves off it by an ensemble change.
+
+A ledger that cannot be repaired yet (too few replicas reachable, no bookie to copy to,
+no master key) is retried with a back-off that doubles up to ``max_retry_s``; it never
+blocks the others. Every request has a deadline; failures are logged and retried, never
+the end of the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import attrs
+import numpy as np
+import trio
+
+from bkframe import proto as p
+from bkframe.client.context import ClientContext
+from bkframe.client.distribution import replicas, stored_at
+from bkframe.client.entry_format import Digester
+from bkframe.client.placement import choose_replacements
+from bkframe.client.recovery import Recovery
+from bkframe.core.config import AutorecoveryConfig
+from bkframe.core.metadata import BadVersionError, LedgerMetadata, Lock, NoSuchLedgerError, UnderReplicated
+from bkframe.errors import BKError, NotEnoughBookiesError
+from bkframe.replication.copying import fetch_entries, list_on_peers
+
+log = logging.getLogger("bkframe.autorecovery.worker")
+
+#: Entries fetched from the replicas and written to the replacement per round trip.
+COPY_BATCH = 64
+#: Entry ids examined at a time when listing what the replicas hold.
+COPY_WINDOW = 16384
+
+#: ``key_for(ledger_id)``: the ledger's master key if this worker knows it (a bookie that
+#: holds the ledger), else None.
+KeyLookup = Callable[[int], bytes | None]
+
+
+def _no_key(ledger_id: int) -> bytes | None:
+    return None
+
+
+class NotYet(BKError):
+    """The ledger cannot be repaired now (an open ledger within its grace, a missing key):
+    retried later, logged quietly."""
+
+
+@attrs.define
+class WorkerStatus:
+    """What ``bkframe autorecovery status`` and the logs tell of one worker."""
+
+    ledgers_replicated: int = 0
+    fragments_replicated: int = 0
+    entries_copied: int = 0
+    #: The ledger being replicated now, or -1.
+    current: int = -1
+    last_error: str = ""
+
+
+class ReplicationWorker:
+    """``await nursery.start(worker.run)``: runs until cancelled.
+
+    :param ctx: a client context (connections, metadata store, ledger types).
+    :param holder: this worker's name in the locks it takes (e.g. ``bookie-3``).
+    :param key_for: the master keys this worker knows (see :data:`KeyLookup`).
+    """
+
+    def __init__(
+        self, ctx: ClientContext, holder: str, config: AutorecoveryConfig, *, key_for: KeyLookup = _no_key
+    ) -> None:
+        self.ctx = ctx
+        self.store = ctx.metadata
+        self.holder = holder
+        self.config = config
+        self.key_for = key_for
+        self.status = WorkerStatus()
+        #: Ledger id -> (trio time before which it is not tried again, current back-off).
+        self._retry: dict[int, tuple[float, float]] = {}
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            try:
+                with trio.fail_after(self.config.request_timeout_s):
+                    marks = await self.store.list_under_replicated()
+            except Exception as e:  # noqa: BLE001 - a store failure (or its timeout): retried, never fatal
+                log.warning("cannot list under-replicated ledgers (%r); retrying", e)
+                marks = []
+            worked = False
+            now = trio.current_time()
+            for mark in marks:
+                if self._retry.get(mark.ledger_id, (0.0, 0.0))[0] > now:
+                    continue
+                worked = await self._claim_and_replicate(mark) or worked
+            if not worked:
+                await trio.sleep(self.config.check_interval_s)
+
+    async def _claim_and_replicate(self, mark: UnderReplicated) -> bool:
+        """Claim the ledger and replicate it; False if another worker holds it."""
+        timeout = self.config.request_timeout_s
+        try:
+            with trio.fail_after(timeout):
+                lock = await self.store.try_lock(
+                    f"ledger/{mark.ledger_id}", self.holder, self.config.lock_ttl_s, self.ctx.nursery
+                )
+        except Exception as e:  # noqa: BLE001 - a store failure: try again next round
+            log.warning("cannot claim ledger %d (%r)", mark.ledger_id, e)
+            return False
+        if lock is None:
+            return False
+        self.status.current = mark.ledger_id
+        try:
+            done = await self._while_held(lock, mark.ledger_id)
+        except NotYet as e:
+            log.info("ledger %d: %s", mark.ledger_id, e)
+            done = False
+        except Exception as e:
+            self.status.last_error = f"ledger {mark.ledger_id}: {e}"
+            if isinstance(e, (BKError, ConnectionError, OSError, trio.TooSlowError)):
+                log.warning("replication of ledger %d not done yet: %s", mark.ledger_id, e)
+            else:
+                log.exception("replication of ledger %d failed; retrying later", mark.ledger_id)
+            done = False
+        finally:
+            self.status.current = -1
+            with trio.CancelScope(shield=True), trio.move_on_after(timeout):
+                try:
+                    await lock.release()
+                except Exception as e:  # noqa: BLE001 - the claim then expires by its TTL
+                    log.warning("could not release the claim on ledger %d (%r); it expires by itself", mark.ledger_id, e)
+        if done:
+            self._retry.pop(mark.ledger_id, None)
+            self.status.ledgers_replicated += 1
+        else:
+            _, delay = self._retry.get(mark.ledger_id, (0.0, self.config.check_interval_s / 2))
+            delay = min(delay * 2, self.config.max_retry_s)
+            self._retry[mark.ledger_id] = (trio.current_time() + delay, delay)
+        return True
+
+    async def _while_held(self, lock: Lock, ledger_id: int) -> bool:
+        """:meth:`replicate`, cancelled if the claim is lost (another worker may take over:
+        whatever was not compare-and-set yet is then abandoned)."""
+        result: list[bool] = []
+        error: list[BaseException] = []
+
+        async def work() -> None:
+            try:
+                result.append(await self.replicate(ledger_id))
+            except Exception as e:  # noqa: BLE001 - re-raised below, outside the nursery (no exception group)
+                error.append(e)
+            finally:
+                nursery.cancel_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(work)
+            await lock.lost.wait()
+            log.warning("lost the claim on ledger %d; abandoning its replication", ledger_id)
+            nursery.cancel_scope.cancel()
+        if error:
+            raise error[0]
+        return bool(result and result[0])
+
+    # -- one ledger ---------------------------------------------------------------------
+
+    async def replicate(self, ledger_id: int) -> bool:
+        """Repair what can be repaired now; True once no fragment names a marked bookie
+        (the mark is then cleared). Raises :class:`NotYet` or another error if work is left."""
+        timeout = self.config.request_timeout_s
+        with trio.fail_after(timeout):
+            marks = {m.ledger_id: m for m in await self.store.list_under_replicated()}
+        mark = marks.get(ledger_id)
+        if mark is None:
+            return True  # done by another worker meanwhile
+        try:
+            with trio.fail_after(timeout):
+                md = await self.store.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            log.info("ledger %d was deleted; dropping its under-replicated mark", ledger_id)
+            with trio.fail_after(timeout):
+                await self.store.clear_under_replicated(ledger_id, mark.bookies)
+            return True
+        with trio.fail_after(timeout):
+            registered = {b.bookie_id for b in await self.store.list_bookies()}
+            decommissioned = await self.store.list_decommissioned()
+        lost = {b for b in md.bookies() if b in mark.bookies or b not in registered or b in decommissioned}
+        pending = ""
+        while True:
+            index = self._next_fragment(md, lost)
+            if index is None:
+                break
+            if index == len(md.fragments) - 1 and not md.closed:
+                pending = await self._last_fragment_pending(md, mark, lost, registered)
+                if pending:
+                    break
+                md = await self._recover(md)
+                continue
+            md = await self._replicate_fragment(md, index, lost)
+        gone = set(mark.bookies) - md.bookies()
+        if gone:
+            with trio.fail_after(timeout):
+                await self.store.clear_under_replicated(ledger_id, gone)
+        if pending:
+            raise NotYet(pending)
+        left = set(mark.bookies) & md.bookies()
+        if left:
+            raise NotYet(f"bookies {sorted(left)} are still in its fragments")
+        log.info("ledger %d is fully replicated again (replaced %s)", ledger_id, sorted(gone))
+        return True
+
+    @staticmethod
+    def _next_fragment(md: LedgerMetadata, lost: set[str]) -> int | None:
+        for i, (_, ensemble) in enumerate(md.fragments):
+            if lost & set(ensemble):
+                return i
+        return None
+
+    async def _last_fragment_pending(
+        self, md: LedgerMetadata, mark: UnderReplicated, lost: set[str], registered: set[str]
+    ) -> str:
+        """Why the open ledger's last fragment is left to its writer for now ('' if not)."""
+        ensemble = md.fragments[-1][1]
+        gone = [b for b in ensemble if b in lost and b not in registered]
+        if not gone:
+            return (
+                f"the last fragment of the open ledger names {sorted(lost & set(ensemble))}, which are alive "
+                f"(decommissioned or marked): left to the writer's ensemble change or close"
+            )
+        age = time.time() - mark.since
+        grace = self.config.open_ledger_rereplication_grace_s
+        if age < grace:
+            return f"open ledger: its last fragment is left to its writer for {grace - age:.0f} s more"
+        if self.key_for(md.ledger_id) is None:
+            return (
+                "open ledger past its grace, but this worker does not hold its master key to recover it: "
+                "left to a worker in a bookie of the ledger, or to a client that opens it"
+            )
+        return ""
+
+    async def _recover(self, md: LedgerMetadata) -> LedgerMetadata:
+        """Recover and close an open ledger whose writer is gone (fencing it if it is not)."""
+        key = self.key_for(md.ledger_id)
+        assert key is not None
+        log.warning("ledger %d: its writer is gone past the grace; recovering and closing it", md.ledger_id)
+        with trio.fail_after(self.config.request_timeout_s * 4):
+            return await Recovery(self.ctx, md, key, Digester.unkeyed(md.digest_type)).run()
+
+    async def _replicate_fragment(self, md: LedgerMetadata, index: int, lost: set[str]) -> LedgerMetadata:
+        """Copy the lost bookies' share of one fragment to replacements, then CAS them in."""
+        first, ensemble = md.fragments[index]
+        end = md.fragments[index + 1][0] - 1 if index + 1 < len(md.fragments) else md.last_entry_id
+        failed = [i for i, b in enumerate(ensemble) if b in lost]
+        new = await self._choose(md, ensemble, failed, lost)
+        for i in failed:
+            copied = await self._copy(md, ensemble, first, end, i, new[i], lost)
+            self.status.entries_copied += copied
+            log.info(
+                "ledger %d fragment %d: copied %d entries of %s to %s", md.ledger_id, first, copied, ensemble[i], new[i]
+            )
+        timeout = self.config.request_timeout_s
+        while True:
+            if (first, ensemble) not in md.fragments:
+                # Someone else changed it (another worker, recovery): look again from the top.
+                log.info("ledger %d: fragment %d changed meanwhile; not replacing it", md.ledger_id, first)
+                return md
+            fragments = tuple((f, tuple(new)) if (f, e) == (first, ensemble) else (f, e) for f, e in md.fragments)
+            try:
+                with trio.fail_after(timeout):
+                    md = await self.store.update_ledger(attrs.evolve(md, fragments=fragments), md.version)
+            except BadVersionError:
+                with trio.fail_after(timeout):
+                    md = await self.store.read_ledger(md.ledger_id)
+                continue
+            self.status.fragments_replicated += 1
+            return md
+
+    async def _choose(self, md: LedgerMetadata, ensemble: tuple[str, ...], failed: list[int], lost: set[str]) -> list[str]:
+        """Replacements, preferably bookies that hold nothing of the ledger yet (a keyless copy
+        is refused where a bookie holds the ledger's key)."""
+        what = f"re-replication of ledger {md.ledger_id}"
+        with trio.fail_after(self.config.request_timeout_s):
+            try:
+                return await choose_replacements(
+                    self.ctx.pool, self.store, ensemble, failed, exclude=md.bookies() | lost, what=what,
+                    write_quorum=md.write_quorum,
+                )
+            except NotEnoughBookiesError:
+                return await choose_replacements(
+                    self.ctx.pool, self.store, ensemble, failed, exclude=lost, what=what, write_quorum=md.write_quorum
+                )
+
+    async def _copy(
+        self, md: LedgerMetadata, ensemble: tuple[str, ...], first: int, end: int, index: int, target: str, lost: set[str]
+    ) -> int:
+        """Copy entries ``first..end`` that ensemble position ``index`` holds to ``target``."""
+        ledger_id = md.ledger_id
+        e, w = len(ensemble), md.write_quorum
+        digester = Digester.unkeyed(md.digest_type)
+        key = self.key_for(ledger_id) or b""
+        type_id = self.ctx.ledger_types.named(md.ledger_type).type_id
+        timeout = self.config.request_timeout_s
+        # Lost bookies may still be alive (decommissioned, marked): sources, but last.
+        sources = sorted((b for b in ensemble if b != target), key=lambda b: b in lost)
+        copied = 0
+        for lo in range(first, end + 1, COPY_WINDOW):
+            hi = min(end, lo + COPY_WINDOW - 1)
+            ids = np.arange(lo, hi + 1, dtype=np.int64)
+            wanted = ids[stored_at(index, ids, e, w)].tolist()
+            if not wanted:
+                continue
+            with trio.fail_after(timeout):
+                listed = await list_on_peers(self.ctx.pool, ledger_id, lo, hi, [target, *sources])
+            # What the target holds already (an earlier, interrupted attempt) is not sent again.
+            missing = [i for i in wanted if i not in listed.get(target, ())]
+            for start in range(0, len(missing), COPY_BATCH):
+                chunk: list[tuple[int, list[str]]] = []
+                for entry_id in missing[start : start + COPY_BATCH]:
+                    # Replicas known to hold it first, lost ones (if alive at all) last.
+                    peers = [b for b in replicas(ensemble, entry_id, w) if b != target]
+                    peers.sort(key=lambda b: (entry_id not in listed.get(b, ()), b in lost))
+                    chunk.append((entry_id, peers))
+                got: dict[int, bytes] = {}
+                with trio.fail_after(timeout):
+                    await fetch_entries(self.ctx.pool, ledger_id, chunk, got, digester)
+                absent = [entry_id for entry_id, _ in chunk if entry_id not in got]
+                if absent:
+                    raise BKError(
+                        f"ledger {ledger_id}: no replica could give entries {absent[:10]}"
+                        f"{' ...' if len(absent) > 10 else ''} (fewer than needed are reachable); retrying later"
+                    )
+                got_ids = sorted(got)
+                with trio.fail_after(timeout):
+                    conn = await self.ctx.pool.get(target)
+                    r = await conn.submit_add_batch(
+                        ledger_id, got_ids, [got[i] for i in got_ids], master_key=key, ledger_type=type_id,
+                        recovery=True, timeout_s=timeout,
+                    ).wait()
+                if r.status != p.Status.OK:
+                    raise BKError(f"ledger {ledger_id}: {target} refused the copies: {r.status.name} {r.message}")
+                copied += len(got_ids)
+        return copied

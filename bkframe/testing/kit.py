@@ -1,0 +1,43 @@
+"""Small things most tests of a bkframe cluster need, in one place: a password, payloads a
+reader can check, and client timeouts short enough for a test that kills bookies.
+
+Plugin authors' tests use them as bkframe's own do::
+
+    from bkframe.testing.kit import FAST, PASSWORD, payload
+
+    async with bkframe.open_client(cluster.metadata, **FAST) as client:
+        w = await client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=PASSWORD)
+        await w.append(payload("a", 0))
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final
+
+#: The ledger (and log) password of tests that do not test passwords.
+PASSWORD: Final = b"pw"
+
+#: Client settings for tests that stop, hang or kill bookies: a request to a dead bookie
+#: fails in seconds rather than the defaults' tens of seconds, and a slow replica is read
+#: around quickly. ``open_client(uri, **FAST)`` / ``connect(uri, **FAST)``.
+FAST: Final[dict[str, float]] = {
+    "add_timeout_s": 2.0,
+    "read_timeout_s": 2.0,
+    "speculative_read_timeout_s": 0.3,
+}
+
+
+def payload(*key: object, size: int = 0) -> bytes:
+    """The payload named by ``key`` (e.g. ``payload(ledger_id, entry_id)``): readable, distinct
+    for distinct keys, the same on every call, so a test can check what it reads back
+    without keeping what it wrote. ``size``: exactly that many bytes (filled with bytes
+    derived from the key, so two large payloads differ all along, not only in a prefix)."""
+    name = "-".join(map(str, key)).encode()
+    if size <= 0:
+        return name
+    if size <= len(name):
+        return name[:size]
+    block = hashlib.sha256(name).digest()
+    fill = (block * (size // len(block) + 1))[: size - len(name) - 1]
+    return name + b":" + fill

@@ -1,0 +1,36 @@
+"""A peer that resets its connection is routine for a bookie: no traceback in its log."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bkframe import proto as p
+from bkframe.client.bookie_client import connect_bookie
+from bkframe.testing.cluster import BookieProcess
+
+
+async def test_peer_reset_is_not_logged_as_a_failure(tmp_path: Path, bookie_processes: list[Any]) -> None:
+    bookie = BookieProcess(tmp_path / "b").start()
+    bookie_processes.append(bookie)
+    for _ in range(5):
+        sock = socket.create_connection((bookie.host, bookie.port))
+        # Half a frame, then a reset (SO_LINGER 0 makes close() send RST).
+        sock.sendall(struct.pack("<I", 100) + b"x" * 10)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    # Resets while the bookie has a response to send, too.
+    for _ in range(5):
+        sock = socket.create_connection((bookie.host, bookie.port))
+        sock.sendall(p.frame([p.encode_bookie_info(1)]) * 50)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    await trio.sleep(0.5)
+    async with connect_bookie(bookie.host, bookie.port) as conn:  # still serving
+        assert (await conn.info(timeout_s=10))["bookie_id"]
+    log = bookie.log_path.read_text()
+    assert "Traceback" not in log and "connection failed" not in log, log[-3000:]

@@ -1,0 +1,47 @@
+"""Keyless copies (autorecovery's recovery adds with an empty master key: it knows only the
+key's hash) on one bookie with a metadata store: stored where the bookie holds no key for
+the ledger, batch after batch; the writer's key is adopted later once the metadata vouches
+for it; refused where the bookie holds the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bkframe import proto as p
+from bkframe.client.bookie_client import connect_bookie
+from bkframe.core.ledger_keys import master_key, password_hash
+from bkframe.core.metadata import LedgerMetadata
+from bkframe.core.plugin_manager import PluginManager
+from bkframe.testing.cluster import make_config, running_bookie
+from bkframe.testing.kit import PASSWORD
+
+
+async def test_keyless_copies_then_the_writers_key(tmp_path: Path) -> None:
+    uri = f"sqlite://{tmp_path / 'metadata.db'}"
+    async with running_bookie(make_config(tmp_path / "bookie", metadata=uri)) as (_, host, port):
+        store = PluginManager().metadata_store(uri)
+        try:
+            md = LedgerMetadata(
+                ledger_id=7, ensemble_size=1, write_quorum=1, ack_quorum=1, fragments=((0, ("b",)),),
+                password_hash=password_hash(PASSWORD),
+            )
+            await store.create_ledger(md)
+            async with connect_bookie(host, port) as bk:
+                for first in (0, 2):  # two batches: the second finds the ledger keyless here
+                    r = await bk.submit_add_batch(
+                        7, [first, first + 1], [b"e%d" % first, b"e%d" % (first + 1)], master_key=b"", recovery=True
+                    ).wait()
+                    assert r.status == p.Status.OK, r.message
+                assert (await bk.read(7, 3)).data == b"e3"
+                # Without the recovery flag an empty key is no copy: the metadata does not vouch for it.
+                plain = await bk.add(7, 4, b"x", master_key=b"")
+                assert plain.status == p.Status.UNAUTHORIZED
+                wrong = await bk.add(7, 4, b"x", master_key=master_key(b"other"))
+                assert wrong.status == p.Status.UNAUTHORIZED
+                right = await bk.add(7, 4, b"e4", master_key=master_key(PASSWORD))
+                assert right.status == p.Status.OK, right.message
+                # Now the bookie holds the key: a keyless copy is refused.
+                late = await bk.submit_add_batch(7, [5], [b"e5"], master_key=b"", recovery=True).wait()
+                assert late.status == p.Status.UNAUTHORIZED
+        finally:
+            await store.aclose()
