@@ -22,13 +22,11 @@ import pytest
 import trio
 
 import bkframe
+from bkframe import Client, LedgerMetadata, WriteHandle
 from bkframe import proto as p
-from bkframe.client.client import Client
 from bkframe.client.distribution import write_set
 from bkframe.client.entry_format import Digester
-from bkframe.client.write_handle import WriteHandle
 from bkframe.core.ledger_keys import master_key
-from bkframe.core.metadata import LedgerMetadata
 from bkframe.testing.cluster import BookieProcess, Cluster
 from bkframe.testing.diskfull import used_bytes
 from bkframe.testing.kit import PASSWORD, payload

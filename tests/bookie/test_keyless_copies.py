@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bkframe import LedgerMetadata
 from bkframe import proto as p
 from bkframe.client.bookie_client import connect_bookie
 from bkframe.core.ledger_keys import master_key, password_hash
-from bkframe.core.metadata import LedgerMetadata
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.testing.cluster import make_config, running_bookie
 from bkframe.testing.kit import PASSWORD

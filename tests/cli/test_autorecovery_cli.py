@@ -10,7 +10,7 @@ from pathlib import Path
 
 import trio
 
-from bkframe.core.metadata import LedgerMetadata
+from bkframe import LedgerMetadata
 from bkframe.core.plugin_manager import PluginManager
 
 

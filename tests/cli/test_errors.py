@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from bkframe import BKError, MetadataError
 from bkframe.cli.errors import known_error
-from bkframe.errors import BKError, MetadataError
 
 
 def bk(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

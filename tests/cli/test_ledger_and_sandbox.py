@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+
+from bkframe.testing.cluster import Cluster
 
 
 def bk(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -20,8 +21,8 @@ def bk(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.C
     return proc
 
 
-def test_ledger_commands(cluster_factory: Any) -> None:
-    meta = ["--metadata", cluster_factory(3).metadata]
+def test_ledger_commands(shared_cluster: Cluster) -> None:
+    meta = ["--metadata", shared_cluster.metadata]
     ledger_id = bk("ledger", "create", *meta, "-e", "3", "-w", "2", "-a", "2", "--password", "pw").stdout.strip()
     assert ledger_id.isdigit()
     appended = bk("ledger", "append", ledger_id, *meta, "--password", "pw", stdin="alpha\nbeta\ngamma\n")
@@ -38,8 +39,8 @@ def test_ledger_commands(cluster_factory: Any) -> None:
     assert ledger_id not in bk("ledger", "list", *meta).stdout.split()
 
 
-def test_ledger_command_errors(cluster_factory: Any) -> None:
-    meta = ["--metadata", cluster_factory(3).metadata]
+def test_ledger_command_errors(shared_cluster: Cluster) -> None:
+    meta = ["--metadata", shared_cluster.metadata]
     ledger_id = bk("ledger", "create", *meta, "--password", "pw").stdout.strip()
     for args, message in [
         (["ledger", "read", ledger_id, *meta, "--password", "wrong"], "wrong password"),
@@ -53,8 +54,8 @@ def test_ledger_command_errors(cluster_factory: Any) -> None:
         assert len(lines) == 1 and message in lines[0], proc.stderr
 
 
-def test_keep_open_then_recover_with_close(cluster_factory: Any) -> None:
-    meta = ["--metadata", cluster_factory(3).metadata]
+def test_keep_open_then_recover_with_close(shared_cluster: Cluster) -> None:
+    meta = ["--metadata", shared_cluster.metadata]
     ledger_id = bk("ledger", "create", *meta).stdout.strip()
     bk("ledger", "append", ledger_id, *meta, "--keep-open", stdin="one\ntwo\n")
     assert json.loads(bk("ledger", "metadata", ledger_id, *meta).stdout)["state"] == "OPEN"

@@ -9,7 +9,8 @@ import pytest
 import trio
 
 import bkframe
-from bkframe.client.client import Client
+from bkframe import Client
+from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import PASSWORD
 
 
@@ -22,10 +23,10 @@ async def _requests(client: Client, bookies: list[str]) -> list[int]:
 
 
 @pytest.mark.parametrize("ledger_type", ["VD_JOURNAL", "BYPASS_JOURNAL"])
-async def test_a_lone_append_is_sent_by_the_appender_itself(cluster_factory: Any, ledger_type: str) -> None:
+async def test_a_lone_append_is_sent_by_the_appender_itself(shared_cluster: Cluster, ledger_type: str) -> None:
     """``append()`` on an idle writer submits the entry from the appending task, not from
     a flush task that runs a scheduler pass later."""
-    cluster = cluster_factory(3)
+    cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, ledger_type=ledger_type, password=PASSWORD)
         await writer.append(b"first")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import bkframe
+from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import PASSWORD
 
 #: Bookies whose journal holds a group up to 1.5 s before its fsync, so that "not yet
@@ -35,8 +36,8 @@ def test_a_blocking_vd_journal_writer_syncs(cluster_factory: Any) -> None:
         assert writer.close().last_entry_id == 4
 
 
-def test_blocking_ledger_handles(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
+def test_blocking_ledger_handles(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     with bkframe.connect(cluster.metadata) as bk:
         assert bk.settings.add_timeout_s > 0 and bk.client_id == bk.client.client_id
         unclaimed = bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD, claim=False)

@@ -10,10 +10,11 @@ import pytest
 import trio
 
 import bkframe
+from bkframe import DigestType
 from bkframe import proto as p
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
-from bkframe.core.metadata import DigestType
+from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import FAST, PASSWORD, payload
 
 GC_FAST = """
@@ -65,8 +66,8 @@ async def test_a_deleted_ledger_stays_deleted(cluster_factory: Any) -> None:
         assert r.status == p.Status.NO_LEDGER
 
 
-async def test_a_reader_knows_the_lac_when_it_opens_and_reads_advance_it(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
+async def test_a_reader_knows_the_lac_when_it_opens_and_reads_advance_it(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata, **FAST) as client, bkframe.open_client(
         cluster.metadata, **FAST
     ) as other:
@@ -106,8 +107,8 @@ async def test_length_counts_only_acknowledged_entries(cluster_factory: Any) -> 
         assert writer.length == acked
 
 
-async def test_a_closed_handle_refuses_sync_and_append(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
+async def test_a_closed_handle_refuses_sync_and_append(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata, **FAST) as client:
         for ledger_type in ("PD_JOURNAL", "VD_JOURNAL"):
             writer = await client.create_ledger(

@@ -12,11 +12,11 @@ from typing import Any
 import trio
 
 import bkframe
+from bkframe import DigestType, LedgerStateName
 from bkframe import proto as p
 from bkframe.client.distribution import write_set
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
-from bkframe.core.metadata import DigestType, LedgerStateName
 from bkframe.testing.kit import FAST, PASSWORD, payload
 
 #: Short timeouts so that a hung bookie costs the tests seconds.

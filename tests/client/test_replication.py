@@ -1,4 +1,7 @@
-"""Replicated ledgers end to end on clusters of real bookie processes (sqlite metadata)."""
+"""Replicated ledgers end to end on clusters of real bookie processes (sqlite metadata).
+
+Tests that only write and read share the session's cluster; those that kill or restart a
+bookie, or count a bookie's events, start their own."""
 
 from __future__ import annotations
 
@@ -11,12 +14,13 @@ import pytest
 import trio
 
 import bkframe
-from bkframe.core.metadata import LedgerStateName
+from bkframe import LedgerStateName
+from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import PASSWORD, payload
 
 
-async def test_striping_round_trip(cluster_factory: Any) -> None:
-    cluster = cluster_factory(4)
+async def test_striping_round_trip(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=PASSWORD)
         pending = [writer.append_async(payload("entry", i)) for i in range(300)]
@@ -73,8 +77,8 @@ def _spawn_writer(metadata: str, e: int, w: int, a: int, acks_wanted: int) -> tu
     return ledger_id, acked
 
 
-async def test_writer_killed_then_recovery_keeps_every_acked_entry(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
+async def test_writer_killed_then_recovery_keeps_every_acked_entry(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     ledger_id, acked = await trio.to_thread.run_sync(
         lambda: _spawn_writer(cluster.metadata, 3, 3, 2, 500)
     )
@@ -93,8 +97,8 @@ async def test_writer_killed_then_recovery_keeps_every_acked_entry(cluster_facto
         assert again.lac == last
 
 
-async def test_two_concurrent_recoveries_agree(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
+async def test_two_concurrent_recoveries_agree(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     ledger_id, acked = await trio.to_thread.run_sync(lambda: _spawn_writer(cluster.metadata, 3, 2, 2, 300))
     results: list[int] = []
 
@@ -109,8 +113,8 @@ async def test_two_concurrent_recoveries_agree(cluster_factory: Any) -> None:
     assert len(results) == 2 and results[0] == results[1] >= max(acked)
 
 
-async def test_fenced_old_writer_fails(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
+async def test_fenced_old_writer_fails(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client, bkframe.open_client(cluster.metadata) as other:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
         for i in range(10):
@@ -160,8 +164,8 @@ async def test_open_empty_ledger_with_a_bookie_down(cluster_factory: Any) -> Non
         assert reader.closed and reader.lac == -1
 
 
-async def test_wrong_password_and_unknown_type(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
+async def test_wrong_password_and_unknown_type(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=PASSWORD)
         with pytest.raises(bkframe.UnauthorizedError):
@@ -172,8 +176,8 @@ async def test_wrong_password_and_unknown_type(cluster_factory: Any) -> None:
             await client.open_ledger(123456)
 
 
-def test_blocking_facade(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
+def test_blocking_facade(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     with bkframe.connect(cluster.metadata) as bk:
         writer = bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
         assert writer.append(b"a") == 0
@@ -184,8 +188,8 @@ def test_blocking_facade(cluster_factory: Any) -> None:
         assert writer.ledger_id in bk.list_ledgers()
 
 
-async def test_tailing_reader_follows_the_writer(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
+async def test_tailing_reader_follows_the_writer(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
         reader = await client.open_ledger(writer.ledger_id, password=PASSWORD, recovery=False)
@@ -211,8 +215,8 @@ async def test_tailing_reader_follows_the_writer(cluster_factory: Any) -> None:
         assert seen == [payload("entry", i) for i in range(20)]
 
 
-async def test_long_poll_waits_for_the_lac(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
+async def test_long_poll_waits_for_the_lac(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
         await writer.append(b"a")
@@ -234,8 +238,8 @@ async def test_long_poll_waits_for_the_lac(cluster_factory: Any) -> None:
 
 
 @pytest.mark.parametrize("ledger_type", ["PD_JOURNAL", "BYPASS_JOURNAL"])
-async def test_explicit_lac_lets_a_tailing_reader_see_the_last_entry(cluster_factory: Any, ledger_type: str) -> None:
-    cluster = cluster_factory(3)
+async def test_explicit_lac_lets_a_tailing_reader_see_the_last_entry(shared_cluster: Cluster, ledger_type: str) -> None:
+    cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata, explicit_lac_interval_s=0.1) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, ledger_type=ledger_type, password=PASSWORD)
         reader = await client.open_ledger(writer.ledger_id, password=PASSWORD, recovery=False)
@@ -265,8 +269,8 @@ async def test_close_sends_an_advisory_write_close(cluster_factory: Any) -> None
                     await trio.sleep(0.05)
 
 
-async def test_append_many_confirms_a_batch_in_order(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
+async def test_append_many_confirms_a_batch_in_order(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
         assert await writer.append_many([payload("entry", i) for i in range(500)]) == range(0, 500)
@@ -284,8 +288,8 @@ async def test_append_many_confirms_a_batch_in_order(cluster_factory: Any) -> No
         assert [e.payload for e in await reader.read(0, 999)] == [payload("entry", i) for i in range(1000)]
 
 
-async def test_append_many_fails_when_the_ledger_is_fenced(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
+async def test_append_many_fails_when_the_ledger_is_fenced(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
         await writer.append_many([payload("entry", i) for i in range(10)])

@@ -9,6 +9,7 @@ import trio
 
 import bkframe
 from bkframe.client.write_handle import lac_by_sync
+from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import PASSWORD
 
 #: Bookies whose journal holds a group up to 1.5 s before its fsync, so that "not yet
@@ -78,8 +79,8 @@ async def test_ensemble_change_is_refused_with_a_reason(cluster_factory: Any) ->
         assert len(writer.metadata.fragments) == 1
 
 
-async def test_striped_vd_ledgers_are_refused(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
+async def test_striped_vd_ledgers_are_refused(shared_cluster: Cluster) -> None:
+    cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client:
         with pytest.raises(bkframe.UnsupportedError, match="cannot be striped"):
             await client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, ledger_type="VD_JOURNAL")

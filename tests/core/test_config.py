@@ -6,15 +6,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from bkframe.core.config import (
-    AutorecoveryConfig,
-    BookieConfig,
-    ConfigError,
-    HttpConfig,
-    PluginsConfig,
-    load_config,
-    parse_section,
-)
+from bkframe import ConfigError
+from bkframe.core.config import AutorecoveryConfig, BookieConfig, HttpConfig, PluginsConfig, load_config, parse_section
 from bkframe.core.log_config import LoggingConfig
 from bkframe.core.plugin_manager import SECTION_KINDS, PluginManager
 from bkframe.core.registry import ComponentKind

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from bkframe.core.metadata import DigestType, LedgerMetadata, LedgerStateName
+from bkframe import DigestType, LedgerMetadata, LedgerStateName
 
 
 def test_quorum_validation() -> None:

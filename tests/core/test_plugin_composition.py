@@ -7,15 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from bkframe import ConfigError, PluginError, UnknownLedgerTypeError, hookimpl
 from bkframe import proto as p
 from bkframe.client.bookie_client import connect_bookie
-from bkframe.core.config import ConfigError, NoConfig, load_config
+from bkframe.core.config import NoConfig, load_config
 from bkframe.core.counters import Counters
-from bkframe.core.hookspecs import hookimpl
 from bkframe.core.interfaces import Buffer, DurabilityPolicy, EntryLogManager, LedgerState, LedgerStorage, LedgerType
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.registry import ComponentRegistry
-from bkframe.errors import PluginError, UnknownLedgerTypeError
 from bkframe.testing.cluster import running_bookie
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from bkframe import ConfigError
 from bkframe.core.config import load_config
 from bkframe.core.plugin_manager import DISABLE_ENV, PluginManager
 from bkframe.core.registry import ComponentKind
-from bkframe.errors import ConfigError
 
 
 @pytest.fixture

@@ -17,14 +17,13 @@ import trio
 import trustme
 
 import bkframe
+from bkframe import ClientSettings, ConfigError, UnauthorizedError
 from bkframe import proto as p
 from bkframe.client.bookie_client import BookieConnectionError, connect_bookie
-from bkframe.client.settings import ClientSettings
 from bkframe.core.auth import AuthenticationError, Peer
 from bkframe.core.config import load_config
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.tls import client_context
-from bkframe.errors import ConfigError, UnauthorizedError
 from bkframe.plugins.auth import TLSAuth, TLSAuthConfig, TokenAuth, TokenConfig
 
 TOKEN = "s3cret-token-for-tests-91d2"

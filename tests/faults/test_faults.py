@@ -22,9 +22,9 @@ import pytest
 import trio
 
 import bkframe
+from bkframe import LedgerStateName
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
-from bkframe.core.metadata import LedgerStateName
 from tests.faults.checks import check_cluster
 from tests.faults.harness import REPO, run_faults
 from tests.faults.payloads import BIG_KEY, PASSWORD, SEED_KEY, WRITER_KEY, digest, payload

@@ -31,8 +31,7 @@ import attrs
 import trio
 
 import bkframe
-from bkframe.client.write_handle import PendingAppend
-from bkframe.core.metadata import LedgerMetadata
+from bkframe import LedgerMetadata, PendingAppend
 from tests.faults.payloads import BIG_KEY, PASSWORD, SEED_KEY, WRITER_KEY, digest, expected_from_custom, payload
 from tests.faults.records import RecordFile
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bkframe.core.config import ConfigError
+from bkframe import ConfigError
 from bkframe.core.counters import Counters
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.plugins.entry_log_single import LOG_HEADER, EntryLogError, SingleEntryLogManager

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bkframe.core.config import ConfigError, parse_section
+from bkframe import ConfigError
+from bkframe.core.config import parse_section
 from bkframe.core.counters import Counters
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.plugins.entry_log_single import SingleEntryLogManager

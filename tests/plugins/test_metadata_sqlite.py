@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from bkframe import MetadataError
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.errors import MetadataError
 from bkframe.testing.metadata_contract import SharedMetadataStoreContract
 
 

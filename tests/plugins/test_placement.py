@@ -10,11 +10,11 @@ from collections.abc import Sequence
 import pytest
 
 import bkframe
+from bkframe import ConfigError, NotEnoughBookiesError, PluginError
 from bkframe.core.config import NoConfig
 from bkframe.core.placement import Candidate, PlacementError, racks_spanned, write_sets
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.registry import ComponentKind, ComponentRegistry
-from bkframe.errors import ConfigError, NotEnoughBookiesError, PluginError
 from bkframe.plugins.placement import LeastUsedPlacement, RackAwareConfig, RackAwarePlacement, RandomPlacement
 
 SIX = [Candidate(f"b{i}", rack=f"rack-{i % 3}") for i in range(6)]

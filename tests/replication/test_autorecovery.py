@@ -13,11 +13,10 @@ import pytest
 import trio
 
 import bkframe
+from bkframe import Client, DigestType, LedgerMetadata
 from bkframe import proto as p
-from bkframe.client.client import Client
 from bkframe.client.distribution import replicas
 from bkframe.client.entry_format import Digester
-from bkframe.core.metadata import DigestType, LedgerMetadata
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import PASSWORD
 

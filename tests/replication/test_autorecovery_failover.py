@@ -13,10 +13,9 @@ from typing import Any
 import trio
 
 import bkframe
+from bkframe import Client, LedgerMetadata
 from bkframe import proto as p
-from bkframe.client.client import Client
 from bkframe.client.distribution import replicas
-from bkframe.core.metadata import LedgerMetadata
 from bkframe.testing.kit import PASSWORD
 from tests.replication.test_autorecovery import autorecovery_config, metadata_uri, payload
 

@@ -14,11 +14,10 @@ import pytest
 import trio
 
 import bkframe
+from bkframe import Client, DigestType
 from bkframe import proto as p
-from bkframe.client.client import Client
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
-from bkframe.core.metadata import DigestType
 from bkframe.testing.kit import PASSWORD
 
 BYPASS_TYPE_ID = 2

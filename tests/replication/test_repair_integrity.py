@@ -13,11 +13,11 @@ import pytest
 import trio
 
 import bkframe
+from bkframe import DigestType, LedgerMetadata, LedgerStateName
 from bkframe import proto as p
 from bkframe.client.entry_format import Digester
 from bkframe.core.interfaces import LedgerState
 from bkframe.core.ledger_keys import master_key
-from bkframe.core.metadata import DigestType, LedgerMetadata, LedgerStateName
 from bkframe.replication.data_integrity import LimboRepair
 from bkframe.testing.kit import PASSWORD
 from tests.replication.test_bypass_journal import bypass_config, info, recover, wait_out_of_limbo

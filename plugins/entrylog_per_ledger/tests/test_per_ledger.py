@@ -12,9 +12,10 @@ import trio
 from bkframe_entrylog_per_ledger.manager import PerLedgerEntryLogManager
 from bkframe_entrylog_per_ledger.plugin import PerLedgerConfig
 
+from bkframe import ConfigError
 from bkframe import proto as p
 from bkframe.client.bookie_client import connect_bookie
-from bkframe.core.config import ConfigError, load_config, parse_section
+from bkframe.core.config import load_config, parse_section
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import EntryLogManager
 from bkframe.core.plugin_manager import PluginManager

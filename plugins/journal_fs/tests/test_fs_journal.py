@@ -9,7 +9,7 @@ import pytest
 import trio
 from bkframe_journal_fs.fs_journal import FsJournal
 
-from bkframe.core.config import ConfigError
+from bkframe import ConfigError
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import JournalCorruptError, JournalPosition
 from bkframe.core.plugin_manager import PluginManager

@@ -12,7 +12,7 @@ import trio
 from bkframe_journal_fs.file_format import FILE_HEADER
 from bkframe_journal_fs.fs_journal import FsJournal, JournalFailedError
 
-from bkframe.core.config import ConfigError
+from bkframe import ConfigError
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import JournalCorruptError, JournalPosition
 from bkframe.core.plugin_manager import PluginManager

@@ -11,7 +11,7 @@ from bkframe_spark.connection import close_all
 from bkframe_spark.session import local_session
 
 import bkframe
-from bkframe.client.blocking import BlockingClient
+from bkframe import BlockingClient
 from bkframe.testing.cluster import Cluster
 
 

@@ -12,7 +12,7 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bkframe.client.blocking import BlockingClient
+from bkframe import BlockingClient
 from bkframe.testing.cluster import Cluster
 
 ROWS = 100_000

@@ -9,7 +9,7 @@ from bkframe_spark.source import narrow
 from bkframe_spark.writing import DataError, payload_index
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
-from bkframe.client.logs.model import EARLIEST, LATEST, Position
+from bkframe import EARLIEST, LATEST, Position
 
 M = "sqlite:///tmp/nowhere/metadata.db"
 

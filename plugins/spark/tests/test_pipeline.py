@@ -9,7 +9,7 @@ import pytest
 from bkframe_spark.pipeline import CURSOR, PipelineError, expected_counts, run_pipeline, verify
 from pyspark.sql import SparkSession
 
-from bkframe.client.blocking import BlockingClient
+from bkframe import BlockingClient
 from bkframe.testing.cluster import Cluster
 
 

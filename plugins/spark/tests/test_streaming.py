@@ -14,7 +14,7 @@ from bkframe_spark.writing import TAG_LOG
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bkframe.client.blocking import BlockingClient
+from bkframe import BlockingClient
 from bkframe.testing.cluster import Cluster
 
 BKFRAME = str(Path(sys.executable).parent / "bkframe")

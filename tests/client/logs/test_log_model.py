@@ -5,18 +5,8 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from bkframe.client.logs.model import (
-    TOKEN_HISTORY,
-    Commit,
-    Cursor,
-    LogMetadata,
-    LogSettings,
-    Position,
-    Segment,
-    check_name,
-    parse_where,
-    segments_to_trim,
-)
+from bkframe import Cursor, LogMetadata, LogSettings, Position, Segment, check_name, parse_where
+from bkframe.client.logs.model import TOKEN_HISTORY, Commit, segments_to_trim
 
 
 def test_positions_order_print_and_parse() -> None:

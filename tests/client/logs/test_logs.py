@@ -13,9 +13,7 @@ import pytest
 import trio
 
 import bkframe
-from bkframe.client.logs.api import Logs
-from bkframe.client.logs.model import Position
-from bkframe.client.logs.writer import LogWriter, PendingLogAppend
+from bkframe import Logs, LogWriter, PendingLogAppend, Position
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import PASSWORD, payload
 
