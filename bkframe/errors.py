@@ -66,6 +66,11 @@ class LedgerExistsError(MetadataError):
         self.ledger_id = ledger_id
 
 
+class BookieIdInUseError(MetadataError):
+    """Another live bookie (another data dir, another instance) is registered under this id:
+    two bookies may never share one. Nothing was changed."""
+
+
 class BadVersionError(MetadataError):
     """A compare-and-set lost: the stored version is not the expected one."""
 

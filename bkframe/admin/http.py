@@ -163,6 +163,8 @@ class AdminServer:
         state = "draining" if decommissioned else "read-only" if bookie.read_only else "writable"
         return JSONResponse({
             "bookie_id": bookie.bookie_id,
+            # What clients and other bookies connect to ([bookie] advertised_address).
+            "address": str(self.service.advertised) if self.service.advertised is not None else "",
             "state": state,
             "read_only": bookie.read_only,
             "read_only_reason": bookie.mode.reason,

@@ -15,10 +15,13 @@ from typing import Protocol
 
 import trio
 
+from bkframe.bookie.address import Advertised
+from bkframe.bookie.address import advertised as advertised_address
 from bkframe.bookie.bookie import Bookie
-from bkframe.bookie.cookies import check_cookies
+from bkframe.bookie.cookies import check_cookies, read_local
 from bkframe.bookie.disk_space import measure
 from bkframe.bookie.garbage_collector import GarbageCollector
+from bkframe.bookie.identity import claim_id, default_bookie_id
 from bkframe.bookie.protection import protect_at_boot
 from bkframe.bookie.server import BookieServer
 from bkframe.core.config import Config
@@ -78,6 +81,10 @@ class Background(Protocol):
 #: ``[autorecovery] enabled`` (normally :func:`bkframe.replication.autorecovery.in_bookie`).
 AutorecoveryFactory = Callable[[Bookie, MetadataStore, str], Background]
 
+#: A starting bookie waits this long past the registration TTL for another registration of
+#: its id to expire (a bookie that just died elsewhere) before it refuses to start.
+ID_WAIT_MARGIN_S = 2.0
+
 #: Seconds between a bookie's looks at whether it was decommissioned.
 DECOMMISSION_CHECK_S = 2.0
 
@@ -112,6 +119,8 @@ class BookieService:
         self.gc: GarbageCollector | None = None
         #: The admin HTTP service's URL once it listens ("" when off).
         self.admin_url = ""
+        #: What the bookie registers and clients connect to, once it listens.
+        self.advertised: Advertised | None = None
         self._stop_requested = False
 
     def stop(self) -> None:
@@ -143,14 +152,22 @@ class BookieService:
                 await background.start(bookie.sync.run)
                 async with trio.open_nursery() as serving:
                     host, port = await serving.start(server.run)
-                    bookie_id = cfg.bookie_id or f"{host}:{port}"
+                    advertised = self.advertised = advertised_address(host, port, cfg.advertised_address)
+                    bookie_id = cfg.bookie_id or default_bookie_id(bookie.data_dir, advertised)
                     bookie.bookie_id = bookie_id
+                    log.info("bookie %s: listening on %s:%d, advertised as %s (%s)",
+                             bookie_id, host, port, advertised, advertised.source)
+                    stale: BookieInfo | None = None
                     if store is not None:
+                        # Before anything is stamped: no other live bookie may hold this id.
+                        stale = await claim_id(
+                            store, bookie_id, bookie.data_dir, advertised, wait_s=cfg.registration_ttl_s + ID_WAIT_MARGIN_S
+                        )
                         bookie.cookie_check = await check_cookies(
                             store,
                             bookie.data_dir,
                             bookie_id,
-                            f"{host}:{port}",
+                            str(advertised),
                             auto_fix=cfg.auto_fix_cookies,
                             metadata_uri=cfg.metadata,
                         )
@@ -164,14 +181,18 @@ class BookieService:
                             background.start_soon(self.repair(bookie, store, bookie_id).run)
                         self.gc = GarbageCollector(bookie, store, cfg.gc_interval_s)
                         background.start_soon(self.gc.run)
+                        cookie = read_local(bookie.data_dir)
                         info = BookieInfo(
                             bookie_id=bookie_id,
-                            address=f"{host}:{port}",
+                            address=str(advertised),
                             read_only=bookie.read_only,
                             pid=os.getpid(),
                             rack=cfg.rack,
+                            instance=cookie.instance_id if cookie is not None else "",
                         )
-                        registration = await store.register_bookie(info, cfg.registration_ttl_s, background)
+                        registration = await store.register_bookie(
+                            info, cfg.registration_ttl_s, background, replace=stale
+                        )
                         background.start_soon(self._watch_decommission, bookie, store, bookie_id)
                         if self.config.autorecovery.enabled and self.autorecovery is not None:
                             background.start_soon(self._run_autorecovery, bookie, store, bookie_id)

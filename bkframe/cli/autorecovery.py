@@ -82,7 +82,8 @@ def status(metadata: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(got, sort_keys=True))
         return
-    click.echo(f"auditor: {got['auditor'] or '(none)'}")
+    where = f" at {got['auditor_address']}" if got.get("auditor_address") else ""
+    click.echo(f"auditor: {got['auditor'] or '(none)'}{where}")
     marks = got["under_replicated"]
     click.echo(f"under-replicated ledgers: {len(marks)}")
     for m in marks:

@@ -28,7 +28,14 @@ from bkframe.replication.data_integrity import LimboRepair
 @click.option("--host", help="Overrides [bookie] host.")
 @click.option("--port", type=int, help="Overrides [bookie] port (0 picks a free port).")
 @metadata_option(required=False, help="Overrides [bookie] metadata (metadata store URI).")
-@click.option("--bookie-id", help="Overrides [bookie] bookie_id (default HOST:PORT).")
+@click.option(
+    "--advertised-address",
+    help="Overrides [bookie] advertised_address: HOST or HOST:PORT that clients and other bookies connect to "
+    "(default: --host if specific, else this machine's hostname or primary address).",
+)
+@click.option(
+    "--bookie-id", help="Overrides [bookie] bookie_id (default: the id in the data dir's cookie, else ADVERTISED_HOST:PORT)."
+)
 @click.option("--rack", help="Overrides [bookie] rack (its rack label, for rack-aware placement).")
 @click.option(
     "--http-port", type=int, help="Turns the admin HTTP service on at this port (overrides [http]; 0 picks a free port)."
@@ -39,13 +46,18 @@ def bookie(
     host: str | None,
     port: int | None,
     metadata: str | None,
+    advertised_address: str | None,
     bookie_id: str | None,
     rack: str | None,
     http_port: int | None,
 ) -> None:
     """Run one bookie composed from the config file; prints 'listening on HOST:PORT' (after
-    'admin http on URL' when the admin HTTP service is on)."""
-    overrides = {"data_dir": data_dir, "host": host, "port": port, "metadata": metadata, "bookie_id": bookie_id, "rack": rack}
+    'admin http on URL' when the admin HTTP service is on), and ', advertised as HOST:PORT'
+    after it when clients reach it at another address (a wildcard bind host, a NAT)."""
+    overrides = {
+        "data_dir": data_dir, "host": host, "port": port, "metadata": metadata, "bookie_id": bookie_id, "rack": rack,
+        "advertised_address": advertised_address,
+    }
     http = {"enabled": True, "port": http_port} if http_port is not None else None
     config = load_config(config_path, overrides, http)
     level, log_format = click.get_current_context().meta.get(LOG_OVERRIDES, (None, None))
@@ -61,7 +73,10 @@ def bookie(
                 host_port = await nursery.start(service.run)
                 if service.admin_url:
                     click.echo(f"admin http on {service.admin_url}")  # before "listening on": launchers read both
-                click.echo(f"listening on {host_port[0]}:{host_port[1]}")
+                listening = f"listening on {host_port[0]}:{host_port[1]}"
+                if service.advertised is not None and str(service.advertised) != listening.split()[-1]:
+                    listening += f", advertised as {service.advertised}"  # launchers take the last word
+                click.echo(listening)
                 sys.stdout.flush()
                 nursery.start_soon(_stop_on_signal, signals, service)
 

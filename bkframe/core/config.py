@@ -128,6 +128,53 @@ def parse_section(cls: type[T], raw: Mapping[str, Any], *, where: str) -> T:
         raise ConfigError(f"{where}: {e}") from None
 
 
+# -- addresses -------------------------------------------------------------------------------
+
+#: Bind hosts that mean "every interface": never an address to give anyone.
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]", "*"})
+
+
+def is_wildcard(host: str) -> bool:
+    return host.strip() in WILDCARD_HOSTS
+
+
+def split_address(value: str, where: str) -> tuple[str, int | None]:
+    """``HOST`` or ``HOST:PORT`` (an IPv6 host in brackets) -> (host, port or None)."""
+    text = value.strip()
+    host, port_text = text, ""
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise ConfigError(f"{where} = {value!r}: an IPv6 address goes in brackets, as [::1] or [::1]:3181")
+        host, rest = text[: end + 1], text[end + 1 :]
+        if rest and not rest.startswith(":"):
+            raise ConfigError(f"{where} = {value!r} should be HOST or HOST:PORT")
+        port_text = rest[1:]
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    elif text.count(":") > 1:
+        raise ConfigError(f"{where} = {value!r}: write an IPv6 address in brackets, as [{text}]")
+    if not host or any(c.isspace() for c in host):
+        raise ConfigError(f"{where} = {value!r} should be HOST or HOST:PORT (e.g. bookie1.example.com or 10.0.0.5:3181)")
+    if is_wildcard(host):
+        raise ConfigError(
+            f"{where} = {value!r} is a wildcard: other machines cannot connect to it; "
+            f"give this machine's name or address"
+        )
+    if not port_text:
+        return host, None
+    if not port_text.isdigit() or not 0 < int(port_text) <= 65535:
+        raise ConfigError(f"{where} = {value!r}: the port should be a number from 1 to 65535")
+    return host, int(port_text)
+
+
+
+def _address(instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
+    """A validator: empty, ``HOST`` or ``HOST:PORT``."""
+    if value.strip():
+        split_address(value, attribute.name)
+
+
 @attrs.frozen
 class NoConfig:
     """The config class of a component that takes no keys (besides ``plugin``)."""
@@ -148,8 +195,15 @@ class BookieConfig:
     checkpoint_interval_s: float = attrs.field(default=30.0, validator=above(0))
     #: Frames (request batches) a connection may have awaiting their responses.
     max_pending_batches: int = attrs.field(default=64, validator=at_least(1))
-    #: The id the bookie registers with; defaults to HOST:PORT.
+    #: The id the bookie registers with. Default: the id its data dir's cookie records (the
+    #: bookie's first start stamped it), else ADVERTISED_HOST:PORT -- stable across restarts,
+    #: unique per machine.
     bookie_id: str = ""
+    #: What clients and other bookies connect to (BookKeeper's advertisedAddress): ``HOST`` or
+    #: ``HOST:PORT``. Default: ``host`` when it is a specific address; with a wildcard ``host``
+    #: (0.0.0.0), the machine's hostname if it resolves to an address that is not loopback,
+    #: else its primary address. A bookie never registers 0.0.0.0.
+    advertised_address: str = attrs.field(default="", validator=_address)
     #: On a cookie mismatch (data dir missing or replaced): re-stamp and start instead of refusing.
     auto_fix_cookies: bool = False
     #: BP-46: after an unclean shutdown or a replaced data dir, fence and put in limbo the

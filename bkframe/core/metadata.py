@@ -25,6 +25,7 @@ import trio
 from bkframe.core.ledger_keys import password_hash
 from bkframe.errors import (
     BadVersionError,
+    BookieIdInUseError,
     LedgerExistsError,
     LogExistsError,
     MetadataError,
@@ -142,6 +143,9 @@ class BookieInfo:
     #: Its rack (failure domain) label, ``[bookie] rack``; rack-aware placement spreads
     #: every write set over racks. "" is the default rack.
     rack: str = ""
+    #: The instance id of its data dir's cookie: two registrations of one id with different
+    #: instances are two bookies, and the second may not register (BookieIdInUseError).
+    instance: str = ""
 
     def serialize(self) -> bytes:
         return json.dumps(attrs.asdict(self), sort_keys=True).encode()
@@ -149,6 +153,21 @@ class BookieInfo:
     @classmethod
     def deserialize(cls, data: bytes) -> BookieInfo:
         return cls(**json.loads(data))
+
+    def same_bookie(self, other: BookieInfo) -> bool:
+        """Whether ``other`` (a registration of the same id) is this bookie, e.g. its previous
+        life whose registration has not expired yet."""
+        return self.bookie_id == other.bookie_id and self.instance == other.instance
+
+
+def id_in_use(held: BookieInfo, wanted: BookieInfo) -> BookieIdInUseError:
+    """The error for ``wanted`` registering an id a live ``held`` registration has."""
+    return BookieIdInUseError(
+        f"bookie id {wanted.bookie_id!r} is registered by another live bookie (at {held.address}, pid "
+        f"{held.pid}, instance {held.instance or '?'}; this one is at {wanted.address}, instance "
+        f"{wanted.instance or '?'}): two bookies may not share an id. Give this bookie its own id "
+        f"([bookie] bookie_id / --bookie-id) or stop the other one; nothing was changed"
+    )
 
 
 @attrs.frozen
@@ -234,9 +253,15 @@ class MetadataStore(Protocol):
         """Yields the current metadata at once, then each change (``None`` once deleted)."""
         ...
 
-    async def register_bookie(self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery) -> BookieRegistration:
+    async def register_bookie(
+        self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery, *, replace: BookieInfo | None = None
+    ) -> BookieRegistration:
         """Register a bookie for as long as the returned registration lives; if the holder
-        dies, the registration expires within about ``ttl_s``. What keeps it alive (a
+        dies, the registration expires within about ``ttl_s``. A live registration of the
+        same id by another bookie (:meth:`BookieInfo.same_bookie` is false) is never replaced:
+        :class:`~bkframe.errors.BookieIdInUseError`, atomically with the check; one of the
+        same bookie (its previous life) is, and so is one equal to ``replace`` (a registration
+        the caller knows is stale: its holder, a process of the caller's machine, is gone). What keeps it alive (a
         heartbeat, a lease keep-alive) runs in the caller's ``nursery``, logging and
         retrying on failure, until :meth:`BookieRegistration.aclose`."""
         ...

@@ -26,6 +26,7 @@ from bkframe.core.metadata import (
     NoSuchLogError,
     UnderReplicated,
     Versioned,
+    id_in_use,
 )
 from bkframe.core.registry import ComponentRegistry
 
@@ -60,18 +61,21 @@ def reset_shared() -> None:
 
 
 class MemoryRegistration:
-    def __init__(self, store: MemoryMetadataStore, bookie_id: str) -> None:
+    def __init__(self, store: MemoryMetadataStore, info: BookieInfo) -> None:
         self._store = store
-        self.bookie_id = bookie_id
+        self.info = info
+        self.bookie_id = info.bookie_id
 
     async def set_read_only(self, read_only: bool) -> None:
         state = self._store._state
         info = state.bookies.get(self.bookie_id)
-        if info is not None:
+        if info is not None and info.same_bookie(self.info):
             state.bookies[self.bookie_id] = attrs.evolve(info, read_only=read_only)
 
     async def aclose(self) -> None:
-        self._store.expire(self.bookie_id)
+        held = self._store._state.bookies.get(self.bookie_id)
+        if held is not None and held.same_bookie(self.info):  # after an expiry the id may be another's
+            self._store.expire(self.bookie_id)
 
 
 class MemoryLock:
@@ -154,10 +158,15 @@ class MemoryMetadataStore:
                     return
             await changed.wait()
 
-    async def register_bookie(self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery) -> MemoryRegistration:
+    async def register_bookie(
+        self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery, *, replace: BookieInfo | None = None
+    ) -> MemoryRegistration:
         await trio.lowlevel.checkpoint()
+        held = self._state.bookies.get(info.bookie_id)
+        if held is not None and not held.same_bookie(info) and held != replace:
+            raise id_in_use(held, info)
         self._state.bookies[info.bookie_id] = info
-        return MemoryRegistration(self, info.bookie_id)
+        return MemoryRegistration(self, info)
 
     def expire(self, bookie_id: str) -> None:
         """Drop a registration as if its holder had died."""

@@ -35,6 +35,7 @@ from bkframe.core.metadata import (
     NoSuchLogError,
     UnderReplicated,
     Versioned,
+    id_in_use,
 )
 from bkframe.core.registry import ComponentRegistry
 
@@ -92,7 +93,14 @@ class SqliteRegistration:
     async def aclose(self) -> None:
         self._scope.cancel()
         await self._stopped.wait()
-        await self._store._call(lambda db: db.execute("DELETE FROM bookies WHERE id = ?", (self.info.bookie_id,)))
+
+        def delete_ours(db: sqlite3.Connection) -> None:
+            # Only our own row: after an expiry the id may be another bookie's.
+            row = db.execute("SELECT data FROM bookies WHERE id = ?", (self.info.bookie_id,)).fetchone()
+            if row is not None and BookieInfo.deserialize(row[0]).same_bookie(self.info):
+                db.execute("DELETE FROM bookies WHERE id = ?", (self.info.bookie_id,))
+
+        await self._store._transaction(delete_ours)
 
 
 class SqliteLock:
@@ -274,16 +282,27 @@ class SqliteMetadataStore:
 
     # -- bookies -------------------------------------------------------------------------
 
-    async def _upsert_bookie(self, info: BookieInfo, ttl_s: float) -> None:
-        await self._call(
-            lambda db: db.execute(
+    async def _upsert_bookie(self, info: BookieInfo, ttl_s: float, replace: BookieInfo | None = None) -> None:
+        """Write the registration unless another bookie's live one holds the id (one
+        transaction: two bookies starting at once cannot both pass the check)."""
+
+        def upsert(db: sqlite3.Connection) -> None:
+            row = db.execute("SELECT data, expires_at FROM bookies WHERE id = ?", (info.bookie_id,)).fetchone()
+            if row is not None and row[1] > time.time():
+                held = BookieInfo.deserialize(row[0])
+                if not held.same_bookie(info) and held != replace:
+                    raise id_in_use(held, info)
+            db.execute(
                 "INSERT OR REPLACE INTO bookies (id, data, expires_at) VALUES (?, ?, ?)",
                 (info.bookie_id, info.serialize(), time.time() + ttl_s),
             )
-        )
 
-    async def register_bookie(self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery) -> SqliteRegistration:
-        await self._upsert_bookie(info, ttl_s)
+        await self._transaction(upsert)
+
+    async def register_bookie(
+        self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery, *, replace: BookieInfo | None = None
+    ) -> SqliteRegistration:
+        await self._upsert_bookie(info, ttl_s, replace)
         registration = SqliteRegistration(self, info, ttl_s)
         nursery.start_soon(registration._heartbeat, name=f"bkframe-heartbeat-{info.bookie_id}")
         return registration

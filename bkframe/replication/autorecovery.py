@@ -87,6 +87,8 @@ async def cluster_status(store: MetadataStore, timeout_s: float = 30.0) -> dict[
     now = time.time()
     with trio.fail_after(timeout_s):
         auditor = await store.lock_holder("auditor")
+        # An auditor inside a bookie holds the lock under the bookie's id: say where it runs.
+        addresses = {b.bookie_id: b.address for b in await store.list_bookies()}
         marks = await store.list_under_replicated()
         decommissioned = sorted(await store.list_decommissioned())
         ledgers: list[dict[str, Any]] = []
@@ -108,6 +110,7 @@ async def cluster_status(store: MetadataStore, timeout_s: float = 30.0) -> dict[
                     using[b] += 1
     return {
         "auditor": auditor,
+        "auditor_address": addresses.get(auditor or "", ""),
         "under_replicated": ledgers,
         "decommissioned": [{"bookie_id": b, "ledgers": n} for b, n in using.items()],
     }

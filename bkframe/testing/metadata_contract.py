@@ -33,6 +33,7 @@ import trio
 
 from bkframe.core.metadata import (
     BadVersionError,
+    BookieIdInUseError,
     BookieInfo,
     LedgerExistsError,
     LedgerMetadata,
@@ -163,6 +164,28 @@ class MetadataStoreContract(AutorecoveryContract):
         assert [b.bookie_id for b in await store.list_bookies()] == ["b"]
         await reg_b.aclose()
         assert await store.list_bookies() == []
+
+    async def test_two_bookies_never_hold_one_id(
+        self, store: MetadataStore, open_store: Callable[[], MetadataStore], nursery: trio.Nursery
+    ) -> None:
+        """A live registration of another instance is never replaced -- not through another
+        client of the store either -- and the refused bookie's leaving deletes nothing; the
+        same bookie's previous life is replaced (a restart before its registration expired)."""
+        first = BookieInfo("twin", "10.0.0.1:3181", instance="aaaa")
+        held = await store.register_bookie(first, ttl_s=5, nursery=nursery)
+        other = open_store()
+        try:
+            for s in (store, other):
+                with pytest.raises(BookieIdInUseError, match=r"'twin' is registered by another live bookie \(at 10.0.0.1:3181"):
+                    await s.register_bookie(BookieInfo("twin", "10.0.0.2:3181", instance="bbbb"), ttl_s=5, nursery=nursery)
+            assert [(b.address, b.instance) for b in await store.list_bookies()] == [("10.0.0.1:3181", "aaaa")]
+            again = await other.register_bookie(attrs.evolve(first, address="10.0.0.1:4000"), ttl_s=5, nursery=nursery)
+            assert [(b.address, b.instance) for b in await store.list_bookies()] == [("10.0.0.1:4000", "aaaa")]
+            await again.aclose()
+            assert await store.list_bookies() == []
+            await held.aclose()  # its registration was replaced: closing it removes nothing of anyone's
+        finally:
+            await other.aclose()
 
     async def test_read_only_flag_goes_both_ways_and_outlives_heartbeats(
         self, store: MetadataStore, open_store: Callable[[], MetadataStore], nursery: trio.Nursery

@@ -1,4 +1,6 @@
-"""Real ZooKeeper and etcd servers for tests: free loopback ports, own data dirs.
+"""Real ZooKeeper and etcd servers for tests: single servers on free loopback ports, and
+three-member ensembles with each member on a simulated host of its own
+(:mod:`bkframe.testing.hosts`); own data dirs.
 
 Started as plain subprocesses from Debian's packages (``zookeeper``, ``etcd-server``),
 which ``scripts/test`` installs when missing. Under ``CI=true`` a missing server fails the
@@ -7,15 +9,19 @@ tests loudly instead of skipping them.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+
+from bkframe.testing.hosts import Host
 
 ZK_CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"
 
@@ -131,3 +137,189 @@ class EtcdServer:
 
     def stop(self) -> None:
         stop_process(self.proc)
+
+
+# -- ensembles on simulated hosts -----------------------------------------------------------
+
+#: Ports of a member on its own host (each host has its own network namespace).
+ZK_CLIENT_PORT, ZK_PEER_PORT, ZK_ELECTION_PORT = 2181, 2888, 3888
+ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
+#: How long an ensemble may take to elect a leader and serve.
+ENSEMBLE_START_TIMEOUT_S = 90.0
+
+
+def _four_letters_at(address: str, port: int, word: bytes, timeout_s: float = 1.0) -> str:
+    try:
+        with socket.create_connection((address, port), timeout=timeout_s) as s:
+            s.sendall(word)
+            return s.recv(4096).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class ZooKeeperMember:
+    """One member of a :class:`ZooKeeperEnsemble`, on its own host."""
+
+    def __init__(self, root: Path, host: Host, myid: int, servers: str) -> None:
+        self.root, self.host, self.myid = root, host, myid
+        self.proc: subprocess.Popen[bytes] | None = None
+        (root / "data").mkdir(parents=True, exist_ok=True)
+        (root / "data" / "myid").write_text(f"{myid}\n")
+        (root / "zoo.cfg").write_text(
+            f"tickTime=500\ninitLimit=20\nsyncLimit=4\ndataDir={root / 'data'}\n"
+            f"clientPort={ZK_CLIENT_PORT}\nclientPortAddress={host.address}\n"
+            "maxClientCnxns=200\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok\n"
+            "minSessionTimeout=1000\nmaxSessionTimeout=20000\n" + servers
+        )
+
+    @property
+    def address(self) -> str:
+        return f"{self.host.address}:{ZK_CLIENT_PORT}"
+
+    def start(self) -> None:
+        log = open(self.root / "zk.log", "ab")
+        self.proc = self.host.popen(
+            ["java", "-Xmx256m", "-cp", ZK_CLASSPATH, "-Dzookeeper.log.dir=" + str(self.root),
+             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.root / "zoo.cfg")],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+
+    def mode(self) -> str:
+        """"leader", "follower", or "" (not serving: no quorum, or not reachable)."""
+        for line in _four_letters_at(self.host.address, ZK_CLIENT_PORT, b"srvr").splitlines():
+            if line.startswith("Mode:"):
+                return line.split(":", 1)[1].strip()
+        return ""
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+class ZooKeeperEnsemble:
+    """Three (or more) ZooKeeper servers forming one ensemble, each on its own host.
+    ``ensemble.connect`` is the ``HOST:PORT,...`` list a ``zk://`` URI takes."""
+
+    def __init__(self, root: Path, hosts: Sequence[Host]) -> None:
+        require("ZooKeeper (Debian package zookeeper)", Path("/usr/share/java/zookeeper.jar").exists())
+        require("java", shutil.which("java") is not None)
+        servers = "".join(
+            f"server.{i}={h.address}:{ZK_PEER_PORT}:{ZK_ELECTION_PORT}\n" for i, h in enumerate(hosts, 1)
+        )
+        self.members = [ZooKeeperMember(root / f"zk-{h.name}", h, i, servers) for i, h in enumerate(hosts, 1)]
+
+    @property
+    def connect(self) -> str:
+        return ",".join(m.address for m in self.members)
+
+    def start(self) -> ZooKeeperEnsemble:
+        for m in self.members:
+            m.start()
+        self.wait_serving(len(self.members))
+        return self
+
+    def wait_serving(self, count: int, timeout_s: float = ENSEMBLE_START_TIMEOUT_S) -> None:
+        """Wait until ``count`` members serve (one of them the leader)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            modes = [m.mode() for m in self.members]
+            if sum(1 for x in modes if x in ("leader", "follower")) >= count and "leader" in modes:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"the ZooKeeper ensemble did not serve with {count} members; logs in {self.members[0].root.parent}")
+
+    def leader(self) -> ZooKeeperMember:
+        for m in self.members:
+            if m.mode() == "leader":
+                return m
+        raise RuntimeError("the ZooKeeper ensemble has no leader now")
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.stop()
+
+
+class EtcdMember:
+    """One member of an :class:`EtcdCluster`, on its own host."""
+
+    def __init__(self, root: Path, host: Host, initial_cluster: str, token: str) -> None:
+        self.root, self.host = root, host
+        self.name = f"m-{host.name}"
+        self.initial_cluster, self.token = initial_cluster, token
+        self.proc: subprocess.Popen[bytes] | None = None
+        root.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host.address}:{ETCD_CLIENT_PORT}"
+
+    def start(self) -> None:
+        log = open(self.root / "etcd.log", "ab")
+        client_url = f"http://{self.host.address}:{ETCD_CLIENT_PORT}"
+        peer_url = f"http://{self.host.address}:{ETCD_PEER_PORT}"
+        self.proc = self.host.popen(
+            ["etcd", "--name", self.name, "--data-dir", str(self.root / "data"),
+             "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+             "--initial-cluster", self.initial_cluster, "--initial-cluster-token", self.token,
+             "--initial-cluster-state", "new", "--heartbeat-interval", "100", "--election-timeout", "1000",
+             "--log-level", "warn"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+
+    def status(self) -> dict[str, str]:
+        """This member's view: its ``member_id`` and the ``leader`` it follows ({} if it does not answer)."""
+        request = urllib.request.Request(
+            f"http://{self.address}/v3/maintenance/status", data=b"{}", headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=1) as r:
+                body = json.loads(r.read())
+        except (OSError, ValueError):
+            return {}
+        return {"member_id": str(body.get("header", {}).get("member_id", "")), "leader": str(body.get("leader", ""))}
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.address}/health", timeout=1) as r:
+                return b'"health":"true"' in r.read()
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+class EtcdCluster:
+    """Three (or more) etcd members forming one cluster, each on its own host.
+    ``cluster.connect`` is the ``HOST:PORT,...`` list an ``etcd://`` URI takes."""
+
+    def __init__(self, root: Path, hosts: Sequence[Host]) -> None:
+        require("etcd (Debian package etcd-server)", shutil.which("etcd") is not None)
+        initial = ",".join(f"m-{h.name}=http://{h.address}:{ETCD_PEER_PORT}" for h in hosts)
+        token = f"bkframe-{root.name}-{os.getpid()}"
+        self.members = [EtcdMember(root / f"etcd-{h.name}", h, initial, token) for h in hosts]
+
+    @property
+    def connect(self) -> str:
+        return ",".join(m.address for m in self.members)
+
+    def start(self) -> EtcdCluster:
+        for m in self.members:
+            m.start()
+        deadline = time.monotonic() + ENSEMBLE_START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if all(m.healthy() for m in self.members):
+                return self
+            time.sleep(0.2)
+        raise RuntimeError(f"the etcd cluster did not become healthy; logs in {self.members[0].root.parent}")
+
+    def leader(self) -> EtcdMember:
+        for m in self.members:
+            st = m.status()
+            if st and st["member_id"] == st["leader"]:
+                return m
+        raise RuntimeError("the etcd cluster has no leader now")
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.stop()

@@ -33,6 +33,7 @@ from etcd3gw.exceptions import Etcd3Exception
 
 from bkframe.core.metadata import (
     BadVersionError,
+    BookieIdInUseError,
     BookieInfo,
     LedgerExistsError,
     LedgerMetadata,
@@ -41,6 +42,7 @@ from bkframe.core.metadata import (
     NoSuchLedgerError,
     NoSuchLogError,
     Versioned,
+    id_in_use,
 )
 from bkframe_metadata_etcd.autorecovery import EtcdAutorecovery
 
@@ -78,9 +80,11 @@ def parse_uri(uri: str) -> tuple[list[tuple[str, int]], str]:
 
 
 class EtcdRegistration:
-    def __init__(self, store: EtcdMetadataStore, info: BookieInfo, ttl_s: float) -> None:
+    def __init__(self, store: EtcdMetadataStore, info: BookieInfo, ttl_s: float, replace: BookieInfo | None = None) -> None:
         self._store = store
         self.info = info
+        #: A stale registration the first put may replace (see MetadataStore.register_bookie).
+        self.replace = replace
         self._ttl = max(2, math.ceil(ttl_s))
         self._lease: Any = None
         self._scope = trio.CancelScope()
@@ -90,8 +94,34 @@ class EtcdRegistration:
         return f"{self._store.root}/bookies/{self.info.bookie_id}".encode()
 
     def _put(self, client: Etcd3Client) -> None:
-        self._lease = client.lease(ttl=self._ttl)
-        client.put(self._key(), self.info.serialize(), lease=self._lease)
+        """Put the key under a new lease, unless another bookie's live registration holds it
+        (a transaction on the version read: two bookies starting at once cannot both win).
+        A key of this bookie's previous life (its lease not expired yet) is replaced."""
+        key = self._key()
+        while True:
+            found = client.get(key, metadata=True)
+            version = 0
+            if found:
+                value, kv = found[0]
+                held = BookieInfo.deserialize(value)
+                if not held.same_bookie(self.info) and held != self.replace:
+                    raise id_in_use(held, self.info)
+                version = int(kv["version"])
+            lease = client.lease(ttl=self._ttl)
+            txn = {
+                "compare": [{"key": _b64(key), "result": "EQUAL", "target": "VERSION", "version": version}],
+                "success": [{"request_put": {"key": _b64(key), "value": _b64(self.info.serialize()), "lease": lease.id}}],
+                "failure": [],
+            }
+            if client.transaction(txn).get("succeeded", False):
+                self._lease = lease
+                self.replace = None
+                return
+            lease.revoke()  # lost a race: look again
+
+    def _ours(self, client: Etcd3Client) -> bool:
+        found = client.get(self._key())
+        return bool(found) and BookieInfo.deserialize(found[0]).same_bookie(self.info)
 
     def _refresh(self, client: Etcd3Client) -> None:
         if self._lease is None or self._lease.refresh() <= 0:
@@ -106,6 +136,9 @@ class EtcdRegistration:
                     await trio.sleep(self._ttl / 3)
                     try:
                         await self._store._call(self._refresh)
+                    except BookieIdInUseError as e:
+                        log.error("bookie %s cannot register again: %s", self.info.bookie_id, e)
+                        self._lease = None
                     except Exception as e:  # noqa: BLE001 - never fatal: retried at the next beat
                         log.warning("bookie %s: lease keep-alive failed: %s", self.info.bookie_id, e)
                         self._lease = None
@@ -118,7 +151,7 @@ class EtcdRegistration:
         def put(client: Etcd3Client) -> None:
             if self._lease is None:
                 self._put(client)  # the keep-alive lost the lease: never put the key without one
-            else:
+            elif self._ours(client):
                 client.put(self._key(), self.info.serialize(), lease=self._lease)
 
         await self._store._call(put)
@@ -129,8 +162,9 @@ class EtcdRegistration:
 
         def revoke(client: Etcd3Client) -> None:
             if self._lease is not None:
-                self._lease.revoke()
-            client.delete(self._key())
+                self._lease.revoke()  # takes our key with it
+            if self._ours(client):  # never another bookie's (the id may be theirs after an expiry)
+                client.delete(self._key())
 
         await self._store._call(revoke)
 
@@ -247,8 +281,10 @@ class EtcdMetadataStore(EtcdAutorecovery):
 
     # -- bookies -------------------------------------------------------------------------
 
-    async def register_bookie(self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery) -> EtcdRegistration:
-        registration = EtcdRegistration(self, info, ttl_s)
+    async def register_bookie(
+        self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery, *, replace: BookieInfo | None = None
+    ) -> EtcdRegistration:
+        registration = EtcdRegistration(self, info, ttl_s, replace)
         await self._call(registration._put)
         nursery.start_soon(registration._heartbeat, name=f"bkframe-lease-{info.bookie_id}")
         return registration

@@ -33,6 +33,7 @@ from kazoo.retry import KazooRetry
 
 from bkframe.core.metadata import (
     BadVersionError,
+    BookieIdInUseError,
     BookieInfo,
     LedgerExistsError,
     LedgerMetadata,
@@ -41,6 +42,7 @@ from bkframe.core.metadata import (
     NoSuchLedgerError,
     NoSuchLogError,
     Versioned,
+    id_in_use,
 )
 from bkframe_metadata_zk.autorecovery import PATHS, ZkAutorecovery, ZkLock
 
@@ -63,39 +65,80 @@ def parse_uri(uri: str) -> tuple[str, str]:
 
 
 class ZkRegistration:
-    def __init__(self, store: ZkMetadataStore, info: BookieInfo) -> None:
+    def __init__(self, store: ZkMetadataStore, info: BookieInfo, replace: BookieInfo | None = None) -> None:
         self._store = store
         self.info = info
+        #: A stale registration the first claim may replace (see MetadataStore.register_bookie).
+        self.replace = replace
         self._closed = False
 
     def _node(self) -> str:
         return f"{self._store.root}/bookies/{self.info.bookie_id}"
+
+    def claim(self) -> None:
+        """In a kazoo thread: create the ephemeral node; one left by this bookie's previous
+        life (a session that has not expired yet) is replaced, another bookie's never is."""
+        path = self._node()
+        zk = self._store.zk
+        while True:
+            try:
+                zk.create(path, self.info.serialize(), ephemeral=True, makepath=True)
+                self.replace = None
+                return
+            except NodeExistsError:
+                try:
+                    data, stat = zk.get(path)
+                except NoNodeError:
+                    continue
+                held = BookieInfo.deserialize(data)
+                if not held.same_bookie(self.info) and held != self.replace:
+                    raise id_in_use(held, self.info) from None
+                try:
+                    zk.delete(path, version=stat.version)
+                except (NoNodeError, ZkBadVersion):
+                    pass
+
+    def _ours(self, zk: KazooClient) -> int | None:
+        """The node's version if it is this bookie's registration, else None."""
+        try:
+            data, stat = zk.get(self._node())
+        except NoNodeError:
+            return None
+        return int(stat.version) if BookieInfo.deserialize(data).same_bookie(self.info) else None
 
     def recreate(self) -> None:
         """In a kazoo thread: put the ephemeral node back after a new session."""
         if self._closed:
             return
         try:
-            self._store.zk.create(self._node(), self.info.serialize(), ephemeral=True, makepath=True)
+            self.claim()
             log.warning("bookie %s registered again after the session was lost", self.info.bookie_id)
-        except NodeExistsError:
-            pass
+        except BookieIdInUseError as e:
+            log.error("bookie %s cannot register again: %s", self.info.bookie_id, e)
         except KazooException as e:
             log.warning("bookie %s could not register again yet: %s", self.info.bookie_id, e)
 
     async def set_read_only(self, read_only: bool) -> None:
         self.info = attrs.evolve(self.info, read_only=read_only)
-        await self._store._call(lambda zk: zk.set(self._node(), self.info.serialize()))
+
+        def update(zk: KazooClient) -> None:
+            version = self._ours(zk)
+            if version is not None:  # else: the session's node is gone; recreate() puts it back
+                zk.set(self._node(), self.info.serialize(), version=version)
+
+        await self._store._call(update)
 
     async def aclose(self) -> None:
         self._closed = True
         self._store._registrations.discard(self)
 
         def delete(zk: KazooClient) -> None:
-            try:
-                zk.delete(self._node())
-            except NoNodeError:
-                pass
+            version = self._ours(zk)  # after an expiry the id may be another bookie's
+            if version is not None:
+                try:
+                    zk.delete(self._node(), version=version)
+                except (NoNodeError, ZkBadVersion):
+                    pass
 
         await self._store._call(delete)
 
@@ -238,21 +281,13 @@ class ZkMetadataStore(ZkAutorecovery):
 
     # -- bookies -------------------------------------------------------------------------
 
-    async def register_bookie(self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery) -> ZkRegistration:
+    async def register_bookie(
+        self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery, *, replace: BookieInfo | None = None
+    ) -> ZkRegistration:
         """``ttl_s`` is bounded by the ZooKeeper session timeout (``SESSION_TIMEOUT_S``);
         kazoo keeps the session alive, so nothing runs in ``nursery``."""
-        registration = ZkRegistration(self, info)
-
-        def create(zk: KazooClient) -> None:
-            path = f"{self.root}/bookies/{info.bookie_id}"
-            try:
-                zk.create(path, info.serialize(), ephemeral=True, makepath=True)
-            except NodeExistsError:
-                # A previous session of ours (or a dead twin) still holds it: replace it.
-                zk.delete(path)
-                zk.create(path, info.serialize(), ephemeral=True, makepath=True)
-
-        await self._call(create)
+        registration = ZkRegistration(self, info, replace)
+        await self._call(lambda zk: registration.claim())
         self._registrations.add(registration)
         return registration
 
