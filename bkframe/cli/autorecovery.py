@@ -10,12 +10,14 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import attrs
 import click
 import trio
 
-from bkframe.cli.options import client_security, metadata_option
+from bkframe.cli.options import LOG_OVERRIDES, client_security, metadata_option
 from bkframe.client.settings import ClientSettings
 from bkframe.core.config import load_config
+from bkframe.core.log_config import setup_logging
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.replication.autorecovery import AutorecoveryService, cluster_status, default_holder
 
@@ -39,6 +41,9 @@ def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | N
     if not metadata:
         raise click.UsageError("Missing option '--metadata' (or $BKFRAME_METADATA).")
     config = load_config(config_path)
+    # A long-running service logs as a bookie does: its config's [logging], -v / --log-format over it.
+    level, log_format = ctx.meta.get(LOG_OVERRIDES, (None, None))
+    setup_logging(attrs.evolve(config.logging, format=log_format) if log_format else config.logging, level=level)
     plugins = PluginManager(disabled=config.plugins.disable)
     plugins.check_config(config)  # a wrong [placement] policy fails here, not in the service
     # TLS and the token from $BKFRAME_TLS_* / $BKFRAME_AUTH_TOKEN_FILE, as the other client commands.

@@ -48,8 +48,11 @@ class BookieProcess:
         command: Sequence[str] = BOOKIE_COMMAND,
         log_path: Path | None = None,
         rack: str = "",
+        prefix: Sequence[str] = (),
     ) -> None:
         self.data_dir = data_dir
+        #: Put before the command, e.g. ``ip netns exec NS`` to run it in a simulated host.
+        self.prefix = tuple(prefix)
         self.bookie_id = bookie_id
         #: The rack label it registers with (``--rack``); "" for none.
         self.rack = rack
@@ -77,7 +80,7 @@ class BookieProcess:
     def spawn(self, *extra: str, env: Mapping[str, str] | None = None) -> None:
         """Start the process (see :meth:`wait_started`), with ``env`` added to the environment."""
         environ = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-        cmd = [*self.command, "--data-dir", str(self.data_dir), "--port", "0"]
+        cmd = [*self.prefix, *self.command, "--data-dir", str(self.data_dir), "--port", "0"]
         if self.metadata:
             cmd += ["--metadata", self.metadata]
         if self.bookie_id:

@@ -25,6 +25,7 @@ from bkframe.cli.local_cluster import BOOKIE_COMMAND, START_TIMEOUT_S, BookieSta
 from bkframe.core.config import Config, load_config
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.testing.diskfull import set_capacity
+from bkframe.testing.hosts import Host
 from bkframe.testing.powerloss import lose_power
 
 #: ``bkframe bookie`` with the fault layers the environment asks for installed first.
@@ -37,6 +38,7 @@ __all__ = [
     "BookieProcess",
     "BookieStartError",
     "Cluster",
+    "HostedCluster",
     "make_config",
     "running_bookie",
 ]
@@ -145,3 +147,24 @@ class Cluster(local_cluster.Cluster):
 
     def by_id(self, bookie_id: str) -> BookieProcess:
         return next(b for b in self.bookies if b.bookie_id == bookie_id)
+
+
+class HostedCluster(Cluster):
+    """Bookies each on a simulated host of its own (:mod:`bkframe.testing.hosts`), bound to
+    0.0.0.0 there: each registers its host's address (what it advertises), which clients on
+    other hosts connect to. ``HostedCluster(root, hosts, metadata).start()``; the bookie on
+    ``hosts[i]`` is ``bookie-i`` (:meth:`host_of` says which host a bookie is on)."""
+
+    def __init__(
+        self, root: Path, hosts: Sequence[Host], metadata: str, bookie_args: tuple[str, ...] = (), **options: Any
+    ) -> None:
+        self.hosts = list(hosts)
+        self._unplaced = iter(self.hosts)
+        super().__init__(root, len(self.hosts), metadata, ("--host", "0.0.0.0", *bookie_args), **options)
+
+    def new_bookie(self, data_dir: Path, **options: Any) -> BookieProcess:
+        host = next(self._unplaced)
+        return BookieProcess(data_dir, prefix=host.command([]), **options)
+
+    def host_of(self, bookie_id: str) -> Host:
+        return self.hosts[[b.bookie_id for b in self.bookies].index(bookie_id)]

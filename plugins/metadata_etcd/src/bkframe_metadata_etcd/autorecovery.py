@@ -9,7 +9,8 @@ in a transaction that requires ``create_revision == 0``), ``ROOT/underreplicated
 
 A lock's lease is refreshed every TTL/3 from the holder's nursery. Unlike a registration's,
 an expired lock lease is not replaced: the lock is ``lost`` (someone else may hold it now),
-and so it is when no refresh got through for a whole TTL.
+and so it is when no refresh got through for two thirds of a TTL -- the holder stops a third
+of a TTL before etcd can expire the lease and hand the lock to another.
 """
 
 from __future__ import annotations
@@ -59,8 +60,11 @@ class EtcdLock:
         self._stopped = trio.Event()
 
     async def _keep_alive(self) -> None:
-        # The lease lasts at least a TTL from the last refresh that was *sent* and answered.
+        # The lease lasts at least a TTL from the last refresh that was *sent* and answered;
+        # the holder gives up a third of a TTL before that, so that it has stopped acting
+        # before etcd can expire the lease and another holder take the lock.
         alive_since = time.monotonic()
+        give_up_after = self._ttl * 2 / 3
         try:
             with self._scope:
                 while True:
@@ -69,12 +73,12 @@ class EtcdLock:
                     left: int | None = None
                     # A hung request must not hide the lease's end: wait for it only as long
                     # as the lease can still be alive.
-                    with trio.move_on_after(max(0.0, alive_since + self._ttl - sent)):
+                    with trio.move_on_after(max(0.0, alive_since + give_up_after - sent)):
                         try:
                             left = await self._store._call_once(lambda c: self._lease.refresh())
                         except (Etcd3Exception, requests.RequestException, OSError) as e:
                             log.warning("lock %s: lease keep-alive failed: %s", self.name, e)
-                    if left is None and time.monotonic() - alive_since < self._ttl:
+                    if left is None and time.monotonic() - alive_since < give_up_after:
                         continue
                     if left is None or left <= 0:
                         log.warning("lock %s of %s expired while held", self.name, self.holder)

@@ -8,10 +8,10 @@ Layout under ROOT (next to the store's own, see :mod:`bkframe_metadata_zk.store`
 
 A lock is an ephemeral node of the store's session: it dies with the session (the holder
 dies: about ``SESSION_TIMEOUT_S``), and every lock the store holds is ``lost`` when kazoo
-reports the session LOST, or when the connection has been SUSPENDED for a third of the
-session timeout: kazoo notices a silent connection about two thirds into the timeout, so by
-then the server may expire the session (and give the lock to another) at any moment, while
-the holder would hear of it only once it reaches the server again. Marks are read, merged and written back with the version they
+reports the session LOST, or as soon as the connection is SUSPENDED: kazoo notices a
+silent connection about two thirds into the timeout, so the server may expire the session
+(and give the lock to another) a third later, while the holder would hear of it only once
+it reaches the server again. Marks are read, merged and written back with the version they
 were read at, again on a conflict; an emptied mark is deleted at that version.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Collection
 from typing import TypeVar
@@ -28,7 +27,7 @@ from urllib.parse import quote
 import trio
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError as ZkBadVersion
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
 from bkframe.core.metadata import UnderReplicated
 
@@ -83,7 +82,6 @@ class ZkAutorecovery:
     zk: KazooClient
     _locks: dict[str, ZkLock]
     #: Set while the connection is SUSPENDED (a new object per suspension), else None.
-    _suspension: object | None = None
 
     async def _call(self, fn: Callable[[KazooClient], T]) -> T:
         raise NotImplementedError
@@ -99,20 +97,17 @@ class ZkAutorecovery:
             self._locks.clear()
 
     def _watch_suspension(self, state: str, session_timeout_s: float) -> None:
-        """From kazoo's state listener (never blocks): after SUSPENDED, the locks are lost
-        unless the connection is back within a third of the session timeout."""
+        """From kazoo's state listener (never blocks): on SUSPENDED the locks are lost at once.
+
+        kazoo notices a dead connection after about two thirds of the session timeout; the
+        server may expire the session (and hand the lock to another holder) a third later.
+        Waiting any longer here would let two holders act at once, so a lock holder steps
+        down as soon as its connection is in doubt (as Curator and kazoo's own recipes
+        advise) and takes the lock again once it can."""
         if state != KazooState.SUSPENDED:
-            self._suspension = None
             return
-        suspension = self._suspension = object()
-
-        def wait() -> None:
-            time.sleep(session_timeout_s / 3)
-            if self._suspension is suspension:
-                log.warning("ZooKeeper connection suspended too long: the locks of %s may be lost", self.root)
-                self._locks_lost(forget=False)
-
-        threading.Thread(target=wait, name="bkframe-zk-suspension", daemon=True).start()
+        log.warning("ZooKeeper connection suspended: the locks of %s may be lost; their holders stop", self.root)
+        self._locks_lost(forget=False)
 
     def _lock_path(self, name: str) -> str:
         # Lock names have slashes ("ledger/12"); one znode per lock, not a tree.
@@ -131,6 +126,8 @@ class ZkAutorecovery:
         path = self._lock_path(name)
 
         def create(zk: KazooClient) -> int | None:
+            if zk.client_id is None:  # between sessions: kazoo's retry waits for the next one
+                raise ConnectionLoss("no ZooKeeper session yet")
             session = int(zk.client_id[0])
             try:
                 zk.create(path, holder.encode(), ephemeral=True)
