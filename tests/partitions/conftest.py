@@ -14,7 +14,7 @@ import pytest
 
 from bkframe.testing.cluster import HostedCluster
 from bkframe.testing.hosts import Host, Network, require_netns
-from bkframe.testing.servers import ZooKeeperEnsemble
+from bkframe.testing.servers import EtcdCluster, ZooKeeperEnsemble
 from tests.partitions.harness import Agent
 
 #: Bookies of the cell: short registration TTL and GC off the critical path.
@@ -70,6 +70,37 @@ def cell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cell]:
                 cluster.close()
         finally:
             zk.stop()
+
+
+@attrs.define
+class EtcdCell:
+    net: Network
+    etcd: EtcdCluster
+    cluster: HostedCluster
+    metadata: str
+
+
+@pytest.fixture(scope="module")
+def etcd_cell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCell]:
+    """A three-member etcd cluster and three bookies on it, each on a host of its own."""
+    require_netns()
+    root = tmp_path_factory.mktemp("etcd-cell")
+    (root / "bookie.toml").write_text(BOOKIE_CONFIG)
+    with Network("etcd-partitions") as net:
+        etcd_hosts = net.add_hosts("e1", "e2", "e3")
+        bookie_hosts = net.add_hosts("b1", "b2", "b3")
+        etcd = EtcdCluster(root, etcd_hosts)
+        try:
+            etcd.start()
+            metadata = f"etcd://{etcd.connect}/cell"
+            cluster = HostedCluster(root / "bookies", bookie_hosts, metadata, ("--config", str(root / "bookie.toml")))
+            try:
+                cluster.start(parallel=True)
+                yield EtcdCell(net, etcd, cluster, metadata)
+            finally:
+                cluster.close()
+        finally:
+            etcd.stop()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import trio
 
 import bkframe
 from bkframe.testing.kit import FAST, payload
-from tests.partitions.conftest import Cell
+from tests.partitions.conftest import Cell, EtcdCell
 from tests.partitions.harness import check_ledger
 
 #: How long past its request timeout a client may take to act on a partition.
@@ -255,6 +255,21 @@ async def test_a_zookeeper_minority_with_its_leader_cut_off_leaves_the_majority_
         cell.net.heal()
         await check_ledger(client, ledger, writer.acked(ledger))
     await trio.to_thread.run_sync(cell.zk.wait_serving, 3)
+
+
+async def test_an_etcd_minority_with_its_leader_cut_off_leaves_the_majority_working(etcd_cell: EtcdCell) -> None:
+    cell = etcd_cell
+    leader = cell.etcd.leader()
+    cell.net.isolate(leader.host)
+    try:
+        async with bkframe.open_client(cell.metadata, **FAST) as client:
+            for i in range(3):
+                with trio.fail_after(60):  # the store tries the next member; the two left elect a leader
+                    await _write_and_close(client, f"majority-{i}")
+            assert cell.etcd.leader().host is not leader.host
+            assert len(await registered(client)) == 3  # the bookies' leases live on through the majority
+    finally:
+        cell.net.heal()
 
 
 async def test_a_host_cut_off_and_healed_while_a_writer_and_a_tailing_reader_run(healed: Cell) -> None:

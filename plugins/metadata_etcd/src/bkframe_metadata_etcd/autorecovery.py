@@ -30,6 +30,7 @@ from etcd3gw.exceptions import Etcd3Exception
 from etcd3gw.lease import Lease
 
 from bkframe.core.metadata import UnderReplicated
+from bkframe_metadata_etcd.leases import keep_alive, revoke
 
 log = logging.getLogger("bkframe.metadata.etcd")
 
@@ -75,7 +76,7 @@ class EtcdLock:
                     # as the lease can still be alive.
                     with trio.move_on_after(max(0.0, alive_since + give_up_after - sent)):
                         try:
-                            left = await self._store._call_once(lambda c: self._lease.refresh())
+                            left = await self._store._call_once(lambda c: keep_alive(c, self._lease.id, self._ttl / 4))
                         except (Etcd3Exception, requests.RequestException, OSError) as e:
                             log.warning("lock %s: lease keep-alive failed: %s", self.name, e)
                     if left is None and time.monotonic() - alive_since < give_up_after:
@@ -94,7 +95,7 @@ class EtcdLock:
         # Revoking our lease deletes our key and nothing else (after an expiry the name may
         # be someone else's, on their lease). If it fails, the lease still ends with its TTL.
         try:
-            await self._store._call_once(lambda c: self._lease.revoke())
+            await self._store._call_once(lambda c: revoke(c, self._lease.id, self._ttl))
         except (Etcd3Exception, requests.RequestException, OSError) as e:
             if "not found" not in str(getattr(e, "detail_text", "")):
                 log.warning("lock %s: revoking its lease failed (it expires by itself): %s", self.name, e)

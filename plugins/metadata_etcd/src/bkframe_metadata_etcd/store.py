@@ -45,6 +45,7 @@ from bkframe.core.metadata import (
     id_in_use,
 )
 from bkframe_metadata_etcd.autorecovery import EtcdAutorecovery
+from bkframe_metadata_etcd.leases import keep_alive, revoke
 
 log = logging.getLogger("bkframe.metadata.etcd")
 
@@ -53,6 +54,8 @@ T = TypeVar("T")
 WATCH_POLL_S = 0.05
 #: How long a call keeps retrying unreachable hosts before it fails.
 DEADLINE_S = 30.0
+#: Deadline of one HTTP request to one etcd member (the store's calls retry on the next one).
+REQUEST_TIMEOUT_S = 5.0
 
 
 def _b64(data: bytes) -> str:
@@ -124,7 +127,7 @@ class EtcdRegistration:
         return bool(found) and BookieInfo.deserialize(found[0]).same_bookie(self.info)
 
     def _refresh(self, client: Etcd3Client) -> None:
-        if self._lease is None or self._lease.refresh() <= 0:
+        if self._lease is None or keep_alive(client, self._lease.id, self._ttl / 4) <= 0:
             # The lease expired (etcd was away too long): register again.
             self._put(client)
             log.warning("bookie %s registered again with a new lease", self.info.bookie_id)
@@ -160,20 +163,20 @@ class EtcdRegistration:
         self._scope.cancel()
         await self._stopped.wait()
 
-        def revoke(client: Etcd3Client) -> None:
+        def revoke_ours(client: Etcd3Client) -> None:
             if self._lease is not None:
-                self._lease.revoke()  # takes our key with it
+                revoke(client, self._lease.id, REQUEST_TIMEOUT_S)  # takes our key with it
             if self._ours(client):  # never another bookie's (the id may be theirs after an expiry)
                 client.delete(self._key())
 
-        await self._store._call(revoke)
+        await self._store._call(revoke_ours)
 
 
 class EtcdMetadataStore(EtcdAutorecovery):
     def __init__(self, uri: str) -> None:
         self.uri = uri
         endpoints, self.root = parse_uri(uri)
-        self._clients = [Etcd3Client(host=h, port=p, timeout=5) for h, p in endpoints]
+        self._clients = [Etcd3Client(host=h, port=p, timeout=REQUEST_TIMEOUT_S) for h, p in endpoints]
         self._current = 0
         self._limiter = trio.CapacityLimiter(4)
 
