@@ -347,12 +347,16 @@ class Network:
             ip("link", "set", host.veth, "down")
             self._isolated.add(host.name)
 
-    def heal(self, a: str | Host | None = None) -> None:
-        """Undo every cut and isolation involving ``a`` (all of them without ``a``)."""
+    def heal(self, a: str | Host | None = None, b: str | Host | None = None) -> None:
+        """Undo every cut and isolation involving ``a`` (all of them without ``a``); with
+        ``b`` too, only the cuts between ``a`` and ``b``."""
         only = None if a is None else self.host(a).name
+        pair = None if b is None else {only, self.host(b).name}
         with self._guard:
             for src, dst, mode in sorted(self._cuts):
                 if only is not None and only not in (src, dst):
+                    continue
+                if pair is not None and {src, dst} != pair:
                     continue
                 s = self.hosts[src]
                 target = self.hosts[dst].address if dst else self.harness_address
@@ -364,7 +368,7 @@ class Network:
                     ip("route", "del", "prohibit", f"{target}/32", netns=s.netns, check=False)
                 self._cuts.discard((src, dst, mode))
             for name in sorted(self._isolated):
-                if only is None or only == name:
+                if pair is None and (only is None or only == name):
                     ip("link", "set", self.hosts[name].veth, "up")
                     self._isolated.discard(name)
 

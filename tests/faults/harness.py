@@ -28,8 +28,9 @@ import trio
 from bkframe.testing.cluster import BookieProcess, Cluster
 from bkframe.testing.diskfull import used_bytes
 from tests.faults.checks import CheckResult, check_cluster
+from tests.faults.network import NETWORK_ACTIONS, FaultNetwork
 from tests.faults.records import read_record_file, read_records
-from tests.faults.schedule import RunConfig, Step, make_schedule
+from tests.faults.schedule import HEALS, RunConfig, Step, make_schedule
 from tests.faults.worker import GAVE_UP_EXIT, HUNG_EXIT
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,17 +104,17 @@ class RunReport:
 
     def summary(self) -> str:
         cfg = self.config
-        faults = {k: v for k, v in self.done.items() if k not in ("restart", "resume", "disk_free")
-                  and not k.startswith("skipped")}
+        faults = {k: v for k, v in self.done.items() if k not in HEALS and not k.startswith("skipped")}
         skipped = {k: v for k, v in self.done.items() if k.startswith("skipped")}
-        heals = sum(v for k, v in self.done.items() if k in ("restart", "resume", "disk_free"))
+        heals = sum(v for k, v in self.done.items() if k in HEALS)
         lines = [
             f"fault run seed={cfg.seed}: {sum(faults.values())} of {cfg.events} faults done "
             f"({', '.join(f'{k} {v}' for k, v in sorted(faults.items())) or 'none'}; {heals} heals"
             + "".join(f"; {k} {v}" for k, v in sorted(skipped.items()))
             + ") "
             f"in {self.seconds:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in self.phases.items())}), "
-            f"{cfg.bookies} bookies, {cfg.writers} writers, {cfg.readers} readers",
+            f"{cfg.bookies} bookies, {cfg.writers} writers, {cfg.readers} readers"
+            + (", each on a simulated host" if cfg.partitions else ""),
             "ledger menu: " + ", ".join(f"{k} {e}/{w}/{a}" for k, e, w, a in cfg.ledgers),
         ]
         if self.check is not None:
@@ -147,9 +148,13 @@ class Run:
             d.mkdir(parents=True, exist_ok=True)
         written_once = f'\n[ledger_storage]\nplugin = "default"\nlarge_entry_bytes = {config.large_entry_bytes}\n'
         (workdir / "bookie.toml").write_text(BOOKIE_CONFIG + (written_once if config.large_entry_bytes else ""))
-        self.cluster = Cluster(
-            workdir / "cluster", config.bookies, bookie_args=("--config", str(workdir / "bookie.toml")), powerloss=True
-        )
+        bookie_args = ("--config", str(workdir / "bookie.toml"))
+        #: Partition runs: every process on a simulated host of its own (tests/faults/network.py).
+        self.network = FaultNetwork(config) if config.partitions else None
+        if self.network is not None:
+            self.cluster: Cluster = self.network.cluster(workdir / "cluster", bookie_args)
+        else:
+            self.cluster = Cluster(workdir / "cluster", config.bookies, bookie_args=bookie_args, powerloss=True)
         self.steps = make_schedule(config)
         self.report = RunReport(config, workdir, self.steps)
         self.workers: list[WorkerProc] = []
@@ -253,6 +258,8 @@ class Run:
             *extra,
         ]
         env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+        if self.network is not None:
+            cmd = self.network.command(role, slot, cmd)
         with open(log_path, "ab") as log_file:
             proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT)
         worker = WorkerProc(role, name, slot, proc, log_path)
@@ -367,6 +374,14 @@ class Run:
                 self.spawn_recovery(ledgers[-1])
             self.report.done[action] += 1
             return
+        if action in NETWORK_ACTIONS:
+            assert self.network is not None, "network faults are drawn only for partition runs"
+            self.network.execute(step)
+            # An isolated bookie runs on but answers nobody; a cut one still answers the others.
+            if action in ("isolate", "reconnect"):
+                self.expected_up[step.target] = action == "reconnect"
+            self.report.done[action] += 1
+            return
         bookie = self.cluster.bookies[step.target]
         if action in ("kill", "power_cut", "hang", "disk_full") and not bookie.running:
             self.fail(f"schedule step {step.describe()}: {bookie.bookie_id} is not running (it did not start earlier)")
@@ -463,13 +478,17 @@ class Run:
                 if bookie.proc is not None and bookie.proc.poll() is None:
                     self.resume(bookie)  # a stopped process cannot die before it runs
             self.cluster.close()
+            if self.network is not None:
+                self.network.close()
             (self.workdir / "report.txt").write_text(
                 self.report.summary() + "\n\nall failures:\n" + "\n".join(self.report.all_failures) + "\n"
             )
         return self.report
 
     def heal_all(self) -> None:
-        """After the schedule: every bookie running (none should be down, but be sure)."""
+        """After the schedule: every bookie running and reachable (none should be down, but be sure)."""
+        if self.network is not None:
+            self.network.heal_all()
         for bookie in self.cluster.bookies:
             if bookie.proc is not None and bookie.proc.poll() is None:
                 self.resume(bookie)

@@ -18,7 +18,12 @@ Rules that keep every loss a defect (none makes a loss legitimate):
   leave an open ledger unrecoverable for good (each answers UNKNOWN, recovery never
   reaches W - A + 1 explicit negatives): BP-46 accepts that, so the schedule avoids it.
 * hangs (SIGSTOP) last less than the workers' call deadline, so a call that outlives its
-  deadline is a hang of the system, not of the schedule.
+  deadline is a hang of the system, not of the schedule;
+* partition runs (``partitions=True``: every bookie, writer, reader and recovery on a
+  simulated host of its own) add two network faults, counted like the others per bookie:
+  a bookie's host isolated (its process runs on, reaching nobody) and a writer's host cut
+  from one bookie's; neither loses anything on disk, so neither is "unclean". Partitions
+  last less than the call deadline, as hangs do.
 """
 
 from __future__ import annotations
@@ -36,14 +41,22 @@ class Fault(enum.Enum):
     DISK_FULL = "disk_full"  # the disk-full layer (hook; see harness.py)
     WRITER_DEATH = "writer_death"  # kill -9 a writer; another client recovers its ledger
     RECOVER_WHILE_WRITING = "recover_while_writing"  # recover a ledger its writer still appends to
+    ISOLATE = "isolate"  # a bookie's host reaches nobody (partition runs), reconnected later
+    CUT = "cut"  # a writer's host and a bookie's cannot reach each other (partition runs), rejoined later
 
 
-BOOKIE_FAULTS = (Fault.KILL, Fault.HANG, Fault.POWER_CUT, Fault.DISK_FULL)
+BOOKIE_FAULTS = (Fault.KILL, Fault.HANG, Fault.POWER_CUT, Fault.DISK_FULL, Fault.ISOLATE, Fault.CUT)
+#: Faults of the network between simulated hosts: only in partition runs.
+NETWORK_FAULTS = (Fault.ISOLATE, Fault.CUT)
 #: Faults after which a bookie restarts uncleanly (BYPASS ledgers fenced and in limbo).
 UNCLEAN = (Fault.KILL, Fault.POWER_CUT)
 
 #: What heals each bookie fault.
-HEAL = {Fault.KILL: "restart", Fault.POWER_CUT: "restart", Fault.HANG: "resume", Fault.DISK_FULL: "disk_free"}
+HEAL = {
+    Fault.KILL: "restart", Fault.POWER_CUT: "restart", Fault.HANG: "resume", Fault.DISK_FULL: "disk_free",
+    Fault.ISOLATE: "reconnect", Fault.CUT: "rejoin",
+}
+HEALS = frozenset(HEAL.values())
 
 JOURNALED_LEDGERS = (
     ("PD_JOURNAL", 3, 3, 2),
@@ -60,6 +73,8 @@ DEFAULT_WEIGHTS = {
     Fault.WRITER_DEATH: 1.0,
     Fault.RECOVER_WHILE_WRITING: 1.0,
 }
+#: A partition run's weights: the network faults as often as kills.
+PARTITION_WEIGHTS = {**DEFAULT_WEIGHTS, Fault.ISOLATE: 3.0, Fault.CUT: 3.0}
 
 
 @attrs.frozen
@@ -89,12 +104,16 @@ class RunConfig:
     #: ``[ledger_storage] large_entry_bytes`` of the bookies (0: off): big PD entries are
     #: then written once (docs/ledger-types.md).
     large_entry_bytes: int = 0
+    #: Every process on a simulated host of its own, and the network faults in the mix.
+    partitions: bool = False
+    #: How long an isolation or a cut lasts: past a client's request timeout at the top.
+    partition_s: tuple[float, float] = (1.0, 12.0)
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.max_down < self.bookies:
             raise ValueError(f"max_down must be in 0..{self.bookies - 1}, got {self.max_down}")
-        if self.hang_s[1] >= self.call_timeout_s:
-            raise ValueError("hangs must end before the workers' call deadline, or every hang is reported as one")
+        if self.hang_s[1] >= self.call_timeout_s or self.partition_s[1] >= self.call_timeout_s:
+            raise ValueError("hangs and partitions must end before the workers' call deadline, or each is reported as a hang")
         if any(e > self.bookies for _, e, _, _ in self.ledgers):
             raise ValueError(f"an ensemble is larger than the {self.bookies} bookies")
 
@@ -102,13 +121,19 @@ class RunConfig:
     def for_seed(cls, seed: int, events: int) -> RunConfig:
         """The seeded suite's run: odd seeds mix all three ledger types (so kill -9 and
         power cuts come one at a time, see above), even seeds use the journaled types only
-        (so up to ``max_down`` bookies crash or lose power together)."""
+        (so up to ``max_down`` bookies crash or lose power together). Every third seed is a
+        partition run: isolations and cuts mixed with the rest."""
+        partitions = seed % 3 == 0
         if seed % 2 == 0:
-            return cls(seed=seed, events=events, ledgers=JOURNALED_LEDGERS)
+            weights = PARTITION_WEIGHTS if partitions else DEFAULT_WEIGHTS
+            return cls(seed=seed, events=events, ledgers=JOURNALED_LEDGERS, weights=tuple(weights.items()),
+                       partitions=partitions)
         # Kills and power cuts wait until no other bookie is faulty: fewer and shorter
         # hangs leave them room.
-        weights = {**DEFAULT_WEIGHTS, Fault.KILL: 3.0, Fault.POWER_CUT: 3.0, Fault.HANG: 1.0}
-        return cls(seed=seed, events=events, ledgers=ALL_LEDGERS, weights=tuple(weights.items()), hang_s=(0.5, 6.0))
+        weights = {**(PARTITION_WEIGHTS if partitions else DEFAULT_WEIGHTS), Fault.KILL: 3.0, Fault.POWER_CUT: 3.0,
+                   Fault.HANG: 1.0}
+        return cls(seed=seed, events=events, ledgers=ALL_LEDGERS, weights=tuple(weights.items()), hang_s=(0.5, 6.0),
+                   partitions=partitions)
 
     @property
     def has_bypass(self) -> bool:
@@ -123,8 +148,9 @@ class Step:
     """One action of the schedule, at ``at_s`` seconds after the workers started."""
 
     at_s: float
-    #: "kill", "power_cut", "hang", "disk_full", "writer_death", "recover_while_writing"
-    #: (faults) or "restart", "resume", "disk_free" (heals).
+    #: "kill", "power_cut", "hang", "disk_full", "isolate", "cut", "writer_death",
+    #: "recover_while_writing" (faults) or "restart", "resume", "disk_free", "reconnect",
+    #: "rejoin" (heals).
     action: str
     #: A bookie index for bookie actions, a writer slot for writer actions.
     target: int
@@ -132,14 +158,18 @@ class Step:
     fault_id: int
     #: After a restart: wait until the bookie has no ledger in limbo before going on.
     wait_limbo: bool = False
+    #: The writer slot a bookie is cut from ("cut", "rejoin"); -1 otherwise.
+    peer: int = -1
 
     @property
     def is_fault(self) -> bool:
-        return self.action not in ("restart", "resume", "disk_free")
+        return self.action not in HEALS
 
     def describe(self) -> str:
         writer = self.action in ("writer_death", "recover_while_writing")
         who = f"writer w{self.target}" if writer else f"bookie-{self.target}"
+        if self.peer >= 0:
+            who += f" / writer w{self.peer}"
         extra = " (then wait until out of limbo)" if self.wait_limbo else ""
         return f"t={self.at_s:7.2f}s #{self.fault_id:<3d} {self.action:<22s} {who}{extra}"
 
@@ -147,20 +177,24 @@ class Step:
 def make_schedule(config: RunConfig) -> list[Step]:
     """The steps of a run, in order; every bookie fault is healed by a later step."""
     rng = random.Random(config.seed)
-    kinds = [f for f in Fault if config.weight(f) > 0 and (f in BOOKIE_FAULTS or config.writers > 0)]
+    kinds = [
+        f for f in Fault
+        if config.weight(f) > 0 and (f in BOOKIE_FAULTS or config.writers > 0)
+        and (config.partitions or f not in NETWORK_FAULTS) and (f is not Fault.CUT or config.writers > 0)
+    ]
     weights = [config.weight(f) for f in kinds]
     steps: list[Step] = []
-    #: bookie -> (fault, heal time, fault id)
-    active: dict[int, tuple[Fault, float, int]] = {}
+    #: bookie -> (fault, heal time, fault id, writer slot of a cut or -1)
+    active: dict[int, tuple[Fault, float, int, int]] = {}
     t = config.warmup_s
     injected = 0
     attempts = 0
 
     def heal_until(now: float) -> None:
-        for bookie, (fault, heal_at, fid) in sorted(active.items(), key=lambda kv: kv[1][1]):
+        for bookie, (fault, heal_at, fid, peer) in sorted(active.items(), key=lambda kv: kv[1][1]):
             if heal_at <= now:
                 wait = fault in UNCLEAN and config.has_bypass
-                steps.append(Step(heal_at, HEAL[fault], bookie, fid, wait_limbo=wait))
+                steps.append(Step(heal_at, HEAL[fault], bookie, fid, wait_limbo=wait, peer=peer))
                 del active[bookie]
 
     while kinds and injected < config.events:
@@ -178,16 +212,20 @@ def make_schedule(config: RunConfig) -> list[Step]:
             if len(active) >= config.max_down:
                 continue
             if config.has_bypass:
-                if any(f in UNCLEAN for f, _, _ in active.values()):
+                if any(f in UNCLEAN for f, _, _, _ in active.values()):
                     continue  # an unclean fault is alone until its bookie left limbo
                 if fault in UNCLEAN and active:
                     continue
             free = [b for b in range(config.bookies) if b not in active]
             bookie = free[int(pick * len(free))]
-            lo, hi = {Fault.HANG: config.hang_s, Fault.DISK_FULL: config.disk_full_s}.get(fault, config.down_s)
+            # A cut's writer comes from the same draw (no extra draw: other seeds' schedules stay put).
+            peer = int(pick * len(free) * config.writers) % config.writers if fault is Fault.CUT else -1
+            spans = {Fault.HANG: config.hang_s, Fault.DISK_FULL: config.disk_full_s,
+                     Fault.ISOLATE: config.partition_s, Fault.CUT: config.partition_s}
+            lo, hi = spans.get(fault, config.down_s)
             heal_at = t + lo + length * (hi - lo)
-            active[bookie] = (fault, heal_at, injected)
-            steps.append(Step(t, fault.value, bookie, injected))
+            active[bookie] = (fault, heal_at, injected, peer)
+            steps.append(Step(t, fault.value, bookie, injected, peer=peer))
         else:
             steps.append(Step(t, fault.value, int(pick * config.writers), injected))
         injected += 1

@@ -32,6 +32,9 @@ from tests.faults.records import read_record_file
 from tests.faults.schedule import (
     ALL_LEDGERS,
     BOOKIE_FAULTS,
+    DEFAULT_WEIGHTS,
+    NETWORK_FAULTS,
+    PARTITION_WEIGHTS,
     UNCLEAN,
     Fault,
     RunConfig,
@@ -52,10 +55,12 @@ def run_and_judge(config: RunConfig, workdir: Path, nodeid: str = "") -> None:
 # -- the schedule ------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("partitions", [False, True], ids=["processes", "partitions"])
 @pytest.mark.parametrize("ledgers", [ALL_LEDGERS, ALL_LEDGERS[:3]], ids=["with-bypass", "journaled"])
-def test_schedule_is_a_function_of_the_seed_and_keeps_the_rules(ledgers: Any) -> None:
+def test_schedule_is_a_function_of_the_seed_and_keeps_the_rules(ledgers: Any, partitions: bool) -> None:
+    weights = tuple(PARTITION_WEIGHTS.items()) if partitions else tuple(DEFAULT_WEIGHTS.items())
     for seed in range(40):
-        config = RunConfig(seed=seed, events=60, ledgers=ledgers)
+        config = RunConfig(seed=seed, events=60, ledgers=ledgers, partitions=partitions, weights=weights)
         steps = make_schedule(config)
         assert steps == make_schedule(config), "the same seed must give the same schedule"
         assert sum(s.is_fault for s in steps) == 60
@@ -73,8 +78,12 @@ def test_schedule_is_a_function_of_the_seed_and_keeps_the_rules(ledgers: Any) ->
                     )
             elif not s.is_fault:
                 action = down.pop(s.target)
+                assert (action == "cut") == (s.peer >= 0), f"seed {seed}: {s.describe()}"
                 assert s.wait_limbo == (config.has_bypass and action in ("kill", "power_cut"))
         assert not down, f"seed {seed}: bookies left down at the end: {down}"
+        network = {s.action for s in steps} & {f.value for f in NETWORK_FAULTS}
+        assert bool(network) == partitions, f"seed {seed}: network faults {network}, partitions={partitions}"
+    assert RunConfig.for_seed(3, 34).partitions and not RunConfig.for_seed(1, 34).partitions
     assert make_schedule(RunConfig(seed=1, events=60)) != make_schedule(RunConfig(seed=2, events=60))
 
 
