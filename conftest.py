@@ -6,7 +6,8 @@ The suite runs on several pytest-xdist workers (``scripts/test``). Each test mod
 one worker (``--dist loadgroup`` with a group per module), so a module's shared clusters
 start once; the Spark tests form one group, so one worker starts a SparkSession, not each.
 A test marked ``subprocess`` shares nothing with its module (it starts every process it
-needs), so it is a group of its own: the long fault-injection runs spread over the workers.
+needs, e.g. a Spark standalone cluster of its own), so it is a group of its own: the long
+fault-injection runs spread over the workers.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ pytest_plugins = ("bkframe.testing.pytest_plugin", "tests.faults.options")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         module = item.nodeid.split("::")[0]
-        if module.startswith("plugins/spark/"):
-            group = "spark"
-        elif item.get_closest_marker("subprocess"):
+        if item.get_closest_marker("subprocess"):
             group = item.nodeid
+        elif module.startswith("plugins/spark/"):
+            group = "spark"
         else:
             group = module
         item.add_marker(pytest.mark.xdist_group(group))

@@ -2,9 +2,12 @@
 
     python examples/spark_pipeline.py --metadata sqlite:///path/metadata.db [--rows 20000] [--replace]
                                       [--events events] [--counts counts]
+                                      [--master spark://HOST:7077 --driver-host ADDRESS]
 
 (``./scripts/sandbox`` starts a local cluster and prints its metadata URI; so does
-``sandbox-data/sandbox.json``.) On Spark ``local[2]``, with the ``bkframe`` data source:
+``sandbox-data/sandbox.json``.) On Spark ``local[2]`` -- or, with ``--master``, on a Spark
+cluster whose executors run on other machines (docs/deployment.md) -- with the ``bkframe``
+data source:
 
 1. bulk-load ``--rows`` generated events ``{"id", "key", "ts"}`` into the log ``events``
    (a batch write: every task writes a ledger, one commit makes them all visible);
@@ -25,7 +28,7 @@ import sys
 
 from bkframe_spark.connection import close_all
 from bkframe_spark.pipeline import run_pipeline
-from bkframe_spark.session import local_session
+from bkframe_spark.session import cluster_session, local_session
 
 from bkframe.errors import BKError
 
@@ -38,11 +41,17 @@ def main() -> int:
     parser.add_argument("--events", default="events", help="the log the events are loaded into")
     parser.add_argument("--counts", default="counts", help="the log the counts are written to")
     parser.add_argument("--replace", action="store_true", help="delete those two logs first if they exist")
+    parser.add_argument("--master", default="", help="a Spark cluster's master URL, e.g. spark://HOST:7077 (default: local[2])")
+    parser.add_argument("--driver-host", default="", help="with --master: the address executors reach this driver at")
     args = parser.parse_args()
     if not args.metadata:
         parser.error("give --metadata URI (e.g. sqlite:///path/metadata.db) or set $BKFRAME_METADATA")
 
-    spark = local_session(2, app="bkframe-example")  # local[2]; Spark finds the "bkframe" format itself
+    # Spark finds the "bkframe" format itself (the pyspark_bkframe package), here and on executors.
+    if args.master:
+        spark = cluster_session(args.master, app="bkframe-example", driver_host=args.driver_host)
+    else:
+        spark = local_session(2, app="bkframe-example")
     spark.sparkContext.setLogLevel("ERROR")
     try:
         report = run_pipeline(

@@ -371,10 +371,14 @@ class ReadHandle:
         next_entry = start
         while True:
             if next_entry <= self._lac:
-                for first in range(next_entry, self._lac + 1, 1000):
-                    for entry in await self._read_range(first, min(first + 999, self._lac)):
+                # Up to the LAC known now: reading may move it on (a retried read refreshes
+                # the metadata, and a closed ledger's end comes with it), and what lies past
+                # this end is read in the next round, never skipped.
+                end = self._lac
+                for first in range(next_entry, end + 1, 1000):
+                    for entry in await self._read_range(first, min(first + 999, end)):
                         yield entry
-                next_entry = self._lac + 1
+                next_entry = end + 1
                 continue
             if self.closed:
                 return

@@ -1,4 +1,5 @@
-"""A local SparkSession set up for bkframe (tests, the sandbox demo, the examples, the benchmark)."""
+"""SparkSessions set up for bkframe: local ones (tests, the sandbox demo, the examples, the
+benchmark) and ones on a Spark cluster (a standalone master, executors on other machines)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,25 @@ if TYPE_CHECKING:
 def local_session(threads: int = 2, *, task_attempts: int = 4, app: str = "bkframe") -> SparkSession:
     """``local[threads, task_attempts]``: Spark's local mode gives a failed task no second
     attempt unless asked (``local[N, F]``); a cluster retries 4 times by default."""
+    return _configured(f"local[{threads},{task_attempts}]", app, threads).getOrCreate()
+
+
+def cluster_session(
+    master: str, *, app: str = "bkframe", driver_host: str = "", partitions: int = 4, executor_memory: str = "512m"
+) -> SparkSession:
+    """A session on a Spark cluster (``spark://HOST:7077``). Executors run on the workers'
+    machines: each needs bkframe and bkframe-spark installed for the Python that
+    ``spark.pyspark.python`` names (here: this interpreter's path, the same on every machine),
+    and must reach the metadata store and every bookie's advertised address.
+    ``driver_host``: the address executors connect back to (the driver binds it too)."""
+    builder = _configured(master, app, partitions).config("spark.executor.memory", executor_memory)
+    builder = builder.config("spark.pyspark.python", sys.executable)
+    if driver_host:
+        builder = builder.config("spark.driver.host", driver_host).config("spark.driver.bindAddress", driver_host)
+    return builder.getOrCreate()
+
+
+def _configured(master: str, app: str, partitions: int) -> SparkSession.Builder:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise RuntimeError("Spark needs Java 17 or newer: install one (Debian: apt-get install default-jre-headless)")
     # Spark's Python workers must run this interpreter (the one with bkframe installed).
@@ -22,10 +42,10 @@ def local_session(threads: int = 2, *, task_attempts: int = 4, app: str = "bkfra
     from pyspark.sql import SparkSession
 
     return (
-        SparkSession.builder.master(f"local[{threads},{task_attempts}]")
+        SparkSession.builder.master(master)
         .appName(app)
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", str(threads))
+        .config("spark.sql.shuffle.partitions", str(partitions))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         # A bulk-load task starts appending after its first Arrow batch: keep batches small
         # in bytes as well as in rows (64 KiB rows x 10,000 rows would be 640 MB).
@@ -33,5 +53,4 @@ def local_session(threads: int = 2, *, task_attempts: int = 4, app: str = "bkfra
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.driver.memory", "2g")
         .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
     )
