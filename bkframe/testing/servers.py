@@ -185,7 +185,8 @@ class ZooKeeperMember:
         )
 
     def mode(self) -> str:
-        """"leader", "follower", or "" (not serving: no quorum, or not reachable)."""
+        """"leader", "follower", "standalone" (a one-member ensemble) or "" (not serving: no
+        quorum, or not reachable)."""
         for line in _four_letters_at(self.host.address, ZK_CLIENT_PORT, b"srvr").splitlines():
             if line.startswith("Mode:"):
                 return line.split(":", 1)[1].strip()
@@ -222,7 +223,10 @@ class ZooKeeperEnsemble:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             modes = [m.mode() for m in self.members]
-            if sum(1 for x in modes if x in ("leader", "follower")) >= count and "leader" in modes:
+            # One member alone runs "standalone": its own leader.
+            if sum(1 for x in modes if x in ("leader", "follower", "standalone")) >= count and (
+                "leader" in modes or "standalone" in modes
+            ):
                 return
             time.sleep(0.2)
         raise RuntimeError(f"the ZooKeeper ensemble did not serve with {count} members; logs in {self.members[0].root.parent}")

@@ -133,7 +133,9 @@ def stream_counts(
         .trigger(availableNow=True).start()
     )
     query.awaitTermination()
-    return sum(int(p.get("numInputRows", 0)) for p in query.recentProgress)
+    # The property, not the dict key: through Spark Connect the key may hold None (the
+    # property then sums the sources').
+    return sum(int(p.numInputRows or 0) for p in query.recentProgress)
 
 
 def read_counts(spark: SparkSession, metadata: str, log: str) -> list[tuple[int, int, int]]:

@@ -1,0 +1,64 @@
+"""The connector through Spark Connect: a Connect server (the one the ``pyspark`` package
+ships) finds the ``bkframe`` data source on its own Python path, and a remote session runs
+the whole pipeline -- bulk load, exactly-once stream, batch read -- with nothing but the
+DataFrame API on the client side."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from bkframe_spark.pipeline import run_pipeline
+
+from bkframe.testing.cluster import Cluster
+from bkframe.testing.servers import free_port, stop_process
+
+from .standalone import SPARK_HOME
+
+
+@pytest.fixture
+def connect_server(tmp_path: Path) -> Iterator[str]:
+    """A Spark Connect server on ``local[2]``; yields its ``sc://`` URL."""
+    port = free_port()
+    jar = next((SPARK_HOME / "jars").glob("spark-connect_*.jar"))
+    log_path = tmp_path / "connect-server.log"
+    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "PYSPARK_PYTHON": sys.executable}
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [str(SPARK_HOME / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+             "--master", "local[2]", "--conf", f"spark.connect.grpc.binding.port={port}",
+             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2", str(jar)],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "Spark Connect server started" not in log_path.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text(errors="replace")[-3000:]
+            time.sleep(0.5)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.subprocess
+def test_the_pipeline_runs_through_spark_connect(connect_server: str, tmp_path: Path) -> None:
+    from pyspark.sql import SparkSession
+
+    cluster = Cluster(tmp_path / "cluster", 3).start(parallel=True)
+    try:
+        spark = SparkSession.builder.remote(connect_server).getOrCreate()
+        try:
+            assert spark.__class__.__module__.startswith("pyspark.sql.connect"), "a remote session"
+            report = run_pipeline(spark, cluster.metadata, rows=2000, checkpoint=str(tmp_path / "checkpoint"))
+        finally:
+            spark.stop()
+        # run_pipeline verifies every count (PipelineError otherwise); what it did:
+        assert report["stream"]["input_rows"] == 2001  # the events and the bulk load's sentinel
+        assert report["read_back"]["counts"] > 0
+    finally:
+        cluster.close()
