@@ -7,7 +7,7 @@ one worker (``--dist loadgroup`` with a group per module), so a module's shared 
 start once; the Spark tests form one group, so one worker starts a SparkSession, not each.
 A test marked ``subprocess`` shares nothing with its module (it starts every process it
 needs, e.g. a Spark standalone cluster of its own), so it is a group of its own: the long
-fault-injection runs spread over the workers.
+fault-injection runs spread over the workers. The longest groups are handed out first.
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ import pytest
 pytest_plugins = ("bkframe.testing.pytest_plugin", "tests.faults.options")
 
 
+#: Groups that take minutes: handed out first (xdist hands groups out in collection order), so
+#: the longest ones run alongside everything else instead of alone at the end.
+LONG_FIRST = ("spark", "tests/faults/", "tests/partitions/", "plugins/spark/", "tests/replication/")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    groups: dict[str, str] = {}
     for item in items:
         module = item.nodeid.split("::")[0]
         if item.get_closest_marker("subprocess"):
@@ -26,4 +32,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             group = "spark"
         else:
             group = module
+        groups[item.nodeid] = group
         item.add_marker(pytest.mark.xdist_group(group))
+
+    def rank(item: pytest.Item) -> int:
+        group = groups[item.nodeid]
+        return next((i for i, prefix in enumerate(LONG_FIRST) if group.startswith(prefix)), len(LONG_FIRST))
+
+    items.sort(key=rank)  # stable: the order within a rank stays the collection's
