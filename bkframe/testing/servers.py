@@ -24,6 +24,9 @@ import pytest
 from bkframe.testing.hosts import Host
 
 ZK_CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"
+#: JVM options of the test servers: they live minutes and share the machine with the suite,
+#: so the quick compiler only (C2's work never pays back) and the serial collector.
+TEST_JVM_OPTIONS = ("-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
 def free_port() -> int:
@@ -72,7 +75,7 @@ class ZooKeeperServer:
     def start(self) -> ZooKeeperServer:
         log = open(self.root / "zk.log", "ab")
         self.proc = subprocess.Popen(
-            ["java", "-Xmx256m", "-cp", ZK_CLASSPATH, "-Dzookeeper.log.dir=" + str(self.root),
+            ["java", *TEST_JVM_OPTIONS, "-cp", ZK_CLASSPATH, "-Dzookeeper.log.dir=" + str(self.root),
              "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.root / "zoo.cfg")],
             stdout=log, stderr=subprocess.STDOUT,
         )
@@ -179,7 +182,7 @@ class ZooKeeperMember:
     def start(self) -> None:
         log = open(self.root / "zk.log", "ab")
         self.proc = self.host.popen(
-            ["java", "-Xmx256m", "-cp", ZK_CLASSPATH, "-Dzookeeper.log.dir=" + str(self.root),
+            ["java", *TEST_JVM_OPTIONS, "-cp", ZK_CLASSPATH, "-Dzookeeper.log.dir=" + str(self.root),
              "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.root / "zoo.cfg")],
             stdout=log, stderr=subprocess.STDOUT,
         )

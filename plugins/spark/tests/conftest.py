@@ -13,12 +13,16 @@ from bkframe_spark.session import local_session
 import bkframe
 from bkframe import BlockingClient
 from bkframe.testing.cluster import Cluster
+from bkframe.testing.servers import TEST_JVM_OPTIONS
+
+#: The session's JVM, as the suite's other JVMs (bkframe.testing.servers.TEST_JVM_OPTIONS).
+TEST_JVM = " ".join(TEST_JVM_OPTIONS[1:])
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     # No skip when Java or pyspark is missing: the test fails and says what to install.
-    session = local_session(2, task_attempts=4, app="bkframe-tests")
+    session = local_session(2, task_attempts=4, app="bkframe-tests", java_options=TEST_JVM)
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -6,7 +6,6 @@ DataFrame API on the client side."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import pytest
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.servers import free_port, stop_process
 
-from .standalone import SPARK_HOME
+from .standalone import SPARK_HOME, test_jvm_env
 
 
 @pytest.fixture
@@ -27,7 +26,7 @@ def connect_server(tmp_path: Path) -> Iterator[str]:
     port = free_port()
     jar = next((SPARK_HOME / "jars").glob("spark-connect_*.jar"))
     log_path = tmp_path / "connect-server.log"
-    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "PYSPARK_PYTHON": sys.executable}
+    env = {**test_jvm_env(), "PYSPARK_PYTHON": sys.executable}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [str(SPARK_HOME / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",

@@ -12,10 +12,16 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def local_session(threads: int = 2, *, task_attempts: int = 4, app: str = "bkframe") -> SparkSession:
+def local_session(
+    threads: int = 2, *, task_attempts: int = 4, app: str = "bkframe", java_options: str = ""
+) -> SparkSession:
     """``local[threads, task_attempts]``: Spark's local mode gives a failed task no second
-    attempt unless asked (``local[N, F]``); a cluster retries 4 times by default."""
-    return _configured(f"local[{threads},{task_attempts}]", app, threads).getOrCreate()
+    attempt unless asked (``local[N, F]``); a cluster retries 4 times by default.
+    ``java_options``: for the JVM it starts (``spark.driver.extraJavaOptions``)."""
+    builder = _configured(f"local[{threads},{task_attempts}]", app, threads)
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    return builder.getOrCreate()
 
 
 def cluster_session(
