@@ -283,10 +283,29 @@ def commit_write(
             delay *= 2
     if result is not None and result.replayed:
         log.info("%s: committed before (a replayed batch); its new ledgers are deleted", what)
+    if not ids:
+        # Every task of a replayed batch found the token committed and dropped its ledger:
+        # what an earlier run committed for the token is in the log, and must stay.
+        try:
+            found = call(bk, f"{what}: reading the log", opts.timeout_s, _committed_for, bk.client, spec.log, token)
+        except BKError as e:
+            log.warning("%s: could not read the log's commits, leaving unused ledgers (tagged %s=%s): %s",
+                        what, TAG_TOKEN, token, e)
+            return None
+        if found is None:
+            return None  # nothing committed under the token: a later run may still commit
+        committed = found
     # Once the token is committed, no ledger made for it and left out can ever be committed:
     # those of this write's failed attempts and of earlier runs of the same streaming batch.
     _clean_up(bk, opts, TAG_TOKEN, token, floor, committed, what)
     return result
+
+
+async def _committed_for(client: Client, log_name: str, token: str) -> set[int] | None:
+    """The ledgers committed under ``token``; None when the token is not committed."""
+    record = await client.logs.metadata(log_name)
+    done = record.commit(token)
+    return None if done is None else committed_ledgers(record, done.segments)
 
 
 def abort_write(opts: Options, spec: LedgerSpec, token: str, write: str, floor: int) -> None:
@@ -294,18 +313,13 @@ def abort_write(opts: Options, spec: LedgerSpec, token: str, write: str, floor: 
     bk = client_for(opts.metadata, opts.timeout_s)
     what = f"aborting the write to log {spec.log!r} (token {token})"
 
-    async def committed() -> set[int] | None:
-        record = await client.logs.metadata(spec.log)
-        done = record.commit(token)
-        return None if done is None else committed_ledgers(record, done.segments)
-
     async def mark() -> None:
         # Tasks still running (Spark does not wait for them before aborting) find this mark
         # when they finish and delete their own ledgers.
         await client.logs.commit_ledgers(spec.log, [], abort_mark(write), password=spec.password)
 
     client = bk.client
-    keep = call(bk, what, opts.timeout_s, committed)
+    keep = call(bk, what, opts.timeout_s, _committed_for, client, spec.log, token)
     if keep is not None:
         log.warning("%s: the write was committed already; its committed ledgers stay", what)
     else:
