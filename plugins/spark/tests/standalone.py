@@ -21,7 +21,7 @@ MASTER_PORT, MASTER_UI_PORT, WORKER_UI_PORT = 7077, 8080, 8081
 START_TIMEOUT_S = 120.0
 
 
-def test_jvm_env() -> dict[str, str]:
+def jvm_env_for_tests() -> dict[str, str]:
     """The environment of a test's Spark processes: every JVM they start (master, workers,
     executors, a driver) takes the quick compiler and serial collector (JDK_JAVA_OPTIONS):
     they live a minute and share two cores with the rest of the suite."""
@@ -47,7 +47,7 @@ class SparkStandalone:
         return self.root / f"work-{worker.name}"
 
     def _spawn(self, host: Host, name: str, args: list[str]) -> None:
-        env = {**test_jvm_env(), "SPARK_LOCAL_IP": host.address, "SPARK_LOG_DIR": str(self.root), "SPARK_NO_DAEMONIZE": "1"}
+        env = {**jvm_env_for_tests(), "SPARK_LOCAL_IP": host.address, "SPARK_LOG_DIR": str(self.root), "SPARK_NO_DAEMONIZE": "1"}
         log = open(self.root / f"{name}.log", "ab")
         self.procs.append(
             host.popen([str(SPARK_HOME / "bin" / "spark-class"), *args], env=env, stdout=log, stderr=subprocess.STDOUT)

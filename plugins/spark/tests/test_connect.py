@@ -17,7 +17,7 @@ import pytest
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.servers import free_port, stop_process
 
-from .standalone import SPARK_HOME, test_jvm_env
+from .standalone import SPARK_HOME, jvm_env_for_tests
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def connect_server(tmp_path: Path) -> Iterator[str]:
     port = free_port()
     jar = next((SPARK_HOME / "jars").glob("spark-connect_*.jar"))
     log_path = tmp_path / "connect-server.log"
-    env = {**test_jvm_env(), "PYSPARK_PYTHON": sys.executable}
+    env = {**jvm_env_for_tests(), "PYSPARK_PYTHON": sys.executable}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [str(SPARK_HOME / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",

@@ -14,7 +14,7 @@ from bkframe.testing.cluster import HostedCluster
 from bkframe.testing.hosts import Network, require_netns
 from bkframe.testing.servers import ZooKeeperEnsemble
 
-from .standalone import SparkStandalone, test_jvm_env
+from .standalone import SparkStandalone, jvm_env_for_tests
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -35,7 +35,7 @@ def test_the_pipeline_runs_on_a_standalone_cluster_with_executors_on_other_hosts
                 run = driver.run(
                     [sys.executable, str(REPO / "examples" / "spark_pipeline.py"), "--metadata", metadata,
                      "--rows", "3000", "--master", spark.master_url, "--driver-host", driver.address],
-                    cwd=tmp_path, capture_output=True, text=True, timeout=600, env=test_jvm_env(),
+                    cwd=tmp_path, capture_output=True, text=True, timeout=600, env=jvm_env_for_tests(),
                 )
                 assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
                 assert "verified; rows/s: bulk_load" in run.stdout, run.stdout
