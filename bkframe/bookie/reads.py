@@ -19,6 +19,7 @@ from bkframe.bookie.ledger_control import LedgerControl
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.interfaces import Buffer, LedgerState
+from bkframe.core.ledger_keys import keys_equal
 
 log = logging.getLogger("bkframe.bookie")
 
@@ -63,7 +64,7 @@ class Reads:
         if state is None:
             reply(p.Status.NO_LEDGER, req.entry_id, f"ledger {ledger_id} is not on this bookie".encode())
             return
-        if req.master_key and state.master_key and req.master_key != state.master_key:
+        if req.master_key and state.master_key and not keys_equal(req.master_key, state.master_key):
             reply(p.Status.UNAUTHORIZED, req.entry_id, f"wrong master key for ledger {ledger_id}".encode())
             return
         if req.fence:
