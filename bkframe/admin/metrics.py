@@ -25,9 +25,10 @@ if TYPE_CHECKING:
 
 PREFIX = "bkframe_bookie_"
 #: Counters fields that are gauges (a level now), not totals.
-GAUGE_FIELDS = frozenset({"journal_queued_bytes"})
-#: Derived from others (journal_fsyncs + storage_fsyncs): a sum in PromQL, not a series.
-SKIPPED_FIELDS = frozenset({"fsyncs"})
+GAUGE_FIELDS = frozenset({"journal_queued_bytes", "long_polls_waiting", "inflight_bytes"})
+#: Derived from others (journal_fsyncs + storage_fsyncs): a sum in PromQL, not a series;
+#: connections_open is the ``connections`` gauge below.
+SKIPPED_FIELDS = frozenset({"fsyncs", "connections_open"})
 
 
 def histogram_family(

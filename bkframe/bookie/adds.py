@@ -19,6 +19,7 @@ from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.bookie.write_once import journal_written_once
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.interfaces import Buffer, JournalWriteError
+from bkframe.core.ledger_keys import keys_equal
 
 log = logging.getLogger("bkframe.bookie")
 
@@ -166,7 +167,7 @@ class Adds:
             # No metadata store to check against (a standalone bookie): adopt this key. A
             # keyless copy (autorecovery, see is_copy) adopts none: the ledger stays keyless.
             state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
-        if state.master_key != master_key:
+        if not keys_equal(state.master_key, master_key):
             return p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}"
         if state.fenced and not recovery:
             return p.Status.FENCED, f"ledger {ledger_id} is fenced"

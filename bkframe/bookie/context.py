@@ -52,7 +52,9 @@ class BookieContext:
     #: store cannot say). Keys of ledgers the bookie knows no key for are checked with it.
     key_verifier: Callable[[int, bytes], Awaitable[bool]] | None = None
     #: Long polls waiting for a ledger's LAC to move.
-    lac_waiters: LacWaiters = attrs.Factory(LacWaiters)
+    lac_waiters: LacWaiters = attrs.field(
+        init=False, default=attrs.Factory(lambda self: LacWaiters(self.storage, self.counters), takes_self=True)
+    )
     #: The storage, if it can write large PD entries once (and is configured to).
     write_once: WriteOnceStorage | None = attrs.field(
         init=False, default=attrs.Factory(_write_once, takes_self=True)

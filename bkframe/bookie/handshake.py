@@ -7,7 +7,10 @@ at once, with a message saying so). Neither side hangs.
 
 :class:`AuthGate` holds a connection's authentication: until the provider accepts an AUTH
 request, every other request gets UNAUTHORIZED, before any ledger is touched. It is asked
-once per frame only while the connection is not authenticated.
+once per frame only while the connection is not authenticated. A failed AUTH ends the
+connection (the server sends its UNAUTHORIZED answer, then closes): one guess per connection.
+Until AUTH succeeds, a frame may be at most :data:`MAX_FRAME_BEFORE_AUTH` bytes, and the
+connection has ``[limits] auth_timeout_s`` to authenticate (both enforced by the server).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import ssl
 import trio
 
 from bkframe import proto as p
+from bkframe.bookie.throttled_log import ThrottledWarning
 from bkframe.core.auth import AuthenticationError, AuthProvider, Peer
 from bkframe.core.tls import TLS_HANDSHAKE, looks_like_tls, peer_principal
 
@@ -28,6 +32,10 @@ log = logging.getLogger("bkframe.server")
 HANDSHAKE_TIMEOUT_S = 10.0
 #: How long a refused plaintext client gets to read the error before the socket closes.
 REFUSAL_LINGER_S = 2.0
+#: The largest frame a connection may send before it is authenticated: room for an AUTH
+#: request with the largest credential the protocol carries (16 KiB), and more. A larger
+#: one is refused at its 4-byte header, before its body is read.
+MAX_FRAME_BEFORE_AUTH = 64 * 1024
 
 NOT_TLS = (
     "this bookie requires TLS: the client connected in plaintext; give the client the CA "
@@ -95,15 +103,18 @@ async def _refuse(raw: trio.SocketStream, message: str) -> None:
 class AuthGate:
     """One connection's authentication state."""
 
-    def __init__(self, provider: AuthProvider, peer: Peer) -> None:
+    def __init__(self, provider: AuthProvider, peer: Peer, refusals: ThrottledWarning) -> None:
         self.provider = provider
         self.peer = peer
         self.authenticated = not provider.requires_auth
+        #: An AUTH was refused: the server closes the connection once the answer is sent.
+        self.refused = False
         self.principal = ""
+        self._refusals = refusals
 
     def check(self, requests: list[p.Request | p.BadMessage]) -> tuple[list[bytes], list[p.Request | p.BadMessage]]:
         """(responses to send now, requests to serve): requests before a successful AUTH are
-        refused; those after it in the same frame are served."""
+        refused; those after it in the same frame are served; none after a failed AUTH."""
         answers: list[bytes] = []
         for i, req in enumerate(requests):
             if self.authenticated:
@@ -112,9 +123,13 @@ class AuthGate:
                 try:
                     self.principal = self.provider.authenticate(self.peer, req.method, req.credential)
                 except AuthenticationError as e:
-                    log.warning("refused authentication from %s (method %r): %s", self.peer.address, req.method, e)
+                    self._refusals.warn(
+                        "refused authentication from %s (method %r): %s; closing the connection", self.peer.address,
+                        req.method, e,
+                    )
                     answers.append(p.encode_auth_response(req.request_id, p.Status.UNAUTHORIZED, str(e)))
-                    continue
+                    self.refused = True
+                    return answers, []
                 self.authenticated = True
                 log.info("connection from %s authenticated as %s", self.peer.address, self.principal)
                 answers.append(p.encode_auth_response(req.request_id, p.Status.OK, self.principal))

@@ -9,6 +9,7 @@ from bkframe.bookie import journal_records as jr
 from bkframe.bookie.context import BookieContext
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.core.interfaces import LedgerState
+from bkframe.core.ledger_keys import keys_equal
 
 
 class LedgerControl:
@@ -51,7 +52,7 @@ class LedgerControl:
         if state is None:
             reply(p.Status.NO_LEDGER, f"ledger {req.ledger_id} is not on this bookie; add an entry first")
             return
-        if state.master_key != req.master_key:
+        if not keys_equal(state.master_key, req.master_key):
             reply(p.Status.UNAUTHORIZED, f"wrong master key for ledger {req.ledger_id}")
             return
         if state.fenced:
@@ -72,7 +73,7 @@ class LedgerControl:
         status, message = p.Status.OK, ""
         if state is None:
             status, message = p.Status.NO_LEDGER, f"ledger {req.ledger_id} is not on this bookie"
-        elif state.master_key != req.master_key:
+        elif not keys_equal(state.master_key, req.master_key):
             status, message = p.Status.UNAUTHORIZED, f"wrong master key for ledger {req.ledger_id}"
         elif not state.write_closed:
             self.storage.set_write_closed(req.ledger_id)

@@ -7,10 +7,8 @@ explicit negative: what it lacks is UNKNOWN, not NO_ENTRY.
 from __future__ import annotations
 
 import logging
-from functools import partial
 
 import numpy as np
-import trio
 
 from bkframe import proto as p
 from bkframe.bookie.batch_reads import read_batch
@@ -19,6 +17,7 @@ from bkframe.bookie.ledger_control import LedgerControl
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.interfaces import Buffer, LedgerState
+from bkframe.core.ledger_keys import keys_equal
 
 log = logging.getLogger("bkframe.bookie")
 
@@ -63,7 +62,7 @@ class Reads:
         if state is None:
             reply(p.Status.NO_LEDGER, req.entry_id, f"ledger {ledger_id} is not on this bookie".encode())
             return
-        if req.master_key and state.master_key and req.master_key != state.master_key:
+        if req.master_key and state.master_key and not keys_equal(req.master_key, state.master_key):
             reply(p.Status.UNAUTHORIZED, req.entry_id, f"wrong master key for ledger {ledger_id}".encode())
             return
         if req.fence:
@@ -134,22 +133,10 @@ class Reads:
             )
             return
         if req.previous_lac is not None and state.lac <= req.previous_lac:
-            batch.deferred.append(partial(self.long_poll_lac, req))
+            batch.long_polls.append(req)  # the server registers it (see .lac_waiters)
             return
         last = self.storage.last_entry_id(req.ledger_id)
         batch.parts.append(p.encode_read_lac_response(req.request_id, p.Status.OK, req.ledger_id, state.lac, last))
-
-    async def long_poll_lac(self, req: p.ReadLacRequest) -> bytes:
-        """Wait until the ledger's LAC passes ``req.previous_lac`` or the timeout; answer."""
-        assert req.previous_lac is not None
-        with trio.move_on_after(req.timeout_ms / 1000):
-            while (state := self.storage.ledger_state(req.ledger_id)) is not None and state.lac <= req.previous_lac:
-                await self.context.lac_waiters.wait(req.ledger_id)
-        state = self.storage.ledger_state(req.ledger_id)
-        if state is None:
-            return p.encode_read_lac_response(req.request_id, p.Status.NO_LEDGER, req.ledger_id, -1, -1, "ledger deleted")
-        last = self.storage.last_entry_id(req.ledger_id)
-        return p.encode_read_lac_response(req.request_id, p.Status.OK, req.ledger_id, state.lac, last)
 
 
 def _missing(state: LedgerState, what: str) -> bytes:

@@ -49,12 +49,16 @@ class RequestHandler:
         self.control.forget(ledger_id)
         self.context.lac_waiters.moved(ledger_id)
 
-    def handle(self, requests: Sequence[p.Request | p.BadMessage]) -> ResponseBatch:
-        """Serve one frame's requests; never raises for bad input or a failing disk."""
+    def handle(self, requests: Sequence[p.Request | p.BadMessage], *, answer_limit: int = 0) -> ResponseBatch:
+        """Serve one frame's requests; never raises for bad input or a failing disk.
+
+        With ``answer_limit``, stop once the answers made pass that many bytes (a frame of
+        many reads of large entries): ``batch.requests`` is what was served, and the server
+        serves the rest once there is room for more answers."""
         batch = ResponseBatch(requests=requests, received=trio.current_time())
-        self.counters.requests += len(requests)
         i = 0
         n = len(requests)
+        answer_bytes = 0
         while i < n:
             req = requests[i]
             j = i + 1
@@ -64,6 +68,7 @@ class RequestHandler:
                     j < n and type(requests[j]) is p.AddRequest and requests[j].ledger_id == req.ledger_id  # type: ignore[union-attr]
                 ):
                     j += 1
+            parts = len(batch.parts)
             try:
                 self._serve(requests[i:j], batch)
             except Exception as e:
@@ -75,6 +80,12 @@ class RequestHandler:
                     message = f"this bookie failed to serve the request: {e}"
                     batch.parts.append(p.encode_error_response(r.request_id, p.Status.IO_ERROR, message))
             i = j
+            if answer_limit:
+                answer_bytes += sum(len(part) for part in batch.parts[parts:])
+                if answer_bytes >= answer_limit and i < n:
+                    batch.requests = requests[:i]
+                    break
+        self.counters.requests += i
         return batch
 
     def _serve(self, requests: Sequence[p.Request | p.BadMessage], batch: ResponseBatch) -> None:

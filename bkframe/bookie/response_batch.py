@@ -17,9 +17,15 @@ class ResponseBatch:
 
     parts: list[Buffer] = attrs.Factory(list)
     wait_seq: int = 0
-    #: Responses that must wait for something (a long poll, a sync): the server runs each
+    #: Responses that must wait for something (a sync, a key check): the server runs each
     #: as a task and sends what it returns.
     deferred: list[Callable[[], Awaitable[bytes]]] = attrs.Factory(list)
+    #: Long polls to register with the connection (:mod:`.lac_waiters`): they wait as records,
+    #: not tasks, and end with their connection.
+    long_polls: list[p.ReadLacRequest] = attrs.Factory(list)
+    #: Called once its answers are sent (or the connection is gone): the server gives back
+    #: the in-flight memory they held (see :mod:`.inflight_memory`).
+    on_answered: Callable[[], None] | None = None
     #: The frame's requests, to answer them again if the journal loses ``wait_seq``.
     requests: Sequence[p.Request | p.BadMessage] = ()
     #: Large entries were written once: the ack also waits for ledger storage's

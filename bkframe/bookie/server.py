@@ -7,11 +7,22 @@ leave (:meth:`RequestHandler.durable_answers <bkframe.bookie.requests.RequestHan
 the journal's group commit, the entry-log fsync of large entries) and sends them. So a
 client can pipeline many frames while earlier ones wait for their fsync, and responses
 of all batches made durable by one fsync go out in one send.
+
+What one client, or many, may make the server hold is bounded (``[limits]``; docs/security.md,
+"Hostile clients"): connections in all and per peer address (:mod:`.connection_caps`,
+refused at accept); before AUTH succeeds, frames of at most
+:data:`~bkframe.bookie.handshake.MAX_FRAME_BEFORE_AUTH` bytes, one AUTH guess and
+``auth_timeout_s``; the bytes of frames in flight and their answers (:mod:`.inflight_memory`:
+the reader waits for room before it reads a frame's body); the long polls of a connection,
+which wait as records and end with it (:mod:`.lac_waiters`); a frame must arrive whole in
+``frame_timeout_s`` and an answer be taken in ``send_timeout_s``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
@@ -19,8 +30,13 @@ import trio
 
 from bkframe import proto as p
 from bkframe.bookie.bookie import Bookie
-from bkframe.bookie.handshake import AuthGate, open_connection
+from bkframe.bookie.connection_caps import ConnectionCaps
+from bkframe.bookie.handshake import MAX_FRAME_BEFORE_AUTH, AuthGate, open_connection
+from bkframe.bookie.inflight_memory import ConnectionMemory, FrameMemory, InflightMemory
+from bkframe.bookie.lac_waiters import ConnectionPolls
 from bkframe.bookie.response_batch import ResponseBatch
+from bkframe.bookie.throttled_log import ThrottledWarning
+from bkframe.core.auth import Peer
 from bkframe.core.interfaces import Buffer
 from bkframe.core.tls import server_context
 
@@ -29,6 +45,13 @@ log = logging.getLogger("bkframe.server")
 RECEIVE_SIZE = 256 * 1024
 #: Seconds a closing TLS connection may take to send its close_notify.
 CLOSE_TIMEOUT_S = 1.0
+#: Seconds a refused connection gets to take its error frame before it is closed.
+REFUSAL_TIMEOUT_S = 1.0
+#: Seconds between looks for clients that take no answers (``[limits] send_timeout_s``).
+SLOW_READER_CHECK_S = 1.0
+#: A frame's requests are served in parts of about this many bytes of answers: a frame of
+#: many reads of large entries waits for room in the in-flight budget between parts.
+ANSWER_CHUNK_BYTES = 4 * 1024 * 1024
 
 
 class BookieServer:
@@ -45,7 +68,17 @@ class BookieServer:
         #: ``[tls] enabled``: every connection must be TLS (see :mod:`.handshake`).
         self._tls = server_context(tls) if tls.enabled else None
         self._debug = log.isEnabledFor(logging.DEBUG)
-        self._outboxes: dict[trio.abc.Stream, _Outbox] = {}
+        limits = self.limits = bookie.config.limits
+        self._caps = ConnectionCaps(limits, bookie.counters)
+        #: Bytes of requests in flight, over all connections.
+        self.memory = InflightMemory(limits.max_inflight_bytes, limits.max_inflight_bytes_per_address, bookie.counters)
+        self._auth_refusals = ThrottledWarning(log)
+        # One throttled warning per kind of closing, so that a flood of one hides no other.
+        self._slow_readers = ThrottledWarning(log)
+        self._slow_frames = ThrottledWarning(log)
+        self._early_frames = ThrottledWarning(log)
+        self._unauthenticated = ThrottledWarning(log)
+        self._open: set[_Connection] = set()
 
     @property
     def connections(self) -> int:
@@ -60,6 +93,7 @@ class BookieServer:
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         self.port = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as connections:
+            connections.start_soon(self._close_slow_readers)
             async with trio.open_nursery() as accepting:
                 for listener in listeners:
                     accepting.start_soon(partial(trio.serve_listeners, self._serve, [listener], handler_nursery=connections))
@@ -76,27 +110,52 @@ class BookieServer:
             connections.cancel_scope.cancel()
 
     async def _serve(self, raw: trio.SocketStream) -> None:
+        address = _peer_ip(raw)
+        refusal = self._caps.admit(address)
+        if refusal is not None:
+            await self._refuse(raw, refusal)
+            return
         self._connections += 1
         self._idle = trio.Event() if self._connections == 1 else self._idle
         stream: trio.abc.Stream = raw
+        conn: _Connection | None = None
+        limits = self.limits
+        # A client of a bookie that requires AUTH has auth_timeout_s from its accept (its
+        # first bytes, a TLS handshake and the AUTH itself); others may stay idle (capped).
+        auth_deadline = trio.current_time() + limits.auth_timeout_s if self.bookie.auth.requires_auth else math.inf
         try:
             # A stop ends the wait for a client's first bytes, as it ends a reader's wait.
             opened = None
-            with trio.CancelScope() as waiting:
+            with trio.CancelScope(deadline=auth_deadline) as waiting:
                 self._readers.add(waiting)
                 try:
                     opened = await open_connection(raw, self._tls)
                 finally:
                     self._readers.discard(waiting)
             if opened is None:
+                if waiting.cancelled_caught and not self._stop.is_set():
+                    self.bookie.counters.connections_closed_unauthenticated += 1
                 return
             stream, peer = opened
-            gate = AuthGate(self.bookie.auth, peer)
+            gate = AuthGate(self.bookie.auth, peer, self._auth_refusals)
+            polls = self.bookie.context.lac_waiters.connection(
+                max_waiting=limits.max_long_polls_per_connection,
+                max_total=limits.max_long_polls,
+                max_timeout_s=limits.max_long_poll_timeout_s,
+            )
             send, receive = trio.open_memory_channel[ResponseBatch](self.bookie.config.bookie.max_pending_batches)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_responses, stream, receive)
-                async with send:
-                    await self._read_requests(stream, gate, send, nursery)
+                conn = _Connection(ConnectionMemory(self.memory, address), _Outbox(stream), polls, nursery.cancel_scope)
+                self._open.add(conn)
+                nursery.start_soon(self._answer, conn, receive)
+                nursery.start_soon(self._answer_polls, conn, send.clone())
+                try:
+                    async with send:
+                        await self._read_requests(conn, gate, send, nursery, auth_deadline)
+                finally:
+                    # The client left, sent what it could, or the bookie stops: the
+                    # connection's long polls are answered now and end with it.
+                    polls.close()
         except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             # The peer went away (or reset the connection); nothing it sent is lost, it
             # just gets no answer. (The connection's nursery raises these in a group.)
@@ -105,6 +164,16 @@ class BookieServer:
             # A bug on one connection must not take the bookie or other connections down.
             log.exception("connection failed; closing it")
         finally:
+            self._caps.release(address)
+            if conn is not None:
+                self._open.discard(conn)
+                conn.memory.close()
+                if conn.too_slow:
+                    self.bookie.counters.connections_closed_slow += 1
+                    self._slow_readers.warn(
+                        "closed the connection from %s: it took none of the bookie's answers in %s s "
+                        "([limits] send_timeout_s)", address, self.limits.send_timeout_s,
+                    )
             self._connections -= 1
             if self._connections == 0:
                 self._idle.set()
@@ -115,33 +184,95 @@ class BookieServer:
                     await stream.aclose()
                 await raw.aclose()
 
+    async def _close_slow_readers(self) -> None:
+        """Close the connections whose client has not taken an answer in ``send_timeout_s``
+        (one task for all: a deadline on every send would cost each answer a cancel scope)."""
+        while True:
+            await trio.sleep(SLOW_READER_CHECK_S)
+            late = trio.current_time() - self.limits.send_timeout_s
+            for conn in self._open:
+                if conn.outbox.sending_since < late:
+                    conn.too_slow = True
+                    conn.cancel_scope.cancel()
+
+    async def _refuse(self, raw: trio.SocketStream, why: str) -> None:
+        """Close a connection beyond a cap at once; a plaintext client first gets ``why``
+        in an error frame (a TLS client would need a handshake first: it just sees the close)."""
+        try:
+            if self._tls is None:
+                with trio.move_on_after(REFUSAL_TIMEOUT_S):
+                    await raw.send_all(p.frame([p.encode_error_response(0, p.Status.TOO_MANY_REQUESTS, why)]))
+                    await raw.send_eof()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            await raw.aclose()
+
     async def _respond_later(
-        self, respond: Callable[[], Awaitable[bytes]], send: trio.MemorySendChannel[ResponseBatch], stream: trio.abc.Stream
+        self,
+        respond: Callable[[], Awaitable[bytes]],
+        send: trio.MemorySendChannel[ResponseBatch],
+        conn: _Connection,
+        done: Callable[[], None],
     ) -> None:
+        """Send what ``respond`` returns, then ``done()`` (the frame's memory may go)."""
         async with send:
-            response = await respond()
-            out = self._outboxes.get(stream)
-            if out is not None:
-                out.idle = False  # handed over: later answers go after it
             try:
-                await send.send(ResponseBatch([response]))
+                response = await respond()
+                conn.outbox.idle = False  # handed over: later answers go after it
+                try:
+                    await send.send(ResponseBatch([response]))
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass  # the connection is gone
+            finally:
+                done()
+
+    async def _answer_polls(self, conn: _Connection, send: trio.MemorySendChannel[ResponseBatch]) -> None:
+        """Send the connection's long poll answers as they come, until it closes."""
+
+        async def deliver(answers: list[bytes]) -> None:
+            conn.outbox.idle = False  # handed over: later answers go after it
+            parts: list[Buffer] = list(answers)
+            await send.send(ResponseBatch(parts))
+
+        async with send:
+            try:
+                await conn.polls.run(deliver)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # the connection is gone
 
-    def _outbox(self, stream: trio.abc.Stream) -> _Outbox:
-        """The connection's outbox, shared by its reader and writer (made by the first)."""
-        out = self._outboxes.get(stream)
-        if out is None:
-            out = self._outboxes[stream] = _Outbox(stream)
-        return out
+    async def _close_with(
+        self,
+        send: trio.MemorySendChannel[ResponseBatch],
+        status: p.Status,
+        message: str,
+        peer: Peer | None = None,
+        warning: ThrottledWarning | None = None,
+    ) -> None:
+        """Answer ``message`` (and log it as ``warning``); the reader then returns, so the
+        connection closes once it is sent."""
+        if peer is not None and warning is not None:
+            warning.warn("closed the connection from %s: %s", peer.address, message)
+        with trio.CancelScope(shield=True):
+            await send.send(ResponseBatch([p.encode_error_response(0, status, message)]))
 
     async def _read_requests(
-        self, stream: trio.abc.Stream, gate: AuthGate, send: trio.MemorySendChannel[ResponseBatch], nursery: trio.Nursery
+        self,
+        conn: _Connection,
+        gate: AuthGate,
+        send: trio.MemorySendChannel[ResponseBatch],
+        nursery: trio.Nursery,
+        auth_deadline: float,
     ) -> None:
-        out = self._outbox(stream)
+        out = conn.outbox
+        stream = out.stream
         bookie = self.bookie
+        limits = self.limits
         max_entry = bookie.config.bookie.max_entry_size
         buf = bytearray()
+        #: Bytes of the budget this reader holds for ``buf``: at least its length and, once a
+        #: frame's header is in, the whole frame.
+        reading = 0
         with trio.CancelScope() as scope:
             self._readers.add(scope)
             try:
@@ -149,65 +280,146 @@ class BookieServer:
                 await bookie.ready.wait()
                 if self._stop.is_set():
                     return
+                if gate.authenticated:
+                    auth_deadline = math.inf
+                elif auth_deadline < trio.current_time() + limits.auth_timeout_s:
+                    # Connected while the bookie was booting: the time counts from now.
+                    auth_deadline = trio.current_time() + limits.auth_timeout_s
+                frame_deadline = math.inf
                 while True:
                     # Parse every whole frame in the buffer before reading more.
                     while len(buf) >= 4:
                         (length,) = p.FRAME_HEADER.unpack_from(buf)
                         if length > p.MAX_FRAME_SIZE:
-                            bookie.counters.bad_requests += 1
                             msg = f"frame of {length} bytes exceeds the maximum {p.MAX_FRAME_SIZE}; closing"
-                            batch = ResponseBatch([p.encode_error_response(0, p.Status.BAD_REQUEST, msg)])
-                            await send.send(batch)
+                            bookie.counters.bad_requests += 1
+                            await self._close_with(send, p.Status.BAD_REQUEST, msg)
+                            return
+                        if length > MAX_FRAME_BEFORE_AUTH and not gate.authenticated:
+                            msg = (
+                                f"frame of {length} bytes before authentication (at most {MAX_FRAME_BEFORE_AUTH} "
+                                f"until AUTH succeeds: send AUTH first); closing"
+                            )
+                            bookie.counters.connections_closed_unauthenticated += 1
+                            await self._close_with(send, p.Status.UNAUTHORIZED, msg, gate.peer, self._early_frames)
                             return
                         if len(buf) < 4 + length:
                             break
+                        size = 4 + length
                         with memoryview(buf) as view:  # one copy; released before the del below
-                            body = memoryview(bytes(view[4 : 4 + length]))
-                        del buf[: 4 + length]
+                            body = memoryview(bytes(view[4:size]))
+                        del buf[:size]
+                        reading -= size  # the frame's memory goes with its answers now
+                        frame_deadline = math.inf
                         requests = p.decode_requests(body, max_entry)
                         if self._debug:
                             log.debug("%s: requests %s", gate.peer.address, _describe(requests))
-                        if not gate.authenticated:
-                            # Before AUTH succeeds nothing reaches the bookie's requests.
-                            answers, requests = gate.check(requests)
-                            if answers:
-                                out.idle = False  # handed over: later answers go after it
-                                with trio.CancelScope(shield=True):
-                                    await send.send(ResponseBatch(list(answers)))
-                        if not requests:
-                            continue
-                        # Shield the hand-off: a frame that was served (written to the
-                        # journal) must also be answered, even while draining.
-                        batch = bookie.requests.handle(requests)
-                        for later in batch.deferred:
-                            nursery.start_soon(self._respond_later, later, send.clone(), stream)
-                        if out.idle and not batch.waits and not scope.cancel_called and not _whole_frame(buf):
-                            # Nothing to wait for, nothing queued before it and no further
-                            # whole frame read (those the writer answers with one send):
-                            # answer now, not one scheduler pass later in the writer (BYPASS
-                            # and VD adds, reads). Not while draining: the writer's send may
-                            # outlive this task's cancel scope, this one may not (see _Outbox).
-                            await out.send(p.frame(batch.parts))
-                            bookie.requests.answered((batch,))
-                            continue
-                        out.idle = False  # handed over: later answers go after it
-                        with trio.CancelScope(shield=True):
-                            await send.send(batch)
-                    data = await stream.receive_some(max(RECEIVE_SIZE, _needed(buf)))
+                        frame = FrameMemory(conn.memory, size)
+                        try:
+                            if not gate.authenticated:
+                                # Before AUTH succeeds nothing reaches the bookie's requests.
+                                answers, requests = gate.check(requests)
+                                if answers:
+                                    out.idle = False  # handed over: later answers go after it
+                                    with trio.CancelScope(shield=True):
+                                        await send.send(ResponseBatch(list(answers), on_answered=frame.hold()))
+                                if gate.refused:
+                                    # One guess per connection: the answer goes, then the connection.
+                                    bookie.counters.connections_closed_unauthenticated += 1
+                                    return
+                                if gate.authenticated:
+                                    auth_deadline = math.inf
+                            pending: Sequence[p.Request | p.BadMessage] = requests
+                            while pending:
+                                pending = await self._serve_some(conn, pending, frame, send, nursery, scope, buf)
+                                if pending:
+                                    # A frame of many large reads: the rest once there is room.
+                                    reading = await conn.memory.wait_for_room(reading, RECEIVE_SIZE)
+                        finally:
+                            frame.done()
+                    # Room in the budget before reading on: for a whole frame once its
+                    # header is in, else to read at all.
+                    data: bytes | bytearray | None = None
+                    want = 0
+                    slow = False
+                    # (Cancel scopes only where a deadline runs: they cost every frame otherwise.)
+                    with _deadline(auth_deadline):
+                        if len(buf) >= 4:
+                            want = 4 + p.FRAME_HEADER.unpack_from(buf)[0]
+                            if reading < want:
+                                reading = await conn.memory.reserve(reading, want)
+                            if frame_deadline == math.inf:
+                                frame_deadline = trio.current_time() + limits.frame_timeout_s
+                        else:
+                            reading = await conn.memory.wait_for_room(reading, RECEIVE_SIZE)
+                        with _deadline(frame_deadline) as receiving:
+                            data = await stream.receive_some(max(RECEIVE_SIZE, _needed(buf)))
+                        slow = receiving is not None and receiving.cancelled_caught
+                    if slow:
+                        msg = f"a frame of {want} bytes did not arrive whole in {limits.frame_timeout_s} s "
+                        bookie.counters.connections_closed_slow += 1
+                        await self._close_with(
+                            send, p.Status.BAD_REQUEST, msg + "([limits] frame_timeout_s); closing", gate.peer,
+                            self._slow_frames,
+                        )
+                        return
+                    if data is None:
+                        msg = f"not authenticated in {limits.auth_timeout_s} s ([limits] auth_timeout_s); closing"
+                        bookie.counters.connections_closed_unauthenticated += 1
+                        await self._close_with(send, p.Status.UNAUTHORIZED, msg, gate.peer, self._unauthenticated)
+                        return
                     if not data:
                         return
                     buf += data
+                    if len(buf) > reading:
+                        conn.memory.charge(len(buf) - reading)
+                        reading = len(buf)
             finally:
                 self._readers.discard(scope)
 
-    async def _write_responses(self, stream: trio.abc.Stream, receive: trio.MemoryReceiveChannel[ResponseBatch]) -> None:
-        out = self._outbox(stream)
-        try:
-            await self._answer(out, receive)
-        finally:
-            del self._outboxes[stream]
+    async def _serve_some(
+        self,
+        conn: _Connection,
+        requests: Sequence[p.Request | p.BadMessage],
+        frame: FrameMemory,
+        send: trio.MemorySendChannel[ResponseBatch],
+        nursery: trio.Nursery,
+        scope: trio.CancelScope,
+        buf: bytearray,
+    ) -> Sequence[p.Request | p.BadMessage]:
+        """Serve a frame's requests, up to about ANSWER_CHUNK_BYTES of answers; hand the
+        answers over (or send them at once); return the requests left to serve."""
+        out = conn.outbox
+        bookie = self.bookie
+        batch = bookie.requests.handle(requests, answer_limit=ANSWER_CHUNK_BYTES)
+        for req in batch.long_polls:
+            now = conn.polls.wait(req)
+            if now is not None:
+                batch.parts.append(now)
+        for later in batch.deferred:
+            # Deferred answers keep the frame's requests, and so its memory, until they are sent.
+            nursery.start_soon(self._respond_later, later, send.clone(), conn, frame.hold())
+        answer_size = sum(len(part) for part in batch.parts)
+        conn.memory.charge(answer_size)
+        batch.on_answered = frame.hold(answer_size)
+        if out.idle and not batch.waits and not scope.cancel_called and not _whole_frame(buf):
+            # Nothing to wait for, nothing queued before it and no further whole frame read
+            # (those the writer answers with one send): answer now, not one scheduler pass
+            # later in the writer (BYPASS and VD adds, reads). Not while draining: the
+            # writer's send may outlive this task's cancel scope, this one may not (see _Outbox).
+            await out.send(p.frame(batch.parts))
+            bookie.requests.answered((batch,))
+            batch.on_answered()
+        else:
+            # Shield the hand-off: a frame that was served (written to the journal) must also
+            # be answered, even while draining.
+            out.idle = False  # handed over: later answers go after it
+            with trio.CancelScope(shield=True):
+                await send.send(batch)
+        return requests[len(batch.requests) :]
 
-    async def _answer(self, out: _Outbox, receive: trio.MemoryReceiveChannel[ResponseBatch]) -> None:
+    async def _answer(self, conn: _Connection, receive: trio.MemoryReceiveChannel[ResponseBatch]) -> None:
+        out = conn.outbox
         requests = self.bookie.requests
         async with receive:
             while True:
@@ -234,6 +446,25 @@ class BookieServer:
                 if parts:
                     await out.send(p.frame(parts))
                 requests.answered(batches)
+                for b in batches:
+                    if b.on_answered is not None:
+                        b.on_answered()
+
+
+class _Connection:
+    """What one connection's tasks share: where it sends, its long polls, and the bytes of
+    the in-flight budget it holds."""
+
+    def __init__(
+        self, memory: ConnectionMemory, outbox: _Outbox, polls: ConnectionPolls, cancel_scope: trio.CancelScope
+    ) -> None:
+        self.memory = memory
+        self.outbox = outbox
+        self.polls = polls
+        #: Cancels the connection's tasks (it is then closed).
+        self.cancel_scope = cancel_scope
+        #: Closed because its client took no answer in ``send_timeout_s``.
+        self.too_slow = False
 
 
 class _Outbox:
@@ -250,6 +481,9 @@ class _Outbox:
         self.stream = stream
         #: The writer waits for a batch and holds none.
         self.idle = False
+        #: When the send under way started (inf: none is): the server closes a connection
+        #: whose client takes nothing for ``send_timeout_s``.
+        self.sending_since = math.inf
         self._lock = trio.Lock()
 
     async def send(self, data: Buffer) -> None:
@@ -258,9 +492,27 @@ class _Outbox:
         except trio.WouldBlock:
             await self._lock.acquire()
         try:
+            self.sending_since = trio.current_time()
             await self.stream.send_all(data)
         finally:
+            self.sending_since = math.inf
             self._lock.release()
+
+
+_NO_DEADLINE = contextlib.nullcontext()
+
+
+def _deadline(deadline: float) -> contextlib.AbstractContextManager[trio.CancelScope | None]:
+    """A cancel scope with ``deadline``, or nothing (``None``) when it is infinite."""
+    return trio.CancelScope(deadline=deadline) if deadline != math.inf else _NO_DEADLINE
+
+
+def _peer_ip(raw: trio.SocketStream) -> str:
+    """The client's address without its port: connections are counted per address."""
+    try:
+        return str(raw.socket.getpeername()[0])
+    except OSError:
+        return "?"
 
 
 def _whole_frame(buf: bytearray) -> bool:

@@ -288,6 +288,39 @@ class AutorecoveryConfig:
 
 
 @attrs.frozen
+class LimitsConfig:
+    """``[limits]``: what clients, hostile or not, may make a bookie hold (docs/security.md,
+    "Hostile clients"). Each limit answers the client that meets it, or closes its connection,
+    and never slows the clients below it."""
+
+    #: Connections open at once; one more is refused (an error frame, then closed).
+    max_connections: int = attrs.field(default=4096, validator=at_least(1))
+    #: Connections open at once from one peer address (IP).
+    max_connections_per_address: int = attrs.field(default=256, validator=at_least(1))
+    #: Seconds a connection has to authenticate when ``[auth]`` requires it; then it is closed.
+    auth_timeout_s: float = attrs.field(default=10.0, validator=above(0))
+    #: Long polls (READ_LAC with LONG_POLL) one connection may have waiting; one more is
+    #: answered at once with the current LAC, as if it had timed out.
+    max_long_polls_per_connection: int = attrs.field(default=1024, validator=at_least(0))
+    #: Long polls waiting on the whole bookie (each costs a few hundred bytes while it waits).
+    max_long_polls: int = attrs.field(default=100_000, validator=at_least(0))
+    #: The longest a long poll waits; a longer timeout asked for is cut to this.
+    max_long_poll_timeout_s: float = attrs.field(default=60.0, validator=at_least(0))
+    #: Bytes of request frames read (or being read) and not answered yet, with their queued
+    #: answers, over all connections. When it is spent, connections stop reading until answers
+    #: are sent (a frame larger than it is read alone).
+    max_inflight_bytes: int = attrs.field(default=256 * 1024 * 1024, validator=at_least(1024 * 1024))
+    #: ...of which the connections from one peer address (IP) may hold this much.
+    max_inflight_bytes_per_address: int = attrs.field(default=64 * 1024 * 1024, validator=at_least(1024 * 1024))
+    #: Seconds a frame may take to arrive whole once its first bytes did; then the connection
+    #: is closed (its memory is held for it meanwhile).
+    frame_timeout_s: float = attrs.field(default=60.0, validator=above(0))
+    #: Seconds a client may take to read an answer the bookie sends; then the connection is
+    #: closed (a client that never reads its answers holds their memory).
+    send_timeout_s: float = attrs.field(default=60.0, validator=above(0))
+
+
+@attrs.frozen
 class Config:
     bookie: BookieConfig
     journal: Mapping[str, Any]
@@ -308,13 +341,14 @@ class Config:
     #: ``[logging]``: level and format of the bookie's log (the CLI's too).
     logging: LoggingConfig = attrs.field(factory=LoggingConfig)
     http: HttpConfig = HttpConfig()
+    limits: LimitsConfig = LimitsConfig()
 
 
 def load_config(
     path: Path | None = None, overrides: Mapping[str, Any] | None = None, http: Mapping[str, Any] | None = None
 ) -> Config:
     """Read ``path`` (or use defaults), apply ``[bookie]`` overrides and ``http`` overrides,
-    validate ``[bookie]``, ``[plugins]``, ``[tls]``, ``[logging]`` and ``[http]`` (the component
+    validate ``[bookie]``, ``[plugins]``, ``[tls]``, ``[logging]``, ``[http]`` and ``[limits]`` (the component
     sections are validated by the components' classes when the plugin manager makes them:
     :meth:`PluginManager.check_config` does it at once)."""
     raw: dict[str, Any] = {}
@@ -327,7 +361,9 @@ def load_config(
             raise ConfigError(f"config file {path} does not exist") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
-    known = {"bookie", "plugins", "placement", "tls", "auth", "logging", "http", "autorecovery", *PLUGIN_SECTIONS}
+    known = {
+        "bookie", "plugins", "placement", "tls", "auth", "logging", "http", "autorecovery", "limits", *PLUGIN_SECTIONS
+    }
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -352,5 +388,6 @@ def load_config(
         auth={"provider": DEFAULT_AUTH_PROVIDER, **raw.get("auth", {})},
         logging=parse_section(LoggingConfig, raw.get("logging", {}), where=f"{source}: [logging]"),
         http=parse_section(HttpConfig, http_raw, where=f"{source}: [http]"),
+        limits=parse_section(LimitsConfig, raw.get("limits", {}), where=f"{source}: [limits]"),
         **sections,
     )

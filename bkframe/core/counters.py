@@ -71,6 +71,20 @@ class Counters:
     stored_entries_unreadable: int = 0
     #: Bytes appended to the journal and not yet handed to its group write (a gauge).
     journal_queued_bytes: int = 0
+    #: Connections open now (a gauge), and connections refused at accept by a ``[limits]`` cap.
+    connections_open: int = 0
+    connections_refused: int = 0
+    #: Connections closed before they authenticated: a failed AUTH, no AUTH in time, or a
+    #: frame larger than one before AUTH may be.
+    connections_closed_unauthenticated: int = 0
+    #: Connections closed because the client sent too slowly (a frame not whole in
+    #: ``frame_timeout_s``) or read too slowly (an answer not taken in ``send_timeout_s``).
+    connections_closed_slow: int = 0
+    #: Long polls waiting now (a gauge), and long polls answered at once because a cap was met.
+    long_polls_waiting: int = 0
+    long_polls_refused: int = 0
+    #: Bytes of requests read (or being read) and not answered yet, with their answers (a gauge).
+    inflight_bytes: int = 0
     #: Seconds each journal group took to write and fsync, and its size in bytes.
     journal_fsync_latency: Histogram = attrs.Factory(Histogram)
     journal_group_bytes: Histogram = attrs.Factory(lambda: Histogram(SIZE_BUCKETS))

@@ -17,6 +17,11 @@ def master_key(password: bytes) -> bytes:
     return hashlib.sha256(b"bkframe-master-key:" + password).digest()[:20]
 
 
+def keys_equal(a: bytes, b: bytes) -> bool:
+    """Whether two master keys are equal, in time that says nothing of where they differ."""
+    return hmac.compare_digest(a, b)
+
+
 def key_hash(key: bytes) -> str:
     """The metadata's ``password_hash`` of a ledger whose master key is ``key``."""
     return hashlib.sha256(b"bkframe-ledger-password:" + key).hexdigest()

@@ -7,7 +7,15 @@ import attrs
 import pytest
 
 from bkframe import ConfigError
-from bkframe.core.config import AutorecoveryConfig, BookieConfig, HttpConfig, PluginsConfig, load_config, parse_section
+from bkframe.core.config import (
+    AutorecoveryConfig,
+    BookieConfig,
+    HttpConfig,
+    LimitsConfig,
+    PluginsConfig,
+    load_config,
+    parse_section,
+)
 from bkframe.core.log_config import LoggingConfig
 from bkframe.core.plugin_manager import SECTION_KINDS, PluginManager
 from bkframe.core.registry import ComponentKind
@@ -94,6 +102,7 @@ def test_sample_config_documents_every_key_at_its_default() -> None:
         "plugins": PluginsConfig,
         "http": HttpConfig,
         "autorecovery": AutorecoveryConfig,
+        "limits": LimitsConfig,
     }
     for section, kind in SECTION_KINDS.items():
         component = plugins.components.get(kind, raw[section]["plugin"])
