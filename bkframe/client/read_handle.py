@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 BATCH_ENTRIES = 256
 BATCH_BYTES = 1 << 20
 BATCHES_IN_FLIGHT = 8
+#: Longest pause after a round of long polls that all ended early with nothing new.
+POLL_PAUSE_S = 0.25
 
 
 @attrs.frozen
@@ -338,6 +340,7 @@ class ReadHandle:
         ensemble = self.metadata.fragments[-1][1]
         timeout_ms = int(timeout_s * 1000)
         best = self._lac
+        started = trio.current_time()
         async with trio.open_nursery() as nursery:
 
             async def poll(bookie_id: str) -> None:
@@ -359,6 +362,10 @@ class ReadHandle:
 
             for bookie_id in ensemble:
                 nursery.start_soon(poll, bookie_id)
+        if best <= previous:
+            # Every poll ended early with nothing new (a bookie over its long-poll cap answers
+            # at once, a dead one refuses): pause a little, so a tail does not spin.
+            await trio.sleep_until(min(started + timeout_s, trio.current_time() + POLL_PAUSE_S))
         self._lac = max(self._lac, best)
         return self._lac
 

@@ -442,3 +442,29 @@ async def test_long_poll_timeout_and_count_are_capped(tmp_path: Path) -> None:
                 r = await pending.wait()
                 assert (r.status, r.lac) == (p.Status.OK, -1)
             assert 0.9 < trio.current_time() - start < 10
+
+
+async def test_a_tail_over_the_long_poll_cap_does_not_spin(tmp_path: Path) -> None:
+    """A bookie over its long-poll cap answers polls at once: a tailing reader then pauses
+    between rounds instead of sending polls as fast as the bookie answers."""
+    uri = f"sqlite://{tmp_path / 'metadata.db'}"
+    toml = tmp_path / "bookie.toml"
+    toml.write_text("[limits]\nmax_long_polls_per_connection = 0\n")
+    config = load_config(toml, {"data_dir": tmp_path / "data", "port": 0, "metadata": uri})
+    async with running_bookie(config) as (service, _, _):
+        async with bkframe.open_client(uri) as client:
+            handle = await client.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1, password=PASSWORD)
+            await handle.append(b"first")
+            await handle.append(b"second")  # carries the LAC that confirms the first
+            reader = await client.open_ledger(handle.ledger_id, password=PASSWORD, recovery=False)
+            seen = []
+            counters = service.bookie.counters
+            with trio.move_on_after(2.0):
+                async for entry in reader.tail(0, poll_timeout_s=30.0):
+                    seen.append(entry.payload)
+                    if len(seen) == 1:
+                        before = counters.requests
+            assert seen == [b"first"]
+            # Paced at POLL_PAUSE_S (0.25 s): about 8 rounds; spinning made thousands.
+            assert counters.requests - before < 60
+            await handle.close()
