@@ -91,7 +91,7 @@ class BookieServer:
             if opened is None:
                 return
             stream, peer = opened
-            gate = AuthGate(self.bookie.auth, peer)
+            gate = AuthGate(self.bookie.auth, peer, self.bookie.access)
             send, receive = trio.open_memory_channel[ResponseBatch](self.bookie.config.bookie.max_pending_batches)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write_responses, stream, receive)
@@ -167,7 +167,7 @@ class BookieServer:
                         requests = p.decode_requests(body, max_entry)
                         if self._debug:
                             log.debug("%s: requests %s", gate.peer.address, _describe(requests))
-                        if not gate.authenticated:
+                        if not gate.authenticated or (requests and type(requests[0]) is p.AuthRequest):
                             # Before AUTH succeeds nothing reaches the bookie's requests.
                             answers, requests = gate.check(requests)
                             if answers:
@@ -178,7 +178,7 @@ class BookieServer:
                             continue
                         # Shield the hand-off: a frame that was served (written to the
                         # journal) must also be answered, even while draining.
-                        batch = bookie.requests.handle(requests)
+                        batch = bookie.requests.handle(requests, gate.access)
                         for later in batch.deferred:
                             nursery.start_soon(self._respond_later, later, send.clone(), stream)
                         if out.idle and not batch.waits and not scope.cancel_called and not _whole_frame(buf):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from functools import partial
 from typing import Protocol
 
 import trio
@@ -22,32 +21,18 @@ from bkframe.bookie.cookies import check_cookies, read_local
 from bkframe.bookie.disk_space import measure
 from bkframe.bookie.garbage_collector import GarbageCollector
 from bkframe.bookie.identity import claim_id, default_bookie_id
+from bkframe.bookie.key_check import KeyCheck
 from bkframe.bookie.protection import protect_at_boot
 from bkframe.bookie.server import BookieServer
 from bkframe.core.cluster import init_cluster, require_cluster
 from bkframe.core.config import Config
-from bkframe.core.ledger_keys import key_matches
-from bkframe.core.metadata import BookieInfo, BookieRegistration, ClusterRecord, MetadataStore, NoSuchLedgerError
+from bkframe.core.metadata import BookieInfo, BookieRegistration, ClusterRecord, MetadataStore
 from bkframe.core.plugin_manager import PluginManager
 
 log = logging.getLogger("bkframe.bookie")
 
 #: Seconds a change of the read-only registration may take before it is retried.
 REGISTRATION_UPDATE_TIMEOUT_S = 10.0
-
-
-#: How long the bookie waits for the metadata store when checking a master key.
-KEY_CHECK_TIMEOUT_S = 10.0
-
-
-async def verify_master_key(store: MetadataStore, ledger_id: int, key: bytes) -> bool:
-    """Whether ``key`` is the master key of the ledger per its metadata (False if deleted)."""
-    with trio.fail_after(KEY_CHECK_TIMEOUT_S):
-        try:
-            md = await store.read_ledger(ledger_id)
-        except NoSuchLedgerError:
-            return False
-    return key_matches(key, md.password_hash)
 
 
 class Repair(Protocol):
@@ -145,7 +130,7 @@ class BookieService:
                 # Before anything is made or stamped: the store must be a cluster this bookie knows.
                 store = self.store = self.plugins.metadata_store(cfg.metadata, create=self.init_cluster)
                 self.cluster = await self._check_cluster(store)
-            bookie = self.bookie = Bookie(self.config, self.plugins)
+            bookie = self.bookie = Bookie(self.config, self.plugins, cluster=self.cluster)
             # Before anything is written: a bookie starting on a full disk starts read-only.
             bookie.check_disk()
             bookie.checkpointer.replay()
@@ -188,7 +173,7 @@ class BookieService:
                         )
                         log.info("bookie %s: %s", bookie_id, bookie.cookie_check.value)
                     if store is not None:
-                        bookie.key_verifier = partial(verify_master_key, store)
+                        bookie.key_check = KeyCheck(store)
                     await protect_at_boot(bookie, store, bookie_id)
                     bookie.ready.set()
                     if store is not None:

@@ -54,10 +54,12 @@ def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | N
     async def run() -> None:
         store = plugins.metadata_store(metadata)
         try:
-            await require_cluster(store)
+            record = await require_cluster(store)
+            # It copies entries without the ledgers' keys: it authenticates as the cluster's own.
+            internal = settings.as_internal(record.secret)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async with trio.open_nursery() as nursery:
-                    service = AutorecoveryService(store, plugins, config.autorecovery, holder=name, settings=settings)
+                    service = AutorecoveryService(store, plugins, config.autorecovery, holder=name, settings=internal)
                     await nursery.start(service.run)
                     click.echo(f"autorecovery running as {name}", err=True)
                     async for signum in signals:
