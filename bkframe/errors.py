@@ -75,6 +75,11 @@ class BadVersionError(MetadataError):
     """A compare-and-set lost: the stored version is not the expected one."""
 
 
+class NoClusterError(MetadataError):
+    """The metadata store holds no bkframe cluster (``bkframe cluster init`` makes one), or
+    one whose layout this bkframe does not know."""
+
+
 # -- the wire protocol and bookie answers ---------------------------------------------------
 
 
@@ -187,6 +192,7 @@ __all__ = [
     "LogExistsError",
     "LogFencedError",
     "MetadataError",
+    "NoClusterError",
     "NoSuchCursorError",
     "NoSuchEntryError",
     "NoSuchLedgerError",

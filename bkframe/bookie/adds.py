@@ -11,12 +11,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from functools import partial
+from typing import Literal
 
 from bkframe import proto as p
 from bkframe.bookie import journal_records as jr
 from bkframe.bookie.context import BookieContext
+from bkframe.bookie.key_check import Verdict
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.bookie.write_once import journal_written_once
+from bkframe.core.auth import INTERNAL_METHOD
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.interfaces import Buffer, JournalWriteError
 from bkframe.core.ledger_keys import keys_equal
@@ -38,17 +41,70 @@ class Adds:
 
     def add(self, adds: Sequence[p.AddRequest], batch: ResponseBatch) -> None:
         """ADD: a run of adds to one ledger (a frame's consecutive adds are one run)."""
-        if self._needs_key_check(adds[0].ledger_id) and not is_copy(adds[0]):
-            batch.deferred.append(partial(self._add_after_key_check, adds))
-        else:
+        admission = self._admission(adds[0], batch)
+        if admission is True:
             self._add_run(adds, batch)
+        elif admission is False:
+            batch.deferred.append(partial(self._add_after_key_check, adds, batch.received))
+        else:
+            batch.parts.extend(self.refused(a, *admission) for a in adds)
 
     def add_batch(self, req: p.AddBatchRequest, batch: ResponseBatch) -> None:
         """ADD_BATCH: many entries of one ledger in one request."""
-        if self._needs_key_check(req.ledger_id) and not is_copy(req):
-            batch.deferred.append(partial(self._add_after_key_check, req))
-        else:
+        admission = self._admission(req, batch)
+        if admission is True:
             self._add_batch(req, batch)
+        elif admission is False:
+            batch.deferred.append(partial(self._add_after_key_check, req, batch.received))
+        else:
+            batch.parts.append(self.refused(req, *admission))
+
+    def _admission(self, req: p.AddRequest | p.AddBatchRequest, batch: ResponseBatch) -> bool | tuple[p.Status, str]:
+        """Whether adds may be served now (True), only once the metadata store vouched for
+        their key (False), or are refused (status, message). Only a ledger this bookie does
+        not hold with a key is checked: its first add, or one after a lost disk or a keyless
+        copy (see :mod:`.key_check`); the adds of a ledger it serves are compared in _store."""
+        if is_copy(req):
+            if batch.access.internal:
+                return True
+            return p.Status.UNAUTHORIZED, (
+                f"a recovery add without a master key (a keyless copy) of ledger {req.ledger_id} is taken only from "
+                f"the cluster's own processes (AUTH {INTERNAL_METHOD}); add with the ledger's master key"
+            )
+        check = self.context.key_check
+        if check is None:
+            return True  # no metadata store to ask: the first add's key is the ledger's (docs/security.md)
+        if self.context.mode.read_only and not req.recovery:
+            return True  # _store refuses it (READ_ONLY) before anything is made: no need to ask
+        state = self.storage.ledger_state(req.ledger_id)
+        if state is not None and state.master_key:
+            return True
+        if state is None and req.ledger_id in self.context.tombstones:
+            return True  # _store answers that it was deleted
+        verdict = check.cached(req.ledger_id, req.master_key)
+        if verdict is None:
+            return False
+        return self.vouched(req.ledger_id, req.master_key, req.ledger_type, verdict, batch)
+
+    def vouched(
+        self, ledger_id: int, master_key: bytes, ledger_type: int, verdict: Verdict, batch: ResponseBatch
+    ) -> Literal[True] | tuple[p.Status, str]:
+        """True once the metadata vouched for the key -- a ledger held without a key adopts it
+        (journaled; ``batch`` waits for it) -- else the refusal. Nothing is made for a refusal."""
+        if verdict is Verdict.NO_LEDGER:
+            return p.Status.NO_LEDGER, (
+                f"ledger {ledger_id} does not exist in the metadata store: a bookie takes a ledger only once it is "
+                f"created there (create it with the client first)"
+            )
+        if verdict is Verdict.WRONG_KEY:
+            return p.Status.UNAUTHORIZED, (
+                f"wrong master key for ledger {ledger_id}: it does not match the password hash in the ledger's metadata"
+            )
+        state = self.storage.ledger_state(ledger_id)
+        if state is not None and not state.master_key:
+            state = self.storage.ensure_ledger(ledger_id, master_key, ledger_type)
+            self.context.journal_master_key(ledger_id, state, batch)
+        return True
 
     def sync_request(self, req: p.SyncRequest, batch: ResponseBatch) -> None:
         """SYNC: answered by its own task (:meth:`sync_ledger`) once the ledger is synced."""
@@ -158,7 +214,7 @@ class Adds:
             seq = self.journal.append(jr.master_record(ledger_id, ledger_type, master_key), ledger_id)
             batch.wait_seq = max(batch.wait_seq, seq)
         elif not state.master_key:
-            if context.key_verifier is not None and not (recovery and not master_key):
+            if context.key_check is not None and not (recovery and not master_key):
                 # Known only from a lost disk's protection, replayed entries or a keyless
                 # fence: _add_after_key_check adopts a key once metadata vouches for it.
                 return p.Status.UNAUTHORIZED, (
@@ -225,29 +281,24 @@ class Adds:
         except Exception:  # noqa: BLE001 - a torn or misplaced record is not a copy worth keeping
             return None
 
-    async def _add_after_key_check(self, adds: Sequence[p.AddRequest] | p.AddBatchRequest) -> bytes:
-        """Adds to a ledger this bookie holds no master key for (it lost its disk): adopt
-        the key they carry only if the ledger's metadata vouches for it, then serve them."""
+    async def _add_after_key_check(self, adds: Sequence[p.AddRequest] | p.AddBatchRequest, received: float) -> bytes:
+        """Adds to a ledger this bookie holds no master key for (their ledger's first adds
+        here, or after a lost disk): served only once the ledger's metadata vouches for the
+        key they carry; nothing is made otherwise."""
         first = adds if isinstance(adds, p.AddBatchRequest) else adds[0]
-        verifier = self.context.key_verifier
-        assert verifier is not None
+        requests = [adds] if isinstance(adds, p.AddBatchRequest) else adds
+        check = self.context.key_check
+        assert check is not None
         try:
-            matches = await verifier(first.ledger_id, first.master_key)
+            verdict = await check.check(first.ledger_id, first.master_key)
         except Exception as e:  # noqa: BLE001 - the store is down: say so; the client retries or moves on
             log.warning("cannot check the master key of ledger %d: %s", first.ledger_id, e)
-            msg = f"this bookie cannot check the master key of ledger {first.ledger_id} now ({e}); retry"
-            if isinstance(adds, p.AddBatchRequest):
-                return p.encode_add_batch_response(
-                    adds.request_id, p.Status.IO_ERROR, adds.ledger_id, len(adds.entry_ids), -1, msg
-                )
-            return b"".join(
-                p.encode_add_response(a.request_id, p.Status.IO_ERROR, a.ledger_id, a.entry_id, -1, msg) for a in adds
-            )
+            msg = f"this bookie cannot check the master key of ledger {first.ledger_id} now ({e!r}); retry"
+            return b"".join(bytes(self.refused(a, p.Status.IO_ERROR, msg)) for a in requests)
         sub = ResponseBatch()
-        state = self.storage.ledger_state(first.ledger_id)
-        if matches and state is not None and not state.master_key:
-            state = self.storage.ensure_ledger(first.ledger_id, first.master_key, first.ledger_type)
-            self.context.journal_master_key(first.ledger_id, state, sub)
+        admission = self.vouched(first.ledger_id, first.master_key, first.ledger_type, verdict, sub)
+        if admission is not True:
+            return b"".join(bytes(self.refused(a, *admission)) for a in requests)
         if isinstance(adds, p.AddBatchRequest):
             self._add_batch(adds, sub)
         else:
@@ -257,17 +308,16 @@ class Adds:
                 await self.sync_storage()
             except Exception as e:  # noqa: BLE001 - the entries are not durable here: say so
                 status, message = self.context.lost_write(e, "the entry-log fsync")
-                refused = [adds] if isinstance(adds, p.AddBatchRequest) else adds
-                return b"".join(bytes(self.refused(a, status, message)) for a in refused)
+                return b"".join(bytes(self.refused(a, status, message)) for a in requests)
         if sub.wait_seq > self.journal.durable_seq:
-            await self.journal.wait_durable(sub.wait_seq)
+            try:
+                await self.journal.wait_durable(sub.wait_seq)
+            except JournalWriteError as e:
+                status, message = self.context.lost_write(e, "the journal write")
+                return b"".join(bytes(self.refused(a, status, message)) for a in requests)
+        sub.received = received
+        self.context.observe(sub)
         return b"".join(bytes(part) for part in sub.parts)
-
-    def _needs_key_check(self, ledger_id: int) -> bool:
-        if self.context.key_verifier is None:
-            return False
-        state = self.storage.ledger_state(ledger_id)
-        return state is not None and not state.master_key
 
     def _storage_failed(self, ledger_id: int, entry_ids: Sequence[int], error: Exception) -> tuple[p.Status, str]:
         """IO_ERROR for adds the ledger storage could not store; the bookie keeps serving."""
@@ -280,6 +330,7 @@ class Adds:
 def is_copy(req: p.AddRequest | p.AddBatchRequest) -> bool:
     """A keyless recovery add: autorecovery copying a lost bookie's entries here. It knows
     no master key (only the hash is in the metadata), so the ledger is kept keyless here
-    until an add whose key the metadata vouches for comes (:meth:`Adds._add_after_key_check`).
-    It is refused (UNAUTHORIZED) where the bookie holds the ledger's key."""
+    until an add whose key the metadata vouches for comes (:meth:`Adds.vouched`).
+    It is taken only from the cluster's own processes (:mod:`.access`), and refused
+    (UNAUTHORIZED) where the bookie holds the ledger's key."""
     return req.recovery and not req.master_key

@@ -5,46 +5,57 @@
 :mod:`.checkpoint` (journal replay, checkpoints), both handed a :mod:`.context` of what they use,
 :mod:`.sync_cursor` (BP-14 LastAddSynced), :mod:`.protection` (BP-46 phase one),
 :mod:`.garbage_collector`, :mod:`.disk_space` (read-only mode), :mod:`.cookies`,
-:mod:`.tombstones`. :mod:`.service` runs it all; :mod:`.server` is the network side.
+:mod:`.tombstones`, :mod:`.access` (who reads without a key) and :mod:`.key_check` (the
+metadata's word on a key). :mod:`.service` runs it all; :mod:`.server` is the network side.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from bkframe import proto as p
+from bkframe.bookie.access import AccessPolicy
 from bkframe.bookie.checkpoint import Checkpointer
 from bkframe.bookie.context import BookieContext
 from bkframe.bookie.cookies import CookieCheck
 from bkframe.bookie.disk_space import DiskUsage, ReadOnlyMode, measure
+from bkframe.bookie.key_check import KeyCheck
 from bkframe.bookie.requests import RequestHandler
 from bkframe.bookie.sync_cursor import SyncTracker
 from bkframe.bookie.tombstones import Tombstones
 from bkframe.bookie.unclean_marker import mark_clean, mark_running
-from bkframe.core.auth import AuthProvider
+from bkframe.core.auth import AuthProvider, internal_credential, readers_of
 from bkframe.core.config import Config
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import DurabilityPolicy, Journal, JournalPosition, LedgerStorage
+from bkframe.core.metadata import ClusterRecord
 from bkframe.core.plugin_manager import PluginManager
 
 
 class Bookie:
     """One bookie's storage, state and request semantics (the network server is separate)."""
 
-    def __init__(self, config: Config, plugins: PluginManager) -> None:
+    def __init__(self, config: Config, plugins: PluginManager, *, cluster: ClusterRecord | None = None) -> None:
         self.config = config
         self.plugins = plugins
         self.counters = Counters()
         self.data_dir = Path(config.bookie.data_dir)
         self.started_at = time.time()
-        #: Who may use this bookie (``[auth]``): asked once per connection by the server,
-        #: and for the credential the bookie's own client sends to its peers.
+        #: Who may use this bookie (``[auth]``): asked once per connection by the server.
         self.auth: AuthProvider = plugins.auth_provider_from_section(config.auth, source=f"{config.source}: [auth]")
+        #: The metadata store's cluster record (None without a store): its secret is what
+        #: the cluster's own processes authenticate with (see :mod:`.access`).
+        self.cluster = cluster
+        #: Who may read any ledger and copy without a key, per connection (see :mod:`.access`).
+        self.access = AccessPolicy(
+            cluster.secret if cluster is not None else b"",
+            readers_of(config.auth, source=f"{config.source}: [auth]"),
+        )
         dirs = {name: self.data_dir / name for name in ("journal", "entrylogs", "ledgers")}
         for d in dirs.values():
             d.mkdir(parents=True, exist_ok=True)
@@ -107,15 +118,22 @@ class Bookie:
         self.context.bookie_id = bookie_id
 
     @property
-    def key_verifier(self) -> Callable[[int, bytes], Awaitable[bool]] | None:
-        """``await key_verifier(ledger_id, master_key)``: whether the ledger's metadata vouches
-        for the key (set by the service when there is a metadata store; raises if the
-        store cannot say). Keys of ledgers the bookie knows no key for are checked with it."""
-        return self.context.key_verifier
+    def key_check(self) -> KeyCheck | None:
+        """Whether the metadata store vouches for a key of a ledger this bookie holds no key
+        for (set by the service when there is a metadata store; see :mod:`.key_check`)."""
+        return self.context.key_check
 
-    @key_verifier.setter
-    def key_verifier(self, verifier: Callable[[int, bytes], Awaitable[bool]] | None) -> None:
-        self.context.key_verifier = verifier
+    @key_check.setter
+    def key_check(self, check: KeyCheck | None) -> None:
+        self.context.key_check = check
+
+    def own_credential(self) -> tuple[str, bytes]:
+        """What this bookie's own clients (limbo repair, recovery, re-replication) send in
+        AUTH to its peers: the cluster-internal credential (with a metadata store, the only
+        case where they run), else its provider's."""
+        if self.cluster is not None:
+            return internal_credential(self.cluster.secret)
+        return self.auth.client_credential()
 
     @property
     def read_only(self) -> bool:

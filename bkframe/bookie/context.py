@@ -9,14 +9,15 @@ bookie module imports them and nothing of them imports it back.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import attrs
+import trio
 
 from bkframe import proto as p
 from bkframe.bookie import journal_records as jr
 from bkframe.bookie.disk_space import ReadOnlyMode
+from bkframe.bookie.key_check import KeyCheck
 from bkframe.bookie.lac_waiters import LacWaiters
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.bookie.sync_cursor import SyncTracker
@@ -47,10 +48,10 @@ class BookieContext:
     data_dir: Path
     #: Named in refusals; the service sets it once the bookie listens (if the config names none).
     bookie_id: str
-    #: ``await key_verifier(ledger_id, master_key)``: whether the ledger's metadata vouches
-    #: for the key (set by the service when there is a metadata store; raises if the
-    #: store cannot say). Keys of ledgers the bookie knows no key for are checked with it.
-    key_verifier: Callable[[int, bytes], Awaitable[bool]] | None = None
+    #: Whether the metadata store vouches for a key of a ledger this bookie holds no key for
+    #: (set by the service when there is a metadata store). None: a bookie without a store,
+    #: which takes the first add's key and fences only ledgers it holds (docs/security.md).
+    key_check: KeyCheck | None = None
     #: Long polls waiting for a ledger's LAC to move.
     lac_waiters: LacWaiters = attrs.field(
         init=False, default=attrs.Factory(lambda self: LacWaiters(self.storage, self.counters), takes_self=True)
@@ -88,6 +89,13 @@ class BookieContext:
         """Journal the ledger's (new) master key; the batch's answers wait for it."""
         seq = self.journal.append(jr.master_record(ledger_id, state.ledger_type, state.master_key), ledger_id)
         batch.wait_seq = max(batch.wait_seq, seq)
+
+    def observe(self, batch: ResponseBatch) -> None:
+        """A deferred answer (one that waited for a key check) is ready: observe the request
+        latencies its batch timed (the server observes those of the batches it sends)."""
+        now = trio.current_time()
+        for histogram in batch.timed:
+            histogram.observe(now - batch.received)
 
     def timed(self, batch: ResponseBatch, by_type: dict[str, Histogram], ledger_type: int) -> None:
         """The batch's answer ends a request of this ledger type timed in ``by_type``."""

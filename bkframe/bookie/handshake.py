@@ -7,10 +7,12 @@ at once, with a message saying so). Neither side hangs.
 
 :class:`AuthGate` holds a connection's authentication: until the provider accepts an AUTH
 request, every other request gets UNAUTHORIZED, before any ledger is touched. It is asked
-once per frame only while the connection is not authenticated. A failed AUTH ends the
-connection (the server sends its UNAUTHORIZED answer, then closes): one guess per connection.
-Until AUTH succeeds, a frame may be at most :data:`MAX_FRAME_BEFORE_AUTH` bytes, and the
-connection has ``[limits] auth_timeout_s`` to authenticate (both enforced by the server).
+for a frame while the connection is not authenticated, and for a frame that starts with
+AUTH (what the connection may read and copy, :mod:`.access`, follows the AUTH accepted).
+A failed AUTH ends the connection (the server sends its UNAUTHORIZED answer, then closes):
+one guess per connection. Until AUTH succeeds, a frame may be at most
+:data:`MAX_FRAME_BEFORE_AUTH` bytes, and the connection has ``[limits] auth_timeout_s`` to
+authenticate (both enforced by the server).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import ssl
 import trio
 
 from bkframe import proto as p
+from bkframe.bookie.access import ANONYMOUS, AccessPolicy
 from bkframe.bookie.throttled_log import ThrottledWarning
 from bkframe.core.auth import AuthenticationError, AuthProvider, Peer
 from bkframe.core.tls import TLS_HANDSHAKE, looks_like_tls, peer_principal
@@ -101,39 +104,51 @@ async def _refuse(raw: trio.SocketStream, message: str) -> None:
 
 
 class AuthGate:
-    """One connection's authentication state."""
+    """One connection's authentication state and its :class:`~bkframe.bookie.access.Access`."""
 
-    def __init__(self, provider: AuthProvider, peer: Peer, refusals: ThrottledWarning) -> None:
+    def __init__(self, provider: AuthProvider, peer: Peer, policy: AccessPolicy, refusals: ThrottledWarning) -> None:
         self.provider = provider
         self.peer = peer
+        self.policy = policy
         self.authenticated = not provider.requires_auth
         #: An AUTH was refused: the server closes the connection once the answer is sent.
         self.refused = False
-        self.principal = ""
+        self.access = ANONYMOUS
         self._refusals = refusals
 
+    @property
+    def principal(self) -> str:
+        return self.access.principal
+
     def check(self, requests: list[p.Request | p.BadMessage]) -> tuple[list[bytes], list[p.Request | p.BadMessage]]:
-        """(responses to send now, requests to serve): requests before a successful AUTH are
-        refused; those after it in the same frame are served; none after a failed AUTH."""
+        """(responses to send now, requests to serve): AUTH requests that start the frame
+        are answered here (also on an authenticated connection: the cluster's own processes
+        authenticate on bookies whose provider requires nothing); requests before a
+        successful AUTH are refused; those after it in the same frame are served; none
+        after a failed AUTH."""
         answers: list[bytes] = []
         for i, req in enumerate(requests):
-            if self.authenticated:
-                return answers, requests[i:]
             if type(req) is p.AuthRequest:
-                try:
-                    self.principal = self.provider.authenticate(self.peer, req.method, req.credential)
-                except AuthenticationError as e:
-                    self._refusals.warn(
-                        "refused authentication from %s (method %r): %s; closing the connection", self.peer.address,
-                        req.method, e,
-                    )
-                    answers.append(p.encode_auth_response(req.request_id, p.Status.UNAUTHORIZED, str(e)))
-                    self.refused = True
+                answers.append(self._authenticate(req))
+                if self.refused:
                     return answers, []
-                self.authenticated = True
-                log.info("connection from %s authenticated as %s", self.peer.address, self.principal)
-                answers.append(p.encode_auth_response(req.request_id, p.Status.OK, self.principal))
+            elif self.authenticated:
+                return answers, requests[i:]
             else:
                 message = "not authenticated: a connection's first request must be AUTH (give the client its token)"
                 answers.append(p.encode_error_response(req.request_id, p.Status.UNAUTHORIZED, message))
         return answers, []
+
+    def _authenticate(self, req: p.AuthRequest) -> bytes:
+        try:
+            self.access = self.policy.authenticate(self.provider, self.peer, req.method, req.credential)
+        except AuthenticationError as e:
+            self._refusals.warn(
+                "refused authentication from %s (method %r): %s; closing the connection", self.peer.address,
+                req.method, e,
+            )
+            self.refused = True
+            return p.encode_auth_response(req.request_id, p.Status.UNAUTHORIZED, str(e))
+        self.authenticated = True
+        log.info("connection from %s authenticated as %s", self.peer.address, self.principal)
+        return p.encode_auth_response(req.request_id, p.Status.OK, self.principal)

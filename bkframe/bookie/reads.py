@@ -7,16 +7,18 @@ explicit negative: what it lacks is UNKNOWN, not NO_ENTRY.
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import numpy as np
 
 from bkframe import proto as p
 from bkframe.bookie.batch_reads import read_batch
 from bkframe.bookie.context import BookieContext
+from bkframe.bookie.key_check import Verdict
 from bkframe.bookie.ledger_control import LedgerControl
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.core.disk_full import is_disk_full
-from bkframe.core.interfaces import Buffer, LedgerState
+from bkframe.core.interfaces import Buffer, JournalWriteError, LedgerState
 from bkframe.core.ledger_keys import keys_equal
 
 log = logging.getLogger("bkframe.bookie")
@@ -32,39 +34,118 @@ class Reads:
         self.counters = context.counters
 
     def read(self, req: p.ReadRequest, batch: ResponseBatch) -> None:
+        """READ: the entry, to a connection with the ledger's key or a principal that reads
+        every ledger (:mod:`.access`); a fencing read fences the ledger first."""
+        ledger_id = req.ledger_id
+        state = self.storage.ledger_state(ledger_id)
+        if req.fence and not req.master_key:
+            self._reply(req, state, batch, p.Status.BAD_REQUEST, b"a fencing read must carry the ledger's master key")
+            return
+        if state is None and (not req.fence or ledger_id in self.context.tombstones or self.context.key_check is None):
+            # Not held: nothing to read, and no fence without the metadata's word for the ledger.
+            self._reply(req, state, batch, p.Status.NO_LEDGER, _not_here(ledger_id, req.fence, self.context).encode())
+            return
+        if state is not None and state.master_key and req.master_key:
+            if not keys_equal(req.master_key, state.master_key):
+                self._reply(req, state, batch, p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}".encode())
+                return
+            self._serve_read(req, state, batch)
+            return
+        if not req.fence and batch.access.reads_without_key:
+            assert state is not None
+            self._serve_read(req, state, batch)
+            return
+        if not req.master_key:
+            self._reply(req, state, batch, p.Status.UNAUTHORIZED, _needs_key(ledger_id, batch.access.principal).encode())
+            return
+        # A key for a ledger held without one, or a fence of one not held: the metadata decides.
+        check = self.context.key_check
+        if check is None:
+            # No metadata store to ask (a standalone bookie): as for adds, the first key it
+            # sees for a ledger is the ledger's (docs/security.md).
+            self._read_vouched(req, Verdict.MATCH, batch)
+            return
+        verdict = check.cached(ledger_id, req.master_key)
+        if verdict is None:
+            batch.deferred.append(partial(self._read_after_key_check, req, batch.received))
+            return
+        self._read_vouched(req, verdict, batch)
+
+    def _reply(
+        self, req: p.ReadRequest, state: LedgerState | None, batch: ResponseBatch, status: p.Status, payload: Buffer,
+        entry_id: int | None = None,
+    ) -> None:
+        lac = state.lac if state is not None else -1
+        entry = req.entry_id if entry_id is None else entry_id
+        batch.parts.extend(p.encode_read_response(req.request_id, status, req.ledger_id, entry, lac, payload))
+
+    def _read_vouched(self, req: p.ReadRequest, verdict: Verdict, batch: ResponseBatch) -> None:
+        """Serve a read once the metadata said whether its key is the ledger's: a fence of a
+        ledger not held makes it here, fenced; a ledger held without a key adopts this one."""
+        ledger_id = req.ledger_id
+        state = self.storage.ledger_state(ledger_id)
+        if verdict is not Verdict.MATCH:
+            status, message = (
+                (p.Status.NO_LEDGER, f"ledger {ledger_id} does not exist in the metadata store")
+                if verdict is Verdict.NO_LEDGER
+                else (p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}: it does not match its metadata")
+            )
+            self._reply(req, state, batch, status, message.encode())
+            return
+        if state is None and not req.fence:
+            self._reply(req, state, batch, p.Status.NO_LEDGER, _not_here(ledger_id, False, self.context).encode())
+            return
+        if state is None and ledger_id in self.context.tombstones:
+            self._reply(req, state, batch, p.Status.NO_LEDGER, f"ledger {ledger_id} was deleted".encode())
+            return
+        if state is None or not state.master_key:
+            # Fence even a ledger this bookie never saw (the metadata knows it), so the old
+            # writer cannot start writing to it after recovery has read around it.
+            try:
+                state = self.storage.ensure_ledger(ledger_id, req.master_key, state.ledger_type if state else 0)
+            except OSError as e:
+                if not is_disk_full(e):
+                    raise
+                message = self.context.no_space(e, f"to fence ledger {ledger_id}")[1]
+                self._reply(req, state, batch, p.Status.IO_ERROR, message.encode())
+                return
+            self.context.journal_master_key(ledger_id, state, batch)
+        elif not keys_equal(req.master_key, state.master_key):
+            self._reply(req, state, batch, p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}".encode())
+            return
+        self._serve_read(req, state, batch)
+
+    async def _read_after_key_check(self, req: p.ReadRequest, received: float) -> bytes:
+        """A read whose key the metadata store must vouch for (see :meth:`read`)."""
+        check = self.context.key_check
+        assert check is not None
+        sub = ResponseBatch()
+        try:
+            verdict = await check.check(req.ledger_id, req.master_key)
+        except Exception as e:  # noqa: BLE001 - the store cannot say: nothing is made; the client retries
+            log.warning("cannot check the master key of ledger %d: %s", req.ledger_id, e)
+            message = f"this bookie cannot check the master key of ledger {req.ledger_id} now ({e!r}); retry"
+            self._reply(req, None, sub, p.Status.IO_ERROR, message.encode())
+            return b"".join(bytes(part) for part in sub.parts)
+        self._read_vouched(req, verdict, sub)
+        if sub.wait_seq > self.context.journal.durable_seq:
+            try:
+                await self.context.journal.wait_durable(sub.wait_seq)  # the fence, and the adopted key
+            except JournalWriteError as e:
+                status, message = self.context.lost_write(e, "the fence's journal write")
+                return b"".join(p.encode_read_response(req.request_id, status, req.ledger_id, req.entry_id, -1, message.encode()))
+        sub.received = received
+        self.context.observe(sub)
+        return b"".join(bytes(part) for part in sub.parts)
+
+    def _serve_read(self, req: p.ReadRequest, state: LedgerState, batch: ResponseBatch) -> None:
+        """The entry (the key, or the connection, is allowed); a fencing read fences first."""
         storage = self.storage
         ledger_id = req.ledger_id
-        state = storage.ledger_state(ledger_id)
 
         def reply(status: p.Status, entry_id: int, payload: Buffer) -> None:
-            lac = state.lac if state is not None else -1
-            batch.parts.extend(p.encode_read_response(req.request_id, status, ledger_id, entry_id, lac, payload))
+            self._reply(req, state, batch, status, payload, entry_id)
 
-        if req.fence:
-            if not req.master_key:
-                reply(p.Status.BAD_REQUEST, req.entry_id, b"a fencing read must carry the ledger's master key")
-                return
-            if state is None and ledger_id in self.context.tombstones:
-                reply(p.Status.NO_LEDGER, req.entry_id, f"ledger {ledger_id} was deleted".encode())
-                return
-            if state is None:
-                # Fence even a ledger this bookie never saw, so the old writer cannot
-                # start writing to it after recovery has read around it.
-                try:
-                    state = storage.ensure_ledger(ledger_id, req.master_key, 0)
-                except OSError as e:
-                    if not is_disk_full(e):
-                        raise
-                    message = self.context.no_space(e, f"to fence ledger {ledger_id}")[1]
-                    reply(p.Status.IO_ERROR, req.entry_id, message.encode())
-                    return
-                self.context.journal_master_key(ledger_id, state, batch)
-        if state is None:
-            reply(p.Status.NO_LEDGER, req.entry_id, f"ledger {ledger_id} is not on this bookie".encode())
-            return
-        if req.master_key and state.master_key and not keys_equal(req.master_key, state.master_key):
-            reply(p.Status.UNAUTHORIZED, req.entry_id, f"wrong master key for ledger {ledger_id}".encode())
-            return
         if req.fence:
             self.control.fence(ledger_id, state, batch)
         entry_id = req.entry_id
@@ -91,9 +172,25 @@ class Reads:
         reply(p.Status.OK, entry_id, data)
 
     def read_batch(self, req: p.ReadBatchRequest, batch: ResponseBatch) -> None:
-        """READ_BATCH: see :mod:`.batch_reads`."""
+        """READ_BATCH (see :mod:`.batch_reads`): as READ, only with the ledger's key or a
+        principal that reads every ledger."""
+        state = self.storage.ledger_state(req.ledger_id)
+        if state is not None and not batch.access.reads_without_key:
+            refusal = None
+            if not req.master_key:
+                refusal = _needs_key(req.ledger_id, batch.access.principal)
+            elif not state.master_key:
+                # Held without a key (a copy): its key is checked by READ, one entry at a time.
+                refusal = f"this bookie holds no master key for ledger {req.ledger_id}: read its entries one by one"
+            elif not keys_equal(req.master_key, state.master_key):
+                refusal = f"wrong master key for ledger {req.ledger_id}"
+            if refusal is not None:
+                batch.parts.extend(
+                    p.encode_read_batch_response(req.request_id, p.Status.UNAUTHORIZED, req.ledger_id, -1, message=refusal)
+                )
+                return
         batch.parts.extend(read_batch(self.storage, self.counters, req))
-        if (state := self.storage.ledger_state(req.ledger_id)) is not None:
+        if state is not None:
             self.context.timed(batch, self.counters.read_latency, state.ledger_type)
 
     def list_entries(self, req: p.ListEntriesRequest, batch: ResponseBatch) -> None:
@@ -137,6 +234,21 @@ class Reads:
             return
         last = self.storage.last_entry_id(req.ledger_id)
         batch.parts.append(p.encode_read_lac_response(req.request_id, p.Status.OK, req.ledger_id, state.lac, last))
+
+
+def _not_here(ledger_id: int, fence: bool, context: BookieContext) -> str:
+    if ledger_id in context.tombstones:
+        return f"ledger {ledger_id} was deleted"
+    if fence and context.key_check is None:
+        return f"ledger {ledger_id} is not on this bookie (without a metadata store it fences only ledgers it holds)"
+    return f"ledger {ledger_id} is not on this bookie"
+
+
+def _needs_key(ledger_id: int, principal: str) -> str:
+    return (
+        f"reading ledger {ledger_id} needs its master key (open the ledger with its password), or a principal "
+        f"allowed to read every ledger ([auth] readers); this connection is {principal!r}"
+    )
 
 
 def _missing(state: LedgerState, what: str) -> bytes:

@@ -5,9 +5,10 @@ responses plus what must be durable before they may be sent (a journal sequence,
 entry-log fsync of large entries written once). It does all its work synchronously on the
 event loop (page-cache writes, memory copies), by concern: :mod:`.adds` (ADD, ADD_BATCH,
 SYNC), :mod:`.reads` (READ, READ_BATCH, READ_LAC, LIST_ENTRIES), :mod:`.ledger_control`
-(fences, WRITE_LAC, WRITE_CLOSE). ``RequestHandler.durable_answers`` is the only wait on the
-add path: the server's connection writer hands it the batches it holds and sends what it
-returns.
+(fences, WRITE_LAC, WRITE_CLOSE), each given the connection's :class:`~.access.Access` in
+the batch. ``RequestHandler.durable_answers`` is the only wait on the add path (apart from
+a ledger's first adds here, which wait for the metadata's word on their key, :mod:`.key_check`):
+the server's connection writer hands it the batches it holds and sends what it returns.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import trio
 
 from bkframe import proto as p
+from bkframe.bookie.access import ANONYMOUS, Access
 from bkframe.bookie.adds import Adds
 from bkframe.bookie.context import BookieContext
 from bkframe.bookie.ledger_control import LedgerControl
@@ -49,13 +51,16 @@ class RequestHandler:
         self.control.forget(ledger_id)
         self.context.lac_waiters.moved(ledger_id)
 
-    def handle(self, requests: Sequence[p.Request | p.BadMessage], *, answer_limit: int = 0) -> ResponseBatch:
-        """Serve one frame's requests; never raises for bad input or a failing disk.
+    def handle(
+        self, requests: Sequence[p.Request | p.BadMessage], access: Access = ANONYMOUS, *, answer_limit: int = 0
+    ) -> ResponseBatch:
+        """Serve one frame's requests from a connection with ``access``; never raises for bad
+        input or a failing disk.
 
         With ``answer_limit``, stop once the answers made pass that many bytes (a frame of
         many reads of large entries): ``batch.requests`` is what was served, and the server
         serves the rest once there is room for more answers."""
-        batch = ResponseBatch(requests=requests, received=trio.current_time())
+        batch = ResponseBatch(requests=requests, received=trio.current_time(), access=access)
         i = 0
         n = len(requests)
         answer_bytes = 0
@@ -112,9 +117,10 @@ class RequestHandler:
         elif type(req) is p.BookieInfoRequest:
             batch.parts.append(p.encode_bookie_info_response(req.request_id, self.info()))
         elif type(req) is p.AuthRequest:
-            # The connection is authenticated already (the server's handshake did it, or the
-            # provider requires none): a client may always send AUTH first.
-            batch.parts.append(p.encode_auth_response(req.request_id, p.Status.OK, "authenticated"))
+            # After another request of its frame (the server's AuthGate answers an AUTH that
+            # starts a frame): the connection's access stays what it is.
+            message = "AUTH must start a frame: this one was not used; the connection's access is unchanged"
+            batch.parts.append(p.encode_auth_response(req.request_id, p.Status.BAD_REQUEST, message))
         else:
             assert isinstance(req, p.BadMessage)
             self.counters.bad_requests += 1
@@ -209,5 +215,5 @@ class RequestHandler:
             else:
                 again.append(req)
         if again:
-            parts.extend(self.handle(again).parts)
+            parts.extend(self.handle(again, batch.access).parts)
         return parts

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import attrs
 
 from bkframe import proto as p
+from bkframe.bookie.access import ANONYMOUS, Access
 from bkframe.core.counters import Histogram
 from bkframe.core.interfaces import Buffer
 
@@ -35,6 +36,8 @@ class ResponseBatch:
     #: one per kind (add, read) and ledger type in the frame, observed once when it is sent.
     received: float = 0.0
     timed: list[Histogram] = attrs.Factory(list)
+    #: What the frame's connection may do beyond what a ledger's key allows (see :mod:`.access`).
+    access: Access = ANONYMOUS
 
     @property
     def waits(self) -> bool:

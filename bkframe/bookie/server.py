@@ -29,6 +29,7 @@ from functools import partial
 import trio
 
 from bkframe import proto as p
+from bkframe.bookie.access import Access
 from bkframe.bookie.bookie import Bookie
 from bkframe.bookie.connection_caps import ConnectionCaps
 from bkframe.bookie.handshake import MAX_FRAME_BEFORE_AUTH, AuthGate, open_connection
@@ -137,7 +138,7 @@ class BookieServer:
                     self.bookie.counters.connections_closed_unauthenticated += 1
                 return
             stream, peer = opened
-            gate = AuthGate(self.bookie.auth, peer, self._auth_refusals)
+            gate = AuthGate(self.bookie.auth, peer, self.bookie.access, self._auth_refusals)
             polls = self.bookie.context.lac_waiters.connection(
                 max_waiting=limits.max_long_polls_per_connection,
                 max_total=limits.max_long_polls,
@@ -316,8 +317,9 @@ class BookieServer:
                             log.debug("%s: requests %s", gate.peer.address, _describe(requests))
                         frame = FrameMemory(conn.memory, size)
                         try:
-                            if not gate.authenticated:
-                                # Before AUTH succeeds nothing reaches the bookie's requests.
+                            if not gate.authenticated or (requests and type(requests[0]) is p.AuthRequest):
+                                # Before AUTH succeeds nothing reaches the bookie's requests (and an
+                                # AUTH that starts a frame sets what the connection may read).
                                 answers, requests = gate.check(requests)
                                 if answers:
                                     out.idle = False  # handed over: later answers go after it
@@ -331,7 +333,7 @@ class BookieServer:
                                     auth_deadline = math.inf
                             pending: Sequence[p.Request | p.BadMessage] = requests
                             while pending:
-                                pending = await self._serve_some(conn, pending, frame, send, nursery, scope, buf)
+                                pending = await self._serve_some(conn, pending, gate.access, frame, send, nursery, scope, buf)
                                 if pending:
                                     # A frame of many large reads: the rest once there is room.
                                     reading = await conn.memory.wait_for_room(reading, RECEIVE_SIZE)
@@ -381,6 +383,7 @@ class BookieServer:
         self,
         conn: _Connection,
         requests: Sequence[p.Request | p.BadMessage],
+        access: Access,
         frame: FrameMemory,
         send: trio.MemorySendChannel[ResponseBatch],
         nursery: trio.Nursery,
@@ -391,7 +394,7 @@ class BookieServer:
         answers over (or send them at once); return the requests left to serve."""
         out = conn.outbox
         bookie = self.bookie
-        batch = bookie.requests.handle(requests, answer_limit=ANSWER_CHUNK_BYTES)
+        batch = bookie.requests.handle(requests, access, answer_limit=ANSWER_CHUNK_BYTES)
         for req in batch.long_polls:
             now = conn.polls.wait(req)
             if now is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from functools import partial
 from typing import Protocol
 
 import trio
@@ -22,31 +21,18 @@ from bkframe.bookie.cookies import check_cookies, read_local
 from bkframe.bookie.disk_space import measure
 from bkframe.bookie.garbage_collector import GarbageCollector
 from bkframe.bookie.identity import claim_id, default_bookie_id
+from bkframe.bookie.key_check import KeyCheck
 from bkframe.bookie.protection import protect_at_boot
 from bkframe.bookie.server import BookieServer
+from bkframe.core.cluster import init_cluster, require_cluster
 from bkframe.core.config import Config
-from bkframe.core.ledger_keys import key_matches
-from bkframe.core.metadata import BookieInfo, BookieRegistration, MetadataStore, NoSuchLedgerError
+from bkframe.core.metadata import BookieInfo, BookieRegistration, ClusterRecord, MetadataStore
 from bkframe.core.plugin_manager import PluginManager
 
 log = logging.getLogger("bkframe.bookie")
 
 #: Seconds a change of the read-only registration may take before it is retried.
 REGISTRATION_UPDATE_TIMEOUT_S = 10.0
-
-
-#: How long the bookie waits for the metadata store when checking a master key.
-KEY_CHECK_TIMEOUT_S = 10.0
-
-
-async def verify_master_key(store: MetadataStore, ledger_id: int, key: bytes) -> bool:
-    """Whether ``key`` is the master key of the ledger per its metadata (False if deleted)."""
-    with trio.fail_after(KEY_CHECK_TIMEOUT_S):
-        try:
-            md = await store.read_ledger(ledger_id)
-        except NoSuchLedgerError:
-            return False
-    return key_matches(key, md.password_hash)
 
 
 class Repair(Protocol):
@@ -95,6 +81,9 @@ class BookieService:
     :param repair: makes the task that repairs limbo ledgers (BP-46 phase two), normally
         :class:`~bkframe.replication.data_integrity.LimboRepair`.
     :param autorecovery: makes the autorecovery service, run if ``[autorecovery] enabled``.
+    :param init_cluster: make the metadata store a cluster if it is none (``bkframe bookie
+        --init-cluster``); without it, a bookie refuses to start on a store that holds no
+        cluster (:mod:`bkframe.core.cluster`), and nothing is stamped.
     """
 
     def __init__(
@@ -105,8 +94,12 @@ class BookieService:
         repair: RepairFactory,
         admin: AdminFactory | None = None,
         autorecovery: AutorecoveryFactory | None = None,
+        init_cluster: bool = False,
     ) -> None:
         self.config = config
+        self.init_cluster = init_cluster
+        #: The metadata store's cluster record, once checked (None without a store).
+        self.cluster: ClusterRecord | None = None
         self.plugins = plugins if plugins is not None else PluginManager()
         self.repair = repair
         self.admin = admin
@@ -131,19 +124,26 @@ class BookieService:
 
     async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config.bookie
-        bookie = self.bookie = Bookie(self.config, self.plugins)
-        # Before anything is written: a bookie starting on a full disk starts read-only.
-        bookie.check_disk()
-        bookie.checkpointer.replay()
+        store: MetadataStore | None = None
+        try:
+            if cfg.metadata:
+                # Before anything is made or stamped: the store must be a cluster this bookie knows.
+                store = self.store = self.plugins.metadata_store(cfg.metadata, create=self.init_cluster)
+                self.cluster = await self._check_cluster(store)
+            bookie = self.bookie = Bookie(self.config, self.plugins, cluster=self.cluster)
+            # Before anything is written: a bookie starting on a full disk starts read-only.
+            bookie.check_disk()
+            bookie.checkpointer.replay()
+        except BaseException:
+            if store is not None:
+                with trio.CancelScope(shield=True):
+                    await store.aclose()
+            raise
         server = self.server = BookieServer(bookie, cfg.host, cfg.port)
         if self._stop_requested:
             server.stop()
-        store: MetadataStore | None = None
         registration: BookieRegistration | None = None
         try:
-            if cfg.metadata:
-                store = self.plugins.metadata_store(cfg.metadata, create=True)  # the first bookie makes the store
-                self.store = store
             async with trio.open_nursery() as background:
                 await background.start(bookie.journal.run)
                 if bookie.checkpointer.replayed_records:
@@ -173,7 +173,7 @@ class BookieService:
                         )
                         log.info("bookie %s: %s", bookie_id, bookie.cookie_check.value)
                     if store is not None:
-                        bookie.key_verifier = partial(verify_master_key, store)
+                        bookie.key_check = KeyCheck(store)
                     await protect_at_boot(bookie, store, bookie_id)
                     bookie.ready.set()
                     if store is not None:
@@ -209,6 +209,14 @@ class BookieService:
                     await store.aclose()
                 await bookie.aclose()
         log.info("bookie stopped cleanly")
+
+    async def _check_cluster(self, store: MetadataStore) -> ClusterRecord:
+        if not self.init_cluster:
+            return await require_cluster(store, hint=" (or start this bookie with --init-cluster)")
+        record, created = await init_cluster(store)
+        if created:
+            log.info("created cluster %s in %s", record.instance_id, store.uri)
+        return record
 
     async def _run_autorecovery(self, bookie: Bookie, store: MetadataStore, bookie_id: str) -> None:
         """Autorecovery in this bookie; if it ever fails, log it and start it again: it never

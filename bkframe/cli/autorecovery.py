@@ -16,6 +16,7 @@ import trio
 
 from bkframe.cli.options import LOG_OVERRIDES, client_security, metadata_option
 from bkframe.client.settings import ClientSettings
+from bkframe.core.cluster import require_cluster
 from bkframe.core.config import load_config
 from bkframe.core.log_config import setup_logging
 from bkframe.core.plugin_manager import PluginManager
@@ -53,9 +54,12 @@ def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | N
     async def run() -> None:
         store = plugins.metadata_store(metadata)
         try:
+            record = await require_cluster(store)
+            # It copies entries without the ledgers' keys: it authenticates as the cluster's own.
+            internal = settings.as_internal(record.secret)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async with trio.open_nursery() as nursery:
-                    service = AutorecoveryService(store, plugins, config.autorecovery, holder=name, settings=settings)
+                    service = AutorecoveryService(store, plugins, config.autorecovery, holder=name, settings=internal)
                     await nursery.start(service.run)
                     click.echo(f"autorecovery running as {name}", err=True)
                     async for signum in signals:

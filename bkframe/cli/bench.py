@@ -210,7 +210,11 @@ async def append_timed(
 
 
 @click.command()
-@click.option("--bookie", "address", help="HOST:PORT of a running bookie. Default: start one in a subprocess.")
+@click.option(
+    "--bookie", "address",
+    help="HOST:PORT of a running bookie without a metadata store (bookie mode writes raw adds, which a bookie with a "
+    "store takes only for ledgers its store knows). Default: start one in a subprocess.",
+)
 @click.option("--data-dir", type=click.Path(path_type=Path), help="Data dir of the bookie started for the run.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="Config of the bookie started for the run.")
 @click.option("--entry-size", type=int, default=1024, show_default=True)

@@ -40,6 +40,11 @@ from bkframe.replication.data_integrity import LimboRepair
 @click.option(
     "--http-port", type=int, help="Turns the admin HTTP service on at this port (overrides [http]; 0 picks a free port)."
 )
+@click.option(
+    "--init-cluster", is_flag=True,
+    help="Make the metadata store a new bkframe cluster if it is none (as 'bkframe cluster init'); without it the "
+    "bookie refuses to start on a store that holds no cluster.",
+)
 def bookie(
     config_path: Path | None,
     data_dir: Path | None,
@@ -50,6 +55,7 @@ def bookie(
     bookie_id: str | None,
     rack: str | None,
     http_port: int | None,
+    init_cluster: bool,
 ) -> None:
     """Run one bookie composed from the config file; prints 'listening on HOST:PORT' (after
     'admin http on URL' when the admin HTTP service is on), and ', advertised as HOST:PORT'
@@ -65,7 +71,7 @@ def bookie(
     setup_logging(logging_config, level=level)
     plugins = PluginManager(disabled=config.plugins.disable)
     plugins.check_config(config)  # every section's mistakes before anything starts
-    service = compose_bookie(config, plugins)
+    service = compose_bookie(config, plugins, init_cluster=init_cluster)
 
     async def run() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -83,11 +89,14 @@ def bookie(
     trio.run(run)
 
 
-def compose_bookie(config: Config, plugins: PluginManager) -> BookieService:
+def compose_bookie(config: Config, plugins: PluginManager, *, init_cluster: bool = False) -> BookieService:
     """A whole bookie as ``bkframe bookie`` runs it: the service with BP-46 limbo repair,
     the admin HTTP service and the in-bookie autorecovery (the parts that need more than
-    :mod:`bkframe.bookie` are handed to it here, where every part may be imported)."""
-    return BookieService(config, plugins, repair=LimboRepair, admin=AdminServer, autorecovery=in_bookie)
+    :mod:`bkframe.bookie` are handed to it here, where every part may be imported).
+    ``init_cluster``: ``--init-cluster`` (see :class:`BookieService`)."""
+    return BookieService(
+        config, plugins, repair=LimboRepair, admin=AdminServer, autorecovery=in_bookie, init_cluster=init_cluster
+    )
 
 
 async def _stop_on_signal(signals: AsyncIterator[int], service: BookieService) -> None:

@@ -35,7 +35,8 @@ class BookieProcess:
     """One bookie process: ``BookieProcess(data_dir, metadata=uri).start()``.
 
     ``bookie_id``, ``metadata`` and ``args`` are passed at every start (with ``--port 0``);
-    :meth:`start` takes more arguments for that start only.
+    :meth:`start` takes more arguments for that start only. ``init_cluster``: start with
+    ``--init-cluster`` (the bookie makes its metadata store a cluster if it is none).
     """
 
     def __init__(
@@ -49,8 +50,10 @@ class BookieProcess:
         log_path: Path | None = None,
         rack: str = "",
         prefix: Sequence[str] = (),
+        init_cluster: bool = False,
     ) -> None:
         self.data_dir = data_dir
+        self.init_cluster = init_cluster
         #: Put before the command, e.g. ``ip netns exec NS`` to run it in a simulated host.
         self.prefix = tuple(prefix)
         self.bookie_id = bookie_id
@@ -87,6 +90,8 @@ class BookieProcess:
             cmd += ["--bookie-id", self.bookie_id]
         if self.rack:
             cmd += ["--rack", self.rack]
+        if self.init_cluster:
+            cmd += ["--init-cluster"]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "a") as log_file:
             self.proc = subprocess.Popen(
@@ -168,7 +173,9 @@ class BookieProcess:
 class Cluster:
     """``Cluster(tmp_path, 3).start()``: bookies ``bookie-0`` ... on one metadata store
     (``sqlite://ROOT/metadata.db`` unless given); ``close()`` kills what is still running.
-    ``racks``: rack labels given to the bookies in turn (bookie i gets ``racks[i % len]``)."""
+    ``racks``: rack labels given to the bookies in turn (bookie i gets ``racks[i % len]``).
+    The bookies start with ``--init-cluster``: the first makes the store a cluster if it is
+    none (``init_cluster=False`` leaves that to ``bkframe cluster init``)."""
 
     def __init__(
         self,
@@ -180,6 +187,7 @@ class Cluster:
         first: int = 0,
         command: Sequence[str] = BOOKIE_COMMAND,
         racks: Sequence[str] = (),
+        init_cluster: bool = True,
     ) -> None:
         self.root = root
         self.bookie_args = bookie_args
@@ -191,6 +199,7 @@ class Cluster:
                 metadata=self.metadata,
                 command=command,
                 rack=racks[n % len(racks)] if racks else "",
+                init_cluster=init_cluster,
             )
             for n, i in enumerate(range(first, first + bookies))
         ]

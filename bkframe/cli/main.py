@@ -4,8 +4,8 @@
 ``bench`` (:mod:`.bench`), ``bench-sweep`` (:mod:`.bench_sweep`, plots in :mod:`.bench_plots`), ``bench-autorecovery``
 (:mod:`.bench_autorecovery`),
 ``ledger ...`` (:mod:`.ledger`), ``log ...`` (:mod:`.log`), ``bookies ...`` (:mod:`.bookies`),
-``cookie ...`` (:mod:`.cookie`), ``autorecovery ...`` (:mod:`.autorecovery`). Errors bkframe raises on purpose
-become one line and exit status 1 (:mod:`.errors`).
+``cluster ...`` (:mod:`.cluster`), ``cookie ...`` (:mod:`.cookie`), ``autorecovery ...`` (:mod:`.autorecovery`).
+Errors bkframe raises on purpose become one line and exit status 1 (:mod:`.errors`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from bkframe.cli.bench_autorecovery import bench_autorecovery
 from bkframe.cli.bench_sweep import bench_sweep
 from bkframe.cli.bookie import bookie
 from bkframe.cli.bookies import bookies
+from bkframe.cli.cluster import cluster
 from bkframe.cli.cookie import cookie
 from bkframe.cli.errors import Group
 from bkframe.cli.ledger import ledger
@@ -47,6 +48,6 @@ def main(ctx: click.Context, verbose: int, log_format: str | None) -> None:
     setup_logging(LoggingConfig(level="warning", format=log_format or "text"), level=logging.WARNING - 10 * verbose)
 
 
-for command in (bookie, plugins, sandbox, bench, bench_sweep, ledger, log_group, bookies, cookie, autorecovery,
-                bench_autorecovery):
+for command in (bookie, plugins, sandbox, bench, bench_sweep, ledger, log_group, bookies, cluster, cookie,
+                autorecovery, bench_autorecovery):
     main.add_command(command)

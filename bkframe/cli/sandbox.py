@@ -13,24 +13,19 @@ import trio
 from bkframe.cli.demo import run_demo, run_spark_pipeline, spark_missing
 from bkframe.cli.local_cluster import Cluster
 from bkframe.cli.options import metadata_option
+from bkframe.core.cluster import init_cluster
+from bkframe.core.metadata import ClusterRecord
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.errors import MetadataError
-
-#: How long the sandbox waits for its metadata store to answer before giving up.
-STORE_CHECK_TIMEOUT_S = 15.0
 
 
-async def check_store(metadata: str) -> None:
-    """Open (creating it if new) the metadata store and ask it something, so that a store
-    that is down or misspelt is one clear error before any bookie starts."""
+async def check_store(metadata: str) -> ClusterRecord:
+    """Open (creating it if new) the metadata store and make it a cluster unless it is one
+    (as ``bkframe cluster init``), so that a store that is down or misspelt is one clear
+    error before any bookie starts."""
     store = PluginManager().metadata_store(metadata, create=True)
     try:
-        with trio.fail_after(STORE_CHECK_TIMEOUT_S):
-            await store.list_bookies()
-    except trio.TooSlowError:
-        raise MetadataError(
-            f"metadata store {metadata} did not answer within {STORE_CHECK_TIMEOUT_S:.0f} s; is it running?"
-        ) from None
+        record, _ = await init_cluster(store)
+        return record
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()
@@ -71,9 +66,8 @@ def sandbox(
     metadata = metadata or f"sqlite://{data_dir / 'metadata.db'}"
     rack_labels = [r.strip() for r in racks.split(",") if r.strip()]
     args = ("--http-port", "0", *(("--config", str(config_path.resolve())) if config_path is not None else ()))
-    cluster = Cluster(
-        data_dir, bookies, metadata, bookie_args=args, first=1, racks=rack_labels
-    )
+    # check_store makes the cluster (once, before any bookie starts): the bookies need no --init-cluster.
+    cluster = Cluster(data_dir, bookies, metadata, bookie_args=args, first=1, racks=rack_labels, init_cluster=False)
 
     async def main() -> None:
         await check_store(metadata)

@@ -192,11 +192,13 @@ class BookieClient:
         *,
         step: int = 1,
         max_bytes: int = p.TARGET_FRAME_SIZE,
+        master_key: bytes = b"",
         timeout_s: float | None = None,
     ) -> PendingResponse:
         """READ_BATCH: the entries the bookie holds from ``first`` on (see bookie/batch_reads.py)."""
         rid = next(self._ids)
-        return self._submit(rid, [p.encode_read_batch(rid, ledger_id, first, last, max_bytes, step)], timeout_s)
+        message = p.encode_read_batch(rid, ledger_id, first, last, max_bytes, step, master_key=master_key)
+        return self._submit(rid, [message], timeout_s)
 
     def submit_read_lac(
         self, ledger_id: int, *, previous_lac: int | None = None, timeout_ms: int = 0, timeout_s: float | None = None

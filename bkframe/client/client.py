@@ -29,9 +29,11 @@ from bkframe.client.read_handle import ReadHandle
 from bkframe.client.recovery import Recovery
 from bkframe.client.settings import ClientSettings
 from bkframe.client.write_handle import WriteHandle
+from bkframe.core.cluster import require_cluster
 from bkframe.core.ledger_keys import master_key
 from bkframe.core.metadata import (
     BadVersionError,
+    ClusterRecord,
     DigestType,
     LedgerExistsError,
     LedgerMetadata,
@@ -63,6 +65,9 @@ class Client:
         self._registry = None if metrics_registry is None else client_registry(context.counters, self.client_id, metrics_registry)
         #: Named logs on this client (see :class:`~bkframe.client.logs.api.Logs`).
         self.logs = Logs(self)
+        #: The store's cluster record, read at the first create (a store that is no cluster
+        #: is a clear error there, not "no bookies").
+        self._cluster: ClusterRecord | None = None
 
     @property
     def metrics_registry(self) -> CollectorRegistry:
@@ -87,6 +92,8 @@ class Client:
         """Create a ledger and return its writer. ``claim=False`` leaves the ledger for
         another process to claim with :meth:`open_writer` (the CLI's create/append)."""
         policy = self.context.ledger_types.named(ledger_type)  # unknown type: a clear error before anything is stored
+        if self._cluster is None:
+            self._cluster = await require_cluster(self.metadata)
         if policy.lac_by_sync and ensemble > write_quorum:
             raise UnsupportedError(
                 f"{ledger_type} ledgers cannot be striped (E={ensemble} > W={write_quorum}): the LastAddSynced "

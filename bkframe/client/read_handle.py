@@ -182,7 +182,8 @@ class ReadHandle:
             conn = await self._ctx.pool.get(bookie_id)
             while nxt <= last:
                 response = await conn.submit_read_batch(
-                    self.ledger_id, nxt, last, step=step, max_bytes=BATCH_BYTES, timeout_s=timeout_s
+                    self.ledger_id, nxt, last, step=step, max_bytes=BATCH_BYTES, master_key=self._master_key,
+                    timeout_s=timeout_s,
                 ).wait()
                 start = nxt
                 for entry_id, data in response.entries if response.status == p.Status.OK else ():
@@ -232,7 +233,9 @@ class ReadHandle:
             plan.next += 1
             try:
                 conn = await self._ctx.pool.get(bookie_id)
-                pending = conn.submit_read(self.ledger_id, plan.entry_id, timeout_s=self._ctx.settings.read_timeout_s)
+                pending = conn.submit_read(
+                    self.ledger_id, plan.entry_id, master_key=self._master_key, timeout_s=self._ctx.settings.read_timeout_s
+                )
             except ConnectionError as e:
                 plan.errors.append(f"{bookie_id}: {e}")
                 continue

@@ -212,7 +212,9 @@ class Recovery:
         await ask_bookies(
             self.ctx.pool,
             asked,
-            lambda conn: conn.submit_read(self.ledger_id, entry_id, timeout_s=self.settings.read_timeout_s),
+            lambda conn: conn.submit_read(
+                self.ledger_id, entry_id, master_key=self.master_key, timeout_s=self.settings.read_timeout_s
+            ),
             decide,
         )
         if verifies and copies:

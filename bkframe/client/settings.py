@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 from attrs import validators as v
 
+from bkframe.core.auth import internal_credential
 from bkframe.core.config import Config
 from bkframe.core.placement import DEFAULT_POLICY
 from bkframe.core.tls import client_context
@@ -64,7 +65,8 @@ class ClientSettings:
     #: "token"``). A secret: never shown in a repr or a log line.
     auth_token: str = attrs.field(default="", repr=False)
     #: What the client sends in AUTH when it is not a token: (method, credential). A
-    #: bookie's own client sends its provider's credential (see :meth:`for_bookie`).
+    #: bookie's own client, and autorecovery, send the cluster-internal one (see
+    #: :meth:`for_bookie`, :meth:`as_internal`).
     auth_credential: tuple[str, bytes] = attrs.field(default=("none", b""), repr=False)
 
     @tls_key.validator
@@ -88,11 +90,16 @@ class ClientSettings:
         except (OSError, ssl.SSLError) as e:
             raise ConfigError(f"client TLS settings (tls_ca, tls_cert, tls_key): {e}") from None
 
+    def as_internal(self, secret: bytes) -> ClientSettings:
+        """These settings authenticating as the cluster's own process (AUTH
+        ``bkframe-internal`` with the cluster-internal ``secret``) rather than with a token."""
+        return attrs.evolve(self, auth_token="", auth_credential=internal_credential(secret))
+
     @classmethod
     def for_bookie(cls, config: Config, auth_credential: tuple[str, bytes]) -> ClientSettings:
         """The settings of a bookie's own client (limbo repair, recovery, re-replication):
-        its placement, and its ``[tls]`` certificate and auth credential toward its peers,
-        which share its ``[tls]`` CA and ``[auth]`` provider."""
+        its placement, its ``[tls]`` certificate toward its peers (which share its ``[tls]``
+        CA) and its auth credential (the cluster-internal one, ``Bookie.own_credential``)."""
         tls = config.tls
         fields: dict[str, Any] = {"auth_credential": auth_credential}
         if tls.enabled:

@@ -7,18 +7,44 @@ connection (``method`` and ``credential``, as BookKeeper's AuthMessage carries a
 plugin name and a payload); until a provider accepts it, every other request of the
 connection is answered UNAUTHORIZED before any ledger is touched. The check is per
 connection, never per request (see docs/security.md).
+
+One method is every bookie's whatever its provider: ``bkframe-internal``, whose credential is
+the cluster-internal secret of the metadata store's cluster record. The cluster's own
+processes (a bookie's limbo repair, recovery and re-replication clients, autorecovery) send
+it; its principal may read any ledger and copy entries without the ledger's key. ``[auth]
+readers`` names principals of the provider that may read any ledger too.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import attrs
 
-from bkframe.errors import BKError
+from bkframe.errors import BKError, ConfigError
 
 #: The provider a bookie uses without an ``[auth]`` section: every connection is accepted.
 DEFAULT_PROVIDER = "none"
+#: The AUTH method of the cluster's own processes; its credential is the cluster-internal secret.
+INTERNAL_METHOD = "bkframe-internal"
+#: The principal of a connection that authenticated with :data:`INTERNAL_METHOD`.
+INTERNAL_PRINCIPAL = "bkframe-internal"
+#: The ``[auth]`` key naming principals that may read every ledger (not a provider option).
+READERS_KEY = "readers"
+
+
+def internal_credential(secret: bytes) -> tuple[str, bytes]:
+    """The (method, credential) a cluster's own client sends: see :data:`INTERNAL_METHOD`."""
+    return INTERNAL_METHOD, secret
+
+
+def readers_of(section: Mapping[str, Any], *, source: str) -> frozenset[str]:
+    """``[auth] readers``: principals (as the provider names them) that may read any ledger."""
+    readers = section.get(READERS_KEY, [])
+    if not isinstance(readers, list | tuple) or not all(isinstance(r, str) and r for r in readers):
+        raise ConfigError(f"{source}: {READERS_KEY} = {readers!r} should be a list of principal names")
+    return frozenset(readers)
 
 
 class AuthenticationError(BKError):

@@ -7,6 +7,9 @@ Every update of ledger metadata is a compare-and-set on ``version``: read, ``att
 Named logs (:mod:`bkframe.client.logs.model`) keep one record per log and one per cursor;
 stores hold them as opaque bytes with a version, compared-and-set like ledger metadata.
 
+A store is a bkframe cluster once it holds a :class:`ClusterRecord` (made on purpose by
+``bkframe cluster init``; :mod:`bkframe.core.cluster` checks it for bookies and clients).
+
 The metadata errors (:class:`MetadataError`, :class:`NoSuchLedgerError`, ...) are defined in
 :mod:`bkframe.errors` and re-exported here, where store plugins import them.
 """
@@ -15,7 +18,9 @@ from __future__ import annotations
 
 import enum
 import json
+import secrets
 import time
+import uuid
 from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -132,6 +137,51 @@ class LedgerMetadata:
             raise MetadataError(f"stored ledger metadata does not parse: {e}") from None
 
 
+#: The layout of the metadata this bkframe writes (where each store keeps its records).
+#: Stored in the cluster record: a process refuses a cluster whose layout it does not know.
+LAYOUT_VERSION = 1
+
+
+@attrs.frozen
+class ClusterRecord:
+    """What makes a metadata store a bkframe cluster: written once, at the store's root, by
+    ``bkframe cluster init`` (BookKeeper's ``initnewcluster``), and never changed after
+    (an upgrade of the layout will rewrite ``layout_version``)."""
+
+    #: How the store lays out its records (:data:`LAYOUT_VERSION` when made).
+    layout_version: int
+    #: A uuid naming this cluster.
+    instance_id: str
+    #: When it was made (``time.time()``).
+    created_at: float
+    #: The cluster-internal secret (32 random bytes): bookies and autorecovery prove they
+    #: are the cluster's own with it (AUTH method ``bkframe-internal``). Never in a repr.
+    secret: bytes = attrs.field(repr=False)
+
+    @classmethod
+    def new(cls) -> ClusterRecord:
+        """A record for a new cluster: the current layout, a fresh id and secret."""
+        return cls(LAYOUT_VERSION, uuid.uuid4().hex, time.time(), secrets.token_bytes(32))
+
+    def describe(self) -> dict[str, Any]:
+        """What may be shown: everything but the secret."""
+        return {"layout_version": self.layout_version, "instance_id": self.instance_id, "created_at": self.created_at}
+
+    def serialize(self) -> bytes:
+        return json.dumps({**self.describe(), "secret": self.secret.hex()}, sort_keys=True).encode()
+
+    @classmethod
+    def deserialize(cls, data: bytes) -> ClusterRecord:
+        """Reads any layout's record (keys it does not know are left), so that a process can
+        name the layout it does not know rather than fail to parse it."""
+        try:
+            raw = json.loads(data)
+            layout, instance, created = int(raw["layout_version"]), str(raw["instance_id"]), float(raw["created_at"])
+            return cls(layout, instance, created, bytes.fromhex(raw["secret"]))
+        except (ValueError, TypeError, KeyError) as e:
+            raise MetadataError(f"the stored cluster record does not parse: {e!r}") from None
+
+
 @attrs.frozen
 class BookieInfo:
     """A registered bookie: where to reach it and whether it takes writes."""
@@ -223,6 +273,16 @@ class MetadataStore(Protocol):
     called concurrently from several tasks, processes and machines."""
 
     uri: str
+
+    async def init_cluster(self, record: ClusterRecord) -> bool:
+        """Store the cluster record if the store holds none, atomically (of two processes
+        making a cluster at once exactly one wins): True if it was stored, False if a record
+        was there already (it is left as it is)."""
+        ...
+
+    async def read_cluster(self) -> ClusterRecord | None:
+        """The cluster record, or None if the store holds none (it is no bkframe cluster yet)."""
+        ...
 
     async def new_ledger_id(self) -> int:
         """A ledger id never returned before, by any client of this store (ids start at 1)."""
@@ -362,9 +422,11 @@ class MetadataStore(Protocol):
 
 
 __all__ = [
+    "LAYOUT_VERSION",
     "BadVersionError",
     "BookieInfo",
     "BookieRegistration",
+    "ClusterRecord",
     "DigestType",
     "Fragments",
     "LedgerExistsError",

@@ -24,7 +24,7 @@ import pluggy
 
 from bkframe.core import hookspecs
 from bkframe.core.auth import DEFAULT_PROVIDER as DEFAULT_AUTH_PROVIDER
-from bkframe.core.auth import AuthProvider
+from bkframe.core.auth import READERS_KEY, AuthProvider, readers_of
 from bkframe.core.config import Config, parse_section
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import DurabilityPolicy, EntryLogManager, Journal, LedgerStorage
@@ -275,9 +275,12 @@ class PluginManager:
 
     def auth_provider_from_section(self, section: Mapping[str, Any], *, source: str) -> AuthProvider:
         """The provider an ``[auth]`` section names (``provider = NAME``, its options as the
-        other keys); unknown names and keys are clear :class:`ConfigError` s."""
+        other keys but ``readers``, the bookie's own: checked here, left to it); unknown names
+        and keys are clear :class:`ConfigError` s."""
         options = dict(section)
         name = options.pop("provider", DEFAULT_AUTH_PROVIDER)
+        readers_of(options, source=source)
+        options.pop(READERS_KEY, None)  # the bookie's, not the provider's (see bkframe.core.auth)
         component = self.components.get(ComponentKind.AUTH_PROVIDER, name) if isinstance(name, str) else None
         if component is None:
             raise ConfigError(

@@ -19,6 +19,7 @@ from bkframe.core.hookspecs import hookimpl
 from bkframe.core.metadata import (
     BadVersionError,
     BookieInfo,
+    ClusterRecord,
     LedgerExistsError,
     LedgerMetadata,
     LogExistsError,
@@ -35,6 +36,7 @@ SCHEME = "memory://"
 
 @attrs.define
 class _State:
+    cluster: ClusterRecord | None = None
     ids: itertools.count[int] = attrs.Factory(lambda: itertools.count(1))
     ledgers: dict[int, LedgerMetadata] = attrs.Factory(dict)
     bookies: dict[str, BookieInfo] = attrs.Factory(dict)
@@ -97,6 +99,17 @@ class MemoryMetadataStore:
         self.uri = uri
         name = uri[len(SCHEME) :]
         self._state = _SHARED.setdefault(name, _State()) if name else _State()
+
+    async def init_cluster(self, record: ClusterRecord) -> bool:
+        await trio.lowlevel.checkpoint()
+        if self._state.cluster is not None:
+            return False
+        self._state.cluster = record
+        return True
+
+    async def read_cluster(self) -> ClusterRecord | None:
+        await trio.lowlevel.checkpoint()
+        return self._state.cluster
 
     async def new_ledger_id(self) -> int:
         await trio.lowlevel.checkpoint()

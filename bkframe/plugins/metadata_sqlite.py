@@ -27,6 +27,7 @@ from bkframe.core.hookspecs import hookimpl
 from bkframe.core.metadata import (
     BadVersionError,
     BookieInfo,
+    ClusterRecord,
     LedgerExistsError,
     LedgerMetadata,
     LogExistsError,
@@ -57,6 +58,7 @@ CREATE TABLE IF NOT EXISTS log_cursors (
 CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, holder TEXT NOT NULL, token TEXT NOT NULL, expires_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS under_replicated (ledger_id INTEGER PRIMARY KEY, bookies TEXT NOT NULL, since REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS decommissioned (id TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS cluster (id INTEGER PRIMARY KEY CHECK (id = 1), data BLOB NOT NULL);
 """
 
 #: How often watches look for a new version.
@@ -163,8 +165,8 @@ class SqliteMetadataStore:
             raise MetadataError(f"metadata URI {uri!r} names no file; use sqlite:///abs/path.db")
         if not create and not path.is_file():
             raise MetadataError(
-                f"metadata store {uri!r} does not exist (no file {path}). Check the URI; a new store is made "
-                f"by the first bookie started on it ('bkframe bookie --metadata {uri}') or by 'bkframe sandbox'"
+                f"metadata store {uri!r} does not exist (no file {path}). Check the URI; a new cluster is made "
+                f"with 'bkframe cluster init --metadata {uri}' (or by 'bkframe sandbox')"
             )
         try:
             if create:
@@ -212,6 +214,18 @@ class SqliteMetadataStore:
             return result
 
         return await self._call(run)
+
+    # -- the cluster record --------------------------------------------------------------
+
+    async def init_cluster(self, record: ClusterRecord) -> bool:
+        cur = await self._call(
+            lambda db: db.execute("INSERT OR IGNORE INTO cluster (id, data) VALUES (1, ?)", (record.serialize(),))
+        )
+        return cur.rowcount == 1
+
+    async def read_cluster(self) -> ClusterRecord | None:
+        row = await self._call(lambda db: db.execute("SELECT data FROM cluster WHERE id = 1").fetchone())
+        return None if row is None else ClusterRecord.deserialize(row[0])
 
     # -- ledgers -------------------------------------------------------------------------
 

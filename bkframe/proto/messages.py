@@ -187,7 +187,9 @@ class ReadBatchRequest:
     """Entries ``first, first + step, ...`` up to ``last`` of one ledger in one answer: the
     bookie sends the entries it holds from ``first`` on, in order, stopping before the first
     it lacks or once about ``max_bytes`` are in the answer (always at least one entry if it
-    holds ``first``). ``step`` > 1 reads the entries a bookie holds of a striped ledger."""
+    holds ``first``). ``step`` > 1 reads the entries a bookie holds of a striped ledger.
+    ``master_key``: the ledger's, as READ carries it (a keyless read is served only to a
+    principal allowed to read every ledger)."""
 
     request_id: int
     ledger_id: int
@@ -195,6 +197,7 @@ class ReadBatchRequest:
     last: int
     max_bytes: int
     step: int = 1
+    master_key: bytes = attrs.field(default=b"", repr=False)
 
 
 @attrs.frozen

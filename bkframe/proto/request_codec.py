@@ -56,7 +56,7 @@ _LIST_ENTRIES = struct.Struct("<Qqq")  # ledger, first, last
 _ONE_ENTRY_DIRECTORY = struct.Struct("<qI")
 assert _ONE_ENTRY_DIRECTORY.size == BATCH_DIRECTORY.itemsize
 _ADD_BATCH = struct.Struct("<QqHHI")  # ledger, lac, ledger_type, key_len, count
-_READ_BATCH = struct.Struct("<QqqII")  # ledger, first, last, max bytes, step
+_READ_BATCH = struct.Struct("<QqqIIH")  # ledger, first, last, max bytes, step, key_len (then the key)
 _AUTH = struct.Struct("<HI")  # method length, credential length (then both)
 
 
@@ -141,8 +141,11 @@ def encode_list_entries(request_id: int, ledger_id: int, first: int, last: int) 
     return pack_message(Op.LIST_ENTRIES, 0, request_id, _LIST_ENTRIES.pack(ledger_id, first, last))
 
 
-def encode_read_batch(request_id: int, ledger_id: int, first: int, last: int, max_bytes: int, step: int = 1) -> bytes:
-    return pack_message(Op.READ_BATCH, 0, request_id, _READ_BATCH.pack(ledger_id, first, last, max_bytes, step))
+def encode_read_batch(
+    request_id: int, ledger_id: int, first: int, last: int, max_bytes: int, step: int = 1, *, master_key: bytes = b""
+) -> bytes:
+    fields = _READ_BATCH.pack(ledger_id, first, last, max_bytes, step, len(master_key))
+    return pack_message(Op.READ_BATCH, 0, request_id, fields, master_key)
 
 
 def encode_auth(request_id: int, method: str, credential: bytes) -> bytes:
@@ -310,15 +313,18 @@ def _decode_fields(
             raise ProtocolError(f"LIST_ENTRIES range {first}..{last} is invalid (need 0 <= first <= last)")
         return ListEntriesRequest(request_id, ledger_id, first, last)
     if op == Op.READ_BATCH:
-        if flags or end - at != _READ_BATCH.size:
-            raise ProtocolError("READ_BATCH message has the wrong length or unknown flags")
-        ledger_id, first, last, max_bytes, step = _READ_BATCH.unpack_from(body, at)
+        if flags or end - at < _READ_BATCH.size:
+            raise ProtocolError("READ_BATCH message is too short or has unknown flags")
+        ledger_id, first, last, max_bytes, step, key_len = _READ_BATCH.unpack_from(body, at)
+        key_at = at + _READ_BATCH.size
+        if key_len > MAX_MASTER_KEY or key_at + key_len != end:
+            raise ProtocolError(f"READ_BATCH master key length {key_len} does not match the message")
         if first < 0 or last < first or last - first >= MAX_READ_BATCH or max_bytes == 0 or step == 0:
             raise ProtocolError(
                 f"READ_BATCH of {first}..{last} step {step} ({max_bytes} bytes) is invalid "
                 f"(need 0 <= first <= last < first + {MAX_READ_BATCH}, step > 0, max bytes > 0)"
             )
-        return ReadBatchRequest(request_id, ledger_id, first, last, max_bytes, step)
+        return ReadBatchRequest(request_id, ledger_id, first, last, max_bytes, step, bytes(body[key_at:end]))
     if op == Op.AUTH:
         if flags or end - at < _AUTH.size:
             raise ProtocolError("AUTH message is too short or has unknown flags")

@@ -77,7 +77,7 @@ def in_bookie(bookie: Bookie, store: MetadataStore, bookie_id: str) -> Autorecov
 
     return AutorecoveryService(
         store, bookie.plugins, bookie.config.autorecovery, holder=bookie_id, key_for=key_for,
-        settings=ClientSettings.for_bookie(bookie.config, bookie.auth.client_credential()),
+        settings=ClientSettings.for_bookie(bookie.config, bookie.own_credential()),
     )
 
 

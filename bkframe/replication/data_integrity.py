@@ -55,7 +55,7 @@ class LimboRepair:
             return
         log.info("repairing %d limbo ledger(s): %s", len(pending), pending)
         async with trio.open_nursery() as nursery:
-            settings = ClientSettings.for_bookie(self.bookie.config, self.bookie.auth.client_credential())
+            settings = ClientSettings.for_bookie(self.bookie.config, self.bookie.own_credential())
             ctx = ClientContext.create(nursery, self.store, self.bookie.plugins, settings)
             delay = self.retry_s
             while pending:

@@ -51,8 +51,9 @@ def make_config(data_dir: Path, **bookie: Any) -> Config:
 
 @asynccontextmanager
 async def running_bookie(config: Config, plugins: PluginManager | None = None) -> AsyncIterator[tuple[BookieService, str, int]]:
-    """An in-process bookie for the duration of the block, stopped cleanly after it."""
-    service = compose_bookie(config, plugins or PluginManager())
+    """An in-process bookie for the duration of the block, stopped cleanly after it; it makes
+    its metadata store a cluster if it is none (as ``--init-cluster``)."""
+    service = compose_bookie(config, plugins or PluginManager(), init_cluster=True)
     async with trio.open_nursery() as nursery:
         host, port = await nursery.start(service.run)
         try:
@@ -63,10 +64,14 @@ async def running_bookie(config: Config, plugins: PluginManager | None = None) -
 
 class BookieProcess(local_cluster.BookieProcess):
     """One bookie process: ``BookieProcess(data_dir, metadata=uri).start()``, by default
-    through the test entry point (see the module's docstring)."""
+    through the test entry point (see the module's docstring) and with ``--init-cluster``
+    (a test's fresh metadata store becomes a cluster; ``init_cluster=False`` to test a
+    bookie on a store that is none)."""
 
-    def __init__(self, data_dir: Path, *, command: Sequence[str] = TEST_BOOKIE_COMMAND, **options: Any) -> None:
-        super().__init__(data_dir, command=command, **options)
+    def __init__(
+        self, data_dir: Path, *, command: Sequence[str] = TEST_BOOKIE_COMMAND, init_cluster: bool = True, **options: Any
+    ) -> None:
+        super().__init__(data_dir, command=command, init_cluster=init_cluster, **options)
         #: With ``powerloss=True``: what the bookie has fsynced (see bkframe.testing.powerloss).
         self.shadow = data_dir.with_name(data_dir.name + "-synced")
         #: With ``disk_capacity=``: the file holding the size of the simulated disk.

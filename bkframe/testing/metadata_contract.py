@@ -35,6 +35,7 @@ from bkframe.core.metadata import (
     BadVersionError,
     BookieIdInUseError,
     BookieInfo,
+    ClusterRecord,
     LedgerExistsError,
     LedgerMetadata,
     LedgerStateName,
@@ -74,6 +75,33 @@ class MetadataStoreContract(AutorecoveryContract):
         assert isinstance(s, MetadataStore)
         yield s
         await s.aclose()
+
+    async def test_a_cluster_is_made_once(self, store: MetadataStore, open_store: Callable[[], MetadataStore]) -> None:
+        """A fresh store holds no cluster; of several clients making one at once exactly one
+        stores its record, and every client then reads that record, secret included."""
+        assert await store.read_cluster() is None
+        made = [ClusterRecord.new() for _ in range(4)]
+        stored: list[bool] = [False] * len(made)
+
+        async def init(i: int) -> None:
+            other = open_store()
+            try:
+                stored[i] = await other.init_cluster(made[i])
+            finally:
+                await other.aclose()
+
+        async with trio.open_nursery() as nursery:
+            for i in range(len(made)):
+                nursery.start_soon(init, i)
+        assert stored.count(True) == 1
+        winner = made[stored.index(True)]
+        assert await store.read_cluster() == winner and len(winner.secret) == 32
+        assert not await store.init_cluster(ClusterRecord.new())
+        other = open_store()
+        try:
+            assert await other.read_cluster() == winner
+        finally:
+            await other.aclose()
 
     async def test_ids_are_unique_under_concurrency(
         self, store: MetadataStore, open_store: Callable[[], MetadataStore]

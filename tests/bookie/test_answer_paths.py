@@ -40,7 +40,7 @@ async def test_an_answer_that_waits_for_nothing_never_overtakes_one_that_waits(t
                 pd = bk.submit_add(1, round_ + 1, b"x" * 1024, master_key=KEY, ledger_type=PD)
                 note("pd", pd)
                 await _sent()
-                read = bk.submit_read(1, 0)
+                read = bk.submit_read(1, 0, master_key=KEY)
                 note("read", read)
                 await _sent()
                 bypass = bk.submit_add(2, round_ + 1, b"y", master_key=KEY, ledger_type=BYPASS)

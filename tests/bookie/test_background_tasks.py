@@ -131,7 +131,7 @@ async def test_a_failing_checkpoint_is_retried_and_loses_nothing(
     read_back = {}
     async with connect_bookie(b2.host, b2.port) as bk:
         for e in payloads:
-            r = await bk.read(1, e)
+            r = await bk.read(1, e, master_key=KEY)
             read_back[e] = r.data if r.status == p.Status.OK else None
     assert read_back == payloads
     assert b2.stop() == 0

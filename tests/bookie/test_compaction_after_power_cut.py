@@ -15,6 +15,7 @@ import trio
 
 import bkframe
 from bkframe import proto as p
+from bkframe.core.ledger_keys import master_key
 from bkframe.plugins.ledger_storage_default.ledger_index import HEADER_SIZE, RECORD_DTYPE
 from bkframe.testing import write_faults
 from bkframe.testing.kit import PASSWORD
@@ -122,10 +123,10 @@ async def test_compaction_after_a_power_cut_keeps_the_bookie_up(
         # What survived reads back; what the power cut took is missing -- in limbo after
         # the unclean shutdown (BP-46), so UNKNOWN, not an I/O error nor a false "no entry".
         for e in range(20):
-            r = await conn.read(kept.ledger_id, e)
+            r = await conn.read(kept.ledger_id, e, master_key=master_key(PASSWORD))
             assert (r.status, r.data[-len(payload(kept.ledger_id, e)) :]) == (p.Status.OK, payload(kept.ledger_id, e))
         for e in range(20, 40):
-            assert (await conn.read(kept.ledger_id, e)).status == p.Status.UNKNOWN
+            assert (await conn.read(kept.ledger_id, e, master_key=master_key(PASSWORD))).status == p.Status.UNKNOWN
         # Converged: after the bookie's checkpoints, what is on disk agrees -- another power
         # cut leaves no index record past its log, and the bookie starts and stays up.
         await wait_for(conn, "checkpoints", info["counters"]["checkpoints"])
@@ -136,4 +137,4 @@ async def test_compaction_after_a_power_cut_keeps_the_bookie_up(
         await trio.sleep(1.5)
         assert b.running, b.log()[-3000:]
         assert (await conn.info())["counters"]["storage_entries_dropped"] == 0
-        assert (await conn.read(kept.ledger_id, 19)).status == p.Status.OK
+        assert (await conn.read(kept.ledger_id, 19, master_key=master_key(PASSWORD))).status == p.Status.OK

@@ -14,7 +14,7 @@ from bkframe.bookie.cookies import DATA_LOSS_MARKER
 def start(data_dir: Path, meta: str, bookie_id: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "bkframe", "bookie", "--data-dir", str(data_dir), "--port", "0",
-         "--metadata", meta, "--bookie-id", bookie_id, *extra],
+         "--metadata", meta, "--init-cluster", "--bookie-id", bookie_id, *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 

@@ -26,7 +26,7 @@ from bkframe import Client, LedgerMetadata, WriteHandle
 from bkframe import proto as p
 from bkframe.client.distribution import write_set
 from bkframe.client.entry_format import Digester
-from bkframe.core.ledger_keys import master_key
+from bkframe.core.ledger_keys import key_hash, master_key
 from bkframe.testing.cluster import BookieProcess, Cluster
 from bkframe.testing.diskfull import used_bytes
 from bkframe.testing.kit import PASSWORD, payload
@@ -137,7 +137,7 @@ async def check_held(client: Client, md: LedgerMetadata, bookie_id: str, payload
         for entry_id in range(first, end):
             if me not in write_set(entry_id, len(ensemble), md.write_quorum):
                 continue
-            r = await conn.read(md.ledger_id, entry_id)
+            r = await conn.read(md.ledger_id, entry_id, master_key=master_key(PASSWORD))
             assert r.status == p.Status.OK, (entry_id, r.status, r.message)
             assert digester.decode(md.ledger_id, entry_id, r.data)[2] == payloads[entry_id]
             checked += 1
@@ -314,6 +314,13 @@ async def test_read_only_bookie_still_fences_and_takes_recovery_adds(cluster_fac
         assert state["read_only"] is True and state["counters"]["fenced_ledgers"] == 1, state
 
 
+async def known(client: bkframe.Client, ledger_ids: list[int], key: bytes, bookie: str) -> None:
+    """Ledgers the metadata store knows, with ``key``: a bookie takes adds only for those."""
+    for ledger_id in ledger_ids:
+        md = bkframe.LedgerMetadata(ledger_id, 1, 1, 1, ((0, (bookie,)),), password_hash=key_hash(key))  # type: ignore[arg-type]
+        await client.metadata.create_ledger(md)
+
+
 async def test_an_add_whose_journal_write_finds_no_space_is_not_acknowledged(tmp_path: Path) -> None:
     """Room for the entry log's copy of an add but not for its journal record: the add is
     answered READ_ONLY (never OK), the bookie stays up, and takes adds again once it has room."""
@@ -323,6 +330,7 @@ async def test_an_add_whose_journal_write_finds_no_space_is_not_acknowledged(tmp
     key = b"k" * 20
     try:
         async with bkframe.open_client(metadata) as client:
+            await known(client, [7], key, SMALL)
             conn = await client.pool.get(SMALL)
             assert (await conn.add(7, 0, b"first", master_key=key)).status == p.Status.OK
             # 100 KiB more fits once (the entry log's copy), not twice (the journal's); what
@@ -332,7 +340,7 @@ async def test_an_add_whose_journal_write_finds_no_space_is_not_acknowledged(tmp
             assert lost.status == p.Status.READ_ONLY, (lost.status, lost.message)
             assert "journal" in lost.message and "No space left" in lost.message, lost.message
             assert small.running
-            assert (await conn.read(7, 0)).data == b"first"
+            assert (await conn.read(7, 0, master_key=key)).data == b"first"
             assert (await info(client, SMALL))["counters"]["journal_write_failures"] == 1
             await wait_for(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration")
             small.set_disk_capacity(64 * MB)
@@ -342,7 +350,7 @@ async def test_an_add_whose_journal_write_finds_no_space_is_not_acknowledged(tmp
         small.start("--config", str(tmp_path / "b.toml"))
         async with bkframe.open_client(metadata) as client:
             conn = await client.pool.get(SMALL)
-            assert [(await conn.read(7, e)).data for e in (0, 1)] == [b"first", b"second"]
+            assert [(await conn.read(7, e, master_key=key)).data for e in (0, 1)] == [b"first", b"second"]
     finally:
         if small.running:
             small.kill()
@@ -360,6 +368,7 @@ async def test_what_replay_finds_already_stored_survives_a_later_power_cut(tmp_p
     key = b"k" * 20
     try:
         async with bkframe.open_client(metadata) as client:
+            await known(client, [3, 4], key, "b")
             conn = await client.pool.get("b")
             for e in range(50):
                 assert (await conn.add(3, e, b"entry %d" % e, master_key=key, lac=e - 1)).status == p.Status.OK
@@ -371,7 +380,7 @@ async def test_what_replay_finds_already_stored_survives_a_later_power_cut(tmp_p
         bookie.start("--config", str(config))
         async with bkframe.open_client(metadata) as client:
             conn = await client.pool.get("b")
-            assert [(await conn.read(3, e)).data for e in range(50)] == [b"entry %d" % e for e in range(50)]
+            assert [(await conn.read(3, e, master_key=key)).data for e in range(50)] == [b"entry %d" % e for e in range(50)]
             assert (await conn.add(4, 0, b"late", master_key=key)).status == p.Status.FENCED
     finally:
         if bookie.running:

@@ -42,7 +42,7 @@ async def add_all(b: BookieProcess, entries: dict[tuple[int, int], bytes]) -> No
 async def read_all(b: BookieProcess, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes | None]:
     out: dict[tuple[int, int], bytes | None] = {}
     async with connect_bookie(b.host, b.port) as bk:
-        pending = [(key, bk.submit_read(*key)) for key in keys]
+        pending = [(key, bk.submit_read(*key, master_key=KEY)) for key in keys]
         for key, pend in pending:
             r = await pend.wait()
             out[key] = r.data if r.status == p.Status.OK else None

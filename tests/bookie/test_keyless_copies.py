@@ -1,7 +1,8 @@
 """Keyless copies (autorecovery's recovery adds with an empty master key: it knows only the
-key's hash) on one bookie with a metadata store: stored where the bookie holds no key for
-the ledger, batch after batch; the writer's key is adopted later once the metadata vouches
-for it; refused where the bookie holds the key."""
+key's hash) on one bookie with a metadata store: taken only from the cluster's own
+processes (AUTH bkframe-internal with the cluster secret), stored where the bookie holds no
+key for the ledger, batch after batch; the writer's key is adopted later once the metadata
+vouches for it; refused where the bookie holds the key."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from bkframe import LedgerMetadata
 from bkframe import proto as p
 from bkframe.client.bookie_client import connect_bookie
+from bkframe.core.auth import internal_credential
 from bkframe.core.ledger_keys import master_key, password_hash
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.testing.cluster import make_config, running_bookie
@@ -26,7 +28,14 @@ async def test_keyless_copies_then_the_writers_key(tmp_path: Path) -> None:
                 password_hash=password_hash(PASSWORD),
             )
             await store.create_ledger(md)
-            async with connect_bookie(host, port) as bk:
+            async with connect_bookie(host, port) as stranger:
+                # Not the cluster's own: no keyless copy, and nothing is made for the ledger.
+                r = await stranger.submit_add_batch(7, [0], [b"e0"], master_key=b"", recovery=True).wait()
+                assert r.status == p.Status.UNAUTHORIZED and "bkframe-internal" in r.message
+                assert (await stranger.read_lac(7)).status == p.Status.NO_LEDGER
+            cluster = await store.read_cluster()
+            assert cluster is not None
+            async with connect_bookie(host, port, auth=internal_credential(cluster.secret)) as bk:
                 for first in (0, 2):  # two batches: the second finds the ledger keyless here
                     r = await bk.submit_add_batch(
                         7, [first, first + 1], [b"e%d" % first, b"e%d" % (first + 1)], master_key=b"", recovery=True

@@ -17,6 +17,7 @@ from bkframe import proto as p
 from bkframe.bookie import journal_records as jr
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import WriteOnceStorage
+from bkframe.core.ledger_keys import master_key
 from bkframe.plugins.entry_log_single import SingleEntryLogManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
 from bkframe.testing.kit import PASSWORD, payload
@@ -61,7 +62,7 @@ async def held_everywhere(client: Any, cluster: Any, ledger_id: int, count: int)
     for b in cluster.bookies:
         conn = await connection(client, b.bookie_id)
         for e in range(count):
-            r = await conn.read(ledger_id, e)
+            r = await conn.read(ledger_id, e, master_key=master_key(PASSWORD))
             assert r.status == p.Status.OK, (b.bookie_id, e, r.status)
             assert r.data.endswith(payload(ledger_id, e, size=size_of(e))), (b.bookie_id, e)
 
@@ -131,7 +132,7 @@ async def test_compaction_after_a_restart_keeps_large_entries(cluster_factory: A
         b.start(*cluster.bookie_args, powerloss=True)
         conn = await connection(client, b.bookie_id)
         for e in range(count):
-            r = await conn.read(kept.ledger_id, e)
+            r = await conn.read(kept.ledger_id, e, master_key=master_key(PASSWORD))
             assert (r.status, r.data.endswith(payload(kept.ledger_id, e, size=size_of(e)))) == (p.Status.OK, True), e
         assert b.running, b.log()[-3000:]
 

@@ -33,7 +33,7 @@ async def test_bypass_adds_write_no_journal_data(tmp_path: Path) -> None:
                     assert journaled >= 100 * len(payload)
                 else:
                     assert journaled == 0  # only the first add's master key went to the journal
-            assert (await bk.read(2, 100)).data == payload
+            assert (await bk.read(2, 100, master_key=KEY)).data == payload
 
 
 def crash_marker(data_dir: Path) -> None:
@@ -56,12 +56,12 @@ async def test_unclean_restart_puts_bypass_ledgers_in_limbo(tmp_path: Path) -> N
                 assert info["limbo_ledgers"] == [2]
                 assert info["last_shutdown_clean"] is (restart == 1)
                 # The PD ledger lost nothing in the crash: untouched.
-                assert (await bk.read(1, 7)).status == p.Status.NO_ENTRY
+                assert (await bk.read(1, 7, master_key=KEY)).status == p.Status.NO_ENTRY
                 assert (await bk.add(1, 3, b"e3", master_key=KEY)).status == p.Status.OK
                 # The bypass ledger serves what it holds, never an explicit negative.
-                ok = await bk.read(2, 1)
+                ok = await bk.read(2, 1, master_key=KEY)
                 assert (ok.status, ok.data) == (p.Status.OK, b"e1")
-                missing = await bk.read(2, 7)
+                missing = await bk.read(2, 7, master_key=KEY)
                 assert missing.status == p.Status.UNKNOWN and "limbo" in missing.message
                 # Fenced: the old writer is refused; a recovery add is taken.
                 add = await bk.add(2, 3 + restart, b"late", master_key=KEY, ledger_type=BYPASS)
@@ -80,11 +80,11 @@ async def test_limbo_ledger_without_entries_answers_unknown_to_last_entry(tmp_pa
             # A ledger this bookie never saw (its disk was replaced) is created keyless.
             assert protect(bookie, [(9, BYPASS), (10, BYPASS)]) == 2
             assert protect(bookie, [(9, BYPASS)]) == 0
-            assert (await bk.read(10, p.LAST_ENTRY)).status == p.Status.UNKNOWN
+            assert (await bk.read(10, p.LAST_ENTRY, master_key=KEY)).status == p.Status.UNKNOWN
             fence = await bk.read(10, p.LAST_ENTRY, master_key=KEY, fence=True)
             assert fence.status == p.Status.UNKNOWN
-            assert (await bk.read(9, p.LAST_ENTRY)).status == p.Status.OK
-            assert (await bk.read(10, 0)).status == p.Status.UNKNOWN
+            assert (await bk.read(9, p.LAST_ENTRY, master_key=KEY)).status == p.Status.OK
+            assert (await bk.read(10, 0, master_key=KEY)).status == p.Status.UNKNOWN
             assert (await bk.read_lac(10)).status == p.Status.OK
             assert (await bk.add(10, 0, b"x", master_key=KEY, ledger_type=BYPASS)).status == p.Status.FENCED
 
@@ -98,7 +98,7 @@ async def test_protection_can_be_switched_off(tmp_path: Path) -> None:
     async with running_bookie(config) as (_, host, port):
         async with connect_bookie(host, port) as bk:
             assert (await bk.info())["limbo_ledgers"] == []
-            assert (await bk.read(2, 5)).status == p.Status.NO_ENTRY
+            assert (await bk.read(2, 5, master_key=KEY)).status == p.Status.NO_ENTRY
 
 
 async def test_explicit_lac_is_journaled_for_bypass_ledgers(tmp_path: Path) -> None:

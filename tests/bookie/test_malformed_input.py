@@ -9,8 +9,11 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bkframe import LedgerMetadata
 from bkframe import proto as p
 from bkframe.client.bookie_client import connect_bookie
+from bkframe.core.ledger_keys import key_hash
+from bkframe.core.plugin_manager import PluginManager
 from bkframe.testing.cluster import make_config, running_bookie
 
 KEY = b"k"
@@ -57,7 +60,7 @@ async def _probe_healthy(host: str, port: int) -> None:
     with trio.fail_after(10):
         async with connect_bookie(host, port) as bk:
             assert (await bk.add(1, 0, b"keep", master_key=KEY)).status == p.Status.OK
-            assert (await bk.read(1, 0)).data == b"keep"
+            assert (await bk.read(1, 0, master_key=KEY)).data == b"keep"
 
 
 async def _send_and_collect(host: str, port: int, raw: bytes) -> bytes:
@@ -125,7 +128,7 @@ async def test_bad_message_among_good_ones(tmp_path: Path) -> None:
     async with running_bookie(make_config(tmp_path)) as (_, host, port):
         good1 = b"".join(p.encode_add(1, 5, 0, -1, 0, KEY, b"first"))
         bad = struct.pack("<IBBQ", 10, 77, 0, 2)  # unknown op 77
-        good2 = p.encode_read(3, 5, 0)
+        good2 = p.encode_read(3, 5, 0, master_key=KEY)
         received = await _send_and_collect(host, port, p.frame([good1, bad, good2]))
         responses = {}
         pos = 0
@@ -175,9 +178,9 @@ def _extreme_messages() -> list[tuple[bytes, set[p.Status], str]]:
             "do not add up",
         ),
         (p.encode_read(16, 2**63, 0, master_key=KEY, fence=True), bad, "out of range"),
-        (p.encode_read(17, U64_MAX, 0), bad, "out of range"),
-        (p.encode_read(18, 7, -2), bad, "invalid"),
-        (p.encode_read(19, 7, I64_MAX), {p.Status.NO_ENTRY, p.Status.NO_LEDGER}, ""),
+        (p.encode_read(17, U64_MAX, 0, master_key=KEY), bad, "out of range"),
+        (p.encode_read(18, 7, -2, master_key=KEY), bad, "invalid"),
+        (p.encode_read(19, 7, I64_MAX, master_key=KEY), {p.Status.NO_ENTRY, p.Status.NO_LEDGER}, ""),
         (p.encode_read_lac(20, U64_MAX), bad, "out of range"),
         (p.encode_read_lac(21, 2**63, previous_lac=I64_MAX, timeout_ms=2**32 - 1), bad, "out of range"),
         (p.encode_sync(22, 2**63), bad, "out of range"),
@@ -202,6 +205,14 @@ async def test_extreme_field_values_are_refused_and_the_bookie_stays_up(tmp_path
     metadata = f"sqlite://{tmp_path / 'metadata.db'}"
     config = make_config(tmp_path / "bookie", metadata=metadata, **GC_STORE)
     async with running_bookie(config) as (service, host, port):
+        # Ledger 7 exists (the bookie takes adds only for ledgers the metadata store knows).
+        store = PluginManager().metadata_store(metadata)
+        try:
+            await store.create_ledger(
+                LedgerMetadata(7, 1, 1, 1, ((0, ("b",)),), password_hash=key_hash(KEY))  # type: ignore[arg-type]
+            )
+        finally:
+            await store.aclose()
 
         async def answers(raw: bytes) -> dict[int, p.Response]:
             received = await _send_and_collect(host, port, raw)

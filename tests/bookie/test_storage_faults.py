@@ -27,7 +27,7 @@ async def _read_back(b: BookieProcess, entries: dict[tuple[int, int], bytes]) ->
     wrong: dict[tuple[int, int], str] = {key: "not read" for key in entries}
     async with connect_bookie(b.host, b.port) as bk:
         for (ledger, entry), want in sorted(entries.items()):
-            r = await bk.read(ledger, entry)
+            r = await bk.read(ledger, entry, master_key=KEY)
             if r.status == p.Status.OK and r.data == want:
                 del wrong[(ledger, entry)]
             else:
@@ -89,7 +89,7 @@ async def test_entry_log_write_failure_fails_the_add_and_later_entries_read_back
         info = await bk.info()
         if status == p.Status.IO_ERROR:
             assert info["counters"]["storage_write_errors"] == 2
-        assert (await bk.read(1, 10)).status == p.Status.NO_ENTRY
+        assert (await bk.read(1, 10, master_key=KEY)).status == p.Status.NO_ENTRY
         finished = True
     # (The block finished: the bookie answered it all on one connection.)
     assert finished, b.log_path.read_text()[-3000:]

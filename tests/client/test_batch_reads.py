@@ -9,6 +9,7 @@ from typing import Any
 import trio
 
 import bkframe
+from bkframe.core.ledger_keys import master_key
 from bkframe.testing.kit import PASSWORD, payload
 
 FAST: dict[str, float] = {"add_timeout_s": 1.0, "read_timeout_s": 2.0, "speculative_read_timeout_s": 0.5}
@@ -40,7 +41,8 @@ async def test_a_range_read_comes_in_batches_and_fills_a_replica_s_gaps(cluster_
         cluster.by_id(lagging).start()
     async with bkframe.open_client(cluster.metadata, **FAST) as client:
         conn = await client.pool.get(lagging)
-        missing = [e for e in range(0, 1200) if (await conn.read(writer.ledger_id, e)).status != 0]
+        key = master_key(PASSWORD)
+        missing = [e for e in range(0, 1200) if (await conn.read(writer.ledger_id, e, master_key=key)).status != 0]
         assert missing and min(missing) >= 600, "the lagging replica should lack the later entries"
 
     async with bkframe.open_client(cluster.metadata, **FAST) as client:  # no quarantine yet

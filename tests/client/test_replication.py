@@ -15,6 +15,7 @@ import trio
 
 import bkframe
 from bkframe import LedgerStateName
+from bkframe.core.ledger_keys import master_key
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import PASSWORD, payload
 
@@ -35,7 +36,7 @@ async def test_striping_round_trip(shared_cluster: Cluster) -> None:
         for bookie_id in md.fragments[0][1]:
             bk = await client.pool.get(bookie_id)
             held[bookie_id] = sum(
-                [(await bk.read(writer.ledger_id, e)).status == 0 for e in range(30)]
+                [(await bk.read(writer.ledger_id, e, master_key=master_key(PASSWORD))).status == 0 for e in range(30)]
             )
         assert sorted(held.values()) == [20, 20, 20]
 

@@ -102,7 +102,7 @@ async def test_test_plugin_replaces_ledger_storage(tmp_path: Path) -> None:
         assert service.bookie is not None and service.bookie.storage is plugin.storage
         async with connect_bookie(host, port) as bk:
             assert (await bk.add(4, 0, b"via plugin", master_key=b"k")).status == p.Status.OK
-            assert (await bk.read(4, 0)).data == b"via plugin"
+            assert (await bk.read(4, 0, master_key=b"k")).data == b"via plugin"
     assert plugin.storage.entries[(4, 0)] == b"via plugin"
     assert plugin.storage.checkpoints >= 1  # the clean stop flushed through the plugin
     names = {info.name for info in pm.plugins()}

@@ -221,8 +221,14 @@ async def test_no_secret_reaches_the_log_at_debug(cluster_factory: Callable[...,
         with pytest.raises(UnauthorizedError):
             await client.pool.get(cluster.bookies[0].bookie_id)
     cluster.stop()
+    store = PluginManager().metadata_store(cluster.metadata)
+    try:
+        record = await store.read_cluster()
+    finally:
+        await store.aclose()
+    assert record is not None and record.secret.hex() not in repr(record)
     key_lines = [line for line in certs.key.read_text().splitlines() if line and not line.startswith("-----")]
-    secrets = [TOKEN, "another-token", "a-wrong-guess-token", PASSWORD.decode(), PASSWORD.hex(), *key_lines]
+    secrets = [TOKEN, "another-token", "a-wrong-guess-token", PASSWORD.decode(), PASSWORD.hex(), *key_lines, record.secret.hex()]
     for bookie in cluster.bookies:
         log = bookie.log()
         assert "DEBUG" in log and "requests Add" in log, "the bookie did not log at debug"

@@ -347,7 +347,7 @@ async def check_replicas(client: bkframe.Client, md: Any, end: int, result: Chec
             bookie_id = ensemble[idx]
             try:
                 conn = await client.pool.get(bookie_id)
-                pendings.append((entry_id, bookie_id, conn.submit_read(ledger, entry_id)))
+                pendings.append((entry_id, bookie_id, conn.submit_read(ledger, entry_id, master_key=master_key(PASSWORD))))
             except ConnectionError as e:
                 pendings.append((entry_id, bookie_id, e))
     # Problems grouped by (kind, bookie, what): one line per group, its entries compressed.

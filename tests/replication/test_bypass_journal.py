@@ -20,6 +20,7 @@ from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
 from bkframe.testing.kit import PASSWORD
 
+KEY = master_key(PASSWORD)
 BYPASS_TYPE_ID = 2
 
 
@@ -59,7 +60,7 @@ async def add_direct(
     """One ADD as a writer sends it, to one bookie; its status."""
     data = Digester.for_ledger(DigestType.CRC32C, PASSWORD).encode(ledger_id, entry_id, lac, length, payload)
     conn = await client.pool.get(bookie_id)
-    response = await conn.add(ledger_id, entry_id, data, master_key=master_key(PASSWORD), ledger_type=BYPASS_TYPE_ID)
+    response = await conn.add(ledger_id, entry_id, data, master_key=KEY, ledger_type=BYPASS_TYPE_ID)
     return response.status
 
 
@@ -126,7 +127,7 @@ async def test_bp46_scenario_1_lost_fence_lets_a_closed_ledger_take_writes(clust
             # B2 repaired what it lost with its disk: entry 0 is back, limbo is cleared.
             after = await wait_out_of_limbo(c2, b2.bookie_id)
             assert after["cookie_check"] == "FIXED" and after["repair"]["entries_copied"] >= 1
-            assert (await (await c2.pool.get(b2.bookie_id)).read(ledger, 0)).status == p.Status.OK
+            assert (await (await c2.pool.get(b2.bookie_id)).read(ledger, 0, master_key=KEY)).status == p.Status.OK
     judge(lost, protection)
 
 
@@ -165,7 +166,7 @@ async def test_bp46_scenario_2_recovery_truncates_an_acknowledged_entry(cluster_
             assert [e.payload for e in await reader.read(0, 0)] == [b"E0"]
             # B1 left limbo, and holds E0 again.
             await wait_out_of_limbo(c2, b1.bookie_id)
-            assert (await (await c2.pool.get(b1.bookie_id)).read(ledger, 0)).status == p.Status.OK
+            assert (await (await c2.pool.get(b1.bookie_id)).read(ledger, 0, master_key=KEY)).status == p.Status.OK
     judge(lost, protection)
 
 
@@ -233,7 +234,7 @@ async def test_crash_loop_loses_no_acknowledged_entry(cluster_factory: Any) -> N
         for ledger in acked:
             md = await client.metadata.read_ledger(ledger)
             for i in range(md.last_entry_id + 1):
-                assert (await conn.read(ledger, i)).status == p.Status.OK, f"victim lacks {ledger}:{i}"
+                assert (await conn.read(ledger, i, master_key=KEY)).status == p.Status.OK, f"victim lacks {ledger}:{i}"
 
 
 async def test_replaced_disk_is_refilled_for_every_ledger_type(cluster_factory: Any) -> None:
@@ -279,5 +280,5 @@ async def test_replaced_disk_is_refilled_for_every_ledger_type(cluster_factory: 
         conn = await client.pool.get(lost.bookie_id)
         for ledger, count in ((pd.ledger_id, 50), (open_bypass.ledger_id, 30)):
             for i in range(count):
-                r = await conn.read(ledger, i)
+                r = await conn.read(ledger, i, master_key=KEY)
                 assert (r.status, r.data[-len(crash_payload(ledger, i)):]) == (p.Status.OK, crash_payload(ledger, i))

@@ -82,7 +82,7 @@ async def test_repair_never_spreads_a_corrupt_copy(cluster_factory: Any) -> None
         # The good copies were never overwritten.
         check = Digester.for_ledger(DigestType.HMAC_SHA256, PASSWORD)
         for bookie_id in ensemble[1:]:
-            r = await (await client.pool.get(bookie_id)).read(lid, 9)
+            r = await (await client.pool.get(bookie_id)).read(lid, 9, master_key=master_key(PASSWORD))
             assert r.status == p.Status.OK
             assert check.decode(lid, 9, bytes(r.data))[2] == payload(lid, 9), bookie_id
         await wait_out_of_limbo(client, crashed.bookie_id)
@@ -112,7 +112,7 @@ async def test_repair_recopies_a_torn_payload(cluster_factory: Any) -> None:
     victim.start(*cluster.bookie_args)  # an unclean shutdown: the BYPASS ledger is repaired
     async with bkframe.open_client(cluster.metadata) as client:
         await wait_out_of_limbo(client, victim.bookie_id)
-        r = await (await client.pool.get(victim.bookie_id)).read(lid, 7)
+        r = await (await client.pool.get(victim.bookie_id)).read(lid, 7, master_key=master_key(PASSWORD))
         assert r.status == p.Status.OK
         assert Digester.for_ledger(DigestType.CRC32C, PASSWORD).decode(lid, 7, bytes(r.data))[2] == payload(lid, 7)
 
@@ -142,7 +142,7 @@ async def test_lost_disk_bookie_adopts_only_the_key_metadata_vouches_for(cluster
         assert wrong.status == p.Status.UNAUTHORIZED, wrong
         right = await conn.add(lid, 4, data, master_key=master_key(PASSWORD), recovery=True)
         assert right.status == p.Status.OK, right
-        assert (await conn.read(lid, 4)).status == p.Status.OK
+        assert (await conn.read(lid, 4, master_key=master_key(PASSWORD))).status == p.Status.OK
 
 
 @pytest.mark.parametrize(

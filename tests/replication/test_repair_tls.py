@@ -1,7 +1,8 @@
 """Bookies re-replicate over TLS: a bookie whose disk was replaced refills every ledger from
 its peers (BP-46 limbo repair) when every bookie serves TLS only, requires client
-certificates and token authentication -- its own client presents its certificate and its
-provider's token, as the peers require."""
+certificates and token authentication -- its own client presents its certificate and
+authenticates as the cluster's own (``bkframe-internal``, with the cluster secret), which
+every bookie accepts whatever its provider."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import bkframe
 from bkframe import proto as p
+from bkframe.core.ledger_keys import master_key
 from bkframe.testing.kit import PASSWORD
 from tests.core.test_security import Certs, secure_config
 from tests.replication.test_bypass_journal import crash_payload, info, wait_out_of_limbo
@@ -21,7 +23,7 @@ async def test_a_replaced_disk_is_refilled_over_tls(cluster_factory: Any, tmp_pa
     certs = Certs(tmp_path / "certs")
     extra = "\n[journal]\nplugin = \"journal_fs\"\npreallocate_bytes = 0\n"
     cluster = cluster_factory(3, config=secure_config(certs, extra=extra))
-    # The test's client uses the second token: "token #0" in a peer's log is a bookie's client.
+    # The test's client uses a token; the repairing bookie's client is the cluster's own.
     async with bkframe.open_client(cluster.metadata, **certs.client(token="another-token")) as client:
         ledgers = {}
         for ledger_type, count in (("BYPASS_JOURNAL", 40), ("PD_JOURNAL", 25)):
@@ -42,10 +44,10 @@ async def test_a_replaced_disk_is_refilled_over_tls(cluster_factory: Any, tmp_pa
         conn = await client.pool.get(lost.bookie_id)
         for ledger, count in ledgers.items():
             for i in range(count):
-                r = await conn.read(ledger, i)
+                r = await conn.read(ledger, i, master_key=master_key(PASSWORD))
                 assert (r.status, r.data[-len(crash_payload(ledger, i)) :]) == (p.Status.OK, crash_payload(ledger, i))
         assert (await info(client, lost.bookie_id))["limbo_ledgers"] == []
-    # The peers saw the repairing bookie authenticate with its token over TLS.
+    # The peers saw the repairing bookie authenticate as the cluster's own over TLS.
     peers_log = "".join(b.log() for b in cluster.bookies if b is not lost)
-    assert "authenticated as token #0" in peers_log
+    assert "authenticated as bkframe-internal" in peers_log
     assert "refused" not in lost.log(), lost.log()

@@ -139,4 +139,4 @@ async def test_a_bookie_seals_a_ledgers_log_when_its_writer_closes(tmp_path: Pat
             assert (await bk.submit_write_close(1, master_key=b"k").wait()).status == p.Status.OK
             await service.bookie.checkpoint()  # type: ignore[union-attr]
             assert logs.active_ledgers() == [2]
-            assert (await bk.read(1, 0)).data == b"e"
+            assert (await bk.read(1, 0, master_key=b"k")).data == b"e"

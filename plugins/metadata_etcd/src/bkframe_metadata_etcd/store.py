@@ -4,7 +4,8 @@ Why etcd3gw: it speaks HTTP/JSON to etcd's gateway, so it needs no protobuf or g
 build (the ``etcd3`` package needs ``PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python``
 with current protobuf) and it is maintained.
 
-Keys under ROOT: ``ROOT/ledgers/L<id, 19 digits>`` (metadata JSON; the key's etcd
+Keys under ROOT: ``ROOT/cluster`` (the cluster record, put once if absent),
+``ROOT/ledgers/L<id, 19 digits>`` (metadata JSON; the key's etcd
 ``version`` is the CAS version), ``ROOT/idgen`` (the last ledger id, advanced by CAS),
 ``ROOT/bookies/<id>`` (attached to a lease kept alive by a heartbeat; a dead bookie's
 lease expires), ``ROOT/cookies/<id>`` (CAS on version), ``ROOT/logs/<name>`` (a named log's
@@ -35,6 +36,7 @@ from bkframe.core.metadata import (
     BadVersionError,
     BookieIdInUseError,
     BookieInfo,
+    ClusterRecord,
     LedgerExistsError,
     LedgerMetadata,
     LogExistsError,
@@ -219,6 +221,16 @@ class EtcdMetadataStore(EtcdAutorecovery):
             return None
         value, kv = found[0]
         return value, int(kv["version"])
+
+    # -- the cluster record --------------------------------------------------------------
+
+    async def init_cluster(self, record: ClusterRecord) -> bool:
+        key = f"{self.root}/cluster".encode()
+        return await self._call(lambda c: self._cas_put(c, key, record.serialize(), 0))
+
+    async def read_cluster(self) -> ClusterRecord | None:
+        found = await self._call(lambda c: self._get(c, f"{self.root}/cluster".encode()))
+        return None if found is None else ClusterRecord.deserialize(found[0])
 
     # -- ledgers -------------------------------------------------------------------------
 

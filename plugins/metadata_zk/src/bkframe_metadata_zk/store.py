@@ -2,6 +2,7 @@
 
 Layout under ROOT (in the spirit of BookKeeper's):
 
+    ROOT/cluster                    the cluster record (JSON), created once
     ROOT/ledgers/L<id, 19 digits>   ledger metadata (JSON); the znode version is the CAS version
     ROOT/idgen/id-<seq>             transient sequential nodes: their sequence makes ledger ids
     ROOT/bookies/<bookie id>        ephemeral: a live bookie's BookieInfo (JSON)
@@ -35,6 +36,7 @@ from bkframe.core.metadata import (
     BadVersionError,
     BookieIdInUseError,
     BookieInfo,
+    ClusterRecord,
     LedgerExistsError,
     LedgerMetadata,
     LogExistsError,
@@ -205,6 +207,22 @@ class ZkMetadataStore(ZkAutorecovery):
 
     def _ledger(self, ledger_id: int) -> str:
         return f"{self.root}/ledgers/L{ledger_id:019d}"
+
+    # -- the cluster record --------------------------------------------------------------
+
+    async def init_cluster(self, record: ClusterRecord) -> bool:
+        try:
+            await self._call(lambda zk: zk.create(f"{self.root}/cluster", record.serialize()))
+        except NodeExistsError:
+            return False
+        return True
+
+    async def read_cluster(self) -> ClusterRecord | None:
+        try:
+            data, _ = await self._call(lambda zk: zk.get(f"{self.root}/cluster"))
+        except NoNodeError:
+            return None
+        return ClusterRecord.deserialize(data)
 
     # -- ledgers -------------------------------------------------------------------------
 
