@@ -22,6 +22,7 @@ from bkframe.bookie.cookies import check_cookies, read_local
 from bkframe.bookie.disk_space import measure
 from bkframe.bookie.garbage_collector import GarbageCollector
 from bkframe.bookie.identity import claim_id, default_bookie_id
+from bkframe.bookie.preflight import check_data_dir, check_ports
 from bkframe.bookie.protection import protect_at_boot
 from bkframe.bookie.server import BookieServer
 from bkframe.core.config import Config
@@ -131,6 +132,10 @@ class BookieService:
 
     async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config.bookie
+        # Before anything is made or stamped: a port in use or a data dir that is a file
+        # fails here, leaving no journal, cookie or registration behind.
+        await check_ports(self.config, http=self.config.http.enabled and self.admin is not None)
+        check_data_dir(cfg.data_dir)
         bookie = self.bookie = Bookie(self.config, self.plugins)
         # Before anything is written: a bookie starting on a full disk starts read-only.
         bookie.check_disk()
