@@ -48,15 +48,28 @@ def known_error(error: BaseException) -> BaseException | None:
     return None
 
 
+#: What to do about an OSError of the machine, by errno.
+HINTS = {
+    errno.EADDRINUSE: "another process listens on that port; stop it or choose another port",
+    errno.EADDRNOTAVAIL: "that is no address of this machine; give one of its addresses",
+    errno.EEXIST: "a file is in the way of a directory; give another path or move the file",
+    errno.ENOTDIR: "a part of the path is a file, not a directory; give another path",
+    errno.EISDIR: "it is a directory; give a file",
+    errno.ENOENT: "check the path",
+    errno.EACCES: "this user may not do that there; check the path and its permissions",
+    errno.EPERM: "this user may not do that there; check the path and its permissions",
+    errno.EROFS: "the filesystem is read-only; give a path on a writable one",
+    errno.ENOSPC: "the disk is full; free space or give a path on another disk",
+    errno.EDQUOT: "the disk quota is used up; free space or give a path on another disk",
+}
+
+
 def message(error: BaseException) -> str:
     """The one line shown for a known error."""
     if isinstance(error, OSError) and not isinstance(error, BKError):
         what = f"{error.strerror or error}: {error.filename}" if error.filename else str(error.strerror or error)
-        if error.errno == errno.EADDRINUSE:
-            return f"{what}: another process listens on that port; stop it or choose another port"
-        if error.filename:
-            return f"{what} (check the path: its directories must exist and be writable)"
-        return what
+        hint = HINTS.get(error.errno or 0)
+        return f"{what}: {hint}" if hint else what
     return str(error)
 
 
