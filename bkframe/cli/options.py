@@ -81,13 +81,13 @@ BYTES = click.IntRange(min=0)
 
 
 def check_quorums(ensemble: int, write_quorum: int, ack_quorum: int) -> None:
-    """The ledger model's rule (E >= W >= A >= 1) as a usage error, before anything starts."""
+    """The ledger model's rule (E >= W >= A >= 1) as one error line, before anything starts."""
     from bkframe.core.metadata import LedgerMetadata
 
     try:
         LedgerMetadata(0, ensemble, write_quorum, ack_quorum, ((0, tuple(str(i) for i in range(ensemble))),))
     except ValueError as e:
-        raise click.UsageError(f"{e} (-e/--ensemble, -w/--write-quorum, -a/--ack-quorum)") from None
+        raise click.ClickException(f"{e} (-e/--ensemble, -w/--write-quorum, -a/--ack-quorum)") from None
 
 
 #: ``click`` context meta key: the ``-v`` level and ``--log-format`` given to ``bkframe``
