@@ -11,7 +11,8 @@ families, each importable from here:
   metadata store or a bookie says so;
 * the wire protocol: :class:`ProtocolError`; a bookie's error status as the client sees it:
   :class:`BookieError` and the typed ones (:class:`LedgerFencedError`, ...);
-* the client: :class:`NotEnoughBookiesError`, :class:`RecoveryError`, ...;
+* the client: :class:`NotEnoughBookiesError`, :class:`RecoveryError`,
+  :class:`EntryTooLargeError`, ...;
 * named logs: :class:`LogError` and its kinds (:class:`NoSuchLogError` -- one class, whether
   the metadata store or the client says so -- :class:`LogFencedError`,
   :class:`PositionTrimmedError`, :class:`CommitError`, ...).
@@ -122,6 +123,17 @@ class LedgerClosedError(BKError):
     """The ledger is closed; no more entries can be added."""
 
 
+class EntryTooLargeError(BKError, ValueError):
+    """An entry is larger than the bookies take (``max_entry_size``). The client refuses it
+    before sending anything: the writer goes on, and the entry should be split.
+    ``size`` is the payload's length, ``maximum`` the largest payload allowed."""
+
+    def __init__(self, message: str, size: int = 0, maximum: int = 0) -> None:
+        super().__init__(message)
+        self.size = size
+        self.maximum = maximum
+
+
 class NotEnoughBookiesError(BKError):
     """Too few live, writable bookies for the requested ensemble or quorum."""
 
@@ -184,6 +196,7 @@ __all__ = [
     "CommitError",
     "ConfigError",
     "CursorExistsError",
+    "EntryTooLargeError",
     "LedgerClosedError",
     "LedgerDeletedError",
     "LedgerExistsError",

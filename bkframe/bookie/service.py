@@ -22,6 +22,7 @@ from bkframe.bookie.disk_space import measure
 from bkframe.bookie.garbage_collector import GarbageCollector
 from bkframe.bookie.identity import claim_id, default_bookie_id
 from bkframe.bookie.key_check import KeyCheck
+from bkframe.bookie.preflight import check_data_dir, check_ports
 from bkframe.bookie.protection import protect_at_boot
 from bkframe.bookie.server import BookieServer
 from bkframe.core.cluster import init_cluster, require_cluster
@@ -124,6 +125,10 @@ class BookieService:
 
     async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config.bookie
+        # Before anything is made or stamped: a port in use or a data dir that is a file
+        # fails here, leaving no journal, cookie or registration behind.
+        await check_ports(self.config, http=self.config.http.enabled and self.admin is not None)
+        check_data_dir(cfg.data_dir)
         store: MetadataStore | None = None
         try:
             if cfg.metadata:

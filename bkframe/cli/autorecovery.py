@@ -14,7 +14,7 @@ import attrs
 import click
 import trio
 
-from bkframe.cli.options import LOG_OVERRIDES, client_security, metadata_option
+from bkframe.cli.options import LOG_OVERRIDES, auth_token_option, client_security, metadata_option
 from bkframe.client.settings import ClientSettings
 from bkframe.core.cluster import require_cluster
 from bkframe.core.config import load_config
@@ -34,6 +34,7 @@ log = logging.getLogger("bkframe.autorecovery")
     "and [placement] (where copies go).",
 )
 @click.option("--holder", default="", help="This service's name in the locks it takes (default autorecovery@HOST:PID).")
+@auth_token_option
 def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | None, holder: str) -> None:
     """Run autorecovery alone (an auditor candidate and a replication worker) until
     SIGTERM / SIGINT; ``status`` shows what it is doing."""
@@ -47,7 +48,7 @@ def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | N
     setup_logging(attrs.evolve(config.logging, format=log_format) if log_format else config.logging, level=level)
     plugins = PluginManager(disabled=config.plugins.disable)
     plugins.check_config(config)  # a wrong [placement] policy fails here, not in the service
-    # TLS and the token from $BKFRAME_TLS_* / $BKFRAME_AUTH_TOKEN_FILE, as the other client commands.
+    # TLS and the token from $BKFRAME_TLS_* and --auth-token-file / $BKFRAME_AUTH_TOKEN(_FILE), as the other client commands.
     settings = ClientSettings.from_placement_section(config.placement, **client_security())
     name = holder or default_holder()
 

@@ -18,7 +18,7 @@ import trio
 
 from bkframe import proto as p
 from bkframe.cli.local_cluster import BookieProcess
-from bkframe.cli.options import client_security
+from bkframe.cli.options import AT_LEAST_ONE, BYTES, check_quorums, client_security
 from bkframe.client.bookie_client import PendingResponse, connect_bookie
 
 
@@ -217,9 +217,9 @@ async def append_timed(
 )
 @click.option("--data-dir", type=click.Path(path_type=Path), help="Data dir of the bookie started for the run.")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), help="Config of the bookie started for the run.")
-@click.option("--entry-size", type=int, default=1024, show_default=True)
-@click.option("--count", type=int, default=100_000, show_default=True)
-@click.option("--window", type=int, default=256, show_default=True, help="Adds in flight at most.")
+@click.option("--entry-size", type=BYTES, default=1024, show_default=True)
+@click.option("--count", type=AT_LEAST_ONE, default=100_000, show_default=True)
+@click.option("--window", type=AT_LEAST_ONE, default=256, show_default=True, help="Adds in flight at most.")
 @click.option("--ledger", "ledger_id", type=int, default=1, show_default=True, help="Ledger id (bookie mode).")
 @click.option("--metadata", help="Client mode: append through the client library on this cluster.")
 @click.option("-e", "--ensemble", type=int, default=3, show_default=True, help="Client mode.")
@@ -232,7 +232,7 @@ async def append_timed(
 @click.option("--tls-key", help="Client mode: the client certificate's key (or $BKFRAME_TLS_KEY).")
 @click.option(
     "--auth-token-file", type=click.Path(path_type=Path),
-    help="Client mode: file holding the token, for token auth (or $BKFRAME_AUTH_TOKEN_FILE).",
+    help="Client mode: file holding the token, for token auth (or $BKFRAME_AUTH_TOKEN_FILE, or $BKFRAME_AUTH_TOKEN).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line instead of text.")
 def bench(
@@ -258,6 +258,7 @@ def bench(
     """Benchmark pipelined adds: against one bookie directly (default, no metadata store
     needed), or through the client library on a cluster (--metadata)."""
     if metadata:
+        check_quorums(ensemble, write_quorum, ack_quorum)
         settings = client_security(tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, auth_token_file=auth_token_file)
         result = trio.run(
             lambda: bench_client(

@@ -20,6 +20,7 @@ import trio
 
 import bkframe
 from bkframe.cli.local_cluster import Cluster
+from bkframe.cli.options import AT_LEAST_ONE
 
 CONFIG = """[bookie]
 registration_ttl_s = 2.0
@@ -33,9 +34,9 @@ check_interval_s = 0.2
 
 @click.command(name="bench-autorecovery")
 @click.option("--data-dir", type=click.Path(path_type=Path), required=True, help="Where the bookies live (emptied first).")
-@click.option("--size-mb", type=int, default=1024, show_default=True, help="Payload written in closed ledgers.")
-@click.option("--ledgers", type=int, default=16, show_default=True)
-@click.option("--entry-size", type=int, default=65536, show_default=True)
+@click.option("--size-mb", type=AT_LEAST_ONE, default=1024, show_default=True, help="Payload written in closed ledgers.")
+@click.option("--ledgers", type=AT_LEAST_ONE, default=16, show_default=True)
+@click.option("--entry-size", type=AT_LEAST_ONE, default=65536, show_default=True)
 @click.option("--foreground-writes", is_flag=True, help="A writer appends (window 64) while the copies run.")
 @click.option("--json", "as_json", is_flag=True)
 def bench_autorecovery(

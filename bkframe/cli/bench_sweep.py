@@ -251,8 +251,15 @@ def markdown_tables(sweep: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x)
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise click.BadParameter(f"{text!r} should be whole numbers >= 1 separated by commas, e.g. 1024,65536",
+                                 param_hint=option)
+    return values
 
 
 @click.command("bench-sweep")
@@ -272,9 +279,9 @@ def bench_sweep(out_dir: Path, quick: bool, scale: float | None, sizes: str, win
     clusters (E=3 W=3 A=2); write sweep.json and PNG plots."""
     if scale is None:
         scale = 0.25 if quick else 1.0
-    settings = SweepSettings(sizes=_ints(sizes), windows=_ints(windows), scale=scale)
+    settings = SweepSettings(sizes=_ints(sizes, "--sizes"), windows=_ints(windows, "--windows"), scale=scale)
+    out_dir.mkdir(parents=True, exist_ok=True)  # before the sweep: a wrong --out-dir fails now, not in minutes
     sweep = run_sweep(settings, peer_bench=peer_bench, notes=notes)
-    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "sweep.json").write_text(json.dumps(sweep, indent=1) + "\n")
     click.echo(f"wrote {out_dir / 'sweep.json'} ({sweep['duration_s']} s)")
     if not no_plots:

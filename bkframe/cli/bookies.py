@@ -8,7 +8,7 @@ import json
 import click
 import trio
 
-from bkframe.cli.options import client_security, metadata_option
+from bkframe.cli.options import auth_token_option, client_security, metadata_option
 from bkframe.client.settings import ClientSettings
 from bkframe.core.metadata import BookieInfo
 from bkframe.core.plugin_manager import PluginManager
@@ -46,6 +46,7 @@ def list_bookies(metadata: str, as_json: bool) -> None:
 @bookies.command(name="info")
 @click.argument("bookie_ids", nargs=-1)
 @metadata_option()
+@auth_token_option
 def bookie_info(bookie_ids: tuple[str, ...], metadata: str) -> None:
     """GET_BOOKIE_INFO of the given bookies (default: every registered one), one JSON line
     each: counters, last_shutdown_clean, cookie_check, limbo_ledgers, repair progress, and

@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 import click
 import trio
 
-from bkframe.cli.options import client_security, metadata_option, password_option
+from bkframe.cli.options import ClientGroup, check_quorums, client_security, metadata_option, password_option
+from bkframe.cli.stdin_lines import append_lines
 from bkframe.client.client import Client, open_client
 
 T = TypeVar("T")
@@ -44,7 +45,7 @@ def _placement(policy: str | None, options: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-@click.group()
+@click.group(cls=ClientGroup)
 def ledger() -> None:
     """Work with ledgers through the client library."""
 
@@ -56,7 +57,7 @@ def ledger() -> None:
 @click.option("-a", "--ack-quorum", type=int, default=2, show_default=True)
 @click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True)
 @click.option("--digest", type=click.Choice(["CRC32C", "HMAC_SHA256"]), default="CRC32C", show_default=True)
-@password_option
+@password_option("ledger")
 @click.option("--placement", help="Placement policy choosing its bookies: random (default), least_used, rack_aware, ...")
 @click.option("-o", "--placement-option", "placement_options", multiple=True, metavar="KEY=VALUE",
               help="An option of the placement policy, e.g. -o min_racks=2 (repeatable).")
@@ -65,12 +66,7 @@ def create(
     placement: str | None, placement_options: tuple[str, ...],
 ) -> None:
     """Create a ledger; prints its id alone. Append to it with 'bkframe ledger append ID'."""
-    try:
-        from bkframe.core.metadata import LedgerMetadata
-
-        LedgerMetadata(0, ensemble, write_quorum, ack_quorum, ((0, tuple(str(i) for i in range(ensemble))),))
-    except ValueError as e:
-        raise click.ClickException(str(e)) from None
+    check_quorums(ensemble, write_quorum, ack_quorum)
 
     async def run(client: Client) -> int:
         handle = await client.create_ledger(
@@ -84,7 +80,7 @@ def create(
 
 @ledger.command()
 @metadata_option()
-@password_option
+@password_option("ledger")
 @click.option("--keep-open", is_flag=True, help="Do not close the ledger at end of input.")
 @click.argument("ledger_id", type=int)
 def append(metadata: str, password: str, keep_open: bool, ledger_id: int) -> None:
@@ -92,42 +88,39 @@ def append(metadata: str, password: str, keep_open: bool, ledger_id: int) -> Non
 
     async def run(client: Client) -> None:
         writer = await client.open_writer(ledger_id, password=password.encode())
-        stdin = trio.wrap_file(sys.stdin.buffer)
-        send, receive = trio.open_memory_channel[Any](1024)
-
-        async def print_acks() -> None:
-            async for pending in receive:
-                click.echo(await pending.wait())
-                sys.stdout.flush()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(print_acks)
-            async with send:
-                while line := await stdin.readline():
-                    await send.send(writer.append_async(line.rstrip(b"\n")))
+        refused = await append_lines(writer.append_async)
         if not keep_open:
             await writer.close()
+        if refused is not None:
+            raise refused
 
     _run(metadata, run)
 
 
 @ledger.command()
 @metadata_option()
-@password_option
-@click.option("--from", "first", type=int, default=0, show_default=True)
-@click.option("--to", "last", type=int, default=None, help="Last entry (default: the LAC).")
+@password_option("ledger")
+@click.option("--from", "first", type=click.IntRange(min=0), default=0, show_default=True, help="First entry.")
+@click.option("--to", "last", type=click.IntRange(min=0), default=None, help="Last entry (default: the LAC).")
 @click.option("--recover", is_flag=True, help="Fence and close an open ledger first (its writer stops).")
 @click.option("--unconfirmed", is_flag=True, help="Read beyond the LAC, up to --to.")
 @click.argument("ledger_id", type=int)
 def read(metadata: str, password: str, first: int, last: int | None, recover: bool, unconfirmed: bool, ledger_id: int) -> None:
     """Print one entry per line."""
+    if unconfirmed and last is None:
+        raise click.UsageError("--unconfirmed needs --to (there is no known end beyond the LAC)")
+    if last is not None and first > last:
+        raise click.UsageError(f"--from {first} is after --to {last}: give --from <= --to")
 
     async def run(client: Client) -> None:
         reader = await client.open_ledger(ledger_id, password=password.encode(), recovery=recover)
         lac = await reader.read_lac()
         end = lac if last is None else last
-        if unconfirmed and last is None:
-            raise click.UsageError("--unconfirmed needs --to (there is no known end beyond the LAC)")
+        if last is None and first > lac + 1:
+            raise click.UsageError(
+                f"--from {first} is beyond the last confirmed entry {lac} of ledger {ledger_id}: give --from {lac + 1} "
+                f"or less (or --unconfirmed --to N to read beyond the LAC)"
+            )
         out = sys.stdout.buffer
         for start in range(first, end + 1, 1000):
             stop = min(start + 999, end)
@@ -162,7 +155,7 @@ def list_ledgers(metadata: str) -> None:
 
 @ledger.command()
 @metadata_option()
-@password_option
+@password_option("ledger")
 @click.argument("ledger_id", type=int)
 def close(metadata: str, password: str, ledger_id: int) -> None:
     """Close a ledger (fencing and recovering it if its writer did not close it)."""

@@ -12,16 +12,22 @@ import attrs
 import click
 import trio
 
-from bkframe.cli.options import client_security, metadata_option
+from bkframe.cli.options import (
+    AT_LEAST_ONE,
+    BYTES,
+    ClientGroup,
+    check_quorums,
+    client_security,
+    metadata_option,
+    password_option,
+)
+from bkframe.cli.stdin_lines import append_lines
 from bkframe.client.client import open_client
 from bkframe.client.logs.api import Logs
 from bkframe.client.logs.model import EARLIEST, LogSettings, Position, check_name, parse_where
-from bkframe.client.logs.writer import PendingLogAppend
 
 T = TypeVar("T")
 
-#: ``--password``: a log's password (empty by default, as the client's).
-password_option = click.option("--password", default="", help="The log's password.")
 #: ``bkframe log append`` publishes its LAC this soon after the input pauses, so a tail
 #: shows the last line without waiting for the next one.
 APPEND_LAC_INTERVAL_S = 0.2
@@ -44,25 +50,25 @@ def _log_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
         raise click.BadParameter(str(e)) from None
 
 
-def _where(text: str) -> Position | str:
+def _where(text: str, option: str) -> Position | str:
     try:
         return parse_where(text)
     except ValueError as e:
-        raise click.BadParameter(str(e)) from None
+        raise click.BadParameter(str(e), param_hint=option) from None
 
 
-def _position(text: str) -> Position:
+def _position(text: str, option: str) -> Position:
     try:
         return Position.parse(text)
     except ValueError as e:
-        raise click.BadParameter(str(e)) from None
+        raise click.BadParameter(str(e), param_hint=option) from None
 
 
 def _when(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
 
 
-@click.group(name="log")
+@click.group(name="log", cls=ClientGroup)
 def log_group() -> None:
     """Named logs: unbounded streams made of ledgers, with one writer, cursors and retention."""
 
@@ -80,7 +86,7 @@ def log_group() -> None:
 @click.option("--rollover-s", type=float, default=LogSettings().rollover_s, show_default=True)
 @click.option("--retention-s", type=float, default=None, help="Trim closed segments older than this.")
 @click.option("--retention-bytes", type=int, default=None, help="Trim the oldest closed segments beyond this size.")
-@password_option
+@password_option("log")
 def create(
     metadata: str, name: str, ensemble: int, write_quorum: int, ack_quorum: int, ledger_type: str, digest: str,
     rollover_entries: int, rollover_bytes: int, rollover_s: float, retention_s: float | None,
@@ -101,7 +107,7 @@ def create(
 
 @log_group.command()
 @metadata_option()
-@password_option
+@password_option("log")
 @click.argument("name", callback=_log_name)
 def append(metadata: str, password: str, name: str) -> None:
     """Each stdin line becomes one entry; prints each entry's position once acknowledged.
@@ -109,20 +115,10 @@ def append(metadata: str, password: str, name: str) -> None:
 
     async def run(logs: Logs) -> None:
         writer = await logs.open_writer(name, password=password.encode())
-        stdin = trio.wrap_file(sys.stdin.buffer)
-        send, receive = trio.open_memory_channel[PendingLogAppend](1024)
-
-        async def print_acks() -> None:
-            async for pending in receive:
-                click.echo(str(await pending.wait()))
-                sys.stdout.flush()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(print_acks)
-            async with send:
-                while line := await stdin.readline():
-                    await send.send(writer.append_async(line.rstrip(b"\n")))
+        refused = await append_lines(writer.append_async)
         await writer.close()
+        if refused is not None:
+            raise refused
 
     _run(metadata, run, explicit_lac_interval_s=APPEND_LAC_INTERVAL_S)
 
@@ -138,15 +134,15 @@ def _print_entries(show_positions: bool, entries: list[Any]) -> None:
 
 @log_group.command()
 @metadata_option()
-@password_option
+@password_option("log")
 @click.argument("name", callback=_log_name)
 @click.option("--from", "start", default=EARLIEST, show_default=True, help="POS (e.g. 3:41), earliest or latest.")
 @click.option("--to", "last", default=None, help="Last position to print (default: the last confirmed entry).")
 @click.option("--positions", "show_positions", is_flag=True, help="Print POSITION<TAB>payload.")
 def read(metadata: str, password: str, name: str, start: str, last: str | None, show_positions: bool) -> None:
     """Print the confirmed entries from --from to --to, one per line."""
-    first = _where(start)
-    end = _position(last).next() if last is not None else None
+    first = _where(start, "--from")
+    end = _position(last, "--to").next() if last is not None else None
 
     async def run(logs: Logs) -> None:
         reader = await logs.reader(name, password=password.encode())
@@ -158,14 +154,14 @@ def read(metadata: str, password: str, name: str, start: str, last: str | None, 
 
 @log_group.command()
 @metadata_option()
-@password_option
+@password_option("log")
 @click.argument("name", callback=_log_name)
 @click.option("--from", "start", default=EARLIEST, show_default=True, help="POS (e.g. 3:41), earliest or latest.")
 @click.option("-f", "--follow", is_flag=True, help="Keep waiting for new entries (until interrupted).")
 @click.option("--positions", "show_positions", is_flag=True, help="Print POSITION<TAB>payload.")
 def tail(metadata: str, password: str, name: str, start: str, follow: bool, show_positions: bool) -> None:
     """Print entries from --from on; with -f, follow the log across segments as it grows."""
-    first = _where(start)
+    first = _where(start, "--from")
 
     async def run(logs: Logs) -> None:
         reader = await logs.reader(name, password=password.encode())
@@ -192,7 +188,7 @@ def list_logs(metadata: str) -> None:
 
 @log_group.command()
 @metadata_option()
-@password_option
+@password_option("log")
 @click.argument("name", callback=_log_name)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def info(metadata: str, password: str, name: str, as_json: bool) -> None:
@@ -236,7 +232,7 @@ def info(metadata: str, password: str, name: str, as_json: bool) -> None:
 
 @log_group.command()
 @metadata_option()
-@password_option
+@password_option("log")
 @click.argument("name", callback=_log_name)
 def cursors(metadata: str, password: str, name: str) -> None:
     """Each cursor: NAME<TAB>POSITION<TAB>LAG (confirmed entries it has not acknowledged)."""
@@ -247,7 +243,7 @@ def cursors(metadata: str, password: str, name: str) -> None:
 
 @log_group.command()
 @metadata_option()
-@password_option
+@password_option("log")
 @click.argument("name", callback=_log_name)
 @click.argument("cursor", callback=_log_name)
 @click.option("--to", "target", default=None, help="Move it to POS, earliest or latest (made there if new).")
@@ -255,7 +251,7 @@ def cursors(metadata: str, password: str, name: str) -> None:
 @click.option("--delete", "remove", is_flag=True, help="Delete the cursor.")
 def cursor(metadata: str, password: str, name: str, cursor: str, target: str | None, rewind: bool, remove: bool) -> None:
     """Show, create, move or delete a durable cursor (every entry before its position is acknowledged)."""
-    where = _where(target) if target is not None else None
+    where = _where(target, "--to") if target is not None else None
 
     async def run(logs: Logs) -> str:
         if remove:
@@ -284,7 +280,7 @@ def trim(metadata: str, name: str, before: str | None, retention: bool, force: b
     cursor unless --force."""
     if before is None and not retention:
         raise click.UsageError("say what to trim: --before POS and/or --retention")
-    until = _position(before) if before is not None else None
+    until = _position(before, "--before") if before is not None else None
     result = _run(metadata, lambda logs: logs.trim(name, before=until, retention=retention, force=force))
     removed = ", ".join(f"{s.number} (ledger {s.ledger_id}, {s.entries} entries)" for s in result.removed)
     click.echo(f"removed segments: {removed or 'none'}; the log starts at {result.start}")
@@ -303,15 +299,15 @@ def delete(metadata: str, name: str) -> None:
 
 @log_group.command()
 @metadata_option()
-@click.option("--entry-size", type=int, default=1024, show_default=True)
-@click.option("--count", type=int, default=100_000, show_default=True)
-@click.option("--window", type=int, default=256, show_default=True, help="Appends in flight at most.")
+@click.option("--entry-size", type=BYTES, default=1024, show_default=True)
+@click.option("--count", type=AT_LEAST_ONE, default=100_000, show_default=True)
+@click.option("--window", type=AT_LEAST_ONE, default=256, show_default=True, help="Appends in flight at most.")
 @click.option("-e", "--ensemble", type=int, default=3, show_default=True)
 @click.option("-w", "--write-quorum", type=int, default=3, show_default=True)
 @click.option("-a", "--ack-quorum", type=int, default=2, show_default=True)
 @click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True)
-@click.option("--rollover-entries", type=int, default=10_000, show_default=True)
-@click.option("--rounds", type=int, default=2, show_default=True, help="Rounds of (one ledger, one log).")
+@click.option("--rollover-entries", type=AT_LEAST_ONE, default=10_000, show_default=True)
+@click.option("--rounds", type=AT_LEAST_ONE, default=2, show_default=True, help="Rounds of (one ledger, one log).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per run.")
 def bench(
     metadata: str, entry_size: int, count: int, window: int, ensemble: int, write_quorum: int, ack_quorum: int,
@@ -320,6 +316,8 @@ def bench(
     """Appends through a log that rolls over every --rollover-entries vs the same load into
     one ledger, alternating, in one run; prints both and the ratio."""
     from bkframe.cli.log_bench import bench_ledger_vs_log, ratios
+
+    check_quorums(ensemble, write_quorum, ack_quorum)
 
     rows = _run(
         metadata,

@@ -30,6 +30,11 @@ from bkframe.cli.plugins import plugins
 from bkframe.cli.sandbox import sandbox
 from bkframe.core.log_config import FORMATS, LoggingConfig, setup_logging
 
+#: Commands that run until stopped and log as services do: their libraries' warnings stay.
+SERVICES = ("bookie", "autorecovery")
+#: Libraries whose warnings one-shot commands leave out (unless -v).
+QUIET_LIBRARIES = ("kazoo", "etcd3gw", "urllib3")
+
 
 @click.group(cls=Group)
 @click.version_option(package_name="bkframe", prog_name="bkframe")  # the installed distribution's version
@@ -46,6 +51,11 @@ def main(ctx: click.Context, verbose: int, log_format: str | None) -> None:
     # A bookie sets up logging again from its [logging] section; these win over it when given.
     ctx.meta[LOG_OVERRIDES] = (logging.WARNING - 10 * verbose if verbose else None, log_format)
     setup_logging(LoggingConfig(level="warning", format=log_format or "text"), level=logging.WARNING - 10 * verbose)
+    if not verbose and ctx.invoked_subcommand not in SERVICES:
+        # A one-shot command's error line says what failed; a client library's retries on
+        # the way ("Connection dropped", kazoo's) would only bury it. -v shows them.
+        for name in QUIET_LIBRARIES:
+            logging.getLogger(name).setLevel(logging.ERROR)
 
 
 for command in (bookie, plugins, sandbox, bench, bench_sweep, ledger, log_group, bookies, cluster, cookie,

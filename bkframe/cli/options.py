@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -24,8 +25,69 @@ def metadata_option(*, required: bool = True, help: str = "") -> Callable[[F], F
     )
 
 
-#: ``--password``: a ledger's password (empty by default, as the client's).
-password_option = click.option("--password", default="", help="The ledger's password.")
+#: The environment variables a password and a token may come from (instead of a flag, which
+#: ``ps`` shows to every user of the machine).
+PASSWORD_ENV = "BKFRAME_PASSWORD"
+AUTH_TOKEN_ENV = "BKFRAME_AUTH_TOKEN"
+
+
+def password_option(what: str) -> Callable[[F], F]:
+    """``--password P``, ``--password-file PATH`` or ``$BKFRAME_PASSWORD``: the ``what``'s
+    password (empty if none is given, as the client's), passed to the command as
+    ``password: str``. Two of them at once is an error: neither silently wins."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def command(*args: Any, password: str | None, password_file: Path | None, **kwargs: Any) -> Any:
+            return fn(*args, password=read_password(password, password_file), **kwargs)
+
+        with_file = click.option(
+            "--password-file",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help=f"A file holding the {what}'s password (its first line).",
+        )(command)
+        return click.option(
+            "--password", default=None, help=f"The {what}'s password (or --password-file, or ${PASSWORD_ENV})."
+        )(with_file)  # type: ignore[return-value]
+
+    return decorate
+
+
+def read_password(flag: str | None, path: Path | None) -> str:
+    """The password from the one source given (see :func:`password_option`)."""
+    sources = {name: value for name, value in (
+        ("--password", flag), ("--password-file", path), (f"${PASSWORD_ENV}", os.environ.get(PASSWORD_ENV))
+    ) if value is not None}
+    if len(sources) > 1:
+        raise click.UsageError(f"the password is given {len(sources)} ways ({', '.join(sources)}); give one")
+    if path is not None:
+        return _first_line(path, "the password file", "--password-file")
+    return str(next(iter(sources.values()), ""))
+
+
+def _first_line(path: Path, what: str, option: str) -> str:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise click.BadParameter(f"cannot read {what} {path}: {reason}", param_hint=option) from None
+    return text.splitlines()[0] if text else ""
+
+
+#: A count, a size, a window or a number of bookies: a whole number >= 1.
+AT_LEAST_ONE = click.IntRange(min=1)
+#: A size in bytes: a whole number >= 0.
+BYTES = click.IntRange(min=0)
+
+
+def check_quorums(ensemble: int, write_quorum: int, ack_quorum: int) -> None:
+    """The ledger model's rule (E >= W >= A >= 1) as one error line, before anything starts."""
+    from bkframe.core.metadata import LedgerMetadata
+
+    try:
+        LedgerMetadata(0, ensemble, write_quorum, ack_quorum, ((0, tuple(str(i) for i in range(ensemble))),))
+    except ValueError as e:
+        raise click.ClickException(f"{e} (-e/--ensemble, -w/--write-quorum, -a/--ack-quorum)") from None
 
 
 #: ``click`` context meta key: the ``-v`` level and ``--log-format`` given to ``bkframe``
@@ -43,15 +105,51 @@ SECURITY_ENV = {
 }
 
 
+#: ``click`` context meta key: the ``--auth-token-file`` a command was given.
+AUTH_TOKEN_FILE = "bkframe.auth_token_file"
+
+
+def _remember_token_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    if value is not None:
+        ctx.meta[AUTH_TOKEN_FILE] = value
+
+
+#: ``--auth-token-file PATH``: for commands that connect to bookies; :func:`client_security` reads it.
+auth_token_option = click.option(
+    "--auth-token-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    expose_value=False,
+    callback=_remember_token_file,
+    help=f"A file holding the token for bookies with token auth (or ${SECURITY_ENV['auth_token_file']}, "
+    f"or ${AUTH_TOKEN_ENV}).",
+)
+
+
+class ClientGroup(click.Group):
+    """A command group whose commands connect to bookies: each takes ``--auth-token-file``."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        super().add_command(auth_token_option(cmd), name)
+
+
 def client_security(**given: str | Path | None) -> dict[str, Any]:
-    """``open_client`` keywords for TLS and the token: each of ``tls_ca``, ``tls_cert``,
-    ``tls_key`` and ``auth_token_file`` as given, else from its environment variable. The
-    token is read from its file, never taken on the command line (where ``ps`` shows it)."""
-    values = {key: given.get(key) or os.environ.get(env, "") for key, env in SECURITY_ENV.items()}
-    out: dict[str, Any] = {k: str(values[k]) for k in ("tls_ca", "tls_cert", "tls_key") if values[k]}
-    if values["auth_token_file"]:
-        try:
-            out["auth_token"] = Path(values["auth_token_file"]).read_text().strip()
-        except OSError as e:
-            raise click.BadParameter(f"cannot read the token file: {e}", param_hint="--auth-token-file") from None
+    """``open_client`` keywords for TLS and the token: each of ``tls_ca``, ``tls_cert`` and
+    ``tls_key`` as given, else from its environment variable; the token from the one source
+    given of ``--auth-token-file`` (``auth_token_file`` here, or the command's option),
+    ``$BKFRAME_AUTH_TOKEN_FILE`` and ``$BKFRAME_AUTH_TOKEN`` -- never from a flag that
+    ``ps`` would show. Two token sources at once are an error."""
+    values = {key: given.get(key) or os.environ.get(env, "") for key, env in SECURITY_ENV.items() if key != "auth_token_file"}
+    out: dict[str, Any] = {k: str(v) for k, v in values.items() if v}
+    ctx = click.get_current_context(silent=True)
+    flag = given.get("auth_token_file") or (ctx.meta.get(AUTH_TOKEN_FILE) if ctx is not None else None)
+    sources = {name: value for name, value in (
+        ("--auth-token-file", flag),
+        (f"${SECURITY_ENV['auth_token_file']}", os.environ.get(SECURITY_ENV["auth_token_file"])),
+        (f"${AUTH_TOKEN_ENV}", os.environ.get(AUTH_TOKEN_ENV)),
+    ) if value}
+    if len(sources) > 1:
+        raise click.UsageError(f"the token is given {len(sources)} ways ({', '.join(sources)}); give one")
+    for name, value in sources.items():
+        token = value if name == f"${AUTH_TOKEN_ENV}" else _first_line(Path(value), "the token file", name)
+        out["auth_token"] = str(token).strip()
     return out

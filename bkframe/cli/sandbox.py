@@ -12,7 +12,7 @@ import trio
 
 from bkframe.cli.demo import run_demo, run_spark_pipeline, spark_missing
 from bkframe.cli.local_cluster import Cluster
-from bkframe.cli.options import metadata_option
+from bkframe.cli.options import AT_LEAST_ONE, metadata_option
 from bkframe.core.cluster import init_cluster
 from bkframe.core.metadata import ClusterRecord
 from bkframe.core.plugin_manager import PluginManager
@@ -32,7 +32,7 @@ async def check_store(metadata: str) -> ClusterRecord:
 
 
 @click.command()
-@click.option("--bookies", type=int, default=3, show_default=True)
+@click.option("--bookies", type=AT_LEAST_ONE, default=3, show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path("sandbox-data"), show_default=True)
 @metadata_option(required=False, help="Metadata URI. Default: sqlite:///DATA_DIR/metadata.db (embedded).")
 @click.option(

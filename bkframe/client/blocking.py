@@ -395,6 +395,8 @@ class BlockingLogWriter:
         """Append a batch pipelined; returns the positions once all are confirmed (the
         blocking stand-in for a loop of ``append_async``)."""
         data = list(payloads)
+        for payload in data:
+            self.writer._check_size(payload)  # one too large refuses the whole batch, as WriteHandle's
 
         async def run() -> list[Position]:
             pending = [self.writer.append_async(p) for p in data]

@@ -21,9 +21,35 @@ import crc32c
 
 from bkframe.core.interfaces import Buffer
 from bkframe.core.metadata import DigestType
-from bkframe.errors import BKError
+from bkframe.errors import BKError, EntryTooLargeError
 
 HEADER = struct.Struct("<QqqQ")
+
+
+#: Where the maximum entry size comes from, as messages say it.
+LIMIT_SOURCE = "the bookies' [bookie] max_entry_size and the client's max_entry_size set it"
+
+
+def digest_size(digest_type: DigestType) -> int:
+    return 4 if digest_type == DigestType.CRC32C else 32
+
+
+def max_payload(max_entry_size: int, digest_type: DigestType) -> int:
+    """The largest payload whose entry (header, digest, payload) fits ``max_entry_size``."""
+    return max_entry_size - HEADER.size - digest_size(digest_type)
+
+
+def too_large(what: str, size: int, max_entry_size: int, digest_type: DigestType) -> EntryTooLargeError:
+    """The error for a payload of ``size`` bytes over :func:`max_payload`; ``what`` names
+    the ledger or log."""
+    limit = max_payload(max_entry_size, digest_type)
+    return EntryTooLargeError(
+        f"{what}: an entry of {size} bytes is over the maximum of {limit} (max_entry_size {max_entry_size} less "
+        f"a {max_entry_size - limit}-byte header; {LIMIT_SOURCE}); split it. Nothing was sent: the writer "
+        f"takes further entries",
+        size,
+        limit,
+    )
 
 
 class DigestMismatchError(BKError, ValueError):
@@ -54,7 +80,7 @@ class Digester:
 
     @property
     def size(self) -> int:
-        return 4 if self.digest_type == DigestType.CRC32C else 32
+        return digest_size(self.digest_type)
 
     def _digest(self, header: bytes, payload: Buffer) -> bytes:
         if self.digest_type == DigestType.CRC32C:

@@ -15,8 +15,9 @@ from typing import Any
 import attrs
 from attrs import validators as v
 
+from bkframe import proto as p
 from bkframe.core.auth import internal_credential
-from bkframe.core.config import Config
+from bkframe.core.config import DEFAULT_MAX_ENTRY_SIZE, Config
 from bkframe.core.placement import DEFAULT_POLICY
 from bkframe.core.tls import client_context
 from bkframe.errors import ConfigError
@@ -45,6 +46,13 @@ class ClientSettings:
     #: A bookie that failed a request is avoided for this long when choosing ensembles and
     #: replicas; it is still used when no other bookie is available.
     bookie_quarantine_s: float = attrs.field(default=1800.0, validator=v.ge(0))
+    #: The largest entry (header, digest and payload) a writer sends, in bytes: keep it equal
+    #: to the bookies' ``[bookie] max_entry_size`` (both 5 MiB by default). A larger append
+    #: raises :class:`~bkframe.errors.EntryTooLargeError` before anything is sent, and the
+    #: writer goes on; at most ``proto.MAX_ENTRY_SIZE`` (what one frame can carry).
+    max_entry_size: int = attrs.field(
+        default=DEFAULT_MAX_ENTRY_SIZE, validator=[v.ge(1), v.le(p.MAX_ENTRY_SIZE)]
+    )
     #: > 0: write handles send their LAC explicitly when it moved and no add carried it for
     #: this long, so tailing readers see the last entry without waiting for the next.
     explicit_lac_interval_s: float = attrs.field(default=0.0, validator=v.ge(0))

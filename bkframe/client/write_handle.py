@@ -30,7 +30,7 @@ import trio
 from bkframe import proto as p
 from bkframe.client.distribution import write_set
 from bkframe.client.ensemble_change import check_still_open, commit_fragment, not_allowed, replacements
-from bkframe.client.entry_format import Digester
+from bkframe.client.entry_format import Digester, max_payload, too_large
 from bkframe.client.write_close import advise_write_close
 from bkframe.core.metadata import BadVersionError, LedgerMetadata, LedgerStateName
 from bkframe.errors import (
@@ -138,6 +138,8 @@ class WriteHandle:
         #: Bookies of the current ensemble that failed and are being replaced.
         self._to_replace: set[str] = set()
         self._settings = ctx.settings
+        #: Larger payloads are refused before they are sent (a bookie would refuse them).
+        self._max_payload = max_payload(ctx.settings.max_entry_size, metadata.digest_type)
         #: Add requests sent and not answered yet (any outcome), for close().
         self._outstanding = 0
         self._all_answered = trio.Event()
@@ -178,6 +180,8 @@ class WriteHandle:
                 f"ledger {self.ledger_id} is {'closed' if self._closed else 'being closed'}; it takes no more "
                 f"entries (its end is the last entry confirmed before close() was called)"
             )
+        if len(payload) > self._max_payload:
+            raise self._too_large(len(payload))
         entry_id = self._next_entry
         self._next_entry += 1
         self._length += len(payload)
@@ -204,8 +208,16 @@ class WriteHandle:
         return await self._append(payload, alone=True).wait()
 
     def append_many_async(self, payloads: Iterable[bytes]) -> list[PendingAppend]:
-        """Start an append of each payload, in order; they leave in one batch per bookie."""
-        return [self._append(payload, alone=False) for payload in payloads]
+        """Start an append of each payload, in order; they leave in one batch per bookie.
+        A payload over the maximum entry size refuses the whole batch (nothing is appended)."""
+        batch = list(payloads)
+        largest = max(map(len, batch), default=0)
+        if largest > self._max_payload:
+            raise self._too_large(largest)
+        return [self._append(payload, alone=False) for payload in batch]
+
+    def _too_large(self, size: int) -> BKError:
+        return too_large(f"ledger {self.ledger_id}", size, self._settings.max_entry_size, self.metadata.digest_type)
 
     async def append_many(self, payloads: Iterable[bytes]) -> range:
         """Append the payloads (pipelined, one batch per bookie) and wait until all are
@@ -299,6 +311,12 @@ class WriteHandle:
             self._advance()
             return
         if response is not None and response.status in (p.Status.FENCED, p.Status.UNAUTHORIZED):
+            self._fail(p.error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id))
+            return
+        if response is not None and response.status == p.Status.BAD_REQUEST:
+            # The bookie finds the add malformed (say an entry over its max_entry_size, when
+            # the client's setting is larger): a replacement would refuse it too, so this is
+            # the writer's error, not a dead bookie to change the ensemble for.
             self._fail(p.error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id))
             return
         if response is not None and response.status == p.Status.NO_LEDGER:

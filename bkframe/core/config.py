@@ -28,6 +28,9 @@ T = TypeVar("T")
 
 PLUGIN_SECTIONS = ("journal", "ledger_storage", "entry_log_manager")
 
+#: ``[bookie] max_entry_size`` and the client's ``max_entry_size`` by default: 5 MiB.
+DEFAULT_MAX_ENTRY_SIZE = 5 * 1024 * 1024
+
 DEFAULT_SECTIONS: dict[str, dict[str, Any]] = {
     "journal": {"plugin": "journal_fs"},
     "ledger_storage": {"plugin": "default"},
@@ -187,8 +190,9 @@ class BookieConfig:
     data_dir: Path = attrs.field(default=Path("data"), converter=Path)
     #: Metadata store URI; empty means the bookie does not register anywhere.
     metadata: str = ""
-    #: Largest entry accepted, in bytes; a larger ADD gets BAD_REQUEST.
-    max_entry_size: int = attrs.field(default=5 * 1024 * 1024, validator=at_least(1))
+    #: Largest entry accepted, in bytes; a larger ADD gets BAD_REQUEST. Clients refuse a
+    #: larger entry before sending it by their own ``max_entry_size`` setting (keep the two equal).
+    max_entry_size: int = attrs.field(default=DEFAULT_MAX_ENTRY_SIZE, validator=at_least(1))
     #: Seconds live connections get to finish in-flight requests on shutdown.
     drain_timeout_s: float = attrs.field(default=5.0, validator=at_least(0))
     #: Seconds between checkpoints (flush ledger storage, persist LastLogMark, trim journal).
@@ -370,14 +374,11 @@ def load_config(
     for section in known:
         if section in raw and not isinstance(raw[section], dict):
             raise ConfigError(f"{source}: [{section}] should be a table")
-    bookie_raw = dict(raw.get("bookie", {}))
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            bookie_raw[key] = value
+    bookie_raw = _overridden(BookieConfig, raw.get("bookie", {}), overrides, where=f"{source}: [bookie]", flag="--{}")
     sections = {s: {**DEFAULT_SECTIONS[s], **raw.get(s, {})} for s in PLUGIN_SECTIONS}
     tls = parse_section(TLSConfig, raw.get("tls", {}), where=f"{source}: [tls]")
     tls.check(f"{source}: [tls]")
-    http_raw = {**raw.get("http", {}), **{k: v for k, v in (http or {}).items() if v is not None}}
+    http_raw = _overridden(HttpConfig, raw.get("http", {}), http, where=f"{source}: [http]", flag="--http-{}")
     return Config(
         bookie=parse_section(BookieConfig, bookie_raw, where=f"{source}: [bookie]"),
         plugins=parse_section(PluginsConfig, raw.get("plugins", {}), where=f"{source}: [plugins]"),
@@ -391,3 +392,21 @@ def load_config(
         limits=parse_section(LimitsConfig, raw.get("limits", {}), where=f"{source}: [limits]"),
         **sections,
     )
+
+
+def _overridden(
+    cls: type[Any], section: Mapping[str, Any], overrides: Mapping[str, Any] | None, *, where: str, flag: str
+) -> dict[str, Any]:
+    """The keys of a file's section with the command line's overrides (None: not given) in.
+
+    A flag never hides a mistake of the file: the file's section is checked on its own
+    first. Then each flag is checked as that key of the file would be, and a refusal names
+    the flag (``flag`` formats it from the key: ``--{}`` gives ``--port: port = 70000 should
+    be an integer from 0 to 65535``)."""
+    given = {key: value for key, value in (overrides or {}).items() if value is not None}
+    if given:
+        parse_section(cls, section, where=where)
+        for key, value in given.items():
+            name = flag.format(key.replace("_", "-"))
+            parse_section(cls, {**section, key: value}, where=name)
+    return {**section, **given}

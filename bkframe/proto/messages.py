@@ -84,6 +84,10 @@ class ReadFlag(enum.IntFlag):
 
 #: Frames a client builds are cut at about this size (a frame holds whole messages).
 TARGET_FRAME_SIZE = 1024 * 1024
+#: The largest entry a client may send (its ``max_entry_size`` is at most this): one frame
+#: carries the entry with the rest of its ADD_BATCH and the messages queued before it (each
+#: part under TARGET_FRAME_SIZE), and still stays under MAX_FRAME_SIZE.
+MAX_ENTRY_SIZE = MAX_FRAME_SIZE - 4 * TARGET_FRAME_SIZE
 
 #: Read of this entry id means "the last entry this bookie holds" (as in BookKeeper).
 LAST_ENTRY = -1
@@ -286,6 +290,7 @@ __all__ = [
     "LAST_ENTRY",
     "MAX_AUTH_CREDENTIAL",
     "MAX_AUTH_METHOD",
+    "MAX_ENTRY_SIZE",
     "MAX_FRAME_SIZE",
     "MAX_LEDGER_ID",
     "MAX_LIST_SPAN",

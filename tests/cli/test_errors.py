@@ -67,3 +67,37 @@ def test_known_errors_inside_exception_groups() -> None:
     # A group that also holds a bug is a bug: its traceback is shown.
     assert known_error(ExceptionGroup("mixed", [BKError("known"), KeyError("bug")])) is None
     assert known_error(KeyError("bug")) is None
+
+
+def test_user_errors_in_groups_are_one_line_and_a_bug_says_so() -> None:
+    """An OSError about the machine (a port in use) inside an exception group is one line that
+    says what to do; a bug keeps its traceback and ends with a line saying it is a bug."""
+    import errno
+
+    import click
+    from click.testing import CliRunner
+
+    from bkframe.cli.errors import Group
+
+    @click.group(cls=Group)
+    def cli() -> None:
+        pass
+
+    @cli.command()
+    def busy() -> None:
+        raise ExceptionGroup("nursery", [OSError(errno.EADDRINUSE, "Address already in use")])
+
+    @cli.command()
+    def bug() -> None:
+        raise ExceptionGroup("nursery", [KeyError("oops"), MetadataError("store gone")])
+
+    result = CliRunner().invoke(cli, ["busy"])
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: Address already in use: another process listens on that port; stop it or choose another port\n"
+    )
+    result = CliRunner().invoke(cli, ["bug"])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert "Traceback" in result.output and "KeyError: 'oops'" in result.output
+    assert lines[-1] == "Error: this is a bug in bkframe (ExceptionGroup); please report it with the traceback above"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -52,6 +53,20 @@ def test_ledger_command_errors(shared_cluster: Cluster) -> None:
         assert proc.returncode != 0
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_passwords_from_a_file_or_the_environment(shared_cluster: Cluster, tmp_path: Path) -> None:
+    """--password-file (its first line) and $BKFRAME_PASSWORD stand for --password, which ps shows."""
+    meta = ["--metadata", shared_cluster.metadata]
+    (password_file := tmp_path / "password").write_text("s3cret\n")
+    ledger_id = bk("ledger", "create", *meta, "--password-file", str(password_file)).stdout.strip()
+    env = {**os.environ, "BKFRAME_PASSWORD": "s3cret"}
+    appended = subprocess.run([sys.executable, "-m", "bkframe", "ledger", "append", ledger_id, *meta], input="one\n",
+                              capture_output=True, text=True, env=env, timeout=120)
+    assert appended.returncode == 0 and appended.stdout.split() == ["0"], appended.stderr
+    assert bk("ledger", "read", ledger_id, *meta, "--password", "s3cret").stdout == "one\n"
+    wrong = bk("ledger", "read", ledger_id, *meta, check=False)  # no password given: the empty one
+    assert wrong.returncode == 1 and "wrong password" in wrong.stderr
 
 
 def test_keep_open_then_recover_with_close(shared_cluster: Cluster) -> None:

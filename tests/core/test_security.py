@@ -306,3 +306,7 @@ async def test_the_command_line_takes_tls_and_the_token_from_the_environment(
     del env["BKFRAME_AUTH_TOKEN_FILE"]
     refused = await trio.run_process(command, capture_stdout=True, capture_stderr=True, env=env, check=False)
     assert refused.returncode == 1 and b"refused authentication" in refused.stdout + refused.stderr
+    # The token itself in $BKFRAME_AUTH_TOKEN, or its file as --auth-token-file, does as well.
+    for extra, more_env in ((["--auth-token-file", str(token_file)], {}), ([], {"BKFRAME_AUTH_TOKEN": TOKEN})):
+        shown = await trio.run_process([*command, *extra], capture_stdout=True, env={**env, **more_env})
+        assert json.loads(shown.stdout)["bookie_id"] == "bookie-0"

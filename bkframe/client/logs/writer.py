@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from bkframe.client.entry_format import max_payload, too_large
 from bkframe.client.logs.model import LogMetadata, Position
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.logs.retention import trim
@@ -174,6 +175,9 @@ class LogWriter:
         self._tasks_done = trio.Event()
         self._tasks_done.set()
         self._timer = trio.CancelScope()
+        #: Larger payloads are refused before they are sent (every segment has the log's digest).
+        self._max_entry_size = self._client.context.settings.max_entry_size
+        self._max_payload = max_payload(self._max_entry_size, record.settings.digest)
 
     async def _start(self) -> None:
         """Have the first spare ready (so the first rollover is on time), start the age timer."""
@@ -201,6 +205,7 @@ class LogWriter:
         """Start an append; successive appends complete in order, across rollovers."""
         if self._refuse is not None:
             raise self._refuse
+        self._check_size(payload)
         seg = self._current
         # Entries and bytes here; age is the timer's (a clock read per append costs).
         if seg.appended >= self._max_entries or seg.size >= self._max_bytes:
@@ -220,6 +225,11 @@ class LogWriter:
     async def append(self, payload: bytes) -> Position:
         """Append one entry and wait until it is confirmed; returns its position."""
         return await self.append_async(payload).wait()
+
+    def _check_size(self, payload: bytes) -> None:
+        """:class:`EntryTooLargeError` for a payload no bookie would take; the writer goes on."""
+        if len(payload) > self._max_payload:
+            raise too_large(f"log {self.name!r}", len(payload), self._max_entry_size, self.settings.digest)
 
     async def flush(self) -> None:
         """Wait until every append made so far is confirmed (raises if one failed)."""

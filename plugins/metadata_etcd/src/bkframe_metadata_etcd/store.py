@@ -194,7 +194,10 @@ class EtcdMetadataStore(EtcdAutorecovery):
                     raise
                 except (Etcd3Exception, requests.RequestException, OSError) as e:
                     if time.monotonic() > deadline:
-                        raise MetadataError(f"cannot reach the etcd metadata store {self.uri!r}: {e}") from None
+                        raise MetadataError(
+                            f"cannot reach the etcd metadata store {self.uri!r} ({str(e) or type(e).__name__}); "
+                            f"is etcd running at that address?"
+                        ) from None
                     self._current = (self._current + 1) % len(self._clients)
                     time.sleep(delay)
                     delay = min(delay * 2, 2.0)

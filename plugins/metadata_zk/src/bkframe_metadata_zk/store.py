@@ -184,7 +184,9 @@ class ZkMetadataStore(ZkAutorecovery):
                     self.zk.start(timeout=10)
                 except Exception as e:  # noqa: BLE001 - kazoo raises its own timeout type
                     self.zk.stop()
-                    raise MetadataError(f"cannot reach the ZooKeeper metadata store {self.uri!r}: {e}") from None
+                    raise MetadataError(
+                        f"cannot reach the ZooKeeper metadata store {self.uri!r} ({e}); is ZooKeeper running at that address?"
+                    ) from None
                 for path in ("ledgers", "idgen", "bookies", "cookies", "logs", *PATHS):
                     self.zk.ensure_path(f"{self.root}/{path}")
 

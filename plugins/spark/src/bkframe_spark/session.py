@@ -11,14 +11,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+LOOPBACK = "127.0.0.1"
+
 
 def local_session(
     threads: int = 2, *, task_attempts: int = 4, app: str = "bkframe", java_options: str = ""
 ) -> SparkSession:
-    """``local[threads, task_attempts]``: Spark's local mode gives a failed task no second
+    """``local[threads, task_attempts]``, listening on loopback only: Spark's local mode gives a failed task no second
     attempt unless asked (``local[N, F]``); a cluster retries 4 times by default.
     ``java_options``: for the JVM it starts (``spark.driver.extraJavaOptions``)."""
     builder = _configured(f"local[{threads},{task_attempts}]", app, threads)
+    # Everything runs on this machine: the driver listens on loopback only, not on the
+    # address Spark would pick (the first interface's, reachable from the network).
+    builder = builder.config("spark.driver.bindAddress", LOOPBACK).config("spark.driver.host", LOOPBACK)
     if java_options:
         builder = builder.config("spark.driver.extraJavaOptions", java_options)
     return builder.getOrCreate()
@@ -59,4 +64,7 @@ def _configured(master: str, app: str, partitions: int) -> SparkSession.Builder:
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.driver.memory", "2g")
         .config("spark.ui.showConsoleProgress", "false")
+        # Whole Python tracebacks: a simplified one drops the causes, and bkframe's errors
+        # put their message first as a cause (bkframe_spark.first_line).
+        .config("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled", "false")
     )

@@ -32,6 +32,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from bkframe_spark.connection import call, client_for
+from bkframe_spark.first_line import message_first
 from bkframe_spark.options import OptionError, Options
 from bkframe_spark.reading import SCHEMA, EntryRange, check_schema, plan_ledgers, plan_log, read_partition, split
 from bkframe_spark.streaming import LogStreamReader, LogStreamWriter
@@ -50,6 +51,7 @@ class BkframeDataSource(DataSource):
     def schema(self) -> StructType:
         return SCHEMA
 
+    @message_first
     def reader(self, schema: StructType) -> DataSourceReader:
         check_schema(schema)
         opts = Options.parse(self.options)
@@ -60,6 +62,7 @@ class BkframeDataSource(DataSource):
         # only in its pushdown worker: offer pushdown there only.
         return PushdownReader(opts) if _in_pushdown_worker() else BatchReader(opts)
 
+    @message_first
     def writer(self, schema: StructType, overwrite: bool) -> BulkWriter:
         if overwrite:
             raise OptionError(
@@ -70,10 +73,12 @@ class BkframeDataSource(DataSource):
         spec, floor = check_write(opts, schema)
         return BulkWriter(opts, spec, floor, payload_index(schema))
 
+    @message_first
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         check_schema(schema)
         return LogStreamReader(Options.parse(self.options))
 
+    @message_first
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         if overwrite:
             raise OptionError(
@@ -102,6 +107,7 @@ class BatchReader(DataSourceReader):
         #: Pushed-down filters, as (column, operator, value).
         self.constraints: list[Constraint] = []
 
+    @message_first
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
         bk = client_for(opts.metadata, opts.timeout_s)
@@ -194,8 +200,10 @@ class BulkWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerMessage:  # type: ignore[override]
         return write_task(self.opts, self.spec, self.write_id, self.floor, self.token, self.payload_index, iterator)
 
+    @message_first
     def commit(self, messages: list[LedgerMessage | None]) -> None:  # type: ignore[override]
         commit_write(self.opts, self.spec, self.token, self.write_id, self.floor, messages)
 
+    @message_first
     def abort(self, messages: list[LedgerMessage | None]) -> None:  # type: ignore[override]
         abort_write(self.opts, self.spec, self.token, self.write_id, self.floor)

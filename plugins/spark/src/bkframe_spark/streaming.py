@@ -30,6 +30,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from bkframe import EARLIEST, Client, Position
 from bkframe.errors import NoSuchCursorError, PositionTrimmedError
 from bkframe_spark.connection import call, client_for
+from bkframe_spark.first_line import message_first
 from bkframe_spark.options import Options
 from bkframe_spark.reading import EntryRange, plan_log, read_partition, split
 from bkframe_spark.writing import (
@@ -65,6 +66,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: Set by Trigger.AvailableNow: the end the query stops at.
         self._target: Position | None = None
 
+    @message_first
     def _call(self, what: str, fn: Any, *args: Any) -> Any:
         bk = client_for(self.opts.metadata, self.opts.timeout_s)
         return call(bk, f"{what} (log {self.log!r})", self.opts.timeout_s, fn, bk.client, *args)
@@ -195,6 +197,7 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
         query_id = write.split(":")[0]
         return query_id, write, min(m.floor for m in done)
 
+    @message_first
     def commit(self, messages: list[LedgerMessage | None], batchId: int) -> None:  # type: ignore[override]
         ids = self._ids(messages, batchId)
         if ids is None:
@@ -207,6 +210,7 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
         floor = call(bk, "reading the log", self.opts.timeout_s, _previous_max, bk.client, self.spec.log, query_id, batchId)
         commit_write(self.opts, self.spec, stream_token(query_id, batchId), write, floor, messages)
 
+    @message_first
     def abort(self, messages: list[LedgerMessage | None], batchId: int) -> None:  # type: ignore[override]
         ids = self._ids(messages, batchId)
         if ids is None:
