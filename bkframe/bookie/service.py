@@ -125,16 +125,17 @@ class BookieService:
 
     async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config.bookie
-        # Before anything is made or stamped: a port in use or a data dir that is a file
-        # fails here, leaving no journal, cookie or registration behind.
+        # Before anything is made or stamped: a port in use fails here, leaving no journal,
+        # cookie or registration behind (a data dir that is a file, or a store that is no
+        # cluster, below).
         await check_ports(self.config, http=self.config.http.enabled and self.admin is not None)
-        check_data_dir(cfg.data_dir)
         store: MetadataStore | None = None
         try:
             if cfg.metadata:
                 # Before anything is made or stamped: the store must be a cluster this bookie knows.
                 store = self.store = self.plugins.metadata_store(cfg.metadata, create=self.init_cluster)
                 self.cluster = await self._check_cluster(store)
+            check_data_dir(cfg.data_dir)  # makes it: only once the store is known good
             bookie = self.bookie = Bookie(self.config, self.plugins, cluster=self.cluster)
             # Before anything is written: a bookie starting on a full disk starts read-only.
             bookie.check_disk()
