@@ -114,8 +114,10 @@ def test_failed_attempts_and_failed_jobs_leave_nothing(
     before = set(bk.list_ledgers())
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")  # the attempt writes before it fails
     try:
-        n = 20_000
-        df = spark.range(0, n, numPartitions=4).select(_fail_first_attempt(1, 9_990)("id").alias("payload"))
+        # Partition 1 fails near its end, ~170 KB of UDF output in: more than the Python
+        # worker's 64 KiB output buffer, so the writer has rows (and a ledger) before the failure.
+        n = 40_000
+        df = spark.range(0, n, numPartitions=4).select(_fail_first_attempt(1, 19_990)("id").alias("payload"))
         write(df, m, "retried")
         rows = reader(spark, m, log="retried").collect()
         assert Counter(r.payload for r in rows) == Counter(payloads(n, "retry"))  # each row once
