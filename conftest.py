@@ -22,6 +22,9 @@ pytest_plugins = ("bkframe.testing.pytest_plugin", "tests.faults.options")
 LONG_FIRST = ("spark", "tests/faults/", "tests/partitions/", "plugins/spark/", "tests/replication/")
 
 
+# tryfirst: xdist's worker turns the xdist_group marks into node ids in its own
+# pytest_collection_modifyitems; marks added after it are ignored.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     groups: dict[str, str] = {}
     for item in items:
@@ -40,3 +43,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return next((i for i, prefix in enumerate(LONG_FIRST) if group.startswith(prefix)), len(LONG_FIRST))
 
     items.sort(key=rank)  # stable: the order within a rank stays the collection's
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker, fails the run if the groups were not applied: a pytest that
+    xdist does not follow (pytest 9 keeps node ids where xdist 3.8 does not write) silently
+    scheduled every test alone, starting each module's shared clusters once per worker."""
+    if getattr(session.config.option, "loadgroup", False) and session.items:
+        grouped = (item.nodeid.endswith(f"@{m.args[0]}") for item in session.items for m in item.iter_markers("xdist_group"))
+        if not all(grouped):
+            raise pytest.UsageError(
+                "pytest-xdist did not apply the xdist_group marks (pytest "
+                f"{pytest.__version__}): keep the pytest version pyproject.toml pins (uv sync)"
+            )
