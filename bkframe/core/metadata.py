@@ -21,7 +21,7 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -89,9 +89,7 @@ class LedgerMetadata:
     ensemble_size: int = attrs.field(validator=_quorums)
     write_quorum: int
     ack_quorum: int
-    fragments: Fragments = attrs.field(
-        converter=lambda fs: tuple((int(f), tuple(ens)) for f, ens in fs), validator=_fragments
-    )
+    fragments: Fragments = attrs.field(converter=lambda fs: tuple((int(f), tuple(ens)) for f, ens in fs), validator=_fragments)
     ledger_type: str = "PD_JOURNAL"
     digest_type: DigestType = attrs.field(default=DigestType.CRC32C, converter=DigestType)
     password_hash: str = ""
@@ -139,7 +137,12 @@ class LedgerMetadata:
 
 #: The layout of the metadata this bkframe writes (where each store keeps its records).
 #: Stored in the cluster record: a process refuses a cluster whose layout it does not know.
-LAYOUT_VERSION = 1
+#: 2: ledgers indexed by bookie (:meth:`MetadataStore.ledgers_of_bookie`), ZooKeeper's
+#: ledgers in a hierarchy of at most 10^4 children per node.
+LAYOUT_VERSION = 2
+
+#: Ids per page where a caller pages through every ledger (:func:`iter_ledger_ids`).
+LEDGER_PAGE = 10_000
 
 
 @attrs.frozen
@@ -288,6 +291,12 @@ class MetadataStore(Protocol):
         """A ledger id never returned before, by any client of this store (ids start at 1)."""
         ...
 
+    async def new_ledger_ids(self, count: int) -> range:
+        """``count`` consecutive ledger ids (``count >= 1``) never returned before, by either
+        method, to any client: one round trip, so that a client allocates ids in blocks
+        (BookKeeper's id ranges) instead of one hot counter update per create."""
+        ...
+
     async def create_ledger(self, metadata: LedgerMetadata) -> LedgerMetadata:
         """Store new metadata; returns it with its version. LedgerExistsError if the id is taken."""
         ...
@@ -305,8 +314,19 @@ class MetadataStore(Protocol):
         """Remove the ledger's metadata. NoSuchLedgerError if absent."""
         ...
 
-    async def list_ledgers(self) -> list[int]:
-        """Every ledger id, ascending."""
+    async def list_ledgers(self, *, start: int = 0, limit: int | None = None) -> list[int]:
+        """Ledger ids ``>= start``, ascending, at most ``limit`` of them (every one if None).
+
+        A page costs the store about ``limit`` ids of work, however many ledgers it holds:
+        callers that may meet a large cluster page through :func:`iter_ledger_ids`."""
+        ...
+
+    async def ledgers_of_bookie(self, bookie_id: str, *, start: int = 0, limit: int | None = None) -> list[int]:
+        """Ids ``>= start`` (ascending, at most ``limit``) of the ledgers whose metadata names
+        ``bookie_id`` in any fragment: an index the store keeps in the same atomic step as
+        each create, update and delete of ledger metadata, so that a bookie's garbage
+        collection, its boot after an unclean stop and the auditor's reaction to a lost
+        bookie read that bookie's ledgers, not the cluster's."""
         ...
 
     def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
@@ -398,6 +418,14 @@ class MetadataStore(Protocol):
         """Add ``bookies`` to the ledger's under-replicated mark (creating it, ``since`` = now)."""
         ...
 
+    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> None:
+        """:meth:`mark_under_replicated` of each of ``ledger_ids`` with the same ``bookies``,
+        in as few writes as the store allows (the auditor marks a lost bookie's ledgers a
+        page at a time). Each ledger's mark is atomic against concurrent marks and clears as
+        with :meth:`mark_under_replicated`; the page as a whole need not be: if it fails
+        midway, some ledgers may be marked and others not (marking again is harmless)."""
+        ...
+
     async def list_under_replicated(self) -> list[UnderReplicated]:
         """Every under-replicated mark, by ledger id ascending."""
         ...
@@ -421,8 +449,37 @@ class MetadataStore(Protocol):
     async def aclose(self) -> None: ...
 
 
+async def iter_ledger_ids(store: MetadataStore, *, start: int = 0, page: int = LEDGER_PAGE) -> AsyncIterator[list[int]]:
+    """Every ledger id ``>= start`` in ascending pages of at most ``page`` ids: memory in
+    proportion to a page, not to the cluster. A ledger created or deleted meanwhile may be
+    seen or not, as with any listing."""
+    async for ids in _pages(lambda first: store.list_ledgers(start=first, limit=page), start, page):
+        yield ids
+
+
+async def iter_ledgers_of_bookie(
+    store: MetadataStore, bookie_id: str, *, start: int = 0, page: int = LEDGER_PAGE
+) -> AsyncIterator[list[int]]:
+    """:meth:`MetadataStore.ledgers_of_bookie` in ascending pages (as :func:`iter_ledger_ids`)."""
+    async for ids in _pages(lambda first: store.ledgers_of_bookie(bookie_id, start=first, limit=page), start, page):
+        yield ids
+
+
+async def _pages(fetch: Callable[[int], Awaitable[list[int]]], start: int, page: int) -> AsyncIterator[list[int]]:
+    """Pages of ascending ids from ``fetch(first id)`` until one comes back short."""
+    while True:
+        ids = await fetch(start)
+        if not ids:
+            return
+        yield ids
+        if len(ids) < page:
+            return
+        start = ids[-1] + 1
+
+
 __all__ = [
     "LAYOUT_VERSION",
+    "LEDGER_PAGE",
     "BadVersionError",
     "BookieInfo",
     "BookieRegistration",
@@ -441,5 +498,7 @@ __all__ = [
     "UnderReplicated",
     "Versioned",
     "ensemble_at",
+    "iter_ledger_ids",
+    "iter_ledgers_of_bookie",
     "password_hash",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Iterable
 
 import attrs
 import trio
@@ -47,6 +47,8 @@ class _State:
     locks: dict[str, MemoryLock] = attrs.Factory(dict)
     under_replicated: dict[int, UnderReplicated] = attrs.Factory(dict)
     decommissioned: set[str] = attrs.Factory(set)
+    #: Ledger ids by each bookie their metadata names (ledgers_of_bookie).
+    by_bookie: dict[str, set[int]] = attrs.Factory(dict)
     changed: trio.Event = attrs.Factory(trio.Event)
 
     def notify(self) -> None:
@@ -55,6 +57,12 @@ class _State:
 
 
 _SHARED: dict[str, _State] = {}
+
+
+def _page(ids: Iterable[int], start: int, limit: int | None) -> list[int]:
+    """Ids ``>= start``, ascending, at most ``limit`` (a test store: sorting is fine)."""
+    chosen = sorted(i for i in ids if i >= start)
+    return chosen if limit is None else chosen[:limit]
 
 
 def reset_shared() -> None:
@@ -119,12 +127,30 @@ class MemoryMetadataStore:
             if ledger_id not in state.ledgers:
                 return ledger_id
 
+    async def new_ledger_ids(self, count: int) -> range:
+        await trio.lowlevel.checkpoint()
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        state = self._state
+        first = next(state.ids)
+        # itertools.count cannot skip: take the rest of the block one by one.
+        for _ in range(count - 1):
+            next(state.ids)
+        return range(first, first + count)
+
+    def _index(self, ledger_id: int, old: set[str], new: set[str]) -> None:
+        for bookie in old - new:
+            self._state.by_bookie.get(bookie, set()).discard(ledger_id)
+        for bookie in new - old:
+            self._state.by_bookie.setdefault(bookie, set()).add(ledger_id)
+
     async def create_ledger(self, metadata: LedgerMetadata) -> LedgerMetadata:
         await trio.lowlevel.checkpoint()
         if metadata.ledger_id in self._state.ledgers:
             raise LedgerExistsError(metadata.ledger_id)
         stored = attrs.evolve(metadata, version=1)
         self._state.ledgers[metadata.ledger_id] = stored
+        self._index(metadata.ledger_id, set(), stored.bookies())
         self._state.notify()
         return stored
 
@@ -141,23 +167,28 @@ class MemoryMetadataStore:
         if current is None:
             raise NoSuchLedgerError(metadata.ledger_id)
         if current.version != expected_version:
-            raise BadVersionError(
-                f"ledger {metadata.ledger_id} is at version {current.version}, not {expected_version}"
-            )
+            raise BadVersionError(f"ledger {metadata.ledger_id} is at version {current.version}, not {expected_version}")
         stored = attrs.evolve(metadata, version=expected_version + 1)
         self._state.ledgers[metadata.ledger_id] = stored
+        self._index(metadata.ledger_id, current.bookies(), stored.bookies())
         self._state.notify()
         return stored
 
     async def delete_ledger(self, ledger_id: int) -> None:
         await trio.lowlevel.checkpoint()
-        if self._state.ledgers.pop(ledger_id, None) is None:
+        gone = self._state.ledgers.pop(ledger_id, None)
+        if gone is None:
             raise NoSuchLedgerError(ledger_id)
+        self._index(ledger_id, gone.bookies(), set())
         self._state.notify()
 
-    async def list_ledgers(self) -> list[int]:
+    async def list_ledgers(self, *, start: int = 0, limit: int | None = None) -> list[int]:
         await trio.lowlevel.checkpoint()
-        return sorted(self._state.ledgers)
+        return _page(self._state.ledgers, start, limit)
+
+    async def ledgers_of_bookie(self, bookie_id: str, *, start: int = 0, limit: int | None = None) -> list[int]:
+        await trio.lowlevel.checkpoint()
+        return _page(self._state.by_bookie.get(bookie_id, ()), start, limit)
 
     async def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
         last: object = object()
@@ -189,11 +220,7 @@ class MemoryMetadataStore:
         await trio.lowlevel.checkpoint()
         state = self._state
         return sorted(
-            (
-                b
-                for b in state.bookies.values()
-                if not (writable_only and (b.read_only or b.bookie_id in state.decommissioned))
-            ),
+            (b for b in state.bookies.values() if not (writable_only and (b.read_only or b.bookie_id in state.decommissioned))),
             key=lambda b: b.bookie_id,
         )
 
@@ -299,13 +326,17 @@ class MemoryMetadataStore:
         return None if lock is None else lock.holder
 
     async def mark_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
+        await self.mark_many_under_replicated([ledger_id], bookies)
+
+    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> None:
         await trio.lowlevel.checkpoint()
-        marks = self._state.under_replicated
-        current = marks.get(ledger_id)
-        if current is None:
-            marks[ledger_id] = UnderReplicated(ledger_id, frozenset(bookies), time.time())
-        else:
-            marks[ledger_id] = attrs.evolve(current, bookies=current.bookies | frozenset(bookies))
+        marks, adding, now = self._state.under_replicated, frozenset(bookies), time.time()
+        for ledger_id in ledger_ids:
+            current = marks.get(ledger_id)
+            if current is None:
+                marks[ledger_id] = UnderReplicated(ledger_id, adding, now)
+            else:
+                marks[ledger_id] = attrs.evolve(current, bookies=current.bookies | adding)
 
     async def list_under_replicated(self) -> list[UnderReplicated]:
         await trio.lowlevel.checkpoint()

@@ -59,6 +59,8 @@ CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, holder TEXT NOT NULL, t
 CREATE TABLE IF NOT EXISTS under_replicated (ledger_id INTEGER PRIMARY KEY, bookies TEXT NOT NULL, since REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS decommissioned (id TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS cluster (id INTEGER PRIMARY KEY CHECK (id = 1), data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS ledger_bookies (bookie TEXT NOT NULL, ledger INTEGER NOT NULL, PRIMARY KEY (bookie, ledger))
+    WITHOUT ROWID;
 """
 
 #: How often watches look for a new version.
@@ -236,14 +238,31 @@ class SqliteMetadataStore:
 
         return await self._transaction(take)
 
+    async def new_ledger_ids(self, count: int) -> range:
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+
+        def take(db: sqlite3.Connection) -> range:
+            db.execute("UPDATE id_counter SET value = value + ? WHERE name = 'ledger'", (count,))
+            last = int(db.execute("SELECT value FROM id_counter WHERE name = 'ledger'").fetchone()[0])
+            return range(last - count + 1, last + 1)
+
+        return await self._transaction(take)
+
+    @staticmethod
+    def _index(db: sqlite3.Connection, ledger_id: int, old: set[str], new: set[str]) -> None:
+        db.executemany("DELETE FROM ledger_bookies WHERE bookie = ? AND ledger = ?", [(b, ledger_id) for b in old - new])
+        db.executemany("INSERT OR IGNORE INTO ledger_bookies (bookie, ledger) VALUES (?, ?)", [(b, ledger_id) for b in new - old])
+
     async def create_ledger(self, metadata: LedgerMetadata) -> LedgerMetadata:
         def insert(db: sqlite3.Connection) -> None:
             try:
                 db.execute("INSERT INTO ledgers (id, data, version) VALUES (?, ?, 1)", (metadata.ledger_id, metadata.serialize()))
             except sqlite3.IntegrityError:
                 raise LedgerExistsError(metadata.ledger_id) from None
+            self._index(db, metadata.ledger_id, set(), metadata.bookies())
 
-        await self._call(insert)
+        await self._transaction(insert)
         return LedgerMetadata.deserialize(metadata.serialize(), 1)
 
     async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
@@ -256,11 +275,17 @@ class SqliteMetadataStore:
         data = metadata.serialize()
 
         def cas(db: sqlite3.Connection) -> int:
+            row = db.execute(
+                "SELECT data FROM ledgers WHERE id = ? AND version = ?", (metadata.ledger_id, expected_version)
+            ).fetchone()
             cur = db.execute(
                 "UPDATE ledgers SET data = ?, version = version + 1 WHERE id = ? AND version = ?",
                 (data, metadata.ledger_id, expected_version),
             )
             if cur.rowcount == 1:
+                self._index(
+                    db, metadata.ledger_id, LedgerMetadata.deserialize(row[0], expected_version).bookies(), metadata.bookies()
+                )
                 return expected_version + 1
             row = db.execute("SELECT version FROM ledgers WHERE id = ?", (metadata.ledger_id,)).fetchone()
             if row is None:
@@ -271,12 +296,30 @@ class SqliteMetadataStore:
         return LedgerMetadata.deserialize(data, version)
 
     async def delete_ledger(self, ledger_id: int) -> None:
-        cur = await self._call(lambda db: db.execute("DELETE FROM ledgers WHERE id = ?", (ledger_id,)))
-        if cur.rowcount == 0:
-            raise NoSuchLedgerError(ledger_id)
+        def delete(db: sqlite3.Connection) -> None:
+            row = db.execute("SELECT data, version FROM ledgers WHERE id = ?", (ledger_id,)).fetchone()
+            if row is None:
+                raise NoSuchLedgerError(ledger_id)
+            db.execute("DELETE FROM ledgers WHERE id = ?", (ledger_id,))
+            self._index(db, ledger_id, LedgerMetadata.deserialize(row[0], row[1]).bookies(), set())
 
-    async def list_ledgers(self) -> list[int]:
-        rows = await self._call(lambda db: db.execute("SELECT id FROM ledgers ORDER BY id").fetchall())
+        await self._transaction(delete)
+
+    async def list_ledgers(self, *, start: int = 0, limit: int | None = None) -> list[int]:
+        rows = await self._call(
+            lambda db: db.execute(
+                "SELECT id FROM ledgers WHERE id >= ? ORDER BY id LIMIT ?", (start, -1 if limit is None else limit)
+            ).fetchall()
+        )
+        return [r[0] for r in rows]
+
+    async def ledgers_of_bookie(self, bookie_id: str, *, start: int = 0, limit: int | None = None) -> list[int]:
+        rows = await self._call(
+            lambda db: db.execute(
+                "SELECT ledger FROM ledger_bookies WHERE bookie = ? AND ledger >= ? ORDER BY ledger LIMIT ?",
+                (bookie_id, start, -1 if limit is None else limit),
+            ).fetchall()
+        )
         return [r[0] for r in rows]
 
     async def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
@@ -467,18 +510,27 @@ class SqliteMetadataStore:
         return None if row is None else str(row[0])
 
     async def mark_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
-        def mark(db: sqlite3.Connection) -> None:
-            row = db.execute("SELECT bookies FROM under_replicated WHERE ledger_id = ?", (ledger_id,)).fetchone()
-            if row is None:
-                db.execute(
-                    "INSERT INTO under_replicated (ledger_id, bookies, since) VALUES (?, ?, ?)",
-                    (ledger_id, json.dumps(sorted(set(bookies))), time.time()),
-                )
-            else:
-                merged = sorted(set(json.loads(row[0])) | set(bookies))
-                db.execute("UPDATE under_replicated SET bookies = ? WHERE ledger_id = ?", (json.dumps(merged), ledger_id))
+        await self.mark_many_under_replicated([ledger_id], bookies)
 
-        await self._transaction(mark)
+    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> None:
+        """One transaction (one fsync) for the whole page, not one per ledger."""
+        adding, ids = set(bookies), sorted(set(ledger_ids))
+
+        def mark(db: sqlite3.Connection) -> None:
+            now = time.time()
+            for ledger_id in ids:
+                row = db.execute("SELECT bookies FROM under_replicated WHERE ledger_id = ?", (ledger_id,)).fetchone()
+                if row is None:
+                    db.execute(
+                        "INSERT INTO under_replicated (ledger_id, bookies, since) VALUES (?, ?, ?)",
+                        (ledger_id, json.dumps(sorted(adding)), now),
+                    )
+                elif not adding <= (current := set(json.loads(row[0]))):
+                    merged = sorted(current | adding)
+                    db.execute("UPDATE under_replicated SET bookies = ? WHERE ledger_id = ?", (json.dumps(merged), ledger_id))
+
+        if ids:
+            await self._transaction(mark)
 
     async def list_under_replicated(self) -> list[UnderReplicated]:
         rows = await self._call(
@@ -523,4 +575,3 @@ def bkframe_register_components(registry: ComponentRegistry) -> None:
     registry.add_metadata_store(
         "sqlite", open_store, description="sqlite:///PATH: embedded, shared by the processes of one machine"
     )
-

@@ -163,6 +163,76 @@ class AutorecoveryContract:
             for s in markers + clearers:
                 await s.aclose()
 
+    async def test_marking_many_at_once_equals_marking_one_by_one(
+        self, store: MetadataStore, open_store: Callable[[], MetadataStore]
+    ) -> None:
+        """A page of marks (the auditor's, for a lost bookie) leaves what a mark per ledger
+        would: new marks with ``since`` = now, bookies added to existing ones whose ``since``
+        stays. The ids cross the stores' batches (etcd: 128 operations per transaction) and
+        ZooKeeper's buckets (10^4 ids each), up to the largest id."""
+        ids = [*range(1, 301, 2), *range(9_990, 10_010), 123_456_789_012, 2**63 - 1]
+        await store.mark_under_replicated(5, ["b0"])
+        await store.mark_under_replicated(9_999, ["b1", "b9"])
+        old = {m.ledger_id: m.since for m in await store.list_under_replicated()}
+        await trio.sleep(0.2)
+        before = time.time()
+        await store.mark_many_under_replicated(ids + ids[:10], ["b1", "b2"])  # repeated ids: as one
+        after = time.time()
+        await store.mark_many_under_replicated([], ["b3"])  # nothing to mark: not an error
+        marks = await store.list_under_replicated()
+        assert [m.ledger_id for m in marks] == sorted(ids)
+        expected = {i: {"b1", "b2"} for i in ids} | {5: {"b0", "b1", "b2"}, 9_999: {"b1", "b2", "b9"}}
+        assert await _marks(store) == expected
+        for m in marks:
+            if m.ledger_id in old:
+                assert m.since == old[m.ledger_id]  # marking again keeps the first mark's time
+            else:
+                assert before - 1 <= m.since <= after + 1
+        # The same through one call per ledger, on a second set of ids, reads the same.
+        one_by_one = [i + 10**6 for i in ids[:-1]]
+        for i in one_by_one:
+            await store.mark_under_replicated(i, ["b1", "b2"])
+        by_one = {m.ledger_id: m for m in await store.list_under_replicated() if m.ledger_id in set(one_by_one)}
+        assert {i: m.bookies for i, m in by_one.items()} == {i: frozenset({"b1", "b2"}) for i in one_by_one}
+        # Marks cleared (and, on ZooKeeper, their emptied buckets pruned by listings) are made
+        # again by a client that saw them before.
+        other = open_store()
+        try:
+            for m in await other.list_under_replicated():
+                await other.clear_under_replicated(m.ledger_id, m.bookies)
+            for _ in range(6):  # a listing prunes one level of emptied buckets
+                assert await other.list_under_replicated() == []
+                await trio.sleep(0.05)
+            await store.mark_many_under_replicated(ids, ["b4"])
+            assert await _marks(other) == {i: {"b4"} for i in ids}
+        finally:
+            await other.aclose()
+
+    async def test_marking_many_is_atomic_per_ledger_against_clears(
+        self, store: MetadataStore, open_store: Callable[[], MetadataStore]
+    ) -> None:
+        """While a page of ledgers is marked with a new bookie, workers clear the previous one
+        from each ledger through other clients (the mark then empty, deleted): no ledger
+        loses the new bookie, none keeps the old one."""
+        marker, clearers = open_store(), [open_store() for _ in range(2)]
+        ids = list(range(100, 260))
+        try:
+            await store.mark_many_under_replicated(ids, ["r0"])
+            for i in range(1, 4):
+
+                async def clear(s: MetadataStore, mine: list[int], gone: str) -> None:
+                    for ledger_id in mine:
+                        await s.clear_under_replicated(ledger_id, [gone])
+
+                async with trio.open_nursery() as together:
+                    together.start_soon(marker.mark_many_under_replicated, ids, [f"r{i}"])
+                    for k, s in enumerate(clearers):
+                        together.start_soon(clear, s, ids[k :: len(clearers)], f"r{i - 1}")
+                assert await _marks(store) == {ledger_id: {f"r{i}"} for ledger_id in ids}, f"round {i}"
+        finally:
+            for s in [marker, *clearers]:
+                await s.aclose()
+
     # -- decommissioned bookies ------------------------------------------------------------
 
     async def test_decommissioned_bookies_persist_and_take_no_writes(

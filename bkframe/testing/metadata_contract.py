@@ -31,7 +31,9 @@ import attrs
 import pytest
 import trio
 
+from bkframe.core.cluster import init_cluster, require_cluster
 from bkframe.core.metadata import (
+    LAYOUT_VERSION,
     BadVersionError,
     BookieIdInUseError,
     BookieInfo,
@@ -43,8 +45,11 @@ from bkframe.core.metadata import (
     MetadataStore,
     NoSuchLedgerError,
     NoSuchLogError,
+    iter_ledger_ids,
+    iter_ledgers_of_bookie,
 )
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.errors import NoClusterError
 from bkframe.testing.autorecovery_contract import AutorecoveryContract, SharedAutorecoveryContract
 
 
@@ -103,9 +108,18 @@ class MetadataStoreContract(AutorecoveryContract):
         finally:
             await other.aclose()
 
-    async def test_ids_are_unique_under_concurrency(
-        self, store: MetadataStore, open_store: Callable[[], MetadataStore]
-    ) -> None:
+    async def test_a_cluster_of_another_layout_is_refused(self, store: MetadataStore) -> None:
+        """A store made by a bkframe of another metadata layout (1: ledgers unindexed, and
+        ZooKeeper's flat under one node) is refused at start, with the versions named."""
+        await store.init_cluster(ClusterRecord(1, "0" * 32, 0.0, b"s" * 32))
+        with pytest.raises(
+            NoClusterError, match=rf"has metadata layout version 1; this bkframe knows layout version {LAYOUT_VERSION} only"
+        ):
+            await require_cluster(store)
+        with pytest.raises(NoClusterError, match="layout version 1"):
+            await init_cluster(store)
+
+    async def test_ids_are_unique_under_concurrency(self, store: MetadataStore, open_store: Callable[[], MetadataStore]) -> None:
         ids: list[int] = []
 
         async def take(n: int) -> None:
@@ -140,6 +154,73 @@ class MetadataStoreContract(AutorecoveryContract):
         with pytest.raises(NoSuchLedgerError):
             await store.update_ledger(closed, closed.version)
         assert await store.list_ledgers() == [3]
+
+    async def test_ledgers_are_listed_in_pages(self, store: MetadataStore) -> None:
+        """A page starts at ``start``, holds at most ``limit`` ids, ascending; paging with
+        :func:`iter_ledger_ids` sees each ledger once, across the bounds of ZooKeeper's
+        buckets (10^4 ids) too."""
+        ids = [1, 2, 5, 9_999, 10_000, 10_001, 123_456_789, 2**62 + 3]
+        for ledger_id in reversed(ids):
+            await store.create_ledger(ledger(ledger_id))
+        assert await store.list_ledgers() == ids
+        assert await store.list_ledgers(limit=3) == [1, 2, 5]
+        assert await store.list_ledgers(start=3, limit=2) == [5, 9_999]
+        assert await store.list_ledgers(start=10_000, limit=100) == [10_000, 10_001, 123_456_789, 2**62 + 3]
+        assert await store.list_ledgers(start=2**62 + 4) == []
+        assert await store.list_ledgers(start=6, limit=0) == []
+        for page in (1, 2, 3, 100):
+            pages = [chunk async for chunk in iter_ledger_ids(store, page=page)]
+            assert [i for chunk in pages for i in chunk] == ids
+            assert all(0 < len(chunk) <= page for chunk in pages)
+        await store.delete_ledger(10_000)
+        assert await store.list_ledgers(start=9_999, limit=2) == [9_999, 10_001]
+
+    async def test_ledgers_are_indexed_by_bookie(self, store: MetadataStore) -> None:
+        """``ledgers_of_bookie`` follows every create, ensemble change and delete, at once."""
+        await store.create_ledger(ledger(4))  # a, b, c
+        two = await store.create_ledger(LedgerMetadata(20_004, 2, 2, 1, ((0, ("b", "d")),)))
+        assert await store.ledgers_of_bookie("a") == [4]
+        assert await store.ledgers_of_bookie("b") == [4, 20_004]
+        assert await store.ledgers_of_bookie("b", start=5) == [20_004]
+        assert await store.ledgers_of_bookie("b", limit=1) == [4]
+        assert await store.ledgers_of_bookie("nobody") == []
+        # An ensemble change: d is replaced by e from entry 10 on; d keeps its fragment.
+        changed = await store.update_ledger(attrs.evolve(two, fragments=((0, ("b", "d")), (10, ("b", "e")))), two.version)
+        assert await store.ledgers_of_bookie("e") == [20_004] and await store.ledgers_of_bookie("d") == [20_004]
+        # A re-replication: d's fragment moves to f; d no longer holds anything of it.
+        await store.update_ledger(attrs.evolve(changed, fragments=((0, ("b", "f")), (10, ("b", "e")))), changed.version)
+        assert await store.ledgers_of_bookie("d") == []
+        assert await store.ledgers_of_bookie("f") == [20_004]
+        pages = [chunk async for chunk in iter_ledgers_of_bookie(store, "b", page=1)]
+        assert pages == [[4], [20_004]]
+        await store.delete_ledger(20_004)
+        assert await store.ledgers_of_bookie("b") == [4]
+        assert await store.ledgers_of_bookie("e") == [] and await store.ledgers_of_bookie("f") == []
+
+    async def test_ids_come_in_blocks(self, store: MetadataStore, open_store: Callable[[], MetadataStore]) -> None:
+        """A block is ``count`` fresh ids; blocks and single ids never overlap, however they
+        are mixed and by however many clients at once."""
+        taken: list[int] = []
+
+        async def take(n: int) -> None:
+            other = open_store()
+            try:
+                for i in range(n):
+                    if i % 3 == 0:
+                        taken.append(await other.new_ledger_id())
+                    else:
+                        block = await other.new_ledger_ids(1 + i % 7)
+                        assert len(block) == 1 + i % 7 and block.step == 1
+                        taken.extend(block)
+            finally:
+                await other.aclose()
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(take, 12)
+        assert len(taken) == len(set(taken)) and min(taken) >= 1
+        with pytest.raises(ValueError):
+            await store.new_ledger_ids(0)
 
     async def test_concurrent_cas_one_wins(self, store: MetadataStore, open_store: Callable[[], MetadataStore]) -> None:
         base = await store.create_ledger(ledger(1))
@@ -248,7 +329,6 @@ class MetadataStoreContract(AutorecoveryContract):
             await store.write_cookie("b1", b"stale", v1)
         cookie = await store.read_cookie("b1")
         assert cookie is not None and (cookie.value, cookie.version) == (b"instance-2", v2)
-
 
     # -- named logs: log and cursor records ----------------------------------------------
 

@@ -101,9 +101,16 @@ class ZooKeeperServer:
         stop_process(self.proc)
 
 
+#: etcd keeps a revision of every write and compacts nothing unless told: bkframe rewrites a
+#: log record at each rollover, so test servers (and docs/deployment.md) compact by revision.
+ETCD_COMPACTION = ("--auto-compaction-mode", "revision", "--auto-compaction-retention", "1000")
+
+
 class EtcdServer:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, quota_backend_bytes: int | None = None) -> None:
+        """``quota_backend_bytes``: etcd's space quota (default etcd's 2 GiB), to test a full store."""
         require("etcd (Debian package etcd-server)", shutil.which("etcd") is not None)
+        self.quota_backend_bytes = quota_backend_bytes
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -122,7 +129,8 @@ class EtcdServer:
             ["etcd", "--name", "test", "--data-dir", str(self.root / "data"),
              "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
              "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-             "--initial-cluster", f"test={peer_url}", "--log-level", "warn"],
+             "--initial-cluster", f"test={peer_url}", "--log-level", "warn", *ETCD_COMPACTION,
+             *(() if self.quota_backend_bytes is None else ("--quota-backend-bytes", str(self.quota_backend_bytes)))],
             stdout=log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 60
@@ -269,7 +277,7 @@ class EtcdMember:
              "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
              "--initial-cluster", self.initial_cluster, "--initial-cluster-token", self.token,
              "--initial-cluster-state", "new", "--heartbeat-interval", "100", "--election-timeout", "1000",
-             "--log-level", "warn"],
+             "--log-level", "warn", *ETCD_COMPACTION],
             stdout=log, stderr=subprocess.STDOUT,
         )
 

@@ -7,6 +7,11 @@ in a transaction that requires ``create_revision == 0``), ``ROOT/underreplicated
 ``mod_revision`` read, so a clear never deletes a mark somebody added to meanwhile) and
 ``ROOT/decommissioned/<bookie id>`` (empty).
 
+A page of marks takes :data:`TXN_OPS` ledgers per request pair: one transaction reads their
+marks, one writes those that change, each compared with what was read (``mod_revision``, or
+``version`` 0 for a new mark), so each ledger's mark stays atomic against concurrent marks
+and clears; a conflict on any ledger fails the write, and the batch is read again in halves.
+
 A lock's lease is refreshed every TTL/3 from the holder's nursery. Unlike a registration's,
 an expired lock lease is not replaced: the lock is ``lost`` (someone else may hold it now),
 and so it is when no refresh got through for two thirds of a TTL -- the holder stops a third
@@ -35,6 +40,9 @@ from bkframe_metadata_etcd.leases import keep_alive, revoke
 log = logging.getLogger("bkframe.metadata.etcd")
 
 T = TypeVar("T")
+#: Ledgers per transaction when marking many: etcd refuses a transaction of more than
+#: ``--max-txn-ops`` (default 128) operations in any of its lists.
+TXN_OPS = 128
 
 
 def _b64(data: bytes) -> str:
@@ -171,24 +179,46 @@ class EtcdAutorecovery:
         return {"key": _b64(key), "result": "EQUAL", "target": "MOD", "mod_revision": mod_revision}
 
     async def mark_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
-        key, adding = self._mark_key(ledger_id), set(bookies)
+        await self.mark_many_under_replicated([ledger_id], bookies)
+
+    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> None:
+        adding, ids = set(bookies), sorted(set(ledger_ids))
+
+        def mark_batch(client: Etcd3Client, batch: list[int]) -> None:
+            while True:
+                keys = [self._mark_key(ledger_id) for ledger_id in batch]
+                read = {"compare": [], "success": [{"request_range": {"key": _b64(k)}} for k in keys], "failure": []}
+                responses = client.transaction(read).get("responses", [])
+                compare, success = [], []
+                now = time.time()
+                for key, response in zip(keys, responses, strict=True):
+                    kvs = response.get("response_range", {}).get("kvs", [])
+                    if not kvs:
+                        compare.append({"key": _b64(key), "result": "EQUAL", "target": "VERSION", "version": 0})
+                        success.append({"request_put": {"key": _b64(key), "value": _b64(_record(adding, now))}})
+                        continue
+                    current = json.loads(base64.b64decode(kvs[0]["value"]))
+                    merged = set(current["bookies"]) | adding
+                    if merged != set(current["bookies"]):
+                        compare.append(self._unchanged_since(key, int(kvs[0]["mod_revision"])))
+                        record = _record(merged, current["since"])
+                        success.append({"request_put": {"key": _b64(key), "value": _b64(record)}})
+                if not success:
+                    return
+                if client.transaction({"compare": compare, "success": success, "failure": []}).get("succeeded", False):
+                    return
+                if len(batch) > 1:  # one ledger changed meanwhile: fewer at a time, so the rest get through
+                    half = len(batch) // 2
+                    mark_batch(client, batch[:half])
+                    mark_batch(client, batch[half:])
+                    return
 
         def mark(client: Etcd3Client) -> None:
-            while True:
-                found = self._read_mark(client, key)
-                if found is None:
-                    if client.create(key, _record(adding, time.time())):
-                        return
-                    continue  # marked meanwhile: merge into that one
-                current, mod = found
-                merged = set(current["bookies"]) | adding
-                if merged == set(current["bookies"]):
-                    return
-                put = {"request_put": {"key": _b64(key), "value": _b64(_record(merged, current["since"]))}}
-                if client.transaction(_txn(self._unchanged_since(key, mod), put)).get("succeeded", False):
-                    return
+            for first in range(0, len(ids), TXN_OPS):
+                mark_batch(client, ids[first : first + TXN_OPS])
 
-        await self._call(mark)
+        if ids:
+            await self._call(mark)
 
     async def list_under_replicated(self) -> list[UnderReplicated]:
         prefix = f"{self.root}/underreplicated/L".encode()

@@ -4,26 +4,24 @@ Why etcd3gw: it speaks HTTP/JSON to etcd's gateway, so it needs no protobuf or g
 build (the ``etcd3`` package needs ``PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python``
 with current protobuf) and it is maintained.
 
-Keys under ROOT: ``ROOT/cluster`` (the cluster record, put once if absent),
-``ROOT/ledgers/L<id, 19 digits>`` (metadata JSON; the key's etcd
-``version`` is the CAS version), ``ROOT/idgen`` (the last ledger id, advanced by CAS),
+Keys under ROOT: ``ROOT/cluster`` (the cluster record, put once if absent), the ledgers,
+their index by bookie and the id counter of :mod:`bkframe_metadata_etcd.ledgers`,
 ``ROOT/bookies/<id>`` (attached to a lease kept alive by a heartbeat; a dead bookie's
 lease expires), ``ROOT/cookies/<id>`` (CAS on version), ``ROOT/logs/<name>`` (a named log's
 record, CAS on version) and ``ROOT/logcursors/<name>/<cursor>`` (its cursors; a transaction
 deletes them with the log); the autorecovery records (locks, under-replicated marks,
 decommissioned bookies) are :mod:`bkframe_metadata_etcd.autorecovery`'s. Every call runs in a worker
 thread with the store's limiter; with several hosts in the URI, a call that cannot reach
-one tries the next. Watches poll by version (the gateway's streaming watch would need a
-thread of its own for as long as the watch lives).
+one tries the next. Listings that need no values (ledgers, logs) read keys only, in pages
+(:func:`bkframe_metadata_etcd.kv.keys`).
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import attrs
@@ -38,7 +36,6 @@ from bkframe.core.metadata import (
     BookieInfo,
     ClusterRecord,
     LedgerExistsError,
-    LedgerMetadata,
     LogExistsError,
     MetadataError,
     NoSuchLedgerError,
@@ -47,26 +44,19 @@ from bkframe.core.metadata import (
     id_in_use,
 )
 from bkframe_metadata_etcd.autorecovery import EtcdAutorecovery
+from bkframe_metadata_etcd.kv import b64 as _b64
+from bkframe_metadata_etcd.kv import keys, prefix_end
 from bkframe_metadata_etcd.leases import keep_alive, revoke
+from bkframe_metadata_etcd.ledgers import EtcdLedgers
 
 log = logging.getLogger("bkframe.metadata.etcd")
 
 SCHEME = "etcd://"
 T = TypeVar("T")
-WATCH_POLL_S = 0.05
 #: How long a call keeps retrying unreachable hosts before it fails.
 DEADLINE_S = 30.0
 #: Deadline of one HTTP request to one etcd member (the store's calls retry on the next one).
 REQUEST_TIMEOUT_S = 5.0
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def _prefix_end(prefix: bytes) -> bytes:
-    """The end of the key range holding every key that starts with ``prefix``."""
-    return prefix[:-1] + bytes([prefix[-1] + 1])
 
 
 def parse_uri(uri: str) -> tuple[list[tuple[str, int]], str]:
@@ -174,12 +164,29 @@ class EtcdRegistration:
         await self._store._call(revoke_ours)
 
 
-class EtcdMetadataStore(EtcdAutorecovery):
+#: What etcd answers to a write once its backend is over ``--quota-backend-bytes`` (its
+#: NOSPACE alarm is raised then, and every write is refused until it is disarmed).
+NOSPACE = "database space exceeded"
+
+
+def quota_full(error: Etcd3Exception, uri: str) -> MetadataError | None:
+    """etcd's NOSPACE answer as a clear error (retrying cannot help); None for others."""
+    if NOSPACE not in f"{error.detail_text or ''} {error}":
+        return None
+    return MetadataError(
+        f"etcd's space quota is full ({uri}: {NOSPACE}), so it refuses every write: compact and defragment it "
+        f"(etcdctl compact, etcdctl defrag, etcdctl alarm disarm), run it with --auto-compaction-mode / "
+        f"--auto-compaction-retention, or raise --quota-backend-bytes; see docs/deployment.md#etcd"
+    )
+
+
+class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
     def __init__(self, uri: str) -> None:
         self.uri = uri
         endpoints, self.root = parse_uri(uri)
         self._clients = [Etcd3Client(host=h, port=p, timeout=REQUEST_TIMEOUT_S) for h, p in endpoints]
         self._current = 0
+        self._counter = (0, 0)
         self._limiter = trio.CapacityLimiter(4)
 
     async def _call(self, fn: Callable[[Etcd3Client], T]) -> T:
@@ -193,6 +200,8 @@ class EtcdMetadataStore(EtcdAutorecovery):
                 except (MetadataError, LedgerExistsError, NoSuchLedgerError, BadVersionError):
                     raise
                 except (Etcd3Exception, requests.RequestException, OSError) as e:
+                    if isinstance(e, Etcd3Exception) and (full := quota_full(e, self.uri)) is not None:
+                        raise full from None
                     if time.monotonic() > deadline:
                         raise MetadataError(
                             f"cannot reach the etcd metadata store {self.uri!r} ({str(e) or type(e).__name__}); "
@@ -203,9 +212,6 @@ class EtcdMetadataStore(EtcdAutorecovery):
                     delay = min(delay * 2, 2.0)
 
         return await trio.to_thread.run_sync(run, limiter=self._limiter)
-
-    def _ledger(self, ledger_id: int) -> bytes:
-        return f"{self.root}/ledgers/L{ledger_id:019d}".encode()
 
     @staticmethod
     def _cas_put(client: Etcd3Client, key: bytes, value: bytes, version: int) -> bool:
@@ -234,68 +240,6 @@ class EtcdMetadataStore(EtcdAutorecovery):
     async def read_cluster(self) -> ClusterRecord | None:
         found = await self._call(lambda c: self._get(c, f"{self.root}/cluster".encode()))
         return None if found is None else ClusterRecord.deserialize(found[0])
-
-    # -- ledgers -------------------------------------------------------------------------
-
-    async def new_ledger_id(self) -> int:
-        key = f"{self.root}/idgen".encode()
-
-        def take(client: Etcd3Client) -> int:
-            while True:
-                current = self._get(client, key)
-                last, version = (int(current[0]), current[1]) if current else (0, 0)
-                if self._cas_put(client, key, str(last + 1).encode(), version):
-                    return last + 1
-
-        return await self._call(take)
-
-    async def create_ledger(self, metadata: LedgerMetadata) -> LedgerMetadata:
-        data = metadata.serialize()
-        if not await self._call(lambda c: self._cas_put(c, self._ledger(metadata.ledger_id), data, 0)):
-            raise LedgerExistsError(metadata.ledger_id)
-        return LedgerMetadata.deserialize(data, 1)
-
-    async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
-        found = await self._call(lambda c: self._get(c, self._ledger(ledger_id)))
-        if found is None:
-            raise NoSuchLedgerError(ledger_id)
-        return LedgerMetadata.deserialize(found[0], found[1])
-
-    async def update_ledger(self, metadata: LedgerMetadata, expected_version: int) -> LedgerMetadata:
-        data = metadata.serialize()
-        key = self._ledger(metadata.ledger_id)
-
-        def cas(client: Etcd3Client) -> None:
-            if expected_version > 0 and self._cas_put(client, key, data, expected_version):
-                return
-            if self._get(client, key) is None:
-                raise NoSuchLedgerError(metadata.ledger_id)
-            raise BadVersionError(f"ledger {metadata.ledger_id} is not at version {expected_version}")
-
-        await self._call(cas)
-        return LedgerMetadata.deserialize(data, expected_version + 1)
-
-    async def delete_ledger(self, ledger_id: int) -> None:
-        if not await self._call(lambda c: c.delete(self._ledger(ledger_id))):
-            raise NoSuchLedgerError(ledger_id)
-
-    async def list_ledgers(self) -> list[int]:
-        prefix = f"{self.root}/ledgers/L".encode()
-        items = await self._call(lambda c: c.get_prefix(prefix))
-        return sorted(int(bytes(kv["key"])[len(prefix) :]) for _, kv in items)
-
-    async def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
-        last: int | None = -1
-        while True:
-            found = await self._call(lambda c: self._get(c, self._ledger(ledger_id)))
-            version = None if found is None else found[1]
-            if version != last:
-                last = version
-                if found is None:
-                    yield None
-                    return
-                yield LedgerMetadata.deserialize(found[0], found[1])
-            await trio.sleep(WATCH_POLL_S)
 
     # -- bookies -------------------------------------------------------------------------
 
@@ -376,7 +320,7 @@ class EtcdMetadataStore(EtcdAutorecovery):
                 "compare": [compare],
                 "success": [
                     {"request_delete_range": {"key": _b64(key)}},
-                    {"request_delete_range": {"key": _b64(prefix), "range_end": _b64(_prefix_end(prefix))}},
+                    {"request_delete_range": {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))}},
                 ],
                 "failure": [],
             }
@@ -390,8 +334,8 @@ class EtcdMetadataStore(EtcdAutorecovery):
 
     async def list_logs(self) -> list[str]:
         prefix = f"{self.root}/logs/".encode()
-        items = await self._call(lambda c: c.get_prefix(prefix))
-        return sorted(bytes(kv["key"])[len(prefix) :].decode() for _, kv in items)
+        found = await self._call(lambda c: keys(c, prefix, prefix_end(prefix)))
+        return sorted(key[len(prefix) :].decode() for key in found)
 
     async def read_cursor(self, log: str, cursor: str) -> Versioned | None:
         found = await self._call(lambda c: self._get(c, self._cursors(log) + cursor.encode()))

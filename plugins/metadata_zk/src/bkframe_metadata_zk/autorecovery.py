@@ -3,7 +3,8 @@
 Layout under ROOT (next to the store's own, see :mod:`bkframe_metadata_zk.store`)::
 
     ROOT/locks/<name, URL-quoted>          ephemeral: a held lock; data = the holder
-    ROOT/underreplicated/L<id, 19 digits>  {"bookies": [...], "since": unix time}; CAS on the znode version
+    ROOT/underreplicated/000/0000/0001/2345/L6789  ledger 123456789's mark: {"bookies": [...],
+                                           "since": unix time}; CAS on the znode version
     ROOT/decommissioned/<bookie id>        persistent, empty: the bookie takes no new writes
 
 A lock is an ephemeral node of the store's session: it dies with the session (the holder
@@ -11,8 +12,15 @@ dies: about ``SESSION_TIMEOUT_S``), and every lock the store holds is ``lost`` w
 reports the session LOST, or as soon as the connection is SUSPENDED: kazoo notices a
 silent connection about two thirds into the timeout, so the server may expire the session
 (and give the lock to another) a third later, while the holder would hear of it only once
-it reaches the server again. Marks are read, merged and written back with the version they
-were read at, again on a conflict; an emptied mark is deleted at that version.
+it reaches the server again.
+
+Marks live in the ledgers' hierarchy of buckets (:mod:`bkframe_metadata_zk.layout`: at most
+10^4 children per node, however many ledgers a lost bookie held), made as the ledgers' are
+and pruned by the listings that find them empty. Marks are read, merged and written back
+with the version they were read at, again on a conflict; an emptied mark is deleted at that
+version. A page of marks is pipelined: every read sent before the first answer is awaited,
+then every write, and only the ledgers whose write met a conflict go round again, so each
+ledger's mark stays a CAS of its own (a multi would fail the whole page on one conflict).
 """
 
 from __future__ import annotations
@@ -30,12 +38,15 @@ from kazoo.exceptions import BadVersionError as ZkBadVersion
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
 from bkframe.core.metadata import UnderReplicated
+from bkframe_metadata_zk.layout import leaf_path, walk
 
 log = logging.getLogger("bkframe.metadata.zk")
 
 T = TypeVar("T")
 #: The directories under ROOT that this module keeps.
 PATHS = ("locks", "underreplicated", "decommissioned")
+#: Requests a listing of marks sends before it awaits their answers.
+READS_IN_FLIGHT = 1_000
 
 
 class ZkLock:
@@ -86,6 +97,18 @@ class ZkAutorecovery:
     async def _call(self, fn: Callable[[KazooClient], T]) -> T:
         raise NotImplementedError
 
+    def _ensure(self, zk: KazooClient, path: str) -> None:
+        raise NotImplementedError
+
+    def _forget_buckets(self, path: str) -> None:
+        raise NotImplementedError
+
+    def _prune(self, path: str) -> None:
+        raise NotImplementedError
+
+    def _children(self, zk: KazooClient) -> Callable[[str], list[str] | None]:
+        raise NotImplementedError
+
     def _locks_lost(self, *, forget: bool) -> None:
         """From a kazoo thread: every lock held through the session is (or may be) gone.
         ``forget`` when the session surely ended (its nodes are gone); otherwise the locks
@@ -113,8 +136,11 @@ class ZkAutorecovery:
         # Lock names have slashes ("ledger/12"); one znode per lock, not a tree.
         return f"{self.root}/locks/{quote(name, safe='')}"
 
+    def _marks_base(self) -> str:
+        return f"{self.root}/underreplicated"
+
     def _mark_path(self, ledger_id: int) -> str:
-        return f"{self.root}/underreplicated/L{ledger_id:019d}"
+        return leaf_path(self._marks_base(), ledger_id)
 
     # -- locks -----------------------------------------------------------------------------
 
@@ -161,40 +187,62 @@ class ZkAutorecovery:
     # -- under-replicated marks ------------------------------------------------------------
 
     async def mark_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
-        path, adding = self._mark_path(ledger_id), set(bookies)
+        await self.mark_many_under_replicated([ledger_id], bookies)
+
+    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> None:
+        adding, todo = set(bookies), sorted(set(ledger_ids))
+        paths = {ledger_id: self._mark_path(ledger_id) for ledger_id in todo}
 
         def mark(zk: KazooClient) -> None:
-            while True:
-                try:
-                    data, stat = zk.get(path)
-                except NoNodeError:
+            nonlocal todo
+            while todo:
+                reads = [(ledger_id, zk.get_async(paths[ledger_id])) for ledger_id in todo]
+                writes = []
+                now = time.time()
+                for ledger_id, read in reads:
+                    path = paths[ledger_id]
                     try:
-                        zk.create(path, _record(adding, time.time()))
-                        return
-                    except NodeExistsError:
-                        continue  # marked meanwhile: merge into that one
-                current = json.loads(data)
-                merged = set(current["bookies"]) | adding
-                if merged == set(current["bookies"]):
-                    return
-                try:
-                    zk.set(path, _record(merged, current["since"]), version=stat.version)
-                    return
-                except (ZkBadVersion, NoNodeError):
-                    continue  # changed or cleared meanwhile: read again
+                        data, stat = read.get()
+                    except NoNodeError:
+                        self._ensure(zk, path.rsplit("/", 1)[0])
+                        writes.append((ledger_id, zk.create_async(path, _record(adding, now))))
+                        continue
+                    current = json.loads(data)
+                    merged = set(current["bookies"]) | adding
+                    if merged != set(current["bookies"]):
+                        record = _record(merged, current["since"])
+                        writes.append((ledger_id, zk.set_async(path, record, version=stat.version)))
+                again = []
+                for ledger_id, write in writes:
+                    try:
+                        write.get()
+                    except (NodeExistsError, ZkBadVersion):
+                        again.append(ledger_id)  # marked or changed meanwhile: read again
+                    except NoNodeError:
+                        # Cleared meanwhile, or its bucket pruned by a listing: read again,
+                        # and make the buckets again if need be.
+                        self._forget_buckets(paths[ledger_id])
+                        again.append(ledger_id)
+                todo = again
 
-        await self._call(mark)
+        if todo:
+            await self._call(mark)
 
     async def list_under_replicated(self) -> list[UnderReplicated]:
+        base = self._marks_base()
+
         def read(zk: KazooClient) -> list[UnderReplicated]:
+            ids = walk(self._children(zk), base, start=0, limit=None, on_empty=self._prune)
             out = []
-            for child in sorted(zk.get_children(f"{self.root}/underreplicated")):
-                try:
-                    data, _ = zk.get(f"{self.root}/underreplicated/{child}")
-                except NoNodeError:
-                    continue
-                record = json.loads(data)
-                out.append(UnderReplicated(int(child[1:]), frozenset(record["bookies"]), float(record["since"])))
+            for first in range(0, len(ids), READS_IN_FLIGHT):
+                page = ids[first : first + READS_IN_FLIGHT]
+                for ledger_id, request in [(i, zk.get_async(self._mark_path(i))) for i in page]:
+                    try:
+                        data, _ = request.get()
+                    except NoNodeError:
+                        continue  # cleared meanwhile
+                    record = json.loads(data)
+                    out.append(UnderReplicated(ledger_id, frozenset(record["bookies"]), float(record["since"])))
             return out
 
         return await self._call(read)

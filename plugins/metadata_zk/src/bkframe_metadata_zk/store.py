@@ -3,15 +3,22 @@
 Layout under ROOT (in the spirit of BookKeeper's):
 
     ROOT/cluster                    the cluster record (JSON), created once
-    ROOT/ledgers/L<id, 19 digits>   ledger metadata (JSON); the znode version is the CAS version
-    ROOT/idgen/id-<seq>             transient sequential nodes: their sequence makes ledger ids
+    ROOT/bookies                    its data changes with every change of a bookie's data (below)
     ROOT/bookies/<bookie id>        ephemeral: a live bookie's BookieInfo (JSON)
     ROOT/cookies/<bookie id>        cookies; the znode version is the CAS version
     ROOT/logs/<name>                a named log's record; the znode version is the CAS version
     ROOT/logs/<name>/<cursor>       its cursors (children, so the log and its cursors go together)
 
+the ledgers, their index by bookie and the id counter of :mod:`bkframe_metadata_zk.ledgers`,
 and the autorecovery records (locks, under-replicated marks, decommissioned bookies) of
 :mod:`bkframe_metadata_zk.autorecovery`.
+
+``list_bookies`` keeps the bookies it read with the stat of ``ROOT/bookies`` it read them
+at: the node's ``cversion`` moves with every registration made or gone (an expired session
+too) and its version with every change of a registration's data (``set_read_only`` writes
+both in one multi), so one ``exists`` tells whether the list it holds is current, whatever
+the number of bookies; when it is not, the children are read again in one round trip of
+pipelined reads.
 
 kazoo is blocking and runs its own threads: every call goes through
 ``trio.to_thread.run_sync`` with the store's limiter, and watch callbacks come back into
@@ -22,8 +29,8 @@ bookie); a registration re-creates its node when a new session is established.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import attrs
 import trio
@@ -37,16 +44,14 @@ from bkframe.core.metadata import (
     BookieIdInUseError,
     BookieInfo,
     ClusterRecord,
-    LedgerExistsError,
-    LedgerMetadata,
     LogExistsError,
     MetadataError,
-    NoSuchLedgerError,
     NoSuchLogError,
     Versioned,
     id_in_use,
 )
 from bkframe_metadata_zk.autorecovery import PATHS, ZkAutorecovery, ZkLock
+from bkframe_metadata_zk.ledgers import ZkLedgers
 
 log = logging.getLogger("bkframe.metadata.zk")
 
@@ -125,8 +130,17 @@ class ZkRegistration:
 
         def update(zk: KazooClient) -> None:
             version = self._ours(zk)
-            if version is not None:  # else: the session's node is gone; recreate() puts it back
-                zk.set(self._node(), self.info.serialize(), version=version)
+            if version is None:  # the session's node is gone; recreate() puts it back
+                return
+            # The parent's version moves too: that is how list_bookies sees a data change.
+            txn = zk.transaction()
+            txn.set_data(self._node(), self.info.serialize(), version=version)
+            txn.set_data(f"{self._store.root}/bookies", b"")
+            results = txn.commit()
+            if isinstance(results[0], ZkBadVersion | NoNodeError):
+                return  # replaced or gone meanwhile: as above
+            if any(isinstance(r, Exception) for r in results):
+                raise MetadataError(f"ZooKeeper metadata store {self._store.uri}: marking {self.info.bookie_id}: {results!r}")
 
         await self._store._call(update)
 
@@ -145,7 +159,7 @@ class ZkRegistration:
         await self._store._call(delete)
 
 
-class ZkMetadataStore(ZkAutorecovery):
+class ZkMetadataStore(ZkLedgers, ZkAutorecovery):
     def __init__(self, uri: str) -> None:
         self.uri = uri
         hosts, self.root = parse_uri(uri)
@@ -161,6 +175,10 @@ class ZkMetadataStore(ZkAutorecovery):
         self._registrations: set[ZkRegistration] = set()
         self._locks: dict[str, ZkLock] = {}
         self._lost = False
+        self._buckets: set[str] = set()
+        self._counter: tuple[int, int] | None = None
+        #: ((czxid, cversion, version) of ROOT/bookies, the bookies read at it), see the module docstring.
+        self._bookies: tuple[tuple[int, int, int], list[BookieInfo]] | None = None
         self.zk.add_listener(self._on_state)
 
     def _on_state(self, state: str) -> None:
@@ -187,8 +205,13 @@ class ZkMetadataStore(ZkAutorecovery):
                     raise MetadataError(
                         f"cannot reach the ZooKeeper metadata store {self.uri!r} ({e}); is ZooKeeper running at that address?"
                     ) from None
-                for path in ("ledgers", "idgen", "bookies", "cookies", "logs", *PATHS):
+                for path in ("ledgers", "bookieledgers", "bookies", "cookies", "logs", *PATHS):
                     self.zk.ensure_path(f"{self.root}/{path}")
+                    self._buckets.add(f"{self.root}/{path}")
+                try:
+                    self.zk.create(f"{self.root}/idcounter", b"0")
+                except NodeExistsError:
+                    pass
 
             await trio.to_thread.run_sync(start, limiter=self._limiter)
             self._started = True
@@ -207,9 +230,6 @@ class ZkMetadataStore(ZkAutorecovery):
 
         return await trio.to_thread.run_sync(run, limiter=self._limiter)
 
-    def _ledger(self, ledger_id: int) -> str:
-        return f"{self.root}/ledgers/L{ledger_id:019d}"
-
     # -- the cluster record --------------------------------------------------------------
 
     async def init_cluster(self, record: ClusterRecord) -> bool:
@@ -226,79 +246,6 @@ class ZkMetadataStore(ZkAutorecovery):
             return None
         return ClusterRecord.deserialize(data)
 
-    # -- ledgers -------------------------------------------------------------------------
-
-    async def new_ledger_id(self) -> int:
-        def take(zk: KazooClient) -> int:
-            path = zk.create(f"{self.root}/idgen/id-", b"", sequence=True)
-            zk.delete(path)
-            return int(path.rsplit("-", 1)[1]) + 1
-
-        return await self._call(take)
-
-    async def create_ledger(self, metadata: LedgerMetadata) -> LedgerMetadata:
-        data = metadata.serialize()
-        try:
-            await self._call(lambda zk: zk.create(self._ledger(metadata.ledger_id), data))
-        except NodeExistsError:
-            raise LedgerExistsError(metadata.ledger_id) from None
-        return LedgerMetadata.deserialize(data, 0)
-
-    async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
-        try:
-            data, stat = await self._call(lambda zk: zk.get(self._ledger(ledger_id)))
-        except NoNodeError:
-            raise NoSuchLedgerError(ledger_id) from None
-        return LedgerMetadata.deserialize(data, stat.version)
-
-    async def update_ledger(self, metadata: LedgerMetadata, expected_version: int) -> LedgerMetadata:
-        data = metadata.serialize()
-        try:
-            stat = await self._call(lambda zk: zk.set(self._ledger(metadata.ledger_id), data, version=expected_version))
-        except NoNodeError:
-            raise NoSuchLedgerError(metadata.ledger_id) from None
-        except ZkBadVersion:
-            raise BadVersionError(f"ledger {metadata.ledger_id} is not at version {expected_version}") from None
-        return LedgerMetadata.deserialize(data, stat.version)
-
-    async def delete_ledger(self, ledger_id: int) -> None:
-        try:
-            await self._call(lambda zk: zk.delete(self._ledger(ledger_id)))
-        except NoNodeError:
-            raise NoSuchLedgerError(ledger_id) from None
-
-    async def list_ledgers(self) -> list[int]:
-        names = await self._call(lambda zk: zk.get_children(f"{self.root}/ledgers"))
-        return sorted(int(n[1:]) for n in names if n.startswith("L"))
-
-    async def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
-        if not self._started:
-            await self._start()
-        send, receive = trio.open_memory_channel[tuple[bytes, Any] | None](64)
-        token = trio.lowlevel.current_trio_token()
-        stopped = False
-
-        def on_change(data: bytes | None, stat: Any, event: Any = None) -> bool:
-            if stopped:
-                return False
-            value = None if data is None or stat is None else (data, stat.version)
-            try:
-                trio.from_thread.run_sync(send.send_nowait, value, trio_token=token)
-            except (trio.RunFinishedError, trio.WouldBlock, trio.ClosedResourceError):
-                return False
-            return value is not None
-
-        await trio.to_thread.run_sync(lambda: self.zk.DataWatch(self._ledger(ledger_id), on_change), limiter=self._limiter)
-        try:
-            async with receive:
-                async for item in receive:
-                    if item is None:
-                        yield None
-                        return
-                    yield LedgerMetadata.deserialize(item[0], item[1])
-        finally:
-            stopped = True
-
     # -- bookies -------------------------------------------------------------------------
 
     async def register_bookie(
@@ -312,20 +259,37 @@ class ZkMetadataStore(ZkAutorecovery):
         return registration
 
     async def list_bookies(self, *, writable_only: bool = False) -> list[BookieInfo]:
-        def read(zk: KazooClient) -> list[BookieInfo]:
-            out = []
-            for name in sorted(zk.get_children(f"{self.root}/bookies")):
+        """One round trip while the bookies are as last read (two requests with
+        ``writable_only``), one more after a change; see the module docstring."""
+        path = f"{self.root}/bookies"
+
+        def read(zk: KazooClient) -> tuple[list[BookieInfo], list[str]]:
+            stat_reply = zk.exists_async(path)
+            decommissioned_reply = zk.get_children_async(f"{self.root}/decommissioned") if writable_only else None
+            stat = stat_reply.get()
+            decommissioned = [] if decommissioned_reply is None else list(decommissioned_reply.get())
+            if stat is None:
+                return [], decommissioned
+            at = (int(stat.czxid), int(stat.cversion), int(stat.version))
+            held = self._bookies
+            if held is not None and held[0] == at:
+                return held[1], decommissioned
+            replies = [zk.get_async(f"{path}/{name}") for name in zk.get_children(path)]
+            infos = []
+            for reply in replies:
                 try:
-                    data, _ = zk.get(f"{self.root}/bookies/{name}")
+                    data, _ = reply.get()
                 except NoNodeError:
                     continue
-                out.append(BookieInfo.deserialize(data))
-            return out
+                infos.append(BookieInfo.deserialize(data))
+            infos.sort(key=lambda b: b.bookie_id)
+            # Kept at the stat read before the children: a change meanwhile shows next time.
+            self._bookies = at, infos
+            return infos, decommissioned
 
-        infos = await self._call(read)
+        infos, decommissioned = await self._call(read)
         if not writable_only:
-            return infos
-        decommissioned = await self.list_decommissioned()
+            return list(infos)
         return [b for b in infos if not (b.read_only or b.bookie_id in decommissioned)]
 
     # -- cookies -------------------------------------------------------------------------
