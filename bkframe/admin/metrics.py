@@ -61,6 +61,14 @@ def entry_log_files(directory: Path) -> tuple[int, int]:
     return files, size
 
 
+def open_fds() -> int:
+    """File descriptors this process has open (0 where /proc is not there)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
 class BookieCollector:
     """What a bookie has done (counters) and is (state), read when scraped."""
 
@@ -125,6 +133,18 @@ class BookieCollector:
             )
             yield GaugeMetricFamily(PREFIX + "disk_total_bytes", "Size of the data dir's filesystem", value=usage.total)
         yield GaugeMetricFamily(PREFIX + "start_time_seconds", "Unix time the bookie started", value=bookie.started_at)
+        yield GaugeMetricFamily(PREFIX + "open_fds", "File descriptors the bookie process has open", value=open_fds())
+        lag = self.service.loop_lag
+        yield GaugeMetricFamily(
+            "bkframe_event_loop_lag_seconds",
+            f"Longest the bookie's event loop was held (a {lag.period_s} s sleep woke late by this) in the last "
+            f"{lag.window_s:g} to {2 * lag.window_s:g} s",
+            value=lag.recent_max,
+        )
+        yield GaugeMetricFamily(
+            "bkframe_event_loop_lag_max_seconds", "Longest the bookie's event loop was held since start",
+            value=lag.max_since_start,
+        )
 
 
 def bookie_registry(service: BookieService) -> CollectorRegistry:

@@ -320,9 +320,13 @@ class Adds:
         return b"".join(bytes(part) for part in sub.parts)
 
     def _storage_failed(self, ledger_id: int, entry_ids: Sequence[int], error: Exception) -> tuple[p.Status, str]:
-        """IO_ERROR for adds the ledger storage could not store; the bookie keeps serving."""
-        self.counters.storage_write_errors += 1
+        """IO_ERROR for adds the ledger storage could not store; the bookie keeps serving.
+        TOO_MANY_REQUESTS if it only lacked a file descriptor (nothing is wrong with the disk)."""
         what = f"entries {ledger_id}:{entry_ids[0]}..{entry_ids[-1]}" if entry_ids else f"ledger {ledger_id}"
+        refusal = self.context.refusal_for(error, what)
+        if refusal is not None:
+            return refusal
+        self.counters.storage_write_errors += 1
         log.error("storing %s failed: %s", what, error)
         return p.Status.IO_ERROR, f"this bookie could not store {what}: {error}; write them to another bookie"
 

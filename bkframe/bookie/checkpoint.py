@@ -19,8 +19,9 @@ from bkframe.bookie.background import run_periodically
 from bkframe.bookie.context import BookieContext
 from bkframe.bookie.disk_space import NoSpaceToStartError
 from bkframe.bookie.write_once import apply_stored
+from bkframe.core import fsync
 from bkframe.core.disk_full import is_disk_full
-from bkframe.core.fsync import fsync_tree, write_durably
+from bkframe.core.fsync import write_durably
 from bkframe.core.interfaces import Buffer, JournalPosition
 from bkframe.errors import BKError
 
@@ -82,7 +83,7 @@ class Checkpointer:
             # indexes may point into entry-log bytes it never synced: once this run's
             # checkpoint syncs such an index, a power cut would leave it pointing past the
             # log's end. Make all of it durable first.
-            syncs = sum(fsync_tree(d) for d in self.storage_dirs)
+            syncs = sum(fsync.sync_tree(d) for d in self.storage_dirs)
             self.counters.storage_fsyncs += syncs
         self.replayed_records = count
         log.info("replayed %d journal records after %s", count, mark)

@@ -9,6 +9,7 @@ bookie module imports them and nothing of them imports it back.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import attrs
@@ -21,10 +22,15 @@ from bkframe.bookie.key_check import KeyCheck
 from bkframe.bookie.lac_waiters import LacWaiters
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.bookie.sync_cursor import SyncTracker
+from bkframe.bookie.throttled_log import ThrottledWarning
 from bkframe.bookie.tombstones import Tombstones
 from bkframe.core.counters import Counters, Histogram
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.interfaces import DurabilityPolicy, Journal, LedgerState, LedgerStorage, WriteOnceStorage
+from bkframe.core.open_files import is_out_of_files
+
+#: One line per interval however many requests find no file descriptor.
+_OUT_OF_FILES = ThrottledWarning(logging.getLogger("bkframe.bookie"))
 
 
 def _write_once(context: BookieContext) -> WriteOnceStorage | None:
@@ -79,6 +85,18 @@ class BookieContext:
     def no_space(self, error: BaseException, what: str) -> tuple[p.Status, str]:
         self.mode.write_failed(error)
         return p.Status.READ_ONLY, f"bookie {self.bookie_id} has no space {what} ({error}); it is read-only now"
+
+    def refusal_for(self, error: BaseException, what: str) -> tuple[p.Status, str] | None:
+        """TOO_MANY_REQUESTS for a request the storage failed for want of file descriptors
+        (nothing is wrong with the data: try later, or another bookie); None for any other
+        error. Logged as a throttled warning."""
+        if not is_out_of_files(error):
+            return None
+        self.counters.out_of_files_refusals += 1
+        _OUT_OF_FILES.warn(
+            "bookie %s: no file descriptor left for %s (%s); answered TOO_MANY_REQUESTS", self.bookie_id, what, error
+        )
+        return p.Status.TOO_MANY_REQUESTS, f"bookie {self.bookie_id} has no file descriptor left for {what} now; retry"
 
     def read_only_refusal(self, what: str) -> str:
         self.counters.read_only_refusals += 1

@@ -159,6 +159,10 @@ class Reads:
         try:
             data = storage.get_entry(ledger_id, entry_id)
         except Exception as e:  # noqa: BLE001 - the storage names the file and offset; the bookie keeps serving
+            refusal = self.context.refusal_for(e, f"entry {ledger_id}:{entry_id}")
+            if refusal is not None:
+                reply(refusal[0], entry_id, refusal[1].encode())
+                return
             if not state.limbo:
                 log.error("read of entry %d:%d failed: %s", ledger_id, entry_id, e)
                 reply(p.Status.IO_ERROR, entry_id, f"reading entry {ledger_id}:{entry_id} failed here: {e}".encode())

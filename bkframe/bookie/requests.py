@@ -80,10 +80,12 @@ class RequestHandler:
                 # Storage failures are answered where they are expected (adds, reads); this
                 # is the net under the rest (e.g. a full disk under a fence's new index):
                 # the requests get IO_ERROR, the connection and the bookie go on.
-                log.exception("serving %s failed", type(req).__name__)
+                refusal = self.context.refusal_for(e, type(req).__name__)
+                if refusal is None:
+                    log.exception("serving %s failed", type(req).__name__)
+                status, message = refusal or (p.Status.IO_ERROR, f"this bookie failed to serve the request: {e}")
                 for r in requests[i:j]:
-                    message = f"this bookie failed to serve the request: {e}"
-                    batch.parts.append(p.encode_error_response(r.request_id, p.Status.IO_ERROR, message))
+                    batch.parts.append(p.encode_error_response(r.request_id, status, message))
             i = j
             if answer_limit:
                 answer_bytes += sum(len(part) for part in batch.parts[parts:])

@@ -22,6 +22,7 @@ from bkframe.bookie.disk_space import measure
 from bkframe.bookie.garbage_collector import GarbageCollector
 from bkframe.bookie.identity import claim_id, default_bookie_id
 from bkframe.bookie.key_check import KeyCheck
+from bkframe.bookie.loop_lag import LoopLag
 from bkframe.bookie.preflight import check_data_dir, check_ports
 from bkframe.bookie.protection import protect_at_boot
 from bkframe.bookie.server import BookieServer
@@ -116,6 +117,8 @@ class BookieService:
         #: What the bookie registers and clients connect to, once it listens.
         self.advertised: Advertised | None = None
         self._stop_requested = False
+        #: How long the event loop is held (the admin metrics report it).
+        self.loop_lag = LoopLag()
 
     def stop(self) -> None:
         """Stop accepting, drain in-flight requests (bounded), flush and return from run."""
@@ -151,6 +154,7 @@ class BookieService:
         registration: BookieRegistration | None = None
         try:
             async with trio.open_nursery() as background:
+                await background.start(self.loop_lag.run)
                 await background.start(bookie.journal.run)
                 if bookie.checkpointer.replayed_records:
                     await bookie.checkpoint()  # on a full disk: read-only, the old mark stays

@@ -277,10 +277,14 @@ class AutorecoveryConfig:
     #: An open ledger's last fragment is re-replicated (after recovering and closing the
     #: ledger, which fences its writer) only once it has been marked this long.
     open_ledger_rereplication_grace_s: float = attrs.field(default=30.0, validator=at_least(0))
-    #: Seconds between full checks (LIST_ENTRIES on every replica of every ledger); 0: never.
-    audit_interval_s: float = attrs.field(default=3600.0, validator=at_least(0))
-    #: Seconds between the auditor's looks at the registrations, and between a worker's looks
-    #: for under-replicated ledgers when it has nothing to do.
+    #: Seconds between full checks (every ledger's metadata checked against the live bookies,
+    #: and LIST_ENTRIES on every replica of every ledger); 0: never (a new auditor still checks
+    #: every ledger's ensembles once). A day, as BookKeeper's periodic bookie check.
+    audit_interval_s: float = attrs.field(default=86400.0, validator=at_least(0))
+    #: The full checks' pace: at most this many ledgers' metadata read per second.
+    full_check_reads_per_s: float = attrs.field(default=500.0, validator=above(0))
+    #: Seconds between the auditor's rounds and every auditor candidate's looks at the bookie
+    #: set, and between a worker's looks for under-replicated ledgers when it has nothing to do.
     check_interval_s: float = attrs.field(default=1.0, validator=above(0))
     #: The auditor's lock and a worker's claim on a ledger vanish about this long after their
     #: holder dies.

@@ -56,6 +56,9 @@ class Counters:
     compacted_bytes: int = 0
     #: Adds answered IO_ERROR because ledger storage could not store them.
     storage_write_errors: int = 0
+    #: Requests answered TOO_MANY_REQUESTS because the bookie had no file descriptor left
+    #: to open an index or entry log (even after closing what its caches could).
+    out_of_files_refusals: int = 0
     #: Index records dropped because the entry-log bytes they point to are gone (a power
     #: cut lost the log's unsynced tail): found at open or by compaction.
     storage_entries_dropped: int = 0

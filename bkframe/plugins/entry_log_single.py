@@ -26,7 +26,7 @@ import attrs
 
 from bkframe.core.config import at_least
 from bkframe.core.counters import Counters
-from bkframe.core.entry_log_files import EntryLogError, EntryLogFiles, EntryLogWriteError
+from bkframe.core.entry_log_files import DEFAULT_MAX_OPEN_LOGS, EntryLogError, EntryLogFiles, EntryLogWriteError
 from bkframe.core.hookspecs import hookimpl
 from bkframe.core.interfaces import Buffer
 from bkframe.core.registry import ComponentRegistry
@@ -49,6 +49,7 @@ class SingleEntryLogManager:
     :param max_log_size: a new log is started before an append that would take the
         active log past this size (one append is never split, so a single append larger
         than this makes a log that large).
+    :param max_open_logs: older logs kept open for reads at most (opened again when read).
     """
 
     def __init__(
@@ -58,10 +59,13 @@ class SingleEntryLogManager:
         *,
         max_log_size: int = DEFAULT_MAX_LOG_SIZE,
         drop_synced_pages: bool = False,
+        max_open_logs: int = DEFAULT_MAX_OPEN_LOGS,
     ) -> None:
         if max_log_size <= LOG_HEADER.size:
             raise ValueError(f"max_log_size must be larger than the {LOG_HEADER.size}-byte log header")
-        self._files = EntryLogFiles(directory, counters, drop_synced_pages=drop_synced_pages)
+        self._files = EntryLogFiles(
+            directory, counters, drop_synced_pages=drop_synced_pages, max_open_logs=max_open_logs
+        )
         self._max_log_size = max_log_size
         self._closed = False
         self._files.open_existing(self._check_header)
@@ -88,9 +92,13 @@ class SingleEntryLogManager:
             )
 
     def _start_log(self, log_id: int) -> None:
-        self._active_fd = self._files.create(log_id)
+        if self._active_fd >= 0:
+            self._files.seal(self._active_id)
+            self._active_fd = -1
+        # The new id first: if the create fails (no fd left), the next append tries it again.
         self._active_id = log_id
         self._active_size = 0  # the header is written by the first append
+        self._active_fd = self._files.create(log_id)
 
     def _write(self, data: Buffer) -> None:
         try:
@@ -101,6 +109,7 @@ class SingleEntryLogManager:
             # new log (whose offsets start afresh).
             if not e.truncated:
                 log.warning("sealing entry log %s after a failed write it could not cut back", self._files.path(self._active_id))
+                self._files.seal(self._active_id)
                 self._active_id += 1
                 self._active_fd = -1
             raise
@@ -167,11 +176,17 @@ class SingleConfig:
     #: After each flush (a checkpoint, or the fsync of large PD entries written once), drop
     #: the logs' synced pages from the page cache.
     drop_synced_pages: bool = False
+    #: Older (sealed) logs kept open for reads at most; the least recently read is closed.
+    max_open_logs: int = attrs.field(default=DEFAULT_MAX_OPEN_LOGS, validator=at_least(1))
 
 
 def make_manager(config: SingleConfig, directory: Path, counters: Counters) -> SingleEntryLogManager:
     return SingleEntryLogManager(
-        directory, counters, max_log_size=config.max_log_size, drop_synced_pages=config.drop_synced_pages
+        directory,
+        counters,
+        max_log_size=config.max_log_size,
+        drop_synced_pages=config.drop_synced_pages,
+        max_open_logs=config.max_open_logs,
     )
 
 

@@ -2,18 +2,30 @@
 layers the environment asks for installed first -- the power-loss layer
 (``BKFRAME_POWERLOSS_*``, :mod:`.powerloss`), injected write failures
 (``BKFRAME_WRITE_FAULTS``, :mod:`.write_faults`) and a disk of limited size
-(``BKFRAME_DISKFULL_*``, :mod:`.diskfull`). ``bkframe bookie`` itself never installs them.
+(``BKFRAME_DISKFULL_*``, :mod:`.diskfull`) -- and a small ``ulimit -n``
+(``BKFRAME_RLIMIT_NOFILE``: the soft limit on open files, set before anything is opened).
+``bkframe bookie`` itself never installs them.
 :class:`bkframe.testing.cluster.BookieProcess` runs this by default.
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import sys
 
 from bkframe.testing import diskfull, powerloss, write_faults
 
 
+def limit_open_files_from_env() -> None:
+    limit = os.environ.get("BKFRAME_RLIMIT_NOFILE")
+    if limit:
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (int(limit), hard))
+
+
 def main() -> None:
+    limit_open_files_from_env()
     powerloss.install_from_env()
     write_faults.install_from_env()
     diskfull.install_from_env()

@@ -84,20 +84,37 @@ async def test_log_rotation_keeps_old_entries_readable(tmp_path: Path) -> None:
     await storage.aclose()
 
 
-async def test_corrupt_index_header_names_the_file(tmp_path: Path) -> None:
+async def test_corrupt_state_names_the_table_slot(tmp_path: Path) -> None:
     storage = open_storage(tmp_path)
     storage.ensure_ledger(0xABC, b"k", 0)
     await storage.aclose()
-    path = tmp_path / "ledgers" / "index" / f"{0xABC:016x}.idx"
+    path = tmp_path / "ledgers" / "ledgers.tbl"
     raw = bytearray(path.read_bytes())
     raw[30] ^= 0xFF  # inside the master key: only the CRC can tell
     path.write_bytes(bytes(raw))
-    with pytest.raises(IndexCorruptError, match=f"{re.escape(str(path))}.*CRC"):
+    with pytest.raises(IndexCorruptError, match=f"slot 0 of ledger table {re.escape(str(path))}.*CRC"):
         open_storage(tmp_path)
     raw[0:4] = b"XXXX"
     path.write_bytes(bytes(raw))
     with pytest.raises(IndexCorruptError, match=f"{re.escape(str(path))}.*magic"):
         open_storage(tmp_path)
+
+
+async def test_corrupt_index_header_names_the_file(tmp_path: Path) -> None:
+    """An index is opened when it is first needed, and checked then."""
+    storage = open_storage(tmp_path)
+    storage.ensure_ledger(0xABC, b"k", 0)
+    storage.add_entries(0xABC, [0], [b"x"])
+    await storage.aclose()
+    path = tmp_path / "ledgers" / "index" / f"{0xABC:016x}.idx"
+    raw = bytearray(path.read_bytes())
+    raw[30] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    storage = open_storage(tmp_path)
+    assert storage.ledger_state(0xABC) is not None
+    with pytest.raises(IndexCorruptError, match=f"{re.escape(str(path))}.*CRC"):
+        storage.get_entry(0xABC, 0)
+    await storage.aclose()
 
 
 async def test_never_written_index_is_dropped(tmp_path: Path) -> None:
@@ -298,7 +315,7 @@ async def test_compaction_treats_entries_past_a_cut_log_as_missing(tmp_path: Pat
 
 async def test_open_drops_index_records_past_the_end_of_their_log(tmp_path: Path) -> None:
     """After a power cut the index can point past an entry log's end, or into a log that
-    never reached the disk. At open the storage drops those records (the entries are
+    never reached the disk. As it opens an index (first use) the storage drops those records (the entries are
     missing here; journal replay or BP-46 repair brings back what was promised), so reads
     answer "not here" instead of an I/O error, and index and logs agree from the first
     checkpoint on."""
@@ -320,15 +337,16 @@ async def test_open_drops_index_records_past_the_end_of_their_log(tmp_path: Path
     counters = Counters()
     storage = open_storage(tmp_path, counters)
     lost = set(range(first_in_log1 - 5, 100))
-    assert counters.storage_entries_dropped == len(lost)
+    assert counters.storage_entries_dropped == 0, "nothing is opened before it is needed"
     assert [storage.get_entry(1, e) for e in range(100)] == [None if e in lost else data[e] for e in range(100)]
+    assert counters.storage_entries_dropped == len(lost)
     assert storage.last_entry_id(1) == first_in_log1 - 6
     await storage.checkpoint()
     await storage.aclose()
     counters = Counters()
     storage = open_storage(tmp_path, counters)  # the fix was made durable by the checkpoint
-    assert counters.storage_entries_dropped == 0
     assert storage.held_entries(1, 0, 99) == [e for e in range(100) if e not in lost]
+    assert counters.storage_entries_dropped == 0
     await storage.aclose()
 
 

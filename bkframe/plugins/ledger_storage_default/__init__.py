@@ -1,8 +1,9 @@
 """Ledger storage ``default``: entries interleaved in shared entry logs, one index per ledger.
 
 See :mod:`.storage` for the add/read/checkpoint paths, :mod:`.entry_record` for an entry
-in an entry log, :mod:`.ledger_index` for the index file format, :mod:`.startup` for what
-happens at open and :mod:`.compaction` for garbage collection. This module registers the
+in an entry log, :mod:`.ledger_index` for the index file format, :mod:`.ledger_table` for
+the ledgers' states, :mod:`.index_cache` for the bounded set of open indexes,
+:mod:`.startup` for what happens at open and :mod:`.compaction` for garbage collection. This module registers the
 component with its config class.
 """
 
@@ -19,8 +20,9 @@ from bkframe.core.interfaces import EntryLogManager
 from bkframe.core.registry import ComponentRegistry
 
 from .compaction import DEFAULT_COMPACTION_THRESHOLD
+from .index_cache import MIN_OPEN_INDEXES
 from .ledger_index import IndexCorruptError, LedgerIndex
-from .storage import DEFAULT_INDEX_INITIAL_ENTRIES, DefaultLedgerStorage, StorageCorruptError
+from .storage import DEFAULT_INDEX_INITIAL_ENTRIES, DEFAULT_MAX_OPEN_INDEXES, DefaultLedgerStorage, StorageCorruptError
 
 __all__ = [
     "DefaultLedgerStorage",
@@ -46,6 +48,9 @@ class DefaultStorageConfig:
     #: PD_JOURNAL entries at least this long are written once: to the entry log, fsynced
     #: before the ack, with only their location in the journal (0 turns it off).
     large_entry_bytes: int = attrs.field(default=0, validator=at_least(0))
+    #: Ledger indexes kept open at once, least recently used closed first (each open index
+    #: takes two file descriptors; a bookie holds any number of ledgers within this).
+    max_open_indexes: int = attrs.field(default=DEFAULT_MAX_OPEN_INDEXES, validator=at_least(MIN_OPEN_INDEXES))
 
 
 def make_storage(
@@ -58,6 +63,7 @@ def make_storage(
         index_initial_entries=config.index_initial_entries,
         compaction_threshold=config.compaction_threshold,
         large_entry_bytes=config.large_entry_bytes,
+        max_open_indexes=config.max_open_indexes,
     )
 
 

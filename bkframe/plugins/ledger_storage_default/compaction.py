@@ -21,6 +21,7 @@ import trio
 from bkframe.core.counters import Counters
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.interfaces import EntryLogManager
+from bkframe.core.pacing import Pacer
 
 from .entry_record import LOST, read_record
 from .ledger_index import LedgerIndex
@@ -37,8 +38,10 @@ COMPACTION_STEP_BYTES = 4 << 20
 class Compactor:
     """Garbage collection for one :class:`~.storage.DefaultLedgerStorage`.
 
-    :param indexes: the storage's own table of open indexes (shared, not copied: ledgers
-        come and go while a compaction yields).
+    :param ledgers: the ids of the storage's ledgers now (they come and go while a
+        compaction yields).
+    :param index: a ledger's index, opened if need be (None: the ledger has none, or no
+        longer exists); valid until the next await.
     :param checkpoint: the storage's checkpoint (entry logs, then dirty indexes, made durable).
     :param drop: forgets entries whose bytes are gone (``ledger_id, index, entry_ids``).
     :param repointed: told each ledger whose index now points at copies (it is dirty).
@@ -46,7 +49,8 @@ class Compactor:
 
     def __init__(
         self,
-        indexes: dict[int, LedgerIndex],
+        ledgers: Callable[[], list[int]],
+        index: Callable[[int], LedgerIndex | None],
         entry_logs: EntryLogManager,
         counters: Counters,
         *,
@@ -55,7 +59,10 @@ class Compactor:
         drop: Callable[[int, LedgerIndex, np.ndarray], None],
         repointed: Callable[[int], None],
     ) -> None:
-        self._indexes = indexes
+        self._ledgers = ledgers
+        self._index = index
+        #: One collection at a time (the bookie's GC and an admin's request may overlap).
+        self._lock = trio.Lock()
         self._entry_logs = entry_logs
         self._counters = counters
         self._threshold = threshold
@@ -73,12 +80,25 @@ class Compactor:
         compacted, in the order the module docstring gives, and removed only once its
         copies are durable and the indexes point at them.
         """
+        async with self._lock:
+            return await self._collect_garbage()
+
+    async def _collect_garbage(self) -> int:
         await self._checkpoint()
-        # One synchronous pass (no await): which logs are sealed, and their live bytes. A
-        # sealed log gains no entries while the steps below await.
+        # Which logs are sealed (taken first: a sealed log gains no entries), then their
+        # live bytes and the ledgers that point into them, over every ledger's index. The
+        # scan yields between ledgers: a ledger deleted meanwhile is counted or not (live
+        # bytes are only ever overestimated, never a log removed that an index points
+        # into), and what is written meanwhile goes to logs that are not sealed.
         sealed = self._entry_logs.sealed_log_ids()
         live: dict[int, int] = {}
-        for idx in self._indexes.values():
+        users: dict[int, list[int]] = {}
+        pacer = Pacer()
+        for ledger_id in self._ledgers():
+            await pacer.tick()
+            idx = self._index(ledger_id)
+            if idx is None:
+                continue
             records = idx.records
             held = records[records["length"] > 0]
             if held.size:
@@ -86,6 +106,7 @@ class Compactor:
                 sums = np.bincount(inverse, weights=held["length"])
                 for log_id, total in zip(ids.tolist(), sums.tolist()):
                     live[log_id] = live.get(log_id, 0) + int(total)
+                    users.setdefault(log_id, []).append(ledger_id)
         freed = 0
         for log_id in sealed:
             size = self._entry_logs.log_size(log_id)
@@ -96,7 +117,7 @@ class Compactor:
                     log.info("removed entry log %08x (%d bytes): no ledger points into it", log_id, size)
             elif size and in_use / size < self._threshold:
                 try:
-                    copied, complete = await self._compact(log_id)
+                    copied, complete = await self._compact(log_id, users.get(log_id, []))
                 except Exception as e:
                     if not is_disk_full(e):
                         raise
@@ -112,9 +133,10 @@ class Compactor:
             await self._entry_logs.flush()  # the directory: the removals are durable
         return freed
 
-    async def _compact(self, old_log: int) -> tuple[int, bool]:
+    async def _compact(self, old_log: int, ledgers: list[int]) -> tuple[int, bool]:
         """Steps (1) and (2): copy ``old_log``'s live records to the active log, then repoint
-        the indexes to them. The caller removes the old log (step 3).
+        the indexes to them. The caller removes the old log (step 3). ``ledgers``: those
+        whose indexes point into it (none other can: it is sealed).
 
         Returns the bytes copied and whether every live record could be moved (else the
         old log must stay). A record the log does not hold (past its end, or never written:
@@ -125,15 +147,17 @@ class Compactor:
         moved: list[tuple[int, np.ndarray, np.ndarray, int, np.ndarray]] = []
         copied = 0
         complete = True
-        for ledger_id in sorted(self._indexes):
-            idx = self._indexes.get(ledger_id)
+        pacer = Pacer()
+        for ledger_id in ledgers:
+            await pacer.tick()
+            idx = self._index(ledger_id)
             if idx is None:
                 continue  # deleted while an earlier step yielded
             records = idx.records
             ids = np.flatnonzero((records["log_id"] == old_log) & (records["length"] > 0))
             steps = int(records["length"][ids].sum()) // COMPACTION_STEP_BYTES + 1
             for chunk in np.array_split(ids, steps):
-                idx = self._indexes.get(ledger_id)
+                idx = self._index(ledger_id)
                 if idx is None or not chunk.size:
                     continue
                 # Re-read after every yield: an add may have grown (remapped) the index.
@@ -184,7 +208,8 @@ class Compactor:
         await self._entry_logs.flush()
         # Step (2): the indexes point at the copies, made durable by the checkpoint below.
         for ledger_id, chunk, old_offsets, new_log, new_offsets in moved:
-            idx = self._indexes.get(ledger_id)
+            await pacer.tick()
+            idx = self._index(ledger_id)
             if idx is None:
                 continue
             current = idx.records[chunk]

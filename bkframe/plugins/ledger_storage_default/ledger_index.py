@@ -9,8 +9,15 @@ Layout of ``index/{ledger_id:016x}.idx`` (little endian), mapped with ``numpy.me
   length includes the record header, so it is never 0 for a stored entry and 0 can mean
   "absent" even for an empty entry.
 
-Updates go to the mapping (page cache) only; :meth:`LedgerIndex.sync` makes them durable
-and is called from a worker thread at checkpoint. A fixed-width table indexed by entry id
+The header is written when the file is made: it names the ledger (checked at every open)
+and holds its state as it was then. The state as it is now lives in the storage's ledger
+table (:mod:`.ledger_table`); index files of a bkframe that kept it only here are adopted
+into the table once, at open.
+
+Updates go to the mapping (page cache) only; :func:`sync_index_file` makes them durable
+from a worker thread at checkpoint, through an fd of its own (on Linux an fsync writes a
+file's dirty pages whichever mapping or fd dirtied them), so an index may be closed (evicted
+from the storage's cache) while a checkpoint is under way. A fixed-width table indexed by entry id
 lets a whole batch be located and stored with numpy fancy indexing, without a per-entry
 Python loop.
 """
@@ -18,6 +25,7 @@ Python loop.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import struct
 from pathlib import Path
@@ -65,19 +73,21 @@ def encode_header(state: LedgerState) -> bytes:
     return body + struct.pack("<I", crc32c.crc32c(body))
 
 
-def decode_header(raw: bytes, path: Path) -> LedgerState:
+def decode_header(raw: bytes, path: Path, where: str = "") -> LedgerState:
+    """The state in a header; ``where`` names it in errors (default: the index file ``path``)."""
+    where = where or f"index file {path}"
     if len(raw) < HEADER_SIZE:
-        raise IndexCorruptError(f"index file {path} is truncated: {len(raw)} bytes, header needs {HEADER_SIZE}")
+        raise IndexCorruptError(f"{where} is truncated: {len(raw)} bytes, header needs {HEADER_SIZE}")
     body, (crc,) = raw[:_CRC_AT], struct.unpack_from("<I", raw, _CRC_AT)
     magic, version, ledger_id, key_len, key, fenced, limbo, write_closed, lac, ledger_type = _HEADER.unpack_from(body)
     if magic != INDEX_MAGIC:
-        raise IndexCorruptError(f"index file {path} has bad magic {magic!r} (expected {INDEX_MAGIC!r})")
+        raise IndexCorruptError(f"{where} has bad magic {magic!r} (expected {INDEX_MAGIC!r})")
     if version != INDEX_VERSION:
-        raise IndexCorruptError(f"index file {path} has version {version}; this bkframe reads version {INDEX_VERSION}")
+        raise IndexCorruptError(f"{where} has version {version}; this bkframe reads version {INDEX_VERSION}")
     if crc32c.crc32c(body) != crc:
-        raise IndexCorruptError(f"index file {path} has a header CRC mismatch; the ledger state in it is corrupt")
+        raise IndexCorruptError(f"{where} has a header CRC mismatch; the ledger state in it is corrupt")
     if key_len > MAX_MASTER_KEY:
-        raise IndexCorruptError(f"index file {path} says the master key is {key_len} bytes (max {MAX_MASTER_KEY})")
+        raise IndexCorruptError(f"{where} says the master key is {key_len} bytes (max {MAX_MASTER_KEY})")
     return LedgerState(
         ledger_id=ledger_id,
         master_key=bytes(key[:key_len]),
@@ -99,6 +109,20 @@ def _allocate(fd: int, size: int) -> None:
         os.posix_fallocate(fd, current, size - current)
 
 
+def sync_index_file(path: Path) -> bool:
+    """fsync the index file at ``path``; False if it is gone (its ledger was deleted).
+    Blocking: call from a worker thread."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
 class LedgerIndex:
     """The open index file of one ledger. Use :meth:`create` or :meth:`open`."""
 
@@ -108,7 +132,8 @@ class LedgerIndex:
         #: The fd stays the same for the file's life (growth only remaps), so a checkpoint
         #: thread may fsync it while the event loop grows the index.
         self.fd = fd
-        self._mm: np.memmap = self._map()
+        self._mmap: mmap.mmap = self._map_file()
+        self._mm: npt.NDArray[np.uint8] = np.frombuffer(self._mmap, dtype=np.uint8)
         self.records: npt.NDArray[np.void] = self._records()
         #: Bytes from the start of the file known to be allocated on disk (see :meth:`reserve`).
         self._reserved_to = HEADER_SIZE
@@ -146,10 +171,10 @@ class LedgerIndex:
             os.close(fd)
             raise
 
-    def _map(self) -> np.memmap:
-        size = os.fstat(self.fd).st_size
-        # numpy.memmap wants a file object or path; the path is fine since the file is ours.
-        return np.memmap(self.path, dtype=np.uint8, mode="r+", shape=(size,))
+    def _map_file(self) -> mmap.mmap:
+        # mmap over our own fd (numpy.memmap would open the path again, at ten times the cost,
+        # which an index cache that opens indexes all the time pays for).
+        return mmap.mmap(self.fd, os.fstat(self.fd).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
     def _records(self) -> npt.NDArray[np.void]:
         usable = (self._mm.shape[0] - HEADER_SIZE) // RECORD_DTYPE.itemsize * RECORD_DTYPE.itemsize
@@ -173,7 +198,8 @@ class LedgerIndex:
         os.ftruncate(self.fd, HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
         # The old mapping is dropped, not closed: a checkpoint thread may still be
         # msyncing it, and its dirty pages belong to the file's page cache either way.
-        self._mm = self._map()
+        self._mmap = self._map_file()
+        self._mm = np.frombuffer(self._mmap, dtype=np.uint8)
         self.records = self._records()
 
     def reserve(self, first: int, last: int) -> None:
@@ -204,12 +230,14 @@ class LedgerIndex:
 
     def sync(self) -> None:
         """msync the mapping and fsync the file. Blocking: call from a worker thread."""
-        mm = self._mm  # a concurrent grow swaps self._mm; flush the one we read
+        mm = self._mmap  # a concurrent grow swaps self._mmap; flush the one we read
         mm.flush()
         os.fsync(self.fd)
 
     def close(self) -> None:
+        # The mapping is unmapped once no array points into it any more (a caller may still
+        # hold one of ``records``): dropped, never closed under it.
         self.records = np.empty(0, dtype=RECORD_DTYPE)
-        del self._mm
+        del self._mm, self._mmap
         os.close(self.fd)
         self.fd = -1

@@ -1,13 +1,16 @@
-"""The ``default`` ledger storage: interleaved entry logs plus one mmap'd index per ledger.
+"""The ``default`` ledger storage: interleaved entry logs, one mmap'd index per ledger, and
+one table of every ledger's state.
 
 Add path (seed: bookkeeper-overview, "Add Entry"): a batch of one ledger becomes ONE
 append to the entry-log manager, and its locations are stored in the ledger's index with
 one numpy fancy assignment. Nothing is fsynced there: the journal covers the batch until
 :meth:`DefaultLedgerStorage.checkpoint` ("Data Flush") makes logs, then indexes, durable.
 
-Each entry is stored in the log as a self-describing record (:mod:`.entry_record`). The
-indexes are loaded, and checked against the logs, by :mod:`.startup`; the space of deleted
-ledgers is reclaimed by :mod:`.compaction`.
+Each entry is stored in the log as a self-describing record (:mod:`.entry_record`). Ledger
+states (key, fence, limbo, LAC...) live in :mod:`.ledger_table`, so that listing ledgers and
+reading their state open no index; indexes are opened as needed through a bounded cache
+(:mod:`.index_cache`) and checked against the logs as they open (:mod:`.startup`); the
+space of deleted ledgers is reclaimed by :mod:`.compaction`.
 """
 
 from __future__ import annotations
@@ -23,14 +26,28 @@ import trio
 from bkframe.core.counters import Counters
 from bkframe.core.fsync import fsync_dir
 from bkframe.core.interfaces import Buffer, EntryLogManager, LedgerState
+from bkframe.core.open_files import OutOfFilesError, is_out_of_files
 from bkframe.errors import BKError
 
 from .compaction import DEFAULT_COMPACTION_THRESHOLD, Compactor
 from .entry_record import ENTRY_RECORD, read_record
-from .ledger_index import HEADER_SIZE, MAX_MASTER_KEY, RECORD_DTYPE, LedgerIndex, index_path
-from .startup import load_indexes, lost_entries
+from .index_cache import IndexCache
+from .ledger_index import (
+    HEADER_SIZE,
+    MAX_MASTER_KEY,
+    RECORD_DTYPE,
+    IndexCorruptError,
+    LedgerIndex,
+    index_path,
+    sync_index_file,
+)
+from .ledger_table import LedgerTable
+from .startup import adopt_orphans, log, lost_records
 
 DEFAULT_INDEX_INITIAL_ENTRIES = 1024
+#: Indexes open at once (two file descriptors each): about 512 fds, however many ledgers.
+DEFAULT_MAX_OPEN_INDEXES = 256
+TABLE_FILE = "ledgers.tbl"
 #: Entry ids index a dense table, so a huge id would mean a huge (sparse) index file;
 #: BookKeeper ids count up from 0, and 2**31 entries is far beyond any real ledger.
 MAX_ENTRY_ID = (1 << 31) - 1
@@ -47,14 +64,17 @@ class StorageSyncError(BKError):
 class DefaultLedgerStorage:
     """Entries in the shared entry logs, located through per-ledger index files.
 
-    :param directory: the storage's own directory; index files go in ``directory/index``.
+    :param directory: the storage's own directory: the ledger table ``ledgers.tbl`` and the
+        index files in ``directory/index``.
     :param entry_logs: where entry records are appended; this storage closes it in
         :meth:`aclose` (the bookie closes only the storage).
     :param counters: ``storage_bytes_written`` (index and state bytes) and
-        ``storage_fsyncs`` (index and directory fsyncs) are counted here; the entry-log
-        manager counts its own.
+        ``storage_fsyncs`` (index, table and directory fsyncs) are counted here; the
+        entry-log manager counts its own.
     :param index_initial_entries: entry slots a new index file starts with; it doubles
         as needed.
+    :param max_open_indexes: indexes kept open at once (two file descriptors each); the
+        least recently used is closed to open another.
     """
 
     def __init__(
@@ -66,6 +86,7 @@ class DefaultLedgerStorage:
         index_initial_entries: int = DEFAULT_INDEX_INITIAL_ENTRIES,
         compaction_threshold: float = DEFAULT_COMPACTION_THRESHOLD,
         large_entry_bytes: int = 0,
+        max_open_indexes: int = DEFAULT_MAX_OPEN_INDEXES,
     ) -> None:
         if index_initial_entries < 1:
             raise ValueError("index_initial_entries must be at least 1")
@@ -78,31 +99,29 @@ class DefaultLedgerStorage:
         self._entry_logs = entry_logs
         self._counters = counters
         self._initial_entries = index_initial_entries
-        #: Ledgers whose index or state changed since the last checkpoint.
+        #: Ledgers whose index changed since the last checkpoint.
         self._dirty: set[int] = set()
-        #: Index files were created or removed: the directory needs an fsync.
-        self._dir_dirty = not self._index_dir.exists()
-        #: Indexes deleted while a checkpoint thread may be syncing them; closed after it,
-        #: so the thread never fsyncs a closed (or reused) fd.
-        self._graveyard: list[LedgerIndex] = []
-        self._checkpointing = False
+        #: Index or table files were created or removed: the directories need an fsync.
+        self._dir_dirty = not self._index_dir.exists() or not (self._dir / TABLE_FILE).exists()
+        #: Ledgers whose index was checked against the entry logs in this run (a record
+        #: written since always lies within its log: one check per run is enough).
+        self._checked: set[int] = set()
         #: Why an index fsync failed, once one did (see :meth:`checkpoint`).
         self._sync_failure: str | None = None
         self._lock = trio.Lock()
         self._limiter = trio.CapacityLimiter(1)
         self._closed = False
         self._index_dir.mkdir(parents=True, exist_ok=True)
-        self._indexes, removed = load_indexes(self._index_dir)
-        self._dir_dirty = self._dir_dirty or removed
+        self._table = LedgerTable.open(self._dir / TABLE_FILE)
         try:
-            for ledger_id, idx, lost in lost_entries(self._indexes, entry_logs):
-                self._drop(ledger_id, idx, lost)
+            self._dir_dirty = adopt_orphans(self._index_dir, self._table) or self._dir_dirty
         except BaseException:
-            for idx in self._indexes.values():
-                idx.close()
+            self._table.close()
             raise
+        self._indexes = IndexCache(max_open_indexes, self._open_index)
         self._compactor = Compactor(
-            self._indexes,
+            self.ledgers,
+            self._indexes.get,
             entry_logs,
             counters,
             threshold=compaction_threshold,
@@ -111,8 +130,43 @@ class DefaultLedgerStorage:
             repointed=self._dirty.add,
         )
 
+    def _open_index(self, ledger_id: int, create: bool) -> LedgerIndex | None:
+        """Open the ledger's index file (for :class:`.index_cache.IndexCache`): checked
+        against the entry logs first; made if missing and ``create``."""
+        path = index_path(self._index_dir, ledger_id)
+        try:
+            idx = LedgerIndex.open(path)
+        except FileNotFoundError:
+            idx = None
+        except IndexCorruptError:
+            with open(path, "rb") as f:
+                if any(f.read(HEADER_SIZE)):
+                    raise
+            # Made after the last checkpoint and never written back, while its table slot
+            # was: the journal still holds what it held (see startup.adopt_orphans).
+            log.warning("index file %s was never written (crash before a checkpoint); making it again", path)
+            path.unlink()
+            idx = None
+        if idx is None:
+            if not create:
+                return None
+            idx = LedgerIndex.create(path, self._table.states[ledger_id], self._initial_entries)
+            self._dirty.add(ledger_id)
+            self._dir_dirty = True
+            self._counters.storage_bytes_written += HEADER_SIZE
+            return idx
+        if idx.state.ledger_id != ledger_id:
+            idx.close()
+            raise IndexCorruptError(f"index file {path} holds ledger {idx.state.ledger_id}, but its name says {ledger_id}")
+        if ledger_id not in self._checked:
+            lost = lost_records(idx, self._entry_logs)
+            if lost.size:
+                self._drop(ledger_id, idx, lost)
+            self._checked.add(ledger_id)
+        return idx
+
     def _drop(self, ledger_id: int, idx: LedgerIndex, entry_ids: np.ndarray) -> None:
-        """Forget entries whose bytes are gone (see :func:`.startup.lost_entries`)."""
+        """Forget entries whose bytes are gone (see :func:`.startup.lost_records`)."""
         idx.records[entry_ids] = np.zeros(len(entry_ids), dtype=RECORD_DTYPE)
         if idx.last_entry_id in entry_ids:
             nonzero = np.flatnonzero(idx.records["length"][: idx.last_entry_id + 1])
@@ -120,89 +174,94 @@ class DefaultLedgerStorage:
         self._dirty.add(ledger_id)
         self._counters.storage_entries_dropped += len(entry_ids)
 
+    @property
+    def open_indexes(self) -> IndexCache:
+        """The cache of open indexes (its size and limit, for metrics and tests)."""
+        return self._indexes
+
     # -- ledger state ----------------------------------------------------------------------
 
     def ledger_state(self, ledger_id: int) -> LedgerState | None:
         # The live object: callers read it (and see later fences/LACs); they must change
-        # it only through this storage so that the change reaches the index header.
-        idx = self._indexes.get(ledger_id)
-        return idx.state if idx is not None else None
+        # it only through this storage so that the change reaches the ledger table.
+        return self._table.states.get(ledger_id)
 
     def ensure_ledger(self, ledger_id: int, master_key: bytes, ledger_type: int) -> LedgerState:
         if len(master_key) > MAX_MASTER_KEY:
             raise ValueError(f"ledger {ledger_id}: master key is {len(master_key)} bytes; at most {MAX_MASTER_KEY}")
-        idx = self._indexes.get(ledger_id)
-        if idx is None:
-            return self._create(ledger_id, master_key, ledger_type).state
-        if master_key and not idx.state.master_key:
+        state = self._table.states.get(ledger_id)
+        if state is None:
+            return self._create(ledger_id, master_key, ledger_type)
+        if master_key and not state.master_key:
             # Known so far only from replayed entries or a keyless fence: adopt the key.
-            idx.state.master_key = bytes(master_key)
-            idx.state.ledger_type = ledger_type
-            self._state_changed(ledger_id, idx)
-        return idx.state
+            state.master_key = bytes(master_key)
+            state.ledger_type = ledger_type
+            self._state_changed(state)
+        return state
 
-    def _create(self, ledger_id: int, master_key: bytes, ledger_type: int) -> LedgerIndex:
+    def _create(self, ledger_id: int, master_key: bytes, ledger_type: int) -> LedgerState:
+        """A new ledger, in the table only: its index file is made with its first entry."""
         state = LedgerState(ledger_id=ledger_id, master_key=bytes(master_key), ledger_type=ledger_type)
-        idx = LedgerIndex.create(index_path(self._index_dir, ledger_id), state, self._initial_entries)
-        self._indexes[ledger_id] = idx
-        self._dirty.add(ledger_id)
-        self._dir_dirty = True
-        self._counters.storage_bytes_written += HEADER_SIZE
-        return idx
+        self._counters.storage_bytes_written += self._table.put(state)
+        return state
+
+    def _state(self, ledger_id: int) -> LedgerState:
+        state = self._table.states.get(ledger_id)
+        if state is None:
+            raise KeyError(f"ledger {ledger_id} is not in this storage; call ensure_ledger first")
+        return state
 
     def _index(self, ledger_id: int) -> LedgerIndex:
-        idx = self._indexes.get(ledger_id)
-        if idx is None:
-            raise KeyError(f"ledger {ledger_id} is not in this storage; call ensure_ledger first")
+        """The ledger's index, made if it has none yet (the ledger must exist)."""
+        if ledger_id not in self._table.states:
+            self._create(ledger_id, b"", 0)
+        idx = self._indexes.get(ledger_id, create=True)
+        assert idx is not None
         return idx
 
-    def _state_changed(self, ledger_id: int, idx: LedgerIndex) -> None:
-        self._counters.storage_bytes_written += idx.write_state()
-        self._dirty.add(ledger_id)
+    def _state_changed(self, state: LedgerState) -> None:
+        self._counters.storage_bytes_written += self._table.put(state)
 
     def set_fenced(self, ledger_id: int) -> bool:
-        idx = self._index(ledger_id)
-        if idx.state.fenced:
+        state = self._state(ledger_id)
+        if state.fenced:
             return False
-        idx.state.fenced = True
-        self._state_changed(ledger_id, idx)
+        state.fenced = True
+        self._state_changed(state)
         return True
 
     def set_lac(self, ledger_id: int, lac: int) -> None:
-        idx = self._index(ledger_id)
-        if lac > idx.state.lac:
-            idx.state.lac = lac
-            self._state_changed(ledger_id, idx)
+        state = self._state(ledger_id)
+        if lac > state.lac:
+            state.lac = lac
+            self._state_changed(state)
 
     def set_limbo(self, ledger_id: int, limbo: bool) -> None:
-        """BP-46 limbo, set with the fence at boot and cleared after repair; kept in the index header."""
-        idx = self._index(ledger_id)
-        if idx.state.limbo != limbo:
-            idx.state.limbo = limbo
-            self._state_changed(ledger_id, idx)
+        """BP-46 limbo, set with the fence at boot and cleared after repair; kept in the ledger table."""
+        state = self._state(ledger_id)
+        if state.limbo != limbo:
+            state.limbo = limbo
+            self._state_changed(state)
 
     def set_write_closed(self, ledger_id: int) -> None:
-        """The advisory write close of BP-32, kept in the index header across restarts."""
-        idx = self._index(ledger_id)
-        if not idx.state.write_closed:
-            idx.state.write_closed = True
-            self._state_changed(ledger_id, idx)
+        """The advisory write close of BP-32, kept in the ledger table across restarts."""
+        state = self._state(ledger_id)
+        if not state.write_closed:
+            state.write_closed = True
+            self._state_changed(state)
         self._entry_logs.write_close(ledger_id)
 
     def ledgers(self) -> list[int]:
-        return sorted(self._indexes)
+        return sorted(self._table.states)
 
     def delete_ledger(self, ledger_id: int) -> None:
-        idx = self._indexes.pop(ledger_id, None)
-        if idx is None:
+        if not self._table.remove(ledger_id):
             return
+        self._indexes.discard(ledger_id)
         self._dirty.discard(ledger_id)
-        idx.path.unlink()
+        self._checked.discard(ledger_id)
+        index_path(self._index_dir, ledger_id).unlink(missing_ok=True)
         self._dir_dirty = True
-        if self._checkpointing:
-            self._graveyard.append(idx)
-        else:
-            idx.close()
 
     # -- entries ---------------------------------------------------------------------------
 
@@ -215,11 +274,10 @@ class DefaultLedgerStorage:
         lo, hi = min(entry_ids), max(entry_ids)
         if lo < 0 or hi > MAX_ENTRY_ID:
             raise ValueError(f"ledger {ledger_id}: entry ids must be in 0..{MAX_ENTRY_ID}, got {lo}..{hi}")
-        idx = self._indexes.get(ledger_id)
-        if idx is None:
-            # Entries replayed from the journal for a ledger whose master record is in an
-            # earlier, trimmed journal file would otherwise be dropped; keep them keyless.
-            idx = self._create(ledger_id, b"", 0)
+        # A ledger not known yet: entries replayed from the journal for a ledger whose
+        # master record is in an earlier, trimmed journal file would otherwise be dropped;
+        # they are kept keyless.
+        idx = self._index(ledger_id)
         # Index room first: whatever fails (a full disk) fails before the append, so the
         # log never holds bytes of a batch the index does not know.
         idx.ensure_capacity(hi)
@@ -269,7 +327,7 @@ class DefaultLedgerStorage:
         # id reused since: the header or the CRC says so, and it is not indexed.
         if not isinstance(record, bytes) or crc32c.crc32c(memoryview(record)[ENTRY_RECORD.size :]) != crc:
             return False
-        idx = self._indexes.get(ledger_id) or self._create(ledger_id, b"", 0)
+        idx = self._index(ledger_id)
         idx.ensure_capacity(entry_id)
         idx.reserve(entry_id, entry_id)
         idx.records[entry_id] = (offset, log_id, length)
@@ -277,8 +335,14 @@ class DefaultLedgerStorage:
         self._dirty.add(ledger_id)
         return True
 
+    def _existing(self, ledger_id: int) -> LedgerIndex | None:
+        """The ledger's index if it has one (nothing made)."""
+        if ledger_id not in self._table.states:
+            return None
+        return self._indexes.get(ledger_id)
+
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
-        idx = self._indexes.get(ledger_id)
+        idx = self._existing(ledger_id)
         if idx is None or not 0 <= entry_id < idx.capacity:
             return None
         offset, log_id, length = idx.records[entry_id].item()
@@ -295,7 +359,7 @@ class DefaultLedgerStorage:
         return raw[ENTRY_RECORD.size :]
 
     def held_entries(self, ledger_id: int, first: int, last: int) -> list[int]:
-        idx = self._indexes.get(ledger_id)
+        idx = self._existing(ledger_id)
         first = max(first, 0)
         if idx is None or last < first:
             return []
@@ -303,7 +367,7 @@ class DefaultLedgerStorage:
         return (np.flatnonzero(lengths) + first).tolist()
 
     def last_entry_id(self, ledger_id: int) -> int:
-        idx = self._indexes.get(ledger_id)
+        idx = self._existing(ledger_id)
         return idx.last_entry_id if idx is not None else -1
 
     # -- durability ------------------------------------------------------------------------
@@ -316,16 +380,23 @@ class DefaultLedgerStorage:
             await self._entry_logs.flush()
             dirty = sorted(self._dirty)
             self._dirty.clear()
-            targets = [self._indexes[i] for i in dirty]
+            targets = [index_path(self._index_dir, i) for i in dirty]
+            table_dirty, self._table.dirty = self._table.dirty, False
+            freed = self._table.take_freed()
             dir_dirty, self._dir_dirty = self._dir_dirty, False
-            self._checkpointing = True
             try:
-                n = await trio.to_thread.run_sync(self._sync, targets, dir_dirty, limiter=self._limiter)
+                n = await trio.to_thread.run_sync(self._sync, targets, table_dirty, dir_dirty, limiter=self._limiter)
             except OSError as e:
+                self._dirty.update(i for i in dirty if i in self._table.states)
+                self._table.dirty = self._table.dirty or table_dirty
+                self._dir_dirty = self._dir_dirty or dir_dirty
+                if is_out_of_files(e):
+                    # No fsync was made or failed: nothing is lost, the next checkpoint
+                    # tries again (the journal keeps everything until one succeeds).
+                    raise OutOfFilesError(e.errno, f"checkpoint of {self._dir} postponed: {e}") from e
                 # As for entry logs: after a failed fsync the kernel may have dropped the
                 # dirty pages, and a retry would "succeed" without writing them. No later
                 # checkpoint may claim the indexes durable; the journal keeps what they hold.
-                self._dirty.update(i for i in dirty if i in self._indexes)
                 self._sync_failure = (
                     f"an fsync of the ledger indexes in {self._index_dir} failed ({e}); their changes since the "
                     f"last checkpoint may be lost, so no checkpoint can complete any more. Restart the bookie: "
@@ -333,14 +404,11 @@ class DefaultLedgerStorage:
                 )
                 raise StorageSyncError(self._sync_failure) from e
             except BaseException:
-                self._dirty.update(i for i in dirty if i in self._indexes)
+                self._dirty.update(i for i in dirty if i in self._table.states)
+                self._table.dirty = self._table.dirty or table_dirty
                 self._dir_dirty = self._dir_dirty or dir_dirty
                 raise
-            finally:
-                self._checkpointing = False
-                for idx in self._graveyard:
-                    idx.close()
-                self._graveyard.clear()
+            self._table.release(freed)
             self._counters.storage_fsyncs += n
 
     async def collect_garbage(self) -> int:
@@ -348,24 +416,28 @@ class DefaultLedgerStorage:
         :meth:`.compaction.Compactor.collect_garbage`)."""
         return await self._compactor.collect_garbage()
 
-    def _sync(self, targets: list[LedgerIndex], dir_dirty: bool) -> int:
-        for idx in targets:
-            idx.sync()
+    def _sync(self, targets: list[Path], table_dirty: bool, dir_dirty: bool) -> int:
+        """In a worker thread: fsync the dirty index files (by path: an evicted index has
+        no fd), the table, and the directories."""
+        n = sum(sync_index_file(path) for path in targets)
+        if table_dirty:
+            self._table.sync()
+            n += 1
         if dir_dirty:
-            # The storage dir too: the index dir itself may be new.
+            # The storage dir too: the index dir itself, or the table, may be new.
             for d in (self._index_dir, self._dir):
                 fsync_dir(d)
-        return len(targets) + (2 if dir_dirty else 0)
+            n += 2
+        return n
 
     async def aclose(self) -> None:
         if self._closed:
             return
         await self.checkpoint()
         self._closed = True
-        for idx in self._indexes.values():
-            idx.close()
-        self._indexes.clear()
+        self._indexes.close_all()
+        self._table.close()
         await self._entry_logs.aclose()
 
     def __repr__(self) -> str:
-        return f"DefaultLedgerStorage({str(self._dir)!r}, ledgers={len(self._indexes)})"
+        return f"DefaultLedgerStorage({str(self._dir)!r}, ledgers={len(self._table)}, open={len(self._indexes)})"

@@ -18,6 +18,10 @@ appended to again; a later append of its ledger starts a new log):
 File layout: ``DIR/{log_id:08x}.log``, log ids shared by all ledgers, each file starting
 with a 24-byte header (magic, version, log id, ledger id). Logs of an earlier run are
 sealed: a restart never appends to them (their tail may be torn).
+
+A sealed log keeps no file descriptor: it is opened when read, and at most
+``max_open_logs`` sealed logs stay open (least recently read closed first), so a bookie
+holding 10^5 ledgers, each with its log, needs no more fds than one holding a hundred.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ LOG_HEADER = struct.Struct("<4sIQQ")
 DEFAULT_MAX_ACTIVE = 64
 DEFAULT_EXPIRE_AFTER_ACCESS_S = 300.0
 DEFAULT_MAX_LOG_SIZE = 1 << 30
+DEFAULT_MAX_OPEN_LOGS = 128
 
 
 @attrs.define
@@ -64,6 +69,7 @@ class PerLedgerEntryLogManager:
         max_active: int = DEFAULT_MAX_ACTIVE,
         expire_after_access_s: float = DEFAULT_EXPIRE_AFTER_ACCESS_S,
         max_log_size: int = DEFAULT_MAX_LOG_SIZE,
+        max_open_logs: int = DEFAULT_MAX_OPEN_LOGS,
     ) -> None:
         if max_active < 1:
             raise ValueError("max_active must be at least 1")
@@ -71,7 +77,7 @@ class PerLedgerEntryLogManager:
             raise ValueError("expire_after_access_s must be positive")
         if max_log_size <= LOG_HEADER.size:
             raise ValueError(f"max_log_size must be larger than the {LOG_HEADER.size}-byte log header")
-        self._files = EntryLogFiles(directory, counters)
+        self._files = EntryLogFiles(directory, counters, max_open_logs=max_open_logs)
         self._max_active = max_active
         self._expire_s = expire_after_access_s
         self._max_log_size = max_log_size
@@ -82,7 +88,7 @@ class PerLedgerEntryLogManager:
         self._closed = False
         #: Logs sealed since start (for tests and logs).
         self.sealed_count = 0
-        self._files.open_existing(lambda log_id, fd: None)  # all sealed: never appended to again
+        self._files.open_existing()  # all sealed: never appended to again; nothing opened
         self._next_id = max(self._files.log_ids(), default=-1) + 1
 
     # -- the EntryLogManager protocol ----------------------------------------------------
@@ -127,6 +133,7 @@ class PerLedgerEntryLogManager:
     def _seal(self, ledger_id: int, why: str) -> None:
         active = self._active.pop(ledger_id, None)
         if active is not None:
+            self._files.seal(active.log_id)
             self.sealed_count += 1
             log.debug("sealed entry log %08x of ledger %d: %s", active.log_id, ledger_id, why)
 
@@ -139,6 +146,10 @@ class PerLedgerEntryLogManager:
     def sealed_log_ids(self) -> list[int]:
         active = {a.log_id for a in self._active.values()}
         return [i for i in self._files.log_ids() if i not in active]
+
+    def open_fds(self) -> int:
+        """File descriptors of entry logs open now."""
+        return self._files.open_fds()
 
     def active_ledgers(self) -> list[int]:
         """Ledgers with an active log, least recently appended first."""

@@ -14,6 +14,7 @@ from bkframe_entrylog_per_ledger.manager import (
     DEFAULT_EXPIRE_AFTER_ACCESS_S,
     DEFAULT_MAX_ACTIVE,
     DEFAULT_MAX_LOG_SIZE,
+    DEFAULT_MAX_OPEN_LOGS,
     LOG_HEADER,
     PerLedgerEntryLogManager,
 )
@@ -31,6 +32,8 @@ class PerLedgerConfig:
     expire_after_access_s: float = attrs.field(default=DEFAULT_EXPIRE_AFTER_ACCESS_S, validator=at_least(0.001))
     #: Bytes a log may grow to before a new one is started.
     max_log_size: int = attrs.field(default=DEFAULT_MAX_LOG_SIZE, validator=at_least(LOG_HEADER.size + 1))
+    #: Sealed logs kept open for reads at most; the least recently read is closed.
+    max_open_logs: int = attrs.field(default=DEFAULT_MAX_OPEN_LOGS, validator=at_least(1))
 
 
 def make_manager(config: PerLedgerConfig, directory: Path, counters: Counters) -> PerLedgerEntryLogManager:
