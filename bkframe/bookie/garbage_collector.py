@@ -1,24 +1,38 @@
 """The bookie's garbage collector: forget ledgers deleted from the metadata store, reclaim space.
 
 A client deletes a ledger from the metadata store only; each bookie notices on its own.
-Every ``gc_interval_s`` the collector lists the store's ledgers once, confirms each local
-ledger missing from that list with a read of its metadata (a ledger created after the
-listing is not deleted), deletes the confirmed ones from ledger storage, checkpoints (so the
-journal does not replay them back), then asks the ledger storage to reclaim their space
-(the default storage removes entry logs no index points into any more and compacts the
-mostly-dead ones).
+Every ``gc_interval_s`` the collector compares the ledgers it holds with the ledgers the
+store indexes for *this* bookie (:meth:`~bkframe.core.metadata.MetadataStore.ledgers_of_bookie`,
+paged), never with the cluster's: a pass costs the store about one id per ledger held
+here, however many ledgers the cluster has (BookKeeper's scan-and-compare, by range). A
+local ledger the index does not name is confirmed with a read of its metadata before
+anything is deleted: it may be gone (deleted: collected here), or alive with metadata that
+no longer names this bookie (an ensemble change or a re-replication moved it off, a copy
+under way to here) -- then it is kept. Ledgers deleted from the store are the only ones
+removed: BookKeeper also deletes "over-replicated" ledgers (alive, not named here) once a
+day under the under-replication lock of the ledger; bkframe does not, since a worker may
+be copying it here before its metadata names this bookie. Such ledgers are read again at
+most ``rechecks_per_pass`` per pass, the longest unconfirmed first, so that one later
+deleted is still collected while their number does not weigh on every pass.
+
+The confirmed ledgers are deleted from ledger storage, a checkpoint follows (so the journal
+does not replay them back), then the ledger storage reclaims their space (the default
+storage removes entry logs no index points into any more and compacts the mostly-dead ones).
+The comparison yields to the event loop every :data:`YIELD_EVERY` ids.
 
 A failed pass (the metadata store is away, a disk error while compacting) is logged and
 retried with backoff (:mod:`bkframe.bookie.background`); it never stops the bookie.
 
 Ledgers in limbo are left alone: the repair task decides about them. A bookie whose
 cookie the metadata store did not have at boot deletes no ledgers until restarted: the
-store may be the wrong one, and its empty listing must not wipe the bookie.
+store may be the wrong one, and its empty index must not wipe the bookie. An unreadable
+record (not "no such ledger", another error) is skipped, never deleted.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Sequence
 
 import trio
 
@@ -27,17 +41,49 @@ from bkframe.bookie.background import run_periodically
 from bkframe.bookie.bookie import Bookie
 from bkframe.bookie.cookies import CookieCheck
 from bkframe.core.disk_full import is_disk_full
-from bkframe.core.metadata import MetadataError, MetadataStore, NoSuchLedgerError
+from bkframe.core.metadata import MetadataError, MetadataStore, NoSuchLedgerError, iter_ledgers_of_bookie
 
 log = logging.getLogger("bkframe.gc")
 
+#: Local ledgers alive in the store but not indexed for this bookie, read again per pass.
+RECHECKS_PER_PASS = 500
+#: Ids compared, or ledgers deleted, between two yields to the event loop.
+YIELD_EVERY = 2000
+
+
+async def not_indexed(local: Sequence[int], pages: AsyncIterator[list[int]]) -> list[int]:
+    """The ids of ``local`` (ascending) that no page of ``pages`` (ascending pages of
+    ascending ids, as :func:`~bkframe.core.metadata.iter_ledgers_of_bookie` yields) holds:
+    a merge, one page in memory at a time."""
+    out: list[int] = []
+    i = 0
+    async for page in pages:
+        indexed = set(page)
+        last = page[-1]
+        while i < len(local) and local[i] <= last:
+            if local[i] not in indexed:
+                out.append(local[i])
+            i += 1
+            if i % YIELD_EVERY == 0:
+                await trio.lowlevel.checkpoint()
+    out.extend(local[i:])
+    return out
+
 
 class GarbageCollector:
-    def __init__(self, bookie: Bookie, store: MetadataStore, interval_s: float) -> None:
+    """``rechecks_per_pass``: see the module's docstring."""
+
+    def __init__(
+        self, bookie: Bookie, store: MetadataStore, interval_s: float, *, rechecks_per_pass: int = RECHECKS_PER_PASS
+    ) -> None:
         self.bookie = bookie
         self.store = store
         self.interval_s = interval_s
+        self.rechecks_per_pass = rechecks_per_pass
         self._warned = False
+        #: Local ledger id -> trio time its metadata was last read and found alive without
+        #: naming this bookie (see the module's docstring).
+        self.elsewhere: dict[int, float] = {}
         #: One pass at a time: the periodic one and one asked for (admin HTTP) never overlap.
         self._lock = trio.Lock()
 
@@ -63,9 +109,6 @@ class GarbageCollector:
 
     async def _collect(self) -> tuple[int, int]:
         bookie = self.bookie
-        storage = bookie.storage
-        deleted = 0
-        doomed: list[int] = []
         if bookie.cookie_check is CookieCheck.STAMPED_METADATA:
             # The store did not know this bookie at boot: maybe the wrong store (a typo in
             # the URI), whose missing ledgers say nothing. Deleting would wipe the bookie.
@@ -75,32 +118,53 @@ class GarbageCollector:
                     "may not be the store these ledgers belong to; restart the bookie once it is confirmed"
                 )
                 self._warned = True
-            known = set(storage.ledgers())
+            doomed: list[int] = []
         else:
-            known = set(await self.store.list_ledgers())
-        for ledger_id in list(storage.ledgers()):
-            state = storage.ledger_state(ledger_id)
-            if ledger_id in known or state is None or state.limbo:
-                continue
-            if ledger_id <= p.MAX_LEDGER_ID:
-                try:
-                    await self.store.read_ledger(ledger_id)
-                    continue  # created after the listing
-                except NoSuchLedgerError:
-                    pass
-                except MetadataError as e:
-                    # One unreadable record must not stop the pass (nor delete the ledger).
-                    log.warning("garbage collection skips ledger %d: its metadata could not be read: %s", ledger_id, e)
-                    continue
-            # else: no metadata store can hold such an id (stored by a bookie that did not
-            # check ids on the wire yet): it is no ledger of this cluster.
-            doomed.append(ledger_id)
+            doomed = await self.deleted_from_store()
+        for at in range(0, len(doomed), YIELD_EVERY):
+            await bookie.delete_ledgers(doomed[at : at + YIELD_EVERY])
+            await trio.lowlevel.checkpoint()
         if doomed:
-            await bookie.delete_ledgers(doomed)
-            deleted = len(doomed)
             await bookie.checkpoint()
-            log.info("deleted %d ledger(s) that are gone from the metadata store", deleted)
-        freed = await storage.collect_garbage()
-        bookie.counters.gc_ledgers_deleted += deleted
+            log.info("deleted %d ledger(s) that are gone from the metadata store", len(doomed))
+        # Counted once deleted: reclaiming their space (below) yields while it runs.
+        bookie.counters.gc_ledgers_deleted += len(doomed)
+        freed = await bookie.storage.collect_garbage()
         bookie.counters.gc_bytes_freed += freed
-        return deleted, freed
+        return len(doomed), freed
+
+    async def deleted_from_store(self) -> list[int]:
+        """The local ledgers the metadata store no longer has (limbo ones left out)."""
+        storage = self.bookie.storage
+        # Taken before the index is read: a ledger gets state here only once its metadata
+        # exists (naming this bookie, or as the target of a copy), so each of these is
+        # either in the index or confirmed below.
+        local = sorted(storage.ledgers())
+        unindexed = await not_indexed(local, iter_ledgers_of_bookie(self.store, self.bookie.bookie_id))
+        # Ledgers back in the index (or gone from here) are forgotten.
+        self.elsewhere = {i: self.elsewhere[i] for i in unindexed if i in self.elsewhere}
+        fresh = [i for i in unindexed if i not in self.elsewhere]
+        again = sorted(self.elsewhere, key=self.elsewhere.__getitem__)[: self.rechecks_per_pass]
+        doomed: list[int] = []
+        for ledger_id in fresh + again:
+            state = storage.ledger_state(ledger_id)
+            if state is None or state.limbo:
+                continue
+            if ledger_id > p.MAX_LEDGER_ID:
+                # No metadata store can hold such an id (stored by a bookie that did not
+                # check ids on the wire yet): it is no ledger of this cluster.
+                doomed.append(ledger_id)
+                continue
+            try:
+                await self.store.read_ledger(ledger_id)
+            except NoSuchLedgerError:
+                doomed.append(ledger_id)
+                self.elsewhere.pop(ledger_id, None)
+                continue
+            except MetadataError as e:
+                # One unreadable record must not stop the pass (nor delete the ledger).
+                log.warning("garbage collection skips ledger %d: its metadata could not be read: %s", ledger_id, e)
+                continue
+            # Alive, but its metadata does not name this bookie (see the module's docstring).
+            self.elsewhere[ledger_id] = trio.current_time()
+        return doomed

@@ -14,23 +14,33 @@ scenario 2). Which ledgers:
 and of those, every one with this bookie in an ensemble per the metadata store, closed
 ones included: a closed ledger must stay closed to its old writer (scenario 1) and its
 entries here must be restored too. Without a metadata store only local ledgers are known.
+
+The store is asked for this bookie's ledgers only: the ids it indexes for this bookie
+(:meth:`~bkframe.core.metadata.MetadataStore.ledgers_of_bookie`, paged), then the metadata
+of each, :data:`READS_IN_FLIGHT` at a time -- never the cluster's listing. A local ledger
+the index does not name has metadata that does not name this bookie either (the index is
+kept with each update), so it would not be chosen: it is not read.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
 import trio
 
 from bkframe.bookie.cookies import clear_data_loss, data_loss_marked
-from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore, NoSuchLedgerError
+from bkframe.core.bounded import each_bounded
+from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore, NoSuchLedgerError, iter_ledgers_of_bookie
 
 if TYPE_CHECKING:
     from bkframe.bookie.bookie import Bookie
 
 log = logging.getLogger("bkframe.data_integrity")
+
+#: Metadata reads at once at boot: enough to hide a remote store's round trip.
+READS_IN_FLIGHT = 32
 
 
 def protect(bookie: Bookie, ledgers: Sequence[tuple[int, int]]) -> int:
@@ -75,21 +85,30 @@ def ledgers_to_protect(
     return sorted(chosen.items())
 
 
-async def read_all_metadata(store: MetadataStore) -> list[LedgerMetadata]:
-    out: list[LedgerMetadata] = []
-    for ledger_id in await store.list_ledgers():
+async def read_own_metadata(store: MetadataStore, bookie_id: str) -> AsyncIterator[list[LedgerMetadata]]:
+    """The metadata of the ledgers the store indexes for ``bookie_id``, a page at a time
+    (memory in proportion to a page, not to the ledgers this bookie holds)."""
+    async for page in iter_ledgers_of_bookie(store, bookie_id):
+        yield await read_ledgers(store, page)
+
+
+async def read_ledgers(store: MetadataStore, ledger_ids: Sequence[int]) -> list[LedgerMetadata]:
+    """The metadata of ``ledger_ids`` that still exist, :data:`READS_IN_FLIGHT` reads at once."""
+    found: dict[int, LedgerMetadata] = {}
+
+    async def read(ledger_id: int) -> None:
         try:
-            out.append(await store.read_ledger(ledger_id))
+            found[ledger_id] = await store.read_ledger(ledger_id)
         except NoSuchLedgerError:
-            continue  # deleted between list and read
-    return out
+            pass  # deleted between the listing and the read
+
+    await each_bounded(ledger_ids, READS_IN_FLIGHT, read)
+    return [found[i] for i in sorted(found)]
 
 
 async def protect_at_boot(bookie: Bookie, store: MetadataStore | None, bookie_id: str) -> int:
     """Phase one. Returns how many ledgers were newly fenced and put in limbo."""
-    lost_disk = data_loss_marked(bookie.data_dir) or (
-        bookie.cookie_check is not None and bookie.cookie_check.data_loss_suspected
-    )
+    lost_disk = data_loss_marked(bookie.data_dir) or (bookie.cookie_check is not None and bookie.cookie_check.data_loss_suspected)
     if bookie.last_shutdown_clean and not lost_disk:
         return 0
     reason = "its data dir was replaced or lost" if lost_disk else "the last shutdown was not clean"
@@ -101,14 +120,18 @@ async def protect_at_boot(bookie: Bookie, store: MetadataStore | None, bookie_id
         )
         return 0
     try:
-        metadata = await read_all_metadata(store) if store is not None else None
+        if store is None:
+            todo = ledgers_to_protect(bookie, bookie_id, None, lost_disk=lost_disk)
+        else:
+            todo = []
+            async for metadata in read_own_metadata(store, bookie_id):
+                todo += ledgers_to_protect(bookie, bookie_id, metadata, lost_disk=lost_disk)
     except MetadataError as e:
         raise MetadataError(
             f"{reason}, so the bookie must fence and put in limbo the ledgers that may have lost "
             f"writes here before serving, but it cannot list them: {e}. Start it again once the "
             f"metadata store is reachable"
         ) from e
-    todo = ledgers_to_protect(bookie, bookie_id, metadata, lost_disk=lost_disk)
     changed = protect(bookie, todo)
     # Fence and limbo must be durable before the first request is served.
     await bookie.checkpoint()
@@ -116,6 +139,8 @@ async def protect_at_boot(bookie: Bookie, store: MetadataStore | None, bookie_id
         await trio.to_thread.run_sync(clear_data_loss, bookie.data_dir)
     log.warning(
         "%s: fenced and put in limbo %d ledger(s) (%d already were); they are repaired in the background",
-        reason, changed, len(todo) - changed,
+        reason,
+        changed,
+        len(todo) - changed,
     )
     return changed

@@ -1,27 +1,44 @@
 """The auditor of autorecovery: one per cluster, it marks the ledgers that need
 re-replication; the replication workers (:mod:`.worker`) do the copying.
 
-Every autorecovery service runs :meth:`Auditor.run`: it tries the lock ``auditor`` (held
-through the metadata store, vanishing with its holder) every ``check_interval_s``; the
-holder audits until it stops or its lock is lost. An audit round:
+Every autorecovery service runs :meth:`Auditor.run`. It watches the bookie set
+(``list_bookies``, one bounded request, every ``check_interval_s``) whether it audits or
+not, so that a candidate that takes over knows since when each bookie it saw is gone; and
+it tries the lock ``auditor`` (held through the metadata store, vanishing with its holder)
+every ``check_interval_s``. The holder audits until it stops or its lock is lost. Nothing
+periodic reads every ledger (BookKeeper's auditor, driven by bookie-set watches):
 
-* tracks when each *known* bookie -- one that holds a fragment of some ledger -- was last
-  seen registered (a bookie first met unregistered counts from that moment: the grace
-  starts when this auditor starts watching, so a new auditor never marks at once what an
-  old one did not);
+* every ``check_interval_s`` a round tracks when each *known* bookie -- one seen
+  registered, one a full check found named in a ledger's metadata, a decommissioned one --
+  was last seen registered (a bookie first met unregistered counts from that moment: the
+  grace starts when this service starts watching, so a new auditor never marks at once
+  what an old one did not);
 * a bookie gone longer than ``lost_bookie_grace_s``, and a decommissioned one at once, is
-  *lost*: every ledger with a fragment on it is marked under-replicated, with that bookie.
+  *lost*: every ledger the store indexes for it
+  (:meth:`~bkframe.core.metadata.MetadataStore.ledgers_of_bookie`, paged) is marked
+  under-replicated with that bookie, :data:`MARK_PAGE` ledgers per store call, with no
+  read of any ledger's metadata. Its index is swept again every :data:`RESWEEP_S` (a
+  ledger that named it after the sweep passed: a client with an old bookie set) until it is
+  empty; an unregistered bookie with an empty index is then forgotten.
 
-Every ``audit_interval_s`` a full check also asks each registered replica of every fragment
-which entries it holds (LIST_ENTRIES) and marks the ledger with the replicas that lack some
-of theirs (a bookie that lost its disk and came back with a fixed cookie). An open ledger's
-last fragment is left out: its writer may still be filling it.
+*Full checks* run beside the rounds, throttled: every ledger id, a page at a time
+(:func:`~bkframe.core.metadata.iter_ledger_ids`), and the metadata of each, at most
+``full_check_reads_per_s`` reads a second. Each ledger's ensembles are checked against the
+live bookies (a bookie named but not registered becomes known, its grace starting then,
+and its ledgers are marked by the rounds once it is lost), and, every ``audit_interval_s``, each registered
+replica of every fragment is asked which entries it holds (LIST_ENTRIES): the ledger is
+marked with the replicas that lack some of theirs (a bookie that lost its disk and came
+back with a fixed cookie). An open ledger's last fragment is left out: its writer may still
+be filling it. A new auditor runs one full check of the ensembles only at once, at the same
+rate: it finds the bookies that died while no auditor watched.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
+from collections.abc import Collection, Sequence
 
 import attrs
 import numpy as np
@@ -29,14 +46,23 @@ import trio
 
 from bkframe.client.bookie_pool import BookiePool
 from bkframe.client.distribution import stored_at
+from bkframe.core.bounded import each_bounded
 from bkframe.core.config import AutorecoveryConfig
-from bkframe.core.metadata import LedgerMetadata, Lock, MetadataStore, NoSuchLedgerError
+from bkframe.core.metadata import LEDGER_PAGE, LedgerMetadata, Lock, MetadataStore, NoSuchLedgerError
 from bkframe.replication.copying import list_on_peers
 
 log = logging.getLogger("bkframe.autorecovery.auditor")
 
 #: Entry ids asked of a replica at a time by the full check.
 CHECK_WINDOW = 65536
+#: Ledgers marked under-replicated per store call when a bookie is lost
+#: (:meth:`~bkframe.core.metadata.MetadataStore.mark_many_under_replicated`: one sqlite
+#: transaction, pipelined ZooKeeper requests, a few etcd transactions).
+MARK_PAGE = 1_000
+#: Such calls at once (hides a remote store's round trips; sqlite takes them in turn).
+MARK_PAGES_IN_FLIGHT = 4
+#: Seconds between two sweeps of a lost bookie's index.
+RESWEEP_S = 60.0
 
 
 @attrs.define
@@ -44,7 +70,12 @@ class AuditorStatus:
     #: Whether this service holds the auditor lock now.
     auditing: bool = False
     ledgers_marked: int = 0
+    #: Full checks completed (the one at takeover included).
     full_checks: int = 0
+    #: Ledgers whose metadata full checks read.
+    ledgers_checked: int = 0
+    #: Bookies found lost, with the ledgers of each marked at the last sweep.
+    lost_bookies: dict[str, int] = attrs.Factory(dict)
     last_error: str = ""
 
 
@@ -63,6 +94,11 @@ class Auditor:
         self.status = AuditorStatus()
         #: Bookie id -> wall-clock time it was last seen registered (or first seen missing).
         self.last_seen: dict[str, float] = {}
+        #: The bookie set at the last look.
+        self.registered: set[str] = set()
+        self.decommissioned: set[str] = set()
+        #: Lost bookie -> trio time of the last sweep of its index.
+        self._swept: dict[str, float] = {}
         self._next_full_check = 0.0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -76,6 +112,8 @@ class Auditor:
                         lock = await self.store.try_lock("auditor", self.holder, self.config.lock_ttl_s, keepalive)
                     if lock is not None:
                         await self._audit_while_held(lock)
+                    else:
+                        await self.watch_bookies()
                     keepalive.cancel_scope.cancel()
             except Exception as e:  # noqa: BLE001 - a store failure (or its timeout): retried, never fatal
                 self.status.last_error = repr(e)
@@ -90,10 +128,31 @@ class Auditor:
                             log.warning("auditor: could not release the lock (%r)", e)
             await trio.sleep(self.config.check_interval_s)
 
+    async def watch_bookies(self) -> None:
+        """Look at the bookie set: note when each bookie was last seen registered."""
+        with trio.fail_after(self.config.request_timeout_s):
+            self.registered = {b.bookie_id for b in await self.store.list_bookies()}
+            self.decommissioned = await self.store.list_decommissioned()
+        now = time.time()
+        for bookie_id in self.registered:
+            self.last_seen[bookie_id] = now
+        for bookie_id in self.decommissioned:
+            self.last_seen.setdefault(bookie_id, now)
+
+    def lost_bookies(self) -> set[str]:
+        """Known bookies gone past the grace, and decommissioned ones."""
+        now = time.time()
+        grace = self.config.lost_bookie_grace_s
+        return {
+            b
+            for b, seen in self.last_seen.items()
+            if b in self.decommissioned or (b not in self.registered and now - seen >= grace)
+        }
+
     async def _audit_while_held(self, lock: Lock) -> None:
         log.info("%s is the auditor", self.holder)
         self.status.auditing = True
-        self.last_seen.clear()  # the grace of a missing bookie starts when this auditor sees it
+        self._swept.clear()  # what an old auditor swept may have changed since: sweep again
         self._next_full_check = trio.current_time() + self.config.audit_interval_s
         with trio.CancelScope() as scope:
 
@@ -105,62 +164,125 @@ class Auditor:
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(stop_when_lost)
+                started = False
                 while True:
                     try:
                         await self.audit_once()
                     except Exception as e:  # noqa: BLE001 - one failed round; the next one retries
                         self.status.last_error = repr(e)
                         log.warning("audit round failed (%r); retrying", e)
+                    else:
+                        if not started:  # once the bookie set is known, not before
+                            nursery.start_soon(self._full_checks)
+                            started = True
                     await trio.sleep(self.config.check_interval_s)
 
     async def audit_once(self) -> None:
-        """One round: mark the ledgers of lost bookies; the full check when it is due."""
+        """One round: look at the bookie set; mark the ledgers of bookies lost since."""
+        await self.watch_bookies()
+        lost = self.lost_bookies()
+        for bookie_id in set(self._swept) - lost:
+            del self._swept[bookie_id]  # back: if lost again, swept at once
+        for bookie_id in sorted(lost):
+            if trio.current_time() < self._swept.get(bookie_id, -math.inf) + RESWEEP_S:
+                continue
+            held = await self.mark_ledgers_of(bookie_id)
+            self._swept[bookie_id] = trio.current_time()
+            if not held and bookie_id not in self.registered and bookie_id not in self.decommissioned:
+                # Nothing names it any more: forget it (a full check finds it again if needed).
+                del self.last_seen[bookie_id], self._swept[bookie_id]
+                self.status.lost_bookies.pop(bookie_id, None)
+
+    async def mark_ledgers_of(self, bookie_id: str) -> int:
+        """Mark every ledger the store indexes for ``bookie_id`` (not marked with it yet);
+        returns how many it indexes."""
         timeout = self.config.request_timeout_s
         with trio.fail_after(timeout):
-            registered = {b.bookie_id for b in await self.store.list_bookies()}
-            decommissioned = await self.store.list_decommissioned()
-            ledger_ids = await self.store.list_ledgers()
-        ledgers: list[LedgerMetadata] = []
-        for ledger_id in ledger_ids:
-            try:
-                with trio.fail_after(timeout):
-                    ledgers.append(await self.store.read_ledger(ledger_id))
-            except NoSuchLedgerError:
-                continue  # deleted meanwhile
-        now = time.time()
-        known = set().union(*(md.bookies() for md in ledgers)) if ledgers else set()
-        for bookie_id in registered:
-            self.last_seen[bookie_id] = now
-        lost: set[str] = set()
-        for bookie_id in known - registered:
-            seen = self.last_seen.setdefault(bookie_id, now)
-            if now - seen >= self.config.lost_bookie_grace_s:
-                lost.add(bookie_id)
-        lost |= known & decommissioned
-        if lost:
+            marked = {m.ledger_id for m in await self.store.list_under_replicated() if bookie_id in m.bookies}
+        held = newly = 0
+        start = 0
+        while True:
             with trio.fail_after(timeout):
-                marked = {m.ledger_id: m.bookies for m in await self.store.list_under_replicated()}
-            for md in ledgers:
-                on = lost & md.bookies()
-                if on and not on <= marked.get(md.ledger_id, frozenset()):
-                    with trio.fail_after(timeout):
-                        await self.store.mark_under_replicated(md.ledger_id, on)
-                    self.status.ledgers_marked += 1
-                    log.warning("ledger %d is under-replicated: lost %s", md.ledger_id, sorted(on))
-        if self.config.audit_interval_s > 0 and trio.current_time() >= self._next_full_check:
-            await self.full_check(ledgers, registered)
-            self._next_full_check = trio.current_time() + self.config.audit_interval_s
+                page = await self.store.ledgers_of_bookie(bookie_id, start=start, limit=LEDGER_PAGE)
+            held += len(page)
+            todo = [i for i in page if i not in marked]
+            await self._mark(todo, {bookie_id})
+            newly += len(todo)
+            if len(page) < LEDGER_PAGE:
+                break
+            start = page[-1] + 1
+        if newly:
+            log.warning("bookie %s is lost: marked %d of its %d ledger(s) under-replicated", bookie_id, newly, held)
+        self.status.lost_bookies[bookie_id] = held
+        return held
 
-    async def full_check(self, ledgers: list[LedgerMetadata], registered: set[str]) -> None:
-        """Mark every ledger whose registered replicas lack entries they should hold."""
+    async def _mark(self, ledger_ids: Sequence[int], bookies: Collection[str]) -> None:
+        pages = [ledger_ids[i : i + MARK_PAGE] for i in range(0, len(ledger_ids), MARK_PAGE)]
+
+        async def mark(k: int) -> None:
+            with trio.fail_after(self.config.request_timeout_s):
+                await self.store.mark_many_under_replicated(pages[k], bookies)
+            self.status.ledgers_marked += len(pages[k])
+            log.debug("%d ledger(s) under-replicated: lost %s", len(pages[k]), sorted(bookies))
+
+        await each_bounded(range(len(pages)), MARK_PAGES_IN_FLIGHT, mark)
+
+    # -- full checks --------------------------------------------------------------------
+
+    async def _full_checks(self) -> None:
+        """At takeover the ensembles of every ledger, then every ``audit_interval_s`` the
+        ensembles and the replicas' entries; a failed check is tried again later."""
+        replicas = False
+        while True:
+            try:
+                await self.full_check(replicas=replicas)
+            except Exception as e:  # noqa: BLE001 - a store or bookie failure: tried again later
+                self.status.last_error = repr(e)
+                log.warning("full check failed (%r); trying again in %.0f s", e, self.config.max_retry_s)
+                await trio.sleep(self.config.max_retry_s)
+                continue
+            if self.config.audit_interval_s <= 0:
+                return
+            self._next_full_check = trio.current_time() + self.config.audit_interval_s
+            await trio.sleep_until(self._next_full_check)
+            replicas = True
+
+    async def full_check(self, *, replicas: bool = True) -> None:
+        """Every ledger, at most ``full_check_reads_per_s`` metadata reads a second: its
+        ensembles against the live bookies, and with ``replicas`` its replicas' entries."""
+        timeout = self.config.request_timeout_s
+        interval = 1.0 / self.config.full_check_reads_per_s
+        next_read = trio.current_time()
+        start = 0
+        while True:
+            with trio.fail_after(timeout):
+                page = await self.store.list_ledgers(start=start, limit=LEDGER_PAGE)
+            for ledger_id in page:
+                await trio.sleep_until(next_read)
+                next_read = max(next_read + interval, trio.current_time() - 1.0)
+                try:
+                    with trio.fail_after(timeout):
+                        md = await self.store.read_ledger(ledger_id)
+                except NoSuchLedgerError:
+                    continue  # deleted meanwhile
+                self.status.ledgers_checked += 1
+                self._note_bookies(md)
+                if replicas:
+                    missing = await self.replicas_missing_entries(md, self.registered)
+                    if missing:
+                        await self._mark([md.ledger_id], missing)
+                        log.warning("full check: ledger %d has replicas missing entries on %s", md.ledger_id, sorted(missing))
+            if len(page) < LEDGER_PAGE:
+                break
+            start = page[-1] + 1
         self.status.full_checks += 1
-        for md in ledgers:
-            missing = await self.replicas_missing_entries(md, registered)
-            if missing:
-                with trio.fail_after(self.config.request_timeout_s):
-                    await self.store.mark_under_replicated(md.ledger_id, missing)
-                self.status.ledgers_marked += 1
-                log.warning("full check: ledger %d has replicas missing entries on %s", md.ledger_id, sorted(missing))
+
+    def _note_bookies(self, md: LedgerMetadata) -> None:
+        """Make the bookies ``md`` names known: one never seen registered counts as missing
+        from now (its ledgers are marked from its index once it is lost, by the rounds)."""
+        now = time.time()
+        for bookie_id in md.bookies() - self.registered:
+            self.last_seen.setdefault(bookie_id, now)
 
     async def replicas_missing_entries(self, md: LedgerMetadata, registered: set[str]) -> set[str]:
         """The registered bookies that lack entries they should hold in ``md``'s fragments

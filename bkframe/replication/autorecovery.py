@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
@@ -20,7 +21,7 @@ from bkframe.bookie.bookie import Bookie
 from bkframe.client.context import ClientContext
 from bkframe.client.settings import ClientSettings
 from bkframe.core.config import AutorecoveryConfig
-from bkframe.core.metadata import MetadataStore, NoSuchLedgerError
+from bkframe.core.metadata import LEDGER_PAGE, MetadataStore
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.replication.auditor import Auditor
 from bkframe.replication.worker import KeyLookup, ReplicationWorker, _no_key
@@ -99,15 +100,8 @@ async def cluster_status(store: MetadataStore, timeout_s: float = 30.0) -> dict[
                 "age_s": round(now - m.since, 1),
                 "worker": await store.lock_holder(f"ledger/{m.ledger_id}"),
             })
-        using = {b: 0 for b in decommissioned}
-        if using:
-            for ledger_id in await store.list_ledgers():
-                try:
-                    bookies = (await store.read_ledger(ledger_id)).bookies()
-                except NoSuchLedgerError:
-                    continue
-                for b in bookies & using.keys():
-                    using[b] += 1
+        # Counted from the store's index of each bookie, not from every ledger's metadata.
+        using = {b: await count_ledgers_using(store, b) for b in decommissioned}
     return {
         "auditor": auditor,
         "auditor_address": addresses.get(auditor or "", ""),
@@ -117,14 +111,29 @@ async def cluster_status(store: MetadataStore, timeout_s: float = 30.0) -> dict[
 
 
 async def ledgers_using(store: MetadataStore, bookie_id: str, timeout_s: float = 30.0) -> list[int]:
-    """The ledgers with a fragment on ``bookie_id``."""
+    """The ledgers with a fragment on ``bookie_id``: the store's index of that bookie,
+    paged (``timeout_s`` for each page)."""
     out: list[int] = []
-    with trio.fail_after(timeout_s):
-        for ledger_id in await store.list_ledgers():
-            try:
-                md = await store.read_ledger(ledger_id)
-            except NoSuchLedgerError:
-                continue
-            if bookie_id in md.bookies():
-                out.append(ledger_id)
+    async for page in _index_pages(store, bookie_id, timeout_s):
+        out += page
     return out
+
+
+async def count_ledgers_using(store: MetadataStore, bookie_id: str, timeout_s: float = 30.0) -> int:
+    """How many ledgers have a fragment on ``bookie_id`` (one page in memory at a time)."""
+    n = 0
+    async for page in _index_pages(store, bookie_id, timeout_s):
+        n += len(page)
+    return n
+
+
+async def _index_pages(store: MetadataStore, bookie_id: str, timeout_s: float) -> AsyncIterator[list[int]]:
+    start = 0
+    while True:
+        with trio.fail_after(timeout_s):
+            page = await store.ledgers_of_bookie(bookie_id, start=start, limit=LEDGER_PAGE)
+        if page:
+            yield page
+        if len(page) < LEDGER_PAGE:
+            return
+        start = page[-1] + 1

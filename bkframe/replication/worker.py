@@ -138,7 +138,7 @@ class ReplicationWorker:
             return False
         self.status.current = mark.ledger_id
         try:
-            done = await self._while_held(lock, mark.ledger_id)
+            done = await self._while_held(lock, mark)
         except NotYet as e:
             log.info("ledger %d: %s", mark.ledger_id, e)
             done = False
@@ -165,15 +165,16 @@ class ReplicationWorker:
             self._retry[mark.ledger_id] = (trio.current_time() + delay, delay)
         return True
 
-    async def _while_held(self, lock: Lock, ledger_id: int) -> bool:
+    async def _while_held(self, lock: Lock, mark: UnderReplicated) -> bool:
         """:meth:`replicate`, cancelled if the claim is lost (another worker may take over:
         whatever was not compare-and-set yet is then abandoned)."""
+        ledger_id = mark.ledger_id
         result: list[bool] = []
         error: list[BaseException] = []
 
         async def work() -> None:
             try:
-                result.append(await self.replicate(ledger_id))
+                result.append(await self.replicate(ledger_id, mark))
             except Exception as e:  # noqa: BLE001 - re-raised below, outside the nursery (no exception group)
                 error.append(e)
             finally:
@@ -190,15 +191,22 @@ class ReplicationWorker:
 
     # -- one ledger ---------------------------------------------------------------------
 
-    async def replicate(self, ledger_id: int) -> bool:
+    async def replicate(self, ledger_id: int, mark: UnderReplicated | None = None) -> bool:
         """Repair what can be repaired now; True once no fragment names a marked bookie
-        (the mark is then cleared). Raises :class:`NotYet` or another error if work is left."""
+        (the mark is then cleared). Raises :class:`NotYet` or another error if work is left.
+
+        ``mark``: the ledger's mark as the worker listed it, before it claimed the ledger
+        (else it is looked up). Not read again: with thousands of marks (a lost bookie's
+        ledgers) a listing per ledger would cost the square of their number. A worker that
+        repaired the ledger meanwhile left it naming none of the mark's bookies: they are
+        cleared below as done; bookies marked since stay marked for the next listing."""
         timeout = self.config.request_timeout_s
-        with trio.fail_after(timeout):
-            marks = {m.ledger_id: m for m in await self.store.list_under_replicated()}
-        mark = marks.get(ledger_id)
         if mark is None:
-            return True  # done by another worker meanwhile
+            with trio.fail_after(timeout):
+                marks = {m.ledger_id: m for m in await self.store.list_under_replicated()}
+            mark = marks.get(ledger_id)
+            if mark is None:
+                return True  # done by another worker meanwhile
         try:
             with trio.fail_after(timeout):
                 md = await self.store.read_ledger(ledger_id)
@@ -308,12 +316,12 @@ class ReplicationWorker:
         with trio.fail_after(self.config.request_timeout_s):
             try:
                 return await choose_replacements(
-                    self.ctx.pool, self.store, ensemble, failed, exclude=md.bookies() | lost, what=what,
+                    self.ctx.pool, ensemble, failed, exclude=md.bookies() | lost, what=what,
                     write_quorum=md.write_quorum,
                 )
             except NotEnoughBookiesError:
                 return await choose_replacements(
-                    self.ctx.pool, self.store, ensemble, failed, exclude=lost, what=what, write_quorum=md.write_quorum
+                    self.ctx.pool, ensemble, failed, exclude=lost, what=what, write_quorum=md.write_quorum
                 )
 
     async def _copy(
