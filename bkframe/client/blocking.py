@@ -185,8 +185,8 @@ class BlockingClient:
     def delete_ledger(self, ledger_id: int) -> None:
         self._run(self.client.delete_ledger, ledger_id)
 
-    def list_ledgers(self) -> list[int]:
-        return self._run(self.client.list_ledgers)
+    def list_ledgers(self, *, start: int = 0, limit: int | None = None) -> list[int]:
+        return self._run(lambda: self.client.list_ledgers(start=start, limit=limit))
 
 
 class BlockingWriteHandle:
@@ -322,6 +322,12 @@ class BlockingLogs:
         ids = list(ledger_ids)
         return self._owner._run(lambda: self._logs.commit_ledgers(name, ids, token, password=password))
 
+    def stage_ledger(self, name: str, ledger_id: int, token: str, *, group: str = "", password: bytes = b"") -> bool:
+        return self._owner._run(lambda: self._logs.stage_ledger(name, ledger_id, token, group=group, password=password))
+
+    def discard_staged(self, name: str, group: str, *, password: bytes = b"") -> list[int]:
+        return self._owner._run(lambda: self._logs.discard_staged(name, group, password=password))
+
     def reader(self, name: str, *, password: bytes = b"") -> BlockingLogReader:
         return BlockingLogReader(self._owner, self._owner._run(lambda: self._logs.reader(name, password=password)))
 
@@ -344,6 +350,9 @@ class BlockingLogs:
 
     def ack(self, name: str, cursor: str, position: Position) -> Cursor:
         return self._owner._run(self._logs.ack, name, cursor, position)
+
+    def flush_cursors(self, name: str | None = None, cursor: str | None = None) -> None:
+        self._owner._run(self._logs.flush_cursors, name, cursor)
 
     def delete_cursor(self, name: str, cursor: str) -> None:
         self._owner._run(self._logs.delete_cursor, name, cursor)

@@ -1,4 +1,5 @@
-"""Connections to bookies by bookie id, opened on demand and reopened after a failure."""
+"""Connections to bookies by bookie id, opened on demand and reopened after a failure; the
+registered bookies (:mod:`.bookie_set`) they are found in."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import trio
 
 from bkframe.client.bookie_client import NO_AUTH, BookieClient, BookieConnectionError, connect_bookie
 from bkframe.client.bookie_health import BookieHealth
+from bkframe.client.bookie_set import BookieSet
 from bkframe.core.metadata import MetadataStore
 from bkframe.core.placement import PlacementPolicy
 
@@ -16,7 +18,8 @@ class BookiePool:
     """Holds one connection per bookie inside the client's nursery.
 
     A failed connect quarantines the bookie in ``health`` (see :mod:`bookie_health`).
-    It carries the client's placement policy, which choosing bookies needs with it.
+    It carries the client's placement policy and its view of the registered bookies
+    (``bookies``), which choosing bookies needs with it.
     """
 
     def __init__(
@@ -29,9 +32,11 @@ class BookiePool:
         placement: PlacementPolicy,
         ssl_context: ssl.SSLContext | None = None,
         auth: tuple[str, bytes] = NO_AUTH,
+        bookie_set_max_age_s: float = 2.0,
     ) -> None:
         self._nursery = nursery
-        self._metadata = metadata
+        #: The registered bookies, listed at most ``bookie_set_max_age_s`` ago.
+        self.bookies = BookieSet(metadata, nursery, bookie_set_max_age_s)
         self.connect_timeout_s = connect_timeout_s
         self.health = health if health is not None else BookieHealth(0.0)
         #: How ensembles and replacements are chosen (see :mod:`.placement`): it travels
@@ -40,6 +45,8 @@ class BookiePool:
         #: Ledgers each bookie holds, as it last reported (GET_BOOKIE_INFO), with when
         #: (trio time) and how many this client placed on it since: for ``least_used``.
         self.ledger_counts: dict[str, tuple[int, float]] = {}
+        #: Bookies whose ledger count is being asked for in the background.
+        self.asking_counts: set[str] = set()
         self._clients: dict[str, BookieClient] = {}
         self._addresses: dict[str, str] = {}
         self._locks: dict[str, trio.Lock] = {}
@@ -47,10 +54,18 @@ class BookiePool:
         self._ssl_context = ssl_context
         self._auth = auth
 
+    @property
+    def nursery(self) -> trio.Nursery:
+        """The client's nursery: connections, and what placement asks in the background."""
+        return self._nursery
+
     async def resolve(self, bookie_id: str, *, refresh: bool = False) -> str:
+        """The bookie's address: as last known, else (or with ``refresh``) as registered."""
         if refresh or bookie_id not in self._addresses:
-            for info in await self._metadata.list_bookies():
-                self._addresses[info.bookie_id] = info.address
+            view = await self.bookies.view(fresh=refresh)
+            if bookie_id not in view.addresses and not refresh:
+                view = await self.bookies.view(fresh=True)  # registered since the view was read?
+            self._addresses.update(view.addresses)
         try:
             return self._addresses[bookie_id]
         except KeyError:

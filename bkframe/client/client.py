@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,6 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from bkframe.client.context import ClientContext
 from bkframe.client.entry_format import Digester
+from bkframe.client.ledger_ids import LedgerIds
 from bkframe.client.logs.api import Logs
 from bkframe.client.metrics import client_registry
 from bkframe.client.placement import choose_ensemble
@@ -42,12 +44,17 @@ from bkframe.core.metadata import (
 )
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import (
+    BKError,
     ConfigError,
     LedgerClosedError,
     LedgerFencedError,
     UnauthorizedError,
     UnsupportedError,
 )
+
+log = logging.getLogger("bkframe.client")
+#: How long a closing client tries to store its log cursors' pending acks.
+CLOSE_FLUSH_TIMEOUT_S = 10.0
 
 
 class Client:
@@ -68,6 +75,8 @@ class Client:
         #: The store's cluster record, read at the first create (a store that is no cluster
         #: is a clear error there, not "no bookies").
         self._cluster: ClusterRecord | None = None
+        #: New ledgers' ids, taken from the store in blocks.
+        self._ledger_ids = LedgerIds(self.metadata, self.settings.ledger_id_block)
 
     @property
     def metrics_registry(self) -> CollectorRegistry:
@@ -99,9 +108,9 @@ class Client:
                 f"{ledger_type} ledgers cannot be striped (E={ensemble} > W={write_quorum}): the LastAddSynced "
                 f"rule needs every bookie to hold every entry; use E = W"
             )
-        chosen = await choose_ensemble(self.pool, self.metadata, ensemble, write_quorum=write_quorum)
+        chosen = await choose_ensemble(self.pool, ensemble, write_quorum=write_quorum)
         while True:
-            ledger_id = await self.metadata.new_ledger_id()
+            ledger_id = await self._ledger_ids.next()
             md = LedgerMetadata(
                 ledger_id=ledger_id,
                 ensemble_size=ensemble,
@@ -166,8 +175,20 @@ class Client:
     async def delete_ledger(self, ledger_id: int) -> None:
         await self.metadata.delete_ledger(ledger_id)
 
-    async def list_ledgers(self) -> list[int]:
-        return await self.metadata.list_ledgers()
+    async def list_ledgers(self, *, start: int = 0, limit: int | None = None) -> list[int]:
+        """Ledger ids ``>= start``, ascending, at most ``limit`` (every one if None: a large
+        cluster is better paged, as :func:`bkframe.core.metadata.iter_ledger_ids` does)."""
+        return await self.metadata.list_ledgers(start=start, limit=limit)
+
+
+async def _flush_cursors(client: Client) -> None:
+    """Store the log cursor acks not stored yet, as the client closes (bounded, and never
+    hiding the block's own error: a failure is logged, those entries come again)."""
+    with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_FLUSH_TIMEOUT_S):
+        try:
+            await client.logs.flush_cursors()
+        except BKError as e:
+            log.warning("storing log cursors at close failed (their consumers see those entries again): %s", e)
 
 
 @asynccontextmanager
@@ -208,6 +229,7 @@ async def open_client(
             try:
                 yield client
             finally:
+                await _flush_cursors(client)
                 nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):

@@ -58,5 +58,6 @@ class ClientContext:
             placement=placement,
             ssl_context=settings.ssl_context(),
             auth=settings.auth,
+            bookie_set_max_age_s=settings.bookie_set_max_age_s,
         )
         return cls(nursery=nursery, metadata=metadata, pool=pool, ledger_types=plugins.ledger_types(), settings=settings)

@@ -50,7 +50,6 @@ async def replacements(
     bookies in quarantine are taken only when no other is left."""
     return await choose_replacements(
         ctx.pool,
-        ctx.metadata,
         ensemble,
         failed,
         exclude=replacing,

@@ -7,6 +7,10 @@ registered *writable* bookies (read-only and decommissioned ones are never liste
 ``list_bookies(writable_only=True)``), minus the ensemble and ``exclude``, flagged when in
 quarantine (:mod:`.bookie_health`), with their rack label; and a chosen bookie is taken only
 once a connection to it is open -- an unreachable one is dropped and the policy asked again.
+
+A new ledger takes its candidates from the client's cached listing (:mod:`.bookie_set`), so
+a create reads no bookie list; with too few there, it lists them afresh once before giving
+up. Replacements (ensemble change, recovery, re-replication) always list them afresh.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Collection, Sequence
 import trio
 
 from bkframe.client.bookie_pool import BookiePool
-from bkframe.core.metadata import MetadataStore
+from bkframe.client.bookie_set import BookieView
 from bkframe.core.placement import Candidate
 from bkframe.errors import NotEnoughBookiesError, PluginError
 
@@ -37,7 +41,10 @@ def _checked(chosen: Sequence[str], candidates: Sequence[Candidate], needed: int
 
 
 async def _with_load(pool: BookiePool, candidates: list[Candidate]) -> list[Candidate]:
-    """``candidates`` with the ledger count each reports (cached ``LOAD_TTL_S``)."""
+    """``candidates`` with the ledger count each reports. A count not known yet is asked for
+    now (a new bookie, or a client's first create); one older than ``LOAD_TTL_S`` is asked
+    for again in the background while this choice uses it, so creates do not wait on the
+    bookies once the client knows them."""
     now = trio.current_time()
     counts = pool.ledger_counts
 
@@ -49,12 +56,19 @@ async def _with_load(pool: BookiePool, candidates: list[Candidate]) -> list[Cand
         except ConnectionError as e:
             # Unknown load; quarantined, so that the next choices do not wait for it again.
             pool.health.failed(bookie_id, f"GET_BOOKIE_INFO failed: {e}")
+        finally:
+            pool.asking_counts.discard(bookie_id)
 
     async with trio.open_nursery() as nursery:
         for c in candidates:
-            stale = c.bookie_id not in counts or now - counts[c.bookie_id][1] > LOAD_TTL_S
-            if stale and not c.quarantined:
+            if c.quarantined or c.bookie_id in pool.asking_counts:
+                continue
+            if c.bookie_id not in counts:
+                pool.asking_counts.add(c.bookie_id)
                 nursery.start_soon(ask, c.bookie_id)
+            elif now - counts[c.bookie_id][1] > LOAD_TTL_S:
+                pool.asking_counts.add(c.bookie_id)
+                pool.nursery.start_soon(ask, c.bookie_id)
     return [
         Candidate(c.bookie_id, c.rack, c.quarantined, counts[c.bookie_id][0] if c.bookie_id in counts else None)
         for c in candidates
@@ -70,11 +84,11 @@ def _placed(pool: BookiePool, bookie_ids: Sequence[str]) -> None:
             pool.ledger_counts[b] = (count + 1, at)
 
 
-async def _candidates(pool: BookiePool, metadata: MetadataStore, exclude: Collection[str]) -> list[Candidate]:
-    """The registered writable bookies not in ``exclude``, with rack, quarantine (and load)."""
+async def _candidates(pool: BookiePool, view: BookieView, exclude: Collection[str]) -> list[Candidate]:
+    """The writable bookies of ``view`` not in ``exclude``, with rack, quarantine (and load)."""
     candidates = [
         Candidate(b.bookie_id, b.rack, pool.health.quarantined(b.bookie_id))
-        for b in await metadata.list_bookies(writable_only=True)
+        for b in view.writable
         if b.bookie_id not in exclude
     ]
     if pool.placement.wants_load:
@@ -91,18 +105,25 @@ async def _reachable(pool: BookiePool, bookie_id: str) -> str:
     return ""
 
 
-async def choose_ensemble(pool: BookiePool, metadata: MetadataStore, size: int, *, write_quorum: int | None = None) -> list[str]:
+async def choose_ensemble(pool: BookiePool, size: int, *, write_quorum: int | None = None) -> list[str]:
     """``size`` reachable, writable bookies for a new ledger, as the client's placement
     policy orders them (``write_quorum``: the ledger's W, which rack-aware placement needs;
     by default ``size``)."""
-    candidates = await _candidates(pool, metadata, ())
+    candidates = await _candidates(pool, await pool.bookies.view(), ())
     registered = len(candidates)
-    unreachable: list[str] = []
+    listed_afresh = False
+    unreachable: dict[str, str] = {}
     while True:
+        if len(candidates) < size and not listed_afresh:
+            # The cached listing may lack bookies registered since: look once more.
+            listed_afresh = True
+            fresh = await _candidates(pool, await pool.bookies.view(fresh=True), ())
+            registered = len(fresh)
+            candidates = [c for c in fresh if c.bookie_id not in unreachable]
         if len(candidates) < size:
             raise NotEnoughBookiesError(
                 f"ensemble of {size} needs {size} writable bookies, {len(candidates)} are reachable "
-                f"({registered} registered; unreachable: {'; '.join(unreachable) or 'none'})"
+                f"({registered} registered; unreachable: {'; '.join(unreachable.values()) or 'none'})"
             )
         chosen = pool.placement.new_ensemble(candidates, ensemble_size=size, write_quorum=write_quorum or size)
         _checked(chosen, candidates, size, pool.placement)
@@ -110,13 +131,12 @@ async def choose_ensemble(pool: BookiePool, metadata: MetadataStore, size: int, 
         if not down:
             _placed(pool, chosen)
             return chosen
-        unreachable.extend(down.values())
+        unreachable.update(down)
         candidates = [c for c in candidates if c.bookie_id not in down]
 
 
 async def choose_replacements(
     pool: BookiePool,
-    metadata: MetadataStore,
     ensemble: Sequence[str],
     failed: Sequence[int],
     *,
@@ -128,9 +148,11 @@ async def choose_replacements(
     taken from outside the ensemble and ``exclude``, as the placement policy chooses
     (``write_quorum``: the ledger's W, so rack-aware placement keeps every write set
     spanning its racks; by default ``len(ensemble)``, the whole ensemble as one set)."""
-    candidates = await _candidates(pool, metadata, {*ensemble, *exclude})
+    # A failure path: the bookies as registered now, not as cached.
+    view = await pool.bookies.view(fresh=True)
+    candidates = await _candidates(pool, view, {*ensemble, *exclude})
     # The racks of the ensemble's bookies: registered ones, read-only included.
-    racks = {b.bookie_id: b.rack for b in await metadata.list_bookies()}
+    racks = {b.bookie_id: b.rack for b in view.bookies}
     current = [Candidate(b, racks.get(b, ""), pool.health.quarantined(b)) for b in ensemble]
     unreachable: list[str] = []
     while True:

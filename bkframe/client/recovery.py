@@ -328,7 +328,7 @@ class Recovery:
             indices = [ensemble.index(b) for b in failed]
             try:
                 new = await choose_replacements(
-                    self.ctx.pool, self.ctx.metadata, ensemble, indices,
+                    self.ctx.pool, ensemble, indices,
                     what=f"recovery of ledger {self.ledger_id}", write_quorum=self.md.write_quorum,
                 )
             except BKError as e:

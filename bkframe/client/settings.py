@@ -56,6 +56,20 @@ class ClientSettings:
     #: > 0: write handles send their LAC explicitly when it moved and no add carried it for
     #: this long, so tailing readers see the last entry without waiting for the next.
     explicit_lac_interval_s: float = attrs.field(default=0.0, validator=v.ge(0))
+    #: New ledgers choose among the registered bookies as the client listed them at most
+    #: this long ago (re-listed in the background past half of it): a create costs no
+    #: listing, a new bookie is chosen within this long, a read-only one left within this
+    #: long. Ensemble changes, recovery and re-replication list them afresh. 0: every create
+    #: lists them.
+    bookie_set_max_age_s: float = attrs.field(default=2.0, validator=v.ge(0))
+    #: Ledger ids are taken from the metadata store in blocks of up to this many (growing
+    #: from 1 by doubling), one round trip per block instead of one per create; ids a
+    #: client took and did not use when it closes are skipped (ids are unique, not dense).
+    ledger_id_block: int = attrs.field(default=100, validator=v.ge(1))
+    #: A log cursor's acks are stored at most once per this long (the newest position);
+    #: 0 stores every ack at once. A crash loses the acks since the last store: those
+    #: entries are delivered again (see docs/logs.md#cursors).
+    cursor_flush_interval_s: float = attrs.field(default=1.0, validator=v.ge(0))
     #: The placement policy choosing bookies for new ledgers, ensemble changes and
     #: re-replication, by registered name: ``random``, ``least_used``, ``rack_aware``, or a
     #: plugin's (see docs/placement.md).

@@ -115,18 +115,24 @@ async def test_read_only_bookies_are_never_chosen(cluster_factory: Any) -> None:
     store = PluginManager().metadata_store(cluster.metadata)
     # One more registered bookie, "extra", served by bookie-3's process.
     address = cluster.by_id("bookie-3").address
+    max_age = 0.5  # the client's cached listing of the bookies (bookie_set_max_age_s)
     async with trio.open_nursery() as nursery:
-        registration = await store.register_bookie(BookieInfo("extra", address), ttl_s=6, nursery=nursery)
-        async with bkframe.open_client(cluster.metadata, **FAST) as client:
-            # Writable, it is chosen (so the test below can fail)...
+        async with bkframe.open_client(cluster.metadata, bookie_set_max_age_s=max_age, **FAST) as client:
+            writer = await client.create_ledger(ensemble=4, write_quorum=2, ack_quorum=2, password=PASSWORD)
+            await writer.close()  # the client has listed the bookies: "extra" registers after
+            registration = await store.register_bookie(BookieInfo("extra", address), ttl_s=6, nursery=nursery)
+            await trio.sleep(max_age)
+            # Registered since, writable, it is chosen (so the test below can fail)...
             chosen: set[str] = set()
             for _ in range(20):
                 writer = await client.create_ledger(ensemble=4, write_quorum=2, ack_quorum=2, password=PASSWORD)
                 chosen.update(writer.metadata.fragments[0][1])
                 await writer.close()
             assert "extra" in chosen
-            # ...read-only (as a bookie with a full disk registers), never.
+            # ...read-only (as a bookie with a full disk registers), never, once the
+            # client's listing is as new as the change.
             await registration.set_read_only(True)
+            await trio.sleep(max_age)
             for _ in range(20):
                 writer = await client.create_ledger(ensemble=4, write_quorum=2, ack_quorum=2, password=PASSWORD)
                 assert sorted(writer.metadata.fragments[0][1]) == [f"bookie-{i}" for i in range(4)]

@@ -28,8 +28,10 @@ from typing import Any
 import attrs
 import trio
 
+from bkframe.client.logs.acks import CursorAcks
 from bkframe.client.logs.ledgers import LedgerClient
 from bkframe.client.logs.model import (
+    DISCARD_PREFIX,
     EARLIEST,
     Commit,
     CommitResult,
@@ -37,6 +39,8 @@ from bkframe.client.logs.model import (
     LogMetadata,
     LogSettings,
     Position,
+    Segment,
+    Staged,
     TrimResult,
     check_name,
 )
@@ -74,6 +78,8 @@ class LogInfo:
     #: Confirmed entries per segment number (open segments: up to their LAC).
     entries: dict[int, int]
     cursors: tuple[CursorInfo, ...]
+    #: Every segment, those in chunk records too (``metadata.segments`` holds the recent ones).
+    segments: tuple[Segment, ...] = ()
 
 
 class Logs:
@@ -83,6 +89,14 @@ class Logs:
         self.client = client
         self.store = client.metadata
         self._records = LogRecords(client)
+        # One client's acks are one set, however many Logs are made on it (bkframe.Logs(bk)
+        # is bk.logs): the client flushes them when it closes.
+        shared = getattr(client, "logs", None)
+        self._acks: CursorAcks = (
+            shared._acks
+            if isinstance(shared, Logs)
+            else CursorAcks(self._records, client.context.settings.cursor_flush_interval_s, client.context.nursery)
+        )
 
     # -- records ------------------------------------------------------------------------
 
@@ -114,12 +128,15 @@ class Logs:
         it fails (its segments are gone). Returns the record as it was."""
         while True:
             record = await self.metadata(name)
+            # The chunks' segments are read first: the chunk records go with the log record.
+            chunked = await self._records.segments(attrs.evolve(record, segments=()))
             try:
                 await self.store.delete_log(name, expected_version=record.version)
                 break
             except BadVersionError:
                 continue
-        for ledger_id in sorted(record.ledger_ids()):
+        self._acks.forget(name)
+        for ledger_id in sorted(record.ledger_ids() | {s.ledger_id for s in chunked}):
             await self._records.delete_ledger_quietly(ledger_id)
         return record
 
@@ -233,7 +250,7 @@ class Logs:
             done = record.commit(token)
             if done is not None:
                 return CommitResult(token, done.segments, replayed=True)
-            taken = record.ledger_ids() & set(ids)
+            taken = (record.ledger_ids() - record.staged_ids()) & set(ids)
             if taken:
                 raise CommitError(f"commit to log {name!r}: ledger(s) {sorted(taken)} are in the log already")
             now = time.time()
@@ -241,18 +258,57 @@ class Logs:
             for md in full:
                 new = new.add_segment(md.ledger_id, now=now, closed=True, last_entry_id=md.last_entry_id, length=md.length)
             commit = Commit(token, record.next_segment, new.next_segment - 1, now)
-            new = new.with_commit(commit).with_garbage(empty)
+            # Ledgers staged for this token and left out can never be committed: garbage.
+            new = new.unstage(token=token, keep=ids).with_commit(commit).with_garbage(empty)
             try:
                 await self._records.cas(new, record.version)
                 break
             except BadVersionError:
                 record = await self.metadata(name)
-        if empty:
+        if empty or any(s.token == token for s in record.staged):
             try:
                 await self._records.collect_garbage(name)
             except Exception as e:  # noqa: BLE001 - the commit stands; the garbage is deleted later
                 log.warning("log %r: deleting empty committed ledgers failed (retried later): %s", name, e)
         return CommitResult(token, commit.segments)
+
+    async def stage_ledger(self, name: str, ledger_id: int, token: str, *, group: str = "", password: bytes = b"") -> bool:
+        """List ``ledger_id``, just created, in the log record as being written to be
+        committed under ``token`` by the writer ``group`` (e.g. one run of a job). The commit
+        of ``token`` deletes the staged ledgers it leaves out, :meth:`discard_staged` those
+        of a group: so a writer that dies never leaves its ledger behind, and nothing lists
+        the cluster's ledgers to find it. False (nothing stored) when it is too late: the
+        token is committed or the group discarded; the caller deletes its ledger."""
+        record = await self.metadata(name)
+        self._records.check_password(record, password)
+        staged = Staged(ledger_id, token, group)
+
+        def stage(r: LogMetadata) -> LogMetadata:
+            if r.commit(token) is not None or r.discarded(group) or staged in r.staged:
+                return r
+            return attrs.evolve(r, staged=(*r.staged, staged))
+
+        stored = await self._records.update(name, stage)
+        return staged in stored.staged
+
+    async def discard_staged(self, name: str, group: str, *, password: bytes = b"") -> list[int]:
+        """Give the staging ``group`` up: its staged ledgers are deleted, and a later
+        :meth:`stage_ledger` for it returns False. Returns the ledgers deleted."""
+        record = await self.metadata(name)
+        self._records.check_password(record, password)
+
+        ids: list[int] = []
+
+        def discard(r: LogMetadata) -> LogMetadata:
+            ids[:] = [s.ledger_id for s in r.staged if s.group == group]
+            if r.discarded(group):
+                return r
+            mark = Commit(DISCARD_PREFIX + group, r.next_segment, r.next_segment - 1, time.time())
+            return r.unstage(group=group).with_commit(mark)
+
+        await self._records.update(name, discard)
+        left = set((await self._records.collect_garbage(name)).garbage)
+        return [i for i in ids if i not in left]
 
     # -- reading ------------------------------------------------------------------------
 
@@ -269,7 +325,9 @@ class Logs:
         """Remove whole closed segments from the start of the log and delete their ledgers:
         those before ``before``, and with ``retention`` those the log's ``retention_s`` /
         ``retention_bytes`` let go. Never a segment some cursor has not passed, unless
-        ``force`` (which moves such cursors to the new start)."""
+        ``force`` (which moves such cursors to the new start). This client's acks not
+        stored yet are stored first."""
+        await self._acks.flush(name)
         return await trim(self._records, name, before=before, retention=retention, force=force)
 
     # -- cursors ------------------------------------------------------------------------
@@ -298,24 +356,39 @@ class Logs:
         return created
 
     async def cursor(self, name: str, cursor: str) -> Cursor:
+        """The cursor as stored (with this client's acks: those not stored yet are stored first)."""
+        await self._acks.flush(name, cursor)
         return await self._records.cursor(name, cursor)
 
     async def cursors(self, name: str) -> list[Cursor]:
+        """The log's cursors as stored (this client's acks not stored yet are stored first)."""
+        await self._acks.flush(name)
         return await self._records.cursors(name)
 
     async def move_cursor(
         self, name: str, cursor: str, position: Position | str, *, rewind: bool = False, password: bytes = b""
     ) -> Cursor:
         """Set where the consumer resumes: every entry before ``position`` is acknowledged.
-        A cursor never moves back (an older position is ignored) unless ``rewind``."""
+        A cursor never moves back (an older position is ignored) unless ``rewind``. Stored
+        at once, with this client's acks not stored yet if they are further (not with
+        ``rewind``)."""
         target = position if isinstance(position, Position) else (await self._where(name, position, password))[1]
-        return await self._records.set_cursor(name, cursor, target, rewind=rewind)
+        return await self._acks.set(name, cursor, target, rewind=rewind)
 
     async def ack(self, name: str, cursor: str, position: Position) -> Cursor:
-        """Acknowledge the entry at ``position`` and every one before it."""
-        return await self.move_cursor(name, cursor, position.next())
+        """Acknowledge the entry at ``position`` and every one before it. The cursor moves in
+        memory and is stored at most once per the client's ``cursor_flush_interval_s``
+        (0: at once); returns the cursor as acknowledged. See :meth:`flush_cursors`."""
+        return await self._acks.ack(name, cursor, position.next())
+
+    async def flush_cursors(self, name: str | None = None, cursor: str | None = None) -> None:
+        """Store the acks this client made and has not stored yet: of every cursor, of one
+        log's, or of one cursor. The client does it when it closes; a consumer calls it
+        where it must not see entries again after a crash (e.g. before a checkpoint)."""
+        await self._acks.flush(name, cursor)
 
     async def delete_cursor(self, name: str, cursor: str) -> None:
+        self._acks.forget(name, cursor)
         if not await self.store.delete_cursor(name, cursor):
             raise NoSuchCursorError(f"log {name!r} has no cursor {cursor!r}")
 
@@ -335,4 +408,5 @@ class Logs:
         for c in await self.cursors(name):
             lag = await count_entries(reader, max(c.position, record.start)) if c.position < end else 0
             infos.append(CursorInfo(c, lag))
-        return LogInfo(record, end, {s.number: entries.get(s.number, 0) for s in record.segments}, tuple(infos))
+        segments = tuple(await self._records.segments(record))
+        return LogInfo(record, end, {s.number: entries.get(s.number, 0) for s in segments}, tuple(infos), segments)

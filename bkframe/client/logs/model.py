@@ -132,6 +132,10 @@ class LogSettings:
     retention_s: float | None = attrs.field(default=None, validator=_positive_or_none)
     #: Oldest closed segments may be trimmed while the log holds more than this.
     retention_bytes: int | None = attrs.field(default=None, validator=_positive_or_none)
+    #: The log record keeps fewer than twice this many closed segments before its first
+    #: open one; older ones move, this many at a time, to chunk records of their own
+    #: (written once, read only by a reader that seeks back), so the record stays bounded.
+    segments_per_chunk: int = attrs.field(default=500, validator=v.ge(2))
 
     def to_json(self) -> dict[str, Any]:
         d = attrs.asdict(self)
@@ -191,6 +195,42 @@ class Segment:
 
 
 @attrs.frozen
+class Chunk:
+    """Closed segments moved out of the log record to a record of their own (see
+    :mod:`bkframe.client.logs.chunks`): where to find them, and what a trim or ``info``
+    needs to know of them without reading them."""
+
+    #: The number of the first segment it was written with: its record's name.
+    key: int
+    #: Its first segment not trimmed, and its last.
+    first: int
+    last: int
+    count: int
+    entries: int
+    length: int
+    #: The latest close among them (retention by age takes a whole chunk by it).
+    closed_at: float
+    #: The last segment's last entry id.
+    last_entry_id: int
+
+    def as_segment(self) -> Segment:
+        """A stand-in for trimming decisions: a cursor, a position or retention lets it go
+        exactly when it lets every one of its segments go."""
+        return Segment(self.last, -1, True, self.last_entry_id, self.length, 0.0, self.closed_at)
+
+    def to_json(self) -> list[Any]:
+        return [
+            self.key, self.first, self.last, self.count, self.entries, self.length, self.closed_at, self.last_entry_id,
+        ]
+
+    @classmethod
+    def from_json(cls, raw: Sequence[Any]) -> Chunk:
+        key, first, last, count, entries, length, closed_at, last_entry_id = raw
+        return cls(int(key), int(first), int(last), int(count), int(entries), int(length), float(closed_at),
+                   int(last_entry_id))
+
+
+@attrs.frozen
 class Commit:
     """A remembered ``commit_ledgers``: its token and the segments it added."""
 
@@ -205,6 +245,21 @@ class Commit:
 
 
 @attrs.frozen
+class Staged:
+    """A ledger being written to be committed under ``token`` by the writer ``group`` (one
+    run of a Spark job, say): listed in the log record from its creation, so that the
+    commit of ``token`` that leaves it out, or discarding ``group``, deletes it."""
+
+    ledger_id: int
+    token: str
+    group: str
+
+
+#: The commit token that marks a staging group discarded (see :meth:`LogMetadata.discarded`).
+DISCARD_PREFIX = "discarded:"
+
+
+@attrs.frozen
 class LogMetadata:
     name: str
     settings: LogSettings
@@ -212,7 +267,10 @@ class LogMetadata:
     #: Made at creation: cursors and caches of a deleted and re-created log never mix.
     uid: str = ""
     created_at: float = attrs.field(factory=time.time)
+    #: The recent segments; older closed ones are in ``chunks`` (read them with
+    #: :meth:`bkframe.client.logs.records.LogRecords.segments`).
     segments: tuple[Segment, ...] = ()
+    chunks: tuple[Chunk, ...] = ()
     #: The number the next segment gets (never reused, even after trims or dropped segments).
     next_segment: int = 0
     #: Segments numbered below this were trimmed: their positions are gone.
@@ -225,6 +283,8 @@ class LogMetadata:
     #: Ledgers no longer part of the log, to be deleted (kept here until they are).
     garbage: tuple[int, ...] = ()
     commits: tuple[Commit, ...] = ()
+    #: Ledgers written to be committed later (see :class:`Staged`).
+    staged: tuple[Staged, ...] = ()
     #: What trims removed so far (segments, entries, bytes).
     trimmed_entries: int = 0
     trimmed_bytes: int = 0
@@ -248,7 +308,14 @@ class LogMetadata:
         return [s for s in self.segments if not s.closed]
 
     def ledger_ids(self) -> set[int]:
-        return {s.ledger_id for s in self.segments} | set(self.spares) | set(self.garbage)
+        return {s.ledger_id for s in self.segments} | set(self.spares) | set(self.garbage) | self.staged_ids()
+
+    def staged_ids(self) -> set[int]:
+        return {s.ledger_id for s in self.staged}
+
+    def discarded(self, group: str) -> bool:
+        """The staging ``group`` was discarded: its ledgers are not wanted any more."""
+        return self.commit(DISCARD_PREFIX + group) is not None
 
     def commit(self, token: str) -> Commit | None:
         for c in self.commits:
@@ -259,13 +326,20 @@ class LogMetadata:
     @property
     def start(self) -> Position:
         """The earliest position that was not trimmed."""
-        first = self.segments[0].number if self.segments else self.next_segment
+        if self.chunks:
+            first = self.chunks[0].first
+        else:
+            first = self.segments[0].number if self.segments else self.next_segment
         return Position(max(first, self.first_segment), 0)
 
     @property
     def length(self) -> int:
         """Bytes in the closed segments."""
-        return sum(s.length for s in self.segments if s.closed)
+        return sum(c.length for c in self.chunks) + sum(s.length for s in self.segments if s.closed)
+
+    @property
+    def segment_count(self) -> int:
+        return sum(c.count for c in self.chunks) + len(self.segments)
 
     # -- changes (each returns a new record; the caller stores it with a CAS) ---------
 
@@ -289,11 +363,21 @@ class LogMetadata:
         kept = tuple(s for s in self.segments if s.number not in gone)
         next_segment = self.next_segment
         if dropped:
-            highest_kept = max((s.number for s in kept), default=-1)
+            highest_kept = max((s.number for s in kept), default=self.chunks[-1].last if self.chunks else -1)
             lowest_dropped = min(s.number for s in dropped)
             if lowest_dropped > highest_kept:
                 next_segment = max(lowest_dropped, self.first_segment)
         return attrs.evolve(self, segments=kept, next_segment=next_segment).with_garbage(s.ledger_id for s in dropped)
+
+    def unstage(self, *, token: str | None = None, group: str | None = None, keep: Iterable[int] = ()) -> LogMetadata:
+        """Drop the staged ledgers of ``token`` (or of ``group``): those in ``keep`` became
+        segments, the others go to the garbage."""
+        kept = set(keep)
+        gone = [s for s in self.staged if s.token == token or s.group == group]
+        if not gone:
+            return self
+        rest = tuple(s for s in self.staged if s not in gone)
+        return attrs.evolve(self, staged=rest).with_garbage(s.ledger_id for s in gone if s.ledger_id not in kept)
 
     def with_commit(self, commit: Commit) -> LogMetadata:
         return attrs.evolve(self, commits=(*self.commits, commit)[-TOKEN_HISTORY:])
@@ -316,6 +400,7 @@ class LogMetadata:
             "uid": self.uid,
             "created_at": self.created_at,
             "segments": [s.to_json() for s in self.segments],
+            "chunks": [c.to_json() for c in self.chunks],
             "next_segment": self.next_segment,
             "first_segment": self.first_segment,
             "writer": self.writer,
@@ -323,6 +408,7 @@ class LogMetadata:
             "spares": list(self.spares),
             "garbage": list(self.garbage),
             "commits": [[c.token, c.first_segment, c.last_segment, c.committed_at] for c in self.commits],
+            "staged": [[s.ledger_id, s.token, s.group] for s in self.staged],
             "trimmed_entries": self.trimmed_entries,
             "trimmed_bytes": self.trimmed_bytes,
         }
@@ -339,6 +425,7 @@ class LogMetadata:
                 uid=raw["uid"],
                 created_at=raw["created_at"],
                 segments=tuple(Segment.from_json(s) for s in raw["segments"]),
+                chunks=tuple(Chunk.from_json(c) for c in raw.get("chunks", ())),
                 next_segment=raw["next_segment"],
                 first_segment=raw["first_segment"],
                 writer=raw["writer"],
@@ -346,6 +433,7 @@ class LogMetadata:
                 spares=tuple(raw["spares"]),
                 garbage=tuple(raw["garbage"]),
                 commits=tuple(Commit(str(t), int(f), int(last), float(at)) for t, f, last, at in raw["commits"]),
+                staged=tuple(Staged(int(i), str(t), str(g)) for i, t, g in raw.get("staged", ())),
                 trimmed_entries=raw.get("trimmed_entries", 0),
                 trimmed_bytes=raw.get("trimmed_bytes", 0),
                 version=version,

@@ -88,6 +88,8 @@ class LogReader:
         """The position after the last confirmed entry of the log's confirmed prefix."""
         record = await self.refresh()
         end = Position(record.next_segment, 0)
+        if record.chunks and not record.segments:
+            end = Position(record.chunks[-1].last, record.chunks[-1].last_entry_id + 1)
         for seg in record.segments:
             if seg.closed:
                 end = Position(seg.number, seg.last_entry_id + 1)
@@ -122,7 +124,7 @@ class LogReader:
         first = await self.resolve(start)
         stop = end if end is not None else await self.end()
         out: list[SegmentRange] = []
-        for seg in self.metadata.segments:
+        for seg in await self._records.segments(self.metadata, first.segment):
             if seg.number < first.segment:
                 continue
             if seg.number > stop.segment:
@@ -154,7 +156,9 @@ class LogReader:
 
     async def read_segment(self, segment: int, first: int, last: int) -> list[LogEntry]:
         """Entries ``first..last`` (inclusive) of one segment; they must be confirmed."""
-        seg = self.metadata.segment(segment) or (await self.refresh()).segment(segment)
+        seg = await self._records.segment(self.metadata, segment)
+        if seg is None:
+            seg = await self._records.segment(await self.refresh(), segment)
         if seg is None:
             self._check_not_trimmed(Position(segment, 0))
             raise NoSuchEntryError(f"log {self.name!r} has no segment {segment}")
@@ -200,7 +204,7 @@ class LogReader:
         record = await self.refresh()
         self._handles.pop(seg.ledger_id, None)
         self._check_not_trimmed(Position(seg.number, 0))
-        now = record.segment(seg.number)
+        now = await self._records.segment(record, seg.number)
         if now is None or now.ledger_id != seg.ledger_id:
             raise _SegmentGone()
 
@@ -215,6 +219,15 @@ class LogReader:
                 raise NoSuchEntryError(f"log {self.name!r}: segment {seg.number} holds no entries") from None
             raise
         return [LogEntry(Position(seg.number, e.entry_id), seg.ledger_id, e.payload) for e in entries]
+
+    async def _at_or_after(self, number: int) -> Segment | None:
+        record = self.metadata
+        for c in record.chunks:  # a reader far behind reads the chunk it is in (cached)
+            if c.last >= number:
+                found = next((s for s in await self._records.chunk(record, c) if s.number >= number), None)
+                if found is not None:
+                    return found
+        return record.segment_at_or_after(number)
 
     # -- tailing ---------------------------------------------------------------------------
 
@@ -233,7 +246,7 @@ class LogReader:
         wait = FIRST_WAIT_S
         while True:
             self._check_not_trimmed(pos)
-            seg = self.metadata.segment_at_or_after(pos.segment)
+            seg = await self._at_or_after(pos.segment)
             if seg is None:
                 # Nothing after the last segment yet: wait for the writer's next one.
                 await trio.sleep(wait)

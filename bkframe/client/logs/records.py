@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
 
+from bkframe.client.logs import chunks
 from bkframe.client.logs.ledgers import LedgerClient
-from bkframe.client.logs.model import Cursor, LogMetadata, Position
+from bkframe.client.logs.model import Chunk, Cursor, LogMetadata, Position, Segment
 from bkframe.core.metadata import password_hash
-from bkframe.errors import BadVersionError, NoSuchCursorError, NoSuchLedgerError, NoSuchLogError, UnauthorizedError
+from bkframe.errors import BadVersionError, BKError, NoSuchCursorError, NoSuchLedgerError, NoSuchLogError, UnauthorizedError
 
 log = logging.getLogger("bkframe.logs")
+
+#: Chunk records a client keeps read (each ~70 bytes per segment).
+CACHED_CHUNKS = 64
 
 
 class LogRecords:
@@ -28,6 +32,8 @@ class LogRecords:
     def __init__(self, ledgers: LedgerClient) -> None:
         self.ledgers = ledgers
         self.store = ledgers.metadata
+        #: Segments of chunk records read lately, by (log uid, chunk key).
+        self._chunks: dict[tuple[str, int], list[Segment]] = {}
 
     # -- the log record -----------------------------------------------------------------
 
@@ -37,12 +43,51 @@ class LogRecords:
 
     async def cas(self, record: LogMetadata, expected_version: int) -> LogMetadata:
         """Store ``record`` if the stored one is still at ``expected_version``
-        (:class:`BadVersionError` if not); the record as stored."""
+        (:class:`BadVersionError` if not); the record as stored. Its oldest closed segments
+        move to chunk records first when it holds too many (:mod:`.chunks`)."""
+        record, moved = chunks.spill(record)
         try:
+            for chunk, segments in moved:
+                try:
+                    await self.store.write_cursor(
+                        record.name, chunks.record_name(chunk.key), chunks.serialize(record.uid, segments), None
+                    )
+                except BadVersionError:
+                    pass  # written by an attempt whose CAS failed: the same closed segments
             version = await self.store.update_log(record.name, record.serialize(), expected_version)
         except NoSuchLogError:
             raise NoSuchLogError(record.name, f"log {record.name!r} was deleted") from None
         return attrs.evolve(record, version=version)
+
+    async def chunk(self, record: LogMetadata, chunk: Chunk) -> list[Segment]:
+        """The segments of one chunk that are not trimmed (chunk records never change: cached)."""
+        key = (record.uid, chunk.key)
+        found = self._chunks.get(key)
+        if found is None:
+            stored = await self.store.read_cursor(record.name, chunks.record_name(chunk.key))
+            if stored is None:
+                raise NoSuchLogError(record.name, f"log {record.name!r}: its chunk {chunk.key} is gone (log deleted?)")
+            found = chunks.deserialize(record, attrs.evolve(chunk, first=chunk.key), stored.value)
+            if len(self._chunks) >= CACHED_CHUNKS:
+                del self._chunks[next(iter(self._chunks))]
+            self._chunks[key] = found
+        return [s for s in found if s.number >= chunk.first]
+
+    async def segments(self, record: LogMetadata, start: int = 0) -> list[Segment]:
+        """The log's segments numbered ``start`` or more: from the chunks they are in, then
+        the record's own."""
+        out: list[Segment] = []
+        for c in record.chunks:
+            if c.last >= start:
+                out.extend(s for s in await self.chunk(record, c) if s.number >= start)
+        out.extend(s for s in record.segments if s.number >= start)
+        return out
+
+    async def segment(self, record: LogMetadata, number: int) -> Segment | None:
+        for c in record.chunks:
+            if c.first <= number <= c.last:
+                return next((s for s in await self.chunk(record, c) if s.number == number), None)
+        return record.segment(number)
 
     async def update(self, name: str, change: Callable[[LogMetadata], LogMetadata]) -> LogMetadata:
         """CAS ``change(record)`` into the record, re-reading and retrying when it moved
@@ -93,7 +138,15 @@ class LogRecords:
 
     async def cursors(self, name: str) -> list[Cursor]:
         found = await self.store.list_cursors(name)
-        return [Cursor.deserialize(name, c, v.value, v.version) for c, v in found.items()]
+        return [Cursor.deserialize(name, c, v.value, v.version) for c, v in found.items() if not chunks.is_chunk(c)]
+
+    async def delete_chunks(self, name: str, gone: Iterable[Chunk]) -> None:
+        """Delete the records of chunks a trim removed (a failure leaves them to the log's delete)."""
+        for c in gone:
+            try:
+                await self.store.delete_cursor(name, chunks.record_name(c.key))
+            except BKError as e:
+                log.warning("log %r: deleting chunk record %d failed (deleted with the log): %s", name, c.key, e)
 
     async def set_cursor(self, name: str, cursor: str, target: Position, *, rewind: bool = False) -> Cursor:
         """Move the cursor to ``target``; never back (an older position is ignored) unless

@@ -13,7 +13,8 @@ import time
 
 import attrs
 
-from bkframe.client.logs.model import Position, TrimResult, segments_to_trim
+from bkframe.client.logs import chunks
+from bkframe.client.logs.model import Chunk, LogMetadata, Position, Segment, TrimResult, segments_to_trim
 from bkframe.client.logs.records import LogRecords
 from bkframe.errors import BadVersionError
 
@@ -28,15 +29,14 @@ async def trim(
         record = await records.read(name)
         cursors = await records.cursors(name)
         slowest = min((c.position for c in cursors), default=None)
-        k = segments_to_trim(
-            record, before=before, use_retention=retention, slowest_cursor=slowest, force=force, now=time.time()
-        )
-        if k == 0:
+        removed, gone, kept = await _plan(records, record, before, retention, slowest, force)
+        if not removed:
             return TrimResult((), record.start)
-        removed = record.segments[:k]
+        inline = sum(1 for s in removed if record.segment(s.number) is not None)
         new = attrs.evolve(
             record,
-            segments=record.segments[k:],
+            segments=record.segments[inline:],
+            chunks=kept,
             first_segment=max(record.first_segment, removed[-1].number + 1),
             trimmed_entries=record.trimmed_entries + sum(s.entries for s in removed),
             trimmed_bytes=record.trimmed_bytes + sum(s.length for s in removed),
@@ -46,6 +46,7 @@ async def trim(
             break
         except BadVersionError:
             continue
+    await records.delete_chunks(name, gone)
     moved: list[str] = []
     if force:
         for c in cursors:
@@ -57,3 +58,46 @@ async def trim(
     except Exception as e:  # noqa: BLE001 - the trim stands; the next trim deletes the rest
         log.warning("log %r: deleting trimmed ledgers failed (the next trim retries): %s", name, e)
     return TrimResult(tuple(removed), stored.start, tuple(moved))
+
+
+async def _plan(
+    records: LogRecords,
+    record: LogMetadata,
+    before: Position | None,
+    retention: bool,
+    slowest: Position | None,
+    force: bool,
+) -> tuple[list[Segment], list[Chunk], tuple[Chunk, ...]]:
+    """The segments a trim removes (in order), the chunks it removes whole, and the chunks
+    left (the first maybe cut). Chunks are decided as wholes first (a chunk goes exactly
+    when each of its segments would); only the one the trim ends in, and those it removes,
+    are read."""
+    now = time.time()
+
+    def count(items: tuple[Segment, ...]) -> int:
+        return segments_to_trim(
+            attrs.evolve(record, segments=items, chunks=()), before=before, use_retention=retention,
+            slowest_cursor=slowest, force=force, now=now,
+        )
+
+    chunk_list = record.chunks
+    whole = count(tuple(c.as_segment() for c in chunk_list) + record.segments)
+    if whole >= len(chunk_list):
+        removed = [s for c in chunk_list for s in await records.chunk(record, c)]
+        removed.extend(record.segments[: whole - len(chunk_list)])
+        return removed, list(chunk_list), ()
+    boundary = await records.chunk(record, chunk_list[whole])
+    items = (
+        tuple(c.as_segment() for c in chunk_list[:whole])
+        + tuple(boundary)
+        + tuple(c.as_segment() for c in chunk_list[whole + 1 :])
+        + record.segments
+    )
+    part = min(count(items) - whole, len(boundary))
+    removed = [s for c in chunk_list[:whole] for s in await records.chunk(record, c)] + boundary[:part]
+    if part == len(boundary):  # every segment of it goes after all
+        return removed, list(chunk_list[: whole + 1]), chunk_list[whole + 1 :]
+    kept = chunk_list[whole:]
+    if part > 0:
+        kept = (chunks.cut(kept[0], boundary[:part]), *kept[1:])
+    return removed, list(chunk_list[:whole]), kept

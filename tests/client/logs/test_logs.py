@@ -221,6 +221,32 @@ async def test_commit_ledgers_once_per_token_and_concurrent_commits_both_land(lo
             await logs.commit_ledgers("bulk", [other_pw], "job-6", password=PASSWORD)
 
 
+async def test_staged_ledgers_are_deleted_by_the_commit_that_leaves_them_out_or_a_discard(log_cluster: Cluster) -> None:
+    """How a Spark write finds its own ledgers without listing the cluster's: each is staged
+    in the log record when made; the token's commit deletes those it leaves out, a discard
+    those of its group; staging after either is refused."""
+    async with bkframe.open_client(log_cluster.metadata) as client:
+        logs = Logs(client)
+        await logs.create("staging", password=PASSWORD)
+        kept, dropped, other_run, late = [await _closed_ledger(client, f"s{i}", 3) for i in range(4)]
+        assert await logs.stage_ledger("staging", kept, "job", group="run-1", password=PASSWORD)
+        assert await logs.stage_ledger("staging", dropped, "job", group="run-1", password=PASSWORD)
+        assert await logs.stage_ledger("staging", other_run, "job", group="run-2", password=PASSWORD)
+        assert (await logs.metadata("staging")).staged_ids() == {kept, dropped, other_run}
+        assert await logs.discard_staged("staging", "run-2", password=PASSWORD) == [other_run]
+        with pytest.raises(bkframe.NoSuchLedgerError):
+            await client.ledger_metadata(other_run)
+        assert not await logs.stage_ledger("staging", late, "job", group="run-2", password=PASSWORD)
+        result = await logs.commit_ledgers("staging", [kept], "job", password=PASSWORD)
+        md = await logs.metadata("staging")
+        assert [s.ledger_id for s in md.segments] == [kept] and result.segments == (0,)
+        assert md.staged == () and md.garbage == ()
+        with pytest.raises(bkframe.NoSuchLedgerError):
+            await client.ledger_metadata(dropped)
+        assert not await logs.stage_ledger("staging", late, "job", group="run-3", password=PASSWORD)
+        assert (await logs.metadata("staging")).staged == ()
+
+
 async def test_retention_removes_only_what_every_cursor_passed(log_cluster: Cluster) -> None:
     async with bkframe.open_client(log_cluster.metadata) as client:
         logs = Logs(client)

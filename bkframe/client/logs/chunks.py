@@ -1,0 +1,96 @@
+"""Chunk records: a log's older closed segments, moved out of its record so it stays bounded.
+
+A segment costs about 70 bytes of the log record, and every change rewrites the record:
+ZooKeeper's 1 MB node would fill at ~14,000 segments, and etcd keeps a revision of each
+rewrite. So once the record holds twice ``segments_per_chunk`` closed segments before its
+first open one, the oldest ``segments_per_chunk`` of them move to a *chunk record* -- written
+once, never changed -- in the same step that stores the record (:meth:`LogRecords.cas`);
+the record keeps a :class:`~bkframe.client.logs.model.Chunk` per chunk (its segment range,
+entries, bytes and latest close time, ~60 bytes). A writer, a tailing reader or a commit
+reads the record only; a reader seeking back, ``info``, a trim that removes old segments and
+``delete`` read the chunks they need.
+
+Chunk records are stored as cursor records of the log named ``~segments.<first segment>``
+(a name no cursor can have): the store deletes them with the log, in the same operation,
+and no store needs anything new. The chunk record is written before the log record names
+it; a crash in between leaves a record nothing names (deleted with the log), and the next
+attempt writes the same name with the same segments (closed segments never change).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import attrs
+
+from bkframe.client.logs.model import Chunk, LogMetadata, Segment
+from bkframe.errors import MetadataError
+
+#: Cursor-record names of chunk records start with this (cursor names cannot).
+PREFIX = "~segments."
+
+
+def record_name(key: int) -> str:
+    return f"{PREFIX}{key:012d}"
+
+
+def is_chunk(cursor_name: str) -> bool:
+    return cursor_name.startswith(PREFIX)
+
+
+def serialize(uid: str, segments: Sequence[Segment]) -> bytes:
+    return json.dumps({"log_uid": uid, "segments": [s.to_json() for s in segments]}, separators=(",", ":")).encode()
+
+
+def deserialize(record: LogMetadata, chunk: Chunk, data: bytes) -> list[Segment]:
+    """The chunk's segments that are not trimmed."""
+    try:
+        raw = json.loads(data)
+        if raw["log_uid"] != record.uid:
+            raise ValueError(f"it belongs to another log of that name (uid {raw['log_uid']!r})")
+        segments = [Segment.from_json(s) for s in raw["segments"]]
+    except (ValueError, TypeError, KeyError) as e:
+        raise MetadataError(f"log {record.name!r}: chunk record {record_name(chunk.key)!r} does not parse: {e}") from None
+    return [s for s in segments if chunk.first <= s.number <= chunk.last]
+
+
+def spill(record: LogMetadata) -> tuple[LogMetadata, list[tuple[Chunk, tuple[Segment, ...]]]]:
+    """``record`` with its oldest closed segments moved to new chunks (while it holds twice
+    ``segments_per_chunk`` before its first open segment), and the chunks to write first."""
+    n = record.settings.segments_per_chunk
+    segments = record.segments
+    closed = 0
+    while closed < len(segments) and segments[closed].closed:
+        closed += 1
+    moved: list[tuple[Chunk, tuple[Segment, ...]]] = []
+    start = 0
+    while closed - start >= 2 * n:
+        part = segments[start : start + n]
+        chunk = Chunk(
+            key=part[0].number,
+            first=part[0].number,
+            last=part[-1].number,
+            count=len(part),
+            entries=sum(s.entries for s in part),
+            length=sum(s.length for s in part),
+            closed_at=max(s.closed_at for s in part),
+            last_entry_id=part[-1].last_entry_id,
+        )
+        moved.append((chunk, part))
+        start += n
+    if not moved:
+        return record, []
+    chunks = (*record.chunks, *(c for c, _ in moved))
+    return attrs.evolve(record, segments=segments[start:], chunks=chunks), moved
+
+
+def cut(chunk: Chunk, removed: Sequence[Segment]) -> Chunk:
+    """The chunk after a trim removed ``removed``, its first segments (not all of them)."""
+    return attrs.evolve(
+        chunk,
+        first=removed[-1].number + 1,
+        count=chunk.count - len(removed),
+        entries=chunk.entries - sum(s.entries for s in removed),
+        length=chunk.length - sum(s.length for s in removed),
+    )
