@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bkframe import BlockingClient
+from bkframe import BlockingClient, connect
 from bkframe.testing.cluster import Cluster
 
 ROWS = 100_000
@@ -106,9 +108,28 @@ def _always_fail(partition: int) -> Any:
     return broken
 
 
-def test_failed_attempts_and_failed_jobs_leave_nothing(
-    spark: SparkSession, spark_cluster: Cluster, bk: BlockingClient
-) -> None:
+@contextlib.contextmanager
+def ledgers_seen(metadata: str) -> Iterator[set[int]]:
+    """Every ledger id that exists at some point while the block runs (listed every 50 ms)."""
+    seen: set[int] = set()
+    stop = threading.Event()
+
+    def watch() -> None:
+        with connect(metadata) as client:
+            while not stop.is_set():
+                seen.update(client.list_ledgers())
+                stop.wait(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        watcher.join(30)
+
+
+def test_failed_attempts_and_failed_jobs_leave_nothing(spark: SparkSession, spark_cluster: Cluster, bk: BlockingClient) -> None:
     m = spark_cluster.metadata
     bk.logs.create("retried")
     before = set(bk.list_ledgers())
@@ -118,12 +139,15 @@ def test_failed_attempts_and_failed_jobs_leave_nothing(
         # worker's 64 KiB output buffer, so the writer has rows (and a ledger) before the failure.
         n = 40_000
         df = spark.range(0, n, numPartitions=4).select(_fail_first_attempt(1, 19_990)("id").alias("payload"))
-        write(df, m, "retried")
+        with ledgers_seen(m) as seen:
+            write(df, m, "retried")
         rows = reader(spark, m, log="retried").collect()
         assert Counter(r.payload for r in rows) == Counter(payloads(n, "retry"))  # each row once
         check_contiguous(rows)
-        made = max(bk.list_ledgers()) - max(before, default=-1)
-        assert made > 4, "the failed attempt should have made a ledger of its own"
+        # Ids come in blocks per client, so they say nothing of how many ledgers were made:
+        # the failed attempt's ledger is seen while it lives (seconds: the attempt sleeps 3 s).
+        made = seen - before - log_ledgers(bk, "retried")
+        assert made, "the failed attempt should have made a ledger of its own"
         assert set(bk.list_ledgers()) == before | log_ledgers(bk, "retried"), "a ledger of the failed attempt is left"
 
         before = set(bk.list_ledgers())

@@ -70,8 +70,7 @@ class BkframeDataSource(DataSource):
                 "(or delete the log with 'bkframe log delete NAME' and create it again)"
             )
         opts = Options.parse(self.options)
-        spec, floor = check_write(opts, schema)
-        return BulkWriter(opts, spec, floor, payload_index(schema))
+        return BulkWriter(opts, check_write(opts, schema), payload_index(schema))
 
     @message_first
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -86,8 +85,7 @@ class BkframeDataSource(DataSource):
                 "use outputMode('append') or outputMode('update')"
             )
         opts = Options.parse(self.options)
-        spec, floor = check_write(opts, schema)
-        return LogStreamWriter(opts, spec, floor, payload_index(schema))
+        return LogStreamWriter(opts, check_write(opts, schema), payload_index(schema))
 
 
 def _in_pushdown_worker() -> bool:
@@ -188,22 +186,21 @@ def narrow(parts: Sequence[EntryRange], constraints: Sequence[Constraint]) -> li
 class BulkWriter(DataSourceArrowWriter):
     """``df.write.format("bkframe").option("log", NAME).mode("append").save()``"""
 
-    def __init__(self, opts: Options, spec: LedgerSpec, floor: int, payload_index: int) -> None:
+    def __init__(self, opts: Options, spec: LedgerSpec, payload_index: int) -> None:
         self.opts = opts
         self.spec = spec
-        self.floor = floor
         self.payload_index = payload_index
         #: The write's id: the tag of its ledgers and (as the token) of its commit.
         self.write_id = uuid.uuid4().hex
         self.token = f"spark:write:{self.write_id}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerMessage:  # type: ignore[override]
-        return write_task(self.opts, self.spec, self.write_id, self.floor, self.token, self.payload_index, iterator)
+        return write_task(self.opts, self.spec, self.write_id, self.token, self.payload_index, iterator)
 
     @message_first
     def commit(self, messages: list[LedgerMessage | None]) -> None:  # type: ignore[override]
-        commit_write(self.opts, self.spec, self.token, self.write_id, self.floor, messages)
+        commit_write(self.opts, self.spec, self.token, messages)
 
     @message_first
     def abort(self, messages: list[LedgerMessage | None]) -> None:  # type: ignore[override]
-        abort_write(self.opts, self.spec, self.token, self.write_id, self.floor)
+        abort_write(self.opts, self.spec, self.token, self.write_id)

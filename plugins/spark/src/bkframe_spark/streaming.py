@@ -38,7 +38,6 @@ from bkframe_spark.writing import (
     LedgerSpec,
     abort_write,
     commit_write,
-    committed_ledgers,
     write_task,
 )
 
@@ -169,11 +168,9 @@ def stream_token(query_id: str, batch_id: int) -> str:
 class LogStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("bkframe").option("log", NAME)``: exactly once per batch."""
 
-    def __init__(self, opts: Options, spec: LedgerSpec, floor: int, payload_index: int) -> None:
+    def __init__(self, opts: Options, spec: LedgerSpec, payload_index: int) -> None:
         self.opts = opts
         self.spec = spec
-        #: Ledger ids above this are made after the query (re)started.
-        self.floor = floor
         self.payload_index = payload_index
         #: Tells this run's writes from a replay's (after a restart) of the same batch.
         self.run = uuid.uuid4().hex[:12]
@@ -185,48 +182,28 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
         if not query_id or batch is None:
             raise RuntimeError("the bkframe stream sink runs only in a Spark streaming query (no query or batch id)")
         write = f"{query_id}:{batch}:{self.run}"
-        return write_task(
-            self.opts, self.spec, write, self.floor, stream_token(query_id, int(batch)), self.payload_index, iterator
-        )
+        return write_task(self.opts, self.spec, write, stream_token(query_id, int(batch)), self.payload_index, iterator)
 
-    def _ids(self, messages: Sequence[LedgerMessage | None], batch_id: int) -> tuple[str, str, int] | None:
+    @staticmethod
+    def _ids(messages: Sequence[LedgerMessage | None]) -> tuple[str, str] | None:
+        """The query's id and this run's write id (None when no task reported)."""
         done = [m for m in messages if m is not None]
         if not done:
             return None
         write = done[0].write
-        query_id = write.split(":")[0]
-        return query_id, write, min(m.floor for m in done)
+        return write.split(":")[0], write
 
     @message_first
     def commit(self, messages: list[LedgerMessage | None], batchId: int) -> None:  # type: ignore[override]
-        ids = self._ids(messages, batchId)
+        ids = self._ids(messages)
         if ids is None:
             return
-        query_id, write, floor = ids
-        bk = client_for(self.opts.metadata, self.opts.timeout_s)
-        # Batches run one after the other, each committed before the next starts, so every
-        # ledger made for this batch -- in this run or in one stopped before a restart --
-        # is newer than the ledgers of the query's last committed batch.
-        floor = call(bk, "reading the log", self.opts.timeout_s, _previous_max, bk.client, self.spec.log, query_id, batchId)
-        commit_write(self.opts, self.spec, stream_token(query_id, batchId), write, floor, messages)
+        # The commit deletes what earlier runs of this batch staged under its token.
+        commit_write(self.opts, self.spec, stream_token(ids[0], batchId), messages)
 
     @message_first
     def abort(self, messages: list[LedgerMessage | None], batchId: int) -> None:  # type: ignore[override]
-        ids = self._ids(messages, batchId)
+        ids = self._ids(messages)
         if ids is None:
             return
-        query_id, write, floor = ids
-        abort_write(self.opts, self.spec, stream_token(query_id, batchId), write, floor)
-
-
-async def _previous_max(client: Client, log_name: str, query_id: str, batch_id: int) -> int:
-    """The newest ledger committed by the query's latest batch before ``batch_id`` (-1 if
-    the log remembers none: then every ledger is looked at)."""
-    record = await client.logs.metadata(log_name)
-    prefix = stream_token(query_id, 0)[:-1]
-    latest = None
-    for c in record.commits:
-        if c.token.startswith(prefix) and c.token[len(prefix):].isdigit() and int(c.token[len(prefix):]) < batch_id:
-            if latest is None or int(c.token[len(prefix):]) > int(latest.token[len(prefix):]):
-                latest = c
-    return max(committed_ledgers(record, latest.segments), default=-1) if latest is not None else -1
+        abort_write(self.opts, self.spec, stream_token(ids[0], batchId), ids[1])

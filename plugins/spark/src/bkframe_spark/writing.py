@@ -9,12 +9,15 @@ driver's commit appends all the tasks' ledgers to the log as consecutive segment
 streaming query's id and batch id), so a commit retried after a timeout or replayed after
 a driver crash lands once.
 
-What must never be visible, and never stay behind: a task attempt that fails deletes its
-ledger before it gives up; ledgers of attempts that could not clean up (killed, or a
-speculative duplicate whose result Spark discarded) carry the write's id in their custom
-metadata (:data:`TAG_WRITE`), and the driver's commit and abort delete every such ledger
-that is not committed. An attempt that ends after its write was committed without it
-deletes its own ledger.
+What must never be visible, and never stay behind: each task's ledger is *staged* in the
+log record as soon as it is created (:meth:`bkframe.Logs.stage_ledger`, under the commit
+token and the write's id), so the driver finds a write's ledgers in the log record, never by
+listing the cluster's ledgers. The commit deletes the staged ledgers it leaves out (failed,
+killed or speculative duplicate attempts, earlier runs of a streaming batch); an abort
+discards the write's (:meth:`bkframe.Logs.discard_staged`). A task attempt that fails
+deletes its own ledger before it gives up; one that comes after its write was committed or
+aborted finds out when it stages, or when it has closed its ledger, and deletes it.
+Ledgers also carry the write's id in their custom metadata (:data:`TAG_WRITE`), for people.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from bkframe import BlockingClient, Client, CommitResult, DigestType, LogMetadata, PendingAppend, WriteHandle
+from bkframe import Client, CommitResult, DigestType, LogMetadata, PendingAppend, WriteHandle
 from bkframe.errors import BKError, LogError, LogExistsError, MetadataError, NoSuchLedgerError, NoSuchLogError
 from bkframe_spark.connection import ConnectorTimeoutError, call, client_for
 from bkframe_spark.options import OptionError, Options
@@ -64,9 +67,8 @@ class LedgerMessage(WriterCommitMessage):
     size: int
     partition: int
     attempt: int
-    #: The write's id (:data:`TAG_WRITE`) and the ledger id every ledger of it is above.
+    #: The write's id (:data:`TAG_WRITE`): its staging group.
     write: str
-    floor: int
 
 
 @attrs.frozen
@@ -120,23 +122,35 @@ def payloads(batch: pa.RecordBatch, index: int) -> list[bytes]:
 class _Sink:
     """A task's ledger: made at the first row, appended with a window of appends in flight."""
 
-    def __init__(self, client: Client, spec: LedgerSpec, custom: dict[str, str]) -> None:
+    def __init__(self, client: Client, spec: LedgerSpec, token: str, write: str, custom: dict[str, str]) -> None:
         self.client = client
         self.spec = spec
+        self.token = token
+        self.write = write
         self.custom = custom
         self.handle: WriteHandle | None = None
+        #: The write was committed or aborted before this attempt made its ledger: it writes nothing.
+        self.late = False
         self.pending: deque[list[PendingAppend]] = deque()
         self.in_flight = 0
         self.entries = 0
         self.size = 0
 
     async def append(self, data: Sequence[bytes]) -> None:
+        if self.late:
+            return
         if self.handle is None:
             s = self.spec
             self.handle = await self.client.create_ledger(
                 ensemble=s.ensemble, write_quorum=s.write_quorum, ack_quorum=s.ack_quorum, ledger_type=s.ledger_type,
                 digest=s.digest, password=s.password, custom=self.custom,
             )
+            # Staged at once (an exception here deletes the ledger: see write_task).
+            if not await self.client.logs.stage_ledger(s.log, self.handle.ledger_id, self.token, group=self.write,
+                                                       password=s.password):
+                await self.discard()
+                self.handle, self.late = None, True
+                return
         handle, pending = self.handle, self.pending
         # Appends made in one go leave as one ADD_BATCH per bookie; refilling the window one
         # entry at a time would send one message per entry (several times slower).
@@ -171,7 +185,7 @@ class _Sink:
 
 
 def write_task(
-    opts: Options, spec: LedgerSpec, write: str, floor: int, token: str, index: int, batches: Iterator[pa.RecordBatch]
+    opts: Options, spec: LedgerSpec, write: str, token: str, index: int, batches: Iterator[pa.RecordBatch]
 ) -> LedgerMessage:
     """Write the task's rows to a new ledger, close it, return its id (in a task)."""
     ctx = TaskContext.get()
@@ -179,11 +193,11 @@ def write_task(
     bk = client_for(opts.metadata, opts.timeout_s)
     what = f"task {partition} (attempt {attempt}) writing for log {spec.log!r}"
     custom = {TAG_WRITE: write, TAG_TOKEN: token, TAG_LOG: spec.log, "bkframe.spark.task": f"{partition}.{attempt}"}
-    sink = _Sink(bk.client, spec, custom)
+    sink = _Sink(bk.client, spec, token, write, custom)
     try:
         for batch in batches:
             data = payloads(batch, index)
-            if data:
+            if data and not sink.late:
                 call(bk, what, opts.timeout_s, sink.append, data)
         call(bk, what, opts.timeout_s, sink.finish)
         ledger_id = sink.handle.ledger_id if sink.handle is not None else None
@@ -195,25 +209,19 @@ def write_task(
     except BaseException:
         try:
             call(bk, f"{what}: deleting its ledger", min(opts.timeout_s, 30.0), sink.discard)
-        except Exception as e:  # noqa: BLE001 - the driver's sweep deletes it (it carries the write's id)
-            log.warning("%s: could not delete ledger %s (the driver's commit or abort will): %s",
+        except Exception as e:  # noqa: BLE001 - it is staged: the driver's commit or abort deletes it
+            log.warning("%s: could not delete ledger %s (staged: the driver's commit or abort will): %s",
                         what, sink.handle.ledger_id if sink.handle else None, e)
         raise
-    return LedgerMessage(ledger_id, sink.entries, sink.size, partition, attempt, write, floor)
-
-
-def abort_mark(write: str) -> str:
-    """The token of the empty commit that marks a write aborted (per write, not per commit
-    token: a streaming batch replayed after an abort is a new write with the same token)."""
-    return f"spark:aborted:{write}"
+    return LedgerMessage(ledger_id, sink.entries, sink.size, partition, attempt, write)
 
 
 async def _finished_without(client: Client, spec: LedgerSpec, token: str, write: str, ledger_id: int) -> bool:
     """The write was committed without ``ledger_id``, or aborted: the ledger is not needed.
-    Read after the ledger is closed, so an abort that swept before the ledger existed is
-    seen here (the abort marks first, then sweeps)."""
+    Read after the ledger is closed: the commit or abort may have come while it was written.
+    (The commit, or the abort, deleted it already: it was staged.)"""
     record = await client.logs.metadata(spec.log)
-    if record.commit(abort_mark(write)) is not None:
+    if record.discarded(write):
         return True
     done = record.commit(token)
     return done is not None and ledger_id not in committed_ledgers(record, done.segments)
@@ -224,29 +232,13 @@ def committed_ledgers(record: LogMetadata, segments: Sequence[int]) -> set[int]:
     return {s.ledger_id for s in record.segments if s.number in wanted}
 
 
-# -- the driver: commit, abort, sweep ----------------------------------------------------------
+# -- the driver: commit, abort ----------------------------------------------------------------
 
 
 def message_ledgers(messages: Sequence[LedgerMessage | None]) -> list[int]:
     """The ledgers to commit, in partition order (so the log keeps the DataFrame's order)."""
     done = sorted((m for m in messages if m is not None and m.ledger_id is not None), key=lambda m: m.partition)
     return [m.ledger_id for m in done if m.ledger_id is not None]
-
-
-async def sweep(client: Client, tag: str, value: str, floor: int, keep: set[int]) -> list[int]:
-    """Delete the ledgers above ``floor`` whose custom ``tag`` is ``value``, except ``keep``."""
-    deleted = []
-    for ledger_id in await client.list_ledgers():
-        if ledger_id <= floor or ledger_id in keep:
-            continue
-        try:
-            md = await client.ledger_metadata(ledger_id)
-            if md.custom.get(tag) == value:
-                await client.delete_ledger(ledger_id)
-                deleted.append(ledger_id)
-        except NoSuchLedgerError:
-            continue
-    return deleted
 
 
 async def _commit(client: Client, spec: LedgerSpec, ids: list[int], token: str) -> tuple[CommitResult, set[int]]:
@@ -259,11 +251,12 @@ async def _commit(client: Client, spec: LedgerSpec, ids: list[int], token: str) 
 
 
 def commit_write(
-    opts: Options, spec: LedgerSpec, token: str, write: str, floor: int, messages: Sequence[LedgerMessage | None]
+    opts: Options, spec: LedgerSpec, token: str, messages: Sequence[LedgerMessage | None]
 ) -> CommitResult | None:
-    """Append the tasks' ledgers to the log in one idempotent commit; then delete what the
-    write made and did not commit (ledgers of a replayed batch, strays). None when no task
-    wrote anything (nothing is committed)."""
+    """Append the tasks' ledgers to the log in one idempotent commit, which also deletes the
+    ledgers staged for the token and left out (ledgers of failed or duplicate attempts, of
+    earlier runs of a streaming batch). None when no task wrote anything (nothing is
+    committed)."""
     bk = client_for(opts.metadata, opts.timeout_s)
     ids = message_ledgers(messages)
     what = f"committing {len(ids)} ledger(s) to log {spec.log!r} (token {token})"
@@ -282,74 +275,47 @@ def commit_write(
             time.sleep(delay)
             delay *= 2
     if result is not None and result.replayed:
-        log.info("%s: committed before (a replayed batch); its new ledgers are deleted", what)
-    if not ids:
-        # Every task of a replayed batch found the token committed and dropped its ledger:
-        # what an earlier run committed for the token is in the log, and must stay.
-        try:
-            found = call(bk, f"{what}: reading the log", opts.timeout_s, _committed_for, bk.client, spec.log, token)
-        except BKError as e:
-            log.warning("%s: could not read the log's commits, leaving unused ledgers (tagged %s=%s): %s",
-                        what, TAG_TOKEN, token, e)
-            return None
-        if found is None:
-            return None  # nothing committed under the token: a later run may still commit
-        committed = found
-    # Once the token is committed, no ledger made for it and left out can ever be committed:
-    # those of this write's failed attempts and of earlier runs of the same streaming batch.
-    _clean_up(bk, opts, TAG_TOKEN, token, floor, committed, what)
+        # Committed before (a replayed batch): this run's ledgers were refused staging and
+        # dropped by their tasks, but a ledger staged just before that commit may be here.
+        extra = [i for i in ids if i not in committed]
+        log.info("%s: committed before (a replayed batch); its new ledgers %s are deleted", what, extra)
+        for ledger_id in extra:
+            try:
+                call(bk, f"{what}: deleting ledger {ledger_id}", opts.timeout_s, bk.client.delete_ledger, ledger_id)
+            except NoSuchLedgerError:
+                pass
+            except BKError as e:
+                log.warning("%s: could not delete ledger %d (tagged %s=%s): %s", what, ledger_id, TAG_TOKEN, token, e)
     return result
 
 
-async def _committed_for(client: Client, log_name: str, token: str) -> set[int] | None:
-    """The ledgers committed under ``token``; None when the token is not committed."""
-    record = await client.logs.metadata(log_name)
-    done = record.commit(token)
-    return None if done is None else committed_ledgers(record, done.segments)
-
-
-def abort_write(opts: Options, spec: LedgerSpec, token: str, write: str, floor: int) -> None:
-    """Delete every ledger the write made, unless the write was committed after all."""
+def abort_write(opts: Options, spec: LedgerSpec, token: str, write: str) -> None:
+    """Delete every ledger the write staged and did not commit; tasks still running find
+    the write discarded when they stage or finish, and delete their own."""
     bk = client_for(opts.metadata, opts.timeout_s)
     what = f"aborting the write to log {spec.log!r} (token {token})"
-
-    async def mark() -> None:
-        # Tasks still running (Spark does not wait for them before aborting) find this mark
-        # when they finish and delete their own ledgers.
-        await client.logs.commit_ledgers(spec.log, [], abort_mark(write), password=spec.password)
-
-    client = bk.client
-    keep = call(bk, what, opts.timeout_s, _committed_for, client, spec.log, token)
-    if keep is not None:
-        log.warning("%s: the write was committed already; its committed ledgers stay", what)
-    else:
-        try:
-            call(bk, f"{what}: marking it aborted", opts.timeout_s, mark)
-        except BKError as e:
-            log.warning("%s: marking the write aborted failed (late tasks may leave ledgers tagged %s=%s): %s",
-                        what, TAG_WRITE, write, e)
-    # Only this write's own ledgers: a later run of the same streaming batch may still commit its own.
-    _clean_up(bk, opts, TAG_WRITE, write, floor, keep or set(), what)
-
-
-def _clean_up(bk: BlockingClient, opts: Options, tag: str, value: str, floor: int, keep: set[int], what: str) -> None:
     try:
-        deleted = call(bk, f"{what}: deleting unused ledgers", opts.timeout_s, sweep, bk.client, tag, value, floor, keep)
+        deleted = call(bk, what, opts.timeout_s, _discard, bk.client, spec, write)
     except BKError as e:
-        log.warning("%s: deleting unused ledgers failed (they carry %s=%s): %s", what, tag, value, e)
+        log.warning("%s: discarding its staged ledgers failed (they carry %s=%s): %s", what, TAG_WRITE, write, e)
         return
     if deleted:
-        log.info("%s: deleted %d ledger(s) of failed or duplicate attempts: %s", what, len(deleted), deleted)
+        log.info("%s: deleted %d ledger(s) of its tasks: %s", what, len(deleted), deleted)
 
 
-def check_write(opts: Options, schema: StructType) -> tuple[LedgerSpec, int]:
+async def _discard(client: Client, spec: LedgerSpec, write: str) -> list[int]:
+    # Only this write's own ledgers: a later run of the same streaming batch may still commit its own.
+    return await client.logs.discard_staged(spec.log, write, password=spec.password)
+
+
+def check_write(opts: Options, schema: StructType) -> LedgerSpec:
     """On the driver, before any task runs: the log exists, the password is right, the
-    ledger type is known; returns how tasks make ledgers and the sweep floor."""
+    ledger type is known; returns how tasks make ledgers."""
     name = opts.need_log("writing")
     payload_index(schema)
     bk = client_for(opts.metadata, opts.timeout_s)
 
-    async def plan() -> tuple[LedgerSpec, int]:
+    async def plan() -> LedgerSpec:
         client = bk.client
         try:
             record = await client.logs.metadata(name)
@@ -364,9 +330,7 @@ def check_write(opts: Options, schema: StructType) -> tuple[LedgerSpec, int]:
             except LogExistsError:  # another writer made it meanwhile
                 record = await client.logs.metadata(name)
         await client.logs.reader(name, password=opts.password)  # checks the password
-        spec = LedgerSpec.for_log(client, record, opts.ledger_type, opts.password)
-        floor = max(await client.list_ledgers(), default=-1)
-        return spec, floor
+        return LedgerSpec.for_log(client, record, opts.ledger_type, opts.password)
 
     try:
         return call(bk, f"planning the write to log {name!r}", opts.timeout_s, plan)
