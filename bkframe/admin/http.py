@@ -8,6 +8,7 @@ sees its state directly, with no thread and no lock. See docs/admin.md for the e
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import re
@@ -30,12 +31,15 @@ from bkframe.bookie.bookie import Bookie
 from bkframe.bookie.service import BookieService
 from bkframe.client.client import Client, open_client
 from bkframe.core.auth import AuthenticationError, AuthProvider, Peer
-from bkframe.core.metadata import MetadataError, MetadataStore, NoSuchLedgerError
+from bkframe.core.metadata import LEDGER_PAGE, MetadataError, MetadataStore, NoSuchLedgerError
 
 log = logging.getLogger("bkframe.admin")
 
 #: How long an admin request may wait for the metadata store.
 STORE_TIMEOUT_S = 5.0
+#: Ledger ids per page of /api/v1/ledger/list, by default and at most.
+LIST_LIMIT = 1000
+MAX_LIST_LIMIT = LEDGER_PAGE
 #: Config keys whose values never leave the bookie (server_config shows "***").
 SECRET_KEY = re.compile(r"pass|secret|token|key|credential", re.IGNORECASE)
 
@@ -184,10 +188,19 @@ class AdminServer:
         store = self.store()
         if store is None:
             return error(503, "this bookie has no metadata store")
-        with trio.fail_after(STORE_TIMEOUT_S):
-            ledgers = sorted(await store.list_ledgers())
-        here = sorted(self.bookie.storage.ledgers())
-        return JSONResponse({"ledgers": ledgers, "on_this_bookie": here})
+        try:
+            start = _query_int(request, "start", 0, 0, None)
+            limit = _query_int(request, "limit", LIST_LIMIT, 1, MAX_LIST_LIMIT)
+        except ValueError as e:
+            return error(400, str(e))
+        try:
+            with trio.fail_after(STORE_TIMEOUT_S):
+                stored = await store.list_ledgers(start=start, limit=limit)
+        except (trio.TooSlowError, MetadataError) as e:
+            return error(503, f"the metadata store did not answer: {e!r}")
+        held = heapq.nsmallest(limit, (i for i in self.bookie.storage.ledgers() if i >= start))
+        ledgers, here, after = ledger_page(stored, held, limit)
+        return JSONResponse({"ledgers": ledgers, "on_this_bookie": here, "next": after})
 
     async def ledger_metadata(self, request: Request) -> Response:
         store = self.store()
@@ -225,6 +238,32 @@ class AdminServer:
             "placement": dict(config.placement),
         }
         return JSONResponse(redact(sections))
+
+
+def ledger_page(stored: list[int], held: list[int], limit: int) -> tuple[list[int], list[int], int | None]:
+    """One page of the store's ids and this bookie's over the same id range, given up to
+    ``limit`` of each from the page's start: the range ends where the first full list
+    ends (ids past it are the next page's), or nowhere when neither is full. Returns both
+    lists cut to the range and the next page's start (None: this was the last page)."""
+    full = [ids[-1] for ids in (stored, held) if len(ids) >= limit]
+    if not full:
+        return stored, held, None
+    last = min(full)
+    return [i for i in stored if i <= last], [i for i in held if i <= last], last + 1
+
+
+def _query_int(request: Request, name: str, default: int, low: int, high: int | None) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if value < low or (high is not None and value > high):
+        bounds = f"from {low} to {high}" if high is not None else f"{low} or more"
+        raise ValueError(f"{name}={raw!r}: give an integer {bounds}")
+    return value
 
 
 class _AuthMiddleware:

@@ -4,12 +4,18 @@ Server-rendered HTML, no script and no build step: bookies (state, disk use, req
 from their registration and GET_BOOKIE_INFO), ledgers and logs with their sizes, what is
 under-replicated and what is in limbo. Each bookie is asked with a timeout, in parallel: a
 bookie that does not answer is shown so, and does not hold the page.
+
+Ledgers and logs are shown a page at a time (``MAX_ROWS``, ascending from the query's
+``ledgers_from`` id and ``logs_from`` name, with a link to the next page): the page reads
+one page of ledger ids and that page's metadata, however many ledgers the cluster holds.
 """
 
 from __future__ import annotations
 
+import bisect
 import html
 import time
+import urllib.parse
 from typing import Any, Protocol
 
 import trio
@@ -24,8 +30,10 @@ from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore
 #: How long the page waits for one bookie's info, and for the metadata store.
 INFO_TIMEOUT_S = 2.0
 STORE_TIMEOUT_S = 5.0
-#: At most this many ledgers and logs are listed (newest ids first); the counts say how many.
+#: Ledgers and logs (and under-replicated ledgers) shown per page.
 MAX_ROWS = 200
+#: Ledger metadata read at once for a page's rows.
+CONCURRENT_READS = 16
 
 STYLE = """
 body { font-family: sans-serif; margin: 1.5em; color: #222; }
@@ -34,6 +42,7 @@ th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
 th { background: #f0f0f0; }
 .bad { color: #b00; font-weight: bold; }
 .ok { color: #070; }
+.more { margin-top: -1em; margin-bottom: 1.5em; }
 """
 
 
@@ -84,9 +93,11 @@ class StatusPage:
         if store is None:
             parts.append("<p>This bookie has no metadata store: there is no cluster to show.</p>")
         else:
+            ledgers_from = _query_int(request, "ledgers_from")
+            logs_from = request.query_params.get("logs_from", "")
             try:
                 with trio.fail_after(STORE_TIMEOUT_S):
-                    parts.append(await self._cluster(store))
+                    parts.append(await self.cluster(store, ledgers_from=ledgers_from, logs_from=logs_from))
             except (trio.TooSlowError, MetadataError) as e:
                 parts.append(f'<p class="bad">The metadata store did not answer: {esc(repr(e))}</p>')
         page = (
@@ -95,7 +106,9 @@ class StatusPage:
         )
         return HTMLResponse(page)
 
-    async def _cluster(self, store: MetadataStore) -> str:
+    async def cluster(self, store: MetadataStore, *, ledgers_from: int = 0, logs_from: str = "") -> str:
+        """The page's body: the bookies, a page of ledgers from id ``ledgers_from`` and of
+        logs from name ``logs_from``, what is under-replicated and in limbo."""
         registered = await store.list_bookies()
         decommissioned = await store.list_decommissioned()
         infos: dict[str, dict[str, Any] | str] = {}
@@ -126,38 +139,11 @@ class StatusPage:
             table("bookies", ["bookie", "address", "state", "disk use", "ledgers", "request rate", "rack"], bookie_rows,
                   "no bookie is registered"),
         ]
-        ledger_ids = sorted(await store.list_ledgers(), reverse=True)
-        ledger_rows = []
-        for ledger_id in ledger_ids[:MAX_ROWS]:
-            try:
-                md: LedgerMetadata = await store.read_ledger(ledger_id)
-            except MetadataError:
-                continue  # deleted since the listing
-            ledger_rows.append([
-                str(ledger_id), esc(md.state.value), esc(md.ledger_type), f"{md.ensemble_size}/{md.write_quorum}/{md.ack_quorum}",
-                str(md.last_entry_id), human_bytes(md.length), esc(", ".join(sorted(md.bookies()))),
-            ])
-        parts += [
-            f"<h2>Ledgers ({len(ledger_ids)})</h2>",
-            table("ledgers", ["ledger", "state", "type", "E/W/A", "last entry", "size", "bookies"], ledger_rows, "no ledgers"),
-        ]
-        log_rows = []
-        names = sorted(await store.list_logs())
-        for name in names[:MAX_ROWS]:
-            try:
-                versioned = await store.read_log(name)
-                record = LogMetadata.deserialize(versioned.value, versioned.version)
-            except MetadataError:
-                continue
-            size = sum(s.length for s in record.segments if s.closed)
-            log_rows.append([esc(name), str(len(record.segments)), human_bytes(size), esc(record.writer or "(none)")])
-        parts += [
-            f"<h2>Logs ({len(names)})</h2>",
-            table("logs", ["log", "segments", "size (closed segments)", "writer"], log_rows, "no logs"),
-        ]
+        parts += await self._ledgers(store, ledgers_from)
+        parts += await self._logs(store, logs_from)
         under = await store.list_under_replicated()
         under_rows = [
-            [str(u.ledger_id), esc(", ".join(sorted(u.bookies))), esc(time.ctime(u.since))] for u in under
+            [str(u.ledger_id), esc(", ".join(sorted(u.bookies))), esc(time.ctime(u.since))] for u in under[:MAX_ROWS]
         ]
         parts += [
             f'<h2>Under-replicated ledgers (<span class="{"bad" if under else "ok"}">{len(under)}</span>)</h2>',
@@ -166,6 +152,57 @@ class StatusPage:
             table("limbo", ["ledger", "bookie"], limbo, "no ledger is in limbo"),
         ]
         return "".join(parts)
+
+    async def _ledgers(self, store: MetadataStore, start: int) -> list[str]:
+        ids = await store.list_ledgers(start=start, limit=MAX_ROWS + 1)
+        page, more = ids[:MAX_ROWS], len(ids) > MAX_ROWS
+        found: dict[int, LedgerMetadata] = {}
+        limiter = trio.CapacityLimiter(CONCURRENT_READS)
+
+        async def read(ledger_id: int) -> None:
+            async with limiter:
+                try:
+                    found[ledger_id] = await store.read_ledger(ledger_id)
+                except MetadataError:
+                    pass  # deleted since the listing
+
+        async with trio.open_nursery() as nursery:
+            for ledger_id in page:
+                nursery.start_soon(read, ledger_id)
+        rows = [
+            [
+                str(md.ledger_id), esc(md.state.value), esc(md.ledger_type),
+                f"{md.ensemble_size}/{md.write_quorum}/{md.ack_quorum}", str(md.last_entry_id), human_bytes(md.length),
+                esc(", ".join(sorted(md.bookies()))),
+            ]
+            for md in (found[i] for i in page if i in found)
+        ]
+        shown = f"ids {page[0]} to {page[-1]}" if page else f"none from id {start}"
+        return [
+            f"<h2>Ledgers ({esc(shown)})</h2>",
+            table("ledgers", ["ledger", "state", "type", "E/W/A", "last entry", "size", "bookies"], rows, "no ledgers"),
+            _next_link("ledgers-next", "ledgers_from", str(page[-1] + 1), f"next {MAX_ROWS} ledgers") if more else "",
+        ]
+
+    async def _logs(self, store: MetadataStore, start: str) -> list[str]:
+        names = sorted(await store.list_logs())
+        first = bisect.bisect_left(names, start)
+        page, more = names[first : first + MAX_ROWS], first + MAX_ROWS < len(names)
+        rows = []
+        for name in page:
+            try:
+                versioned = await store.read_log(name)
+                record = LogMetadata.deserialize(versioned.value, versioned.version)
+            except MetadataError:
+                continue
+            # Older closed segments live in chunk records: the record's summary counts them.
+            rows.append([esc(name), str(record.segment_count), human_bytes(record.length), esc(record.writer or "(none)")])
+        shown = f", {first + 1} to {first + len(page)} shown" if len(names) > len(page) else ""
+        return [
+            f"<h2>Logs ({len(names)}{shown})</h2>",
+            table("logs", ["log", "segments", "size (closed segments)", "writer"], rows, "no logs"),
+            _next_link("logs-next", "logs_from", names[first + MAX_ROWS], f"next {MAX_ROWS} logs") if more else "",
+        ]
 
     async def _info(self, bookie_id: str, infos: dict[str, dict[str, Any] | str]) -> None:
         client = self.admin.client
@@ -189,3 +226,16 @@ class StatusPage:
             dt = now - last[0]
             return {k: (counters.get(k, 0) - last[1].get(k, 0)) / dt for k in keys}
         return {k: counters.get(k, 0) / uptime_s if uptime_s > 0 else 0.0 for k in keys}
+
+
+def _query_int(request: Request, name: str) -> int:
+    """A non-negative integer query parameter; 0 when absent or not one."""
+    try:
+        return max(0, int(request.query_params.get(name, "0")))
+    except ValueError:
+        return 0
+
+
+def _next_link(link_id: str, param: str, value: str, text: str) -> str:
+    href = "?" + urllib.parse.urlencode({param: value})
+    return f'<p class="more"><a id="{link_id}" href="{esc(href)}">{esc(text)}</a></p>'

@@ -135,7 +135,7 @@ async def demo_log(metadata: str, bookies: int, out: Out) -> dict[str, Any]:
         if not fenced:
             raise click.ClickException(f"log {DEMO_LOG!r}: the first writer could still append after the second opened")
         info = await logs.info(DEMO_LOG)
-        segments = [f"{s.number}:{info.entries.get(s.number, 0)}" for s in info.metadata.segments]
+        segments = [f"{s.number}:{info.entries.get(s.number, 0)}" for s in info.segments]
         out(f"  wrote {count} entries of {size} B, {half} by a first writer, then {count - half} by a second that "
             f"fenced it (its next append: LogFencedError), in {write_s:.2f} s: {count / write_s:,.0f} entries/s")
         out(f"  segments (number:entries): {' '.join(segments)}; end {info.end}")
@@ -153,7 +153,7 @@ async def demo_log(metadata: str, bookies: int, out: Out) -> dict[str, Any]:
             f"{'all match, in order' if read_ok else 'MISMATCH'}")
         if not (tail_ok and read_ok and lag == 0 and len(acked) == count):
             raise click.ClickException(f"demo read back different entries than it wrote to log {DEMO_LOG!r}")
-    return {"log": DEMO_LOG, "entries": count, "segments": len(info.metadata.segments), "write_s": write_s,
+    return {"log": DEMO_LOG, "entries": count, "segments": len(info.segments), "write_s": write_s,
             "read_s": read_s}
 
 

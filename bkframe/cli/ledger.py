@@ -14,6 +14,7 @@ import trio
 from bkframe.cli.options import ClientGroup, check_quorums, client_security, metadata_option, password_option
 from bkframe.cli.stdin_lines import append_lines
 from bkframe.client.client import Client, open_client
+from bkframe.core.metadata import LEDGER_PAGE, iter_ledger_ids
 
 T = TypeVar("T")
 
@@ -147,10 +148,23 @@ def metadata(metadata: str, ledger_id: int) -> None:
 
 @ledger.command(name="list")
 @metadata_option()
-def list_ledgers(metadata: str) -> None:
-    """Print every ledger id, one per line."""
-    for ledger_id in _run(metadata, lambda client: client.list_ledgers()):
-        click.echo(ledger_id)
+@click.option("--start", type=click.IntRange(min=0), default=0, show_default=True, help="The first ledger id to list.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="List at most this many (default: every one).")
+def list_ledgers(metadata: str, start: int, limit: int | None) -> None:
+    """Print ledger ids from --start on, ascending, one per line. They are read a page at
+    a time and printed as they come: a cluster of any size, in little memory."""
+
+    async def run(client: Client) -> None:
+        left = limit
+        async for ids in iter_ledger_ids(client.metadata, start=start, page=min(LEDGER_PAGE, left or LEDGER_PAGE)):
+            ids = ids if left is None else ids[:left]
+            click.echo("\n".join(map(str, ids)))
+            if left is not None:
+                left -= len(ids)
+                if left == 0:
+                    return
+
+    _run(metadata, run)
 
 
 @ledger.command()

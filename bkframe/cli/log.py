@@ -199,6 +199,7 @@ def info(metadata: str, password: str, name: str, as_json: bool) -> None:
         out = json.loads(md.serialize())
         out.update(
             version=md.version,
+            segments=[s.to_json() for s in result.segments],
             start=str(md.start),
             end=str(result.end),
             entries={str(k): v for k, v in result.entries.items()},
@@ -215,11 +216,11 @@ def info(metadata: str, password: str, name: str, as_json: bool) -> None:
     )
     click.echo(f"writer: {md.writer or '-'} (epoch {md.writer_epoch}); start {md.start}, end {result.end}")
     click.echo(
-        f"entries: {sum(result.entries.values())} in {len(md.segments)} segment(s), {md.length} bytes closed; "
+        f"entries: {sum(result.entries.values())} in {len(result.segments)} segment(s), {md.length} bytes closed; "
         f"trimmed so far: {md.trimmed_entries} entries, {md.trimmed_bytes} bytes"
     )
     click.echo("segment\tledger\tstate\tentries\tbytes\tcreated\tclosed")
-    for seg in md.segments:
+    for seg in result.segments:
         state = "closed" if seg.closed else "open"
         size = str(seg.length) if seg.closed else "-"
         click.echo(
@@ -294,7 +295,7 @@ def trim(metadata: str, name: str, before: str | None, retention: bool, force: b
 def delete(metadata: str, name: str) -> None:
     """Delete the log, its cursors and all its ledgers."""
     record = _run(metadata, lambda logs: logs.delete(name))
-    click.echo(f"deleted log {name} ({len(record.segments)} segment(s))")
+    click.echo(f"deleted log {name} ({record.segment_count} segment(s))")
 
 
 @log_group.command()

@@ -2,7 +2,7 @@
 
 ``bookie`` (:mod:`.bookie`), ``plugins`` (:mod:`.plugins`), ``sandbox`` (:mod:`.sandbox`),
 ``bench`` (:mod:`.bench`), ``bench-sweep`` (:mod:`.bench_sweep`, plots in :mod:`.bench_plots`), ``bench-autorecovery``
-(:mod:`.bench_autorecovery`),
+(:mod:`.bench_autorecovery`), ``bench-scale metadata`` (:mod:`.bench_scale_metadata`),
 ``ledger ...`` (:mod:`.ledger`), ``log ...`` (:mod:`.log`), ``bookies ...`` (:mod:`.bookies`),
 ``cluster ...`` (:mod:`.cluster`), ``cookie ...`` (:mod:`.cookie`), ``autorecovery ...`` (:mod:`.autorecovery`).
 Errors bkframe raises on purpose become one line and exit status 1 (:mod:`.errors`).
@@ -17,6 +17,7 @@ import click
 from bkframe.cli.autorecovery import autorecovery
 from bkframe.cli.bench import bench
 from bkframe.cli.bench_autorecovery import bench_autorecovery
+from bkframe.cli.bench_scale import bench_scale
 from bkframe.cli.bench_sweep import bench_sweep
 from bkframe.cli.bookie import bookie
 from bkframe.cli.bookies import bookies
@@ -59,5 +60,5 @@ def main(ctx: click.Context, verbose: int, log_format: str | None) -> None:
 
 
 for command in (bookie, plugins, sandbox, bench, bench_sweep, ledger, log_group, bookies, cluster, cookie,
-                autorecovery, bench_autorecovery):
+                autorecovery, bench_autorecovery, bench_scale):
     main.add_command(command)

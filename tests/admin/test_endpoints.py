@@ -31,10 +31,23 @@ async def test_every_endpoint_of_a_bookie_process(tmp_path: Path, bookie_process
         await kept.append(b"y")
         await kept.close()
 
+        both = sorted([ledger_id, kept.ledger_id])
         status, listed = await fetch_json(url + "/api/v1/ledger/list")
-        assert status == 200 and listed == {"ledgers": sorted([ledger_id, kept.ledger_id])} | {
-            "on_this_bookie": sorted([ledger_id, kept.ledger_id])
-        }
+        assert status == 200 and listed == {"ledgers": both, "on_this_bookie": both, "next": None}
+        # Paged: a page of one, a cursor to the next, until none is left.
+        pages = []
+        query = "?limit=1"
+        while True:
+            status, listed = await fetch_json(url + "/api/v1/ledger/list" + query)
+            assert status == 200
+            pages.append(listed["ledgers"])
+            if listed["next"] is None:
+                break
+            query = f"?limit=1&start={listed['next']}"
+        assert pages == [[both[0]], [both[1]], []]
+        for query in ("?limit=0", "?limit=10001", "?start=-1", "?start=abc"):
+            status, err = await fetch_json(url + "/api/v1/ledger/list" + query)
+            assert status == 400 and "give an integer" in err["error"], (query, err)
         status, md = await fetch_json(f"{url}/api/v1/ledger/metadata?ledger_id={ledger_id}")
         assert status == 200
         assert (md["state"], md["last_entry_id"], md["length"], md["ensemble_size"]) == ("CLOSED", 4, 50, 1)
@@ -89,6 +102,17 @@ async def test_every_endpoint_of_a_bookie_process(tmp_path: Path, bookie_process
 
     # With its admin service (and the status page's client) running, the bookie still stops cleanly.
     assert b.stop(timeout_s=30) == 0
+
+
+def test_a_ledger_page_covers_one_id_range_of_the_store_and_the_bookie() -> None:
+    from bkframe.admin.http import ledger_page
+
+    # Neither list full: the last page.
+    assert ledger_page([1, 5], [5, 9], 3) == ([1, 5], [5, 9], None)
+    # The bookie holds ledgers the store no longer has (garbage): the page ends where the
+    # first full list ends, and the ids after it are the next page's.
+    assert ledger_page([1, 5, 7], [2, 3, 4], 3) == ([1], [2, 3, 4], 5)
+    assert ledger_page([1, 2, 3], [3, 8, 9], 3) == ([1, 2, 3], [3], 4)
 
 
 def test_redact_masks_secret_keys() -> None:

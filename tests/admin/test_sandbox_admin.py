@@ -92,7 +92,7 @@ def find_chromium() -> str | None:
 async def test_status_page_in_headless_chromium(sandbox: dict[str, Any], tmp_path: Path) -> None:
     chromium = find_chromium()
     if chromium is None:
-        if os.environ.get("CI") == "true":
+        if os.environ.get("CI", "").lower() == "true":
             pytest.fail("chromium is not installed (scripts/test installs Debian's chromium)")
         pytest.skip("chromium is not installed (scripts/test installs Debian's chromium)")
     async with bkframe.open_client(sandbox["metadata"]) as client:

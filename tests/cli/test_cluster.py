@@ -70,11 +70,11 @@ def test_cluster_init_and_info_then_bookies_and_clients_start(tmp_path: Path) ->
     created = bk("cluster", "init", "--metadata", uri)
     assert created.returncode == 0 and created.stdout.count("\n") == 1, created.stderr
     instance = created.stdout.split()[1]
-    assert created.stdout == f"cluster {instance} created in {uri} (layout version 1)\n"
+    assert created.stdout == f"cluster {instance} created in {uri} (layout version 2)\n"
     again = bk("cluster", "init", "--metadata", uri)
-    assert again.stdout == f"cluster {instance} already exists in {uri} (layout version 1)\n"
+    assert again.stdout == f"cluster {instance} already exists in {uri} (layout version 2)\n"
     info = json.loads(bk("cluster", "info", "--json", "--metadata", uri).stdout)
-    assert info["instance_id"] == instance and info["layout_version"] == 1 and "secret" not in info
+    assert info["instance_id"] == instance and info["layout_version"] == 2 and "secret" not in info
 
     async def secret(store: MetadataStore) -> bytes:
         record = await store.read_cluster()
@@ -97,7 +97,7 @@ def test_bookie_init_cluster_flag_makes_one(tmp_path: Path) -> None:
     bookie = BookieProcess(tmp_path / "b", metadata=uri, command=BOOKIE_COMMAND, init_cluster=True).start()
     try:
         info = json.loads(bk("cluster", "info", "--json", "--metadata", uri).stdout)
-        assert info["layout_version"] == 1
+        assert info["layout_version"] == 2
     finally:
         assert bookie.stop() == 0
 
@@ -110,7 +110,7 @@ def test_a_layout_this_bkframe_does_not_know_is_refused(tmp_path: Path) -> None:
     bookie = ["bookie", "--data-dir", str(data_dir), "--port", "0"]
     for args in (bookie, [*bookie, "--init-cluster"], ["cluster", "init"]):
         error = one_error_line(bk(*args, "--metadata", uri))
-        assert "has metadata layout version 99; this bkframe knows layout version 1 only" in error, error
+        assert "has metadata layout version 99; this bkframe knows layout version 2 only" in error, error
     assert not data_dir.exists()
 
 

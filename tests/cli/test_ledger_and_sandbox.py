@@ -33,6 +33,7 @@ def test_ledger_commands(shared_cluster: Cluster) -> None:
     md = json.loads(bk("ledger", "metadata", ledger_id, *meta).stdout)
     assert (md["state"], md["last_entry_id"], md["ledger_type"], md["ensemble_size"]) == ("CLOSED", 2, "PD_JOURNAL", 3)
     assert ledger_id in bk("ledger", "list", *meta).stdout.split()
+    assert bk("ledger", "list", *meta, "--start", ledger_id, "--limit", "1").stdout.split() == [ledger_id]
     # A second writer may not claim the ledger, and it is closed anyway.
     again = bk("ledger", "append", ledger_id, *meta, "--password", "pw", stdin="x\n", check=False)
     assert again.returncode != 0 and "CLOSED" in again.stderr
