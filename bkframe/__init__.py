@@ -19,6 +19,7 @@ from bkframe.client.blocking import (
 )
 from bkframe.client.client import Client, open_client
 from bkframe.client.logs.api import CursorInfo, LogInfo, Logs
+from bkframe.client.logs.envelope import ENVELOPE_CUSTOM, BadRecordError, DecodedRecord, Record, decode_record, encode_record
 from bkframe.client.logs.model import (
     EARLIEST,
     LATEST,
@@ -31,11 +32,12 @@ from bkframe.client.logs.model import (
     Segment,
     SegmentRange,
     TrimResult,
+    Where,
     check_name,
     parse_where,
 )
 from bkframe.client.logs.reader import LogReader
-from bkframe.client.logs.writer import LogWriter, PendingLogAppend
+from bkframe.client.logs.writer import LogWriter, PendingLogAppend, PendingLogBatch
 from bkframe.client.read_handle import Entry, ReadHandle
 from bkframe.client.settings import ClientSettings
 from bkframe.client.write_handle import PendingAppend, WriteHandle
@@ -80,8 +82,10 @@ except importlib.metadata.PackageNotFoundError:  # a source tree that was never 
 
 __all__ = [
     "EARLIEST",
+    "ENVELOPE_CUSTOM",
     "LATEST",
     "BKError",
+    "BadRecordError",
     "BadVersionError",
     "BlockingClient",
     "BlockingLogReader",
@@ -100,6 +104,7 @@ __all__ = [
     "Cursor",
     "CursorExistsError",
     "CursorInfo",
+    "DecodedRecord",
     "DigestType",
     "Entry",
     "EntryTooLargeError",
@@ -128,11 +133,13 @@ __all__ = [
     "NotEnoughBookiesError",
     "PendingAppend",
     "PendingLogAppend",
+    "PendingLogBatch",
     "PluginError",
     "Position",
     "PositionTrimmedError",
     "ProtocolError",
     "ReadHandle",
+    "Record",
     "RecoveryError",
     "Segment",
     "SegmentRange",
@@ -140,9 +147,12 @@ __all__ = [
     "UnauthorizedError",
     "UnknownLedgerTypeError",
     "UnsupportedError",
+    "Where",
     "WriteHandle",
     "check_name",
     "connect",
+    "decode_record",
+    "encode_record",
     "hookimpl",
     "open_client",
     "parse_where",

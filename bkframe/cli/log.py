@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import attrs
@@ -24,7 +26,8 @@ from bkframe.cli.options import (
 from bkframe.cli.stdin_lines import append_lines
 from bkframe.client.client import open_client
 from bkframe.client.logs.api import Logs
-from bkframe.client.logs.model import EARLIEST, LogSettings, Position, check_name, parse_where
+from bkframe.client.logs.model import EARLIEST, LogEntry, LogSettings, Position, Where, check_name, parse_where
+from bkframe.client.logs.pending import PendingLogAppend
 
 T = TypeVar("T")
 
@@ -105,17 +108,71 @@ def create(
     click.echo(f"created log {name}")
 
 
+def _properties(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for text in values:
+        name, sep, value = text.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{text!r}: write NAME=VALUE", param_hint="--property")
+        out[name] = value
+    return out
+
+
+def _since(text: str | None, option: str) -> datetime | None:
+    """A time on the command line: ISO 8601 (UTC unless it gives an offset), milliseconds
+    since the epoch, or an age ago (``90s``, ``15m``, ``2h``, ``7d``)."""
+    if text is None:
+        return None
+    word = text.strip()
+    ago = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", word)
+    if ago:
+        seconds = float(ago.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[ago.group(2)]
+        return datetime.now(UTC) - timedelta(seconds=seconds)
+    if word.isdigit():
+        return datetime.fromtimestamp(int(word) / 1000, UTC)
+    try:
+        when = datetime.fromisoformat(word)
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r}: write a time as 2026-11-26T10:00:00 (UTC unless it has an offset such as +01:00), "
+            f"milliseconds since the epoch, or an age such as 15m, 2h or 7d",
+            param_hint=option,
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
 @log_group.command()
 @metadata_option()
 @password_option("log")
 @click.argument("name", callback=_log_name)
-def append(metadata: str, password: str, name: str) -> None:
-    """Each stdin line becomes one entry; prints each entry's position once acknowledged.
+@click.option("--key", default=None, help="Give every record this key.")
+@click.option("--key-separator", default=None, help="Each line is KEY<SEP>PAYLOAD (split at the first SEP).")
+@click.option("--property", "properties", multiple=True, callback=_properties, metavar="NAME=VALUE",
+              help="Give every record this property (repeatable).")
+def append(
+    metadata: str, password: str, name: str, key: str | None, key_separator: str | None, properties: dict[str, str]
+) -> None:
+    """Each stdin line becomes one record; prints each record's position once acknowledged.
     Takes the log over from any other writer; closes its segment at end of input."""
+    if key is not None and key_separator is not None:
+        raise click.UsageError("give --key (one key for every line) or --key-separator (a key per line), not both")
+    fixed_key = key.encode() if key is not None else None
+    sep = key_separator.encode() if key_separator is not None else None
+    if sep == b"":
+        raise click.BadParameter("the separator is empty", param_hint="--key-separator")
 
     async def run(logs: Logs) -> None:
         writer = await logs.open_writer(name, password=password.encode())
-        refused = await append_lines(writer.append_async)
+
+        def append_line(line: bytes) -> PendingLogAppend:
+            if sep is None:
+                return writer.append_async(line, key=fixed_key, properties=properties or None)
+            record_key, found, payload = line.partition(sep)
+            if not found:  # a line without the separator: a record without a key
+                return writer.append_async(line, properties=properties or None)
+            return writer.append_async(payload, key=record_key, properties=properties or None)
+
+        refused = await append_lines(append_line)
         await writer.close()
         if refused is not None:
             raise refused
@@ -123,31 +180,98 @@ def append(metadata: str, password: str, name: str) -> None:
     _run(metadata, run, explicit_lac_interval_s=APPEND_LAC_INTERVAL_S)
 
 
-def _print_entries(show_positions: bool, entries: list[Any]) -> None:
+@attrs.frozen
+class Show:
+    """What ``log read`` and ``log tail`` print of each record."""
+
+    positions: bool = False
+    keys: bool = False
+    timestamps: bool = False
+    as_json: bool = False
+
+
+def _show_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(
+        (
+            click.option("--positions", "show_positions", is_flag=True, help="Print POSITION<TAB> first."),
+            click.option("--keys", "show_keys", is_flag=True, help="Print each record's key (or -)<TAB>."),
+            click.option("--timestamps", "show_timestamps", is_flag=True,
+                         help="Print each record's time (ISO 8601, UTC)<TAB>."),
+            click.option("--json", "as_json", is_flag=True,
+                         help="One JSON object per record: position, timestamp (ms), time, key, properties, payload."),
+        )
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _text_or_b64(data: bytes, name: str) -> dict[str, str]:
+    try:
+        return {name: data.decode()}
+    except UnicodeDecodeError:
+        return {f"{name}_base64": base64.b64encode(data).decode()}
+
+
+def _record_json(entry: LogEntry) -> bytes:
+    out: dict[str, Any] = {"position": str(entry.position), "timestamp": entry.timestamp}
+    out["time"] = _iso(entry.timestamp) if entry.timestamp is not None else None
+    if entry.key is not None:
+        out.update(_text_or_b64(entry.key, "key"))
+    else:
+        out["key"] = None
+    out["properties"] = dict(entry.properties)
+    out.update(_text_or_b64(entry.payload, "payload"))
+    return json.dumps(out, ensure_ascii=False).encode() + b"\n"
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _print_entries(show: Show, entries: list[LogEntry]) -> None:
     out = sys.stdout.buffer
     for entry in entries:
-        if show_positions:
+        if show.as_json:
+            out.write(_record_json(entry))
+            continue
+        if show.positions:
             out.write(str(entry.position).encode() + b"\t")
+        if show.timestamps:
+            out.write((_iso(entry.timestamp) if entry.timestamp is not None else "-").encode() + b"\t")
+        if show.keys:
+            out.write((entry.key if entry.key is not None else b"-") + b"\t")
         out.write(entry.payload + b"\n")
     out.flush()
+
+
+def _start(start: str | None, since: str | None) -> Where:
+    if start is not None and since is not None:
+        raise click.UsageError("give --from (a position) or --since (a time), not both")
+    when = _since(since, "--since")
+    return when if when is not None else _where(start if start is not None else EARLIEST, "--from")
 
 
 @log_group.command()
 @metadata_option()
 @password_option("log")
 @click.argument("name", callback=_log_name)
-@click.option("--from", "start", default=EARLIEST, show_default=True, help="POS (e.g. 3:41), earliest or latest.")
+@click.option("--from", "start", default=None, help="POS (e.g. 3:41), earliest or latest  [default: earliest]")
+@click.option("--since", default=None, help="From the first record at or after this time (ISO 8601, ms, or 15m ago).")
 @click.option("--to", "last", default=None, help="Last position to print (default: the last confirmed entry).")
-@click.option("--positions", "show_positions", is_flag=True, help="Print POSITION<TAB>payload.")
-def read(metadata: str, password: str, name: str, start: str, last: str | None, show_positions: bool) -> None:
-    """Print the confirmed entries from --from to --to, one per line."""
-    first = _where(start, "--from")
+@_show_options
+def read(
+    metadata: str, password: str, name: str, start: str | None, since: str | None, last: str | None,
+    show_positions: bool, show_keys: bool, show_timestamps: bool, as_json: bool,
+) -> None:
+    """Print the confirmed records from --from (or --since) to --to, one per line."""
+    first = _start(start, since)
     end = _position(last, "--to").next() if last is not None else None
+    show = Show(show_positions, show_keys, show_timestamps, as_json)
 
     async def run(logs: Logs) -> None:
         reader = await logs.reader(name, password=password.encode())
         async for chunk in reader.chunks(first, end):
-            _print_entries(show_positions, chunk)
+            _print_entries(show, chunk)
 
     _run(metadata, run)
 
@@ -156,21 +280,26 @@ def read(metadata: str, password: str, name: str, start: str, last: str | None, 
 @metadata_option()
 @password_option("log")
 @click.argument("name", callback=_log_name)
-@click.option("--from", "start", default=EARLIEST, show_default=True, help="POS (e.g. 3:41), earliest or latest.")
+@click.option("--from", "start", default=None, help="POS (e.g. 3:41), earliest or latest  [default: earliest]")
+@click.option("--since", default=None, help="From the first record at or after this time (ISO 8601, ms, or 15m ago).")
 @click.option("-f", "--follow", is_flag=True, help="Keep waiting for new entries (until interrupted).")
-@click.option("--positions", "show_positions", is_flag=True, help="Print POSITION<TAB>payload.")
-def tail(metadata: str, password: str, name: str, start: str, follow: bool, show_positions: bool) -> None:
-    """Print entries from --from on; with -f, follow the log across segments as it grows."""
-    first = _where(start, "--from")
+@_show_options
+def tail(
+    metadata: str, password: str, name: str, start: str | None, since: str | None, follow: bool,
+    show_positions: bool, show_keys: bool, show_timestamps: bool, as_json: bool,
+) -> None:
+    """Print records from --from (or --since) on; with -f, follow the log across segments as it grows."""
+    first = _start(start, since)
+    show = Show(show_positions, show_keys, show_timestamps, as_json)
 
     async def run(logs: Logs) -> None:
         reader = await logs.reader(name, password=password.encode())
         if not follow:
             async for chunk in reader.chunks(first):
-                _print_entries(show_positions, chunk)
+                _print_entries(show, chunk)
             return
         async for chunk in reader.tail_chunks(first):
-            _print_entries(show_positions, chunk)
+            _print_entries(show, chunk)
 
     try:
         _run(metadata, run)
@@ -219,13 +348,15 @@ def info(metadata: str, password: str, name: str, as_json: bool) -> None:
         f"entries: {sum(result.entries.values())} in {len(result.segments)} segment(s), {md.length} bytes closed; "
         f"trimmed so far: {md.trimmed_entries} entries, {md.trimmed_bytes} bytes"
     )
-    click.echo("segment\tledger\tstate\tentries\tbytes\tcreated\tclosed")
+    click.echo("segment\tledger\tstate\tentries\tbytes\tcreated\tclosed\trecords from\trecords to")
     for seg in result.segments:
         state = "closed" if seg.closed else "open"
         size = str(seg.length) if seg.closed else "-"
+        known = seg.max_ts >= 0
         click.echo(
             f"{seg.number}\t{seg.ledger_id}\t{state}\t{result.entries.get(seg.number, 0)}\t{size}\t"
-            f"{_when(seg.created_at)}\t{_when(seg.closed_at)}"
+            f"{_when(seg.created_at)}\t{_when(seg.closed_at)}\t"
+            f"{_when(seg.min_ts / 1000) if known else '-'}\t{_when(seg.max_ts / 1000) if known else '-'}"
         )
     for c in result.cursors:
         click.echo(f"cursor {c.cursor.name}: at {c.cursor.position}, lag {c.lag} entries")
@@ -248,11 +379,18 @@ def cursors(metadata: str, password: str, name: str) -> None:
 @click.argument("name", callback=_log_name)
 @click.argument("cursor", callback=_log_name)
 @click.option("--to", "target", default=None, help="Move it to POS, earliest or latest (made there if new).")
+@click.option("--to-time", "to_time", default=None,
+              help="Move it to the first record at or after this time (ISO 8601, ms, or an age such as 15m).")
 @click.option("--rewind", is_flag=True, help="Allow moving it back.")
 @click.option("--delete", "remove", is_flag=True, help="Delete the cursor.")
-def cursor(metadata: str, password: str, name: str, cursor: str, target: str | None, rewind: bool, remove: bool) -> None:
+def cursor(
+    metadata: str, password: str, name: str, cursor: str, target: str | None, to_time: str | None, rewind: bool,
+    remove: bool,
+) -> None:
     """Show, create, move or delete a durable cursor (every entry before its position is acknowledged)."""
-    where = _where(target, "--to") if target is not None else None
+    if target is not None and to_time is not None:
+        raise click.UsageError("give --to (a position) or --to-time (a time), not both")
+    where: Where | None = _where(target, "--to") if target is not None else _since(to_time, "--to-time")
 
     async def run(logs: Logs) -> str:
         if remove:

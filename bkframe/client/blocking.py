@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from bkframe.client.client import Client, open_client
 from bkframe.client.logs.api import LogInfo, Logs
+from bkframe.client.logs.envelope import Record
 from bkframe.client.logs.model import (
     EARLIEST,
     CommitResult,
@@ -33,6 +34,7 @@ from bkframe.client.logs.model import (
     Position,
     SegmentRange,
     TrimResult,
+    Where,
 )
 from bkframe.client.logs.reader import LogReader
 from bkframe.client.logs.writer import LogWriter
@@ -318,9 +320,19 @@ class BlockingLogs:
     def open_writer(self, name: str, *, password: bytes = b"") -> BlockingLogWriter:
         return BlockingLogWriter(self._owner, self._owner._run(lambda: self._logs.open_writer(name, password=password)))
 
-    def commit_ledgers(self, name: str, ledger_ids: Iterable[int], token: str, *, password: bytes = b"") -> CommitResult:
+    def commit_ledgers(
+        self,
+        name: str,
+        ledger_ids: Iterable[int],
+        token: str,
+        *,
+        password: bytes = b"",
+        time_bounds: Mapping[int, tuple[int, int]] | None = None,
+    ) -> CommitResult:
         ids = list(ledger_ids)
-        return self._owner._run(lambda: self._logs.commit_ledgers(name, ids, token, password=password))
+        return self._owner._run(
+            lambda: self._logs.commit_ledgers(name, ids, token, password=password, time_bounds=time_bounds)
+        )
 
     def stage_ledger(self, name: str, ledger_id: int, token: str, *, group: str = "", password: bytes = b"") -> bool:
         return self._owner._run(lambda: self._logs.stage_ledger(name, ledger_id, token, group=group, password=password))
@@ -334,7 +346,7 @@ class BlockingLogs:
     def trim(self, name: str, *, before: Position | None = None, retention: bool = False, force: bool = False) -> TrimResult:
         return self._owner._run(lambda: self._logs.trim(name, before=before, retention=retention, force=force))
 
-    def create_cursor(self, name: str, cursor: str, start: Position | str = EARLIEST, *, password: bytes = b"") -> Cursor:
+    def create_cursor(self, name: str, cursor: str, start: Where = EARLIEST, *, password: bytes = b"") -> Cursor:
         return self._owner._run(lambda: self._logs.create_cursor(name, cursor, start, password=password))
 
     def cursor(self, name: str, cursor: str) -> Cursor:
@@ -344,7 +356,7 @@ class BlockingLogs:
         return self._owner._run(self._logs.cursors, name)
 
     def move_cursor(
-        self, name: str, cursor: str, position: Position | str, *, rewind: bool = False, password: bytes = b""
+        self, name: str, cursor: str, position: Where, *, rewind: bool = False, password: bytes = b""
     ) -> Cursor:
         return self._owner._run(lambda: self._logs.move_cursor(name, cursor, position, rewind=rewind, password=password))
 
@@ -396,22 +408,24 @@ class BlockingLogWriter:
     def metadata(self) -> LogMetadata:
         return self.writer.metadata
 
-    def append(self, payload: bytes) -> Position:
+    def append(
+        self,
+        payload: bytes,
+        *,
+        key: bytes | None = None,
+        timestamp: int | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> Position:
         """Append and wait for confirmation; returns the entry's position."""
-        return self._owner._run(self.writer.append, payload)
+        return self._owner._run(
+            lambda: self.writer.append(payload, key=key, timestamp=timestamp, properties=properties)
+        )
 
-    def append_many(self, payloads: Iterable[bytes]) -> list[Position]:
-        """Append a batch pipelined; returns the positions once all are confirmed (the
-        blocking stand-in for a loop of ``append_async``)."""
-        data = list(payloads)
-        for payload in data:
-            self.writer._check_size(payload)  # one too large refuses the whole batch, as WriteHandle's
-
-        async def run() -> list[Position]:
-            pending = [self.writer.append_async(p) for p in data]
-            return [await pa.wait() for pa in pending]
-
-        return self._owner._run(run)
+    def append_many(self, records: Iterable[bytes | Record]) -> list[Position]:
+        """Append a batch pipelined (one batch per bookie); returns the positions once all
+        are confirmed. A record too large refuses the whole batch."""
+        data = list(records)
+        return self._owner._run(self.writer.append_many, data)
 
     def flush(self) -> None:
         self._owner._run(self.writer.flush)
@@ -449,31 +463,34 @@ class BlockingLogReader:
     def refresh(self) -> LogMetadata:
         return self._owner._run(self.reader.refresh)
 
-    def resolve(self, where: Position | str) -> Position:
+    def resolve(self, where: Where) -> Position:
         return self._owner._run(self.reader.resolve, where)
+
+    def position_at(self, timestamp: int) -> Position:
+        return self._owner._run(self.reader.position_at, timestamp)
 
     def end(self) -> Position:
         return self._owner._run(self.reader.end)
 
-    def snapshot(self, start: Position | str = EARLIEST, end: Position | None = None) -> list[SegmentRange]:
+    def snapshot(self, start: Where = EARLIEST, end: Position | None = None) -> list[SegmentRange]:
         return self._owner._run(self.reader.snapshot, start, end)
 
-    def advance(self, start: Position | str, max_entries: int, end: Position | None = None) -> Position:
+    def advance(self, start: Where, max_entries: int, end: Position | None = None) -> Position:
         return self._owner._run(self.reader.advance, start, max_entries, end)
 
     def read_segment(self, segment: int, first: int, last: int) -> list[LogEntry]:
         return self._owner._run(self.reader.read_segment, segment, first, last)
 
     def read(
-        self, start: Position | str = EARLIEST, end: Position | None = None, *, max_entries: int | None = None
+        self, start: Where = EARLIEST, end: Position | None = None, *, max_entries: int | None = None
     ) -> list[LogEntry]:
         return self._owner._run(lambda: self.reader.read(start, end, max_entries=max_entries))
 
-    def chunks(self, start: Position | str = EARLIEST, end: Position | None = None) -> BlockingTail[list[LogEntry]]:
+    def chunks(self, start: Where = EARLIEST, end: Position | None = None) -> BlockingTail[list[LogEntry]]:
         return BlockingTail(self._owner, _singly(self.reader.chunks(start, end)))
 
     def tail(
-        self, start: Position | str = EARLIEST, *, poll_timeout_s: float = 1.0, idle_timeout_s: float | None = None
+        self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0, idle_timeout_s: float | None = None
     ) -> BlockingTail[LogEntry]:
         """A plain iterator over every confirmed entry from ``start`` on, waiting for new
         ones; with ``idle_timeout_s`` it ends once no entry came for that long."""
@@ -481,7 +498,7 @@ class BlockingLogReader:
         return BlockingTail(self._owner, self.reader.tail_chunks(start, poll_timeout_s=poll_timeout_s), idle_timeout_s)
 
     def tail_chunks(
-        self, start: Position | str = EARLIEST, *, poll_timeout_s: float = 1.0, idle_timeout_s: float | None = None
+        self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0, idle_timeout_s: float | None = None
     ) -> BlockingTail[list[LogEntry]]:
         chunks = self.reader.tail_chunks(start, poll_timeout_s=poll_timeout_s)
         return BlockingTail(self._owner, _singly(chunks), idle_timeout_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,19 @@ def test_log_commands(cluster_factory: Any) -> None:
         follower.wait()
     bk("log", "delete", "events", *meta)
     assert bk("log", "list", *meta).stdout == ""
+    # Records with keys and properties: a key per line, shown by read, found by time.
+    bk("log", "create", "keyed", *meta)
+    stdin = "k1:one\nk2:two\nno key here\n"
+    assert bk("log", "append", "keyed", *meta, "--key-separator", ":", "--property", "src=cli", stdin=stdin).stdout.split() == [
+        "0:0", "0:1", "0:2"
+    ]
+    records = [json.loads(line) for line in bk("log", "read", "keyed", *meta, "--json").stdout.splitlines()]
+    assert [(r["position"], r["key"], r["payload"], r["properties"]) for r in records] == [
+        ("0:0", "k1", "one", {"src": "cli"}), ("0:1", "k2", "two", {"src": "cli"}), ("0:2", None, "no key here", {"src": "cli"})
+    ]
+    assert all(abs(r["timestamp"] / 1000 - time.time()) < 600 for r in records)
+    assert bk("log", "read", "keyed", *meta, "--since", "10m", "--keys").stdout == "k1\tone\nk2\ttwo\n-\tno key here\n"
+    assert bk("log", "read", "keyed", *meta, "--since", "2099-01-01T00:00:00").stdout == ""
 
 
 def test_log_command_errors(tmp_path: Path) -> None:
@@ -71,6 +85,8 @@ def test_log_command_errors(tmp_path: Path) -> None:
         (["log", "append", "secret", *meta, "--password", "wrong"], "wrong password for log 'secret'"),
         (["log", "read", "secret", *meta, "--password", "pw", "--from", "x:1"], "bad position 'x:1'"),
         (["log", "trim", "secret", *meta], "--before POS and/or --retention"),
+        (["log", "read", "secret", *meta, "--password", "pw", "--since", "yesterday"], "write a time as 2026-11-26T10:00:00"),
+        (["log", "append", "secret", *meta, "--password", "pw", "--property", "novalue"], "'novalue': write NAME=VALUE"),
     ]:
         proc = bk(*args, stdin="", check=False)
         assert proc.returncode != 0, args

@@ -62,6 +62,7 @@ ASYNC_ONLY = {
     "append (one) or append_many (pipelined)",
     "WriteHandle.append_many_async": "returns PendingAppends to await in the loop; blocking code uses append_many",
     "LogWriter.append_async": "returns a PendingLogAppend to await in the loop; blocking code uses append_many",
+    "LogWriter.append_many_async": "returns a PendingLogBatch to await in the loop; blocking code uses append_many",
 }
 #: Public on the blocking side only.
 BLOCKING_ONLY = {
@@ -74,7 +75,6 @@ BLOCKING_ONLY = {
     "BlockingWriteHandle.handle": "the async handle inside, for functions given to BlockingClient.run",
     "BlockingReadHandle.handle": "the async handle inside, for functions given to BlockingClient.run",
     "BlockingLogWriter.writer": "the async writer inside, for functions given to BlockingClient.run",
-    "BlockingLogWriter.append_many": "pipelined appends without append_async (LogWriter.append_async's stand-in)",
     "BlockingLogReader.reader": "the async reader inside, for functions given to BlockingClient.run",
 }
 #: Keyword-only parameters (with defaults) that only the blocking twin takes.

@@ -22,13 +22,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 import trio
 
 from bkframe.client.logs.acks import CursorAcks
+from bkframe.client.logs.envelope import ENVELOPE_CUSTOM, FORMAT_ENVELOPE, FORMAT_KEY, FORMAT_RAW
 from bkframe.client.logs.ledgers import LedgerClient
 from bkframe.client.logs.model import (
     DISCARD_PREFIX,
@@ -42,6 +43,7 @@ from bkframe.client.logs.model import (
     Segment,
     Staged,
     TrimResult,
+    Where,
     check_name,
 )
 from bkframe.client.logs.reader import LogReader, count_entries
@@ -165,7 +167,8 @@ class Logs:
                 if first is None:
                     first = await self.client.create_ledger(
                         ensemble=s.ensemble, write_quorum=s.write_quorum, ack_quorum=s.ack_quorum,
-                        ledger_type=s.ledger_type, digest=s.digest, password=password, custom={"bkframe.log": name},
+                        ledger_type=s.ledger_type, digest=s.digest, password=password,
+                        custom={"bkframe.log": name, **ENVELOPE_CUSTOM},
                     )
                 now = time.time()
                 new = record
@@ -213,13 +216,24 @@ class Logs:
         return writer
 
     async def commit_ledgers(
-        self, name: str, ledger_ids: Iterable[int], token: str, *, password: bytes = b""
+        self,
+        name: str,
+        ledger_ids: Iterable[int],
+        token: str,
+        *,
+        password: bytes = b"",
+        time_bounds: Mapping[int, tuple[int, int]] | None = None,
     ) -> CommitResult:
         """Append closed ledgers to the log as consecutive segments, all in one CAS, so they
         become visible together or not at all. Idempotent per ``token``: committing a token
         again (a retry after a crash or a timeout) changes nothing and returns the first
         result. The ledgers must be closed and have the log's password; empty ones become no
-        segment and are deleted; the log owns the others from then on."""
+        segment and are deleted; the log owns the others from then on.
+
+        A ledger whose custom metadata says :data:`~bkframe.client.logs.envelope.FORMAT_KEY`
+        ``= "1"`` holds records in envelopes (:func:`bkframe.encode_record`); any other holds
+        plain payloads (a raw segment: no keys, no timestamps). ``time_bounds``: the smallest
+        and largest timestamp of each ledger's records, for seeks by time and retention."""
         if not token:
             raise ValueError("commit_ledgers needs a non-empty token (e.g. the job's or batch's id)")
         ids = list(ledger_ids)
@@ -256,7 +270,12 @@ class Logs:
             now = time.time()
             new = record
             for md in full:
-                new = new.add_segment(md.ledger_id, now=now, closed=True, last_entry_id=md.last_entry_id, length=md.length)
+                fmt = FORMAT_ENVELOPE if md.custom.get(FORMAT_KEY) == str(FORMAT_ENVELOPE) else FORMAT_RAW
+                lo, hi = (time_bounds or {}).get(md.ledger_id, (-1, -1)) if fmt == FORMAT_ENVELOPE else (-1, -1)
+                new = new.add_segment(
+                    md.ledger_id, now=now, closed=True, last_entry_id=md.last_entry_id, length=md.length, format=fmt,
+                    min_ts=lo, max_ts=hi,
+                )
             commit = Commit(token, record.next_segment, new.next_segment - 1, now)
             # Ledgers staged for this token and left out can never be committed: garbage.
             new = new.unstage(token=token, keep=ids).with_commit(commit).with_garbage(empty)
@@ -332,14 +351,15 @@ class Logs:
 
     # -- cursors ------------------------------------------------------------------------
 
-    async def _where(self, name: str, where: Position | str, password: bytes) -> tuple[LogMetadata, Position]:
+    async def _where(self, name: str, where: Where, password: bytes) -> tuple[LogMetadata, Position]:
         reader = await self.reader(name, password=password)
         return reader.metadata, await reader.resolve(where)
 
     async def create_cursor(
-        self, name: str, cursor: str, start: Position | str = EARLIEST, *, password: bytes = b""
+        self, name: str, cursor: str, start: Where = EARLIEST, *, password: bytes = b""
     ) -> Cursor:
-        """A durable cursor at ``start`` (``earliest``, ``latest`` or a position)."""
+        """A durable cursor at ``start`` (``earliest``, ``latest``, a position, or a
+        :class:`~datetime.datetime`: the first record at or after that time)."""
         check_name(cursor, "cursor")
         record, position = await self._where(name, start, password)
         new = Cursor(name, cursor, position, log_uid=record.uid)
@@ -366,9 +386,10 @@ class Logs:
         return await self._records.cursors(name)
 
     async def move_cursor(
-        self, name: str, cursor: str, position: Position | str, *, rewind: bool = False, password: bytes = b""
+        self, name: str, cursor: str, position: Where, *, rewind: bool = False, password: bytes = b""
     ) -> Cursor:
-        """Set where the consumer resumes: every entry before ``position`` is acknowledged.
+        """Set where the consumer resumes: every entry before ``position`` is acknowledged
+        (a :class:`~datetime.datetime`: every record before the first at or after that time).
         A cursor never moves back (an older position is ignored) unless ``rewind``. Stored
         at once, with this client's acks not stored yet if they are further (not with
         ``rewind``)."""

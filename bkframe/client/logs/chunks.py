@@ -76,6 +76,7 @@ def spill(record: LogMetadata) -> tuple[LogMetadata, list[tuple[Chunk, tuple[Seg
             length=sum(s.length for s in part),
             closed_at=max(s.closed_at for s in part),
             last_entry_id=part[-1].last_entry_id,
+            max_ts=_latest_ms(part),
         )
         moved.append((chunk, part))
         start += n
@@ -83,6 +84,12 @@ def spill(record: LogMetadata) -> tuple[LogMetadata, list[tuple[Chunk, tuple[Seg
         return record, []
     chunks = (*record.chunks, *(c for c, _ in moved))
     return attrs.evolve(record, segments=segments[start:], chunks=chunks), moved
+
+
+def _latest_ms(segments: Sequence[Segment]) -> int:
+    """The latest time of the segments' entries, or -1 if one of them does not say."""
+    times = [s.latest_ms() for s in segments]
+    return -1 if any(t is None for t in times) else max(t for t in times if t is not None)
 
 
 def cut(chunk: Chunk, removed: Sequence[Segment]) -> Chunk:

@@ -6,10 +6,7 @@ version (the metadata store keeps the record as opaque bytes, see
 :class:`~bkframe.core.metadata.MetadataStore`). Cursors are records of their own, so a
 consumer moving its cursor never contends with the writer.
 
-A :class:`Position` is (segment number, entry id): segment numbers are handed out in
-order and never reused, entry ids are the segment ledger's, so a position names the same
-entry forever. Positions are also *boundaries*: ``(s, e)`` with ``e`` past the end of
-segment ``s`` means "after segment ``s``", i.e. the start of the next segment.
+Positions are in :mod:`bkframe.client.logs.positions` (and importable from here).
 
 Reading and writing are in :mod:`bkframe.client.logs.writer` and
 :mod:`bkframe.client.logs.reader`; the client's entry point is
@@ -21,23 +18,24 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import attrs
 from attrs import validators as v
 
+from bkframe.client.logs.envelope import FORMAT_ENVELOPE, FORMAT_RAW, NO_PROPERTIES
+from bkframe.client.logs.positions import EARLIEST, LATEST, Position, Where, epoch_ms, parse_where
 from bkframe.core.metadata import DigestType
 from bkframe.errors import MetadataError
+
+__all__ = ["EARLIEST", "LATEST", "Position", "Where", "epoch_ms", "parse_where"]
 
 #: Log and cursor names: they become ZooKeeper node names and etcd key parts.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 #: How many recent commit tokens a log remembers (a commit retried after more commits
 #: than this would be applied again).
 TOKEN_HISTORY = 256
-#: ``start`` / ``end`` words accepted wherever a position is.
-EARLIEST = "earliest"
-LATEST = "latest"
 
 
 def check_name(name: str, what: str = "log") -> str:
@@ -46,54 +44,6 @@ def check_name(name: str, what: str = "log") -> str:
             f"bad {what} name {name!r}: use 1 to 200 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
     return name
-
-
-# -- positions -------------------------------------------------------------------------
-
-
-class Position(NamedTuple):
-    """(segment number, entry id), ordered; printed and parsed as ``SEGMENT:ENTRY``.
-
-    A named tuple rather than an attrs class: one is made per append and per entry read,
-    and tuple creation and comparison are what this hot path can afford.
-    """
-
-    segment: int
-    entry_id: int
-
-    def __str__(self) -> str:
-        return f"{self.segment}:{self.entry_id}"
-
-    def __repr__(self) -> str:
-        return f"Position({self.segment}, {self.entry_id})"
-
-    def next(self) -> Position:
-        """The position right after this one (a boundary if this was a segment's last entry)."""
-        return Position(self.segment, self.entry_id + 1)
-
-    @classmethod
-    def parse(cls, text: str) -> Position:
-        seg, sep, entry = text.strip().partition(":")
-        try:
-            if not sep:
-                raise ValueError
-            position = cls(int(seg), int(entry))
-        except ValueError:
-            position = None
-        if position is None or position.segment < 0 or position.entry_id < 0:
-            raise ValueError(f"bad position {text!r}: write SEGMENT:ENTRY with two numbers >= 0, e.g. 3:41")
-        return position
-
-
-def parse_where(text: str) -> Position | str:
-    """A position, or ``earliest`` / ``latest``."""
-    word = text.strip().lower()
-    if word in (EARLIEST, LATEST):
-        return word
-    try:
-        return Position.parse(text)
-    except ValueError:
-        raise ValueError(f"bad position {text!r}: write SEGMENT:ENTRY (e.g. 3:41), 'earliest' or 'latest'") from None
 
 
 # -- settings --------------------------------------------------------------------------
@@ -161,10 +111,24 @@ class Segment:
     #: here (-1 before). Recovery that finds less knows entries were lost in flight, and
     #: drops the later open segments, so the log stays a prefix of what was appended.
     last_sent: int = -1
+    #: How its entries are stored: :data:`~bkframe.client.logs.envelope.FORMAT_ENVELOPE`
+    #: (key, timestamp, properties around the payload), or ``FORMAT_RAW`` (payloads only:
+    #: segments written before envelopes existed, or ledgers committed without one).
+    format: int = FORMAT_RAW
+    #: The smallest and largest timestamp (ms) of its entries, once it is closed by the
+    #: writer that wrote it (or committed with them); -1 when not known (open, recovered by
+    #: the next writer, raw): then a seek by time looks inside.
+    min_ts: int = -1
+    max_ts: int = -1
 
     @property
     def entries(self) -> int:
         return self.last_entry_id + 1
+
+    @property
+    def enveloped(self) -> bool:
+        """Its entries are records in envelopes (:func:`bkframe.decode_record` reads one)."""
+        return self.format == FORMAT_ENVELOPE
 
     def first(self) -> Position:
         return Position(self.number, 0)
@@ -179,18 +143,39 @@ class Segment:
             position.segment > self.number or (position.segment == self.number and position.entry_id > self.last_entry_id)
         )
 
+    def latest_ms(self) -> int | None:
+        """The latest time (ms) of this closed segment's entries as far as is known without
+        reading it: its largest timestamp, or for a raw segment (no timestamps) its close
+        time; None if open or not recorded (a segment recovered by the next writer)."""
+        if not self.closed:
+            return None
+        if self.max_ts >= 0:
+            return self.max_ts
+        if self.format == FORMAT_RAW:
+            return int(self.closed_at * 1000)
+        return None
+
+    def aged_at(self) -> float:
+        """When this closed segment's age counts from, for retention (s since the epoch): its
+        latest timestamp, as Kafka's ``retention.ms`` (a segment of old event times goes
+        soon), else when it closed."""
+        latest = self.latest_ms()
+        return latest / 1000 if latest is not None else self.closed_at
+
     def to_json(self) -> list[Any]:
         return [
             self.number, self.ledger_id, int(self.closed), self.last_entry_id, self.length, self.created_at,
-            self.closed_at, self.last_sent,
+            self.closed_at, self.last_sent, self.format, self.min_ts, self.max_ts,
         ]
 
     @classmethod
     def from_json(cls, raw: Sequence[Any]) -> Segment:
-        number, ledger_id, closed, last, length, created, closed_at, last_sent = raw
+        number, ledger_id, closed, last, length, created, closed_at, last_sent = raw[:8]
+        # Segments stored before envelopes have 8 fields: raw payloads, times unknown.
+        fmt, min_ts, max_ts = raw[8:11] if len(raw) >= 11 else (FORMAT_RAW, -1, -1)
         return cls(
             int(number), int(ledger_id), bool(closed), int(last), int(length), float(created), float(closed_at),
-            int(last_sent),
+            int(last_sent), int(fmt), int(min_ts), int(max_ts),
         )
 
 
@@ -212,22 +197,30 @@ class Chunk:
     closed_at: float
     #: The last segment's last entry id.
     last_entry_id: int
+    #: The latest :meth:`Segment.latest_ms` of its segments; -1 if one of them has none
+    #: (a seek by time then reads the chunk).
+    max_ts: int = -1
 
     def as_segment(self) -> Segment:
         """A stand-in for trimming decisions: a cursor, a position or retention lets it go
         exactly when it lets every one of its segments go."""
-        return Segment(self.last, -1, True, self.last_entry_id, self.length, 0.0, self.closed_at)
+        return Segment(
+            self.last, -1, True, self.last_entry_id, self.length, 0.0, self.closed_at,
+            format=FORMAT_ENVELOPE if self.max_ts >= 0 else FORMAT_RAW, max_ts=self.max_ts,
+        )
 
     def to_json(self) -> list[Any]:
         return [
             self.key, self.first, self.last, self.count, self.entries, self.length, self.closed_at, self.last_entry_id,
+            self.max_ts,
         ]
 
     @classmethod
     def from_json(cls, raw: Sequence[Any]) -> Chunk:
-        key, first, last, count, entries, length, closed_at, last_entry_id = raw
+        key, first, last, count, entries, length, closed_at, last_entry_id = raw[:8]
+        max_ts = raw[8] if len(raw) > 8 else -1
         return cls(int(key), int(first), int(last), int(count), int(entries), int(length), float(closed_at),
-                   int(last_entry_id))
+                   int(last_entry_id), int(max_ts))
 
 
 @attrs.frozen
@@ -347,10 +340,20 @@ class LogMetadata:
         return attrs.evolve(self, segments=tuple(seg if s.number == seg.number else s for s in self.segments))
 
     def add_segment(
-        self, ledger_id: int, *, now: float, closed: bool = False, last_entry_id: int = -1, length: int = 0
+        self,
+        ledger_id: int,
+        *,
+        now: float,
+        closed: bool = False,
+        last_entry_id: int = -1,
+        length: int = 0,
+        format: int = FORMAT_ENVELOPE,
+        min_ts: int = -1,
+        max_ts: int = -1,
     ) -> LogMetadata:
         seg = Segment(
-            self.next_segment, ledger_id, closed, last_entry_id, length, created_at=now, closed_at=now if closed else 0.0
+            self.next_segment, ledger_id, closed, last_entry_id, length, created_at=now,
+            closed_at=now if closed else 0.0, format=format, min_ts=min_ts, max_ts=max_ts,
         )
         return attrs.evolve(self, segments=(*self.segments, seg), next_segment=self.next_segment + 1)
 
@@ -477,9 +480,17 @@ class Cursor:
 
 @attrs.frozen
 class LogEntry:
+    """One entry of a log as read: its payload, and the envelope's key, timestamp (ms since
+    the epoch; None in a raw segment) and properties. ``event_time``: the timestamp is the
+    writer's event time, not the time it was appended."""
+
     position: Position
     ledger_id: int
     payload: bytes
+    key: bytes | None = None
+    timestamp: int | None = None
+    properties: Mapping[str, str] = NO_PROPERTIES
+    event_time: bool = False
 
 
 @attrs.frozen
@@ -490,10 +501,17 @@ class SegmentRange:
     ledger_id: int
     first: int
     last: int
+    #: The segment's :attr:`Segment.format`: how to decode its entries.
+    format: int = FORMAT_RAW
 
     @property
     def entries(self) -> int:
         return max(0, self.last - self.first + 1)
+
+    @property
+    def enveloped(self) -> bool:
+        """Its entries are records in envelopes (:func:`bkframe.decode_record` reads one)."""
+        return self.format == FORMAT_ENVELOPE
 
 
 @attrs.frozen
@@ -542,7 +560,7 @@ def segments_to_trim(
     settings = record.settings
     if use_retention and settings.retention_s is not None:
         k = 0
-        while k < closed_prefix and segs[k].closed_at <= now - settings.retention_s:
+        while k < closed_prefix and segs[k].aged_at() <= now - settings.retention_s:
             k += 1
         wanted = max(wanted, k)
     if use_retention and settings.retention_bytes is not None:

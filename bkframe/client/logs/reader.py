@@ -17,10 +17,12 @@ and which segment comes next.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 
 import trio
 
+from bkframe.client.logs.envelope import FORMAT_RAW, BadRecordError, decode, timestamp_of
 from bkframe.client.logs.model import (
     EARLIEST,
     LATEST,
@@ -29,9 +31,11 @@ from bkframe.client.logs.model import (
     Position,
     Segment,
     SegmentRange,
+    Where,
+    epoch_ms,
 )
 from bkframe.client.logs.records import LogRecords
-from bkframe.client.read_handle import ReadHandle
+from bkframe.client.read_handle import Entry, ReadHandle
 from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
 
 #: Entries read per request batch.
@@ -66,17 +70,83 @@ class LogReader:
 
     # -- positions -----------------------------------------------------------------------
 
-    async def resolve(self, where: Position | str) -> Position:
-        """``earliest``, ``latest`` (the end: the next position to be confirmed) or a
-        position, checked not to be trimmed."""
+    async def resolve(self, where: Where) -> Position:
+        """``earliest``, ``latest`` (the end: the next position to be confirmed), a
+        position (checked not to be trimmed), or a time (a :class:`~datetime.datetime`:
+        :meth:`position_at` it)."""
         if where == EARLIEST:
             return (await self.refresh()).start
         if where == LATEST:
             return await self.end()
+        if isinstance(where, datetime):
+            return await self.position_at(epoch_ms(where))
         if not isinstance(where, Position):
-            raise ValueError(f"bad position {where!r}: a Position, 'earliest' or 'latest'")
+            raise ValueError(f"bad position {where!r}: a Position, 'earliest', 'latest' or a datetime")
         self._check_not_trimmed(where)
         return where
+
+    async def position_at(self, timestamp: int) -> Position:
+        """The first position whose record's timestamp (ms since the epoch) is at or after
+        ``timestamp``; the log's end if none is yet (Kafka's ``offsetsForTimes``).
+
+        Closed segments record the range of their timestamps, so a seek skips every segment
+        (and every chunk of them) that ends earlier without reading it, and reads only the
+        segment the time falls in, by bisection: about log2(entries) single-entry reads.
+        Bisection assumes timestamps that do not go back within a segment -- true of publish
+        times; with event times given out of order the position found has a timestamp at or
+        after ``timestamp`` and one before it just ahead, not necessarily the first such. A
+        raw segment (written before records had timestamps) counts as of when it closed."""
+        record = await self.refresh()
+        end = await self.end()
+        for c in record.chunks:
+            if 0 <= c.max_ts < timestamp:
+                continue
+            for seg in await self._records.chunk(record, c):
+                found = await self._seek(seg, timestamp, end)
+                if found is not None:
+                    return found
+        for seg in record.segments:
+            if seg.number > end.segment:
+                break
+            found = await self._seek(seg, timestamp, end)
+            if found is not None:
+                return found
+        return end
+
+    async def _seek(self, seg: Segment, timestamp: int, end: Position) -> Position | None:
+        """The first position of ``seg`` (before ``end``) at or after ``timestamp``, or None
+        if every entry of it is earlier."""
+        latest = seg.latest_ms()
+        if latest is not None and latest < timestamp:
+            return None
+        if seg.format == FORMAT_RAW or 0 <= timestamp <= seg.min_ts:
+            return Position(seg.number, 0) if seg.number < end.segment or end.entry_id > 0 else None
+        last = await self._confirmed_last(seg)
+        if last is None:
+            return None
+        if seg.number == end.segment:
+            last = min(last, end.entry_id - 1)
+        if last < 0:
+            return None
+        handle = await self._handle(seg)
+
+        async def stamp(entry_id: int) -> int:
+            [entry] = await handle.read(entry_id, entry_id)
+            try:
+                return timestamp_of(entry.payload)
+            except BadRecordError as e:
+                raise BadRecordError(f"log {self.name!r}: entry {seg.number}:{entry_id}: {e}") from None
+
+        if await stamp(last) < timestamp:
+            return None
+        lo, hi = 0, last  # the answer is in lo..hi, and hi's timestamp is at or after it
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if await stamp(mid) < timestamp:
+                lo = mid + 1
+            else:
+                hi = mid
+        return Position(seg.number, lo)
 
     def _check_not_trimmed(self, position: Position) -> None:
         if position.segment < self.metadata.first_segment:
@@ -118,7 +188,7 @@ class LogReader:
 
     # -- reading ---------------------------------------------------------------------------
 
-    async def snapshot(self, start: Position | str = EARLIEST, end: Position | None = None) -> list[SegmentRange]:
+    async def snapshot(self, start: Where = EARLIEST, end: Position | None = None) -> list[SegmentRange]:
         """The confirmed entries from ``start`` up to ``end`` (exclusive; default the log's
         end now), as one range per segment: a consistent snapshot to read in parts."""
         first = await self.resolve(start)
@@ -136,10 +206,10 @@ class LogReader:
             lo = first.entry_id if seg.number == first.segment else 0
             hi = confirmed if seg.number < stop.segment else min(confirmed, stop.entry_id - 1)
             if hi >= lo:
-                out.append(SegmentRange(seg.number, seg.ledger_id, lo, hi))
+                out.append(SegmentRange(seg.number, seg.ledger_id, lo, hi, seg.format))
         return out
 
-    async def advance(self, start: Position | str, max_entries: int, end: Position | None = None) -> Position:
+    async def advance(self, start: Where, max_entries: int, end: Position | None = None) -> Position:
         """The position ``max_entries`` confirmed entries after ``start``, or ``end`` (default
         the log's end) if there are fewer: where a bounded batch from ``start`` stops (what
         a stream's ``maxEntriesPerTrigger`` needs)."""
@@ -165,7 +235,7 @@ class LogReader:
         return await self._read(seg, first, last)
 
     async def read(
-        self, start: Position | str = EARLIEST, end: Position | None = None, *, max_entries: int | None = None
+        self, start: Where = EARLIEST, end: Position | None = None, *, max_entries: int | None = None
     ) -> list[LogEntry]:
         """Confirmed entries from ``start`` up to ``end`` (exclusive; default the end now)."""
         out: list[LogEntry] = []
@@ -175,13 +245,13 @@ class LogReader:
                 return out[:max_entries]
         return out
 
-    async def chunks(self, start: Position | str = EARLIEST, end: Position | None = None) -> AsyncIterator[list[LogEntry]]:
+    async def chunks(self, start: Where = EARLIEST, end: Position | None = None) -> AsyncIterator[list[LogEntry]]:
         """Like :meth:`read`, a chunk of entries at a time."""
         for part in await self.snapshot(start, end):
             for lo in range(part.first, part.last + 1, CHUNK):
                 seg = self.metadata.segment(part.segment)
                 if seg is None:
-                    seg = Segment(part.segment, part.ledger_id)
+                    seg = Segment(part.segment, part.ledger_id, format=part.format)
                 yield await self._read(seg, lo, min(lo + CHUNK - 1, part.last))
 
     async def _handle(self, seg: Segment) -> ReadHandle:
@@ -218,7 +288,7 @@ class LogReader:
             except _SegmentGone:
                 raise NoSuchEntryError(f"log {self.name!r}: segment {seg.number} holds no entries") from None
             raise
-        return [LogEntry(Position(seg.number, e.entry_id), seg.ledger_id, e.payload) for e in entries]
+        return log_entries(self.name, seg, entries)
 
     async def _at_or_after(self, number: int) -> Segment | None:
         record = self.metadata
@@ -231,7 +301,7 @@ class LogReader:
 
     # -- tailing ---------------------------------------------------------------------------
 
-    async def tail(self, start: Position | str = EARLIEST, *, poll_timeout_s: float = 1.0) -> AsyncIterator[LogEntry]:
+    async def tail(self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0) -> AsyncIterator[LogEntry]:
         """Yield every confirmed entry from ``start`` on, in order, across segments, waiting
         for new ones; it ends only when cancelled (or raises if the log is deleted)."""
         async for chunk in self.tail_chunks(start, poll_timeout_s=poll_timeout_s):
@@ -239,7 +309,7 @@ class LogReader:
                 yield entry
 
     async def tail_chunks(
-        self, start: Position | str = EARLIEST, *, poll_timeout_s: float = 1.0
+        self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0
     ) -> AsyncIterator[list[LogEntry]]:
         """:meth:`tail`, a chunk of entries at a time."""
         pos = await self.resolve(start)
@@ -302,6 +372,21 @@ class LogReader:
             if not handle.closed:
                 await self.refresh()
                 wait = min(wait * 2, poll_timeout_s)
+
+
+def log_entries(log: str, seg: Segment, entries: Sequence[Entry]) -> list[LogEntry]:
+    """The log entries of ``seg`` read as ledger ``entries``: envelopes decoded."""
+    number, ledger_id = seg.number, seg.ledger_id
+    if seg.format == FORMAT_RAW:
+        return [LogEntry(Position(number, e.entry_id), ledger_id, e.payload) for e in entries]
+    out = []
+    for e in entries:
+        try:
+            payload, key, timestamp, properties, event_time = decode(e.payload)
+        except BadRecordError as error:
+            raise BadRecordError(f"log {log!r}: entry {number}:{e.entry_id}: {error}") from None
+        out.append(LogEntry(Position(number, e.entry_id), ledger_id, payload, key, timestamp, properties, event_time))
+    return out
 
 
 async def count_entries(reader: LogReader, start: Position) -> int:

@@ -25,121 +25,45 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 from bkframe.client.entry_format import max_payload, too_large
-from bkframe.client.logs.model import LogMetadata, Position
+from bkframe.client.logs import envelope
+from bkframe.client.logs.envelope import Record
+from bkframe.client.logs.model import LogMetadata, Position, Segment
+from bkframe.client.logs.pending import ActiveSegment, PendingLogAppend, PendingLogBatch, SpareLedger
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.logs.retention import trim
 from bkframe.core.metadata import LedgerMetadata
 from bkframe.errors import BadVersionError, BKError, LedgerFencedError, LogError, LogFencedError
 
 if TYPE_CHECKING:
-    from bkframe.client.write_handle import PendingAppend, WriteHandle
+    from bkframe.client.write_handle import WriteHandle
 
 log = logging.getLogger("bkframe.logs")
-
-#: ``Position(s, e)`` without the named tuple's Python-level ``__new__`` (one per append).
-_position = tuple.__new__
 
 #: Background metadata work (closing a rolled segment, preparing a spare) retries this many
 #: times, backing off from 0.1 s to 5 s, before it leaves the job to the next writer.
 BACKGROUND_ATTEMPTS = 8
 
 
-@attrs.define(eq=False)
-class _Spare:
-    """A ledger made ready for the next segment."""
-
-    handle: WriteHandle
-    #: Its segment number if it is in the record already as the successor of ``after``,
-    #: whose ``last_sent`` was set to ``planned_last`` in the same CAS; else it is only
-    #: listed among the record's spares.
-    number: int = -1
-    after: _Active | None = None
-    planned_last: int = -1
-
-
-@attrs.define(eq=False)
-class _Active:
-    """A segment this writer appends (or appended) to."""
-
-    writer: LogWriter
-    #: None until the segment's ledger is ready (appends are queued meanwhile).
-    handle: WriteHandle | None
-    spare: _Spare | None = None
-    #: The segment number, known once the segment is in the log record.
-    number: int = -1
-    appended: int = 0
-    size: int = 0
-    started: float = attrs.Factory(time.monotonic)
-    queued: list[tuple[bytes, PendingLogAppend]] = attrs.Factory(list)
-    registered: trio.Event = attrs.Factory(trio.Event)
-    #: Set once this segment's appends may complete: it is in the record and every append
-    #: of the earlier segments is confirmed (or something failed: see ``error``).
-    gate: trio.Event = attrs.Factory(trio.Event)
-    #: ``gate.is_set()``, as a plain attribute for the per-append checks.
-    open: bool = False
-    error: BaseException | None = None
-
-    def open_gate(self) -> None:
-        self.open = True
-        self.gate.set()
-
-
-def _mark_closed(r: LogMetadata, seg: _Active, md: LedgerMetadata) -> LogMetadata:
-    current = r.segment(seg.number)
-    if current is None or current.closed:
-        return r
-    return r.replace_segment(
-        attrs.evolve(current, closed=True, last_entry_id=md.last_entry_id, length=md.length, closed_at=time.time())
+def _closed(current: Segment, seg: ActiveSegment, md: LedgerMetadata, now: float) -> Segment:
+    """``current`` closed with what the ledger holds, and the time bounds the writer saw."""
+    bounds = {"min_ts": seg.min_ts, "max_ts": seg.max_ts} if seg.max_ts >= 0 and md.last_entry_id >= 0 else {}
+    return attrs.evolve(
+        current, closed=True, last_entry_id=md.last_entry_id, length=md.length, closed_at=now, **bounds
     )
 
 
-class PendingLogAppend:
-    """An append in flight; ``await pending.wait()`` returns its position once confirmed."""
-
-    __slots__ = ("_inner", "_seg")
-
-    def __init__(self, seg: _Active, inner: PendingAppend | None) -> None:
-        self._seg = seg
-        #: None while queued for a segment whose ledger is not ready yet.
-        self._inner = inner
-
-    def done(self) -> bool:
-        inner = self._inner
-        return self._seg.open and (inner is None or inner.done())
-
-    def result(self) -> Position:
-        """The position of a :meth:`done` append (raises what :meth:`wait` would)."""
-        seg = self._seg
-        inner = self._inner
-        if not seg.open or inner is None or not inner.done():
-            if seg.open and seg.error is not None:
-                raise seg.error
-            raise RuntimeError("the append is not confirmed yet; await wait() instead")
-        if seg.error is not None:
-            raise seg.error
-        if inner.error is not None:
-            raise seg.writer._failed(inner.error) if isinstance(inner.error, BKError) else inner.error
-        return _position(Position, (seg.number, inner.entry_id))
-
-    async def wait(self) -> Position:
-        seg = self._seg
-        if not seg.open:
-            await seg.gate.wait()
-        if seg.error is not None:
-            raise seg.error
-        assert self._inner is not None  # the gate opens once the segment's appends are sent
-        try:
-            entry_id = await self._inner.wait()
-        except BKError as e:
-            raise seg.writer._failed(e) from None
-        return _position(Position, (seg.number, entry_id))
+def _mark_closed(r: LogMetadata, seg: ActiveSegment, md: LedgerMetadata) -> LogMetadata:
+    current = r.segment(seg.number)
+    if current is None or current.closed:
+        return r
+    return r.replace_segment(_closed(current, seg, md, time.time()))
 
 
 class LogWriter:
@@ -156,11 +80,11 @@ class LogWriter:
         self._max_bytes = record.settings.rollover_bytes
         self._password = password
         self._record = record
-        seg = _Active(self, first, number=record.segments[-1].number)
+        seg = ActiveSegment(self, first, number=record.segments[-1].number)
         seg.registered.set()
         seg.open_gate()
         self._current = seg
-        self._spare: _Spare | None = None
+        self._spare: SpareLedger | None = None
         self._spare_ready = trio.Event()
         #: Why the last attempt to make a spare gave up (raised to a segment waiting for one).
         self._spare_failure: BaseException | None = None
@@ -178,6 +102,9 @@ class LogWriter:
         #: Larger payloads are refused before they are sent (every segment has the log's digest).
         self._max_entry_size = self._client.context.settings.max_entry_size
         self._max_payload = max_payload(self._max_entry_size, record.settings.digest)
+        #: The envelope of a plain record appended in millisecond ``_head_ts``.
+        self._head_ts = -1
+        self._head = b""
 
     async def _start(self) -> None:
         """Have the first spare ready (so the first rollover is on time), start the age timer."""
@@ -201,35 +128,135 @@ class LogWriter:
 
     # -- appending ---------------------------------------------------------------------
 
-    def append_async(self, payload: bytes) -> PendingLogAppend:
-        """Start an append; successive appends complete in order, across rollovers."""
+    def append_async(
+        self,
+        payload: bytes,
+        *,
+        key: bytes | None = None,
+        timestamp: int | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> PendingLogAppend:
+        """Start an append; successive appends complete in order, across rollovers.
+        ``timestamp``: the record's event time in ms since the epoch (default: now, the
+        publish time); ``key`` and ``properties`` are optional (docs/logs.md#records)."""
         if self._refuse is not None:
             raise self._refuse
-        self._check_size(payload)
+        if key is None and timestamp is None and not properties:
+            # The usual record: one header per millisecond, shared by its appends.
+            ts = time.time_ns() // 1_000_000
+            if ts != self._head_ts:
+                self._head_ts, self._head = ts, envelope.head(ts)
+            data = self._head + payload
+        else:
+            ts = timestamp if timestamp is not None else envelope.now_ms()
+            data = envelope.encode(payload, key, timestamp, properties, now=ts)
+        if len(data) > self._max_payload:
+            raise self._too_large(len(data))
         seg = self._current
         # Entries and bytes here; age is the timer's (a clock read per append costs).
         if seg.appended >= self._max_entries or seg.size >= self._max_bytes:
             seg = self._switch()
         seg.appended += 1
-        seg.size += len(payload)
+        seg.size += len(data)
+        if ts > seg.max_ts:
+            seg.max_ts = ts
+        if ts < seg.min_ts:
+            seg.min_ts = ts
         handle = seg.handle
         if handle is None:
             pending = PendingLogAppend(seg, None)
-            seg.queued.append((payload, pending))
+            seg.queued.append((data, pending))
             return pending
         try:
-            return PendingLogAppend(seg, handle.append_async(payload))
+            return PendingLogAppend(seg, handle.append_async(data))
         except BKError as e:
             raise self._failed(e) from None
 
-    async def append(self, payload: bytes) -> Position:
-        """Append one entry and wait until it is confirmed; returns its position."""
-        return await self.append_async(payload).wait()
+    async def append(
+        self,
+        payload: bytes,
+        *,
+        key: bytes | None = None,
+        timestamp: int | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> Position:
+        """Append one record and wait until it is confirmed; returns its position (see
+        :meth:`append_async` for the keywords)."""
+        return await self.append_async(payload, key=key, timestamp=timestamp, properties=properties).wait()
 
-    def _check_size(self, payload: bytes) -> None:
-        """:class:`EntryTooLargeError` for a payload no bookie would take; the writer goes on."""
-        if len(payload) > self._max_payload:
-            raise too_large(f"log {self.name!r}", len(payload), self._max_entry_size, self.settings.digest)
+    def append_many_async(self, records: Iterable[bytes | Record]) -> PendingLogBatch:
+        """Start appending ``records`` (payloads, or :class:`~bkframe.Record` with a key,
+        timestamp or properties), in order: they leave in one batch per bookie, and the
+        log's bookkeeping is per batch, not per entry. A record over the maximum entry
+        size refuses the whole batch (nothing is appended)."""
+        if self._refuse is not None:
+            raise self._refuse
+        now = envelope.now_ms()
+        datas: list[bytes] = []
+        #: Event times given, by index in the batch (the others are ``now``).
+        stamps: dict[int, int] = {}
+        plain = envelope.head(now)
+        for i, r in enumerate(records):
+            if type(r) is bytes:
+                datas.append(plain + r)
+            elif isinstance(r, Record):
+                datas.append(envelope.encode(r.payload, r.key, r.timestamp, r.properties, now=now))
+                if r.timestamp is not None:
+                    stamps[i] = r.timestamp
+            else:
+                datas.append(plain + bytes(r))
+        if not datas:
+            return PendingLogBatch([])
+        largest = max(map(len, datas))
+        if largest > self._max_payload:
+            raise self._too_large(largest)
+        parts: list[tuple[ActiveSegment, list[bytes]]] = []
+        at = 0
+        while at < len(datas):
+            seg = self._current
+            if seg.appended >= self._max_entries or seg.size >= self._max_bytes:
+                seg = self._switch()
+            # Up to the entry-count boundary; the byte limit is checked per batch part.
+            take = datas[at : at + max(1, self._max_entries - seg.appended)]
+            if stamps:
+                times = [stamps.get(i, now) for i in range(at, at + len(take))]
+                lo, hi = min(times), max(times)
+            else:
+                lo = hi = now
+            at += len(take)
+            seg.appended += len(take)
+            seg.size += sum(map(len, take))
+            if hi > seg.max_ts:
+                seg.max_ts = hi
+            if lo < seg.min_ts:
+                seg.min_ts = lo
+            parts.append((seg, take))
+        out: list[tuple[ActiveSegment, list[PendingLogAppend]]] = []
+        for seg, take in parts:
+            handle = seg.handle
+            if handle is None:
+                queued = [PendingLogAppend(seg, None) for _ in take]
+                seg.queued.extend(zip(take, queued))
+                out.append((seg, queued))
+                continue
+            try:
+                inner = handle.append_many_async(take)
+            except BKError as e:
+                raise self._failed(e) from None
+            out.append((seg, [PendingLogAppend(seg, p) for p in inner]))
+        return PendingLogBatch([p for _, ps in out for p in ps])
+
+    async def append_many(self, records: Iterable[bytes | Record]) -> list[Position]:
+        """Append ``records`` (see :meth:`append_many_async`) and wait until all are
+        confirmed; returns their positions."""
+        return await self.append_many_async(records).wait()
+
+    def _too_large(self, size: int) -> BKError:
+        """:class:`EntryTooLargeError` for a record no bookie would take; the writer goes on."""
+        return too_large(
+            f"log {self.name!r} (the size counts the record's {envelope.HEAD_SIZE}-byte envelope, key and properties)",
+            size, self._max_entry_size, self.settings.digest,
+        )
 
     async def flush(self) -> None:
         """Wait until every append made so far is confirmed (raises if one failed)."""
@@ -253,7 +280,7 @@ class LogWriter:
         await old.registered.wait()
         return old.number
 
-    def _should_roll(self, seg: _Active) -> bool:
+    def _should_roll(self, seg: ActiveSegment) -> bool:
         s = self.settings
         return seg.appended > 0 and (
             seg.appended >= s.rollover_entries
@@ -261,19 +288,19 @@ class LogWriter:
             or time.monotonic() - seg.started >= s.rollover_s
         )
 
-    def _switch(self) -> _Active:
+    def _switch(self) -> ActiveSegment:
         """Direct appends to a new segment, now; :meth:`_roll` does the rest."""
         old = self._current
         spare, self._spare = self._spare, None
         if spare is not None:
             self._spare_ready = trio.Event()
-        new = _Active(self, spare.handle if spare is not None else None, spare)
+        new = ActiveSegment(self, spare.handle if spare is not None else None, spare)
         self._current = new
         # The next spare is made once ``old`` is closed: one CAS records both (see _roll).
         self._spawn(self._roll, old, new)
         return new
 
-    async def _take_spare(self) -> _Spare:
+    async def _take_spare(self) -> SpareLedger:
         while self._spare is None:
             if self._error is not None:
                 raise self._error
@@ -355,7 +382,7 @@ class LogWriter:
                 except BadVersionError:
                     record = await self._records.read(self.name)
 
-    async def _prepare_spare(self, closed: tuple[_Active, LedgerMetadata] | None = None) -> None:
+    async def _prepare_spare(self, closed: tuple[ActiveSegment, LedgerMetadata] | None = None) -> None:
         """Create the next segment's ledger and put it in the record: as the current
         segment's successor (reserved at the entry-count boundary) when the current segment
         is in the record, else among the spares. ``closed``: a rolled segment and its
@@ -374,7 +401,7 @@ class LogWriter:
                     await self._client.create_ledger(
                         ensemble=s.ensemble, write_quorum=s.write_quorum, ack_quorum=s.ack_quorum,
                         ledger_type=s.ledger_type, digest=s.digest, password=self._password,
-                        custom={"bkframe.log": self.name},
+                        custom={"bkframe.log": self.name, **envelope.ENVELOPE_CUSTOM},
                     )
                 )
 
@@ -387,7 +414,7 @@ class LogWriter:
                     if closed is not None:
                         await self._update(lambda r: _mark_closed(r, *closed))
                 return
-            spare = _Spare(made[0])
+            spare = SpareLedger(made[0])
             ledger_id = spare.handle.ledger_id
             current = self._current
             if current.handle is not None:
@@ -432,7 +459,7 @@ class LogWriter:
                 elif self._current is seg and seg.appended == 0:
                     await trio.sleep(min(self.settings.rollover_s, 1.0))  # nothing to roll yet
 
-    async def _roll(self, old: _Active, new: _Active) -> None:
+    async def _roll(self, old: ActiveSegment, new: ActiveSegment) -> None:
         """Make ``new`` the next segment in the record, open its gate once ``old``'s appends
         are all in, then close ``old`` and record it closed."""
         try:
@@ -476,7 +503,7 @@ class LogWriter:
             except BKError as e:
                 log.warning("log %r: retention after a rollover failed (the next one tries again): %s", self.name, e)
 
-    async def _register(self, old: _Active, spare: _Spare, last_sent: int) -> int:
+    async def _register(self, old: ActiveSegment, spare: SpareLedger, last_sent: int) -> int:
         """Record ``old``'s true boundary and ``spare`` as the next segment; its number."""
         ledger_id = spare.handle.ledger_id
 
@@ -494,7 +521,7 @@ class LogWriter:
         record = await self._update(register)
         return next(s.number for s in reversed(record.segments) if s.ledger_id == ledger_id)
 
-    async def _close_ledger(self, seg: _Active) -> LedgerMetadata | None:
+    async def _close_ledger(self, seg: ActiveSegment) -> LedgerMetadata | None:
         """Close a rolled segment's ledger; None if that failed (left to the next writer)."""
         closed_md: list[LedgerMetadata] = []
 
@@ -537,9 +564,7 @@ class LogWriter:
             if current is not None and md.last_entry_id < 0:
                 unused.append(current)  # nothing was ever written to it: it gives no position
             elif current is not None and not current.closed:
-                r = r.replace_segment(
-                    attrs.evolve(current, closed=True, last_entry_id=md.last_entry_id, length=md.length, closed_at=now)
-                )
+                r = r.replace_segment(_closed(current, seg, md, now))
             r = r.drop_segments(s.number for s in unused).with_garbage(r.spares)
             return attrs.evolve(r, spares=(), writer="")
 

@@ -321,11 +321,12 @@ async def test_entries_lost_in_flight_at_a_rollover_leave_no_gap(log_cluster: Cl
         logs = Logs(client)
         await logs.create("gap")
         first = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2)
+        # Written as the dead writer wrote them: each record in its envelope.
         for i in range(5):
-            await first.append(payload("e", i))
+            await first.append(bkframe.encode_record(payload("e", i)))
         second = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2)
         for i in range(10, 13):
-            await second.append(payload("e", i))
+            await second.append(bkframe.encode_record(payload("e", i)))
         await second.write_lac()  # its entries look confirmed at the ledger level
         # The dead writer's record: it had sent entries 0..9 to segment 0 before moving on.
         record = await logs.metadata("gap")

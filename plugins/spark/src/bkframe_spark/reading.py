@@ -19,7 +19,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-from bkframe import LATEST, Client, Entry, LogMetadata, Position, ReadHandle, SegmentRange
+from bkframe import LATEST, Client, Entry, LogMetadata, Position, ReadHandle, SegmentRange, decode_record
 from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
 from bkframe_spark.connection import call, client_for
 from bkframe_spark.options import OptionError, Options
@@ -61,6 +61,8 @@ class EntryRange(InputPartition):
     last: int
     #: Average payload size, when known (a closed segment), to size the read chunks.
     entry_size: int = 0
+    #: The entries are log records in envelopes (a log segment's; ledgers read raw).
+    enveloped: bool = False
 
     @property
     def entries(self) -> int:
@@ -84,7 +86,11 @@ def split(parts: Sequence[EntryRange], entries_per_partition: int, bytes_per_par
         if part.entry_size > 0:
             step = max(1, min(step, bytes_per_partition // part.entry_size))
         for lo in range(part.first, part.last + 1, step):
-            out.append(EntryRange(part.log, part.segment, part.ledger_id, lo, min(lo + step - 1, part.last), part.entry_size))
+            out.append(
+                EntryRange(
+                    part.log, part.segment, part.ledger_id, lo, min(lo + step - 1, part.last), part.entry_size, part.enveloped
+                )
+            )
     return out
 
 
@@ -93,7 +99,7 @@ def log_ranges(record: LogMetadata, ranges: Sequence[SegmentRange]) -> list[Entr
     for r in ranges:
         seg = record.segment(r.segment)
         size = seg.length // seg.entries if seg is not None and seg.closed and seg.entries > 0 else 0
-        out.append(EntryRange(record.name, r.segment, r.ledger_id, r.first, r.last, size))
+        out.append(EntryRange(record.name, r.segment, r.ledger_id, r.first, r.last, size, r.enveloped))
     return out
 
 
@@ -142,6 +148,12 @@ async def _open(client: Client, part: EntryRange, password: bytes) -> ReadHandle
         raise
 
 
+def _payloads(part: EntryRange, entries: Sequence[Entry]) -> list[bytes]:
+    if not part.enveloped:
+        return [e.payload for e in entries]
+    return [decode_record(e.payload).payload for e in entries]
+
+
 def to_batch(part: EntryRange, entries: Sequence[Entry]) -> pa.RecordBatch:
     n = len(entries)
     ids = np.fromiter((e.entry_id for e in entries), dtype=np.int64, count=n)
@@ -161,7 +173,7 @@ def to_batch(part: EntryRange, entries: Sequence[Entry]) -> pa.RecordBatch:
             segment,
             pa.array(np.full(n, part.ledger_id, dtype=np.int64)),
             pa.array(ids),
-            pa.array([e.payload for e in entries], pa.binary()),
+            pa.array(_payloads(part, entries), pa.binary()),
         ],
         schema=ARROW_SCHEMA,
     )

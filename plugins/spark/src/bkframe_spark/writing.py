@@ -34,7 +34,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from bkframe import Client, CommitResult, DigestType, LogMetadata, PendingAppend, WriteHandle
+from bkframe import ENVELOPE_CUSTOM, Client, CommitResult, DigestType, LogMetadata, PendingAppend, WriteHandle, encode_record
 from bkframe.errors import BKError, LogError, LogExistsError, MetadataError, NoSuchLedgerError, NoSuchLogError
 from bkframe_spark.connection import ConnectorTimeoutError, call, client_for
 from bkframe_spark.options import OptionError, Options
@@ -69,6 +69,9 @@ class LedgerMessage(WriterCommitMessage):
     attempt: int
     #: The write's id (:data:`TAG_WRITE`): its staging group.
     write: str
+    #: The smallest and largest timestamp (ms) of its records (-1: none written).
+    min_ts: int = -1
+    max_ts: int = -1
 
 
 @attrs.frozen
@@ -135,6 +138,8 @@ class _Sink:
         self.in_flight = 0
         self.entries = 0
         self.size = 0
+        self.min_ts = -1
+        self.max_ts = -1
 
     async def append(self, data: Sequence[bytes]) -> None:
         if self.late:
@@ -152,6 +157,12 @@ class _Sink:
                 self.handle, self.late = None, True
                 return
         handle, pending = self.handle, self.pending
+        # Each row a log record in its envelope, stamped with this batch's publish time.
+        now = time.time_ns() // 1_000_000
+        if self.min_ts < 0:
+            self.min_ts = now
+        self.max_ts = max(self.max_ts, now)
+        data = [encode_record(payload, now=now) for payload in data]
         # Appends made in one go leave as one ADD_BATCH per bookie; refilling the window one
         # entry at a time would send one message per entry (several times slower).
         for first in range(0, len(data), CHUNK):
@@ -192,7 +203,11 @@ def write_task(
     partition, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (0, 0)
     bk = client_for(opts.metadata, opts.timeout_s)
     what = f"task {partition} (attempt {attempt}) writing for log {spec.log!r}"
-    custom = {TAG_WRITE: write, TAG_TOKEN: token, TAG_LOG: spec.log, "bkframe.spark.task": f"{partition}.{attempt}"}
+    custom = {
+        TAG_WRITE: write, TAG_TOKEN: token, TAG_LOG: spec.log, "bkframe.spark.task": f"{partition}.{attempt}",
+        # Its entries are records in envelopes: commit_ledgers makes it an enveloped segment.
+        **ENVELOPE_CUSTOM,
+    }
     sink = _Sink(bk.client, spec, token, write, custom)
     try:
         for batch in batches:
@@ -213,7 +228,7 @@ def write_task(
             log.warning("%s: could not delete ledger %s (staged: the driver's commit or abort will): %s",
                         what, sink.handle.ledger_id if sink.handle else None, e)
         raise
-    return LedgerMessage(ledger_id, sink.entries, sink.size, partition, attempt, write)
+    return LedgerMessage(ledger_id, sink.entries, sink.size, partition, attempt, write, sink.min_ts, sink.max_ts)
 
 
 async def _finished_without(client: Client, spec: LedgerSpec, token: str, write: str, ledger_id: int) -> bool:
@@ -241,9 +256,11 @@ def message_ledgers(messages: Sequence[LedgerMessage | None]) -> list[int]:
     return [m.ledger_id for m in done if m.ledger_id is not None]
 
 
-async def _commit(client: Client, spec: LedgerSpec, ids: list[int], token: str) -> tuple[CommitResult, set[int]]:
+async def _commit(
+    client: Client, spec: LedgerSpec, ids: list[int], token: str, bounds: dict[int, tuple[int, int]]
+) -> tuple[CommitResult, set[int]]:
     logs = client.logs
-    result = await logs.commit_ledgers(spec.log, ids, token, password=spec.password)
+    result = await logs.commit_ledgers(spec.log, ids, token, password=spec.password, time_bounds=bounds)
     if not result.replayed:
         return result, set(ids)
     record = await logs.metadata(spec.log)
@@ -259,13 +276,16 @@ def commit_write(
     committed)."""
     bk = client_for(opts.metadata, opts.timeout_s)
     ids = message_ledgers(messages)
+    bounds = {
+        m.ledger_id: (m.min_ts, m.max_ts) for m in messages if m is not None and m.ledger_id is not None and m.max_ts >= 0
+    }
     what = f"committing {len(ids)} ledger(s) to log {spec.log!r} (token {token})"
     result: CommitResult | None = None
     committed: set[int] = set()
     delay = 0.5
     for attempt in range(COMMIT_ATTEMPTS if ids else 0):
         try:
-            result, committed = call(bk, what, opts.timeout_s, _commit, bk.client, spec, ids, token)
+            result, committed = call(bk, what, opts.timeout_s, _commit, bk.client, spec, ids, token, bounds)
             break
         except (ConnectorTimeoutError, MetadataError) as e:
             # The commit is idempotent per token: trying again after an unknown outcome is safe.
