@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from bkframe.client.entry_format import max_payload, too_large
+from bkframe.client.entry_format import LIMIT_SOURCE, max_payload
 from bkframe.client.logs import envelope
 from bkframe.client.logs.envelope import Record
 from bkframe.client.logs.model import LogMetadata, Position, Segment
@@ -39,7 +39,7 @@ from bkframe.client.logs.pending import ActiveSegment, PendingLogAppend, Pending
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.logs.retention import trim
 from bkframe.core.metadata import LedgerMetadata
-from bkframe.errors import BadVersionError, BKError, LedgerFencedError, LogError, LogFencedError
+from bkframe.errors import BadVersionError, BKError, EntryTooLargeError, LedgerFencedError, LogError, LogFencedError
 
 if TYPE_CHECKING:
     from bkframe.client.write_handle import WriteHandle
@@ -151,7 +151,7 @@ class LogWriter:
             ts = timestamp if timestamp is not None else envelope.now_ms()
             data = envelope.encode(payload, key, timestamp, properties, now=ts)
         if len(data) > self._max_payload:
-            raise self._too_large(len(data))
+            raise self._too_large(len(payload), len(data) - len(payload))
         seg = self._current
         # Entries and bytes here; age is the timer's (a clock read per append costs).
         if seg.appended >= self._max_entries or seg.size >= self._max_bytes:
@@ -196,7 +196,8 @@ class LogWriter:
         #: Event times given, by index in the batch (the others are ``now``).
         stamps: dict[int, int] = {}
         plain = envelope.head(now)
-        for i, r in enumerate(records):
+        batch = list(records)
+        for i, r in enumerate(batch):
             if type(r) is bytes:
                 datas.append(plain + r)
             elif isinstance(r, Record):
@@ -207,9 +208,11 @@ class LogWriter:
                 datas.append(plain + bytes(r))
         if not datas:
             return PendingLogBatch([])
-        largest = max(map(len, datas))
-        if largest > self._max_payload:
-            raise self._too_large(largest)
+        if max(map(len, datas)) > self._max_payload:
+            i = next(i for i, d in enumerate(datas) if len(d) > self._max_payload)
+            r = batch[i]
+            size = len(r.payload) if isinstance(r, Record) else len(r)
+            raise self._too_large(size, len(datas[i]) - size)
         parts: list[tuple[ActiveSegment, list[bytes]]] = []
         at = 0
         while at < len(datas):
@@ -251,11 +254,16 @@ class LogWriter:
         confirmed; returns their positions."""
         return await self.append_many_async(records).wait()
 
-    def _too_large(self, size: int) -> BKError:
-        """:class:`EntryTooLargeError` for a record no bookie would take; the writer goes on."""
-        return too_large(
-            f"log {self.name!r} (the size counts the record's {envelope.HEAD_SIZE}-byte envelope, key and properties)",
-            size, self._max_entry_size, self.settings.digest,
+    def _too_large(self, payload_size: int, overhead: int) -> BKError:
+        """:class:`EntryTooLargeError` for a record no bookie would take (its payload's size,
+        and the most a payload with its key and properties may have); the writer goes on."""
+        limit = self._max_payload - overhead
+        return EntryTooLargeError(
+            f"log {self.name!r}: an entry of {payload_size} bytes is over the maximum of {limit} for this record "
+            f"(max_entry_size {self._max_entry_size} less {self._max_entry_size - limit} bytes of header, envelope, "
+            f"key and properties; {LIMIT_SOURCE}); split it. Nothing was sent: the writer takes further records",
+            payload_size,
+            limit,
         )
 
     async def flush(self) -> None:
