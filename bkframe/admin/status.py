@@ -26,6 +26,7 @@ from bkframe.bookie.bookie import Bookie
 from bkframe.client.client import Client
 from bkframe.client.logs.model import LogMetadata
 from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore
+from bkframe.errors import BKError
 
 #: How long the page waits for one bookie's info, and for the metadata store.
 INFO_TIMEOUT_S = 2.0
@@ -34,6 +35,8 @@ STORE_TIMEOUT_S = 5.0
 MAX_ROWS = 200
 #: Ledger metadata read at once for a page's rows.
 CONCURRENT_READS = 16
+#: How long the page waits for its logs' cursors (lags need each log's end).
+CURSORS_TIMEOUT_S = 2.0
 
 STYLE = """
 body { font-family: sans-serif; margin: 1.5em; color: #222; }
@@ -188,6 +191,7 @@ class StatusPage:
         names = sorted(await store.list_logs())
         first = bisect.bisect_left(names, start)
         page, more = names[first : first + MAX_ROWS], first + MAX_ROWS < len(names)
+        cursors = await self._cursors(page)
         rows = []
         for name in page:
             try:
@@ -196,13 +200,45 @@ class StatusPage:
             except MetadataError:
                 continue
             # Older closed segments live in chunk records: the record's summary counts them.
-            rows.append([esc(name), str(record.segment_count), human_bytes(record.length), esc(record.writer or "(none)")])
+            rows.append([
+                esc(name), str(record.segment_count), human_bytes(record.length), esc(record.writer or "(none)"),
+                cursors.get(name, '<span class="bad">not read in time</span>'),
+            ])
         shown = f", {first + 1} to {first + len(page)} shown" if len(names) > len(page) else ""
         return [
             f"<h2>Logs ({len(names)}{shown})</h2>",
-            table("logs", ["log", "segments", "size (closed segments)", "writer"], rows, "no logs"),
+            table("logs", ["log", "segments", "size (closed segments)", "writer", "cursors: lag, idle"], rows, "no logs"),
             _next_link("logs-next", "logs_from", names[first + MAX_ROWS], f"next {MAX_ROWS} logs") if more else "",
         ]
+
+    async def _cursors(self, names: list[str]) -> dict[str, str]:
+        """Each log's cursors as HTML: lag in entries, idle time, and whether it is expired
+        (no longer holding retention back). Read at once for the page's logs, within
+        CURSORS_TIMEOUT_S: a log not read by then is shown so."""
+        client = self.admin.client
+        if client is None:
+            return {}
+        out: dict[str, str] = {}
+        limiter = trio.CapacityLimiter(CONCURRENT_READS)
+
+        async def one(name: str) -> None:
+            async with limiter:
+                try:
+                    infos = await client.logs.cursor_infos(name)
+                except BKError as e:
+                    out[name] = f'<span class="bad">{esc(e)}</span>'
+                    return
+            out[name] = "<br>".join(
+                f"{esc(c.cursor.name)}: lag {c.lag}, idle {c.idle_s:.0f} s"
+                + (f' <span class="bad">expired (TTL {c.ttl_s:g} s)</span>' if c.expired else "")
+                for c in infos
+            ) or "(none)"
+
+        with trio.move_on_after(CURSORS_TIMEOUT_S):
+            async with trio.open_nursery() as nursery:
+                for name in names:
+                    nursery.start_soon(one, name)
+        return out
 
     async def _info(self, bookie_id: str, infos: dict[str, dict[str, Any] | str]) -> None:
         client = self.admin.client

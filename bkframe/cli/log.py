@@ -25,7 +25,7 @@ from bkframe.cli.options import (
 )
 from bkframe.cli.stdin_lines import append_lines
 from bkframe.client.client import open_client
-from bkframe.client.logs.api import Logs
+from bkframe.client.logs.api import CursorInfo, Logs
 from bkframe.client.logs.model import EARLIEST, LogEntry, LogSettings, Position, Where, check_name, parse_where
 from bkframe.client.logs.pending import PendingLogAppend
 
@@ -89,18 +89,21 @@ def log_group() -> None:
 @click.option("--rollover-s", type=float, default=LogSettings().rollover_s, show_default=True)
 @click.option("--retention-s", type=float, default=None, help="Trim closed segments older than this.")
 @click.option("--retention-bytes", type=int, default=None, help="Trim the oldest closed segments beyond this size.")
+@click.option("--cursor-ttl", default=None, metavar="DURATION",
+              help="A cursor idle this long (e.g. 7d, 12h) stops holding retention back (default: never).")
 @password_option("log")
 def create(
     metadata: str, name: str, ensemble: int, write_quorum: int, ack_quorum: int, ledger_type: str, digest: str,
     rollover_entries: int, rollover_bytes: int, rollover_s: float, retention_s: float | None,
-    retention_bytes: int | None, password: str,
+    retention_bytes: int | None, cursor_ttl: str | None, password: str,
 ) -> None:
     """Create an empty log."""
+    ttl = _duration(cursor_ttl, "--cursor-ttl") if cursor_ttl is not None else None
     try:
         settings = LogSettings(
             ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type,
             digest=digest, rollover_entries=rollover_entries, rollover_bytes=rollover_bytes, rollover_s=rollover_s,
-            retention_s=retention_s, retention_bytes=retention_bytes,
+            retention_s=retention_s, retention_bytes=retention_bytes, cursor_ttl_s=ttl,
         )
     except ValueError as e:
         raise click.ClickException(str(e)) from None
@@ -118,6 +121,31 @@ def _properties(ctx: click.Context, param: click.Parameter, values: tuple[str, .
     return out
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(text: str, option: str) -> float:
+    """Seconds from ``90``, ``90s``, ``15m``, ``12h`` or ``7d``."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
+    if not m or float(m.group(1)) <= 0:
+        raise click.BadParameter(f"{text!r}: write a duration > 0 such as 90s, 15m, 12h or 7d", param_hint=option)
+    return float(m.group(1)) * _UNITS.get(m.group(2) or "s", 1)
+
+
+def _seconds(s: float | None) -> str:
+    """A duration for people: 45s, 12m, 3.5h, 7d; - for none."""
+    if s is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s / size:.3g}{unit}"
+    return f"{s:.0f}s"
+
+
+def _cursor_state(c: CursorInfo) -> str:
+    return "expired" if c.expired else "active"
+
+
 def _since(text: str | None, option: str) -> datetime | None:
     """A time on the command line: ISO 8601 (UTC unless it gives an offset), milliseconds
     since the epoch, or an age ago (``90s``, ``15m``, ``2h``, ``7d``)."""
@@ -126,7 +154,7 @@ def _since(text: str | None, option: str) -> datetime | None:
     word = text.strip()
     ago = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", word)
     if ago:
-        seconds = float(ago.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[ago.group(2)]
+        seconds = float(ago.group(1)) * _UNITS[ago.group(2)]
         return datetime.now(UTC) - timedelta(seconds=seconds)
     if word.isdigit():
         return datetime.fromtimestamp(int(word) / 1000, UTC)
@@ -332,7 +360,13 @@ def info(metadata: str, password: str, name: str, as_json: bool) -> None:
             start=str(md.start),
             end=str(result.end),
             entries={str(k): v for k, v in result.entries.items()},
-            cursors={c.cursor.name: {"position": str(c.cursor.position), "lag": c.lag} for c in result.cursors},
+            cursors={
+                c.cursor.name: {
+                    "position": str(c.cursor.position), "lag": c.lag, "idle_s": round(c.idle_s, 3), "ttl_s": c.ttl_s,
+                    "expired": c.expired,
+                }
+                for c in result.cursors
+            },
         )
         click.echo(json.dumps(out, indent=2, sort_keys=True))
         return
@@ -341,7 +375,8 @@ def info(metadata: str, password: str, name: str, as_json: bool) -> None:
     click.echo(
         f"rollover: {s.rollover_entries} entries, {s.rollover_bytes} bytes, {s.rollover_s:g} s; "
         f"retention: {'-' if s.retention_s is None else f'{s.retention_s:g} s'}, "
-        f"{'-' if s.retention_bytes is None else f'{s.retention_bytes} bytes'}"
+        f"{'-' if s.retention_bytes is None else f'{s.retention_bytes} bytes'}; "
+        f"cursor TTL: {_seconds(s.cursor_ttl_s) if s.cursor_ttl_s is not None else 'none'}"
     )
     click.echo(f"writer: {md.writer or '-'} (epoch {md.writer_epoch}); start {md.start}, end {result.end}")
     click.echo(
@@ -359,7 +394,10 @@ def info(metadata: str, password: str, name: str, as_json: bool) -> None:
             f"{_when(seg.min_ts / 1000) if known else '-'}\t{_when(seg.max_ts / 1000) if known else '-'}"
         )
     for c in result.cursors:
-        click.echo(f"cursor {c.cursor.name}: at {c.cursor.position}, lag {c.lag} entries")
+        click.echo(
+            f"cursor {c.cursor.name}: at {c.cursor.position}, lag {c.lag} entries, idle {_seconds(c.idle_s)}, "
+            f"TTL {_seconds(c.ttl_s)}, {_cursor_state(c)}"
+        )
 
 
 @log_group.command()
@@ -367,10 +405,13 @@ def info(metadata: str, password: str, name: str, as_json: bool) -> None:
 @password_option("log")
 @click.argument("name", callback=_log_name)
 def cursors(metadata: str, password: str, name: str) -> None:
-    """Each cursor: NAME<TAB>POSITION<TAB>LAG (confirmed entries it has not acknowledged)."""
-    result = _run(metadata, lambda logs: logs.info(name, password=password.encode()))
-    for c in result.cursors:
-        click.echo(f"{c.cursor.name}\t{c.cursor.position}\t{c.lag}")
+    """Each cursor: NAME, POSITION, LAG (confirmed entries it has not acknowledged), IDLE (since
+    it last moved), TTL and whether it is active or expired (no longer holding retention back),
+    tab-separated."""
+    for c in _run(metadata, lambda logs: logs.cursor_infos(name, password=password.encode())):
+        click.echo(
+            f"{c.cursor.name}\t{c.cursor.position}\t{c.lag}\t{_seconds(c.idle_s)}\t{_seconds(c.ttl_s)}\t{_cursor_state(c)}"
+        )
 
 
 @log_group.command()
@@ -382,15 +423,18 @@ def cursors(metadata: str, password: str, name: str) -> None:
 @click.option("--to-time", "to_time", default=None,
               help="Move it to the first record at or after this time (ISO 8601, ms, or an age such as 15m).")
 @click.option("--rewind", is_flag=True, help="Allow moving it back.")
+@click.option("--ttl", default=None, metavar="DURATION|none",
+              help="Idle this long (e.g. 7d), it stops holding retention back; 'none': the log's cursor TTL.")
 @click.option("--delete", "remove", is_flag=True, help="Delete the cursor.")
 def cursor(
     metadata: str, password: str, name: str, cursor: str, target: str | None, to_time: str | None, rewind: bool,
-    remove: bool,
+    ttl: str | None, remove: bool,
 ) -> None:
     """Show, create, move or delete a durable cursor (every entry before its position is acknowledged)."""
     if target is not None and to_time is not None:
         raise click.UsageError("give --to (a position) or --to-time (a time), not both")
     where: Where | None = _where(target, "--to") if target is not None else _since(to_time, "--to-time")
+    ttl_s = None if ttl is None or ttl.strip().lower() == "none" else _duration(ttl, "--ttl")
 
     async def run(logs: Logs) -> str:
         if remove:
@@ -398,8 +442,10 @@ def cursor(
             return f"deleted cursor {cursor}"
         existing = {c.name for c in await logs.cursors(name)}
         if cursor not in existing:
-            made = await logs.create_cursor(name, cursor, where or EARLIEST, password=password.encode())
+            made = await logs.create_cursor(name, cursor, where or EARLIEST, password=password.encode(), ttl_s=ttl_s)
             return f"{cursor}\t{made.position}"
+        if ttl is not None:
+            await logs.set_cursor_ttl(name, cursor, ttl_s)
         if where is not None:
             moved = await logs.move_cursor(name, cursor, where, rewind=rewind, password=password.encode())
             return f"{cursor}\t{moved.position}"

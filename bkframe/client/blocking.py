@@ -22,7 +22,7 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from bkframe.client.client import Client, open_client
-from bkframe.client.logs.api import LogInfo, Logs
+from bkframe.client.logs.api import CursorInfo, LogInfo, Logs
 from bkframe.client.logs.envelope import Record
 from bkframe.client.logs.model import (
     EARLIEST,
@@ -346,8 +346,16 @@ class BlockingLogs:
     def trim(self, name: str, *, before: Position | None = None, retention: bool = False, force: bool = False) -> TrimResult:
         return self._owner._run(lambda: self._logs.trim(name, before=before, retention=retention, force=force))
 
-    def create_cursor(self, name: str, cursor: str, start: Where = EARLIEST, *, password: bytes = b"") -> Cursor:
-        return self._owner._run(lambda: self._logs.create_cursor(name, cursor, start, password=password))
+    def create_cursor(
+        self, name: str, cursor: str, start: Where = EARLIEST, *, password: bytes = b"", ttl_s: float | None = None
+    ) -> Cursor:
+        return self._owner._run(lambda: self._logs.create_cursor(name, cursor, start, password=password, ttl_s=ttl_s))
+
+    def set_cursor_ttl(self, name: str, cursor: str, ttl_s: float | None) -> Cursor:
+        return self._owner._run(self._logs.set_cursor_ttl, name, cursor, ttl_s)
+
+    def cursor_infos(self, name: str, *, password: bytes = b"") -> tuple[CursorInfo, ...]:
+        return self._owner._run(lambda: self._logs.cursor_infos(name, password=password))
 
     def cursor(self, name: str, cursor: str) -> Cursor:
         return self._owner._run(self._logs.cursor, name, cursor)

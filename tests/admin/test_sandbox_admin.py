@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 import bkframe
 from tests.admin.helpers import fetch, sample
@@ -99,6 +100,12 @@ async def test_status_page_in_headless_chromium(sandbox: dict[str, Any], tmp_pat
         w = await client.create_ledger(ensemble=2, write_quorum=2, ack_quorum=2, password=b"pw")
         await w.append(b"shown on the status page")
         await w.close()
+        # A log with a cursor behind, idle past the log's cursor TTL.
+        await client.logs.create("watched", ensemble=2, write_quorum=2, ack_quorum=2, cursor_ttl_s=0.1)
+        async with await client.logs.open_writer("watched") as log_writer:
+            await log_writer.append_many([b"a", b"b", b"c"])
+        await client.logs.create_cursor("watched", "reporting", "earliest")
+        await trio.sleep(0.2)
     url = sandbox["bookies"][1]["http"] + "/"
     proc = subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -112,3 +119,4 @@ async def test_status_page_in_headless_chromium(sandbox: dict[str, Any], tmp_pat
     assert dom.count("<td>writable</td>") == 3
     assert f"<td>{w.ledger_id}</td>" in dom
     assert "nothing is under-replicated" in dom and "no ledger is in limbo" in dom
+    assert "<td>watched</td>" in dom and "reporting: lag 3, idle" in dom and "expired (TTL 0.1 s)" in dom

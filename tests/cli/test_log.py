@@ -24,15 +24,20 @@ def test_log_commands(cluster_factory: Any) -> None:
     assert bk("log", "read", "events", *meta, "--from", "0:2", "--to", "1:0").stdout == "c\nd\n"
     assert bk("log", "tail", "events", *meta, "--from", "1:1", "--positions").stdout == "1:1\te\n"
     assert bk("log", "list", *meta).stdout.split() == ["events"]
-    assert bk("log", "cursor", "events", "reporting", *meta, "--to", "1:0").stdout.split() == ["reporting", "1:0"]
-    assert bk("log", "cursors", "events", *meta).stdout == "reporting\t1:0\t2\n"
+    assert bk("log", "cursor", "events", "reporting", *meta, "--to", "1:0", "--ttl", "7d").stdout.split() == [
+        "reporting", "1:0"
+    ]
+    name, position, lag, _idle, ttl, state = bk("log", "cursors", "events", *meta).stdout.rstrip("\n").split("\t")
+    assert (name, position, lag, ttl, state) == ("reporting", "1:0", "2", "7d", "active")
     info = bk("log", "info", "events", *meta).stdout
     assert "PD_JOURNAL E=3 W=3 A=2" in info and "start 0:0, end 1:2" in info
-    assert "cursor reporting: at 1:0, lag 2 entries" in info
+    assert "cursor reporting: at 1:0, lag 2 entries, idle " in info and "TTL 7d, active" in info
     rows = [line.split("\t") for line in info.splitlines() if line[:1].isdigit()]
     assert [(r[0], r[2], r[3]) for r in rows] == [("0", "closed", "3"), ("1", "closed", "2")]
     as_json = json.loads(bk("log", "info", "events", *meta, "--json").stdout)
-    assert as_json["end"] == "1:2" and as_json["cursors"] == {"reporting": {"position": "1:0", "lag": 2}}
+    assert as_json["end"] == "1:2"
+    reporting = as_json["cursors"]["reporting"]
+    assert (reporting["position"], reporting["lag"], reporting["ttl_s"], reporting["expired"]) == ("1:0", 2, 604800.0, False)
     # Trimming stops at the cursor; segment 0 goes, and its ledger with it.
     first_ledger = as_json["segments"][0][1]
     trimmed = bk("log", "trim", "events", *meta, "--before", "2:0").stdout

@@ -69,6 +69,11 @@ class CursorInfo:
     cursor: Cursor
     #: Confirmed entries from the cursor's position to the log's end.
     lag: int
+    #: Seconds since it was last moved, and its inactivity TTL (its own or the log's; None: none).
+    idle_s: float = 0.0
+    ttl_s: float | None = None
+    #: Idle past its TTL: retention no longer waits for it.
+    expired: bool = False
 
 
 @attrs.frozen
@@ -356,13 +361,15 @@ class Logs:
         return reader.metadata, await reader.resolve(where)
 
     async def create_cursor(
-        self, name: str, cursor: str, start: Where = EARLIEST, *, password: bytes = b""
+        self, name: str, cursor: str, start: Where = EARLIEST, *, password: bytes = b"", ttl_s: float | None = None
     ) -> Cursor:
         """A durable cursor at ``start`` (``earliest``, ``latest``, a position, or a
-        :class:`~datetime.datetime`: the first record at or after that time)."""
+        :class:`~datetime.datetime`: the first record at or after that time). ``ttl_s``: not
+        moved for this long, it stops holding retention back (default: the log's
+        ``cursor_ttl_s``; see docs/logs.md#cursors-that-do-not-pin-the-disk-forever)."""
         check_name(cursor, "cursor")
         record, position = await self._where(name, start, password)
-        new = Cursor(name, cursor, position, log_uid=record.uid)
+        new = Cursor(name, cursor, position, log_uid=record.uid, ttl_s=ttl_s)
         try:
             version = await self.store.write_cursor(name, cursor, new.serialize(), None)
         except BadVersionError:
@@ -408,6 +415,21 @@ class Logs:
         where it must not see entries again after a crash (e.g. before a checkpoint)."""
         await self._acks.flush(name, cursor)
 
+    async def set_cursor_ttl(self, name: str, cursor: str, ttl_s: float | None) -> Cursor:
+        """Give the cursor an inactivity TTL of its own (None: the log's ``cursor_ttl_s``)."""
+        if ttl_s is not None and not ttl_s > 0:
+            raise ValueError(f"a cursor's ttl_s must be > 0 (or None), got {ttl_s!r}")
+        while True:
+            current = await self.cursor(name, cursor)
+            if current.ttl_s == ttl_s:
+                return current
+            new = attrs.evolve(current, ttl_s=ttl_s)
+            try:
+                version = await self.store.write_cursor(name, cursor, new.serialize(), current.version)
+                return attrs.evolve(new, version=version)
+            except BadVersionError:
+                continue
+
     async def delete_cursor(self, name: str, cursor: str) -> None:
         self._acks.forget(name, cursor)
         if not await self.store.delete_cursor(name, cursor):
@@ -425,9 +447,22 @@ class Logs:
         end = await reader.end()
         record = reader.metadata
         entries = {r.segment: r.entries for r in await reader.snapshot(record.start, end)}
-        infos = []
-        for c in await self.cursors(name):
-            lag = await count_entries(reader, max(c.position, record.start)) if c.position < end else 0
-            infos.append(CursorInfo(c, lag))
+        infos = await self._cursor_infos(reader, end)
         segments = tuple(await self._records.segments(record))
-        return LogInfo(record, end, {s.number: entries.get(s.number, 0) for s in segments}, tuple(infos), segments)
+        return LogInfo(record, end, {s.number: entries.get(s.number, 0) for s in segments}, infos, segments)
+
+    async def cursor_infos(self, name: str, *, password: bytes = b"") -> tuple[CursorInfo, ...]:
+        """Each cursor with its lag, idle time and TTL (what ``info`` shows of cursors, read
+        without every segment: the status page asks this per log)."""
+        reader = await self.reader(name, password=password)
+        return await self._cursor_infos(reader, await reader.end())
+
+    async def _cursor_infos(self, reader: LogReader, end: Position) -> tuple[CursorInfo, ...]:
+        record = reader.metadata
+        now = time.time()
+        infos = []
+        for c in await self.cursors(reader.name):
+            lag = await count_entries(reader, max(c.position, record.start)) if c.position < end else 0
+            ttl = c.effective_ttl(record.settings)
+            infos.append(CursorInfo(c, lag, max(0.0, now - c.updated_at), ttl, c.expired(record.settings, now)))
+        return tuple(infos)

@@ -86,6 +86,10 @@ class LogSettings:
     #: open one; older ones move, this many at a time, to chunk records of their own
     #: (written once, read only by a reader that seeks back), so the record stays bounded.
     segments_per_chunk: int = attrs.field(default=500, validator=v.ge(2))
+    #: A cursor not moved for this long (and without a ``ttl_s`` of its own) stops holding
+    #: retention back: a trim passes it and moves it to the new start. None: cursors pin
+    #: what they have not acknowledged forever.
+    cursor_ttl_s: float | None = attrs.field(default=None, validator=_positive_or_none)
 
     def to_json(self) -> dict[str, Any]:
         d = attrs.asdict(self)
@@ -457,20 +461,36 @@ class Cursor:
     name: str
     position: Position
     log_uid: str = ""
+    #: When it was last moved (an ack stored, a move): what its inactivity counts from.
     updated_at: float = attrs.field(factory=time.time)
     version: int = -1
+    #: Inactivity TTL (s): not moved for this long, it stops holding retention back (see
+    #: :meth:`expired`); None: the log's ``cursor_ttl_s``.
+    ttl_s: float | None = attrs.field(default=None, validator=_positive_or_none)
+
+    def effective_ttl(self, settings: LogSettings) -> float | None:
+        return self.ttl_s if self.ttl_s is not None else settings.cursor_ttl_s
+
+    def expired(self, settings: LogSettings, now: float) -> bool:
+        """Inactive past its TTL: retention no longer waits for it (a trim moves it on)."""
+        ttl = self.effective_ttl(settings)
+        return ttl is not None and now - self.updated_at >= ttl
 
     def serialize(self) -> bytes:
-        return json.dumps(
-            {"position": str(self.position), "log_uid": self.log_uid, "updated_at": self.updated_at},
-            separators=(",", ":"),
-        ).encode()
+        d: dict[str, Any] = {"position": str(self.position), "log_uid": self.log_uid, "updated_at": self.updated_at}
+        if self.ttl_s is not None:
+            d["ttl_s"] = self.ttl_s
+        return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
     def deserialize(cls, log: str, name: str, data: bytes, version: int) -> Cursor:
         try:
             raw = json.loads(data)
-            return cls(log, name, Position.parse(raw["position"]), raw["log_uid"], raw["updated_at"], version)
+            ttl = raw.get("ttl_s")
+            return cls(
+                log, name, Position.parse(raw["position"]), raw["log_uid"], raw["updated_at"], version,
+                float(ttl) if ttl is not None else None,
+            )
         except (ValueError, TypeError, KeyError) as e:
             raise MetadataError(f"stored cursor {name!r} of log {log!r} does not parse: {e!r}") from None
 
@@ -530,7 +550,8 @@ class TrimResult:
 
     removed: tuple[Segment, ...]
     start: Position
-    #: Cursors a forced trim moved forward to the new start.
+    #: Cursors the trim moved forward to the new start: all it passed if forced, else the
+    #: expired ones it passed (idle past their TTL).
     moved_cursors: tuple[str, ...] = ()
 
 

@@ -148,14 +148,17 @@ class LogRecords:
             except BKError as e:
                 log.warning("log %r: deleting chunk record %d failed (deleted with the log): %s", name, c.key, e)
 
-    async def set_cursor(self, name: str, cursor: str, target: Position, *, rewind: bool = False) -> Cursor:
+    async def set_cursor(
+        self, name: str, cursor: str, target: Position, *, rewind: bool = False, touch: bool = True
+    ) -> Cursor:
         """Move the cursor to ``target``; never back (an older position is ignored) unless
-        ``rewind``."""
+        ``rewind``. ``touch``: the move is its consumer's (it resets the inactivity clock);
+        a trim moving an idle cursor on is not."""
         while True:
             current = await self.cursor(name, cursor)
             if target == current.position or (target < current.position and not rewind):
                 return current
-            new = attrs.evolve(current, position=target, updated_at=time.time())
+            new = attrs.evolve(current, position=target, updated_at=time.time() if touch else current.updated_at)
             try:
                 version = await self.store.write_cursor(name, cursor, new.serialize(), current.version)
                 return attrs.evolve(new, version=version)

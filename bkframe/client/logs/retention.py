@@ -28,7 +28,10 @@ async def trim(
     while True:
         record = await records.read(name)
         cursors = await records.cursors(name)
-        slowest = min((c.position for c in cursors), default=None)
+        now = time.time()
+        # An expired cursor (idle past its TTL) no longer holds the log back.
+        holding = [c for c in cursors if not c.expired(record.settings, now)]
+        slowest = min((c.position for c in holding), default=None)
         removed, gone, kept = await _plan(records, record, before, retention, slowest, force)
         if not removed:
             return TrimResult((), record.start)
@@ -48,11 +51,16 @@ async def trim(
             continue
     await records.delete_chunks(name, gone)
     moved: list[str] = []
-    if force:
-        for c in cursors:
-            if c.position < stored.start:
-                await records.set_cursor(name, c.name, stored.start)
-                moved.append(c.name)
+    for c in cursors:
+        if c.position < stored.start and (force or c not in holding):
+            if not force:
+                log.warning(
+                    "log %r: cursor %r was idle %.0f s (its TTL is %.0f s): retention trimmed past it and moved it "
+                    "from %s to %s; its consumer skips what was trimmed", name, c.name, now - c.updated_at,
+                    c.effective_ttl(record.settings) or 0.0, c.position, stored.start,
+                )
+            await records.set_cursor(name, c.name, stored.start, touch=False)
+            moved.append(c.name)
     try:
         await records.collect_garbage(name)
     except Exception as e:  # noqa: BLE001 - the trim stands; the next trim deletes the rest
