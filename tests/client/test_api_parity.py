@@ -20,6 +20,7 @@ import typing
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import pyarrow
 import pytest
 
 import bkframe
@@ -76,6 +77,8 @@ BLOCKING_ONLY = {
     "BlockingReadHandle.handle": "the async handle inside, for functions given to BlockingClient.run",
     "BlockingLogWriter.writer": "the async writer inside, for functions given to BlockingClient.run",
     "BlockingLogReader.reader": "the async reader inside, for functions given to BlockingClient.run",
+    "BlockingLogReader.record_batch_reader": "a pyarrow.RecordBatchReader pulls batches synchronously as DuckDB or "
+    "Polars scan it; async code iterates arrow_batches",
 }
 #: Keyword-only parameters (with defaults) that only the blocking twin takes.
 BLOCKING_EXTRA_PARAMETERS = {
@@ -108,7 +111,8 @@ def blocking_type(hint: Any) -> Any:
 
 def hints(fn: Callable[..., Any]) -> dict[str, Any]:
     # Names a module imports only for type checking are found among bkframe's public ones.
-    return typing.get_type_hints(fn, localns=dict(vars(bkframe)))
+    # Annotations name pyarrow as `pa` under TYPE_CHECKING (an optional dependency).
+    return typing.get_type_hints(fn, localns={**vars(bkframe), "pa": pyarrow})
 
 
 def instance_attributes(cls: type) -> set[str]:
