@@ -4,8 +4,6 @@ makes it active again. Off by default. On three real bookie processes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import trio
 
@@ -14,15 +12,8 @@ from bkframe import Position
 from bkframe.testing.cluster import Cluster
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("cursor-ttl"), 3).start()
-    yield c
-    c.close()
-
-
-async def test_an_idle_cursor_stops_pinning_the_log_after_its_ttl(cluster: Cluster) -> None:
-    async with bkframe.open_client(cluster.metadata, cursor_flush_interval_s=0) as client:
+async def test_an_idle_cursor_stops_pinning_the_log_after_its_ttl(shared_cluster: Cluster) -> None:
+    async with bkframe.open_client(shared_cluster.metadata, cursor_flush_interval_s=0) as client:
         logs = client.logs
         await logs.create("pinned", rollover_entries=2, cursor_ttl_s=0.5)
         async with await logs.open_writer("pinned") as writer:
@@ -51,8 +42,8 @@ async def test_an_idle_cursor_stops_pinning_the_log_after_its_ttl(cluster: Clust
         assert not dead.expired and dead.lag == 1
 
 
-async def test_without_a_ttl_a_cursor_pins_forever(cluster: Cluster) -> None:
-    async with bkframe.open_client(cluster.metadata) as client:
+async def test_without_a_ttl_a_cursor_pins_forever(shared_cluster: Cluster) -> None:
+    async with bkframe.open_client(shared_cluster.metadata) as client:
         logs = client.logs
         await logs.create("forever", rollover_entries=2)
         async with await logs.open_writer("forever") as writer:

@@ -6,7 +6,6 @@ written before records had envelopes still read."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,13 +18,6 @@ from bkframe.testing.cluster import Cluster
 DAY_MS = 86_400_000
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("records"), 3).start()
-    yield c
-    c.close()
-
-
 async def _entries_read(client: Client, cluster: Cluster) -> int:
     total = 0
     for b in cluster.bookies:
@@ -34,8 +26,8 @@ async def _entries_read(client: Client, cluster: Cluster) -> int:
     return total
 
 
-async def test_keys_timestamps_and_properties_come_back_from_every_reader(cluster: Cluster) -> None:
-    async with bkframe.open_client(cluster.metadata) as client:
+async def test_keys_timestamps_and_properties_come_back_from_every_reader(shared_cluster: Cluster) -> None:
+    async with bkframe.open_client(shared_cluster.metadata) as client:
         logs = client.logs
         await logs.create("keyed", rollover_entries=7)
         writer = await logs.open_writer("keyed")
@@ -83,8 +75,8 @@ async def test_keys_timestamps_and_properties_come_back_from_every_reader(cluste
         assert all(s.enveloped and s.max_ts >= s.min_ts >= 1_000 for s in md.segments if s.closed)
 
 
-def test_the_blocking_writer_takes_records_too(cluster: Cluster) -> None:
-    with bkframe.connect(cluster.metadata) as bk:
+def test_the_blocking_writer_takes_records_too(shared_cluster: Cluster) -> None:
+    with bkframe.connect(shared_cluster.metadata) as bk:
         bk.logs.create("blocking-keyed")
         with bk.logs.open_writer("blocking-keyed") as w:
             w.append(b"a", key=b"x", timestamp=5, properties={"p": "q"})
@@ -94,9 +86,9 @@ def test_the_blocking_writer_takes_records_too(cluster: Cluster) -> None:
         assert got[0].timestamp == 5 and dict(got[0].properties) == {"p": "q"}
 
 
-async def test_a_seek_by_time_reads_only_the_segment_it_lands_in(cluster: Cluster) -> None:
+async def test_a_seek_by_time_reads_only_the_segment_it_lands_in(shared_cluster: Cluster) -> None:
     # The open segment's LAC reaches its bookies by itself once the writer pauses.
-    async with bkframe.open_client(cluster.metadata, explicit_lac_interval_s=0.05) as client:
+    async with bkframe.open_client(shared_cluster.metadata, explicit_lac_interval_s=0.05) as client:
         logs = client.logs
         await logs.create("timed", rollover_entries=100)
         writer = await logs.open_writer("timed")
@@ -113,9 +105,9 @@ async def test_a_seek_by_time_reads_only_the_segment_it_lands_in(cluster: Cluste
                 await trio.sleep(0.05)
 
         async def seek(t: int) -> tuple[Position, int]:
-            read_before = await _entries_read(client, cluster)
+            read_before = await _entries_read(client, shared_cluster)
             found = await reader.position_at(t)
-            return found, await _entries_read(client, cluster) - read_before
+            return found, await _entries_read(client, shared_cluster) - read_before
 
         def at(i: int) -> Position:
             return Position(i // 100, i % 100)
@@ -145,10 +137,10 @@ async def test_a_seek_by_time_reads_only_the_segment_it_lands_in(cluster: Cluste
         await writer.close()
 
 
-async def test_retention_by_age_goes_by_the_records_times(cluster: Cluster) -> None:
+async def test_retention_by_age_goes_by_the_records_times(shared_cluster: Cluster) -> None:
     """Kafka's retention.ms: a segment goes once its newest record is older than retention,
     however recently it was written (a backfill of old events goes soon)."""
-    async with bkframe.open_client(cluster.metadata) as client:
+    async with bkframe.open_client(shared_cluster.metadata) as client:
         logs = client.logs
         await logs.create("aging", retention_s=3600.0)
         writer = await logs.open_writer("aging")
@@ -168,10 +160,10 @@ async def test_retention_by_age_goes_by_the_records_times(cluster: Cluster) -> N
         assert [e.payload for e in left] == [b"recent"] * 3 + [b"now"]
 
 
-async def test_raw_segments_and_bad_records(cluster: Cluster) -> None:
+async def test_raw_segments_and_bad_records(shared_cluster: Cluster) -> None:
     """A ledger of plain payloads committed to a log reads as before (no key, no time); a
     ledger that claims envelopes and holds garbage fails the read naming the entry."""
-    async with bkframe.open_client(cluster.metadata) as client:
+    async with bkframe.open_client(shared_cluster.metadata) as client:
         logs = client.logs
         await logs.create("mixed-formats")
         raw = await client.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2)
