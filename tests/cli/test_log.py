@@ -1,4 +1,5 @@
-"""``bkframe log ...`` run as real processes against a cluster of bookie processes."""
+"""``bkframe log ...`` run as real processes against a cluster of bookie processes (the
+mistakes, each its one-line error, are rows of tests/cli/test_bad_input.py)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,8 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-import trio
-
-from bkframe.core.plugin_manager import PluginManager
 from tests.cli.test_ledger_and_sandbox import bk
 
 
@@ -73,28 +70,3 @@ def test_log_commands(cluster_factory: Any) -> None:
     assert all(abs(r["timestamp"] / 1000 - time.time()) < 600 for r in records)
     assert bk("log", "read", "keyed", *meta, "--since", "10m", "--keys").stdout == "k1\tone\nk2\ttwo\n-\tno key here\n"
     assert bk("log", "read", "keyed", *meta, "--since", "2099-01-01T00:00:00").stdout == ""
-
-
-def test_log_command_errors(tmp_path: Path) -> None:
-    """Each mistake gets a message saying what was wrong, never a traceback (none needs a bookie)."""
-    uri = f"sqlite://{tmp_path / 'meta.db'}"
-    trio.run(PluginManager().metadata_store(uri, create=True).aclose)  # clients never create a store
-    meta = ["--metadata", uri]
-    bk("log", "create", "secret", *meta, "--password", "pw")
-    for args, message in [
-        (["log", "read", "nope", *meta], "log 'nope' does not exist"),
-        (["log", "create", "secret", *meta], "log 'secret' already exists"),
-        (["log", "create", "bad/name", *meta], "bad log name 'bad/name'"),
-        (["log", "create", "q", *meta, "-e", "2", "-w", "3"], "E >= W >= A >= 1"),
-        (["log", "create", "t", *meta, "--type", "NOPE"], "unknown ledger type 'NOPE'"),
-        (["log", "append", "secret", *meta, "--password", "wrong"], "wrong password for log 'secret'"),
-        (["log", "read", "secret", *meta, "--password", "pw", "--from", "x:1"], "bad position 'x:1'"),
-        (["log", "trim", "secret", *meta], "--before POS and/or --retention"),
-        (["log", "read", "secret", *meta, "--password", "pw", "--since", "yesterday"], "write a time as 2026-11-26T10:00:00"),
-        (["log", "append", "secret", *meta, "--password", "pw", "--property", "novalue"], "'novalue': write NAME=VALUE"),
-    ]:
-        proc = bk(*args, stdin="", check=False)
-        assert proc.returncode != 0, args
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        assert any(message in line for line in lines), proc.stderr
-        assert "Traceback" not in proc.stderr
