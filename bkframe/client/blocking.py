@@ -14,13 +14,13 @@ checkers and readers see them; tests/client/test_api_parity.py fails when the tw
 from __future__ import annotations
 
 import threading
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar, TypeVarTuple
 
 import trio
 from prometheus_client import CollectorRegistry
 
+from bkframe.client.blocking_tail import BlockingTail, singly
 from bkframe.client.client import Client, open_client
 from bkframe.client.logs.api import LogInfo, Logs
 from bkframe.client.logs.envelope import Record
@@ -288,7 +288,7 @@ class BlockingReadHandle:
     def tail(self, start: int = 0, *, poll_timeout_s: float = 1.0, idle_timeout_s: float | None = None) -> BlockingTail[Entry]:
         """Entries from ``start`` as they are confirmed, until the ledger is closed and read;
         with ``idle_timeout_s`` it ends once no entry came for that long."""
-        return BlockingTail(self._owner, _singly(self.handle.tail(start, poll_timeout_s=poll_timeout_s)), idle_timeout_s)
+        return BlockingTail(self._owner, singly(self.handle.tail(start, poll_timeout_s=poll_timeout_s)), idle_timeout_s)
 
 
 # -- named logs ------------------------------------------------------------------------
@@ -487,7 +487,7 @@ class BlockingLogReader:
         return self._owner._run(lambda: self.reader.read(start, end, max_entries=max_entries))
 
     def chunks(self, start: Where = EARLIEST, end: Position | None = None) -> BlockingTail[list[LogEntry]]:
-        return BlockingTail(self._owner, _singly(self.reader.chunks(start, end)))
+        return BlockingTail(self._owner, singly(self.reader.chunks(start, end)))
 
     def tail(
         self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0, idle_timeout_s: float | None = None
@@ -501,71 +501,7 @@ class BlockingLogReader:
         self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0, idle_timeout_s: float | None = None
     ) -> BlockingTail[list[LogEntry]]:
         chunks = self.reader.tail_chunks(start, poll_timeout_s=poll_timeout_s)
-        return BlockingTail(self._owner, _singly(chunks), idle_timeout_s)
-
-
-# -- iterators ---------------------------------------------------------------------------
-
-
-async def _singly(items: AsyncIterator[T]) -> AsyncIterator[list[T]]:
-    """``items`` one at a time, as the one-item batches :class:`BlockingTail` takes."""
-    try:
-        async for item in items:
-            yield [item]
-    finally:
-        await _aclose(items)
-
-
-async def _aclose(items: AsyncIterator[Any]) -> None:
-    closer = getattr(items, "aclose", None)  # async generators have it; other async iterators may not
-    if closer is not None:
-        await closer()
-
-
-class BlockingTail(Iterator[T]):
-    """An async iterator of the client's, as a plain iterator: ``for entry in
-    reader.tail(...)``. ``close()`` (or ``with``) ends it early; with ``idle_timeout_s``
-    it ends once no item came for that long."""
-
-    def __init__(self, owner: BlockingClient, batches: AsyncIterator[Sequence[T]], idle_timeout_s: float | None = None) -> None:
-        self._owner = owner
-        #: Items come from the client's loop a batch per hop (a tail's chunk of entries).
-        self._batches: AsyncIterator[Sequence[T]] | None = batches
-        self._idle = idle_timeout_s
-        self._buffer: deque[T] = deque()
-        self._ended = False
-
-    async def _next_batch(self) -> Sequence[T] | None:
-        assert self._batches is not None
-        with trio.move_on_after(self._idle if self._idle is not None else float("inf")):
-            try:
-                return await self._batches.__anext__()
-            except StopAsyncIteration:
-                return None
-        return None
-
-    def __next__(self) -> T:
-        while not self._buffer:
-            if self._ended:
-                raise StopIteration
-            batch = self._owner._run(self._next_batch)
-            if batch is None:
-                self.close()
-                raise StopIteration
-            self._buffer.extend(batch)
-        return self._buffer.popleft()
-
-    def close(self) -> None:
-        self._ended = True
-        batches, self._batches = self._batches, None
-        if batches is not None:
-            self._owner._run(_aclose, batches)
-
-    def __enter__(self) -> BlockingTail[T]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return BlockingTail(self._owner, singly(chunks), idle_timeout_s)
 
 
 def connect(
