@@ -461,7 +461,7 @@ class MultiLogStore(Protocol):
 
     Optional for a store plugin: every built-in store has it; a store without it serves
     everything else, and a commit to several logs through it fails with
-    :class:`~bkframe.errors.UnsupportedError` (``isinstance(store, MultiLogStore)`` is the check)."""
+    :class:`~bkframe.errors.UnsupportedError` (the client looks for an ``update_logs`` method)."""
 
     async def update_logs(self, changes: Sequence[LogChange]) -> list[int]:
         """Compare-and-set several log records at once: each ``(name, value,
