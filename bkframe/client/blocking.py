@@ -338,11 +338,28 @@ class BlockingLogs:
             lambda: self._logs.commit_ledgers(name, ids, token, password=password, time_bounds=time_bounds)
         )
 
+    def commit_many(
+        self,
+        ledgers: Mapping[str, Iterable[int]],
+        token: str,
+        *,
+        password: bytes | Mapping[str, bytes] = b"",
+        time_bounds: Mapping[int, tuple[int, int]] | None = None,
+    ) -> dict[str, CommitResult]:
+        lists = {name: list(ids) for name, ids in ledgers.items()}
+        return self._owner._run(lambda: self._logs.commit_many(lists, token, password=password, time_bounds=time_bounds))
+
     def stage_ledger(self, name: str, ledger_id: int, token: str, *, group: str = "", password: bytes = b"") -> bool:
         return self._owner._run(lambda: self._logs.stage_ledger(name, ledger_id, token, group=group, password=password))
 
     def discard_staged(self, name: str, group: str, *, password: bytes = b"") -> list[int]:
         return self._owner._run(lambda: self._logs.discard_staged(name, group, password=password))
+
+    def discard_staged_many(
+        self, names: Iterable[str], group: str, *, password: bytes | Mapping[str, bytes] = b""
+    ) -> dict[str, list[int]]:
+        wanted = list(names)
+        return self._owner._run(lambda: self._logs.discard_staged_many(wanted, group, password=password))
 
     def reader(self, name: str, *, password: bytes = b"") -> BlockingLogReader:
         return BlockingLogReader(self._owner, self._owner._run(lambda: self._logs.reader(name, password=password)))

@@ -1,5 +1,9 @@
-"""A plain iterator over one of the client's async iterators, for the blocking facade
-(:mod:`bkframe.client.blocking`): each step hops to the client's loop for a batch."""
+"""The blocking facade's iterators: an async iterator of the client's as a plain one
+(``for entry in reader.tail(...)``), each step a hop into the client's loop.
+
+Part of :mod:`bkframe.client.blocking` (which re-exports :class:`BlockingTail`); apart so
+that neither module grows past what a reader takes in.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +15,12 @@ import trio
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
-R = TypeVar("R")
 
 
-class Owner(Protocol):
-    """The blocking client, as an iterator needs it: something that runs a coroutine in the
-    client's loop and waits for it."""
+class LoopRunner(Protocol):
+    """What runs a step in the client's loop: :class:`bkframe.client.blocking.BlockingClient`."""
 
-    def _run(self, fn: Callable[[*Ts], Awaitable[R]], *args: *Ts) -> R: ...
+    def _run(self, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T: ...
 
 
 async def singly(items: AsyncIterator[T]) -> AsyncIterator[list[T]]:
@@ -27,10 +29,10 @@ async def singly(items: AsyncIterator[T]) -> AsyncIterator[list[T]]:
         async for item in items:
             yield [item]
     finally:
-        await aclose_iterator(items)
+        await _aclose(items)
 
 
-async def aclose_iterator(items: AsyncIterator[Any]) -> None:
+async def _aclose(items: AsyncIterator[Any]) -> None:
     closer = getattr(items, "aclose", None)  # async generators have it; other async iterators may not
     if closer is not None:
         await closer()
@@ -41,7 +43,7 @@ class BlockingTail(Iterator[T]):
     reader.tail(...)``. ``close()`` (or ``with``) ends it early; with ``idle_timeout_s``
     it ends once no item came for that long."""
 
-    def __init__(self, owner: Owner, batches: AsyncIterator[Sequence[T]], idle_timeout_s: float | None = None) -> None:
+    def __init__(self, owner: LoopRunner, batches: AsyncIterator[Sequence[T]], idle_timeout_s: float | None = None) -> None:
         self._owner = owner
         #: Items come from the client's loop a batch per hop (a tail's chunk of entries).
         self._batches: AsyncIterator[Sequence[T]] | None = batches
@@ -73,7 +75,7 @@ class BlockingTail(Iterator[T]):
         self._ended = True
         batches, self._batches = self._batches, None
         if batches is not None:
-            self._owner._run(aclose_iterator, batches)
+            self._owner._run(_aclose, batches)
 
     def __enter__(self) -> BlockingTail[T]:
         return self

@@ -21,7 +21,7 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -449,6 +449,47 @@ class MetadataStore(Protocol):
     async def aclose(self) -> None: ...
 
 
+#: One log record's change in :meth:`MultiLogStore.update_logs`: (log name, new value,
+#: the version it was read at).
+LogChange = tuple[str, bytes, int]
+
+
+@runtime_checkable
+class MultiLogStore(Protocol):
+    """A metadata store that changes several log records in one atomic step (how
+    :meth:`bkframe.Logs.commit_many` commits to several logs at once, all or nothing).
+
+    Optional for a store plugin: every built-in store has it; a store without it serves
+    everything else, and a commit to several logs through it fails with
+    :class:`~bkframe.errors.UnsupportedError` (the client looks for an ``update_logs`` method)."""
+
+    async def update_logs(self, changes: Sequence[LogChange]) -> list[int]:
+        """Compare-and-set several log records at once: each ``(name, value,
+        expected_version)`` replaces the record ``name`` if it is still at
+        ``expected_version`` -- all of them, or none. Returns the new versions, in the order
+        given. If one record moved: :class:`BadVersionError` naming that log; if one does not
+        exist: :class:`NoSuchLogError` naming it; either way nothing was written. A name
+        given twice, or a version no read returned (negative), is a ``ValueError``
+        (:func:`check_log_changes`); no change at all writes nothing and returns ``[]``."""
+        ...
+
+
+def check_log_changes(changes: Sequence[LogChange]) -> list[LogChange]:
+    """``changes`` for :meth:`MultiLogStore.update_logs`, checked: each log once, each
+    expected version one a read returned (>= 0)."""
+    checked = [(str(name), bytes(value), int(version)) for name, value, version in changes]
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for name, _, _ in checked:
+        (twice if name in seen else seen).add(name)
+    if twice:
+        raise ValueError(f"update_logs: log(s) {sorted(twice)} given more than once; give each log's change once")
+    bad = [(name, version) for name, _, version in checked if version < 0]
+    if bad:
+        raise ValueError(f"update_logs: {bad} are no versions a read returned (pass back the version read_log gave)")
+    return checked
+
+
 async def iter_ledger_ids(store: MetadataStore, *, start: int = 0, page: int = LEDGER_PAGE) -> AsyncIterator[list[int]]:
     """Every ledger id ``>= start`` in ascending pages of at most ``page`` ids: memory in
     proportion to a page, not to the cluster. A ledger created or deleted meanwhile may be
@@ -490,13 +531,16 @@ __all__ = [
     "LedgerMetadata",
     "LedgerStateName",
     "Lock",
+    "LogChange",
     "LogExistsError",
     "MetadataError",
     "MetadataStore",
+    "MultiLogStore",
     "NoSuchLedgerError",
     "NoSuchLogError",
     "UnderReplicated",
     "Versioned",
+    "check_log_changes",
     "ensemble_at",
     "iter_ledger_ids",
     "iter_ledgers_of_bookie",

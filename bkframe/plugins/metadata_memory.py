@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import AsyncIterator, Collection, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 
 import attrs
 import trio
@@ -22,11 +22,13 @@ from bkframe.core.metadata import (
     ClusterRecord,
     LedgerExistsError,
     LedgerMetadata,
+    LogChange,
     LogExistsError,
     NoSuchLedgerError,
     NoSuchLogError,
     UnderReplicated,
     Versioned,
+    check_log_changes,
     id_in_use,
 )
 from bkframe.core.registry import ComponentRegistry
@@ -263,6 +265,20 @@ class MemoryMetadataStore:
             raise BadVersionError(f"log {name!r} is at version {current.version}, not {expected_version}")
         self._state.logs[name] = Versioned(value, expected_version + 1)
         return expected_version + 1
+
+    async def update_logs(self, changes: Sequence[LogChange]) -> list[int]:
+        """Every record checked, then every one written, with no checkpoint in between."""
+        checked = check_log_changes(changes)
+        await trio.lowlevel.checkpoint()
+        for name, _, expected_version in checked:
+            current = self._state.logs.get(name)
+            if current is None:
+                raise NoSuchLogError(name)
+            if current.version != expected_version:
+                raise BadVersionError(f"log {name!r} is at version {current.version}, not {expected_version}")
+        for name, value, expected_version in checked:
+            self._state.logs[name] = Versioned(value, expected_version + 1)
+        return [expected_version + 1 for _, _, expected_version in checked]
 
     async def delete_log(self, name: str, expected_version: int | None = None) -> None:
         await trio.lowlevel.checkpoint()

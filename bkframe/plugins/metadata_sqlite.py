@@ -16,7 +16,7 @@ import logging
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -30,12 +30,14 @@ from bkframe.core.metadata import (
     ClusterRecord,
     LedgerExistsError,
     LedgerMetadata,
+    LogChange,
     LogExistsError,
     MetadataError,
     NoSuchLedgerError,
     NoSuchLogError,
     UnderReplicated,
     Versioned,
+    check_log_changes,
     id_in_use,
 )
 from bkframe.core.registry import ComponentRegistry
@@ -416,20 +418,25 @@ class SqliteMetadataStore:
             raise NoSuchLogError(name)
         return Versioned(bytes(row[0]), row[1])
 
-    async def update_log(self, name: str, value: bytes, expected_version: int) -> int:
-        def cas(db: sqlite3.Connection) -> int:
-            cur = db.execute(
-                "UPDATE logs SET data = ?, version = version + 1 WHERE name = ? AND version = ?",
-                (value, name, expected_version),
-            )
-            if cur.rowcount == 1:
-                return expected_version + 1
-            row = db.execute("SELECT version FROM logs WHERE name = ?", (name,)).fetchone()
-            if row is None:
-                raise NoSuchLogError(name)
-            raise BadVersionError(f"log {name!r} is at version {row[0]}, not {expected_version}")
+    @staticmethod
+    def _cas_log(db: sqlite3.Connection, name: str, value: bytes, expected_version: int) -> int:
+        cur = db.execute(
+            "UPDATE logs SET data = ?, version = version + 1 WHERE name = ? AND version = ?", (value, name, expected_version)
+        )
+        if cur.rowcount == 1:
+            return expected_version + 1
+        row = db.execute("SELECT version FROM logs WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise NoSuchLogError(name)
+        raise BadVersionError(f"log {name!r} is at version {row[0]}, not {expected_version}")
 
-        return await self._transaction(cas)
+    async def update_log(self, name: str, value: bytes, expected_version: int) -> int:
+        return await self._transaction(lambda db: self._cas_log(db, name, value, expected_version))
+
+    async def update_logs(self, changes: Sequence[LogChange]) -> list[int]:
+        """One transaction: a change that fails rolls back those before it."""
+        checked = check_log_changes(changes)
+        return await self._transaction(lambda db: [self._cas_log(db, *change) for change in checked])
 
     async def delete_log(self, name: str, expected_version: int | None = None) -> None:
         def delete(db: sqlite3.Connection) -> None:

@@ -14,7 +14,8 @@ empty store per test)::
 processes share (all but ``memory://``) take :class:`SharedMetadataStoreContract`, which
 adds id uniqueness across processes and registrations that expire when their holder dies.
 The autorecovery cases (locks, under-replicated marks, decommissioned bookies) come in
-from :mod:`bkframe.testing.autorecovery_contract`.
+from :mod:`bkframe.testing.autorecovery_contract`, the atomic update of several logs from
+:mod:`bkframe.testing.multilog_contract`.
 Stores are opened through the plugin manager (override ``plugins`` to register a plugin
 that is not installed), with ``create=True`` as a bookie opens them.
 """
@@ -51,13 +52,14 @@ from bkframe.core.metadata import (
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import NoClusterError
 from bkframe.testing.autorecovery_contract import AutorecoveryContract, SharedAutorecoveryContract
+from bkframe.testing.multilog_contract import MultiLogContract, SharedMultiLogContract
 
 
 def ledger(ledger_id: int, **kw: object) -> LedgerMetadata:
     return LedgerMetadata(ledger_id, 3, 2, 2, ((0, ("a", "b", "c")),), **kw)  # type: ignore[arg-type]
 
 
-class MetadataStoreContract(AutorecoveryContract):
+class MetadataStoreContract(AutorecoveryContract, MultiLogContract):
     """What every :class:`~bkframe.core.metadata.MetadataStore` does; see the module docstring."""
 
     @pytest.fixture
@@ -391,7 +393,7 @@ class MetadataStoreContract(AutorecoveryContract):
         assert list(await store.list_cursors("events2")) == ["other"]
 
 
-class SharedMetadataStoreContract(MetadataStoreContract, SharedAutorecoveryContract):
+class SharedMetadataStoreContract(MetadataStoreContract, SharedAutorecoveryContract, SharedMultiLogContract):
     """What a store several processes share does besides: the store must be installed
     (an entry point), since the other processes open it through their own plugin manager."""
 

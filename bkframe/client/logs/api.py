@@ -13,7 +13,8 @@
 
 The model (positions, records, cursors) is :mod:`bkframe.client.logs.model`; writing is
 :mod:`bkframe.client.logs.writer`, reading :mod:`bkframe.client.logs.reader`; the stored
-records, and the steps all three share, :mod:`bkframe.client.logs.records`; trimming
+records, and the steps all three share, :mod:`bkframe.client.logs.records`; committing
+closed ledgers (to one log or several at once) :mod:`bkframe.client.logs.commits`; trimming
 :mod:`bkframe.client.logs.retention`.
 """
 
@@ -28,8 +29,9 @@ from typing import Any
 import attrs
 import trio
 
+from bkframe.client.logs import commits
 from bkframe.client.logs.acks import CursorAcks
-from bkframe.client.logs.envelope import ENVELOPE_CUSTOM, FORMAT_ENVELOPE, FORMAT_KEY, FORMAT_RAW
+from bkframe.client.logs.envelope import ENVELOPE_CUSTOM
 from bkframe.client.logs.ledgers import LedgerClient
 from bkframe.client.logs.model import (
     DISCARD_PREFIX,
@@ -54,7 +56,6 @@ from bkframe.client.write_handle import WriteHandle
 from bkframe.core.metadata import LedgerMetadata, password_hash
 from bkframe.errors import (
     BadVersionError,
-    CommitError,
     CursorExistsError,
     LogFencedError,
     NoSuchCursorError,
@@ -238,63 +239,36 @@ class Logs:
         A ledger whose custom metadata says :data:`~bkframe.client.logs.envelope.FORMAT_KEY`
         ``= "1"`` holds records in envelopes (:func:`bkframe.encode_record`); any other holds
         plain payloads (a raw segment: no keys, no timestamps). ``time_bounds``: the smallest
-        and largest timestamp of each ledger's records, for seeks by time and retention."""
+        and largest timestamp of each ledger's records, for seeks by time and retention.
+
+        The one-log case of :meth:`commit_many` (it works on every metadata store)."""
         if not token:
             raise ValueError("commit_ledgers needs a non-empty token (e.g. the job's or batch's id)")
-        ids = list(ledger_ids)
-        if len(set(ids)) != len(ids):
-            raise CommitError(f"commit to log {name!r}: a ledger is listed twice in {ids}")
-        record = await self.metadata(name)
-        self._records.check_password(record, password)
-        done = record.commit(token)
-        if done is not None:
-            return CommitResult(token, done.segments, replayed=True)
-        mds: list[LedgerMetadata] = []
-        for ledger_id in ids:
-            try:
-                md = await self.client.ledger_metadata(ledger_id)
-            except NoSuchLedgerError:
-                raise CommitError(f"commit to log {name!r}: ledger {ledger_id} does not exist") from None
-            if not md.closed:
-                raise CommitError(
-                    f"commit to log {name!r}: ledger {ledger_id} is {md.state.value}; only closed ledgers can be "
-                    f"committed (close it first)"
-                )
-            if md.password_hash != record.password_hash:
-                raise CommitError(f"commit to log {name!r}: ledger {ledger_id} has another password than the log")
-            mds.append(md)
-        full = [md for md in mds if md.last_entry_id >= 0]
-        empty = [md.ledger_id for md in mds if md.last_entry_id < 0]
-        while True:
-            done = record.commit(token)
-            if done is not None:
-                return CommitResult(token, done.segments, replayed=True)
-            taken = (record.ledger_ids() - record.staged_ids()) & set(ids)
-            if taken:
-                raise CommitError(f"commit to log {name!r}: ledger(s) {sorted(taken)} are in the log already")
-            now = time.time()
-            new = record
-            for md in full:
-                fmt = FORMAT_ENVELOPE if md.custom.get(FORMAT_KEY) == str(FORMAT_ENVELOPE) else FORMAT_RAW
-                lo, hi = (time_bounds or {}).get(md.ledger_id, (-1, -1)) if fmt == FORMAT_ENVELOPE else (-1, -1)
-                new = new.add_segment(
-                    md.ledger_id, now=now, closed=True, last_entry_id=md.last_entry_id, length=md.length, format=fmt,
-                    min_ts=lo, max_ts=hi,
-                )
-            commit = Commit(token, record.next_segment, new.next_segment - 1, now)
-            # Ledgers staged for this token and left out can never be committed: garbage.
-            new = new.unstage(token=token, keep=ids).with_commit(commit).with_garbage(empty)
-            try:
-                await self._records.cas(new, record.version)
-                break
-            except BadVersionError:
-                record = await self.metadata(name)
-        if empty or any(s.token == token for s in record.staged):
-            try:
-                await self._records.collect_garbage(name)
-            except Exception as e:  # noqa: BLE001 - the commit stands; the garbage is deleted later
-                log.warning("log %r: deleting empty committed ledgers failed (retried later): %s", name, e)
-        return CommitResult(token, commit.segments)
+        results = await commits.commit(self._records, {name: ledger_ids}, token, password=password, time_bounds=time_bounds)
+        return results[name]
+
+    async def commit_many(
+        self,
+        ledgers: Mapping[str, Iterable[int]],
+        token: str,
+        *,
+        password: bytes | Mapping[str, bytes] = b"",
+        time_bounds: Mapping[int, tuple[int, int]] | None = None,
+    ) -> dict[str, CommitResult]:
+        """:meth:`commit_ledgers` to several logs at once: ``ledgers`` maps each log's name to
+        the closed ledgers it gets, and every log's record is stored in **one atomic step**
+        of the metadata store -- all the logs get their segments, or none does. Idempotent
+        per ``token`` across the logs: a commit whose token is found (in every one of its
+        logs) changes nothing and returns the first results; a token found in some of the
+        logs only is a :class:`~bkframe.errors.CommitError` (see docs/logs.md). In each
+        log, the ledgers staged under ``token`` and left out are deleted. ``password``: one
+        for every log, or a mapping with each log's. ``time_bounds`` by ledger id, as for
+        :meth:`commit_ledgers`. Returns each log's :class:`CommitResult` by name.
+
+        Several logs need a store that implements
+        :class:`~bkframe.core.metadata.MultiLogStore` (every built-in one does); another gets
+        :class:`~bkframe.errors.UnsupportedError` before anything is changed."""
+        return await commits.commit(self._records, ledgers, token, password=password, time_bounds=time_bounds)
 
     async def stage_ledger(self, name: str, ledger_id: int, token: str, *, group: str = "", password: bytes = b"") -> bool:
         """List ``ledger_id``, just created, in the log record as being written to be
@@ -333,6 +307,18 @@ class Logs:
         await self._records.update(name, discard)
         left = set((await self._records.collect_garbage(name)).garbage)
         return [i for i in ids if i not in left]
+
+    async def discard_staged_many(
+        self, names: Iterable[str], group: str, *, password: bytes | Mapping[str, bytes] = b""
+    ) -> dict[str, list[int]]:
+        """:meth:`discard_staged` of the staging ``group`` in each log of ``names`` (the abort
+        of a write to several logs), one log after the other: not one atomic step, and it
+        need not be -- each log's discard is final and doing it again is harmless, so an abort
+        that failed midway is simply called again. ``password``: one for all, or per log.
+        The ledgers deleted, by log."""
+        wanted = sorted(set(names))
+        passwords = commits.passwords_for(wanted, password, "discard_staged_many")
+        return {name: await self.discard_staged(name, group, password=passwords[name]) for name in wanted}
 
     # -- reading ------------------------------------------------------------------------
 

@@ -55,13 +55,18 @@ def deserialize(record: LogMetadata, chunk: Chunk, data: bytes) -> list[Segment]
     return [s for s in segments if chunk.first <= s.number <= chunk.last]
 
 
-def spill(record: LogMetadata) -> tuple[LogMetadata, list[tuple[Chunk, tuple[Segment, ...]]]]:
+def spill(record: LogMetadata, *, before: int | None = None) -> tuple[LogMetadata, list[tuple[Chunk, tuple[Segment, ...]]]]:
     """``record`` with its oldest closed segments moved to new chunks (while it holds twice
-    ``segments_per_chunk`` before its first open segment), and the chunks to write first."""
+    ``segments_per_chunk`` before its first open segment), and the chunks to write first.
+
+    ``before``: only segments numbered below it move. A commit passes its record's
+    ``next_segment`` as read: its own segments' numbers are not settled until its
+    compare-and-set lands (a retry after a conflict may number them differently), while a
+    chunk record, once written, is never rewritten -- so they move at a later change."""
     n = record.settings.segments_per_chunk
     segments = record.segments
     closed = 0
-    while closed < len(segments) and segments[closed].closed:
+    while closed < len(segments) and segments[closed].closed and (before is None or segments[closed].number < before):
         closed += 1
     moved: list[tuple[Chunk, tuple[Segment, ...]]] = []
     start = 0

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -36,14 +36,16 @@ from bkframe.core.metadata import (
     BookieInfo,
     ClusterRecord,
     LedgerExistsError,
+    LogChange,
     LogExistsError,
     MetadataError,
     NoSuchLedgerError,
     NoSuchLogError,
     Versioned,
+    check_log_changes,
     id_in_use,
 )
-from bkframe_metadata_etcd.autorecovery import EtcdAutorecovery
+from bkframe_metadata_etcd.autorecovery import TXN_OPS, EtcdAutorecovery
 from bkframe_metadata_etcd.kv import b64 as _b64
 from bkframe_metadata_etcd.kv import keys, prefix_end
 from bkframe_metadata_etcd.leases import keep_alive, revoke
@@ -307,6 +309,43 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
 
         await self._call(cas)
         return expected_version + 1
+
+    async def update_logs(self, changes: Sequence[LogChange]) -> list[int]:
+        """One transaction: each key's version compared, every key put if all match; if one
+        does not, the failure branch reads the keys (in the same revision) to say which."""
+        checked = check_log_changes(changes)
+        if not checked:
+            return []
+        if len(checked) > TXN_OPS:
+            raise MetadataError(
+                f"etcd metadata store {self.uri}: {len(checked)} logs in one update; etcd takes at most "
+                f"--max-txn-ops (default {TXN_OPS}) operations in a transaction: update at most {TXN_OPS} logs at once"
+            )
+        txn: dict[str, list[dict[str, Any]]] = {"compare": [], "success": [], "failure": []}
+        for name, value, expected_version in checked:
+            key = self._log(name)
+            # A version below 1 is never a stored one (etcd's start at 1; 0 is "absent"):
+            # "LESS than 0" is never true, so such a change fails, as it must.
+            matches = ("EQUAL", expected_version) if expected_version > 0 else ("LESS", 0)
+            txn["compare"].append(self._version_is(key, *matches))
+            txn["success"].append({"request_put": {"key": _b64(key), "value": _b64(value)}})
+            txn["failure"].append({"request_range": {"key": _b64(key)}})
+
+        def update(client: Etcd3Client) -> None:
+            reply = client.transaction(txn)
+            if reply.get("succeeded", False):
+                return
+            responses = reply.get("responses", [])
+            for (name, _, expected_version), response in zip(checked, responses):
+                kvs = response.get("response_range", {}).get("kvs", [])
+                if not kvs:
+                    raise NoSuchLogError(name)
+                if int(kvs[0]["version"]) != expected_version:
+                    raise BadVersionError(f"log {name!r} is at version {kvs[0]['version']}, not {expected_version}")
+            raise MetadataError(f"etcd metadata store {self.uri}: updating logs failed, though every log is as expected")
+
+        await self._call(update)
+        return [expected_version + 1 for _, _, expected_version in checked]
 
     async def delete_log(self, name: str, expected_version: int | None = None) -> None:
         key = self._log(name)

@@ -29,7 +29,7 @@ bookie); a registration re-creates its node when a new session is established.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import attrs
@@ -37,6 +37,7 @@ import trio
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError as ZkBadVersion
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
 from bkframe.core.metadata import (
@@ -44,10 +45,12 @@ from bkframe.core.metadata import (
     BookieIdInUseError,
     BookieInfo,
     ClusterRecord,
+    LogChange,
     LogExistsError,
     MetadataError,
     NoSuchLogError,
     Versioned,
+    check_log_changes,
     id_in_use,
 )
 from bkframe_metadata_zk.autorecovery import PATHS, ZkAutorecovery, ZkLock
@@ -341,6 +344,30 @@ class ZkMetadataStore(ZkLedgers, ZkAutorecovery):
         except ZkBadVersion:
             raise BadVersionError(f"log {name!r} is not at version {expected_version}") from None
         return int(stat.version)
+
+    async def update_logs(self, changes: Sequence[LogChange]) -> list[int]:
+        """One multi-op of versioned sets (ZooKeeper applies all of a multi or none); a
+        log's cursors are its node's children, so only the log nodes' own data changes."""
+        checked = check_log_changes(changes)
+        if not checked:
+            return []
+
+        def multi(zk: KazooClient) -> list[ZnodeStat | Exception]:
+            txn = zk.transaction()
+            for name, value, expected_version in checked:
+                txn.set_data(self._log(name), value, version=expected_version)
+            return list(txn.commit())
+
+        results = await self._call(multi)
+        for (name, _, expected_version), result in zip(checked, results):
+            if isinstance(result, NoNodeError):
+                raise NoSuchLogError(name)
+            if isinstance(result, ZkBadVersion):
+                raise BadVersionError(f"log {name!r} is not at version {expected_version}")
+        stats = [r for r in results if isinstance(r, ZnodeStat)]
+        if len(stats) != len(checked):
+            raise MetadataError(f"ZooKeeper metadata store {self.uri}: updating logs failed: {results!r}")
+        return [int(stat.version) for stat in stats]
 
     async def delete_log(self, name: str, expected_version: int | None = None) -> None:
         path = self._log(name)
