@@ -493,10 +493,12 @@ def delete(metadata: str, name: str) -> None:
 @click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True)
 @click.option("--rollover-entries", type=AT_LEAST_ONE, default=10_000, show_default=True)
 @click.option("--rounds", type=AT_LEAST_ONE, default=2, show_default=True, help="Rounds of (one ledger, one log).")
+@click.option("--batch", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Append with append_many of this many entries (0: append_async per entry).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per run.")
 def bench(
     metadata: str, entry_size: int, count: int, window: int, ensemble: int, write_quorum: int, ack_quorum: int,
-    ledger_type: str, rollover_entries: int, rounds: int, as_json: bool,
+    ledger_type: str, rollover_entries: int, rounds: int, batch: int, as_json: bool,
 ) -> None:
     """Appends through a log that rolls over every --rollover-entries vs the same load into
     one ledger, alternating, in one run; prints both and the ratio."""
@@ -509,6 +511,7 @@ def bench(
         lambda logs: bench_ledger_vs_log(
             logs, entry_size=entry_size, count=count, window=window, ensemble=ensemble, write_quorum=write_quorum,
             ack_quorum=ack_quorum, ledger_type=ledger_type, rollover_entries=rollover_entries, rounds=rounds,
+            batch=batch,
         ),
     )
     for row in rows:

@@ -72,6 +72,38 @@ async def _drive(
     return time.perf_counter() - start, time.process_time() - cpu, latencies
 
 
+async def _drive_batches(
+    append_many: Callable[[list[bytes]], Any], wait: Callable[[Any], Any], *, payload: bytes, count: int, window: int,
+    batch: int,
+) -> tuple[float, float, np.ndarray[Any, np.dtype[np.float64]]]:
+    """``_drive`` with ``append_many`` calls of ``batch`` entries, up to ``window`` entries in flight."""
+    latencies = np.empty(count, dtype=np.float64)
+    inflight: deque[tuple[float, int, Any]] = deque()
+    cpu = time.process_time()
+    start = time.perf_counter()
+    submitted = done = flying = 0
+    while done < count:
+        while submitted < count and (flying == 0 or flying + batch <= window):
+            k = min(batch, count - submitted)
+            inflight.append((time.perf_counter(), k, append_many([payload] * k)))
+            submitted += k
+            flying += k
+        sent, k, pending = inflight.popleft()
+        await wait(pending)
+        latencies[done : done + k] = time.perf_counter() - sent
+        done += k
+        flying -= k
+    return time.perf_counter() - start, time.process_time() - cpu, latencies
+
+
+async def _wait_ledger_batch(pendings: list[Any]) -> None:
+    await pendings[-1].wait()  # appends complete in order; a failure fails the later ones
+
+
+async def _wait_log_batch(pending: Any) -> None:
+    await pending.wait()
+
+
 def _result(
     mode: str, entry_size: int, count: int, window: int, seconds: float, cpu: float, lat: Any, segments: int
 ) -> LogBenchResult:
@@ -117,7 +149,10 @@ async def bench_ledger_vs_log(
     ledger_type: str,
     rollover_entries: int,
     rounds: int,
+    batch: int = 0,
 ) -> list[LogBenchResult]:
+    """``batch`` > 0: both runs append with ``append_many`` of that many entries (the log's
+    bookkeeping then is per batch); 0: one ``append_async`` per entry."""
     client = logs.client
     payload = os.urandom(entry_size)
     out: list[LogBenchResult] = []
@@ -136,7 +171,14 @@ async def bench_ledger_vs_log(
         writer = await client.create_ledger(
             ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type
         )
-        seconds, cpu, lat = await _drive(writer.append_async, _check_ledger_append, payload=payload, count=count, window=window)
+        if batch:
+            seconds, cpu, lat = await _drive_batches(
+                writer.append_many_async, _wait_ledger_batch, payload=payload, count=count, window=window, batch=batch
+            )
+        else:
+            seconds, cpu, lat = await _drive(
+                writer.append_async, _check_ledger_append, payload=payload, count=count, window=window
+            )
         await writer.close()
         await client.delete_ledger(writer.ledger_id)
         return _result("ledger", entry_size, count, window, seconds, cpu, lat, 1)
@@ -148,7 +190,14 @@ async def bench_ledger_vs_log(
             rollover_entries=rollover_entries,
         )
         writer = await logs.open_writer(name)
-        seconds, cpu, lat = await _drive(writer.append_async, _check_log_append, payload=payload, count=count, window=window)
+        if batch:
+            seconds, cpu, lat = await _drive_batches(
+                writer.append_many_async, _wait_log_batch, payload=payload, count=count, window=window, batch=batch
+            )
+        else:
+            seconds, cpu, lat = await _drive(
+                writer.append_async, _check_log_append, payload=payload, count=count, window=window
+            )
         md = await writer.close()
         await logs.delete(name)
         return _result("log", entry_size, count, window, seconds, cpu, lat, len(md.segments))

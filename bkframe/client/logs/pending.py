@@ -113,23 +113,46 @@ class PendingLogAppend:
 
 
 class PendingLogBatch:
-    """The appends of one :meth:`LogWriter.append_many_async`, in order."""
+    """The appends of one :meth:`LogWriter.append_many_async`, in order: per segment it went
+    to, that segment and the ledger's appends (no wrapper per entry: a batch's bookkeeping
+    is per batch), or the queued appends of a segment whose ledger was not ready."""
 
-    __slots__ = ("appends",)
+    __slots__ = ("parts",)
 
-    def __init__(self, appends: list[PendingLogAppend]) -> None:
-        self.appends = appends
+    def __init__(self, parts: list[tuple[ActiveSegment, list[PendingAppend]] | list[PendingLogAppend]]) -> None:
+        self.parts = parts
 
     def __len__(self) -> int:
-        return len(self.appends)
+        return sum(len(p[1]) if isinstance(p, tuple) else len(p) for p in self.parts)
 
     def done(self) -> bool:
-        return all(p.done() for p in self.appends)
+        for part in self.parts:
+            if isinstance(part, tuple):
+                seg, inner = part
+                if not seg.open or not inner[-1].done():
+                    return False
+            elif not all(p.done() for p in part):
+                return False
+        return True
 
     async def wait(self) -> list[Position]:
         """The positions, once every append is confirmed (raises the first failure)."""
-        if self.appends:
-            # Appends complete in order and a failure fails every later one: the last
-            # one's confirmation covers all of them.
-            await self.appends[-1].wait()
-        return [p.result() for p in self.appends]
+        out: list[Position] = []
+        for part in self.parts:
+            if not isinstance(part, tuple):
+                out.extend([await p.wait() for p in part])
+                continue
+            seg, inner = part
+            if not seg.open:
+                await seg.gate.wait()
+            if seg.error is not None:
+                raise seg.error
+            # A ledger's appends complete in order and a failure fails every later one:
+            # the last one's confirmation covers the part.
+            try:
+                await inner[-1].wait()
+            except BKError as e:
+                raise seg.writer._failed(e) from None
+            number, first = seg.number, inner[0].entry_id  # a part's entry ids are consecutive
+            out.extend([_position(Position, (number, e)) for e in range(first, first + len(inner))])
+        return out

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import trio
@@ -42,7 +42,7 @@ from bkframe.core.metadata import LedgerMetadata
 from bkframe.errors import BadVersionError, BKError, EntryTooLargeError, LedgerFencedError, LogError, LogFencedError
 
 if TYPE_CHECKING:
-    from bkframe.client.write_handle import WriteHandle
+    from bkframe.client.write_handle import PendingAppend, WriteHandle
 
 log = logging.getLogger("bkframe.logs")
 
@@ -197,15 +197,17 @@ class LogWriter:
         stamps: dict[int, int] = {}
         plain = envelope.head(now)
         batch = list(records)
-        for i, r in enumerate(batch):
-            if type(r) is bytes:
-                datas.append(plain + r)
-            elif isinstance(r, Record):
-                datas.append(envelope.encode(r.payload, r.key, r.timestamp, r.properties, now=now))
-                if r.timestamp is not None:
-                    stamps[i] = r.timestamp
-            else:
-                datas.append(plain + bytes(r))
+        if all(type(r) is bytes for r in batch):
+            # The usual batch: one shared header, no loop in Python.
+            datas = list(map(plain.__add__, cast(list[bytes], batch)))
+        else:
+            for i, r in enumerate(batch):
+                if isinstance(r, Record):
+                    datas.append(envelope.encode(r.payload, r.key, r.timestamp, r.properties, now=now))
+                    if r.timestamp is not None:
+                        stamps[i] = r.timestamp
+                else:
+                    datas.append(plain + bytes(r))
         if not datas:
             return PendingLogBatch([])
         if max(map(len, datas)) > self._max_payload:
@@ -234,20 +236,19 @@ class LogWriter:
             if lo < seg.min_ts:
                 seg.min_ts = lo
             parts.append((seg, take))
-        out: list[tuple[ActiveSegment, list[PendingLogAppend]]] = []
+        out: list[tuple[ActiveSegment, list[PendingAppend]] | list[PendingLogAppend]] = []
         for seg, take in parts:
             handle = seg.handle
             if handle is None:
                 queued = [PendingLogAppend(seg, None) for _ in take]
                 seg.queued.extend(zip(take, queued))
-                out.append((seg, queued))
+                out.append(queued)
                 continue
             try:
-                inner = handle.append_many_async(take)
+                out.append((seg, handle.append_many_async(take)))
             except BKError as e:
                 raise self._failed(e) from None
-            out.append((seg, [PendingLogAppend(seg, p) for p in inner]))
-        return PendingLogBatch([p for _, ps in out for p in ps])
+        return PendingLogBatch(out)
 
     async def append_many(self, records: Iterable[bytes | Record]) -> list[Position]:
         """Append ``records`` (see :meth:`append_many_async`) and wait until all are
