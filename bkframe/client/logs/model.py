@@ -523,6 +523,12 @@ class SegmentRange:
     last: int
     #: The segment's :attr:`Segment.format`: how to decode its entries.
     format: int = FORMAT_RAW
+    #: The segment's recorded :attr:`Segment.min_ts` and ``max_ts`` (-1: not known), to
+    #: skip it by time without reading it; its average entry size in bytes when closed (0:
+    #: not known), to size reads.
+    min_ts: int = -1
+    max_ts: int = -1
+    entry_size: int = 0
 
     @property
     def entries(self) -> int:

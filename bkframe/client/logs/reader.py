@@ -211,7 +211,8 @@ class LogReader:
             lo = first.entry_id if seg.number == first.segment else 0
             hi = confirmed if seg.number < stop.segment else min(confirmed, stop.entry_id - 1)
             if hi >= lo:
-                out.append(SegmentRange(seg.number, seg.ledger_id, lo, hi, seg.format))
+                size = seg.length // seg.entries if seg.closed and seg.entries > 0 else 0
+                out.append(SegmentRange(seg.number, seg.ledger_id, lo, hi, seg.format, seg.min_ts, seg.max_ts, size))
         return out
 
     async def advance(self, start: Where, max_entries: int, end: Position | None = None) -> Position:

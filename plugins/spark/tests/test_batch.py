@@ -6,7 +6,8 @@ import contextlib
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +17,11 @@ from pyspark.sql import functions as F
 
 from bkframe import BlockingClient, connect
 from bkframe.testing.cluster import Cluster
+from tests.core.test_security import TOKEN, Certs, secure_config
 
 ROWS = 100_000
+#: Event times of the bulk load's rows: T0 + id milliseconds.
+T0 = 1_750_000_000_000
 
 pytestmark = pytest.mark.spark
 
@@ -57,21 +61,44 @@ def check_contiguous(rows: list[Any]) -> None:
 def test_bulk_load_then_read_back_the_same_rows(spark: SparkSession, spark_cluster: Cluster, bk: BlockingClient) -> None:
     m = spark_cluster.metadata
     expected = payloads(ROWS, "bulk")
-    df = spark.range(0, ROWS, numPartitions=4).select(F.format_string("bulk-%07d", "id").alias("payload"))
+    # Records: a key, an event time (T0 + id ms: increasing through the log), properties on some rows.
+    df = spark.range(0, ROWS, numPartitions=4).select(
+        F.format_string("bulk-%07d", "id").alias("payload"),
+        F.format_string("k%d", F.col("id") % 7).alias("key"),
+        F.timestamp_millis(F.lit(T0) + F.col("id")).alias("timestamp"),
+        F.when(F.col("id") % 1000 == 0, F.create_map(F.lit("n"), F.col("id").cast("string"))).alias("properties"),
+    )
     write(df, m, "bulk")  # the log does not exist yet: the write creates it
     record = bk.logs.metadata("bulk")
     assert len(record.segments) == 4 and all(s.closed for s in record.segments)
     # Every ledger the write made is VD_JOURNAL (BP-14's bulk load), closed, and in the log.
     assert {bk.ledger_metadata(s.ledger_id).ledger_type for s in record.segments} == {"VD_JOURNAL"}
+    # Each segment knows its records' time range (what seeks and timestamp filters use).
+    assert [(s.min_ts - T0, s.max_ts - T0) for s in record.segments] == [(i * 25_000, i * 25_000 + 24_999) for i in range(4)]
 
     df = reader(spark, m, log="bulk", entriesPerPartition=10_000)
     assert df.rdd.getNumPartitions() == 12  # 4 segments of 25,000 entries, cut in 10,000s
-    rows = df.collect()
+    rows = df.select("*", F.unix_millis("timestamp").alias("ms")).collect()
     assert Counter(r.payload for r in rows) == Counter(expected)
     check_contiguous(rows)
     # The log keeps the DataFrame's order: partition i became segment i.
     assert sorted(rows, key=lambda r: (r.segment, r.entry_id))[0].payload == b"bulk-0000000"
     assert {r.log for r in rows} == {"bulk"}
+    # Each row's record read back whole; offsets sort as positions do.
+    for r in rows:
+        i = int(r.payload[5:])
+        assert (r.key, r.ms, r.properties) == (b"k%d" % (i % 7), T0 + i, {"n": str(i)} if i % 1000 == 0 else {}), r
+    assert [r.offset for r in sorted(rows, key=lambda r: (r.segment, r.entry_id))] == sorted(r.offset for r in rows)
+
+    # A time range: exactly its rows (across a segment boundary), planned from the segments' time ranges.
+    timed = reader(spark, m, log="bulk", startingTimestamp=T0 + 24_990, endingTimestamp=T0 + 25_010)
+    assert timed.rdd.getNumPartitions() == 2
+    assert sorted(r.payload for r in timed.collect()) == expected[24_990:25_010]
+    # A filter on timestamp skips the segments whose time range cannot match (Spark checks each row too).
+    since = F.timestamp_millis(F.lit(T0 + 74_990))
+    late = reader(spark, m, log="bulk", entriesPerPartition=10_000).where(F.col("timestamp") >= since)
+    assert late.rdd.getNumPartitions() == 6  # segments 2 and 3 only
+    assert late.count() == 25_010
 
     # Filters on segment / entry_id are pushed down: the scan plans only what can match.
     narrowed = reader(spark, m, log="bulk", entriesPerPartition=10_000).where("segment = 2 AND entry_id >= 24990")
@@ -240,3 +267,29 @@ def test_a_bookie_killed_during_a_bulk_load(spark: SparkSession, spark_cluster: 
         for b in spark_cluster.bookies:
             if not b.running:
                 b.start()
+
+
+def test_a_log_on_bookies_that_require_tls_and_a_token(
+    spark: SparkSession, cluster_factory: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """Options tlsCa/tlsCert/tlsKey and authToken/authTokenFile reach every client the
+    connector opens; a missing or wrong token is the first line of what Spark raises."""
+    (tmp_path / "certs").mkdir()
+    certs = Certs(tmp_path / "certs")
+    cluster = cluster_factory(1, config=secure_config(certs))
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    tls = {"tlsCa": str(certs.ca), "tlsCert": str(certs.client_cert), "tlsKey": str(certs.client_key)}
+    with connect(cluster.metadata, **certs.client()) as client:
+        client.logs.create("secure", ensemble=1, write_quorum=1, ack_quorum=1)
+    df = spark.range(0, 1000, numPartitions=2).select(
+        F.format_string("secret-%04d", "id").alias("payload"), F.format_string("k%d", "id").alias("key")
+    )
+    write(df, cluster.metadata, "secure", authTokenFile=str(token_file), **tls)
+    rows = reader(spark, cluster.metadata, log="secure", authToken=TOKEN, **tls).collect()
+    assert sorted((r.payload, r.key) for r in rows) == [(b"secret-%04d" % i, b"k%d" % i) for i in range(1000)]
+    for token, says in [({"authToken": "a-wrong-guess"}, "not accepted"), ({}, "no token given")]:
+        with pytest.raises(Exception) as caught:  # Spark wraps it: what matters is the first line it shows
+            reader(spark, cluster.metadata, log="secure", **token, **tls).collect()
+        first = str(caught.value).splitlines()[0]
+        assert "refused authentication" in first and says in first and "a-wrong-guess" not in str(caught.value), first

@@ -19,7 +19,9 @@ NOWHERE = "sqlite:///nowhere/metadata.db"
 def test_an_option_error_is_the_first_line(spark: SparkSession) -> None:
     for options, says in [
         ({"log": "x", "lgo": "y"}, "unknown option(s) ['lgo'] for format 'bkframe'"),
-        ({"startingPosition": "abc", "log": "x"}, "option 'startingposition': bad position 'abc'"),
+        ({"startingPosition": "abc", "log": "x"}, "option 'startingPosition': bad position 'abc'"),
+        ({"startingPosition": "0:0", "startingTimestamp": "5", "log": "x"},
+         "give option 'startingPosition' or option 'startingTimestamp', not both"),
     ]:
         read = spark.read.format("bkframe").option("metadata", NOWHERE)
         for key, value in options.items():

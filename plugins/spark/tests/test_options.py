@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from bkframe_spark import BkframeDataSource, OptionError, Options
-from bkframe_spark.reading import EntryRange, split
+from bkframe_spark.options import KNOWN, NAMES
+from bkframe_spark.reading import SCHEMA, EntryRange, split
 from bkframe_spark.source import narrow
-from bkframe_spark.writing import DataError, payload_index
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+from bkframe_spark.streaming import LogStreamReader, after
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
+from pyspark.sql.types import BinaryType, StructField, StructType
 
-from bkframe import EARLIEST, LATEST, Position
+from bkframe import EARLIEST, LATEST, Position, SegmentRange
 
 M = "sqlite:///tmp/nowhere/metadata.db"
 
@@ -38,11 +42,23 @@ def test_metadata_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     ("options", "message"),
     [
         ({"log": "e", "maxEntriesPerTriger": "5"}, r"unknown option\(s\) \['maxentriespertriger'\]"),
-        ({"log": "e", "startingPosition": "three"}, "option 'startingposition'"),
+        ({"log": "e", "startingPosition": "three"}, "option 'startingPosition'"),
         ({"log": "e", "endingPosition": "earliest"}, "not 'earliest'"),
-        ({"log": "e", "entriesPerPartition": "0"}, "'entriesperpartition' must be a whole number >= 1"),
-        ({"log": "e", "maxEntriesPerTrigger": "many"}, "'maxentriespertrigger' must be a whole number"),
-        ({"log": "e", "failOnDataLoss": "yes"}, "'failondataloss' must be true or false"),
+        ({"log": "e", "entriesPerPartition": "0"}, "'entriesPerPartition' must be a whole number >= 1"),
+        ({"log": "e", "maxEntriesPerTrigger": "many"}, "'maxEntriesPerTrigger' must be a whole number"),
+        ({"log": "e", "failOnDataLoss": "yes"}, "'failOnDataLoss' must be true or false"),
+        ({"log": "e", "startingTimestamp": "yesterday"}, "'startingTimestamp' must be a whole number >= 0"),
+        ({"log": "e", "startingTimestamp": "5", "startingPosition": "0:0"}, "'startingTimestamp', not both"),
+        ({"log": "e", "endingTimestamp": "5", "endingPosition": "latest"}, "'endingTimestamp', not both"),
+        ({"log": "e", "startingTimestamp": "9", "endingTimestamp": "5"}, r"'endingTimestamp' \(5\) is before"),
+        ({"ledgers": "1", "endingTimestamp": "5"}, "'endingTimestamp' are for logs, not with 'ledgers'"),
+        ({"log": "e", "maxBytesPerTrigger": "0"}, "'maxBytesPerTrigger' must be a whole number >= 1"),
+        ({"log": "e", "minEntriesPerTrigger": "9", "maxEntriesPerTrigger": "5"}, "no micro-batch could satisfy both"),
+        ({"log": "e", "maxTriggerDelay": "1m"}, "'maxTriggerDelay' bounds how long 'minEntriesPerTrigger' waits"),
+        ({"log": "e", "minEntriesPerTrigger": "5", "maxTriggerDelay": "soon"}, "'maxTriggerDelay' must be a duration"),
+        ({"log": "e", "minEntriesPerTrigger": "5", "maxTriggerDelay": "5 fortnights"}, "such as 30s, 15m"),
+        ({"log": "e", "tlsCa": "/nowhere/ca.pem"}, "option 'tlsCa': cannot read file '/nowhere/ca.pem'"),
+        ({"log": "e", "authToken": " "}, "option 'authToken' is empty"),
         ({"log": "e", "timeoutSeconds": "-1"}, "'timeoutSeconds' must be a number of seconds > 0"),
         ({"log": "e", "ledgers": "1,2"}, "not both"),
         ({"ledgers": "1,x"}, "option 'ledgers' must list ledger ids"),
@@ -64,12 +80,71 @@ def test_overwrite_and_complete_mode_are_refused_with_what_to_do() -> None:
         source.streamWriter(schema, True)
 
 
-def test_payload_column_must_be_bytes_or_text() -> None:
-    assert payload_index(StructType([StructField("id", LongType()), StructField("Payload", BinaryType())])) == 1
-    with pytest.raises(DataError, match="writes the column 'payload'"):
-        payload_index(StructType([StructField("id", LongType())]))
-    with pytest.raises(DataError, match="is bigint"):
-        payload_index(StructType([StructField("payload", LongType())]))
+def test_every_option_is_named_as_documented() -> None:
+    docs = (Path(__file__).parents[3] / "docs" / "spark.md").read_text()
+    assert all(f"| `{name}` |" in docs for name in KNOWN if name not in ("path", "checkpointLocation"))
+    assert set(NAMES) == {name.lower() for name in KNOWN}
+
+
+def test_times_and_trigger_limits() -> None:
+    opts = Options.parse({"metadata": M, "log": "e", "startingTimestamp": "1700000000000", "endingTimestamp": "1700000001000",
+                          "maxBytesPerTrigger": "1048576", "minEntriesPerTrigger": "100", "maxTriggerDelay": "30s"})
+    assert (opts.starting_ts, opts.ending_ts) == (1_700_000_000_000, 1_700_000_001_000)
+    assert (opts.max_bytes_per_trigger, opts.min_entries_per_trigger, opts.max_trigger_delay_s) == (1 << 20, 100, 30.0)
+    assert Options.parse({"metadata": M, "log": "e"}).max_trigger_delay_s == 15 * 60  # Kafka's default
+    for raw, seconds in [("250ms", 0.25), ("2m", 120.0), ("1h", 3600.0), ("1500", 1.5)]:  # a bare number: ms, as Spark's
+        delayed = Options.parse({"metadata": M, "log": "e", "minEntriesPerTrigger": "1", "maxTriggerDelay": raw})
+        assert delayed.max_trigger_delay_s == seconds
+    # Spark takes one limit from the source; latestOffset applies all of them.
+    limit = LogStreamReader(opts).getDefaultReadLimit()
+    assert limit == ReadMaxBytes(1 << 20)
+    both = Options.parse({"metadata": M, "log": "e", "maxEntriesPerTrigger": "500", "maxBytesPerTrigger": "1000"})
+    reader = LogStreamReader(both)
+    assert reader.getDefaultReadLimit() == ReadMaxRows(500)
+    assert (reader._limits(ReadMaxRows(500)).max_entries, reader._limits(ReadMaxRows(500)).max_bytes) == (500, 1000)
+    assert reader._limits(ReadAllAvailable()).max_bytes is None  # Trigger.Once reads everything
+    minimum = LogStreamReader(Options.parse({"metadata": M, "log": "e", "minEntriesPerTrigger": "7"}))
+    assert minimum.getDefaultReadLimit() == ReadMinRows(7) and minimum._limits(ReadMinRows(7)).min_entries == 7
+    minimum._target = Position(3, 0)  # Trigger.AvailableNow: a minimum would wait for entries that never come
+    assert minimum._limits(ReadMinRows(7)).min_entries is None
+
+
+def test_a_micro_batch_bound_lands_inside_a_segment_or_at_the_end() -> None:
+    ranges = [SegmentRange(3, 30, 5, 9), SegmentRange(4, 40, 0, 99)]
+    end = Position(4, 100)
+    assert after(ranges, 3, end) == Position(3, 8)
+    assert after(ranges, 5, end) == Position(3, 10)  # the boundary after segment 3
+    assert after(ranges, 6, end) == Position(4, 1)
+    assert after(ranges, 1000, end) == end
+
+
+def test_tls_files_and_the_token(tmp_path: Path) -> None:
+    ca, cert, key, token = (tmp_path / n for n in ("ca.pem", "me.pem", "me.key", "token"))
+    for f in (ca, cert, key):
+        f.write_text("PEM")
+    token.write_text("s3cret-token\n# a comment line\n")
+    opts = Options.parse({"metadata": M, "log": "e", "tlsCa": str(ca), "tlsCert": str(cert), "tlsKey": str(key),
+                          "authTokenFile": str(token)})
+    assert opts.security() == {"tls_ca": str(ca), "tls_cert": str(cert), "tls_key": str(key), "auth_token": "s3cret-token"}
+    inline = Options.parse({"metadata": M, "log": "e", "authToken": "inline-s3cret"})
+    assert inline.security()["auth_token"] == "inline-s3cret"
+    assert "s3cret" not in repr(inline) and "s3cret" not in repr(opts)  # the token never shows
+    for bad, message in [
+        ({"tlsCert": str(cert)}, "'tlsCert' and 'tlsKey' go together"),
+        ({"tlsCert": str(cert), "tlsKey": str(key)}, "'tlsCert' needs option 'tlsCa'"),
+        ({"authToken": "x", "authTokenFile": str(token)}, "'authToken' or option 'authTokenFile', not both"),
+    ]:
+        with pytest.raises(OptionError, match=message):
+            Options.parse({"metadata": M, "log": "e", **bad})
+    token.write_text("\n")
+    with pytest.raises(OptionError, match=r"'authTokenFile': .* is empty; its first line must be the token"):
+        Options.parse({"metadata": M, "log": "e", "authTokenFile": str(token)})
+
+
+def test_a_stream_refuses_an_end() -> None:
+    source = BkframeDataSource({"metadata": M, "log": "e", "endingTimestamp": "5"})
+    with pytest.raises(OptionError, match=r"for batch reads; .*trigger\(availableNow=True\)"):
+        source.streamReader(SCHEMA)
 
 
 def test_partitions_cut_by_entries_and_bytes() -> None:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from bkframe_spark.writing import TAG_LOG
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bkframe import BlockingClient
+from bkframe import ENVELOPE_CUSTOM, BlockingClient, Record, encode_record
 from bkframe.testing.cluster import Cluster
 
 BKFRAME = str(Path(sys.executable).parent / "bkframe")
@@ -157,3 +158,86 @@ def test_restarts_from_the_checkpoint_write_each_input_once(
     no_strays(bk, "orders-out")
     # Batches land whole and in order: the output is the input's order.
     assert got == [b"order-%05d" % i for i in range(n)]
+
+
+T0 = 1_750_000_000_000
+
+
+def test_a_stream_from_a_time_in_batches_of_bytes_copies_whole_records(
+    spark: SparkSession, spark_cluster: Cluster, bk: BlockingClient, tmp_path: Path
+) -> None:
+    """startingTimestamp, maxBytesPerTrigger, and the sink taking key, timestamp and
+    properties (the read's position columns ignored) from a copy of a whole read."""
+    m = spark_cluster.metadata
+    bk.logs.create("timed", rollover_entries=20)
+    records = [
+        Record(b"event-%03d" % i, key=b"user-%02d" % (i % 10), timestamp=T0 + i * 1000, properties={"n": f"{i:02d}"})
+        for i in range(50)
+    ]
+    with bk.logs.open_writer("timed") as writer:
+        writer.append_many(records)
+    size = len(encode_record(records[0]))  # every record's envelope is as long
+    source = stream(spark, m, "timed", startingTimestamp=T0 + 20_000, maxBytesPerTrigger=10 * size)
+    query = sink(source, m, "timed-copy", tmp_path / "checkpoint").trigger(availableNow=True).start()
+    query.awaitTermination(300)
+    assert query.exception() is None
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [10, 10, 10]
+    copy = spark.read.format("bkframe").option("metadata", m).option("log", "timed-copy").load()
+    got = copy.select("payload", "key", F.unix_millis("timestamp").alias("ms"), "properties").collect()
+    assert sorted((r.payload, r.key, r.ms, r.properties) for r in got) == [
+        (r.payload, r.key, r.timestamp, dict(r.properties or {})) for r in records[20:]
+    ]
+    segments = bk.logs.metadata("timed-copy").segments
+    assert (min(s.min_ts for s in segments), max(s.max_ts for s in segments)) == (T0 + 20_000, T0 + 49_000)
+    no_strays(bk, "timed-copy")
+
+
+def commit_records(bk: BlockingClient, log: str, payloads: list[bytes], token: str) -> None:
+    """Append ``payloads`` to ``log`` all at once (one ledger, one commit): a reader sees none or all."""
+    ledger = bk.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, custom=dict(ENVELOPE_CUSTOM))
+    ledger.append_many([encode_record(p) for p in payloads])
+    ledger.close()
+    bk.logs.commit_ledgers(log, [ledger.ledger_id], token)
+
+
+def test_a_micro_batch_waits_for_min_entries_or_the_delay(
+    spark: SparkSession, spark_cluster: Cluster, bk: BlockingClient, tmp_path: Path
+) -> None:
+    """minEntriesPerTrigger=5 with maxTriggerDelay=3s: 3 entries go after the delay, 7 at
+    once, 2 after the delay again (Kafka's minOffsetsPerTrigger / maxTriggerDelay)."""
+    m = spark_cluster.metadata
+    bk.logs.create("trickle")
+    bk.logs.create("trickle-copy")
+    commit_records(bk, "trickle", [b"a%d" % i for i in range(3)], "first")
+    source = stream(spark, m, "trickle", minEntriesPerTrigger=5, maxTriggerDelay="3s").select("payload")
+    started = time.time()
+    query = sink(source, m, "trickle-copy", tmp_path / "checkpoint").trigger(processingTime="250 milliseconds").start()
+
+    def batches(total: int) -> list[tuple[int, float]]:
+        """(rows, trigger time) of the batches with rows, once ``total`` rows went through."""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert query.exception() is None
+            done = [(p["numInputRows"], iso_seconds(p["timestamp"])) for p in query.recentProgress if p["numInputRows"]]
+            if sum(n for n, _ in done) >= total:
+                return done
+            time.sleep(0.2)
+        raise AssertionError(f"{total} rows did not go through: {query.recentProgress}")
+
+    try:
+        [(rows, first)] = batches(3)
+        assert rows == 3 and first - started >= 2.5  # fewer than 5: held back until the delay passed
+        commit_records(bk, "trickle", [b"b%d" % i for i in range(7)], "second")
+        assert [n for n, _ in batches(10)] == [3, 7]  # 7 >= 5: at once
+        commit_records(bk, "trickle", [b"c0", b"c1"], "third")
+        done = batches(12)
+    finally:
+        query.stop()
+    assert [n for n, _ in done] == [3, 7, 2]
+    assert done[2][1] - done[1][1] >= 2.5  # the last 2 waited for the delay after the batch before
+    assert len(read_all(spark, m, "trickle-copy")) == 12
+
+
+def iso_seconds(text: str) -> float:
+    """Seconds since the epoch of a progress report's ISO timestamp (``...Z``)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

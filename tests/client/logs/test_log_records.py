@@ -177,6 +177,9 @@ async def test_raw_segments_and_bad_records(shared_cluster: Cluster) -> None:
         md = await logs.metadata("mixed-formats")
         assert [(s.enveloped, s.min_ts, s.max_ts) for s in md.segments] == [(False, -1, -1), (True, 1, 2)]
         reader = await logs.reader("mixed-formats")
+        # A snapshot carries each segment's time range and average entry size (Spark prunes and sizes by them).
+        parts = await reader.snapshot()
+        assert [(r.min_ts, r.max_ts, r.entry_size) for r in parts] == [(-1, -1, 7), (1, 2, (17 + 3) // 2)]
         got = await reader.read(Position(0, 0), Position(1, 1))
         assert [(e.payload, e.key) for e in got] == [(b"plain-0", None), (b"plain-1", None), (b"rec", b"k")]
         assert got[0].timestamp is None and got[2].timestamp is not None

@@ -2,10 +2,10 @@
 
 Spark runs the data source's code in Python worker processes: the driver side plans and
 commits in short-lived workers, tasks run in workers that Spark reuses from task to task
-(``spark.python.worker.reuse``). Each process keeps one blocking client per metadata store,
-opened on first use: a task then pays no connection set-up, and a task retried in the same
-process after a bookie failed finds that bookie in the client's quarantine and places its
-new ledger elsewhere.
+(``spark.python.worker.reuse``). Each process keeps one blocking client per metadata store
+and security settings (TLS files, token), opened on first use: a task then pays no
+connection set-up, and a task retried in the same process after a bookie failed finds that
+bookie in the client's quarantine and places its new ledger elsewhere.
 
 Every call goes through :func:`call`, which bounds it with the ``timeoutSeconds`` option
 (at the call site, as everywhere in bkframe), so a hung bookie or metadata store fails the
@@ -14,18 +14,27 @@ task -- and Spark retries it -- instead of hanging the job.
 
 from __future__ import annotations
 
+import hashlib
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from bkframe import BlockingClient, connect
+from bkframe import BlockingClient, Client, connect
 from bkframe.errors import BKError
+
+if TYPE_CHECKING:
+    from bkframe_spark.options import Options
 
 T = TypeVar("T")
 
-_clients: dict[str, BlockingClient] = {}
+#: Clients by (metadata URI, TLS files, a digest of the token): two queries with other
+#: credentials in one worker never share a client.
+_clients: dict[tuple[str, ...], BlockingClient] = {}
+#: Clients whose bookies have answered an authenticated request (see :func:`check_bookies`).
+_checked: weakref.WeakSet[Client] = weakref.WeakSet()
 _lock = threading.Lock()
 
 
@@ -33,19 +42,37 @@ class ConnectorTimeoutError(BKError, TimeoutError):
     """A call from Spark to bkframe did not finish within ``timeoutSeconds``."""
 
 
-def client_for(metadata: str, timeout_s: float) -> BlockingClient:
-    """This process's client for ``metadata`` (opened now if there is none yet)."""
+def client_for(opts: Options) -> BlockingClient:
+    """This process's client for the options' metadata store and security settings (opened
+    now if there is none yet)."""
+    metadata, timeout_s = opts.metadata, opts.timeout_s
+    sec = opts.security()
+    token = sec["auth_token"]
+    key = (metadata, sec["tls_ca"], sec["tls_cert"], sec["tls_key"], hashlib.sha256(token.encode()).hexdigest() if token else "")
     with _lock:
-        bk = _clients.get(metadata)
+        bk = _clients.get(key)
         if bk is None or not bk.alive:
             try:
-                bk = connect(metadata, timeout_s=timeout_s)
+                bk = connect(metadata, timeout_s=timeout_s, tls_ca=sec["tls_ca"], tls_cert=sec["tls_cert"],
+                             tls_key=sec["tls_key"], auth_token=token)
             except TimeoutError:
                 raise ConnectorTimeoutError(
                     f"bkframe: metadata store {metadata} did not open within {timeout_s:.0f} s (option timeoutSeconds)"
                 ) from None
-            _clients[metadata] = bk
+            _clients[key] = bk
         return bk
+
+
+async def check_bookies(client: Client, ledger_id: int, entry_id: int, password: bytes) -> None:
+    """Read one entry, once per client: on the driver, before tasks start, so that bookies
+    refusing this client (a wrong or missing token, TLS) fail the query with that message
+    first, instead of failing every task attempt. (Planning a read of closed segments, or a
+    write, needs no bookie otherwise.)"""
+    if client in _checked:
+        return
+    handle = await client.open_ledger(ledger_id, password=password, recovery=False)
+    await handle.read(entry_id, entry_id)
+    _checked.add(client)
 
 
 def call(bk: BlockingClient, what: str, timeout_s: float, fn: Callable[..., Awaitable[T]], *args: Any) -> T:

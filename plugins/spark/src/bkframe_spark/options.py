@@ -15,28 +15,44 @@ import attrs
 from bkframe import EARLIEST, LATEST, Position, check_name, parse_where
 from bkframe.errors import BKError
 
-#: Every option, lower-cased (Spark lower-cases the keys), and what it is for.
+#: Every option and what it is for (Spark hands them over lower-cased: see :data:`NAMES`).
 KNOWN = {
     "metadata": "metadata store URI (default: $BKFRAME_METADATA)",
     "log": "the named log to read or write",
     "ledgers": "batch read of ledgers instead of a log: comma-separated ids",
     "password": "the log's (or the ledgers') password",
-    "startingposition": "earliest, latest or SEGMENT:ENTRY",
-    "endingposition": "latest or SEGMENT:ENTRY (exclusive; batch reads)",
-    "entriesperpartition": "at most this many entries per read partition",
-    "bytesperpartition": "at most about this many payload bytes per read partition",
-    "ledgertype": "the type of the ledgers a write makes (default VD_JOURNAL)",
-    "maxentriespertrigger": "at most this many entries per micro-batch",
+    "startingPosition": "earliest, latest or SEGMENT:ENTRY",
+    "endingPosition": "latest or SEGMENT:ENTRY (exclusive; batch reads)",
+    "startingTimestamp": "start at the first record at or after this time (ms since the epoch)",
+    "endingTimestamp": "end before the first record at or after this time (ms since the epoch; batch reads)",
+    "entriesPerPartition": "at most this many entries per read partition",
+    "bytesPerPartition": "at most about this many payload bytes per read partition",
+    "ledgerType": "the type of the ledgers a write makes (default VD_JOURNAL)",
+    "maxEntriesPerTrigger": "at most this many entries per micro-batch",
+    "maxBytesPerTrigger": "at most about this many bytes of records per micro-batch",
+    "minEntriesPerTrigger": "a micro-batch waits for at least this many new entries (or maxTriggerDelay)",
+    "maxTriggerDelay": "with minEntriesPerTrigger: the longest a micro-batch waits (default 15m)",
     "cursor": "a durable cursor the stream advances as Spark commits batches",
-    "failondataloss": "fail (true) or skip ahead (false) when positions were trimmed",
-    "createlog": "writing: create the log (default settings) if it does not exist (default true)",
-    "timeoutseconds": "timeout of each call a task or the driver makes to bkframe",
-    "checkpointlocation": "(Spark's own; accepted and ignored)",
+    "failOnDataLoss": "fail (true) or skip ahead (false) when positions were trimmed",
+    "createLog": "writing: create the log (default settings) if it does not exist (default true)",
+    "timeoutSeconds": "timeout of each call a task or the driver makes to bkframe",
+    "tlsCa": "TLS: PEM file of the CA that signs the bookies' certificates (every machine needs it)",
+    "tlsCert": "TLS: PEM file of the client's certificate, for bookies that require one (with tlsKey)",
+    "tlsKey": "TLS: PEM file of the client certificate's key (with tlsCert)",
+    "authToken": "the token for bookies with token authentication (prefer authTokenFile)",
+    "authTokenFile": "a file whose first line is the token (every machine needs it)",
+    "checkpointLocation": "(Spark's own; accepted and ignored)",
     "path": "(Spark's own; accepted and ignored)",
 }
+#: An option's name as written in the docs, by its lower-cased key: what errors call it.
+NAMES = {name.lower(): name for name in KNOWN}
 DEFAULT_ENTRIES_PER_PARTITION = 50_000
 DEFAULT_BYTES_PER_PARTITION = 128 << 20
 DEFAULT_TIMEOUT_S = 120.0
+#: Kafka's ``maxTriggerDelay`` default.
+DEFAULT_MAX_TRIGGER_DELAY_S = 15 * 60.0
+#: Units of a duration, as Spark's and Kafka's options take them (a bare number is milliseconds).
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 class OptionError(BKError, ValueError):
@@ -52,7 +68,7 @@ def _int(options: Mapping[str, str], key: str, default: int | None, *, minimum: 
     except ValueError:
         value = minimum - 1
     if value < minimum:
-        raise OptionError(f"option {key!r} must be a whole number >= {minimum}, got {raw!r}")
+        raise OptionError(f"option {NAMES[key]!r} must be a whole number >= {minimum}, got {raw!r}")
     return value
 
 
@@ -62,8 +78,47 @@ def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
         return default
     word = str(raw).strip().lower()
     if word not in ("true", "false"):
-        raise OptionError(f"option {key!r} must be true or false, got {raw!r}")
+        raise OptionError(f"option {NAMES[key]!r} must be true or false, got {raw!r}")
     return word == "true"
+
+
+def _duration_s(options: Mapping[str, str], key: str, default: float) -> float:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
+    unit = text[len(number) :].strip() or "ms"
+    try:
+        value = float(number) * _DURATION_UNITS[unit]
+    except (KeyError, ValueError):
+        value = -1.0
+    if not value > 0:
+        raise OptionError(f"option {NAMES[key]!r} must be a duration > 0 such as 30s, 15m, 1h or 500ms, got {raw!r}")
+    return value
+
+
+def _file(options: Mapping[str, str], key: str) -> str:
+    """A file path option, checked readable here (on the driver, which connects too)."""
+    raw = options.get(key)
+    if raw is None:
+        return ""
+    path = str(raw).strip()
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        raise OptionError(f"option {NAMES[key]!r}: cannot read file {path!r} (it must exist on the driver and every executor)")
+    return path
+
+
+def read_token_file(path: str) -> str:
+    """The token in ``path``: its first line, stripped (the CLI's ``--auth-token-file`` reads it so)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.readline().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise OptionError(f"option 'authTokenFile': cannot read {path!r}: {e}") from None
+    if not token:
+        raise OptionError(f"option 'authTokenFile': {path!r} is empty; its first line must be the token")
+    return token
 
 
 def _where(options: Mapping[str, str], key: str) -> Position | str | None:
@@ -73,7 +128,7 @@ def _where(options: Mapping[str, str], key: str) -> Position | str | None:
     try:
         return parse_where(str(raw))
     except ValueError as e:
-        raise OptionError(f"option {key!r}: {e}") from None
+        raise OptionError(f"option {NAMES[key]!r}: {e}") from None
 
 
 @attrs.frozen
@@ -94,15 +149,28 @@ class Options:
     fail_on_data_loss: bool
     timeout_s: float
     create_log: bool = True
+    #: ``startingTimestamp`` / ``endingTimestamp`` (ms since the epoch).
+    starting_ts: int | None = None
+    ending_ts: int | None = None
+    max_bytes_per_trigger: int | None = None
+    min_entries_per_trigger: int | None = None
+    max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_S
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    #: A secret: never in a repr, a log line or an error.
+    auth_token: str = attrs.field(default="", repr=False)
+    #: Read where a client is opened (driver and executors): the token never travels in a plan.
+    auth_token_file: str = ""
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
         opts = {str(k).lower(): v for k, v in options.items()}
-        unknown = sorted(set(opts) - set(KNOWN))
+        unknown = sorted(set(opts) - set(NAMES))
         if unknown:
             raise OptionError(
                 f"unknown option(s) {unknown} for format 'bkframe'; the options are: "
-                + ", ".join(sorted(k for k in KNOWN if k not in ("path", "checkpointlocation")))
+                + ", ".join(k for k in KNOWN if k not in ("path", "checkpointLocation"))
             )
         metadata = opts.get("metadata") or os.environ.get("BKFRAME_METADATA", "")
         if not metadata:
@@ -138,6 +206,41 @@ class Options:
                 check_name(cursor, "cursor")
             except ValueError as e:
                 raise OptionError(f"option 'cursor': {e}") from None
+        starting_ts = _int(opts, "startingtimestamp", None, minimum=0)
+        ending_ts = _int(opts, "endingtimestamp", None, minimum=0)
+        if starting_ts is not None and starting is not None:
+            raise OptionError("give option 'startingPosition' or option 'startingTimestamp', not both")
+        if ending_ts is not None and ending is not None:
+            raise OptionError("give option 'endingPosition' or option 'endingTimestamp', not both")
+        if ledgers and (starting_ts is not None or ending_ts is not None):
+            raise OptionError(
+                "options 'startingTimestamp' and 'endingTimestamp' are for logs, not with 'ledgers' (ledgers have no "
+                "time index; filter on the 'timestamp' column instead)"
+            )
+        if starting_ts is not None and ending_ts is not None and ending_ts < starting_ts:
+            raise OptionError(f"option 'endingTimestamp' ({ending_ts}) is before 'startingTimestamp' ({starting_ts})")
+        max_entries = _int(opts, "maxentriespertrigger", None)
+        min_entries = _int(opts, "minentriespertrigger", None)
+        if min_entries is not None and max_entries is not None and min_entries > max_entries:
+            raise OptionError(
+                f"option 'minEntriesPerTrigger' ({min_entries}) is more than 'maxEntriesPerTrigger' ({max_entries}): "
+                "no micro-batch could satisfy both"
+            )
+        if "maxtriggerdelay" in opts and min_entries is None:
+            raise OptionError("option 'maxTriggerDelay' bounds how long 'minEntriesPerTrigger' waits: give that too")
+        tls_ca, tls_cert, tls_key = _file(opts, "tlsca"), _file(opts, "tlscert"), _file(opts, "tlskey")
+        if bool(tls_cert) != bool(tls_key):
+            raise OptionError("options 'tlsCert' and 'tlsKey' go together: give both (certificate and key) or neither")
+        if tls_cert and not tls_ca:
+            raise OptionError("option 'tlsCert' needs option 'tlsCa' (the CA that signs the bookies' certificates)")
+        auth_token = str(opts.get("authtoken", "")).strip()
+        auth_token_file = _file(opts, "authtokenfile")
+        if "authtoken" in opts and not auth_token:
+            raise OptionError("option 'authToken' is empty")
+        if auth_token and auth_token_file:
+            raise OptionError("give option 'authToken' or option 'authTokenFile', not both")
+        if auth_token_file:
+            read_token_file(auth_token_file)  # an empty or unreadable file fails here, on the driver
         raw_timeout = opts.get("timeoutseconds")
         try:
             timeout_s = float(raw_timeout) if raw_timeout is not None else DEFAULT_TIMEOUT_S
@@ -155,12 +258,27 @@ class Options:
             entries_per_partition=_int(opts, "entriesperpartition", DEFAULT_ENTRIES_PER_PARTITION) or 1,
             bytes_per_partition=_int(opts, "bytesperpartition", DEFAULT_BYTES_PER_PARTITION) or 1,
             ledger_type=str(opts.get("ledgertype", "VD_JOURNAL")).upper(),
-            max_entries_per_trigger=_int(opts, "maxentriespertrigger", None),
+            max_entries_per_trigger=max_entries,
             cursor=cursor,
             fail_on_data_loss=_bool(opts, "failondataloss", True),
             timeout_s=timeout_s,
             create_log=_bool(opts, "createlog", True),
+            starting_ts=starting_ts,
+            ending_ts=ending_ts,
+            max_bytes_per_trigger=_int(opts, "maxbytespertrigger", None),
+            min_entries_per_trigger=min_entries,
+            max_trigger_delay_s=_duration_s(opts, "maxtriggerdelay", DEFAULT_MAX_TRIGGER_DELAY_S),
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            auth_token=auth_token,
+            auth_token_file=auth_token_file,
         )
+
+    def security(self) -> dict[str, str]:
+        """``bkframe.connect`` keywords for TLS and the token (the token file read now; empty: not used)."""
+        token = read_token_file(self.auth_token_file) if self.auth_token_file else self.auth_token
+        return {"tls_ca": self.tls_ca, "tls_cert": self.tls_cert, "tls_key": self.tls_key, "auth_token": token}
 
     def need_log(self, what: str) -> str:
         if self.log is None:
@@ -168,4 +286,4 @@ class Options:
         return self.log
 
 
-__all__ = ["EARLIEST", "KNOWN", "LATEST", "OptionError", "Options"]
+__all__ = ["EARLIEST", "KNOWN", "LATEST", "NAMES", "OptionError", "Options"]

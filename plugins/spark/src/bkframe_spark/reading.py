@@ -12,19 +12,23 @@ handle (replica failover, digest checks) and build one Arrow record batch per ch
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
-from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructField, StructType, TimestampType
 
-from bkframe import LATEST, Client, Entry, LogMetadata, Position, ReadHandle, SegmentRange, decode_record
+from bkframe import LATEST, Client, Entry, LogMetadata, Position, ReadHandle, SegmentRange
 from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
-from bkframe_spark.connection import call, client_for
+from bkframe_spark.columns import envelope_columns, raw_columns
+from bkframe_spark.connection import call, check_bookies, client_for
 from bkframe_spark.options import OptionError, Options
 
-#: The columns of every read (batch and streaming).
+#: The columns of every read (batch and streaming): the first six as before records had
+#: fields, then the record's key, timestamp and properties, and a sortable ``offset``.
 SCHEMA = StructType(
     [
         StructField("log", StringType(), True),
@@ -33,18 +37,17 @@ SCHEMA = StructType(
         StructField("ledger_id", LongType(), False),
         StructField("entry_id", LongType(), False),
         StructField("payload", BinaryType(), False),
+        StructField("key", BinaryType(), True),
+        StructField("timestamp", TimestampType(), True),
+        StructField("properties", MapType(StringType(), StringType(), valueContainsNull=False), False),
+        StructField("offset", LongType(), True),
     ]
 )
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("log", pa.string()),
-        pa.field("position", pa.string()),
-        pa.field("segment", pa.int64()),
-        pa.field("ledger_id", pa.int64(), nullable=False),
-        pa.field("entry_id", pa.int64(), nullable=False),
-        pa.field("payload", pa.binary(), nullable=False),
-    ]
-)
+#: What Spark checks each Arrow batch of a read against (timestamps in UTC).
+ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")
+#: ``offset`` is ``segment << 32 | entry_id``: ordered as positions are, while entry ids
+#: stay below 2**32 (an entry beyond that has a null offset; its position still names it).
+OFFSET_BITS = 32
 #: Entries per read request (and per Arrow batch), at most; fewer for large entries.
 CHUNK_ENTRIES = 2000
 CHUNK_BYTES = 16 << 20
@@ -63,6 +66,9 @@ class EntryRange(InputPartition):
     entry_size: int = 0
     #: The entries are log records in envelopes (a log segment's; ledgers read raw).
     enveloped: bool = False
+    #: The segment's recorded time range (ms; -1: not known), for pruning by timestamp.
+    min_ts: int = -1
+    max_ts: int = -1
 
     @property
     def entries(self) -> int:
@@ -72,8 +78,9 @@ class EntryRange(InputPartition):
 def check_schema(schema: StructType) -> None:
     if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in SCHEMA.fields]:
         raise OptionError(
-            f"format 'bkframe' reads the columns {SCHEMA.simpleString()}; leave out .schema(...) "
-            f"(it was given {schema.simpleString()}) and select columns after loading"
+            f"format 'bkframe' reads the columns {', '.join(SCHEMA.names)} ({SCHEMA.simpleString()}); leave out "
+            f".schema(...) (it was given {schema.simpleString()}) and select columns after loading, e.g. "
+            f".select('key', 'payload')"
         )
 
 
@@ -86,35 +93,39 @@ def split(parts: Sequence[EntryRange], entries_per_partition: int, bytes_per_par
         if part.entry_size > 0:
             step = max(1, min(step, bytes_per_partition // part.entry_size))
         for lo in range(part.first, part.last + 1, step):
-            out.append(
-                EntryRange(
-                    part.log, part.segment, part.ledger_id, lo, min(lo + step - 1, part.last), part.entry_size, part.enveloped
-                )
-            )
+            out.append(replace(part, first=lo, last=min(lo + step - 1, part.last)))
     return out
 
 
 def log_ranges(record: LogMetadata, ranges: Sequence[SegmentRange]) -> list[EntryRange]:
-    out = []
-    for r in ranges:
-        seg = record.segment(r.segment)
-        size = seg.length // seg.entries if seg is not None and seg.closed and seg.entries > 0 else 0
-        out.append(EntryRange(record.name, r.segment, r.ledger_id, r.first, r.last, size, r.enveloped))
-    return out
+    return [
+        EntryRange(record.name, r.segment, r.ledger_id, r.first, r.last, r.entry_size, r.enveloped, r.min_ts, r.max_ts)
+        for r in ranges
+    ]
 
 
-async def plan_log(client: Client, opts: Options, start: Position | str, end: Position | str | None) -> list[EntryRange]:
+async def plan_log(
+    client: Client, opts: Options, start: Position | str, end: Position | str | None, *, by_time: bool = False
+) -> list[EntryRange]:
     """The confirmed entries of the log from ``start`` to ``end`` (exclusive; None or
-    ``latest``: the end now), as entry ranges."""
+    ``latest``: the end now), as entry ranges. ``by_time``: ``startingTimestamp`` and
+    ``endingTimestamp``, when given, set the start and end instead (found from the
+    segments' recorded time ranges and a bisection in one segment each, never a scan)."""
     log = opts.need_log("reading")
     reader = await client.logs.reader(log, password=opts.password)
     stop = None if end is None or end == LATEST else end
     if isinstance(stop, str):
         raise OptionError(f"bad ending position {end!r}")
     first = await reader.resolve(start)
+    if by_time and opts.starting_ts is not None:
+        first = await reader.position_at(opts.starting_ts)
+    if by_time and opts.ending_ts is not None:
+        stop = await reader.position_at(opts.ending_ts)
     if stop is None:
         stop = await reader.end()
     ranges = await reader.snapshot(first, stop) if stop > first else []
+    if ranges:
+        await check_bookies(client, ranges[0].ledger_id, ranges[0].first, opts.password)
     return log_ranges(reader.metadata, ranges)
 
 
@@ -148,40 +159,39 @@ async def _open(client: Client, part: EntryRange, password: bytes) -> ReadHandle
         raise
 
 
-def _payloads(part: EntryRange, entries: Sequence[Entry]) -> list[bytes]:
-    if not part.enveloped:
-        return [e.payload for e in entries]
-    return [decode_record(e.payload).payload for e in entries]
-
-
 def to_batch(part: EntryRange, entries: Sequence[Entry]) -> pa.RecordBatch:
+    """One Arrow batch of the range's ``entries`` (consecutive, as a range read returns
+    them): columns built from whole arrays, no Python object per value where the format
+    allows (see :mod:`bkframe_spark.columns`)."""
     n = len(entries)
-    ids = np.fromiter((e.entry_id for e in entries), dtype=np.int64, count=n)
-    if part.segment is None:
-        log_col = pa.nulls(n, pa.string())
-        position = pa.nulls(n, pa.string())
-        segment = pa.nulls(n, pa.int64())
+    first = entries[0].entry_id if n else part.first
+    ids = np.arange(first, first + n, dtype=np.int64)
+    if n and entries[-1].entry_id != first + n - 1:
+        ids = np.fromiter((e.entry_id for e in entries), dtype=np.int64, count=n)
+    data = [e.payload for e in entries]
+    raw = pa.array(data, pa.binary())
+    if part.enveloped:
+        prefix = f"log {part.log!r}: entry {part.segment}:"
+        payload, key, timestamp, properties = envelope_columns(raw, data, lambda i: f"{prefix}{ids[i]}")
     else:
-        log_col = pa.array([part.log] * n, pa.string())
-        prefix = f"{part.segment}:"
-        position = pa.array([prefix + str(i) for i in ids.tolist()], pa.string())
-        segment = pa.array(np.full(n, part.segment, dtype=np.int64))
-    return pa.RecordBatch.from_arrays(
-        [
-            log_col,
-            position,
-            segment,
-            pa.array(np.full(n, part.ledger_id, dtype=np.int64)),
-            pa.array(ids),
-            pa.array(_payloads(part, entries), pa.binary()),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+        payload, key, timestamp, properties = raw_columns(raw)
+    entry_ids = pa.array(ids)
+    if part.segment is None:
+        log_col, position, segment, offset = (pa.nulls(n, t) for t in (pa.string(), pa.string(), pa.int64(), pa.int64()))
+    else:
+        log_col = pa.repeat(pa.scalar(part.log, pa.string()), n)
+        position = pc.binary_join_element_wise(f"{part.segment}:", entry_ids.cast(pa.string()), "")
+        segment = pa.repeat(pa.scalar(part.segment, pa.int64()), n)
+        too_far = ids >= 1 << OFFSET_BITS
+        offset = pa.array((part.segment << OFFSET_BITS) | ids, mask=too_far if too_far.any() else None)
+    ledger = pa.repeat(pa.scalar(part.ledger_id, pa.int64()), n)
+    columns = [log_col, position, segment, ledger, entry_ids, payload, key, timestamp, properties, offset]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
 def read_partition(opts: Options, part: EntryRange) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the partition's entries, in order (in a task)."""
-    bk = client_for(opts.metadata, opts.timeout_s)
+    bk = client_for(opts)
     what = f"reading ledger {part.ledger_id}" + (f" (segment {part.segment} of log {part.log!r})" if part.log else "")
     handle = call(bk, what, opts.timeout_s, _open, bk.client, part, opts.password)
     chunk = CHUNK_ENTRIES if part.entry_size <= 0 else max(1, min(CHUNK_ENTRIES, CHUNK_BYTES // part.entry_size))

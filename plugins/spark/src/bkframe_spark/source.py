@@ -8,10 +8,12 @@ registers every such module on the Python path (SPARK-45917).
 
 from __future__ import annotations
 
+import functools
 import sys
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -31,12 +33,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from bkframe_spark.columns import WriteColumns
 from bkframe_spark.connection import call, client_for
 from bkframe_spark.first_line import message_first
 from bkframe_spark.options import OptionError, Options
-from bkframe_spark.reading import SCHEMA, EntryRange, check_schema, plan_ledgers, plan_log, read_partition, split
+from bkframe_spark.reading import OFFSET_BITS, SCHEMA, EntryRange, check_schema, plan_ledgers, plan_log, read_partition, split
 from bkframe_spark.streaming import LogStreamReader, LogStreamWriter
-from bkframe_spark.writing import LedgerMessage, LedgerSpec, abort_write, check_write, commit_write, payload_index, write_task
+from bkframe_spark.writing import LedgerMessage, LedgerSpec, abort_write, check_write, commit_write, write_task
 
 FORMAT = "bkframe"
 
@@ -70,12 +73,19 @@ class BkframeDataSource(DataSource):
                 "(or delete the log with 'bkframe log delete NAME' and create it again)"
             )
         opts = Options.parse(self.options)
-        return BulkWriter(opts, check_write(opts, schema), payload_index(schema))
+        columns = WriteColumns.of(schema)
+        return BulkWriter(opts, check_write(opts), columns)
 
     @message_first
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         check_schema(schema)
-        return LogStreamReader(Options.parse(self.options))
+        opts = Options.parse(self.options)
+        if opts.ending is not None or opts.ending_ts is not None:
+            raise OptionError(
+                "options 'endingPosition' and 'endingTimestamp' are for batch reads; a stream goes on as the log "
+                "grows (to stop at the end found when it starts, use .trigger(availableNow=True))"
+            )
+        return LogStreamReader(opts)
 
     @message_first
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
@@ -85,7 +95,8 @@ class BkframeDataSource(DataSource):
                 "use outputMode('append') or outputMode('update')"
             )
         opts = Options.parse(self.options)
-        return LogStreamWriter(opts, check_write(opts, schema), payload_index(schema))
+        columns = WriteColumns.of(schema)
+        return LogStreamWriter(opts, check_write(opts), columns)
 
 
 def _in_pushdown_worker() -> bool:
@@ -108,13 +119,13 @@ class BatchReader(DataSourceReader):
     @message_first
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
-        bk = client_for(opts.metadata, opts.timeout_s)
+        bk = client_for(opts)
         if opts.ledgers:
             parts = call(bk, "planning the read of ledgers", opts.timeout_s, plan_ledgers, bk.client, opts)
         else:
             start = opts.starting if opts.starting is not None else "earliest"
-            parts = call(bk, f"planning the read of log {opts.log!r}", opts.timeout_s, plan_log, bk.client, opts, start,
-                         opts.ending)
+            plan = functools.partial(plan_log, by_time=True)
+            parts = call(bk, f"planning the read of log {opts.log!r}", opts.timeout_s, plan, bk.client, opts, start, opts.ending)
         return split(narrow(parts, self.constraints), opts.entries_per_partition, opts.bytes_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -124,14 +135,31 @@ class BatchReader(DataSourceReader):
 
 
 _OPS = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<=", In: "in"}
-_COLUMNS = ("ledger_id", "segment", "entry_id")
-#: A pushed-down filter: (column, operator, the values it names -- one, or the list of an IN).
+_COLUMNS = ("ledger_id", "segment", "entry_id", "offset", "timestamp")
+#: Filters that only prune (Spark still checks each row): event times may come in any order
+#: within a segment, an IN list is narrowed to its [min, max], an entry beyond 2**32 has no offset.
+_ALSO_BY_SPARK = ("timestamp", "offset")
+#: A pushed-down filter: (column, operator, the values it names -- one, or the list of an
+#: IN); timestamps in microseconds since the epoch.
 Constraint = tuple[str, str, tuple[int, ...]]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _int_values(f: Filter, op: str) -> tuple[int, ...] | None:
+def _micros(value: object) -> int | None:
+    """A timestamp filter's value (Spark passes a datetime, in UTC) in microseconds."""
+    if not isinstance(value, datetime):
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return (value - _EPOCH) // datetime.resolution
+
+
+def _int_values(f: Filter, op: str, column: str) -> tuple[int, ...] | None:
     raw = getattr(f, "value", None)
     values = tuple(raw) if op == "in" and isinstance(raw, (list, tuple)) else (raw,)
+    if column == "timestamp":
+        micros = tuple(_micros(v) for v in values)
+        return micros if values and all(m is not None for m in micros) else None  # type: ignore[return-value]
     if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         return values  # type: ignore[return-value]
     return None
@@ -139,20 +167,21 @@ def _int_values(f: Filter, op: str) -> tuple[int, ...] | None:
 
 class PushdownReader(BatchReader):
     """:class:`BatchReader` that prunes partitions and entry ranges by filters on
-    ``ledger_id``, ``segment`` and ``entry_id`` (Spark >= 4.1 with pushdown on)."""
+    ``ledger_id``, ``segment``, ``entry_id`` and ``offset``, and skips segments whose
+    recorded time range cannot match filters on ``timestamp`` (Spark >= 4.1 with pushdown on)."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         for f in filters:
             op = _OPS.get(type(f))
             attribute = tuple(getattr(f, "attribute", ()))
             column = str(attribute[0]).lower() if len(attribute) == 1 else ""
-            values = _int_values(f, op) if op is not None and column in _COLUMNS else None
+            values = _int_values(f, op, column) if op is not None and column in _COLUMNS else None
             if op is None or values is None:
                 yield f  # Spark evaluates it
                 continue
             self.constraints.append((column, op, values))
-            if op == "in" and column == "entry_id":
-                yield f  # narrowed to [min, max] only: Spark still checks each row
+            if (op == "in" and column == "entry_id") or column in _ALSO_BY_SPARK:
+                yield f  # pruned by it only: Spark still checks each row
 
 
 def _holds(op: str, have: int, values: tuple[int, ...]) -> bool:
@@ -160,6 +189,40 @@ def _holds(op: str, have: int, values: tuple[int, ...]) -> bool:
         return have in values
     value = values[0]
     return {"=": have == value, ">": have > value, ">=": have >= value, "<": have < value, "<=": have <= value}[op]
+
+
+def _may_be_in_time(part: EntryRange, op: str, values: tuple[int, ...]) -> bool:
+    """Some record of ``part`` may satisfy the timestamp filter (microseconds)."""
+    if not part.enveloped:
+        return False  # raw entries (and ledgers read directly) have a null timestamp: no comparison holds
+    if part.max_ts < 0:
+        return True  # not recorded (an open or recovered segment): read it
+    low = part.min_ts * 1000 if part.min_ts >= 0 else -(1 << 63)
+    high = part.max_ts * 1000
+    if op in ("=", "in"):
+        return any(low <= v <= high for v in values)
+    value = values[0]
+    return {">": high > value, ">=": high >= value, "<": low < value, "<=": low <= value}[op]
+
+
+def _offsets(part: EntryRange, op: str, values: tuple[int, ...], lo: int, hi: int) -> tuple[int, int]:
+    """``lo..hi`` narrowed by a filter on ``offset`` (``segment << 32 | entry_id``); an
+    empty range (lo > hi) if no entry of the part can match."""
+    if part.segment is None:
+        return 1, 0  # no offset (ledgers read directly)
+    mask = (1 << OFFSET_BITS) - 1
+    if op in ("=", "in"):
+        here = [v & mask for v in values if v >> OFFSET_BITS == part.segment]
+        return (max(lo, min(here)), min(hi, max(here))) if here else (1, 0)
+    value = values[0]
+    segment, entry = value >> OFFSET_BITS, value & mask
+    if op in (">", ">="):
+        if segment > part.segment:
+            return 1, 0
+        return (max(lo, entry + (op == ">")), hi) if segment == part.segment else (lo, hi)
+    if segment < part.segment:
+        return 1, 0
+    return (lo, min(hi, entry - (op == "<"))) if segment == part.segment else (lo, hi)
 
 
 def narrow(parts: Sequence[EntryRange], constraints: Sequence[Constraint]) -> list[EntryRange]:
@@ -175,6 +238,10 @@ def narrow(parts: Sequence[EntryRange], constraints: Sequence[Constraint]) -> li
                     lo = max(lo, values[0] + (op == ">"))
                 else:
                     hi = min(hi, values[0] - (op == "<"))
+            elif column == "offset":
+                lo, hi = _offsets(part, op, values, lo, hi)
+            elif column == "timestamp":
+                keep = keep and _may_be_in_time(part, op, values)
             else:
                 have = part.segment if column == "segment" else part.ledger_id
                 keep = keep and have is not None and _holds(op, have, values)
@@ -186,16 +253,16 @@ def narrow(parts: Sequence[EntryRange], constraints: Sequence[Constraint]) -> li
 class BulkWriter(DataSourceArrowWriter):
     """``df.write.format("bkframe").option("log", NAME).mode("append").save()``"""
 
-    def __init__(self, opts: Options, spec: LedgerSpec, payload_index: int) -> None:
+    def __init__(self, opts: Options, spec: LedgerSpec, columns: WriteColumns) -> None:
         self.opts = opts
         self.spec = spec
-        self.payload_index = payload_index
+        self.columns = columns
         #: The write's id: the tag of its ledgers and (as the token) of its commit.
         self.write_id = uuid.uuid4().hex
         self.token = f"spark:write:{self.write_id}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerMessage:  # type: ignore[override]
-        return write_task(self.opts, self.spec, self.write_id, self.token, self.payload_index, iterator)
+        return write_task(self.opts, self.spec, self.write_id, self.token, self.columns, iterator)
 
     @message_first
     def commit(self, messages: list[LedgerMessage | None]) -> None:  # type: ignore[override]

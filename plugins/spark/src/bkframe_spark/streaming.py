@@ -3,8 +3,10 @@
 **Source.** An offset is a log position, ``{"position": "3:41"}``: a boundary, so a
 micro-batch from offset ``a`` to offset ``b`` reads the confirmed entries in ``[a, b)``.
 ``latestOffset`` is the log's end (only confirmed entries, across every rollover and
-committed segment), or fewer entries under ``maxEntriesPerTrigger``; a batch replayed after
-a failure reads the same entries, since positions never change meaning. With a ``cursor``
+committed segment), or less under ``maxEntriesPerTrigger`` / ``maxBytesPerTrigger``, or the
+batch's start (no batch yet) while fewer than ``minEntriesPerTrigger`` entries are new and
+``maxTriggerDelay`` has not passed since the last batch; a batch replayed after a failure
+reads the same entries, since positions never change meaning. With a ``cursor``
 the source moves that durable cursor to a batch's end when Spark commits the batch, so
 retention never trims what the query has not finished with.
 
@@ -18,17 +20,27 @@ same data for a batch id, the sink's commit is idempotent per batch id -- does t
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import attrs
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
-from bkframe import EARLIEST, Client, Position
+from bkframe import EARLIEST, Client, LogEntry, LogReader, Position, SegmentRange
 from bkframe.errors import NoSuchCursorError, PositionTrimmedError
+from bkframe_spark.columns import WriteColumns
 from bkframe_spark.connection import call, client_for
 from bkframe_spark.first_line import message_first
 from bkframe_spark.options import Options
@@ -56,6 +68,58 @@ def position_of(offset: dict[str, Any]) -> Position:
     return Position.parse(str(offset["position"]))
 
 
+@attrs.frozen
+class Limits:
+    """How much one micro-batch takes (None: no bound)."""
+
+    max_entries: int | None = None
+    max_bytes: int | None = None
+    min_entries: int | None = None
+
+
+#: Entries of an open segment read to guess its records' size for ``maxBytesPerTrigger``
+#: (a closed segment's average size is recorded).
+SIZE_SAMPLE = 16
+
+
+def record_size(entry: LogEntry, enveloped: bool) -> int:
+    """The bytes ``entry`` takes in its ledger (the envelope's, docs/logs.md)."""
+    if not enveloped:
+        return len(entry.payload)
+    size = 9 + len(entry.payload) + (4 + len(entry.key) if entry.key is not None else 0)
+    if entry.properties:
+        size += 4 + sum(8 + len(k.encode()) + len(v.encode()) for k, v in entry.properties.items())
+    return size
+
+
+def after(ranges: Sequence[SegmentRange], entries: int, end: Position) -> Position:
+    """The position ``entries`` entries into ``ranges`` (``end`` if they hold fewer)."""
+    left = entries
+    for r in ranges:
+        if r.entries >= left:
+            return Position(r.segment, r.first + left)
+        left -= r.entries
+    return end
+
+
+async def after_bytes(reader: LogReader, ranges: Sequence[SegmentRange], budget: int, end: Position) -> Position:
+    """Where about ``budget`` bytes of records from the start of ``ranges`` end, by each
+    closed segment's average record size (an open segment's: a sample's); at least one
+    entry, so that a record larger than the budget still goes, alone."""
+    taken = 0
+    for r in ranges:
+        size = r.entry_size
+        if size <= 0:
+            sample = await reader.read_segment(r.segment, r.first, min(r.last, r.first + SIZE_SAMPLE - 1))
+            size = sum(record_size(e, r.enveloped) for e in sample) // max(1, len(sample))
+        fits = budget // max(1, size)
+        if fits < r.entries:
+            return Position(r.segment, r.first + max(fits, 1 if taken == 0 else 0))
+        budget -= r.entries * size
+        taken += r.entries
+    return end
+
+
 class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("bkframe").option("log", NAME)``."""
 
@@ -64,10 +128,13 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.log = opts.need_log("a streaming read")
         #: Set by Trigger.AvailableNow: the end the query stops at.
         self._target: Position | None = None
+        #: When the last micro-batch was let through (time.monotonic()): ``minEntriesPerTrigger``
+        #: holds a batch back for at most ``maxTriggerDelay`` after it (the query's start counts).
+        self._last_batch = time.monotonic()
 
     @message_first
     def _call(self, what: str, fn: Any, *args: Any) -> Any:
-        bk = client_for(self.opts.metadata, self.opts.timeout_s)
+        bk = client_for(self.opts)
         return call(bk, f"{what} (log {self.log!r})", self.opts.timeout_s, fn, bk.client, *args)
 
     # -- offsets ------------------------------------------------------------------------
@@ -76,15 +143,18 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offset(self._call("finding the starting position", self._initial))
 
     async def _initial(self, client: Client) -> Position:
-        """``startingPosition``; by default the cursor's position if the cursor exists, else
-        the earliest. A cursor that does not exist yet is created there."""
+        """``startingPosition`` or ``startingTimestamp``; without either the cursor's
+        position if the cursor exists, else the earliest. A cursor that does not exist yet
+        is created there. (Spark asks only when the query has no checkpoint.)"""
         opts, logs = self.opts, client.logs
         reader = await logs.reader(self.log, password=opts.password)
         start: Position | str = opts.starting if opts.starting is not None else EARLIEST
+        if opts.starting_ts is not None:
+            start = await reader.position_at(opts.starting_ts)
         if opts.cursor is not None:
             try:
                 cursor = await logs.cursor(self.log, opts.cursor)
-                if opts.starting is None:
+                if opts.starting is None and opts.starting_ts is None:
                     start = cursor.position
             except NoSuchCursorError:
                 cursor = await logs.create_cursor(self.log, opts.cursor, start, password=opts.password)
@@ -95,10 +165,22 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         first = position_of(start)
-        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return offset(self._call("finding the latest position", self._latest, first, max_rows))
+        return offset(self._call("finding the latest position", self._latest, first, self._limits(limit)))
 
-    async def _latest(self, client: Client, first: Position, max_rows: int | None) -> Position:
+    def _limits(self, limit: ReadLimit) -> Limits:
+        """The options' bounds, or the one Spark passes (ReadAllAvailable: Trigger.Once)."""
+        if isinstance(limit, ReadAllAvailable):
+            return Limits()
+        opts = self.opts
+        return Limits(
+            limit.max_rows if isinstance(limit, ReadMaxRows) else opts.max_entries_per_trigger,
+            limit.max_bytes if isinstance(limit, ReadMaxBytes) else opts.max_bytes_per_trigger,
+            # Trigger.AvailableNow reads up to a fixed end, then stops: no waiting for more.
+            None if self._target is not None else limit.min_rows if isinstance(limit, ReadMinRows)
+            else opts.min_entries_per_trigger,
+        )
+
+    async def _latest(self, client: Client, first: Position, limits: Limits) -> Position:
         reader = await client.logs.reader(self.log, password=self.opts.password)
         end = await reader.end()
         if self._target is not None:
@@ -106,8 +188,19 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first = self._not_trimmed(first, reader.metadata.start)
         if end <= first:
             return first
-        if max_rows is not None:
-            end = await reader.advance(first, max_rows, end)
+        if limits == Limits():
+            self._last_batch = time.monotonic()
+            return end
+        ranges = await reader.snapshot(first, end)
+        waited = time.monotonic() - self._last_batch
+        if limits.min_entries is not None and sum(r.entries for r in ranges) < limits.min_entries:
+            if waited < self.opts.max_trigger_delay_s:
+                return first  # Kafka's minOffsetsPerTrigger: no batch yet
+        if limits.max_entries is not None:
+            end = min(end, after(ranges, limits.max_entries, end))
+        if limits.max_bytes is not None:
+            end = min(end, await after_bytes(reader, ranges, limits.max_bytes, end))
+        self._last_batch = time.monotonic()
         return end
 
     def _not_trimmed(self, first: Position, log_start: Position) -> Position:
@@ -125,8 +218,15 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return await (await client.logs.reader(self.log, password=self.opts.password)).end()
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        n = self.opts.max_entries_per_trigger
-        return ReadMaxRows(n) if n is not None else ReadAllAvailable()
+        # Spark takes one limit; latestOffset applies all the options (see _limits).
+        opts = self.opts
+        if opts.max_entries_per_trigger is not None:
+            return ReadMaxRows(opts.max_entries_per_trigger)
+        if opts.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(opts.max_bytes_per_trigger)
+        if opts.min_entries_per_trigger is not None:
+            return ReadMinRows(opts.min_entries_per_trigger)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._call("finding the log's end", self._end)
@@ -168,10 +268,10 @@ def stream_token(query_id: str, batch_id: int) -> str:
 class LogStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("bkframe").option("log", NAME)``: exactly once per batch."""
 
-    def __init__(self, opts: Options, spec: LedgerSpec, payload_index: int) -> None:
+    def __init__(self, opts: Options, spec: LedgerSpec, columns: WriteColumns) -> None:
         self.opts = opts
         self.spec = spec
-        self.payload_index = payload_index
+        self.columns = columns
         #: Tells this run's writes from a replay's (after a restart) of the same batch.
         self.run = uuid.uuid4().hex[:12]
 
@@ -182,7 +282,7 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
         if not query_id or batch is None:
             raise RuntimeError("the bkframe stream sink runs only in a Spark streaming query (no query or batch id)")
         write = f"{query_id}:{batch}:{self.run}"
-        return write_task(self.opts, self.spec, write, stream_token(query_id, int(batch)), self.payload_index, iterator)
+        return write_task(self.opts, self.spec, write, stream_token(query_id, int(batch)), self.columns, iterator)
 
     @staticmethod
     def _ids(messages: Sequence[LedgerMessage | None]) -> tuple[str, str] | None:

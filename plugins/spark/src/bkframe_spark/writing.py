@@ -1,6 +1,7 @@
 """Writing for Spark: one new ledger per task, made visible by the driver's one commit.
 
-A task appends its rows' payloads to a ledger of its own (``VD_JOURNAL`` by default: BP-14's
+A task appends its rows (records: payload, key, timestamp, properties; see
+:mod:`bkframe_spark.columns`) to a ledger of its own (``VD_JOURNAL`` by default: BP-14's
 bulk-load case, acknowledged before the fsync), then closes it -- a ``VD_JOURNAL`` close
 syncs first, so the closed ledger holds every entry -- and hands the ledger id to the
 driver in its commit message. Nothing is visible yet: the ledger is in no log. The
@@ -32,11 +33,11 @@ import attrs
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import WriterCommitMessage
-from pyspark.sql.types import BinaryType, StringType, StructType
 
-from bkframe import ENVELOPE_CUSTOM, Client, CommitResult, DigestType, LogMetadata, PendingAppend, WriteHandle, encode_record
+from bkframe import ENVELOPE_CUSTOM, Client, CommitResult, DigestType, LogMetadata, PendingAppend, WriteHandle
 from bkframe.errors import BKError, LogError, LogExistsError, MetadataError, NoSuchLedgerError, NoSuchLogError
-from bkframe_spark.connection import ConnectorTimeoutError, call, client_for
+from bkframe_spark.columns import WriteColumns, encode_rows
+from bkframe_spark.connection import ConnectorTimeoutError, call, check_bookies, client_for
 from bkframe_spark.options import OptionError, Options
 
 log = logging.getLogger("bkframe.spark")
@@ -52,10 +53,6 @@ WINDOW = 1024
 CHUNK = 256
 #: How often the driver tries a commit that timed out or hit a metadata store error.
 COMMIT_ATTEMPTS = 5
-
-
-class DataError(BKError, ValueError):
-    """A row cannot be written (no payload column, a null payload)."""
 
 
 @dataclass
@@ -97,31 +94,6 @@ class LedgerSpec:
         return cls(record.name, ensemble, s.write_quorum, s.ack_quorum, ledger_type, s.digest, password)
 
 
-def payload_index(schema: StructType) -> int:
-    """The ``payload`` column (binary or string) of the DataFrame being written."""
-    for i, field in enumerate(schema.fields):
-        if field.name.lower() == "payload":
-            if not isinstance(field.dataType, (BinaryType, StringType)):
-                raise DataError(
-                    f"column 'payload' is {field.dataType.simpleString()}; format 'bkframe' writes a binary or string "
-                    f"payload column (cast it, e.g. to_json(...) or .cast('binary'))"
-                )
-            return i
-    raise DataError(
-        f"format 'bkframe' writes the column 'payload' (binary or string) as one entry per row; the DataFrame has "
-        f"{[f.name for f in schema.fields]} (select or alias one as 'payload')"
-    )
-
-
-def payloads(batch: pa.RecordBatch, index: int) -> list[bytes]:
-    col = batch.column(index)
-    if col.null_count:
-        raise DataError("column 'payload' has null values; entries are bytes: fill them (e.g. coalesce(payload, ''))")
-    if not pa.types.is_binary(col.type):
-        col = col.cast(pa.binary())
-    return col.to_pylist()
-
-
 class _Sink:
     """A task's ledger: made at the first row, appended with a window of appends in flight."""
 
@@ -141,7 +113,8 @@ class _Sink:
         self.min_ts = -1
         self.max_ts = -1
 
-    async def append(self, data: Sequence[bytes]) -> None:
+    async def append(self, data: Sequence[bytes], min_ts: int, max_ts: int) -> None:
+        """Append entries (records in envelopes) whose timestamps run from ``min_ts`` to ``max_ts``."""
         if self.late:
             return
         if self.handle is None:
@@ -157,12 +130,9 @@ class _Sink:
                 self.handle, self.late = None, True
                 return
         handle, pending = self.handle, self.pending
-        # Each row a log record in its envelope, stamped with this batch's publish time.
-        now = time.time_ns() // 1_000_000
-        if self.min_ts < 0:
-            self.min_ts = now
-        self.max_ts = max(self.max_ts, now)
-        data = [encode_record(payload, now=now) for payload in data]
+        # The ledger's time range becomes its segment's (commit_ledgers' time_bounds).
+        self.min_ts = min_ts if self.entries == 0 else min(self.min_ts, min_ts)
+        self.max_ts = max_ts if self.entries == 0 else max(self.max_ts, max_ts)
         # Appends made in one go leave as one ADD_BATCH per bookie; refilling the window one
         # entry at a time would send one message per entry (several times slower).
         for first in range(0, len(data), CHUNK):
@@ -196,12 +166,12 @@ class _Sink:
 
 
 def write_task(
-    opts: Options, spec: LedgerSpec, write: str, token: str, index: int, batches: Iterator[pa.RecordBatch]
+    opts: Options, spec: LedgerSpec, write: str, token: str, columns: WriteColumns, batches: Iterator[pa.RecordBatch]
 ) -> LedgerMessage:
     """Write the task's rows to a new ledger, close it, return its id (in a task)."""
     ctx = TaskContext.get()
     partition, attempt = (ctx.partitionId(), ctx.attemptNumber()) if ctx is not None else (0, 0)
-    bk = client_for(opts.metadata, opts.timeout_s)
+    bk = client_for(opts)
     what = f"task {partition} (attempt {attempt}) writing for log {spec.log!r}"
     custom = {
         TAG_WRITE: write, TAG_TOKEN: token, TAG_LOG: spec.log, "bkframe.spark.task": f"{partition}.{attempt}",
@@ -211,9 +181,10 @@ def write_task(
     sink = _Sink(bk.client, spec, token, write, custom)
     try:
         for batch in batches:
-            data = payloads(batch, index)
-            if data and not sink.late:
-                call(bk, what, opts.timeout_s, sink.append, data)
+            if batch.num_rows and not sink.late:
+                # Each row a record in its envelope; rows without a timestamp get this batch's publish time.
+                data, min_ts, max_ts = encode_rows(batch, columns, time.time_ns() // 1_000_000)
+                call(bk, what, opts.timeout_s, sink.append, data, min_ts, max_ts)
         call(bk, what, opts.timeout_s, sink.finish)
         ledger_id = sink.handle.ledger_id if sink.handle is not None else None
         if ledger_id is not None and call(bk, what, opts.timeout_s, _finished_without, bk.client, spec, token, write,
@@ -274,7 +245,7 @@ def commit_write(
     ledgers staged for the token and left out (ledgers of failed or duplicate attempts, of
     earlier runs of a streaming batch). None when no task wrote anything (nothing is
     committed)."""
-    bk = client_for(opts.metadata, opts.timeout_s)
+    bk = client_for(opts)
     ids = message_ledgers(messages)
     bounds = {
         m.ledger_id: (m.min_ts, m.max_ts) for m in messages if m is not None and m.ledger_id is not None and m.max_ts >= 0
@@ -312,7 +283,7 @@ def commit_write(
 def abort_write(opts: Options, spec: LedgerSpec, token: str, write: str) -> None:
     """Delete every ledger the write staged and did not commit; tasks still running find
     the write discarded when they stage or finish, and delete their own."""
-    bk = client_for(opts.metadata, opts.timeout_s)
+    bk = client_for(opts)
     what = f"aborting the write to log {spec.log!r} (token {token})"
     try:
         deleted = call(bk, what, opts.timeout_s, _discard, bk.client, spec, write)
@@ -328,12 +299,12 @@ async def _discard(client: Client, spec: LedgerSpec, write: str) -> list[int]:
     return await client.logs.discard_staged(spec.log, write, password=spec.password)
 
 
-def check_write(opts: Options, schema: StructType) -> LedgerSpec:
+def check_write(opts: Options) -> LedgerSpec:
     """On the driver, before any task runs: the log exists, the password is right, the
-    ledger type is known; returns how tasks make ledgers."""
+    ledger type is known, its bookies accept this client (when it has an entry to read);
+    returns how tasks make ledgers."""
     name = opts.need_log("writing")
-    payload_index(schema)
-    bk = client_for(opts.metadata, opts.timeout_s)
+    bk = client_for(opts)
 
     async def plan() -> LedgerSpec:
         client = bk.client
@@ -350,6 +321,9 @@ def check_write(opts: Options, schema: StructType) -> LedgerSpec:
             except LogExistsError:  # another writer made it meanwhile
                 record = await client.logs.metadata(name)
         await client.logs.reader(name, password=opts.password)  # checks the password
+        last = next((s for s in reversed(record.segments) if s.closed and s.entries > 0), None)
+        if last is not None:
+            await check_bookies(client, last.ledger_id, last.last_entry_id, opts.password)
         return LedgerSpec.for_log(client, record, opts.ledger_type, opts.password)
 
     try:
