@@ -1,6 +1,6 @@
 """Trimming a log: whole closed segments leave its start and their ledgers are deleted.
 
-Which segments may go is :func:`bkframe.client.logs.model.segments_to_trim` (before a
+Which segments may go is :func:`segments_to_trim` (before a
 position, or past the log's retention; never one a cursor has not passed unless forced);
 this module makes it so in the record, moves the cursors a forced trim passed, and deletes
 the ledgers. Used by :meth:`Logs.trim` and by the writer after each rollover.
@@ -14,11 +14,52 @@ import time
 import attrs
 
 from bkframe.client.logs import chunks
-from bkframe.client.logs.model import Chunk, LogMetadata, Position, Segment, TrimResult, segments_to_trim
+from bkframe.client.logs.model import Chunk, LogMetadata, Position, Segment, TrimResult
 from bkframe.client.logs.records import LogRecords
 from bkframe.errors import BadVersionError
 
 log = logging.getLogger("bkframe.logs")
+
+
+def segments_to_trim(
+    record: LogMetadata,
+    *,
+    before: Position | None,
+    use_retention: bool,
+    slowest_cursor: Position | None,
+    force: bool,
+    now: float,
+) -> int:
+    """How many leading segments a trim removes: those fully before ``before``, or too old
+    or beyond the size limit (with ``use_retention``); never an open segment, and never one
+    a cursor has not passed unless ``force``."""
+    segs = record.segments
+    closed_prefix = 0
+    while closed_prefix < len(segs) and segs[closed_prefix].closed:
+        closed_prefix += 1
+    wanted = 0
+    if before is not None:
+        while wanted < closed_prefix and segs[wanted].passed_by(before):
+            wanted += 1
+    settings = record.settings
+    if use_retention and settings.retention_s is not None:
+        k = 0
+        while k < closed_prefix and segs[k].aged_at() <= now - settings.retention_s:
+            k += 1
+        wanted = max(wanted, k)
+    if use_retention and settings.retention_bytes is not None:
+        total = sum(s.length for s in segs)
+        k = 0
+        while k < closed_prefix and total > settings.retention_bytes:
+            total -= segs[k].length
+            k += 1
+        wanted = max(wanted, k)
+    if not force and slowest_cursor is not None:
+        allowed = 0
+        while allowed < wanted and segs[allowed].passed_by(slowest_cursor):
+            allowed += 1
+        wanted = allowed
+    return wanted
 
 
 async def trim(

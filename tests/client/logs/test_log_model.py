@@ -6,7 +6,8 @@ import attrs
 import pytest
 
 from bkframe import Cursor, LogMetadata, LogSettings, Position, Segment, check_name, parse_where
-from bkframe.client.logs.model import TOKEN_HISTORY, Commit, segments_to_trim
+from bkframe.client.logs.model import TOKEN_HISTORY, Commit
+from bkframe.client.logs.retention import segments_to_trim
 
 
 def test_positions_order_print_and_parse() -> None:
