@@ -38,7 +38,7 @@ def test_the_pipeline_runs_on_a_standalone_cluster_with_executors_on_other_hosts
                     cwd=tmp_path, capture_output=True, text=True, timeout=600, env=jvm_env_for_tests(),
                 )
                 assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
-                assert "verified; rows/s: bulk_load" in run.stdout, run.stdout
+                assert "verified; rows/s: bulk load" in run.stdout, run.stdout
                 # Executors ran on both workers' hosts, not in the driver.
                 apps = spark.state().get("completedapps", [])
                 assert [a["name"] for a in apps] == ["bkframe-example"], apps
