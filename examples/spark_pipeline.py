@@ -20,7 +20,7 @@ data source:
 4. read ``counts`` back with a batch read and check every count against the dataset.
 
 It prints each stage's rate: rows per second of the job itself (Spark's Python workers are
-started by a warm-up job first, and the stream's rate is its micro-batches' processing
+started by a warm-up through the connector first, and the stream's rate is its micro-batches' processing
 time). The stages' Spark code is in ``bkframe_spark.pipeline``
 (``plugins/spark/src/bkframe_spark/pipeline.py``), which ``bkframe sandbox --demo`` runs too;
 this script is the shape of a program of your own: make a session, run, stop.
