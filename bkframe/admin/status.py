@@ -5,9 +5,10 @@ from their registration and GET_BOOKIE_INFO), ledgers and logs with their sizes,
 under-replicated and what is in limbo. Each bookie is asked with a timeout, in parallel: a
 bookie that does not answer is shown so, and does not hold the page.
 
-Ledgers and logs are shown a page at a time (``MAX_ROWS``, ascending from the query's
-``ledgers_from`` id and ``logs_from`` name, with a link to the next page): the page reads
-one page of ledger ids and that page's metadata, however many ledgers the cluster holds.
+Ledgers, logs and under-replicated ledgers are shown a page at a time (``MAX_ROWS``,
+ascending from the query's ``ledgers_from`` id, ``logs_from`` name and ``under_from`` id,
+with a link to the next page): the page reads one page of ledger ids and that page's
+metadata, however many ledgers the cluster holds, and one page of marks with their count.
 """
 
 from __future__ import annotations
@@ -95,9 +96,10 @@ class StatusPage:
         else:
             ledgers_from = _query_int(request, "ledgers_from")
             logs_from = request.query_params.get("logs_from", "")
+            under_from = _query_int(request, "under_from")
             try:
                 with trio.fail_after(STORE_TIMEOUT_S):
-                    parts.append(await self.cluster(store, ledgers_from=ledgers_from, logs_from=logs_from))
+                    parts.append(await self.cluster(store, ledgers_from=ledgers_from, logs_from=logs_from, under_from=under_from))
             except (trio.TooSlowError, MetadataError) as e:
                 parts.append(f'<p class="bad">The metadata store did not answer: {esc(repr(e))}</p>')
         page = (
@@ -106,9 +108,12 @@ class StatusPage:
         )
         return HTMLResponse(page)
 
-    async def cluster(self, store: MetadataStore, *, ledgers_from: int = 0, logs_from: str = "") -> str:
-        """The page's body: the bookies, a page of ledgers from id ``ledgers_from`` and of
-        logs from name ``logs_from``, what is under-replicated and in limbo."""
+    async def cluster(
+        self, store: MetadataStore, *, ledgers_from: int = 0, logs_from: str = "", under_from: int = 0
+    ) -> str:
+        """The page's body: the bookies, a page of ledgers from id ``ledgers_from``, of logs
+        from name ``logs_from`` and of under-replicated ledgers from id ``under_from`` (with
+        their count), and what is in limbo."""
         registered = await store.list_bookies()
         decommissioned = await store.list_decommissioned()
         infos: dict[str, dict[str, Any] | str] = {}
@@ -141,17 +146,27 @@ class StatusPage:
         ]
         parts += await self._ledgers(store, ledgers_from)
         parts += await self._logs(store, logs_from)
-        under = await store.list_under_replicated()
-        under_rows = [
-            [str(u.ledger_id), esc(", ".join(sorted(u.bookies))), esc(time.ctime(u.since))] for u in under[:MAX_ROWS]
-        ]
+        parts += await self._under_replicated(store, under_from)
         parts += [
-            f'<h2>Under-replicated ledgers (<span class="{"bad" if under else "ok"}">{len(under)}</span>)</h2>',
-            table("under-replicated", ["ledger", "lost bookies", "since"], under_rows, "nothing is under-replicated"),
             f'<h2>Ledgers in limbo (<span class="{"bad" if limbo else "ok"}">{len(limbo)}</span>)</h2>',
             table("limbo", ["ledger", "bookie"], limbo, "no ledger is in limbo"),
         ]
         return "".join(parts)
+
+    async def _under_replicated(self, store: MetadataStore, start: int) -> list[str]:
+        """Their count and a page of them: a lost bookie may leave 10^5 marks."""
+        count = await store.count_under_replicated()
+        marks = await store.list_under_replicated(start=start, limit=MAX_ROWS + 1)
+        page, more = marks[:MAX_ROWS], len(marks) > MAX_ROWS
+        rows = [[str(u.ledger_id), esc(", ".join(sorted(u.bookies))), esc(time.ctime(u.since))] for u in page]
+        shown = f", ledgers {page[0].ledger_id} to {page[-1].ledger_id} shown" if page and len(page) < count else ""
+        return [
+            f'<h2>Under-replicated ledgers (<span class="{"bad" if count else "ok"}">{count}</span>{esc(shown)})</h2>',
+            table("under-replicated", ["ledger", "lost bookies", "since"], rows,
+                  "nothing is under-replicated" if not count else f"none from id {start}"),
+            _next_link("under-next", "under_from", str(page[-1].ledger_id + 1), f"next {MAX_ROWS} under-replicated ledgers")
+            if more else "",
+        ]
 
     async def _ledgers(self, store: MetadataStore, start: int) -> list[str]:
         ids = await store.list_ledgers(start=start, limit=MAX_ROWS + 1)
