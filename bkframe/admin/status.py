@@ -17,6 +17,7 @@ import bisect
 import html
 import time
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import trio
@@ -144,9 +145,17 @@ class StatusPage:
             table("bookies", ["bookie", "address", "state", "disk use", "ledgers", "request rate", "rack"], bookie_rows,
                   "no bookie is registered"),
         ]
-        parts += await self._ledgers(store, ledgers_from)
-        parts += await self._logs(store, logs_from)
-        parts += await self._under_replicated(store, under_from)
+        # The three are independent reads of the store: at once, not one after the other.
+        sections: dict[str, list[str]] = {}
+
+        async def section(name: str, fetch: Callable[[], Awaitable[list[str]]]) -> None:
+            sections[name] = await fetch()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(section, "ledgers", lambda: self._ledgers(store, ledgers_from))
+            nursery.start_soon(section, "logs", lambda: self._logs(store, logs_from))
+            nursery.start_soon(section, "under", lambda: self._under_replicated(store, under_from))
+        parts += sections["ledgers"] + sections["logs"] + sections["under"]
         parts += [
             f'<h2>Ledgers in limbo (<span class="{"bad" if limbo else "ok"}">{len(limbo)}</span>)</h2>',
             table("limbo", ["ledger", "bookie"], limbo, "no ledger is in limbo"),
@@ -203,15 +212,25 @@ class StatusPage:
         names = sorted(await store.list_logs())
         first = bisect.bisect_left(names, start)
         page, more = names[first : first + MAX_ROWS], first + MAX_ROWS < len(names)
-        rows = []
-        for name in page:
-            try:
-                versioned = await store.read_log(name)
-                record = LogMetadata.deserialize(versioned.value, versioned.version)
-            except MetadataError:
-                continue
-            # Older closed segments live in chunk records: the record's summary counts them.
-            rows.append([esc(name), str(record.segment_count), human_bytes(record.length), esc(record.writer or "(none)")])
+        found: dict[str, LogMetadata] = {}
+        limiter = trio.CapacityLimiter(CONCURRENT_READS)
+
+        async def read(name: str) -> None:
+            async with limiter:
+                try:
+                    versioned = await store.read_log(name)
+                    found[name] = LogMetadata.deserialize(versioned.value, versioned.version)
+                except MetadataError:
+                    pass  # deleted since the listing, or a record the page cannot parse
+
+        async with trio.open_nursery() as nursery:
+            for name in page:
+                nursery.start_soon(read, name)
+        # Older closed segments live in chunk records: the record's summary counts them.
+        rows = [
+            [esc(name), str(r.segment_count), human_bytes(r.length), esc(r.writer or "(none)")]
+            for name, r in ((n, found[n]) for n in page if n in found)
+        ]
         shown = f", {first + 1} to {first + len(page)} shown" if len(names) > len(page) else ""
         return [
             f"<h2>Logs ({len(names)}{shown})</h2>",
