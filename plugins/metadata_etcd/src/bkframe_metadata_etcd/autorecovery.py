@@ -35,9 +35,8 @@ from etcd3gw.exceptions import Etcd3Exception
 from etcd3gw.lease import Lease
 
 from bkframe.core.metadata import UnderReplicated
-from bkframe_metadata_etcd.kv import count, items, prefix_end
+from bkframe_metadata_etcd.kv import MAX_ID, count, id_items, prefix_end
 from bkframe_metadata_etcd.leases import keep_alive, revoke
-from bkframe_metadata_etcd.ledgers import MAX_ID
 
 log = logging.getLogger("bkframe.metadata.etcd")
 
@@ -120,6 +119,9 @@ class EtcdAutorecovery:
     _limiter: trio.CapacityLimiter
 
     async def _call(self, fn: Callable[[Etcd3Client], T]) -> T:
+        raise NotImplementedError
+
+    def _ceiling(self, client: Etcd3Client) -> int:
         raise NotImplementedError
 
     async def _call_once(self, fn: Callable[[Etcd3Client], T]) -> T:
@@ -223,17 +225,18 @@ class EtcdAutorecovery:
         return f"{self.root}/underreplicated/L".encode()
 
     async def list_under_replicated(self, *, start: int = 0, limit: int | None = None) -> list[UnderReplicated]:
-        """Ranges from the key of ``start``, :data:`~bkframe_metadata_etcd.kv.PAGE` marks per
-        request at most: the values are the marks, so they travel (unlike a ledger listing's)."""
+        """Ranges from the key of ``start`` in windows of ids, as a ledger listing's
+        (:func:`~bkframe_metadata_etcd.kv.id_items`), with the values: they are the marks."""
         prefix = self._marks_prefix()
         if limit == 0 or start > MAX_ID:
             return []
-        first = prefix + f"{max(start, 0):019d}".encode()
-        found = await self._call(lambda c: items(c, first, prefix_end(prefix), limit=limit))
+        found = await self._call(
+            lambda c: id_items(c, prefix, max(start, 0), limit, self._ceiling(c), keys_only=False)
+        )
         marks = []
-        for key, value in found:
+        for ledger_id, value in found:
             record = json.loads(value)
-            marks.append(UnderReplicated(int(key[len(prefix) :]), frozenset(record["bookies"]), float(record["since"])))
+            marks.append(UnderReplicated(ledger_id, frozenset(record["bookies"]), float(record["since"])))
         return marks
 
     async def count_under_replicated(self) -> int:
