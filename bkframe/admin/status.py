@@ -5,9 +5,10 @@ from their registration and GET_BOOKIE_INFO), ledgers and logs with their sizes,
 under-replicated and what is in limbo. Each bookie is asked with a timeout, in parallel: a
 bookie that does not answer is shown so, and does not hold the page.
 
-Ledgers and logs are shown a page at a time (``MAX_ROWS``, ascending from the query's
-``ledgers_from`` id and ``logs_from`` name, with a link to the next page): the page reads
-one page of ledger ids and that page's metadata, however many ledgers the cluster holds.
+Ledgers, logs and under-replicated ledgers are shown a page at a time (``MAX_ROWS``,
+ascending from the query's ``ledgers_from`` id, ``logs_from`` name and ``under_from`` id,
+with a link to the next page): the page reads one page of ledger ids and that page's
+metadata, however many ledgers the cluster holds, and one page of marks with their count.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import bisect
 import html
 import time
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import trio
@@ -98,9 +100,10 @@ class StatusPage:
         else:
             ledgers_from = _query_int(request, "ledgers_from")
             logs_from = request.query_params.get("logs_from", "")
+            under_from = _query_int(request, "under_from")
             try:
                 with trio.fail_after(STORE_TIMEOUT_S):
-                    parts.append(await self.cluster(store, ledgers_from=ledgers_from, logs_from=logs_from))
+                    parts.append(await self.cluster(store, ledgers_from=ledgers_from, logs_from=logs_from, under_from=under_from))
             except (trio.TooSlowError, MetadataError) as e:
                 parts.append(f'<p class="bad">The metadata store did not answer: {esc(repr(e))}</p>')
         page = (
@@ -109,9 +112,12 @@ class StatusPage:
         )
         return HTMLResponse(page)
 
-    async def cluster(self, store: MetadataStore, *, ledgers_from: int = 0, logs_from: str = "") -> str:
-        """The page's body: the bookies, a page of ledgers from id ``ledgers_from`` and of
-        logs from name ``logs_from``, what is under-replicated and in limbo."""
+    async def cluster(
+        self, store: MetadataStore, *, ledgers_from: int = 0, logs_from: str = "", under_from: int = 0
+    ) -> str:
+        """The page's body: the bookies, a page of ledgers from id ``ledgers_from``, of logs
+        from name ``logs_from`` and of under-replicated ledgers from id ``under_from`` (with
+        their count), and what is in limbo."""
         registered = await store.list_bookies()
         decommissioned = await store.list_decommissioned()
         infos: dict[str, dict[str, Any] | str] = {}
@@ -142,19 +148,37 @@ class StatusPage:
             table("bookies", ["bookie", "address", "state", "disk use", "ledgers", "request rate", "rack"], bookie_rows,
                   "no bookie is registered"),
         ]
-        parts += await self._ledgers(store, ledgers_from)
-        parts += await self._logs(store, logs_from)
-        under = await store.list_under_replicated()
-        under_rows = [
-            [str(u.ledger_id), esc(", ".join(sorted(u.bookies))), esc(time.ctime(u.since))] for u in under[:MAX_ROWS]
-        ]
+        # The three are independent reads of the store: at once, not one after the other.
+        sections: dict[str, list[str]] = {}
+
+        async def section(name: str, fetch: Callable[[], Awaitable[list[str]]]) -> None:
+            sections[name] = await fetch()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(section, "ledgers", lambda: self._ledgers(store, ledgers_from))
+            nursery.start_soon(section, "logs", lambda: self._logs(store, logs_from))
+            nursery.start_soon(section, "under", lambda: self._under_replicated(store, under_from))
+        parts += sections["ledgers"] + sections["logs"] + sections["under"]
         parts += [
-            f'<h2>Under-replicated ledgers (<span class="{"bad" if under else "ok"}">{len(under)}</span>)</h2>',
-            table("under-replicated", ["ledger", "lost bookies", "since"], under_rows, "nothing is under-replicated"),
             f'<h2>Ledgers in limbo (<span class="{"bad" if limbo else "ok"}">{len(limbo)}</span>)</h2>',
             table("limbo", ["ledger", "bookie"], limbo, "no ledger is in limbo"),
         ]
         return "".join(parts)
+
+    async def _under_replicated(self, store: MetadataStore, start: int) -> list[str]:
+        """Their count and a page of them: a lost bookie may leave 10^5 marks."""
+        count = await store.count_under_replicated()
+        marks = await store.list_under_replicated(start=start, limit=MAX_ROWS + 1)
+        page, more = marks[:MAX_ROWS], len(marks) > MAX_ROWS
+        rows = [[str(u.ledger_id), esc(", ".join(sorted(u.bookies))), esc(time.ctime(u.since))] for u in page]
+        shown = f", ledgers {page[0].ledger_id} to {page[-1].ledger_id} shown" if page and len(page) < count else ""
+        return [
+            f'<h2>Under-replicated ledgers (<span class="{"bad" if count else "ok"}">{count}</span>{esc(shown)})</h2>',
+            table("under-replicated", ["ledger", "lost bookies", "since"], rows,
+                  "nothing is under-replicated" if not count else f"none from id {start}"),
+            _next_link("under-next", "under_from", str(page[-1].ledger_id + 1), f"next {MAX_ROWS} under-replicated ledgers")
+            if more else "",
+        ]
 
     async def _ledgers(self, store: MetadataStore, start: int) -> list[str]:
         ids = await store.list_ledgers(start=start, limit=MAX_ROWS + 1)
@@ -191,19 +215,34 @@ class StatusPage:
         names = sorted(await store.list_logs())
         first = bisect.bisect_left(names, start)
         page, more = names[first : first + MAX_ROWS], first + MAX_ROWS < len(names)
-        cursors = await self._cursors(page)
-        rows = []
-        for name in page:
-            try:
-                versioned = await store.read_log(name)
-                record = LogMetadata.deserialize(versioned.value, versioned.version)
-            except MetadataError:
-                continue
-            # Older closed segments live in chunk records: the record's summary counts them.
-            rows.append([
-                esc(name), str(record.segment_count), human_bytes(record.length), esc(record.writer or "(none)"),
+        found: dict[str, LogMetadata] = {}
+        limiter = trio.CapacityLimiter(CONCURRENT_READS)
+
+        async def read(name: str) -> None:
+            async with limiter:
+                try:
+                    versioned = await store.read_log(name)
+                    found[name] = LogMetadata.deserialize(versioned.value, versioned.version)
+                except MetadataError:
+                    pass  # deleted since the listing, or a record the page cannot parse
+
+        cursors: dict[str, str] = {}
+
+        async def read_cursors() -> None:
+            cursors.update(await self._cursors(page))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_cursors)
+            for name in page:
+                nursery.start_soon(read, name)
+        # Older closed segments live in chunk records: the record's summary counts them.
+        rows = [
+            [
+                esc(name), str(r.segment_count), human_bytes(r.length), esc(r.writer or "(none)"),
                 cursors.get(name, '<span class="bad">not read in time</span>'),
-            ])
+            ]
+            for name, r in ((n, found[n]) for n in page if n in found)
+        ]
         shown = f", {first + 1} to {first + len(page)} shown" if len(names) > len(page) else ""
         return [
             f"<h2>Logs ({len(names)}{shown})</h2>",

@@ -40,6 +40,7 @@ from bkframe import proto as p
 from bkframe.bookie.background import run_periodically
 from bkframe.bookie.bookie import Bookie
 from bkframe.bookie.cookies import CookieCheck
+from bkframe.core.bounded import each_bounded
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.metadata import MetadataError, MetadataStore, NoSuchLedgerError, iter_ledgers_of_bookie
 
@@ -49,6 +50,8 @@ log = logging.getLogger("bkframe.gc")
 RECHECKS_PER_PASS = 500
 #: Ids compared, or ledgers deleted, between two yields to the event loop.
 YIELD_EVERY = 2000
+#: Metadata reads in flight while confirming the ledgers the index does not name.
+READS_IN_FLIGHT = 16
 
 
 async def not_indexed(local: Sequence[int], pages: AsyncIterator[list[int]]) -> list[int]:
@@ -146,6 +149,7 @@ class GarbageCollector:
         fresh = [i for i in unindexed if i not in self.elsewhere]
         again = sorted(self.elsewhere, key=self.elsewhere.__getitem__)[: self.rechecks_per_pass]
         doomed: list[int] = []
+        confirm: list[int] = []
         for ledger_id in fresh + again:
             state = storage.ledger_state(ledger_id)
             if state is None or state.limbo:
@@ -155,16 +159,23 @@ class GarbageCollector:
                 # check ids on the wire yet): it is no ledger of this cluster.
                 doomed.append(ledger_id)
                 continue
+            confirm.append(ledger_id)
+
+        async def read(ledger_id: int) -> None:
             try:
                 await self.store.read_ledger(ledger_id)
             except NoSuchLedgerError:
                 doomed.append(ledger_id)
                 self.elsewhere.pop(ledger_id, None)
-                continue
+                return
             except MetadataError as e:
                 # One unreadable record must not stop the pass (nor delete the ledger).
                 log.warning("garbage collection skips ledger %d: its metadata could not be read: %s", ledger_id, e)
-                continue
+                return
             # Alive, but its metadata does not name this bookie (see the module's docstring).
             self.elsewhere[ledger_id] = trio.current_time()
-        return doomed
+
+        # A few at once: on a remote store each read is a round trip, and the machine's
+        # load stretches each one.
+        await each_bounded(confirm, READS_IN_FLIGHT, read)
+        return sorted(doomed)

@@ -20,7 +20,7 @@ from bkframe.core.cluster import require_cluster
 from bkframe.core.config import load_config
 from bkframe.core.log_config import setup_logging
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.replication.autorecovery import AutorecoveryService, cluster_status, default_holder
+from bkframe.replication.autorecovery import STATUS_MARKS, AutorecoveryService, cluster_status, default_holder
 
 log = logging.getLogger("bkframe.autorecovery")
 
@@ -76,15 +76,21 @@ def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | N
 
 @autorecovery.command()
 @metadata_option()
+@click.option("--from", "start", type=click.IntRange(min=0), default=0, help="Show under-replicated ledgers from this id.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=STATUS_MARKS, show_default=True,
+    help="Under-replicated ledgers shown (the count is of all of them).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
-def status(metadata: str, as_json: bool) -> None:
-    """The auditor, the under-replicated ledgers (age, lost bookies, the worker on each)
-    and the decommissioned bookies with how many ledgers still use them."""
+def status(metadata: str, start: int, limit: int, as_json: bool) -> None:
+    """The auditor, the under-replicated ledgers (how many; a page of them with their age,
+    lost bookies and the worker on each) and the decommissioned bookies with how many
+    ledgers still use them."""
 
     async def run() -> dict[str, Any]:
         store = PluginManager().metadata_store(metadata)
         try:
-            return await cluster_status(store)
+            return await cluster_status(store, start=start, limit=limit)
         finally:
             await store.aclose()
 
@@ -95,9 +101,15 @@ def status(metadata: str, as_json: bool) -> None:
     where = f" at {got['auditor_address']}" if got.get("auditor_address") else ""
     click.echo(f"auditor: {got['auditor'] or '(none)'}{where}")
     marks = got["under_replicated"]
-    click.echo(f"under-replicated ledgers: {len(marks)}")
+    count = got["under_replicated_count"]
+    shown = ""
+    if marks and len(marks) < count:
+        shown = f" ({len(marks)} shown, ledgers {marks[0]['ledger_id']} to {marks[-1]['ledger_id']})"
+    click.echo(f"under-replicated ledgers: {count}{shown}")
     for m in marks:
         worker = f", replicated by {m['worker']}" if m["worker"] else ""
         click.echo(f"  ledger {m['ledger_id']}: lost {', '.join(m['lost_bookies'])}; marked {m['age_s']:.0f} s ago{worker}")
+    if got["under_replicated_next"] is not None:
+        click.echo(f"  more: --from {got['under_replicated_next']}")
     for d in got["decommissioned"]:
         click.echo(f"decommissioned: {d['bookie_id']} ({d['ledgers']} ledger(s) still use it)")

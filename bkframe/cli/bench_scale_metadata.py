@@ -17,8 +17,16 @@ this process unless said:
   :class:`~bkframe.client.bookie_set.BookieSet` (the simulated bookies are registered
   meanwhile), the random placement policy, one ``create_ledger`` -- without the bookie
   connections a real create opens, with the store calls per create counted;
+* a GC round's metadata work: a real :class:`~bkframe.bookie.garbage_collector.GarbageCollector`
+  pass (``deleted_from_store``) of a simulated bookie holding the ledgers the store indexes
+  for it plus 100 the store does not have: time (best and worst of 3) and peak memory;
 * the operators' views' first page (median of 3): the status page's body
-  (:meth:`~bkframe.admin.status.StatusPage.cluster`) and ``/api/v1/ledger/list``'s store read.
+  (:meth:`~bkframe.admin.status.StatusPage.cluster`) and ``/api/v1/ledger/list``'s store read;
+* a lost bookie: a real :class:`~bkframe.replication.auditor.Auditor` with the simulated
+  bookies registered (``lost_bookie_grace_s`` 0), one registration closed, and the seconds
+  until every ledger of that bookie's index is marked (``count_under_replicated`` polled
+  every 0.5 s); then, with the marks there, the status page, ``bkframe autorecovery
+  status``'s read, a worker's look at the marks (a page of 32) and their count.
 
 ``--no-fill`` times a store filled before (the figures then count what it holds).
 """
@@ -38,7 +46,7 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import click
@@ -47,28 +55,40 @@ import trio
 from bkframe.admin.http import LIST_LIMIT
 from bkframe.admin.status import StatusPage
 from bkframe.bookie.bookie import Bookie
+from bkframe.bookie.garbage_collector import GarbageCollector
 from bkframe.cli.options import AT_LEAST_ONE
 from bkframe.client.bookie_set import BookieSet
 from bkframe.client.client import Client
+from bkframe.client.context import ClientContext
 from bkframe.client.ledger_ids import LedgerIds
 from bkframe.client.logs.model import LogMetadata, LogSettings, Segment
+from bkframe.core.bounded import each_bounded
 from bkframe.core.cluster import init_cluster
+from bkframe.core.config import AutorecoveryConfig
+from bkframe.core.interfaces import LedgerState
 from bkframe.core.metadata import (
     LEDGER_PAGE,
     BookieInfo,
     LedgerMetadata,
     LedgerStateName,
     MetadataStore,
+    UnderReplicated,
     iter_ledger_ids,
     iter_ledgers_of_bookie,
+    iter_under_replicated,
     password_hash,
 )
 from bkframe.core.placement import Candidate
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.replication.auditor import Auditor
+from bkframe.replication.autorecovery import cluster_status
+from bkframe.replication.worker import MARKS_PER_LOOK
 
 #: Creates each fill worker keeps in flight, and the id block it takes at a time.
 FILL_IN_FLIGHT = 64
 FILL_BLOCK = 1000
+#: Store clients each fill process spreads them over.
+FILL_CLIENTS = 4
 #: Creates each client process keeps in flight while creates/s is measured.
 CREATE_IN_FLIGHT = 16
 #: The targets of issue 27 this benchmark checks.
@@ -77,6 +97,9 @@ BOOKIE_TARGET_S = 1.0
 MEMORY_TARGET_MB = 50.0
 CREATES_TARGET = 1000.0
 VIEW_TARGET_S = 1.0
+LOST_TARGET_S = 60.0
+#: Ledgers the simulated bookie's GC finds deleted from the store (each confirmed by a read).
+GC_DELETED = 100
 
 
 def bookie_ids(count: int) -> list[str]:
@@ -107,18 +130,22 @@ def _fill_worker(uri: str, ledgers: int, logs: int, worker: int, bookies: int) -
 
 
 async def _fill(uri: str, ledgers: int, logs: int, worker: int, bookies: list[str]) -> tuple[int, int]:
-    store = PluginManager().metadata_store(uri)
+    # Several clients of the store: a store client runs a few requests at once (its thread
+    # limiter), and the fill is bound by their round trips, not by this process's CPU.
+    stores = [PluginManager().metadata_store(uri) for _ in range(FILL_CLIENTS)]
     made: list[int] = []
     try:
-        ids = LedgerIds(store, FILL_BLOCK, first_block=FILL_BLOCK)
+        ids = LedgerIds(stores[0], FILL_BLOCK, first_block=FILL_BLOCK)
 
-        async def create_ledgers(n: int) -> None:
+        async def create_ledgers(k: int, n: int) -> None:
+            store = stores[k % len(stores)]
             for _ in range(n):
                 ledger_id = await ids.next()
                 await store.create_ledger(ledger(ledger_id, ensemble_of(ledger_id, bookies)))
                 made.append(ledger_id)
 
-        async def create_logs(first: int, n: int) -> None:
+        async def create_logs(k: int, first: int, n: int) -> None:
+            store = stores[k % len(stores)]
             for j in range(first, first + n):
                 ledger_id = made[j % len(made)] if made else 0
                 segment = Segment(0, ledger_id, closed=True, last_entry_id=99, length=102_400, created_at=time.time())
@@ -131,18 +158,19 @@ async def _fill(uri: str, ledgers: int, logs: int, worker: int, bookies: list[st
         await _spread(create_ledgers, ledgers)
         await _spread(create_logs, logs, with_first=True)
     finally:
-        await store.aclose()
+        for store in stores:
+            await store.aclose()
     return len(made), logs
 
 
 async def _spread(fn: Callable[..., Awaitable[None]], total: int, *, with_first: bool = False) -> None:
-    """``fn`` over ``total`` items in ``FILL_IN_FLIGHT`` concurrent tasks."""
+    """``fn(k, [first,] n)`` over ``total`` items in ``FILL_IN_FLIGHT`` concurrent tasks."""
     async with trio.open_nursery() as nursery:
         for k in range(FILL_IN_FLIGHT):
             n = total // FILL_IN_FLIGHT + (1 if k < total % FILL_IN_FLIGHT else 0)
             if n:
                 first = k * (total // FILL_IN_FLIGHT) + min(k, total % FILL_IN_FLIGHT)
-                nursery.start_soon(*((fn, first, n) if with_first else (fn, n)))
+                nursery.start_soon(*((fn, k, first, n) if with_first else (fn, k, n)))
 
 
 def fill(uri: str, ledgers: int, logs: int, bookies: int, workers: int, say: Callable[[str], None]) -> dict[str, float]:
@@ -295,6 +323,107 @@ class Admin:
         return self.metadata
 
 
+class _Storage:
+    """A bookie's ledger storage as the GC sees it: the ids it holds and their state."""
+
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+
+    def ledgers(self) -> list[int]:
+        return list(self.ids)
+
+    def ledger_state(self, ledger_id: int) -> LedgerState:
+        return LedgerState(ledger_id, master_key=b"k" * 20)
+
+
+@attrs.define
+class _GcBookie:
+    bookie_id: str
+    storage: _Storage
+
+
+async def gc_round(store: MetadataStore, bookie_id: str) -> dict[str, float]:
+    """The metadata work of a GC pass of ``bookie_id`` holding what the store indexes for it
+    and :data:`GC_DELETED` ledgers the store does not have: best and worst of 3 passes."""
+    held = [i async for ids in iter_ledgers_of_bookie(store, bookie_id) for i in ids]
+    top = (held[-1] if held else 0) + 10**9
+    deleted = list(range(top, top + GC_DELETED))
+    gc = GarbageCollector(cast(Bookie, _GcBookie(bookie_id, _Storage(held + deleted))), store, 60.0)
+    seconds = []
+    for _ in range(3):
+        took, doomed = await timed(gc.deleted_from_store)
+        seconds.append(took)
+        if doomed != deleted:
+            raise click.ClickException(f"the GC pass found {len(doomed)} ledgers deleted, not {len(deleted)}")
+    # Memory in a pass of its own: tracemalloc slows the allocations it traces severalfold.
+    return {"gc_local_ledgers": len(held) + len(deleted), "gc_s": min(seconds), "gc_worst_s": max(seconds),
+            "gc_mb": await peak_mb(gc.deleted_from_store)}
+
+
+async def clear_marks(store: MetadataStore) -> int:
+    """Clear every mark (of an earlier run): the lost bookie's marks are then all new."""
+    cleared = 0
+
+    async def clear(mark: UnderReplicated) -> None:
+        await store.clear_under_replicated(mark.ledger_id, mark.bookies)
+
+    async for page in iter_under_replicated(store):
+        await each_bounded(page, FILL_IN_FLIGHT, clear)
+        cleared += len(page)
+    return cleared
+
+
+async def lost_bookie(uri: str, bookies: int) -> dict[str, float]:
+    """Seconds from a lost bookie's registration gone until all its ledgers are marked; then
+    the views with those marks there."""
+    store = PluginManager().metadata_store(uri)
+    out: dict[str, float] = {}
+    ids = bookie_ids(bookies)
+    victim = ids[7 % bookies]
+    try:
+        out["marks_cleared_before"] = await clear_marks(store)
+        expected = sum([len(page) async for page in iter_ledgers_of_bookie(store, victim)])
+        async with trio.open_nursery() as nursery:
+            registrations = {
+                b: await store.register_bookie(BookieInfo(b, f"127.0.0.1:{10000 + i}"), ttl_s=30, nursery=nursery)
+                for i, b in enumerate(ids)
+            }
+            config = AutorecoveryConfig(lost_bookie_grace_s=0.0, check_interval_s=1.0)
+            ctx = ClientContext.create(nursery, store, PluginManager())
+            auditor = Auditor(store, ctx.pool, "bench-scale", config)
+            await nursery.start(auditor.run)
+            with trio.fail_after(60):
+                while not (auditor.status.auditing and set(ids) <= set(auditor.last_seen)):
+                    await trio.sleep(0.1)
+            lost_at = time.perf_counter()
+            await registrations[victim].aclose()
+            first = 0.0
+            marked = 0
+            with trio.move_on_after(10 * LOST_TARGET_S):
+                while True:
+                    marked = await store.count_under_replicated()
+                    if marked and not first:
+                        first = time.perf_counter() - lost_at
+                    if marked >= expected:
+                        break
+                    await trio.sleep(0.5)
+            out |= {"lost_ledgers": expected, "lost_marked": marked, "lost_first_mark_s": first,
+                    "lost_all_marked_s": time.perf_counter() - lost_at}
+            # The views, with the marks there (and the auditor's full check reading meanwhile).
+            page = StatusPage(Admin(store))
+            out["status_page_marked_s"] = await median_s(lambda: page.cluster(store))
+            out["autorecovery_status_s"] = await median_s(lambda: cluster_status(store))
+            out["worker_look_s"] = await median_s(
+                lambda: store.list_under_replicated(start=random.randint(0, expected * bookies // 3), limit=MARKS_PER_LOOK),
+                runs=5,
+            )
+            out["marks_count_s"] = await median_s(store.count_under_replicated)
+            nursery.cancel_scope.cancel()
+    finally:
+        await store.aclose()
+    return out
+
+
 async def measure(uri: str, bookies: int) -> dict[str, float]:
     store = PluginManager().metadata_store(uri)
     out: dict[str, float] = {}
@@ -316,6 +445,7 @@ async def measure(uri: str, bookies: int) -> dict[str, float]:
 
         out["bookie_s"], out["bookie_ledgers"] = await timed(of_bookie)
         out["bookie_mb"] = await peak_mb(of_bookie)
+        out |= await gc_round(store, one)
         page = StatusPage(Admin(store))
         out["status_page_s"] = await median_s(lambda: page.cluster(store))
         out["ledger_list_api_s"] = await median_s(lambda: store.list_ledgers(start=0, limit=LIST_LIMIT))
@@ -336,7 +466,7 @@ def table(r: dict[str, float]) -> list[tuple[str, str, str, str]]:
          met(r["page_s"] < PAGE_TARGET_S)),
         (f"the whole listing, paged ({r['ledgers']:.0f} ids)", f"{r['full_listing_s']:.1f} s, {r['full_listing_mb']:.1f} MB",
          f"memory <= {MEMORY_TARGET_MB:.0f} MB (a page, not N)", met(r["full_listing_mb"] <= MEMORY_TARGET_MB)),
-        (f"one bookie's ledgers ({r['bookie_ledgers']:.0f}: GC round, boot)", f"{r['bookie_s']:.2f} s, {r['bookie_mb']:.1f} MB",
+        (f"one bookie's index, paged ({r['bookie_ledgers']:.0f} ids: boot)", f"{r['bookie_s']:.2f} s, {r['bookie_mb']:.1f} MB",
          f"<= {BOOKIE_TARGET_S:.0f} s, <= {MEMORY_TARGET_MB:.0f} MB (item 3)",
          met(r["bookie_s"] <= BOOKIE_TARGET_S and r["bookie_mb"] <= MEMORY_TARGET_MB)),
         ("creates/s, cluster-wide", f"{r['creates_per_s']:.0f}/s ({r['store_calls_per_create']:.2f} store calls each)",
@@ -345,6 +475,20 @@ def table(r: dict[str, float]) -> list[tuple[str, str, str, str]]:
          f"< {VIEW_TARGET_S:.0f} s (item 7)", met(r["status_page_s"] < VIEW_TARGET_S)),
         ("/api/v1/ledger/list, first page", f"{r['ledger_list_api_s'] * 1000:.0f} ms", f"< {VIEW_TARGET_S:.0f} s (item 7)",
          met(r["ledger_list_api_s"] < VIEW_TARGET_S)),
+        (f"GC round's metadata work ({r['gc_local_ledgers']:.0f} local ledgers)",
+         f"{r['gc_s']:.2f}-{r['gc_worst_s']:.2f} s, {r['gc_mb']:.1f} MB",
+         f"<= {BOOKIE_TARGET_S:.0f} s, <= {MEMORY_TARGET_MB:.0f} MB (item 3)",
+         met(r["gc_worst_s"] <= BOOKIE_TARGET_S and r["gc_mb"] <= MEMORY_TARGET_MB)),
+        (f"lost bookie: its {r['lost_ledgers']:.0f} ledgers all marked",
+         f"{r['lost_all_marked_s']:.1f} s (first {r['lost_first_mark_s']:.1f} s; {r['lost_marked']:.0f} marked)",
+         f"<= {LOST_TARGET_S:.0f} s (item 4)",
+         met(r["lost_marked"] >= r["lost_ledgers"] and r["lost_all_marked_s"] <= LOST_TARGET_S)),
+        (f"status page with {r['lost_marked']:.0f} marks", f"{r['status_page_marked_s'] * 1000:.0f} ms",
+         f"< {VIEW_TARGET_S:.0f} s (item 7)", met(r["status_page_marked_s"] < VIEW_TARGET_S)),
+        ("autorecovery status (count, 100 marks)", f"{r['autorecovery_status_s'] * 1000:.0f} ms",
+         f"< {VIEW_TARGET_S:.0f} s (item 7)", met(r["autorecovery_status_s"] < VIEW_TARGET_S)),
+        (f"a worker's look ({MARKS_PER_LOOK} marks) / the count", f"{r['worker_look_s'] * 1000:.1f} / "
+         f"{r['marks_count_s'] * 1000:.1f} ms", "a page, not every mark", "-"),
     ]
 
 
@@ -373,8 +517,10 @@ def metadata(
     if not no_fill:
         say(f"filling {uri} with {ledgers} ledgers over {bookies} bookie ids and {logs} logs ({fill_workers} processes)")
         result |= fill(uri, ledgers, logs, bookies, fill_workers, say)
-    say("timing the listings and the views")
+    say("timing the listings, a GC round and the views")
     result |= trio.run(measure, uri, bookies)
+    say("losing a bookie: timing its marks, then the views with them")
+    result |= trio.run(lost_bookie, uri, bookies)
     say(f"creating from {clients} client processes for {seconds:.0f} s")
     result |= trio.run(creates_per_second, uri, bookies, clients, seconds)
     if as_json:

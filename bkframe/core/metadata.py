@@ -418,16 +418,31 @@ class MetadataStore(Protocol):
         """Add ``bookies`` to the ledger's under-replicated mark (creating it, ``since`` = now)."""
         ...
 
-    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> None:
+    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> int:
         """:meth:`mark_under_replicated` of each of ``ledger_ids`` with the same ``bookies``,
         in as few writes as the store allows (the auditor marks a lost bookie's ledgers a
         page at a time). Each ledger's mark is atomic against concurrent marks and clears as
         with :meth:`mark_under_replicated`; the page as a whole need not be: if it fails
-        midway, some ledgers may be marked and others not (marking again is harmless)."""
+        midway, some ledgers may be marked and others not (marking again is harmless).
+
+        Returns how many marks it made or changed: ledgers already marked with all of
+        ``bookies`` are not written and not counted (the auditor sweeps a lost bookie's
+        ledgers again without listing the marks first)."""
         ...
 
-    async def list_under_replicated(self) -> list[UnderReplicated]:
-        """Every under-replicated mark, by ledger id ascending."""
+    async def list_under_replicated(self, *, start: int = 0, limit: int | None = None) -> list[UnderReplicated]:
+        """The marks of ledgers ``>= start``, by ledger id ascending, at most ``limit`` of them
+        (every one if None).
+
+        A page costs the store about ``limit`` marks of work, however many it holds (a lost
+        bookie of 10^5 ledgers leaves 10^5 marks): workers read a few marks at a time, views
+        a page, and callers that need them all page through :func:`iter_under_replicated`.
+        A page is full (``limit`` marks) unless no more marks follow it."""
+        ...
+
+    async def count_under_replicated(self) -> int:
+        """How many ledgers are marked, without reading the marks themselves (the views show
+        the number and one page)."""
         ...
 
     async def clear_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
@@ -506,6 +521,22 @@ async def iter_ledgers_of_bookie(
         yield ids
 
 
+async def iter_under_replicated(
+    store: MetadataStore, *, start: int = 0, page: int = LEDGER_PAGE
+) -> AsyncIterator[list[UnderReplicated]]:
+    """Every mark of a ledger ``>= start`` in ascending pages of at most ``page`` marks (as
+    :func:`iter_ledger_ids`): for tests and one-off tools; nothing periodic should read
+    every mark."""
+    while True:
+        marks = await store.list_under_replicated(start=start, limit=page)
+        if not marks:
+            return
+        yield marks
+        if len(marks) < page:
+            return
+        start = marks[-1].ledger_id + 1
+
+
 async def _pages(fetch: Callable[[int], Awaitable[list[int]]], start: int, page: int) -> AsyncIterator[list[int]]:
     """Pages of ascending ids from ``fetch(first id)`` until one comes back short."""
     while True:
@@ -544,5 +575,6 @@ __all__ = [
     "ensemble_at",
     "iter_ledger_ids",
     "iter_ledgers_of_bookie",
+    "iter_under_replicated",
     "password_hash",
 ]

@@ -344,19 +344,29 @@ class MemoryMetadataStore:
     async def mark_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
         await self.mark_many_under_replicated([ledger_id], bookies)
 
-    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> None:
+    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> int:
         await trio.lowlevel.checkpoint()
         marks, adding, now = self._state.under_replicated, frozenset(bookies), time.time()
-        for ledger_id in ledger_ids:
+        changed = 0
+        for ledger_id in set(ledger_ids):
             current = marks.get(ledger_id)
             if current is None:
                 marks[ledger_id] = UnderReplicated(ledger_id, adding, now)
-            else:
+            elif not adding <= current.bookies:
                 marks[ledger_id] = attrs.evolve(current, bookies=current.bookies | adding)
+            else:
+                continue
+            changed += 1
+        return changed
 
-    async def list_under_replicated(self) -> list[UnderReplicated]:
+    async def list_under_replicated(self, *, start: int = 0, limit: int | None = None) -> list[UnderReplicated]:
         await trio.lowlevel.checkpoint()
-        return [m for _, m in sorted(self._state.under_replicated.items())]
+        marks = self._state.under_replicated
+        return [marks[i] for i in _page(marks, start, limit)]
+
+    async def count_under_replicated(self) -> int:
+        await trio.lowlevel.checkpoint()
+        return len(self._state.under_replicated)
 
     async def clear_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
         await trio.lowlevel.checkpoint()

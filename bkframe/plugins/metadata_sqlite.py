@@ -519,12 +519,12 @@ class SqliteMetadataStore:
     async def mark_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
         await self.mark_many_under_replicated([ledger_id], bookies)
 
-    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> None:
+    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> int:
         """One transaction (one fsync) for the whole page, not one per ledger."""
         adding, ids = set(bookies), sorted(set(ledger_ids))
 
-        def mark(db: sqlite3.Connection) -> None:
-            now = time.time()
+        def mark(db: sqlite3.Connection) -> int:
+            now, changed = time.time(), 0
             for ledger_id in ids:
                 row = db.execute("SELECT bookies FROM under_replicated WHERE ledger_id = ?", (ledger_id,)).fetchone()
                 if row is None:
@@ -535,15 +535,27 @@ class SqliteMetadataStore:
                 elif not adding <= (current := set(json.loads(row[0]))):
                     merged = sorted(current | adding)
                     db.execute("UPDATE under_replicated SET bookies = ? WHERE ledger_id = ?", (json.dumps(merged), ledger_id))
+                else:
+                    continue
+                changed += 1
+            return changed
 
-        if ids:
-            await self._transaction(mark)
+        return await self._transaction(mark) if ids else 0
 
-    async def list_under_replicated(self) -> list[UnderReplicated]:
+    async def list_under_replicated(self, *, start: int = 0, limit: int | None = None) -> list[UnderReplicated]:
+        if start >= 2**63:  # past sqlite's largest integer (a caller's cursor after the last id)
+            return []
         rows = await self._call(
-            lambda db: db.execute("SELECT ledger_id, bookies, since FROM under_replicated ORDER BY ledger_id").fetchall()
+            lambda db: db.execute(
+                "SELECT ledger_id, bookies, since FROM under_replicated WHERE ledger_id >= ? ORDER BY ledger_id LIMIT ?",
+                (start, -1 if limit is None else limit),
+            ).fetchall()
         )
         return [UnderReplicated(r[0], frozenset(json.loads(r[1])), r[2]) for r in rows]
+
+    async def count_under_replicated(self) -> int:
+        row = await self._call(lambda db: db.execute("SELECT COUNT(*) FROM under_replicated").fetchone())
+        return int(row[0])
 
     async def clear_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
         def clear(db: sqlite3.Connection) -> None:

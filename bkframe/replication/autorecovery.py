@@ -20,6 +20,7 @@ import trio
 from bkframe.bookie.bookie import Bookie
 from bkframe.client.context import ClientContext
 from bkframe.client.settings import ClientSettings
+from bkframe.core.bounded import each_bounded
 from bkframe.core.config import AutorecoveryConfig
 from bkframe.core.metadata import LEDGER_PAGE, MetadataStore
 from bkframe.core.plugin_manager import PluginManager
@@ -27,6 +28,11 @@ from bkframe.replication.auditor import Auditor
 from bkframe.replication.worker import KeyLookup, ReplicationWorker, _no_key
 
 log = logging.getLogger("bkframe.autorecovery")
+
+#: Under-replicated ledgers ``status`` shows by default (a page; the count is of all).
+STATUS_MARKS = 100
+#: Lock holders ``status`` asks for at once (the worker of each mark shown).
+STATUS_READS_IN_FLIGHT = 8
 
 
 def default_holder() -> str:
@@ -82,30 +88,41 @@ def in_bookie(bookie: Bookie, store: MetadataStore, bookie_id: str) -> Autorecov
     )
 
 
-async def cluster_status(store: MetadataStore, timeout_s: float = 30.0) -> dict[str, Any]:
-    """The auditor, the under-replicated ledgers (age, lost bookies, the worker replicating
-    each) and the decommissioned bookies with how many ledgers still use them."""
+async def cluster_status(
+    store: MetadataStore, timeout_s: float = 30.0, *, start: int = 0, limit: int = STATUS_MARKS
+) -> dict[str, Any]:
+    """The auditor; how many ledgers are under-replicated and a page of them (``limit``
+    marks of ledgers ``>= start``: age, lost bookies, the worker replicating each), with
+    the ``start`` of the next page if more follow; the decommissioned bookies with how many
+    ledgers still use them. Reads a page of marks, never all of them."""
     now = time.time()
     with trio.fail_after(timeout_s):
         auditor = await store.lock_holder("auditor")
         # An auditor inside a bookie holds the lock under the bookie's id: say where it runs.
         addresses = {b.bookie_id: b.address for b in await store.list_bookies()}
-        marks = await store.list_under_replicated()
+        count = await store.count_under_replicated()
+        marks = await store.list_under_replicated(start=start, limit=limit + 1)
+        page, more = marks[:limit], len(marks) > limit
+        workers: dict[int, str | None] = {}
+
+        async def worker_of(ledger_id: int) -> None:
+            workers[ledger_id] = await store.lock_holder(f"ledger/{ledger_id}")
+
+        await each_bounded([m.ledger_id for m in page], STATUS_READS_IN_FLIGHT, worker_of)
+        ledgers = [
+            {"ledger_id": m.ledger_id, "lost_bookies": sorted(m.bookies), "age_s": round(now - m.since, 1),
+             "worker": workers[m.ledger_id]}
+            for m in page
+        ]
         decommissioned = sorted(await store.list_decommissioned())
-        ledgers: list[dict[str, Any]] = []
-        for m in marks:
-            ledgers.append({
-                "ledger_id": m.ledger_id,
-                "lost_bookies": sorted(m.bookies),
-                "age_s": round(now - m.since, 1),
-                "worker": await store.lock_holder(f"ledger/{m.ledger_id}"),
-            })
         # Counted from the store's index of each bookie, not from every ledger's metadata.
         using = {b: await count_ledgers_using(store, b) for b in decommissioned}
     return {
         "auditor": auditor,
         "auditor_address": addresses.get(auditor or "", ""),
+        "under_replicated_count": count,
         "under_replicated": ledgers,
+        "under_replicated_next": page[-1].ledger_id + 1 if more else None,
         "decommissioned": [{"bookie_id": b, "ledgers": n} for b, n in using.items()],
     }
 

@@ -1,8 +1,9 @@
 """The replication worker of autorecovery: it brings under-replicated ledgers back to full
 replication, one at a time.
 
-A loop: list the under-replicated marks (the auditor's, :mod:`.auditor`), claim one ledger
-(the lock ``ledger/<id>``, which dies with the worker; a ledger another worker holds is
+A loop: read the next few under-replicated marks (the auditor's, :mod:`.auditor`; never
+the whole list: a lost bookie of 10^5 ledgers leaves 10^5 marks), claim one ledger (the
+lock ``ledger/<id>``, which dies with the worker; a ledger another worker holds is
 skipped), and for each fragment with a *lost* bookie -- one in the mark, no longer
 registered, or decommissioned -- choose a replacement (the placement policy), copy the
 entries the lost bookie held in that fragment (its positions in the write sets,
@@ -25,6 +26,13 @@ ledger to one that has it, or to a client that opens it. A decommissioned bookie
 still alive is never a reason to fence a writer: the bookie refuses adds, so the writer
 moves off it by an ensemble change.
 
+Which marks: :data:`MARKS_PER_LOOK` from this worker's cursor (a ledger id), in a random
+order so that workers looking at the same marks do not all race for the first one, one
+claimed per look (the marks are read again after each ledger: a mark another worker
+finished meanwhile is gone). The cursor moves past the marks looked at when none of them
+could be taken (held by other workers, or waiting out their back-off) and goes back to the
+first mark after the last: the workers rotate over the marks, a page at a time.
+
 A ledger that cannot be repaired yet (too few replicas reachable, no bookie to copy to,
 no master key) is retried with a back-off that doubles up to ``max_retry_s``; it never
 blocks the others. Every request has a deadline; failures are logged and retried, never
@@ -33,7 +41,9 @@ the end of the worker.
 
 from __future__ import annotations
 
+import enum
 import logging
+import random
 import time
 from collections.abc import Callable
 
@@ -59,6 +69,9 @@ COPY_BATCH = 64
 #: Entry ids examined at a time when listing what the replicas hold.
 COPY_WINDOW = 16384
 
+#: Marks a worker reads at a time: the next few it may take.
+MARKS_PER_LOOK = 32
+
 #: ``key_for(ledger_id)``: the ledger's master key if this worker knows it (a bookie that
 #: holds the ledger), else None.
 KeyLookup = Callable[[int], bytes | None]
@@ -71,6 +84,17 @@ def _no_key(ledger_id: int) -> bytes | None:
 class NotYet(BKError):
     """The ledger cannot be repaired now (an open ledger within its grace, a missing key):
     retried later, logged quietly."""
+
+
+class Claim(enum.Enum):
+    """What came of trying to take a mark."""
+
+    #: Claimed, and replicated or tried.
+    TAKEN = "taken"
+    #: Another worker holds it.
+    HELD = "held"
+    #: The store failed (logged); tried again later.
+    FAILED = "failed"
 
 
 @attrs.define
@@ -104,27 +128,61 @@ class ReplicationWorker:
         self.status = WorkerStatus()
         #: Ledger id -> (trio time before which it is not tried again, current back-off).
         self._retry: dict[int, tuple[float, float]] = {}
+        #: The ledger id this worker reads marks from (see the module's docstring).
+        self._cursor = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
             try:
                 with trio.fail_after(self.config.request_timeout_s):
-                    marks = await self.store.list_under_replicated()
+                    marks, wrapped = await self.next_marks()
             except Exception as e:  # noqa: BLE001 - a store failure (or its timeout): retried, never fatal
                 log.warning("cannot list under-replicated ledgers (%r); retrying", e)
-                marks = []
-            worked = False
-            now = trio.current_time()
-            for mark in marks:
-                if self._retry.get(mark.ledger_id, (0.0, 0.0))[0] > now:
-                    continue
-                worked = await self._claim_and_replicate(mark) or worked
-            if not worked:
+                await trio.sleep(self.config.check_interval_s)
+                continue
+            outcome = await self._take_one(marks)
+            if outcome is Claim.TAKEN:
+                continue
+            # Nothing here could be taken: look further on, at once if these are held by
+            # other workers (work may follow), else after a pause (all waiting out their
+            # back-off, a store failure, or nothing marked) -- so a worker never reads
+            # every mark in a row.
+            self._cursor = 0 if wrapped or not marks else marks[-1].ledger_id + 1
+            if wrapped:
+                # Back-offs already over are forgotten (their ledgers were done elsewhere,
+                # or are tried as new), so that the table holds only marks still waiting.
+                now = trio.current_time()
+                self._retry = {i: r for i, r in self._retry.items() if r[0] > now}
+            if outcome is not Claim.HELD or wrapped:
                 await trio.sleep(self.config.check_interval_s)
 
-    async def _claim_and_replicate(self, mark: UnderReplicated) -> bool:
-        """Claim the ledger and replicate it; False if another worker holds it."""
+    async def next_marks(self) -> tuple[list[UnderReplicated], bool]:
+        """At most :data:`MARKS_PER_LOOK` marks from the cursor on, continued from the first
+        mark when the last is reached; and whether that end was reached."""
+        marks = await self.store.list_under_replicated(start=self._cursor, limit=MARKS_PER_LOOK)
+        if len(marks) == MARKS_PER_LOOK:
+            return marks, False
+        if self._cursor > 0:
+            first = await self.store.list_under_replicated(start=0, limit=MARKS_PER_LOOK - len(marks))
+            marks += [m for m in first if m.ledger_id < self._cursor]
+        return marks, True
+
+    async def _take_one(self, marks: list[UnderReplicated]) -> Claim | None:
+        """Claim and replicate one of ``marks``, tried in a random order until one is taken
+        or the store fails; None if all of them wait out their back-off."""
+        now = trio.current_time()
+        outcome: Claim | None = None
+        for mark in random.sample(marks, len(marks)):
+            if self._retry.get(mark.ledger_id, (0.0, 0.0))[0] > now:
+                continue
+            outcome = await self._claim_and_replicate(mark)
+            if outcome is not Claim.HELD:
+                break
+        return outcome
+
+    async def _claim_and_replicate(self, mark: UnderReplicated) -> Claim:
+        """Claim the ledger and replicate it (or try to)."""
         timeout = self.config.request_timeout_s
         try:
             with trio.fail_after(timeout):
@@ -133,9 +191,9 @@ class ReplicationWorker:
                 )
         except Exception as e:  # noqa: BLE001 - a store failure: try again next round
             log.warning("cannot claim ledger %d (%r)", mark.ledger_id, e)
-            return False
+            return Claim.FAILED
         if lock is None:
-            return False
+            return Claim.HELD
         self.status.current = mark.ledger_id
         try:
             done = await self._while_held(lock, mark)
@@ -163,7 +221,7 @@ class ReplicationWorker:
             _, delay = self._retry.get(mark.ledger_id, (0.0, self.config.check_interval_s / 2))
             delay = min(delay * 2, self.config.max_retry_s)
             self._retry[mark.ledger_id] = (trio.current_time() + delay, delay)
-        return True
+        return Claim.TAKEN
 
     async def _while_held(self, lock: Lock, mark: UnderReplicated) -> bool:
         """:meth:`replicate`, cancelled if the claim is lost (another worker may take over:
@@ -195,18 +253,17 @@ class ReplicationWorker:
         """Repair what can be repaired now; True once no fragment names a marked bookie
         (the mark is then cleared). Raises :class:`NotYet` or another error if work is left.
 
-        ``mark``: the ledger's mark as the worker listed it, before it claimed the ledger
-        (else it is looked up). Not read again: with thousands of marks (a lost bookie's
-        ledgers) a listing per ledger would cost the square of their number. A worker that
-        repaired the ledger meanwhile left it naming none of the mark's bookies: they are
-        cleared below as done; bookies marked since stay marked for the next listing."""
+        ``mark``: the ledger's mark as the worker read it, just before it claimed the ledger
+        (else it is read). A worker that repaired the ledger meanwhile left it naming none
+        of the mark's bookies: they are cleared below as done; bookies marked since stay
+        marked for the next look."""
         timeout = self.config.request_timeout_s
         if mark is None:
             with trio.fail_after(timeout):
-                marks = {m.ledger_id: m for m in await self.store.list_under_replicated()}
-            mark = marks.get(ledger_id)
-            if mark is None:
+                found = await self.store.list_under_replicated(start=ledger_id, limit=1)
+            if not found or found[0].ledger_id != ledger_id:
                 return True  # done by another worker meanwhile
+            mark = found[0]
         try:
             with trio.fail_after(timeout):
                 md = await self.store.read_ledger(ledger_id)

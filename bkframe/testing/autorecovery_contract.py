@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import trio
 
-from bkframe.core.metadata import BookieInfo, Lock, MetadataStore, UnderReplicated
+from bkframe.core.metadata import BookieInfo, Lock, MetadataStore, UnderReplicated, iter_under_replicated
 
 
 async def _marks(store: MetadataStore) -> dict[int, set[str]]:
@@ -176,9 +176,11 @@ class AutorecoveryContract:
         old = {m.ledger_id: m.since for m in await store.list_under_replicated()}
         await trio.sleep(0.2)
         before = time.time()
-        await store.mark_many_under_replicated(ids + ids[:10], ["b1", "b2"])  # repeated ids: as one
+        # Repeated ids count as one; 5 and 9_999 were marked already, and change.
+        assert await store.mark_many_under_replicated(ids + ids[:10], ["b1", "b2"]) == len(ids)
         after = time.time()
-        await store.mark_many_under_replicated([], ["b3"])  # nothing to mark: not an error
+        assert await store.mark_many_under_replicated([], ["b3"]) == 0  # nothing to mark: not an error
+        assert await store.mark_many_under_replicated(ids[-5:], ["b2"]) == 0  # marked so already: nothing written
         marks = await store.list_under_replicated()
         assert [m.ledger_id for m in marks] == sorted(ids)
         expected = {i: {"b1", "b2"} for i in ids} | {5: {"b0", "b1", "b2"}, 9_999: {"b1", "b2", "b9"}}
@@ -205,6 +207,47 @@ class AutorecoveryContract:
                 await trio.sleep(0.05)
             await store.mark_many_under_replicated(ids, ["b4"])
             assert await _marks(other) == {i: {"b4"} for i in ids}
+        finally:
+            await other.aclose()
+
+    async def test_marks_are_listed_in_pages_and_counted(
+        self, store: MetadataStore, open_store: Callable[[], MetadataStore]
+    ) -> None:
+        """A page of marks starts at ``start`` and holds at most ``limit`` marks, ascending,
+        with their bookies; paging with :func:`iter_under_replicated` sees each mark once,
+        across ZooKeeper's buckets (10^4 ids) too; the count follows marks and clears, from
+        another client as well."""
+        ids = [1, 2, 5, 9_999, 10_000, 10_001, 123_456_789, 2**62 + 3]
+        assert await store.count_under_replicated() == 0
+        assert await store.list_under_replicated(limit=10) == []
+        await store.mark_many_under_replicated(list(reversed(ids)), ["b1"])
+        await store.mark_many_under_replicated([2, 7], ["b2"])
+        ids = sorted([*ids, 7])
+        assert [m.ledger_id for m in await store.list_under_replicated()] == ids
+        assert [m.ledger_id for m in await store.list_under_replicated(limit=3)] == [1, 2, 5]
+        page = await store.list_under_replicated(start=2, limit=3)
+        assert [(m.ledger_id, set(m.bookies)) for m in page] == [(2, {"b1", "b2"}), (5, {"b1"}), (7, {"b2"})]
+        later = await store.list_under_replicated(start=10_000, limit=100)
+        assert [m.ledger_id for m in later] == [10_000, 10_001, 123_456_789, 2**62 + 3]
+        assert await store.list_under_replicated(start=2**62 + 4) == []
+        assert await store.list_under_replicated(start=2**63) == []  # a cursor past the largest id
+        assert await store.list_under_replicated(start=6, limit=0) == []
+        for size in (1, 2, 4, 100):
+            pages = [[m.ledger_id for m in chunk] async for chunk in iter_under_replicated(store, page=size)]
+            assert [i for chunk in pages for i in chunk] == ids
+            assert all(0 < len(chunk) <= size for chunk in pages)
+        other = open_store()
+        try:
+            assert await other.count_under_replicated() == len(ids)
+            await other.clear_under_replicated(10_000, ["b1"])
+            await other.clear_under_replicated(5, ["b1"])
+            await other.clear_under_replicated(2, ["b1"])  # b2 is left: still marked
+            assert [m.ledger_id for m in await store.list_under_replicated(start=3, limit=2)] == [7, 9_999]
+            assert [m.ledger_id for m in await store.list_under_replicated(start=9_999, limit=2)] == [9_999, 10_001]
+            assert await store.count_under_replicated() == len(ids) - 2
+            for m in await other.list_under_replicated():
+                await other.clear_under_replicated(m.ledger_id, m.bookies)
+            assert await store.count_under_replicated() == 0
         finally:
             await other.aclose()
 

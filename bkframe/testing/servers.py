@@ -55,10 +55,13 @@ def require(what: str, ok: bool) -> None:
 
 
 class ZooKeeperServer:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, jvm_options: Sequence[str] = TEST_JVM_OPTIONS) -> None:
+        """``jvm_options``: the test servers' by default; a benchmark holding 10^6 ledgers
+        needs a larger heap."""
         require("ZooKeeper (Debian package zookeeper)", Path("/usr/share/java/zookeeper.jar").exists())
         require("java", shutil.which("java") is not None)
         self.root = root
+        self.jvm_options = tuple(jvm_options)
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         (root / "data").mkdir(parents=True, exist_ok=True)
@@ -75,7 +78,7 @@ class ZooKeeperServer:
     def start(self) -> ZooKeeperServer:
         log = open(self.root / "zk.log", "ab")
         self.proc = subprocess.Popen(
-            ["java", *TEST_JVM_OPTIONS, "-cp", ZK_CLASSPATH, "-Dzookeeper.log.dir=" + str(self.root),
+            ["java", *self.jvm_options, "-cp", ZK_CLASSPATH, "-Dzookeeper.log.dir=" + str(self.root),
              "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.root / "zoo.cfg")],
             stdout=log, stderr=subprocess.STDOUT,
         )

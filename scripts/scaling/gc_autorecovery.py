@@ -147,7 +147,7 @@ async def lost_bookie(store: SqliteMetadataStore, victim: str) -> dict[str, Any]
         while True:
             # Counted, not listed: a listing of 10^5 marks every 0.5 s would be the script's
             # load on the store, not the auditor's.
-            marked = await store._call(lambda db: db.execute("SELECT COUNT(*) FROM under_replicated").fetchone()[0])
+            marked = await store.count_under_replicated()
             if marked and not first:
                 first = time.perf_counter() - lost_at
             if marked >= expected:

@@ -45,3 +45,20 @@ async def test_ledgers_and_logs_are_shown_a_page_at_a_time() -> None:
     body = await page.cluster(store, logs_from=names[MAX_ROWS])
     assert f"<h2>Logs ({len(names)}, {MAX_ROWS + 1} to {len(names)} shown)</h2>" in body and 'id="logs-next"' not in body
     await store.aclose()
+
+
+async def test_under_replicated_ledgers_are_counted_and_shown_a_page_at_a_time() -> None:
+    store = PluginManager().metadata_store("memory://")
+    count = MAX_ROWS + 30
+    await store.mark_many_under_replicated(range(1, count + 1), ["gone-bookie"])
+    page = StatusPage(Admin(store))
+
+    body = await page.cluster(store)
+    assert f'<span class="bad">{count}</span>, ledgers 1 to {MAX_ROWS} shown)</h2>' in body
+    assert ids_in(body, "under-replicated") == [str(i) for i in range(1, MAX_ROWS + 1)]
+    link = re.search(r'<a id="under-next" href="\?under_from=(\d+)">', body)
+    assert link is not None and link.group(1) == str(MAX_ROWS + 1)
+    body = await page.cluster(store, under_from=int(link.group(1)))
+    assert ids_in(body, "under-replicated") == [str(i) for i in range(MAX_ROWS + 1, count + 1)]
+    assert 'id="under-next"' not in body
+    await store.aclose()

@@ -4,6 +4,7 @@ on a sqlite store (the commands with bookies at work: tests/replication)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,19 +31,31 @@ def test_status_and_decommission(tmp_path: Path) -> None:
                 )
                 await store.create_ledger(md)
             await store.mark_under_replicated(1, ["b1"])
+            await store.mark_under_replicated(3, ["b4"])
             async with trio.open_nursery() as nursery:
                 lock = await store.try_lock("auditor", "bookie-9", 30.0, nursery)
                 assert lock is not None
-                status = await trio.to_thread.run_sync(lambda: bk("autorecovery", "status", "--metadata", uri, "--json"))
+                claim = await store.try_lock("ledger/3", "bookie-7", 30.0, nursery)
+                assert claim is not None
+                status = await trio.to_thread.run_sync(
+                    lambda: bk("autorecovery", "status", "--metadata", uri, "--limit", "1", "--json")
+                )
+                later = await trio.to_thread.run_sync(lambda: bk("autorecovery", "status", "--metadata", uri, "--from", "2"))
                 nursery.cancel_scope.cancel()
         finally:
             await store.aclose()
         assert status.returncode == 0, status.stderr
         got = json.loads(status.stdout)
         assert got["auditor"] == "bookie-9"
+        # A page of the marks (--limit), their count, and where the next page starts.
         [mark] = got["under_replicated"]
         assert (mark["ledger_id"], mark["lost_bookies"], mark["worker"]) == (1, ["b1"], None)
         assert mark["age_s"] >= 0
+        assert (got["under_replicated_count"], got["under_replicated_next"]) == (2, 2)
+        assert later.returncode == 0, later.stderr
+        assert "under-replicated ledgers: 2 (1 shown, ledgers 3 to 3)" in later.stdout, later.stdout
+        assert re.search(r"ledger 3: lost b4; marked \d+ s ago, replicated by bookie-7\n", later.stdout), later.stdout
+        assert "more: --from" not in later.stdout
 
     trio.run(prepare)
     marked = bk("bookies", "decommission", "b2", "--metadata", uri, "--no-wait")

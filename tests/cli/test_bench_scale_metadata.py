@@ -26,6 +26,12 @@ def test_bench_scale_metadata_fills_and_times_a_small_store(tmp_path: Path) -> N
     assert 1.0 <= result["store_calls_per_create"] < 1.5, result
     for key in ("page_s", "full_listing_s", "full_listing_mb", "bookie_s", "bookie_mb", "status_page_s", "ledger_list_api_s"):
         assert result[key] > 0, key
+    # The GC pass holds the bookie's 15 ledgers and 100 the store does not have, and finds those.
+    assert result["gc_local_ledgers"] == 115 and result["gc_s"] > 0
+    # The lost bookie's 15 ledgers were all marked, by a real auditor, and the views read them.
+    assert result["lost_ledgers"] == result["lost_marked"] == 15, result
+    assert 0 < result["lost_first_mark_s"] <= result["lost_all_marked_s"]
+    assert result["status_page_marked_s"] > 0 and result["autorecovery_status_s"] > 0
 
     # Without a fill, the same store is timed again, with the ledgers the clients made; the table.
     proc = subprocess.run(
@@ -35,5 +41,7 @@ def test_bench_scale_metadata_fills_and_times_a_small_store(tmp_path: Path) -> N
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert [c.strip() for c in lines[0].split(" | ")] == ["what", "measured", "target", "met"] and len(lines) == 8, proc.stdout
+    assert [c.strip() for c in lines[0].split(" | ")] == ["what", "measured", "target", "met"] and len(lines) == 13, proc.stdout
     assert "filling" not in proc.stderr
+    # The first run's marks were cleared first: the lost bookie's marks are all made again.
+    assert any(line.startswith("lost bookie: its ") and line.endswith("| yes") for line in lines), proc.stdout

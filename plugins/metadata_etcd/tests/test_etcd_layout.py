@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -42,23 +43,50 @@ def record_requests(store: EtcdMetadataStore) -> list[tuple[str, dict[str, Any]]
     return sent
 
 
-async def test_listings_read_keys_only_in_pages(store: EtcdMetadataStore, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_listings_read_keys_only_in_pages_and_windows(
+    store: EtcdMetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Listing ledgers, a bookie's ledgers and logs asks etcd for keys only, with a limit,
-    from the key of ``start``: no metadata travels, and no response holds more than a page."""
+    from the key of ``start``: no metadata travels, and no response holds more than a page.
+    Ids are asked in windows that end at the largest id handed out (etcd counts every key
+    of the range it is asked, whatever the limit), and one range above it."""
     monkeypatch.setattr(kv, "PAGE", 7)
-    ids = [3, 9, 10, 99, *range(1_000, 1_020), 10**15 + 1]
+    await store.new_ledger_ids(2_000)  # the largest id handed out: 2_000
+    ids = [3, 9, 10, 99, *range(1_000, 1_020), 10**15 + 1]  # the last one above it
     for ledger_id in ids:
         await store.create_ledger(LedgerMetadata(ledger_id, 2, 2, 1, ((0, ("b-1", f"b-{2 + ledger_id % 2}")),)))
     await store.create_log("a-log", b"{}")
     sent = record_requests(store)
+
+    def ranges() -> tuple[int, int]:
+        """How many windows and ranges above the largest id the listing asked (reads of the
+        id counter aside), each checked."""
+        windows = above = 0
+        for path, body in sent:
+            assert path == "/kv/range"
+            key = base64.b64decode(body["key"])
+            if key.endswith(b"/idgen"):
+                assert "range_end" not in body  # one key
+                continue
+            assert body["keys_only"] and body["limit"] <= 7
+            if int(key[-19:]) > 2_000:
+                above += 1  # to the prefix's end: only keys above the largest id are counted
+                continue
+            end = base64.b64decode(body["range_end"])
+            assert end <= key[:-19] + b"%019d" % 2_001, (key, end)  # a window, not the rest of the prefix
+            windows += 1
+        sent.clear()
+        return windows, above
+
     assert await store.list_ledgers() == ids
-    ranges = [body for path, body in sent if path == "/kv/range"]
-    assert len(ranges) == 4 and all(body["keys_only"] and body["limit"] == 7 for body in ranges)
-    sent.clear()
+    windows, above = ranges()
+    assert windows >= 4 and above == 1
     assert await store.list_ledgers(start=10, limit=3) == [10, 99, 1_000]
-    assert len(sent) == 1 and sent[0][1]["limit"] == 3 and sent[0][1]["keys_only"]
+    assert ranges()[1] == 0  # the page was full below the largest id
     assert [page async for page in iter_ledger_ids(store, start=1_015, page=5)] == [[*range(1_015, 1_020)], [10**15 + 1]]
+    ranges()
     assert await store.ledgers_of_bookie("b-3", start=10) == [99, *range(1_001, 1_020, 2), 10**15 + 1]
+    assert ranges()[1] == 1
     assert await store.list_logs() == ["a-log"]
     assert all(body.get("keys_only") for path, body in sent if path == "/kv/range")
 

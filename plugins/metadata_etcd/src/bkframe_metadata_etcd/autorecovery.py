@@ -35,6 +35,7 @@ from etcd3gw.exceptions import Etcd3Exception
 from etcd3gw.lease import Lease
 
 from bkframe.core.metadata import UnderReplicated
+from bkframe_metadata_etcd.kv import MAX_ID, count, id_items, prefix_end
 from bkframe_metadata_etcd.leases import keep_alive, revoke
 
 log = logging.getLogger("bkframe.metadata.etcd")
@@ -120,6 +121,9 @@ class EtcdAutorecovery:
     async def _call(self, fn: Callable[[Etcd3Client], T]) -> T:
         raise NotImplementedError
 
+    def _ceiling(self, client: Etcd3Client) -> int:
+        raise NotImplementedError
+
     async def _call_once(self, fn: Callable[[Etcd3Client], T]) -> T:
         """``fn`` on each host once, without the store's retries (keep-alives have a
         deadline of their own); abandoned if the caller is cancelled."""
@@ -138,7 +142,7 @@ class EtcdAutorecovery:
         return f"{self.root}/locks/{name}".encode()
 
     def _mark_key(self, ledger_id: int) -> bytes:
-        return f"{self.root}/underreplicated/L{ledger_id:019d}".encode()
+        return self._marks_prefix() + f"{ledger_id:019d}".encode()
 
     # -- locks -----------------------------------------------------------------------------
 
@@ -181,10 +185,11 @@ class EtcdAutorecovery:
     async def mark_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
         await self.mark_many_under_replicated([ledger_id], bookies)
 
-    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> None:
+    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> int:
         adding, ids = set(bookies), sorted(set(ledger_ids))
 
-        def mark_batch(client: Etcd3Client, batch: list[int]) -> None:
+        def mark_batch(client: Etcd3Client, batch: list[int]) -> int:
+            """How many of ``batch``'s marks it made or changed."""
             while True:
                 keys = [self._mark_key(ledger_id) for ledger_id in batch]
                 read = {"compare": [], "success": [{"request_range": {"key": _b64(k)}} for k in keys], "failure": []}
@@ -204,31 +209,39 @@ class EtcdAutorecovery:
                         record = _record(merged, current["since"])
                         success.append({"request_put": {"key": _b64(key), "value": _b64(record)}})
                 if not success:
-                    return
+                    return 0
                 if client.transaction({"compare": compare, "success": success, "failure": []}).get("succeeded", False):
-                    return
+                    return len(success)
                 if len(batch) > 1:  # one ledger changed meanwhile: fewer at a time, so the rest get through
                     half = len(batch) // 2
-                    mark_batch(client, batch[:half])
-                    mark_batch(client, batch[half:])
-                    return
+                    return mark_batch(client, batch[:half]) + mark_batch(client, batch[half:])
 
-        def mark(client: Etcd3Client) -> None:
-            for first in range(0, len(ids), TXN_OPS):
-                mark_batch(client, ids[first : first + TXN_OPS])
+        def mark(client: Etcd3Client) -> int:
+            return sum(mark_batch(client, ids[first : first + TXN_OPS]) for first in range(0, len(ids), TXN_OPS))
 
-        if ids:
-            await self._call(mark)
+        return await self._call(mark) if ids else 0
 
-    async def list_under_replicated(self) -> list[UnderReplicated]:
-        prefix = f"{self.root}/underreplicated/L".encode()
-        items = await self._call(lambda c: c.get_prefix(prefix))
+    def _marks_prefix(self) -> bytes:
+        return f"{self.root}/underreplicated/L".encode()
+
+    async def list_under_replicated(self, *, start: int = 0, limit: int | None = None) -> list[UnderReplicated]:
+        """Ranges from the key of ``start`` in windows of ids, as a ledger listing's
+        (:func:`~bkframe_metadata_etcd.kv.id_items`), with the values: they are the marks."""
+        prefix = self._marks_prefix()
+        if limit == 0 or start > MAX_ID:
+            return []
+        found = await self._call(
+            lambda c: id_items(c, prefix, max(start, 0), limit, self._ceiling(c), keys_only=False)
+        )
         marks = []
-        for value, kv in items:
+        for ledger_id, value in found:
             record = json.loads(value)
-            ledger_id = int(bytes(kv["key"])[len(prefix) :])
             marks.append(UnderReplicated(ledger_id, frozenset(record["bookies"]), float(record["since"])))
-        return sorted(marks, key=lambda m: m.ledger_id)
+        return marks
+
+    async def count_under_replicated(self) -> int:
+        prefix = self._marks_prefix()
+        return await self._call(lambda c: count(c, prefix, prefix_end(prefix)))
 
     async def clear_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
         key, removing = self._mark_key(ledger_id), set(bookies)

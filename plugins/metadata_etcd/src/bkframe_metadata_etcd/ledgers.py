@@ -6,8 +6,9 @@ Keys under ROOT::
     ROOT/bookieledgers/<bookie id>/L<id, 19 digits>   empty: the ledger names the bookie
     ROOT/idgen                                    the last ledger id handed out (decimal)
 
-Ids are zero-padded so that keys sort as the ids do: a page of ids is one keys-only range
-from the key of ``start`` with a limit, whatever the number of ledgers. Each create, update
+Ids are zero-padded so that keys sort as the ids do: a page of ids is a keys-only range
+from the key of ``start`` with a limit, asked in windows of ids (etcd counts every key of
+a range it is asked, whatever the limit: :mod:`bkframe_metadata_etcd.kv`). Each create, update
 and delete is one transaction with its index keys; an update or delete reads the stored
 metadata first and compares its ``mod_revision`` in the transaction, so the index
 difference it writes is the difference to what is stored.
@@ -23,13 +24,11 @@ import trio
 from etcd3gw.client import Etcd3Client
 
 from bkframe.core.metadata import BadVersionError, LedgerExistsError, LedgerMetadata, NoSuchLedgerError
-from bkframe_metadata_etcd.kv import b64, keys, prefix_end
+from bkframe_metadata_etcd.kv import MAX_ID, b64, id_items
 
 T = TypeVar("T")
 #: How often a watch polls for a new version.
 WATCH_POLL_S = 0.05
-#: The largest id a 19-digit key can hold.
-MAX_ID = 10**19 - 1
 
 
 def _put(key: bytes, value: bytes = b"") -> dict[str, Any]:
@@ -171,12 +170,19 @@ class EtcdLedgers:
 
         await self._call(delete)
 
+    def _ceiling(self, client: Etcd3Client) -> int:
+        """The largest id handed out (0 if none): where :func:`~bkframe_metadata_etcd.kv.id_items`
+        stops asking in windows."""
+        found = client.get(f"{self.root}/idgen".encode())
+        return int(found[0]) if found else 0
+
     async def _ids(self, prefix: bytes, start: int, limit: int | None) -> list[int]:
         if limit == 0 or start > MAX_ID:
             return []
-        first = prefix + f"{max(start, 0):019d}".encode()
-        found = await self._call(lambda c: keys(c, first, prefix_end(prefix), limit=limit))
-        return [int(key[len(prefix) :]) for key in found]
+        found = await self._call(
+            lambda c: id_items(c, prefix, max(start, 0), limit, self._ceiling(c), keys_only=True)
+        )
+        return [ledger_id for ledger_id, _ in found]
 
     async def list_ledgers(self, *, start: int = 0, limit: int | None = None) -> list[int]:
         return await self._ids(f"{self.root}/ledgers/L".encode(), start, limit)

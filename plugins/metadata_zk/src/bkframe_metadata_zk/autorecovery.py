@@ -38,7 +38,7 @@ from kazoo.exceptions import BadVersionError as ZkBadVersion
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
 from bkframe.core.metadata import UnderReplicated
-from bkframe_metadata_zk.layout import leaf_path, walk
+from bkframe_metadata_zk.layout import leaf_path, lowest_buckets, walk
 
 log = logging.getLogger("bkframe.metadata.zk")
 
@@ -189,12 +189,13 @@ class ZkAutorecovery:
     async def mark_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
         await self.mark_many_under_replicated([ledger_id], bookies)
 
-    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> None:
+    async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> int:
         adding, todo = set(bookies), sorted(set(ledger_ids))
         paths = {ledger_id: self._mark_path(ledger_id) for ledger_id in todo}
 
-        def mark(zk: KazooClient) -> None:
+        def mark(zk: KazooClient) -> int:
             nonlocal todo
+            changed = 0
             while todo:
                 reads = [(ledger_id, zk.get_async(paths[ledger_id])) for ledger_id in todo]
                 writes = []
@@ -216,6 +217,7 @@ class ZkAutorecovery:
                 for ledger_id, write in writes:
                     try:
                         write.get()
+                        changed += 1
                     except (NodeExistsError, ZkBadVersion):
                         again.append(ledger_id)  # marked or changed meanwhile: read again
                     except NoNodeError:
@@ -224,28 +226,52 @@ class ZkAutorecovery:
                         self._forget_buckets(paths[ledger_id])
                         again.append(ledger_id)
                 todo = again
+            return changed
 
-        if todo:
-            await self._call(mark)
+        return await self._call(mark) if todo else 0
 
-    async def list_under_replicated(self) -> list[UnderReplicated]:
+    async def list_under_replicated(self, *, start: int = 0, limit: int | None = None) -> list[UnderReplicated]:
+        """Walks the buckets from ``start`` for ``limit`` ids, then reads those marks,
+        pipelined; marks cleared in between are made up for by walking on, so a page is
+        short only at the end."""
         base = self._marks_base()
 
         def read(zk: KazooClient) -> list[UnderReplicated]:
-            ids = walk(self._children(zk), base, start=0, limit=None, on_empty=self._prune)
-            out = []
-            for first in range(0, len(ids), READS_IN_FLIGHT):
-                page = ids[first : first + READS_IN_FLIGHT]
-                for ledger_id, request in [(i, zk.get_async(self._mark_path(i))) for i in page]:
-                    try:
-                        data, _ = request.get()
-                    except NoNodeError:
-                        continue  # cleared meanwhile
-                    record = json.loads(data)
-                    out.append(UnderReplicated(ledger_id, frozenset(record["bookies"]), float(record["since"])))
+            out: list[UnderReplicated] = []
+            first = start
+            while limit is None or len(out) < limit:
+                want = None if limit is None else limit - len(out)
+                ids = walk(self._children(zk), base, start=first, limit=want, on_empty=self._prune)
+                for at in range(0, len(ids), READS_IN_FLIGHT):
+                    chunk = ids[at : at + READS_IN_FLIGHT]
+                    for ledger_id, request in [(i, zk.get_async(self._mark_path(i))) for i in chunk]:
+                        try:
+                            data, _ = request.get()
+                        except NoNodeError:
+                            continue  # cleared meanwhile
+                        record = json.loads(data)
+                        out.append(UnderReplicated(ledger_id, frozenset(record["bookies"]), float(record["since"])))
+                if want is None or len(ids) < want:
+                    break
+                first = ids[-1] + 1
             return out
 
         return await self._call(read)
+
+    async def count_under_replicated(self) -> int:
+        """The ``numChildren`` of each lowest bucket, pipelined: no mark is read."""
+        base = self._marks_base()
+
+        def count(zk: KazooClient) -> int:
+            buckets = lowest_buckets(self._children(zk), base)
+            total = 0
+            for at in range(0, len(buckets), READS_IN_FLIGHT):
+                for request in [zk.exists_async(path) for path in buckets[at : at + READS_IN_FLIGHT]]:
+                    stat = request.get()
+                    total += 0 if stat is None else int(stat.numChildren)
+            return total
+
+        return await self._call(count)
 
     async def clear_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
         path, removing = self._mark_path(ledger_id), set(bookies)

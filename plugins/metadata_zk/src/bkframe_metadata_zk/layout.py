@@ -100,3 +100,18 @@ def walk(
 
     visit(base, 0, 0, True)
     return out
+
+
+def lowest_buckets(children: Callable[[str], list[str] | None], base: str) -> list[str]:
+    """The paths of the buckets whose children are leaves, in order: a count of the leaves
+    reads each one's stat (``numChildren``) instead of its up to 10^4 names. Costs one
+    listing per bucket above them (a handful for ids up to 10^6)."""
+    paths = [base]
+    for level in range(len(SPLIT) - 1):
+        below: list[str] = []
+        for path in paths:
+            names = children(path) or []
+            found = sorted((part, name) for name in names if (part := parse_name(level, name)) is not None)
+            below.extend(f"{path}/{name}" for _, name in found)
+        paths = below
+    return paths
