@@ -13,7 +13,6 @@ metadata, however many ledgers the cluster holds, and one page of marks with the
 
 from __future__ import annotations
 
-import bisect
 import html
 import time
 import urllib.parse
@@ -212,9 +211,10 @@ class StatusPage:
         ]
 
     async def _logs(self, store: MetadataStore, start: str) -> list[str]:
-        names = sorted(await store.list_logs())
-        first = bisect.bisect_left(names, start)
-        page, more = names[first : first + MAX_ROWS], first + MAX_ROWS < len(names)
+        # A page of names and their count: never every name (10^5 logs would travel whole).
+        total = await store.count_logs()
+        listed = await store.list_logs(start=start, limit=MAX_ROWS + 1)
+        page, more = listed[:MAX_ROWS], len(listed) > MAX_ROWS
         found: dict[str, LogMetadata] = {}
         limiter = trio.CapacityLimiter(CONCURRENT_READS)
 
@@ -243,11 +243,11 @@ class StatusPage:
             ]
             for name, r in ((n, found[n]) for n in page if n in found)
         ]
-        shown = f", {first + 1} to {first + len(page)} shown" if len(names) > len(page) else ""
+        shown = f", {len(page)} shown" + (f" from {start!r}" if start else "") if total > len(page) else ""
         return [
-            f"<h2>Logs ({len(names)}{shown})</h2>",
+            f"<h2>Logs ({total}{esc(shown)})</h2>",
             table("logs", ["log", "segments", "size (closed segments)", "writer", "cursors: lag, idle"], rows, "no logs"),
-            _next_link("logs-next", "logs_from", names[first + MAX_ROWS], f"next {MAX_ROWS} logs") if more else "",
+            _next_link("logs-next", "logs_from", listed[MAX_ROWS], f"next {MAX_ROWS} logs") if more else "",
         ]
 
     async def _cursors(self, names: list[str]) -> dict[str, str]:

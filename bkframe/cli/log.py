@@ -31,6 +31,8 @@ from bkframe.client.logs.pending import PendingLogAppend
 
 T = TypeVar("T")
 
+#: Log names ``log list`` reads per request.
+LIST_PAGE = 1000
 #: ``bkframe log append`` publishes its LAC this soon after the input pauses, so a tail
 #: shows the last line without waiting for the next one.
 APPEND_LAC_INTERVAL_S = 0.2
@@ -339,8 +341,18 @@ def tail(
 @metadata_option()
 def list_logs(metadata: str) -> None:
     """Print every log name, one per line."""
-    for name in _run(metadata, lambda logs: logs.list_logs()):
-        click.echo(name)
+
+    async def run(logs: Logs) -> None:
+        # A page at a time: a cluster may hold 10^5 logs.
+        start = ""
+        while page := await logs.list_logs(start=start, limit=LIST_PAGE):
+            for name in page:
+                click.echo(name)
+            if len(page) < LIST_PAGE:
+                break
+            start = page[-1] + "\0"
+
+    _run(metadata, run)
 
 
 @log_group.command()

@@ -315,8 +315,8 @@ class BlockingLogs:
     def metadata(self, name: str) -> LogMetadata:
         return self._owner._run(self._logs.metadata, name)
 
-    def list_logs(self) -> list[str]:
-        return self._owner._run(self._logs.list_logs)
+    def list_logs(self, *, start: str = "", limit: int | None = None) -> list[str]:
+        return self._owner._run(lambda: self._logs.list_logs(start=start, limit=limit))
 
     def delete(self, name: str) -> LogMetadata:
         return self._owner._run(self._logs.delete, name)

@@ -380,8 +380,13 @@ class MetadataStore(Protocol):
         NoSuchLogError if absent."""
         ...
 
-    async def list_logs(self) -> list[str]:
-        """Every log name, sorted."""
+    async def list_logs(self, *, start: str = "", limit: int | None = None) -> list[str]:
+        """Log names ``>= start``, sorted, at most ``limit`` of them (every one if None): a
+        page costs about ``limit`` names of work where the backend can range over names."""
+        ...
+
+    async def count_logs(self) -> int:
+        """How many logs there are, without reading their names where the backend can."""
         ...
 
     async def read_cursor(self, log: str, cursor: str) -> Versioned | None:

@@ -290,9 +290,14 @@ class MemoryMetadataStore:
         del self._state.logs[name]
         self._state.cursors.pop(name, None)
 
-    async def list_logs(self) -> list[str]:
+    async def list_logs(self, *, start: str = "", limit: int | None = None) -> list[str]:
         await trio.lowlevel.checkpoint()
-        return sorted(self._state.logs)
+        names = sorted(n for n in self._state.logs if n >= start)
+        return names if limit is None else names[: max(limit, 0)]
+
+    async def count_logs(self) -> int:
+        await trio.lowlevel.checkpoint()
+        return len(self._state.logs)
 
     async def read_cursor(self, log: str, cursor: str) -> Versioned | None:
         await trio.lowlevel.checkpoint()

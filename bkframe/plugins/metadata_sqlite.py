@@ -450,9 +450,13 @@ class SqliteMetadataStore:
 
         await self._transaction(delete)
 
-    async def list_logs(self) -> list[str]:
-        rows = await self._call(lambda db: db.execute("SELECT name FROM logs ORDER BY name").fetchall())
-        return [r[0] for r in rows]
+    async def list_logs(self, *, start: str = "", limit: int | None = None) -> list[str]:
+        args = (start, -1 if limit is None else max(limit, 0))  # -1: no limit; a page is a primary-key range
+        query = "SELECT name FROM logs WHERE name >= ? ORDER BY name LIMIT ?"
+        return [r[0] for r in await self._call(lambda db: db.execute(query, args).fetchall())]
+
+    async def count_logs(self) -> int:
+        return int((await self._call(lambda db: db.execute("SELECT COUNT(*) FROM logs").fetchone()))[0])
 
     async def read_cursor(self, log: str, cursor: str) -> Versioned | None:
         row = await self._call(

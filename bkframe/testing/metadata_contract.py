@@ -177,6 +177,23 @@ class MetadataStoreContract(AutorecoveryContract, MultiLogContract):
         await store.delete_ledger(10_000)
         assert await store.list_ledgers(start=9_999, limit=2) == [9_999, 10_001]
 
+    async def test_logs_are_listed_in_pages(self, store: MetadataStore) -> None:
+        """A page of log names starts at ``start`` (inclusive), holds at most ``limit``,
+        sorted; ``count_logs`` counts them; a log's cursors are no log names."""
+        names = ["a", "a.b", "a-b", "b", "b_1", "zz"]
+        for name in reversed(names):
+            await store.create_log(name, b"r")
+        await store.write_cursor("a", "c1", b"x", None)
+        assert await store.list_logs() == sorted(names)
+        assert await store.count_logs() == len(names)
+        assert await store.list_logs(limit=2) == ["a", "a-b"]
+        assert await store.list_logs(start="a.", limit=3) == ["a.b", "b", "b_1"]
+        assert await store.list_logs(start="b") == ["b", "b_1", "zz"]
+        assert await store.list_logs(start="zz") == ["zz"] and await store.list_logs(start="zz0") == []
+        assert await store.list_logs(start="a", limit=0) == []
+        await store.delete_log("b")
+        assert await store.list_logs(start="a.", limit=2) == ["a.b", "b_1"] and await store.count_logs() == len(names) - 1
+
     async def test_ledgers_are_indexed_by_bookie(self, store: MetadataStore) -> None:
         """``ledgers_of_bookie`` follows every create, ensemble change and delete, at once."""
         await store.create_ledger(ledger(4))  # a, b, c

@@ -39,11 +39,12 @@ async def test_ledgers_and_logs_are_shown_a_page_at_a_time() -> None:
     assert seen == [str(i) for i in range(1, count + 1)]
 
     body = await page.cluster(store)
-    assert f"<h2>Logs ({len(names)}, 1 to {MAX_ROWS} shown)</h2>" in body
+    assert f"<h2>Logs ({len(names)}, {MAX_ROWS} shown)</h2>" in body
     link = re.search(r'<a id="logs-next" href="\?logs_from=([^"]+)">', body)
     assert link is not None and link.group(1) == names[MAX_ROWS]
     body = await page.cluster(store, logs_from=names[MAX_ROWS])
-    assert f"<h2>Logs ({len(names)}, {MAX_ROWS + 1} to {len(names)} shown)</h2>" in body and 'id="logs-next"' not in body
+    assert f"<h2>Logs ({len(names)}, 10 shown from &#x27;{names[MAX_ROWS]}&#x27;)</h2>" in body
+    assert 'id="logs-next"' not in body
     await store.aclose()
 
 

@@ -128,8 +128,9 @@ class Logs:
     async def metadata(self, name: str) -> LogMetadata:
         return await self._records.read(name)
 
-    async def list_logs(self) -> list[str]:
-        return await self.store.list_logs()
+    async def list_logs(self, *, start: str = "", limit: int | None = None) -> list[str]:
+        """Log names ``>= start``, sorted, at most ``limit`` (all if None)."""
+        return await self.store.list_logs(start=start, limit=limit)
 
     async def delete(self, name: str) -> LogMetadata:
         """Delete the log, its cursors and every ledger it holds. A writer still writing

@@ -47,7 +47,7 @@ from bkframe.core.metadata import (
 )
 from bkframe_metadata_etcd.autorecovery import TXN_OPS, EtcdAutorecovery
 from bkframe_metadata_etcd.kv import b64 as _b64
-from bkframe_metadata_etcd.kv import keys, prefix_end
+from bkframe_metadata_etcd.kv import count, keys, prefix_end
 from bkframe_metadata_etcd.leases import keep_alive, revoke
 from bkframe_metadata_etcd.ledgers import EtcdLedgers
 
@@ -371,10 +371,17 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
 
         await self._call(delete)
 
-    async def list_logs(self) -> list[str]:
+    async def list_logs(self, *, start: str = "", limit: int | None = None) -> list[str]:
         prefix = f"{self.root}/logs/".encode()
-        found = await self._call(lambda c: keys(c, prefix, prefix_end(prefix)))
+        if limit is not None and limit <= 0:
+            return []
+        # Log keys are ``logs/<name>`` (cursors live under ``logcursors/``): a page is a key range.
+        found = await self._call(lambda c: keys(c, prefix + start.encode(), prefix_end(prefix), limit=limit))
         return sorted(key[len(prefix) :].decode() for key in found)
+
+    async def count_logs(self) -> int:
+        prefix = f"{self.root}/logs/".encode()
+        return await self._call(lambda c: count(c, prefix, prefix_end(prefix)))
 
     async def read_cursor(self, log: str, cursor: str) -> Versioned | None:
         found = await self._call(lambda c: self._get(c, self._cursors(log) + cursor.encode()))
