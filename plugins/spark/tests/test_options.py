@@ -186,6 +186,8 @@ def test_several_logs_a_list_or_a_pattern() -> None:
     source = BkframeDataSource({"metadata": M})
     with pytest.raises(OptionError, match=r"reads option 'log' .*option 'logPattern'"):
         source.reader(SCHEMA)
+    with pytest.raises(OptionError, match="option 'logPattern' is for reads"):
+        BkframeDataSource({"metadata": M, "logPattern": "a.*"}).writer(StructType([StructField("payload", BinaryType())]), False)
 
 
 def test_stream_offsets_hold_a_position_per_log() -> None:

@@ -38,6 +38,7 @@ from bkframe_spark.first_line import message_first
 from bkframe_spark.logsets import describe
 from bkframe_spark.options import OptionError, Options
 from bkframe_spark.reading import OFFSET_BITS, SCHEMA, EntryRange, check_schema, plan_ledgers, plan_logs, read_partition, split
+from bkframe_spark.routing import RoutingStreamWriter, RoutingWriter, check_routing, routes_rows
 from bkframe_spark.streaming import LogStreamReader, LogStreamWriter
 from bkframe_spark.writing import LedgerMessage, LedgerSpec, abort_write, check_write, commit_write, write_task
 
@@ -77,6 +78,8 @@ class BkframeDataSource(DataSource):
             )
         opts = Options.parse(self.options)
         columns = WriteColumns.of(schema)
+        if routes_rows(opts, schema, columns):
+            return RoutingWriter(opts, check_routing(opts), columns)
         return BulkWriter(opts, check_write(opts), columns)
 
     @message_first
@@ -99,6 +102,8 @@ class BkframeDataSource(DataSource):
             )
         opts = Options.parse(self.options)
         columns = WriteColumns.of(schema)
+        if routes_rows(opts, schema, columns):
+            return RoutingStreamWriter(opts, check_routing(opts), columns)
         return LogStreamWriter(opts, check_write(opts), columns)
 
 
