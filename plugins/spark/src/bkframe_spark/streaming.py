@@ -344,16 +344,20 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cursor = str(self.opts.cursor)
         for name, position in positions.items():
             try:
-                # Never moves back: a batch committed again after a restart changes nothing.
-                await client.logs.move_cursor(name, cursor, position)
-            except NoSuchCursorError:
-                # A log the stream found after it started: its cursor starts where the stream is.
-                try:
-                    await client.logs.create_cursor(name, cursor, position, password=self.opts.password)
-                except CursorExistsError:
-                    await client.logs.move_cursor(name, cursor, position)
+                await self._move_cursor(client, name, cursor, position)
             except NoSuchLogError:
                 log.info("log %r was deleted: its cursor %r is gone with it", name, cursor)
+
+    async def _move_cursor(self, client: Client, name: str, cursor: str, position: Position) -> None:
+        try:
+            # Never moves back: a batch committed again after a restart changes nothing.
+            await client.logs.move_cursor(name, cursor, position)
+        except NoSuchCursorError:
+            # A log the stream found after it started: its cursor starts where the stream is.
+            try:
+                await client.logs.create_cursor(name, cursor, position, password=self.opts.password)
+            except CursorExistsError:
+                await client.logs.move_cursor(name, cursor, position)
 
 
 def stream_batch(run: str) -> tuple[str, str]:
