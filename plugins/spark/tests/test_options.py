@@ -16,6 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from bkframe import EARLIEST, LATEST, Position, SegmentRange
+from bkframe.errors import NoSuchLogError
 
 M = "sqlite:///tmp/nowhere/metadata.db"
 
@@ -221,3 +222,13 @@ def test_a_micro_batch_budget_is_shared_fairly_between_logs() -> None:
     assert fitting(ranges, [100, 10], 950) == 9
     assert fitting(ranges, [100, 10], 1_000 + 55) == 15
     assert fitting(ranges, [100, 10], 10**9) == 110
+
+
+def test_a_log_deleted_mid_stream_is_lost_data() -> None:
+    strict = LogStreamReader(Options.parse({"metadata": M, "logPattern": "s-.*"}))
+    with pytest.raises(NoSuchLogError, match=r"log 's-a' was deleted while the stream read it \(at 3:41\).*failOnDataLoss=false"):
+        strict._lost("s-a", Position(3, 41))
+    lenient = LogStreamReader(Options.parse({"metadata": M, "logPattern": "s-.*", "failOnDataLoss": "false"}))
+    lenient._lost("s-a", Position(3, 41))  # warned: the stream goes on without it
+    with pytest.raises(OptionError, match=r"a streaming read needs option 'log' .*or option 'logPattern'"):
+        LogStreamReader(Options.parse({"metadata": M, "ledgers": "1"}))
