@@ -178,7 +178,7 @@ def test_failed_attempts_and_failed_jobs_leave_nothing(spark: SparkSession, spar
         assert set(bk.list_ledgers()) == before | log_ledgers(bk, "retried"), "a ledger of the failed attempt is left"
 
         before = set(bk.list_ledgers())
-        doomed = spark.range(0, n, numPartitions=4).select(_always_fail(2)("id").alias("payload"))
+        doomed = spark.range(0, 4_000, numPartitions=4).select(_always_fail(2)("id").alias("payload"))
         with pytest.raises(Exception, match="injected failure of every attempt"):
             write(doomed, m, "retried")
         assert reader(spark, m, log="retried").count() == n  # nothing of the failed job is visible
@@ -293,3 +293,76 @@ def test_a_log_on_bookies_that_require_tls_and_a_token(
             reader(spark, cluster.metadata, log="secure", **token, **tls).collect()
         first = str(caught.value).splitlines()[0]
         assert "refused authentication" in first and says in first and "a-wrong-guess" not in str(caught.value), first
+
+
+def test_rows_routed_into_several_logs_then_read_together(
+    spark: SparkSession, spark_cluster: Cluster, bk: BlockingClient
+) -> None:
+    """A write with a 'log' column: one commit across the logs, each row once in its log even
+    with a task attempt failed; reads of a list and of a pattern give each row's log; a
+    commit that fails changes no log and leaves no ledger."""
+    m = spark_cluster.metadata
+    n = 40_000
+    before = set(bk.list_ledgers())
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")  # the attempt writes before it fails
+    try:
+        df = spark.range(0, n, numPartitions=4).select(
+            F.when(F.col("id") % 3 == 0, "route-a").otherwise("route-b").alias("log"),  # logs the tasks create
+            _fail_first_attempt(1, 19_990)("id").alias("payload"),
+            F.timestamp_millis(F.lit(T0) + F.col("id")).alias("timestamp"),
+        )
+        with ledgers_seen(m) as seen:
+            df.write.format("bkframe").option("metadata", m).mode("append").save()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    owned = log_ledgers(bk, "route-a") | log_ledgers(bk, "route-b")
+    assert seen - before - owned, "the failed attempt should have made ledgers of its own"
+    assert set(bk.list_ledgers()) == before | owned, "a ledger of the failed attempt is left"
+    assert [len(bk.logs.metadata(name).segments) for name in ("route-a", "route-b")] == [4, 4]  # a ledger per task and log
+
+    expected = Counter(("route-a" if i % 3 == 0 else "route-b", b"retry-%07d" % i) for i in range(n))
+    rows = reader(spark, m, log="route-a,route-b").collect()
+    assert Counter((r.log, r.payload) for r in rows) == expected  # each row once, in the log it named
+    for name in ("route-a", "route-b"):
+        check_contiguous([r for r in rows if r.log == name])
+    # A pattern (matching whole names) and a time range that applies to each log.
+    late = reader(spark, m, logPattern="route-.", startingTimestamp=T0 + n - 30).collect()
+    assert sorted((r.log, r.payload) for r in late) == sorted(
+        ("route-a" if i % 3 == 0 else "route-b", b"retry-%07d" % i) for i in range(n - 30, n)
+    )
+
+    # The write's token is committed to route-b already (as a commit that landed in one log
+    # only would leave it): the commit across route-a and route-b is refused, and neither changes.
+    segments = {name: bk.logs.metadata(name).segments for name in ("route-a", "route-b")}
+    before = set(bk.list_ledgers())
+    token: list[str] = []
+
+    def commit_its_token_to_route_b() -> None:
+        with connect(m) as client:
+            deadline = time.monotonic() + 60
+            while not token and time.monotonic() < deadline:
+                token.extend({s.token for s in client.logs.metadata("route-a").staged})
+                time.sleep(0.02)
+            client.logs.commit_ledgers("route-b", [], token[0])
+
+    @F.udf("string")
+    def slow_last_task(i: int) -> str:
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.partitionId() == 3 and i == 3_000:
+            time.sleep(2)  # the job lasts until the token is known
+        return f"doomed-{i:07d}"
+
+    meddler = threading.Thread(target=commit_its_token_to_route_b)
+    meddler.start()
+    doomed = spark.range(0, 4_000, numPartitions=4).select(
+        F.when(F.col("id") % 2 == 0, "route-a").otherwise("route-b").alias("log"), slow_last_task("id").alias("payload")
+    )
+    try:
+        with pytest.raises(Exception, match=r"committed in log\(s\) \['route-b'\] but not in \['route-a'\]"):
+            doomed.write.format("bkframe").option("metadata", m).mode("append").save()
+    finally:
+        meddler.join(60)
+    assert {name: bk.logs.metadata(name).segments for name in segments} == segments
+    left = set(bk.list_ledgers()) - before
+    assert not left, f"the failed commit left ledgers behind: {[bk.ledger_metadata(i) for i in left]}"
+    assert not bk.logs.metadata("route-a").staged

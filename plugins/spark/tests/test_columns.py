@@ -9,7 +9,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from bkframe_spark.columns import DataError, WriteColumns, encode_rows
+from bkframe_spark.options import Options
 from bkframe_spark.reading import ARROW_SCHEMA, SCHEMA, EntryRange, to_batch
+from bkframe_spark.routing import routes_rows, split_by_log
 from bkframe_spark.source import narrow
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -156,3 +158,29 @@ def test_timestamp_and_offset_filters_prune_a_read() -> None:
     assert [(p.segment, p.first, p.last) for p in got] == [(1, 50, 99), (2, 0, 9)]
     assert [(p.segment, p.first, p.last) for p in narrow(parts, [("offset", "=", ((3 << 32) | 7,))])] == [(3, 7, 7)]
     assert narrow([EntryRange(None, None, 5, 0, 9)], [("offset", ">=", (0,))]) == []  # ledgers have no offsets
+
+
+def test_rows_routed_by_their_log_column() -> None:
+    """A write with no 'log' option and a 'log' column routes each row (the option, when
+    given, wins: a copy of a read into one log ignores the read's 'log' column, as before)."""
+    cols = WriteColumns.of(schema(log=StringType(), payload=StringType()))
+    assert (cols.log, cols.payload, cols.ignored) == (0, 1, ("log",))
+    routed = Options.parse({"metadata": "sqlite:///x.db"})
+    assert routes_rows(routed, schema(log=StringType(), payload=StringType()), cols)
+    assert not routes_rows(Options.parse({"metadata": "sqlite:///x.db", "log": "one"}), schema(log=StringType()), cols)
+    with pytest.raises(DataError, match=r"column 'log' is int; .*string 'log' column"):
+        routes_rows(routed, schema(log=IntegerType(), payload=StringType()), cols)
+
+    table = pa.table({"log": ["b", "a", "b", "c", "a"], "payload": ["1", "2", "3", "4", "5"]})
+    parts = split_by_log(table.to_batches()[0], 0)
+    # Each log's rows in their order (the order they take in the log).
+    assert {name: part.column(1).to_pylist() for name, part in parts.items()} == {"a": ["2", "5"], "b": ["1", "3"], "c": ["4"]}
+    one = table.slice(0, 1).to_batches()[0]
+    assert split_by_log(one, 0) == {"b": one}  # one log: the batch as it is
+    for values, message in [
+        (["a", None], r"column 'log' is null in a row \(1 of a batch of 2\).*coalesce"),
+        (["a", "no way!"], "column 'log': bad log name 'no way!'"),
+    ]:
+        bad = pa.table({"log": pa.array(values, pa.string()), "payload": ["x", "y"]}).to_batches()[0]
+        with pytest.raises(DataError, match=message):
+            split_by_log(bad, 0)

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from bkframe_spark import BkframeDataSource, OptionError, Options
+from bkframe_spark.logsets import OffsetError, fair_shares, offset, positions_of
 from bkframe_spark.options import KNOWN, NAMES
 from bkframe_spark.reading import SCHEMA, EntryRange, split
 from bkframe_spark.source import narrow
-from bkframe_spark.streaming import LogStreamReader, after
+from bkframe_spark.streaming import LogStreamReader, after, fitting
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from bkframe import EARLIEST, LATEST, Position, SegmentRange
+from bkframe.errors import NoSuchLogError
 
 M = "sqlite:///tmp/nowhere/metadata.db"
 
@@ -60,7 +63,12 @@ def test_metadata_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"log": "e", "tlsCa": "/nowhere/ca.pem"}, "option 'tlsCa': cannot read file '/nowhere/ca.pem'"),
         ({"log": "e", "authToken": " "}, "option 'authToken' is empty"),
         ({"log": "e", "timeoutSeconds": "-1"}, "'timeoutSeconds' must be a number of seconds > 0"),
-        ({"log": "e", "ledgers": "1,2"}, "not both"),
+        ({"log": "e", "ledgers": "1,2"}, "give one of options 'log', 'logPattern' and 'ledgers', not 'log' and 'ledgers'"),
+        ({"log": "a,b", "logPattern": "a.*"}, "not 'log' and 'logPattern'"),
+        ({"log": "a,,b"}, r"option 'log': bad log name ''.*separated by commas"),
+        ({"logPattern": "orders-(["}, r"option 'logPattern': 'orders-\(\[' is not a regular expression"),
+        ({"log": "a,b", "startingPosition": "3:41"}, "a position SEGMENT:ENTRY names a place in one log"),
+        ({"logPattern": "a.*", "endingPosition": "0:5"}, "'startingTimestamp' / 'endingTimestamp', which apply to each log"),
         ({"ledgers": "1,x"}, "option 'ledgers' must list ledger ids"),
         ({"ledgers": "1", "startingPosition": "0:0"}, "are for logs"),
         ({"log": "bad name!"}, "option 'log'"),
@@ -160,3 +168,67 @@ def test_pushed_filters_prune_segments_and_entry_ranges() -> None:
     assert [(p.segment, p.first, p.last) for p in got] == [(1, 50, 99), (2, 50, 99)]
     assert narrow(parts, [("ledger_id", "in", (12,)), ("entry_id", "in", (5, 7))]) == [EntryRange("e", 2, 12, 5, 7)]
     assert narrow(parts, [("entry_id", "=", (500,))]) == []
+
+
+def test_several_logs_a_list_or_a_pattern() -> None:
+    listed = Options.parse({"metadata": M, "log": " b, a ,b", "startingPosition": "earliest"})
+    assert (listed.logs, listed.log, listed.several_logs) == (("b", "a"), None, True)  # each once, in order
+    assert listed.matches(["a", "c", "b"]) == ["a", "b"]
+    one = Options.parse({"metadata": M, "log": "a"})
+    assert (one.logs, one.log, one.several_logs) == (("a",), "a", False)
+    pattern = Options.parse({"metadata": M, "logPattern": "orders-.*", "startingTimestamp": "5"})
+    # The whole name must match (as Kafka's subscribePattern): 'orders-eu' yes, 'old-orders-eu' no.
+    assert pattern.matches(["orders-eu", "old-orders-eu", "orders-", "orders"]) == ["orders-", "orders-eu"]
+    # A write takes one log (or routes rows by a 'log' column): what to do is in the message.
+    with pytest.raises(OptionError, match="drop option 'log' and give each row its log in a 'log' column"):
+        listed.need_log("writing")
+    with pytest.raises(OptionError, match="not 'logPattern'"):
+        pattern.need_log("writing")
+    source = BkframeDataSource({"metadata": M})
+    with pytest.raises(OptionError, match=r"reads option 'log' .*option 'logPattern'"):
+        source.reader(SCHEMA)
+    with pytest.raises(OptionError, match="option 'logPattern' is for reads"):
+        BkframeDataSource({"metadata": M, "logPattern": "a.*"}).writer(StructType([StructField("payload", BinaryType())]), False)
+
+
+def test_stream_offsets_hold_a_position_per_log() -> None:
+    pattern = Options.parse({"metadata": M, "logPattern": "s-.*"})
+    value = offset({"s-b": Position(0, 0), "s-a": Position(3, 41)})
+    # Names in order: Spark compares offsets as the JSON text json.dumps makes of them.
+    assert json.dumps(value) == '{"logs": {"s-a": "3:41", "s-b": "0:0"}}'
+    assert positions_of(json.loads(json.dumps(value)), pattern) == {"s-a": Position(3, 41), "s-b": Position(0, 0)}
+    assert positions_of({"logs": {}}, pattern) == {}  # a pattern that matched nothing yet
+    # A checkpoint of a query of one log, from before offsets held several: that log's position.
+    one = Options.parse({"metadata": M, "log": "events"})
+    assert positions_of({"position": "7:3"}, one) == {"events": Position(7, 3)}
+    with pytest.raises(OffsetError, match=r"from a query of one log; this query reads the logs matching 's-\.\*'"):
+        positions_of({"position": "7:3"}, pattern)
+    for bad in [{"logs": {"a": "three"}}, {"offset": 5}, {"logs": ["a"]}]:
+        with pytest.raises(OffsetError, match="is not a bkframe offset"):
+            positions_of(bad, pattern)
+
+
+def test_a_micro_batch_budget_is_shared_fairly_between_logs() -> None:
+    # Max-min fair: a log with less than an equal share gets all it has, the others share the rest.
+    assert fair_shares({"a": 1000, "b": 10, "c": 500}, 100) == {"a": 45, "b": 10, "c": 45}
+    assert fair_shares({"a": 1000, "b": 0}, 100) == {"a": 100, "b": 0}
+    assert fair_shares({"a": 3, "b": 4}, 100) == {"a": 3, "b": 4}
+    assert sum(fair_shares({"a": 50, "b": 50, "c": 50}, 100).values()) == 100
+    # A budget smaller than the number of logs: the units go round, turn by turn, to every log.
+    got = [name for turn in range(3) for name, n in fair_shares({"a": 9, "b": 9, "c": 9}, 1, turn).items() if n]
+    assert got == ["a", "b", "c"]
+    # Bytes: how many records of each range's size fit a log's share.
+    ranges = [SegmentRange(3, 30, 0, 9), SegmentRange(4, 40, 0, 99)]
+    assert fitting(ranges, [100, 10], 950) == 9
+    assert fitting(ranges, [100, 10], 1_000 + 55) == 15
+    assert fitting(ranges, [100, 10], 10**9) == 110
+
+
+def test_a_log_deleted_mid_stream_is_lost_data() -> None:
+    strict = LogStreamReader(Options.parse({"metadata": M, "logPattern": "s-.*"}))
+    with pytest.raises(NoSuchLogError, match=r"log 's-a' was deleted while the stream read it \(at 3:41\).*failOnDataLoss=false"):
+        strict._lost("s-a", Position(3, 41))
+    lenient = LogStreamReader(Options.parse({"metadata": M, "logPattern": "s-.*", "failOnDataLoss": "false"}))
+    lenient._lost("s-a", Position(3, 41))  # warned: the stream goes on without it
+    with pytest.raises(OptionError, match=r"a streaming read needs option 'log' .*or option 'logPattern'"):
+        LogStreamReader(Options.parse({"metadata": M, "ledgers": "1"}))

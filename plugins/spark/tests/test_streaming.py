@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -12,10 +13,11 @@ from typing import Any
 
 import pytest
 from bkframe_spark.writing import TAG_LOG
+from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bkframe import ENVELOPE_CUSTOM, BlockingClient, Record, encode_record
+from bkframe import ENVELOPE_CUSTOM, BlockingClient, Position, Record, encode_record
 from bkframe.testing.cluster import Cluster
 
 BKFRAME = str(Path(sys.executable).parent / "bkframe")
@@ -23,8 +25,10 @@ BKFRAME = str(Path(sys.executable).parent / "bkframe")
 pytestmark = pytest.mark.spark
 
 
-def stream(spark: SparkSession, metadata: str, log: str, **options: Any) -> Any:
-    r = spark.readStream.format("bkframe").option("metadata", metadata).option("log", log)
+def stream(spark: SparkSession, metadata: str, log: str | None, **options: Any) -> Any:
+    r = spark.readStream.format("bkframe").option("metadata", metadata)
+    if log is not None:
+        r = r.option("log", log)
     for key, value in options.items():
         r = r.option(key, value)
     return r.load()
@@ -138,18 +142,18 @@ def test_restarts_from_the_checkpoint_write_each_input_once(
     # Spark runs that batch again, and its commit must change nothing. Spark re-runs the
     # newest batch of its offset log when that one has no commit: drop the newest commit and
     # any later offsets (a batch stopped in flight), each with its checksum file.
-    def numbered(folder: str) -> list[Path]:
-        return sorted((p for p in (checkpoint / folder).iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-
-    def drop(path: Path) -> None:
-        path.unlink()
-        path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
-
-    last = numbered("commits")[-1]
+    last = numbered(checkpoint, "commits")[-1]
     drop(last)
-    for offsets in numbered("offsets"):
+    for offsets in numbered(checkpoint, "offsets"):
         if int(offsets.name) > int(last.name):
             drop(offsets)
+        else:
+            # As a checkpoint from before offsets held a position per log: {"position": ...}.
+            lines = offsets.read_text().splitlines()
+            assert json.loads(lines[-1]).keys() == {"logs"}
+            lines[-1] = json.dumps({"position": json.loads(lines[-1])["logs"]["orders"]})
+            offsets.write_text("\n".join(lines))
+            offsets.with_name(f".{offsets.name}.crc").unlink(missing_ok=True)
     query = start({"availableNow": True})
     query.awaitTermination(300)
     assert query.exception() is None
@@ -241,3 +245,72 @@ def test_a_micro_batch_waits_for_min_entries_or_the_delay(
 def iso_seconds(text: str) -> float:
     """Seconds since the epoch of a progress report's ISO timestamp (``...Z``)."""
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def test_a_stream_of_several_logs_routed_into_several_logs_exactly_once(
+    spark: SparkSession, spark_cluster: Cluster, bk: BlockingClient, tmp_path: Path
+) -> None:
+    """A stream over the logs a pattern matches (offsets a position per log, batches shared
+    fairly), its rows routed by a 'log' column into a log each; a task attempt fails, the
+    last batch is replayed and a new log appears: each input once, in order, in its log."""
+    m = spark_cluster.metadata
+    inputs = {"multi-a": [b"a-%05d" % i for i in range(400)], "multi-b": [b"b-%05d" % i for i in range(200)]}
+    for name, payloads in inputs.items():
+        bk.logs.create(name, rollover_entries=300)
+        with bk.logs.open_writer(name) as writer:
+            writer.append_many(payloads)
+    checkpoint = tmp_path / "checkpoint"
+
+    @F.udf("binary")
+    def flaky(payload: bytes) -> bytes:
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.attemptNumber() == 0 and payload == b"a-00300":  # in the last batch of the first run
+            raise RuntimeError("injected failure of a task's first attempt")
+        return payload
+
+    def run() -> Any:
+        source = stream(spark, m, None, logPattern="multi-.", maxEntriesPerTrigger=300, cursor="router")
+        routed = source.select(F.concat("log", F.lit("-out")).alias("log"), flaky("payload").alias("payload"))
+        query = (
+            routed.writeStream.format("bkframe").option("metadata", m).option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True).start()
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None
+        return query
+
+    query = run()
+    # 300 entries a batch, shared fairly: the first batch takes 150 from each log, not 300 from one.
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [300, 300]
+    assert json.loads(offsets_of(checkpoint, 0)) == {"logs": {"multi-a": "0:150", "multi-b": "0:150"}}
+    assert bk.logs.cursor("multi-b", "router").position >= Position(0, 150)  # a cursor in each log, moved
+
+    # A driver crash after the sink committed the last batch but before Spark recorded it:
+    # that batch is run again (its task attempt failing again) and must change nothing.
+    last = numbered(checkpoint, "commits")[-1]
+    drop(last)
+    more = {"multi-a": [b"a-%05d" % i for i in range(400, 500)], "multi-c": [b"c-%05d" % i for i in range(50)]}
+    bk.logs.create("multi-c")  # a log that appears while the query is stopped: read from its start
+    for name, payloads in more.items():
+        with bk.logs.open_writer(name) as writer:
+            writer.append_many(payloads)
+        inputs[name] = inputs.get(name, []) + payloads
+    again = run()
+    assert [p["numInputRows"] for p in again.recentProgress if p["numInputRows"]] == [300, 150]  # the replay, then new
+    for name, payloads in inputs.items():
+        assert read_all(spark, m, f"{name}-out") == payloads  # each once, in order
+        no_strays(bk, f"{name}-out")
+
+
+def numbered(checkpoint: Path, folder: str) -> list[Path]:
+    return sorted((p for p in (checkpoint / folder).iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+
+
+def drop(path: Path) -> None:
+    path.unlink()
+    path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+
+
+def offsets_of(checkpoint: Path, batch: int) -> str:
+    """The source's end offset of a batch, as Spark wrote it (the last line of its offset file)."""
+    return (checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1]

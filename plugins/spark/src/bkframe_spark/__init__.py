@@ -1,8 +1,9 @@
 """bkframe's Spark connector: the PySpark data source ``bkframe`` (Spark >= 4.2).
 
-Batch reads of a log or of ledgers (a consistent snapshot of confirmed entries), bulk loads
-(one ledger per task, made visible by one idempotent commit), a streaming source whose
-offsets are log positions, and an exactly-once streaming sink. See docs/spark.md.
+Batch reads of logs (one, a list or a pattern) or of ledgers (a consistent snapshot of
+confirmed entries), bulk loads (one ledger per task and log, made visible by one idempotent
+commit; rows routed by a ``log`` column land in all their logs at once), a streaming source
+whose offsets are a position per log, and an exactly-once streaming sink. See docs/spark.md.
 """
 
 from bkframe_spark.options import OptionError, Options

@@ -189,6 +189,9 @@ class WriteColumns:
     properties: int | None = None
     #: Read columns the DataFrame has (see :data:`READ_ONLY`), not written.
     ignored: tuple[str, ...] = ()
+    #: The ``log`` column (any type): a write with no ``log`` option routes each row by it
+    #: (:mod:`bkframe_spark.routing`); with the option, it is one of the ignored columns.
+    log: int | None = None
 
     @property
     def payload_only(self) -> bool:
@@ -202,6 +205,8 @@ class WriteColumns:
         unknown: list[str] = []
         for i, field in enumerate(schema.fields):
             name, kind = field.name.lower(), field.dataType
+            if name == "log":
+                found[name] = i
             if name in READ_ONLY:
                 ignored.append(field.name)
                 continue
@@ -233,7 +238,10 @@ class WriteColumns:
             )
         if ignored:
             log.info("writing to a log: column(s) %s are positions of a log read; the written entries get new ones", ignored)
-        return cls(found["payload"], found.get("key"), found.get("timestamp"), found.get("properties"), tuple(ignored))
+        return cls(
+            found["payload"], found.get("key"), found.get("timestamp"), found.get("properties"), tuple(ignored),
+            found.get("log"),
+        )
 
 
 _WANTED = {

@@ -8,6 +8,7 @@ misspelt ``maxEntriesPerTriger`` silently ignored would read a whole log in one 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 import attrs
@@ -18,9 +19,10 @@ from bkframe.errors import BKError
 #: Every option and what it is for (Spark hands them over lower-cased: see :data:`NAMES`).
 KNOWN = {
     "metadata": "metadata store URI (default: $BKFRAME_METADATA)",
-    "log": "the named log to read or write",
+    "log": "the named log to read or write; reads: several, comma-separated",
+    "logPattern": "reads: every log whose whole name matches this regular expression (streams pick up new ones)",
     "ledgers": "batch read of ledgers instead of a log: comma-separated ids",
-    "password": "the log's (or the ledgers') password",
+    "password": "the log's (or the ledgers') password: one for every log a query reads or writes",
     "startingPosition": "earliest, latest or SEGMENT:ENTRY",
     "endingPosition": "latest or SEGMENT:ENTRY (exclusive; batch reads)",
     "startingTimestamp": "start at the first record at or after this time (ms since the epoch)",
@@ -121,6 +123,28 @@ def read_token_file(path: str) -> str:
     return token
 
 
+def _log_names(raw: str) -> tuple[str, ...]:
+    """Option ``log``: one name, or several separated by commas (each once, in order)."""
+    names: list[str] = []
+    for part in str(raw).split(","):
+        name = part.strip()
+        try:
+            check_name(name)
+        except ValueError as e:
+            raise OptionError(f"option 'log': {e} (several logs are separated by commas: 'a,b')") from None
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def _pattern(raw: str) -> str:
+    try:
+        re.compile(raw)
+    except re.error as e:
+        raise OptionError(f"option 'logPattern': {raw!r} is not a regular expression ({e}); e.g. 'orders-.*'") from None
+    return raw
+
+
 def _where(options: Mapping[str, str], key: str) -> Position | str | None:
     raw = options.get(key)
     if raw is None:
@@ -162,6 +186,22 @@ class Options:
     auth_token: str = attrs.field(default="", repr=False)
     #: Read where a client is opened (driver and executors): the token never travels in a plan.
     auth_token_file: str = ""
+    #: Every log of option ``log`` (``log`` above is the one when there is exactly one).
+    logs: tuple[str, ...] = ()
+    #: Option ``logPattern``: a regular expression a whole log name must match.
+    log_pattern: str | None = None
+
+    @property
+    def several_logs(self) -> bool:
+        """The query reads a set of logs (a list or a pattern), each row's ``log`` saying which."""
+        return self.log_pattern is not None or len(self.logs) > 1
+
+    def matches(self, names: list[str]) -> list[str]:
+        """The logs of ``names`` the query reads (sorted): the listed ones, or those the pattern matches."""
+        if self.log_pattern is None:
+            return sorted(set(self.logs) & set(names))
+        pattern = re.compile(self.log_pattern)
+        return sorted(name for name in names if pattern.fullmatch(name))
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
@@ -178,12 +218,8 @@ class Options:
                 "format 'bkframe' needs option 'metadata' (the metadata store URI, e.g. sqlite:///path/metadata.db) "
                 "or $BKFRAME_METADATA"
             )
-        log = opts.get("log")
-        if log is not None:
-            try:
-                check_name(log)
-            except ValueError as e:
-                raise OptionError(f"option 'log': {e}") from None
+        logs = _log_names(opts["log"]) if opts.get("log") is not None else ()
+        log_pattern = _pattern(str(opts["logpattern"])) if opts.get("logpattern") is not None else None
         ledgers: tuple[int, ...] = ()
         if opts.get("ledgers") is not None:
             try:
@@ -192,12 +228,19 @@ class Options:
                 ledgers = ()
             if not ledgers or any(i < 0 for i in ledgers):
                 raise OptionError(f"option 'ledgers' must list ledger ids, e.g. '1,2,7', got {opts['ledgers']!r}")
-        if log is not None and ledgers:
-            raise OptionError("give option 'log' or option 'ledgers', not both")
+        given = [name for name, value in (("log", logs), ("logPattern", log_pattern), ("ledgers", ledgers)) if value]
+        if len(given) > 1:
+            raise OptionError(f"give one of options 'log', 'logPattern' and 'ledgers', not {' and '.join(map(repr, given))}")
         starting = _where(opts, "startingposition")
         ending = _where(opts, "endingposition")
         if ending == EARLIEST:
             raise OptionError("option 'endingPosition' must be 'latest' or SEGMENT:ENTRY, not 'earliest'")
+        if (len(logs) > 1 or log_pattern is not None) and (isinstance(starting, Position) or isinstance(ending, Position)):
+            raise OptionError(
+                "a position SEGMENT:ENTRY names a place in one log; with several logs ('log' with commas, or "
+                "'logPattern') options 'startingPosition' and 'endingPosition' take 'earliest' / 'latest' (or use "
+                "'startingTimestamp' / 'endingTimestamp', which apply to each log)"
+            )
         if ledgers and (starting is not None or ending is not None):
             raise OptionError("options 'startingPosition' and 'endingPosition' are for logs, not with 'ledgers'")
         cursor = opts.get("cursor")
@@ -250,7 +293,7 @@ class Options:
             raise OptionError(f"option 'timeoutSeconds' must be a number of seconds > 0, got {raw_timeout!r}")
         return cls(
             metadata=str(metadata),
-            log=log,
+            log=logs[0] if len(logs) == 1 else None,
             ledgers=ledgers,
             password=str(opts.get("password", "")).encode(),
             starting=starting,
@@ -273,6 +316,8 @@ class Options:
             tls_key=tls_key,
             auth_token=auth_token,
             auth_token_file=auth_token_file,
+            logs=logs,
+            log_pattern=log_pattern,
         )
 
     def security(self) -> dict[str, str]:
@@ -281,8 +326,17 @@ class Options:
         return {"tls_ca": self.tls_ca, "tls_cert": self.tls_cert, "tls_key": self.tls_key, "auth_token": token}
 
     def need_log(self, what: str) -> str:
+        if self.log_pattern is not None:
+            raise OptionError(f"{what} takes option 'log' (one log's name), not 'logPattern' (for reads)")
+        if len(self.logs) > 1:
+            raise OptionError(
+                f"{what} takes one log, and option 'log' names {len(self.logs)} ({', '.join(self.logs)}); to write "
+                "several logs, drop option 'log' and give each row its log in a 'log' column"
+            )
         if self.log is None:
-            raise OptionError(f"{what} needs option 'log' (the name of a bkframe log)")
+            raise OptionError(
+                f"{what} needs option 'log' (the name of a bkframe log), or a string column 'log' naming each row's log"
+            )
         return self.log
 
 

@@ -11,6 +11,7 @@ handle (replica failover, digest checks) and build one Arrow record batch per ch
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
@@ -25,7 +26,10 @@ from bkframe import LATEST, Client, Entry, LogMetadata, Position, ReadHandle, Se
 from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
 from bkframe_spark.columns import envelope_columns, raw_columns
 from bkframe_spark.connection import call, check_bookies, client_for
+from bkframe_spark.logsets import log_names
 from bkframe_spark.options import OptionError, Options
+
+logger = logging.getLogger("bkframe.spark")
 
 #: The columns of every read (batch and streaming): the first six as before records had
 #: fields, then the record's key, timestamp and properties, and a sortable ``offset``.
@@ -105,13 +109,12 @@ def log_ranges(record: LogMetadata, ranges: Sequence[SegmentRange]) -> list[Entr
 
 
 async def plan_log(
-    client: Client, opts: Options, start: Position | str, end: Position | str | None, *, by_time: bool = False
+    client: Client, opts: Options, log: str, start: Position | str, end: Position | str | None, *, by_time: bool = False
 ) -> list[EntryRange]:
-    """The confirmed entries of the log from ``start`` to ``end`` (exclusive; None or
+    """The confirmed entries of ``log`` from ``start`` to ``end`` (exclusive; None or
     ``latest``: the end now), as entry ranges. ``by_time``: ``startingTimestamp`` and
     ``endingTimestamp``, when given, set the start and end instead (found from the
     segments' recorded time ranges and a bisection in one segment each, never a scan)."""
-    log = opts.need_log("reading")
     reader = await client.logs.reader(log, password=opts.password)
     stop = None if end is None or end == LATEST else end
     if isinstance(stop, str):
@@ -127,6 +130,25 @@ async def plan_log(
     if ranges:
         await check_bookies(client, ranges[0].ledger_id, ranges[0].first, opts.password)
     return log_ranges(reader.metadata, ranges)
+
+
+async def plan_logs(client: Client, opts: Options) -> list[EntryRange]:
+    """A batch read's plan: each log's ranges (``startingPosition``/``endingPosition`` or the
+    time options apply to each), the logs in name order. A log the pattern matched that is
+    deleted before its turn is left out; a listed log that does not exist is an error."""
+    start = opts.starting if opts.starting is not None else "earliest"
+    names = await log_names(client, opts)
+    if not names:
+        logger.warning("no log matches logPattern %r: the read is empty", opts.log_pattern)
+    out: list[EntryRange] = []
+    for name in names:
+        try:
+            out += await plan_log(client, opts, name, start, opts.ending, by_time=True)
+        except NoSuchLogError:
+            if opts.log_pattern is None:
+                raise
+            logger.info("log %r matched %r but was deleted before the read was planned: left out", name, opts.log_pattern)
+    return out
 
 
 async def plan_ledgers(client: Client, opts: Options) -> list[EntryRange]:

@@ -8,7 +8,6 @@ registers every such module on the Python path (SPARK-45917).
 
 from __future__ import annotations
 
-import functools
 import sys
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -36,8 +35,10 @@ from pyspark.sql.types import StructType
 from bkframe_spark.columns import WriteColumns
 from bkframe_spark.connection import call, client_for
 from bkframe_spark.first_line import message_first
+from bkframe_spark.logsets import describe
 from bkframe_spark.options import OptionError, Options
-from bkframe_spark.reading import OFFSET_BITS, SCHEMA, EntryRange, check_schema, plan_ledgers, plan_log, read_partition, split
+from bkframe_spark.reading import OFFSET_BITS, SCHEMA, EntryRange, check_schema, plan_ledgers, plan_logs, read_partition, split
+from bkframe_spark.routing import RoutingStreamWriter, RoutingWriter, check_routing, routes_rows
 from bkframe_spark.streaming import LogStreamReader, LogStreamWriter
 from bkframe_spark.writing import LedgerMessage, LedgerSpec, abort_write, check_write, commit_write, write_task
 
@@ -58,15 +59,18 @@ class BkframeDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         check_schema(schema)
         opts = Options.parse(self.options)
-        if opts.log is None and not opts.ledgers:
-            raise OptionError("format 'bkframe' reads option 'log' (a log name) or option 'ledgers' (ledger ids)")
+        if not opts.logs and opts.log_pattern is None and not opts.ledgers:
+            raise OptionError(
+                "format 'bkframe' reads option 'log' (a log name, or several: 'a,b'), option 'logPattern' (a regular "
+                "expression over log names) or option 'ledgers' (ledger ids)"
+            )
         # Spark refuses a reader that can take filters while its filter pushdown is off
         # (spark.sql.python.filterPushdown.enabled, off by default), and asks for filters
         # only in its pushdown worker: offer pushdown there only.
         return PushdownReader(opts) if _in_pushdown_worker() else BatchReader(opts)
 
     @message_first
-    def writer(self, schema: StructType, overwrite: bool) -> BulkWriter:
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         if overwrite:
             raise OptionError(
                 "format 'bkframe' does not overwrite: a log is append-only; use .mode('append') "
@@ -74,6 +78,8 @@ class BkframeDataSource(DataSource):
             )
         opts = Options.parse(self.options)
         columns = WriteColumns.of(schema)
+        if routes_rows(opts, schema, columns):
+            return RoutingWriter(opts, check_routing(opts), columns)
         return BulkWriter(opts, check_write(opts), columns)
 
     @message_first
@@ -96,6 +102,8 @@ class BkframeDataSource(DataSource):
             )
         opts = Options.parse(self.options)
         columns = WriteColumns.of(schema)
+        if routes_rows(opts, schema, columns):
+            return RoutingStreamWriter(opts, check_routing(opts), columns)
         return LogStreamWriter(opts, check_write(opts), columns)
 
 
@@ -123,9 +131,7 @@ class BatchReader(DataSourceReader):
         if opts.ledgers:
             parts = call(bk, "planning the read of ledgers", opts.timeout_s, plan_ledgers, bk.client, opts)
         else:
-            start = opts.starting if opts.starting is not None else "earliest"
-            plan = functools.partial(plan_log, by_time=True)
-            parts = call(bk, f"planning the read of log {opts.log!r}", opts.timeout_s, plan, bk.client, opts, start, opts.ending)
+            parts = call(bk, f"planning the read of {describe(opts)}", opts.timeout_s, plan_logs, bk.client, opts)
         return split(narrow(parts, self.constraints), opts.entries_per_partition, opts.bytes_per_partition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -26,8 +26,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import attrs
 import pyarrow as pa
@@ -41,6 +42,7 @@ from bkframe_spark.connection import ConnectorTimeoutError, call, check_bookies,
 from bkframe_spark.options import OptionError, Options
 
 log = logging.getLogger("bkframe.spark")
+T = TypeVar("T")
 
 #: Custom metadata of every ledger a Spark write makes: the write it belongs to ...
 TAG_WRITE = "bkframe.spark.write"
@@ -94,7 +96,7 @@ class LedgerSpec:
         return cls(record.name, ensemble, s.write_quorum, s.ack_quorum, ledger_type, s.digest, password)
 
 
-class _Sink:
+class Sink:
     """A task's ledger: made at the first row, appended with a window of appends in flight."""
 
     def __init__(self, client: Client, spec: LedgerSpec, token: str, write: str, custom: dict[str, str]) -> None:
@@ -178,7 +180,7 @@ def write_task(
         # Its entries are records in envelopes: commit_ledgers makes it an enveloped segment.
         **ENVELOPE_CUSTOM,
     }
-    sink = _Sink(bk.client, spec, token, write, custom)
+    sink = Sink(bk.client, spec, token, write, custom)
     try:
         for batch in batches:
             if batch.num_rows and not sink.late:
@@ -187,7 +189,7 @@ def write_task(
                 call(bk, what, opts.timeout_s, sink.append, data, min_ts, max_ts)
         call(bk, what, opts.timeout_s, sink.finish)
         ledger_id = sink.handle.ledger_id if sink.handle is not None else None
-        if ledger_id is not None and call(bk, what, opts.timeout_s, _finished_without, bk.client, spec, token, write,
+        if ledger_id is not None and call(bk, what, opts.timeout_s, finished_without, bk.client, spec, token, write,
                                           ledger_id):
             # A late attempt: the write was committed with another attempt's ledger, or aborted.
             call(bk, what, opts.timeout_s, sink.discard)
@@ -202,7 +204,7 @@ def write_task(
     return LedgerMessage(ledger_id, sink.entries, sink.size, partition, attempt, write, sink.min_ts, sink.max_ts)
 
 
-async def _finished_without(client: Client, spec: LedgerSpec, token: str, write: str, ledger_id: int) -> bool:
+async def finished_without(client: Client, spec: LedgerSpec, token: str, write: str, ledger_id: int) -> bool:
     """The write was committed without ``ledger_id``, or aborted: the ledger is not needed.
     Read after the ledger is closed: the commit or abort may have come while it was written.
     (The commit, or the abort, deleted it already: it was staged.)"""
@@ -251,33 +253,44 @@ def commit_write(
         m.ledger_id: (m.min_ts, m.max_ts) for m in messages if m is not None and m.ledger_id is not None and m.max_ts >= 0
     }
     what = f"committing {len(ids)} ledger(s) to log {spec.log!r} (token {token})"
-    result: CommitResult | None = None
-    committed: set[int] = set()
+    if not ids:
+        return None
+    result, committed = retrying(opts, what, _commit, bk.client, spec, ids, token, bounds)
+    if result.replayed:
+        # Committed before (a replayed batch): this run's ledgers were refused staging and
+        # dropped by their tasks, but a ledger staged just before that commit may be here.
+        delete_extra(opts, what, token, [i for i in ids if i not in committed])
+    return result
+
+
+def retrying(opts: Options, what: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``call`` a commit, again after a timeout or a metadata store error: a commit is
+    idempotent per token, so trying again after an unknown outcome is safe."""
+    bk = client_for(opts)
     delay = 0.5
-    for attempt in range(COMMIT_ATTEMPTS if ids else 0):
+    for attempt in range(COMMIT_ATTEMPTS):
         try:
-            result, committed = call(bk, what, opts.timeout_s, _commit, bk.client, spec, ids, token, bounds)
-            break
+            return call(bk, what, opts.timeout_s, fn, *args)
         except (ConnectorTimeoutError, MetadataError) as e:
-            # The commit is idempotent per token: trying again after an unknown outcome is safe.
             if isinstance(e, LogError) or attempt == COMMIT_ATTEMPTS - 1:
                 raise
             log.warning("%s failed (attempt %d, retrying): %s", what, attempt + 1, e)
             time.sleep(delay)
             delay *= 2
-    if result is not None and result.replayed:
-        # Committed before (a replayed batch): this run's ledgers were refused staging and
-        # dropped by their tasks, but a ledger staged just before that commit may be here.
-        extra = [i for i in ids if i not in committed]
-        log.info("%s: committed before (a replayed batch); its new ledgers %s are deleted", what, extra)
-        for ledger_id in extra:
-            try:
-                call(bk, f"{what}: deleting ledger {ledger_id}", opts.timeout_s, bk.client.delete_ledger, ledger_id)
-            except NoSuchLedgerError:
-                pass
-            except BKError as e:
-                log.warning("%s: could not delete ledger %d (tagged %s=%s): %s", what, ledger_id, TAG_TOKEN, token, e)
-    return result
+    raise AssertionError("unreachable")
+
+
+def delete_extra(opts: Options, what: str, token: str, extra: Sequence[int]) -> None:
+    """Delete the ledgers of a run whose token was committed before (a replayed batch)."""
+    log.info("%s: committed before (a replayed batch); its new ledgers %s are deleted", what, list(extra))
+    bk = client_for(opts)
+    for ledger_id in extra:
+        try:
+            call(bk, f"{what}: deleting ledger {ledger_id}", opts.timeout_s, bk.client.delete_ledger, ledger_id)
+        except NoSuchLedgerError:
+            pass
+        except BKError as e:
+            log.warning("%s: could not delete ledger %d (tagged %s=%s): %s", what, ledger_id, TAG_TOKEN, token, e)
 
 
 def abort_write(opts: Options, spec: LedgerSpec, token: str, write: str) -> None:
