@@ -14,6 +14,8 @@ the server's connection writer hands it the batches it holds and sends what it r
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -52,18 +54,26 @@ class RequestHandler:
         self.context.lac_waiters.moved(ledger_id)
 
     def handle(
-        self, requests: Sequence[p.Request | p.BadMessage], access: Access = ANONYMOUS, *, answer_limit: int = 0
+        self,
+        requests: Sequence[p.Request | p.BadMessage],
+        access: Access = ANONYMOUS,
+        *,
+        answer_limit: int = 0,
+        time_limit_s: float = 0.0,
     ) -> ResponseBatch:
         """Serve one frame's requests from a connection with ``access``; never raises for bad
         input or a failing disk.
 
         With ``answer_limit``, stop once the answers made pass that many bytes (a frame of
-        many reads of large entries): ``batch.requests`` is what was served, and the server
-        serves the rest once there is room for more answers."""
+        many reads of large entries); with ``time_limit_s``, once serving took that long (a
+        frame of hundreds of adds to ledgers whose indexes are not open: the event loop is
+        held for as long as this runs). ``batch.requests`` is what was served, and the
+        server serves the rest after it (after other tasks had their turn)."""
         batch = ResponseBatch(requests=requests, received=trio.current_time(), access=access)
         i = 0
         n = len(requests)
         answer_bytes = 0
+        stop_at = time.perf_counter() + time_limit_s if time_limit_s else math.inf
         while i < n:
             req = requests[i]
             j = i + 1
@@ -92,6 +102,9 @@ class RequestHandler:
                 if answer_bytes >= answer_limit and i < n:
                     batch.requests = requests[:i]
                     break
+            if i < n and time.perf_counter() >= stop_at:
+                batch.requests = requests[:i]
+                break
         self.counters.requests += i
         return batch
 

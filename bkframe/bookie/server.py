@@ -53,6 +53,9 @@ SLOW_READER_CHECK_S = 1.0
 #: A frame's requests are served in parts of about this many bytes of answers: a frame of
 #: many reads of large entries waits for room in the in-flight budget between parts.
 ANSWER_CHUNK_BYTES = 4 * 1024 * 1024
+#: ... and of about this much time: the rest waits for the next turn of the event loop, so
+#: that no frame (say 300 adds to ledgers whose indexes must be opened) holds it for long.
+SERVE_STEP_S = 0.01
 
 
 class BookieServer:
@@ -390,11 +393,12 @@ class BookieServer:
         scope: trio.CancelScope,
         buf: bytearray,
     ) -> Sequence[p.Request | p.BadMessage]:
-        """Serve a frame's requests, up to about ANSWER_CHUNK_BYTES of answers; hand the
-        answers over (or send them at once); return the requests left to serve."""
+        """Serve a frame's requests, up to about ANSWER_CHUNK_BYTES of answers or SERVE_STEP_S
+        of work; hand the answers over (or send them at once); return the requests left to
+        serve."""
         out = conn.outbox
         bookie = self.bookie
-        batch = bookie.requests.handle(requests, access, answer_limit=ANSWER_CHUNK_BYTES)
+        batch = bookie.requests.handle(requests, access, answer_limit=ANSWER_CHUNK_BYTES, time_limit_s=SERVE_STEP_S)
         for req in batch.long_polls:
             now = conn.polls.wait(req)
             if now is not None:

@@ -14,6 +14,7 @@ from typing import Protocol
 
 import trio
 
+from bkframe.bookie import python_gc
 from bkframe.bookie.address import Advertised
 from bkframe.bookie.address import advertised as advertised_address
 from bkframe.bookie.bookie import Bookie
@@ -28,6 +29,7 @@ from bkframe.bookie.protection import protect_at_boot
 from bkframe.bookie.server import BookieServer
 from bkframe.core.cluster import init_cluster, require_cluster
 from bkframe.core.config import Config
+from bkframe.core.interfaces import BackgroundStorage
 from bkframe.core.metadata import BookieInfo, BookieRegistration, ClusterRecord, MetadataStore
 from bkframe.core.plugin_manager import PluginManager
 
@@ -86,6 +88,10 @@ class BookieService:
     :param init_cluster: make the metadata store a cluster if it is none (``bkframe bookie
         --init-cluster``); without it, a bookie refuses to start on a store that holds no
         cluster (:mod:`bkframe.core.cluster`), and nothing is stamped.
+    :param settle_python_gc: once the storage is loaded, collect and freeze the heap and
+        raise the young collections' threshold (:mod:`.python_gc`), so that no collection
+        walks every ledger's state; for a process that runs nothing but this bookie
+        (``bkframe bookie``), since it changes the garbage collector of the whole process.
     """
 
     def __init__(
@@ -97,9 +103,12 @@ class BookieService:
         admin: AdminFactory | None = None,
         autorecovery: AutorecoveryFactory | None = None,
         init_cluster: bool = False,
+        settle_python_gc: bool = False,
     ) -> None:
         self.config = config
         self.init_cluster = init_cluster
+        #: Freeze the heap once loaded (:mod:`.python_gc`): for a process that is only a bookie.
+        self.settle_python_gc = settle_python_gc
         #: The metadata store's cluster record, once checked (None without a store).
         self.cluster: ClusterRecord | None = None
         self.plugins = plugins if plugins is not None else PluginManager()
@@ -143,6 +152,8 @@ class BookieService:
             # Before anything is written: a bookie starting on a full disk starts read-only.
             bookie.check_disk()
             bookie.checkpointer.replay()
+            if self.settle_python_gc:
+                python_gc.settle()
         except BaseException:
             if store is not None:
                 with trio.CancelScope(shield=True):
@@ -160,6 +171,8 @@ class BookieService:
                     await bookie.checkpoint()  # on a full disk: read-only, the old mark stays
                 await background.start(bookie.checkpointer.run)
                 await background.start(bookie.sync.run)
+                if isinstance(bookie.storage, BackgroundStorage):
+                    await background.start(bookie.storage.run)
                 async with trio.open_nursery() as serving:
                     host, port = await serving.start(server.run)
                     advertised = self.advertised = advertised_address(host, port, cfg.advertised_address)

@@ -95,7 +95,8 @@ def compose_bookie(config: Config, plugins: PluginManager, *, init_cluster: bool
     :mod:`bkframe.bookie` are handed to it here, where every part may be imported).
     ``init_cluster``: ``--init-cluster`` (see :class:`BookieService`)."""
     return BookieService(
-        config, plugins, repair=LimboRepair, admin=AdminServer, autorecovery=in_bookie, init_cluster=init_cluster
+        config, plugins, repair=LimboRepair, admin=AdminServer, autorecovery=in_bookie, init_cluster=init_cluster,
+        settle_python_gc=True,
     )
 
 

@@ -212,6 +212,18 @@ class LedgerStorage(Protocol):
 
 
 @runtime_checkable
+class BackgroundStorage(Protocol):
+    """Optional, besides :class:`LedgerStorage`: work a storage does beside the requests
+    (e.g. making files ahead of need, off the event loop). The bookie runs :meth:`run` in
+    its background tasks, after journal replay, for as long as it serves."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Call ``task_status.started()`` once running; run until cancelled. A failure is
+        logged and tried again: an exception here stops the bookie."""
+        ...
+
+
+@runtime_checkable
 class WriteOnceStorage(Protocol):
     """Optional, besides :class:`LedgerStorage`: large PD entries written once.
 

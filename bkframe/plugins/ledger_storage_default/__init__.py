@@ -22,6 +22,7 @@ from bkframe.core.registry import ComponentRegistry
 from .compaction import DEFAULT_COMPACTION_THRESHOLD
 from .index_cache import MIN_OPEN_INDEXES
 from .ledger_index import IndexCorruptError, LedgerIndex
+from .spare_index_files import DEFAULT_SPARES
 from .storage import DEFAULT_INDEX_INITIAL_ENTRIES, DEFAULT_MAX_OPEN_INDEXES, DefaultLedgerStorage, StorageCorruptError
 
 __all__ = [
@@ -51,6 +52,9 @@ class DefaultStorageConfig:
     #: Ledger indexes kept open at once, least recently used closed first (each open index
     #: takes two file descriptors; a bookie holds any number of ledgers within this).
     max_open_indexes: int = attrs.field(default=DEFAULT_MAX_OPEN_INDEXES, validator=at_least(MIN_OPEN_INDEXES))
+    #: Index files a worker thread keeps made for new ledgers, so that a ledger's first add
+    #: creates no file on the event loop (0: each is made as its first add comes).
+    spare_index_files: int = attrs.field(default=DEFAULT_SPARES, validator=at_least(0))
 
 
 def make_storage(
@@ -64,6 +68,7 @@ def make_storage(
         compaction_threshold=config.compaction_threshold,
         large_entry_bytes=config.large_entry_bytes,
         max_open_indexes=config.max_open_indexes,
+        spare_index_files=config.spare_index_files,
     )
 
 

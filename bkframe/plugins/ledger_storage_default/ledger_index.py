@@ -137,12 +137,39 @@ class LedgerIndex:
         self.records: npt.NDArray[np.void] = self._records()
         #: Bytes from the start of the file known to be allocated on disk (see :meth:`reserve`).
         self._reserved_to = HEADER_SIZE
-        nonzero = np.flatnonzero(self.records["length"])
-        self.last_entry_id: int = int(nonzero[-1]) if nonzero.size else -1
+        #: Found by scanning the table when first asked (see :attr:`last_entry_id`).
+        self._last_entry_id: int | None = None
+
+    @property
+    def last_entry_id(self) -> int:
+        """The highest entry id stored, -1 if none. An index is opened far more often than
+        this is asked (an add to an evicted index reopens it), so the table is scanned only
+        when it is."""
+        if self._last_entry_id is None:
+            nonzero = np.flatnonzero(self.records["length"])
+            self._last_entry_id = int(nonzero[-1]) if nonzero.size else -1
+        return self._last_entry_id
+
+    @last_entry_id.setter
+    def last_entry_id(self, value: int) -> None:
+        self._last_entry_id = value
+
+    def stored_up_to(self, entry_id: int) -> None:
+        """``entry_id`` was just stored: raise the last entry id to it if it is known (an
+        unknown one is found from the table, which holds this entry already)."""
+        if self._last_entry_id is not None and entry_id > self._last_entry_id:
+            self._last_entry_id = entry_id
 
     @classmethod
-    def create(cls, path: Path, state: LedgerState, capacity: int) -> LedgerIndex:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    def create(cls, path: Path, state: LedgerState, capacity: int, *, spare: Path | None = None) -> LedgerIndex:
+        """Make the index file at ``path`` (which must not exist). ``spare``: a file made
+        beforehand, zero-filled and allocated (:mod:`.spare_index_files`), renamed into place
+        instead of creating and allocating one here -- both can wait on a busy disk."""
+        if spare is not None:
+            os.rename(spare, path)
+            fd = os.open(path, os.O_RDWR)
+        else:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             # The header goes in before the file is sized, so that a kernel write-back
             # never shows a sized file with no header to a bookie restarting after a crash
@@ -151,7 +178,9 @@ class LedgerIndex:
             if os.pwrite(fd, header, 0) != len(header):
                 raise OSError(errno.ENOSPC, f"short write of the header of index file {path}")
             _allocate(fd, HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
-            return cls(path, fd, state)
+            idx = cls(path, fd, state)
+            idx._last_entry_id = -1
+            return idx
         except BaseException:
             os.close(fd)
             # Half made (e.g. no space for it): a header without a table would stop the next start.
