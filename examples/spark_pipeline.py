@@ -49,6 +49,8 @@ def main() -> int:
     parser.add_argument("--replace", action="store_true", help="delete those two logs first if they exist")
     parser.add_argument("--master", default="", help="a Spark cluster's master URL, e.g. spark://HOST:7077 (default: local[2])")
     parser.add_argument("--driver-host", default="", help="with --master: the address executors reach this driver at")
+    parser.add_argument("--no-warm-up", action="store_true",
+                        help="skip the warm-up job (sooner done; the bulk load's rate then includes Spark's start-up)")
     args = parser.parse_args()
     if not args.metadata:
         parser.error("give --metadata URI (e.g. sqlite:///path/metadata.db) or set $BKFRAME_METADATA")
@@ -61,7 +63,8 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         report = run_pipeline(
-            spark, args.metadata, rows=args.rows, events=args.events, counts=args.counts, replace=args.replace
+            spark, args.metadata, rows=args.rows, events=args.events, counts=args.counts, replace=args.replace,
+            warm_up_first=not args.no_warm_up,
         )
     except BKError as e:  # a log exists already, a count is wrong, ...
         print(f"error: {e}", file=sys.stderr)

@@ -15,7 +15,9 @@ def main(url: str, metadata: str, checkpoint: str) -> None:
     spark = SparkSession.builder.remote(url).getOrCreate()
     try:
         remote = spark.__class__.__module__.startswith("pyspark.sql.connect")
-        report = run_pipeline(spark, metadata, rows=2000, checkpoint=checkpoint, out=lambda line: None)
+        report = run_pipeline(
+            spark, metadata, rows=2000, checkpoint=checkpoint, out=lambda line: None, warm_up_first=False
+        )
     finally:
         spark.stop()
     print(json.dumps({"remote": remote, **report}, default=str))
