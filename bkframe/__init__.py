@@ -19,6 +19,7 @@ from bkframe.client.blocking import (
 )
 from bkframe.client.client import Client, open_client
 from bkframe.client.logs.api import CursorInfo, LogInfo, Logs
+from bkframe.client.logs.columns import Envelopes, decode_envelopes, payloads
 from bkframe.client.logs.envelope import ENVELOPE_CUSTOM, BadRecordError, DecodedRecord, Record, decode_record, encode_record
 from bkframe.client.logs.model import (
     EARLIEST,
@@ -38,7 +39,7 @@ from bkframe.client.logs.model import (
 )
 from bkframe.client.logs.reader import LogReader
 from bkframe.client.logs.writer import LogWriter, PendingLogAppend, PendingLogBatch
-from bkframe.client.read_handle import Entry, ReadHandle
+from bkframe.client.read_handle import Entry, EntryBlock, ReadHandle
 from bkframe.client.settings import ClientSettings
 from bkframe.client.write_handle import PendingAppend, WriteHandle
 from bkframe.core.hookspecs import hookimpl
@@ -107,7 +108,9 @@ __all__ = [
     "DecodedRecord",
     "DigestType",
     "Entry",
+    "EntryBlock",
     "EntryTooLargeError",
+    "Envelopes",
     "LedgerClosedError",
     "LedgerDeletedError",
     "LedgerExistsError",
@@ -151,9 +154,11 @@ __all__ = [
     "WriteHandle",
     "check_name",
     "connect",
+    "decode_envelopes",
     "decode_record",
     "encode_record",
     "hookimpl",
     "open_client",
     "parse_where",
+    "payloads",
 ]

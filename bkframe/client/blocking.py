@@ -39,7 +39,7 @@ from bkframe.client.logs.model import (
 )
 from bkframe.client.logs.reader import LogReader
 from bkframe.client.logs.writer import LogWriter
-from bkframe.client.read_handle import Entry, ReadHandle
+from bkframe.client.read_handle import Entry, EntryBlock, ReadHandle
 from bkframe.client.settings import ClientSettings
 from bkframe.client.write_handle import WriteHandle
 from bkframe.core.metadata import DigestType, LedgerMetadata
@@ -276,6 +276,9 @@ class BlockingReadHandle:
 
     def read(self, first: int, last: int) -> list[Entry]:
         return self._owner._run(self.handle.read, first, last)
+
+    def read_block(self, first: int, last: int) -> EntryBlock:
+        return self._owner._run(self.handle.read_block, first, last)
 
     def read_unconfirmed(self, first: int, last: int) -> list[Entry]:
         return self._owner._run(self.handle.read_unconfirmed, first, last)
