@@ -15,6 +15,7 @@ from bkframe.client.blocking import (
     BlockingReadHandle,
     BlockingTail,
     BlockingWriteHandle,
+    RunAhead,
     connect,
 )
 from bkframe.client.client import Client, open_client
@@ -144,6 +145,7 @@ __all__ = [
     "ReadHandle",
     "Record",
     "RecoveryError",
+    "RunAhead",
     "Segment",
     "SegmentRange",
     "TrimResult",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple, cast
 
 import trio
 from prometheus_client import CollectorRegistry
@@ -44,6 +44,7 @@ from bkframe.client.settings import ClientSettings
 from bkframe.client.write_handle import WriteHandle
 from bkframe.core.metadata import DigestType, LedgerMetadata
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.errors import BKError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -73,6 +74,7 @@ class BlockingClient:
         self._logs: BlockingLogs | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._stop: trio.Event | None = None
+        self._nursery: trio.Nursery
         self._thread = threading.Thread(target=self._thread_main, name="bkframe-client", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout_s):
@@ -89,12 +91,15 @@ class BlockingClient:
                 self._ready.set()
 
     async def _main(self) -> None:
-        async with open_client(self._uri, **self._options) as client:
+        async with open_client(self._uri, **self._options) as client, trio.open_nursery() as nursery:
             self._client = client
+            self._nursery = nursery
             self._token = trio.lowlevel.current_trio_token()
             self._stop = trio.Event()
             self._ready.set()
             await self._stop.wait()
+            # Work run ahead and not collected ends with the client.
+            nursery.cancel_scope.cancel()
 
     def _run(self, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
         assert self._token is not None
@@ -119,6 +124,17 @@ class BlockingClient:
         ``bk.run(partial(read_chunk, bk.client, ...))``. Put the timeout inside ``fn``
         (``trio.fail_after``), at the call site."""
         return self._run(fn, *args)
+
+    def run_ahead(self, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> RunAhead[T]:
+        """Start ``fn(*args)`` in the client's loop and return at once: the caller does
+        other work meanwhile and collects the outcome with :meth:`RunAhead.result` (what
+        ``run`` would have returned or raised), or drops it with :meth:`RunAhead.cancel`.
+        How a Spark task reads its next chunk while Spark consumes the current one. Put the
+        timeout inside ``fn``; the work ends with the client at the latest."""
+        ahead: RunAhead[T] = RunAhead(self)
+        assert self._token is not None
+        trio.from_thread.run_sync(self._nursery.start_soon, ahead._run, fn, args, trio_token=self._token)
+        return ahead
 
     def close(self) -> None:
         if self._stop is not None and self._thread.is_alive():
@@ -296,6 +312,42 @@ class BlockingReadHandle:
         """Entries from ``start`` as they are confirmed, until the ledger is closed and read;
         with ``idle_timeout_s`` it ends once no entry came for that long."""
         return BlockingTail(self._owner, singly(self.handle.tail(start, poll_timeout_s=poll_timeout_s)), idle_timeout_s)
+
+
+class RunAhead(Generic[T]):
+    """Work started in the client's loop by :meth:`BlockingClient.run_ahead`."""
+
+    def __init__(self, owner: BlockingClient) -> None:
+        self._owner = owner
+        self._scope = trio.CancelScope()
+        self._done = threading.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+
+    async def _run(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> None:
+        finished = False
+        try:
+            with self._scope:
+                self._value = await fn(*args)
+                finished = True
+        except Exception as e:  # noqa: BLE001 - handed to the caller of result()
+            self._error = e
+        finally:
+            if not finished and self._error is None:
+                self._error = BKError("work run ahead was cancelled (by cancel(), or the client closed)")
+            self._done.set()
+
+    def result(self) -> T:
+        """Wait for the work; its value, or what it raised."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return cast(T, self._value)
+
+    def cancel(self) -> None:
+        """Cancel the work, if it still runs (its outcome is dropped)."""
+        if not self._done.is_set() and self._owner.alive:
+            trio.from_thread.run_sync(self._scope.cancel, trio_token=self._owner._token)
 
 
 # -- named logs ------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructF
 from bkframe import LATEST, Client, Entry, EntryBlock, LogMetadata, Position, ReadHandle, SegmentRange, decode_envelopes, payloads
 from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
 from bkframe_spark.columns import PROPERTIES_TYPE, TIMESTAMP, empty_properties
-from bkframe_spark.connection import call, check_bookies, client_for
+from bkframe_spark.connection import call, call_ahead, check_bookies, client_for
 from bkframe_spark.logsets import log_names
 from bkframe_spark.options import OptionError, Options
 
@@ -216,10 +216,22 @@ def read_partition(opts: Options, part: EntryRange) -> Iterator[pa.RecordBatch]:
     what = f"reading ledger {part.ledger_id}" + (f" (segment {part.segment} of log {part.log!r})" if part.log else "")
     handle = call(bk, what, opts.timeout_s, _open, bk.client, part, opts.password)
     chunk = CHUNK_ENTRIES if part.entry_size <= 0 else max(1, min(CHUNK_ENTRIES, CHUNK_BYTES // part.entry_size))
-    for lo in range(part.first, part.last + 1, chunk):
-        hi = min(lo + chunk - 1, part.last)
-        try:
-            block = call(bk, what, opts.timeout_s, handle.read_block, lo, hi)
-        except (NoSuchLedgerError, NoSuchEntryError, NoSuchLogError) as e:
-            raise PositionTrimmedError(f"{what}: entries {lo}..{hi} are gone (trimmed or deleted after planning): {e}") from None
-        yield to_batch(part, block)
+    ranges = [(lo, min(lo + chunk - 1, part.last)) for lo in range(part.first, part.last + 1, chunk)]
+    # One chunk read ahead: the client's loop reads the next chunk while this thread builds
+    # the current batch and Spark consumes it (no more than one chunk waits in memory).
+    ahead = call_ahead(bk, what, opts.timeout_s, handle.read_block, *ranges[0]) if ranges else None
+    try:
+        for i, (lo, hi) in enumerate(ranges):
+            assert ahead is not None
+            try:
+                block = ahead.result()
+            except (NoSuchLedgerError, NoSuchEntryError, NoSuchLogError) as e:
+                ahead = None
+                raise PositionTrimmedError(
+                    f"{what}: entries {lo}..{hi} are gone (trimmed or deleted after planning): {e}"
+                ) from None
+            ahead = call_ahead(bk, what, opts.timeout_s, handle.read_block, *ranges[i + 1]) if i + 1 < len(ranges) else None
+            yield to_batch(part, block)
+    finally:
+        if ahead is not None:  # the task stopped early (a limit, a failure): drop the read ahead
+            ahead.cancel()
