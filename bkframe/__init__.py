@@ -20,7 +20,7 @@ from bkframe.client.blocking import (
 )
 from bkframe.client.client import Client, open_client
 from bkframe.client.logs.api import CursorInfo, LogInfo, Logs
-from bkframe.client.logs.columns import Envelopes, decode_envelopes, payloads
+from bkframe.client.logs.columns import Envelopes, decode_envelopes, payload_column
 from bkframe.client.logs.envelope import ENVELOPE_CUSTOM, BadRecordError, DecodedRecord, Record, decode_record, encode_record
 from bkframe.client.logs.model import (
     EARLIEST,
@@ -162,5 +162,5 @@ __all__ = [
     "hookimpl",
     "open_client",
     "parse_where",
-    "payloads",
+    "payload_column",
 ]

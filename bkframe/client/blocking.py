@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple, cast
+from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple
 
 import trio
 from prometheus_client import CollectorRegistry
@@ -40,11 +40,11 @@ from bkframe.client.logs.model import (
 from bkframe.client.logs.reader import LogReader
 from bkframe.client.logs.writer import LogWriter
 from bkframe.client.read_handle import Entry, EntryBlock, ReadHandle
+from bkframe.client.run_ahead import RunAhead
 from bkframe.client.settings import ClientSettings
 from bkframe.client.write_handle import WriteHandle
 from bkframe.core.metadata import DigestType, LedgerMetadata
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.errors import BKError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -131,8 +131,8 @@ class BlockingClient:
         ``run`` would have returned or raised), or drops it with :meth:`RunAhead.cancel`.
         How a Spark task reads its next chunk while Spark consumes the current one. Put the
         timeout inside ``fn``; the work ends with the client at the latest."""
-        ahead: RunAhead[T] = RunAhead(self)
         assert self._token is not None
+        ahead: RunAhead[T] = RunAhead(self._token, lambda: self.alive)
         trio.from_thread.run_sync(self._nursery.start_soon, ahead._run, fn, args, trio_token=self._token)
         return ahead
 
@@ -312,42 +312,6 @@ class BlockingReadHandle:
         """Entries from ``start`` as they are confirmed, until the ledger is closed and read;
         with ``idle_timeout_s`` it ends once no entry came for that long."""
         return BlockingTail(self._owner, singly(self.handle.tail(start, poll_timeout_s=poll_timeout_s)), idle_timeout_s)
-
-
-class RunAhead(Generic[T]):
-    """Work started in the client's loop by :meth:`BlockingClient.run_ahead`."""
-
-    def __init__(self, owner: BlockingClient) -> None:
-        self._owner = owner
-        self._scope = trio.CancelScope()
-        self._done = threading.Event()
-        self._value: T | None = None
-        self._error: BaseException | None = None
-
-    async def _run(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> None:
-        finished = False
-        try:
-            with self._scope:
-                self._value = await fn(*args)
-                finished = True
-        except Exception as e:  # noqa: BLE001 - handed to the caller of result()
-            self._error = e
-        finally:
-            if not finished and self._error is None:
-                self._error = BKError("work run ahead was cancelled (by cancel(), or the client closed)")
-            self._done.set()
-
-    def result(self) -> T:
-        """Wait for the work; its value, or what it raised."""
-        self._done.wait()
-        if self._error is not None:
-            raise self._error
-        return cast(T, self._value)
-
-    def cancel(self) -> None:
-        """Cancel the work, if it still runs (its outcome is dropped)."""
-        if not self._done.is_set() and self._owner.alive:
-            trio.from_thread.run_sync(self._scope.cancel, trio_token=self._owner._token)
 
 
 # -- named logs ------------------------------------------------------------------------

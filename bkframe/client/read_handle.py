@@ -164,13 +164,7 @@ class ReadHandle:
 
     async def read(self, first: int, last: int) -> list[Entry]:
         """Entries ``first..last`` inclusive; ``last`` must not be beyond the LAC."""
-        if last > self._lac and not self.closed:
-            await self.read_lac()
-        if last > self._lac:
-            raise NoSuchEntryError(
-                f"ledger {self.ledger_id}: entry {last} is beyond the last confirmed entry {self._lac}"
-            )
-        return (await self._read_range(first, last)).entries()
+        return (await self.read_block(first, last)).entries()
 
     async def read_block(self, first: int, last: int) -> EntryBlock:
         """:meth:`read` as one :class:`EntryBlock`: the same entries, checked the same way,

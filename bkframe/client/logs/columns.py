@@ -125,7 +125,7 @@ def block_batch(
         timestamp = pa.array(rec.millis, pa.timestamp("ms", tz="UTC"))
         properties = rec.properties(pa.map_(pa.string(), pa.string()))
     else:
-        payload = payloads(data, starts, ends)
+        payload = payload_column(data, starts, ends)
         key = pa.nulls(n, pa.binary())
         timestamp = pa.nulls(n, pa.timestamp("ms", tz="UTC"))
         properties = _empty_maps(pa, n)
@@ -177,7 +177,7 @@ class Envelopes:
         )
 
 
-def payloads(data: Buffer, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> pa.Array:
+def payload_column(data: Buffer, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> pa.Array:
     """A binary column of ``data[starts[i]:ends[i]]`` (one copy, in Arrow)."""
     pa = pyarrow()
     n = len(starts)

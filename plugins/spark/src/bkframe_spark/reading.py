@@ -21,7 +21,18 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructField, StructType, TimestampType
 
-from bkframe import LATEST, Client, Entry, EntryBlock, LogMetadata, Position, ReadHandle, SegmentRange, decode_envelopes, payloads
+from bkframe import (
+    LATEST,
+    Client,
+    Entry,
+    EntryBlock,
+    LogMetadata,
+    Position,
+    ReadHandle,
+    SegmentRange,
+    decode_envelopes,
+    payload_column,
+)
 from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
 from bkframe_spark.columns import PROPERTIES_TYPE, TIMESTAMP, empty_properties
 from bkframe_spark.connection import call, call_ahead, check_bookies, client_for
@@ -194,7 +205,7 @@ def to_batch(part: EntryRange, entries: EntryBlock | Sequence[Entry]) -> pa.Reco
         timestamp = pa.array(rec.millis * 1000, TIMESTAMP)
         properties = rec.properties(PROPERTIES_TYPE)
     else:
-        payload = payloads(block.data, block.starts, block.ends)
+        payload = payload_column(block.data, block.starts, block.ends)
         key, timestamp, properties = pa.nulls(n, pa.binary()), pa.nulls(n, TIMESTAMP), empty_properties(n)
     entry_ids = pa.array(ids)
     if part.segment is None:
