@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import RangeReadStorage
 from bkframe.plugins.entry_log_single import SingleEntryLogManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
+from bkframe.plugins.ledger_storage_default import storage as storage_module
 from bkframe.plugins.ledger_storage_default.storage import SPAN_GAP
 
 
@@ -92,3 +95,23 @@ def test_a_torn_log_tail_ends_the_range_before_it(tmp_path: Path) -> None:
     # the rest one by one, and get_entry says what is wrong with each).
     assert got(storage, 1, 0, 19) == (list(range(10)), [entry(1, e) for e in range(10)])
     assert got(storage, 1, 10, 19) == ([], [])
+
+
+def test_a_range_read_reads_no_more_than_a_span_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = open_storage(tmp_path)
+    storage.add_entries(1, list(range(40)), [entry(1, e) for e in range(40)])
+    reads: list[int] = []
+    real = storage._entry_logs.read
+
+    def counted(log_id: int, offset: int, length: int) -> bytes:
+        reads.append(length)
+        return real(log_id, offset, length)
+
+    monkeypatch.setattr(storage._entry_logs, "read", counted)
+    monkeypatch.setattr(storage_module, "SPAN_BYTES", 200)
+    assert got(storage, 1, 0, 39) == (list(range(40)), [entry(1, e) for e in range(40)])
+    assert len(reads) > 1 and max(reads) <= 200
+    reads.clear()
+    monkeypatch.setattr(storage_module, "SPAN_BYTES", 4 << 20)
+    assert got(storage, 1, 0, 39)[0] == list(range(40))
+    assert len(reads) == 1, "one batch's records: one read"

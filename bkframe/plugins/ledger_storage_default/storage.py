@@ -54,6 +54,8 @@ TABLE_FILE = "ledgers.tbl"
 MAX_ENTRY_ID = (1 << 31) - 1
 #: A range read reads the bytes between two wanted records up to this gap (see get_entries).
 SPAN_GAP = 16 * 1024
+#: ...and reads at most this much at once.
+SPAN_BYTES = 4 << 20
 
 
 class StorageCorruptError(BKError):
@@ -390,9 +392,8 @@ class DefaultLedgerStorage:
         # which lie a record or two apart: reading the ones between costs less than a read each.
         gaps = offsets[1:] - (offsets[:-1] + lengths[:-1])
         breaks = np.flatnonzero((gaps < 0) | (gaps > SPAN_GAP) | (log_ids[1:] != log_ids[:-1])) + 1
-        bounds = [0, *breaks.tolist(), n]
         parts: list[memoryview] = []
-        for a, b in pairwise(bounds):
+        for a, b in self._spans(offsets, lengths, [0, *breaks.tolist(), n]):
             at = int(offsets[a])
             try:
                 raw = self._entry_logs.read(int(log_ids[a]), at, int(offsets[b - 1] + lengths[b - 1]) - at)
@@ -411,6 +412,20 @@ class DefaultLedgerStorage:
             if k < b - a:
                 break
         return ids[: len(parts)], parts
+
+    @staticmethod
+    def _spans(offsets: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], bounds: list[int]) -> list[tuple[int, int]]:
+        """The runs between ``bounds`` cut further so that none reads more than SPAN_BYTES
+        (at least one record each): many small records with gaps between could otherwise
+        make one read far larger than the answer."""
+        out = []
+        for a, b in pairwise(bounds):
+            while a < b:
+                fit = np.searchsorted(offsets[a:b] + lengths[a:b] - offsets[a], SPAN_BYTES, side="right")
+                c = a + max(1, int(fit))
+                out.append((a, c))
+                a = c
+        return out
 
     def held_entries(self, ledger_id: int, first: int, last: int) -> list[int]:
         idx = self._existing(ledger_id)
