@@ -7,8 +7,9 @@ and security settings (TLS files, token), opened on first use: a task then pays 
 connection set-up, and a task retried in the same process after a bookie failed finds that
 bookie in the client's quarantine and places its new ledger elsewhere.
 
-Every call goes through :func:`call`, which bounds it with the ``timeoutSeconds`` option
-(at the call site, as everywhere in bkframe), so a hung bookie or metadata store fails the
+Every call goes through :func:`call` (or :func:`call_ahead`, started now and collected
+later: a task's next read chunk), which bounds it with the ``timeoutSeconds`` option (at
+the call site, as everywhere in bkframe), so a hung bookie or metadata store fails the
 task -- and Spark retries it -- instead of hanging the job.
 """
 
