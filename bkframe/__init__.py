@@ -15,10 +15,12 @@ from bkframe.client.blocking import (
     BlockingReadHandle,
     BlockingTail,
     BlockingWriteHandle,
+    RunAhead,
     connect,
 )
 from bkframe.client.client import Client, open_client
 from bkframe.client.logs.api import CursorInfo, LogInfo, Logs
+from bkframe.client.logs.columns import Envelopes, decode_envelopes, payload_column
 from bkframe.client.logs.envelope import ENVELOPE_CUSTOM, BadRecordError, DecodedRecord, Record, decode_record, encode_record
 from bkframe.client.logs.model import (
     EARLIEST,
@@ -38,7 +40,7 @@ from bkframe.client.logs.model import (
 )
 from bkframe.client.logs.reader import LogReader
 from bkframe.client.logs.writer import LogWriter, PendingLogAppend, PendingLogBatch
-from bkframe.client.read_handle import Entry, ReadHandle
+from bkframe.client.read_handle import Entry, EntryBlock, ReadHandle
 from bkframe.client.settings import ClientSettings
 from bkframe.client.write_handle import PendingAppend, WriteHandle
 from bkframe.core.hookspecs import hookimpl
@@ -107,7 +109,9 @@ __all__ = [
     "DecodedRecord",
     "DigestType",
     "Entry",
+    "EntryBlock",
     "EntryTooLargeError",
+    "Envelopes",
     "LedgerClosedError",
     "LedgerDeletedError",
     "LedgerExistsError",
@@ -141,6 +145,7 @@ __all__ = [
     "ReadHandle",
     "Record",
     "RecoveryError",
+    "RunAhead",
     "Segment",
     "SegmentRange",
     "TrimResult",
@@ -151,9 +156,11 @@ __all__ = [
     "WriteHandle",
     "check_name",
     "connect",
+    "decode_envelopes",
     "decode_record",
     "encode_record",
     "hookimpl",
     "open_client",
     "parse_where",
+    "payload_column",
 ]

@@ -6,6 +6,8 @@ for each. Here the bookie walks ``first..last`` and answers with the entries it 
 order, up to the first it lacks or about ``max_bytes``. It never answers "missing" for an
 entry: it just stops, and the client reads what is left one entry at a time, where every
 case (limbo, torn records, I/O errors, missing entries) already has its precise answer.
+A storage that reads ranges (:class:`~bkframe.core.interfaces.RangeReadStorage`, as the
+default one does) answers with one read per run of adjacent records instead of one per entry.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from bkframe import proto as p
+from bkframe.core.interfaces import RangeReadStorage
 
 if TYPE_CHECKING:
     from bkframe.core.counters import Counters
@@ -29,6 +32,11 @@ def read_batch(storage: LedgerStorage, counters: Counters, req: p.ReadBatchReque
         return p.encode_read_batch_response(
             req.request_id, p.Status.NO_LEDGER, req.ledger_id, -1, message=f"ledger {req.ledger_id} is not on this bookie"
         )
+    if isinstance(storage, RangeReadStorage):
+        got_ids, got = storage.get_entries(req.ledger_id, req.first, req.last, req.step, req.max_bytes)
+        counters.entries_read += len(got)
+        counters.entries_read_in_batches += len(got)
+        return p.encode_read_batch_response(req.request_id, p.Status.OK, req.ledger_id, state.lac, got_ids, got)
     ids: list[int] = []
     entries: list[Buffer] = []
     size = 0

@@ -17,6 +17,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import Any
 
 import trio
@@ -98,7 +99,7 @@ class RequestHandler:
                     batch.parts.append(p.encode_error_response(r.request_id, status, message))
             i = j
             if answer_limit:
-                answer_bytes += sum(len(part) for part in batch.parts[parts:])
+                answer_bytes += sum(map(len, islice(batch.parts, parts, None)))  # a part per entry read: in C
                 if answer_bytes >= answer_limit and i < n:
                     batch.requests = requests[:i]
                     break

@@ -406,7 +406,7 @@ class BookieServer:
         for later in batch.deferred:
             # Deferred answers keep the frame's requests, and so its memory, until they are sent.
             nursery.start_soon(self._respond_later, later, send.clone(), conn, frame.hold())
-        answer_size = sum(len(part) for part in batch.parts)
+        answer_size = sum(map(len, batch.parts))  # in C: a READ_BATCH answer has a part per entry
         conn.memory.charge(answer_size)
         batch.on_answered = frame.hold(answer_size)
         if out.idle and not batch.waits and not scope.cancel_called and not _whole_frame(buf):

@@ -39,7 +39,8 @@ from bkframe.client.logs.model import (
 )
 from bkframe.client.logs.reader import LogReader
 from bkframe.client.logs.writer import LogWriter
-from bkframe.client.read_handle import Entry, ReadHandle
+from bkframe.client.read_handle import Entry, EntryBlock, ReadHandle
+from bkframe.client.run_ahead import RunAhead
 from bkframe.client.settings import ClientSettings
 from bkframe.client.write_handle import WriteHandle
 from bkframe.core.metadata import DigestType, LedgerMetadata
@@ -73,6 +74,7 @@ class BlockingClient:
         self._logs: BlockingLogs | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._stop: trio.Event | None = None
+        self._nursery: trio.Nursery
         self._thread = threading.Thread(target=self._thread_main, name="bkframe-client", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout_s):
@@ -89,12 +91,15 @@ class BlockingClient:
                 self._ready.set()
 
     async def _main(self) -> None:
-        async with open_client(self._uri, **self._options) as client:
+        async with open_client(self._uri, **self._options) as client, trio.open_nursery() as nursery:
             self._client = client
+            self._nursery = nursery
             self._token = trio.lowlevel.current_trio_token()
             self._stop = trio.Event()
             self._ready.set()
             await self._stop.wait()
+            # Work run ahead and not collected ends with the client.
+            nursery.cancel_scope.cancel()
 
     def _run(self, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
         assert self._token is not None
@@ -119,6 +124,17 @@ class BlockingClient:
         ``bk.run(partial(read_chunk, bk.client, ...))``. Put the timeout inside ``fn``
         (``trio.fail_after``), at the call site."""
         return self._run(fn, *args)
+
+    def run_ahead(self, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> RunAhead[T]:
+        """Start ``fn(*args)`` in the client's loop and return at once: the caller does
+        other work meanwhile and collects the outcome with :meth:`RunAhead.result` (what
+        ``run`` would have returned or raised), or drops it with :meth:`RunAhead.cancel`.
+        How a Spark task reads its next chunk while Spark consumes the current one. Put the
+        timeout inside ``fn``; the work ends with the client at the latest."""
+        assert self._token is not None
+        ahead: RunAhead[T] = RunAhead(self._token, lambda: self.alive)
+        trio.from_thread.run_sync(self._nursery.start_soon, ahead._run, fn, args, trio_token=self._token)
+        return ahead
 
     def close(self) -> None:
         if self._stop is not None and self._thread.is_alive():
@@ -276,6 +292,9 @@ class BlockingReadHandle:
 
     def read(self, first: int, last: int) -> list[Entry]:
         return self._owner._run(self.handle.read, first, last)
+
+    def read_block(self, first: int, last: int) -> EntryBlock:
+        return self._owner._run(self.handle.read_block, first, last)
 
     def read_unconfirmed(self, first: int, last: int) -> list[Entry]:
         return self._owner._run(self.handle.read_unconfirmed, first, last)

@@ -256,6 +256,22 @@ class WriteOnceStorage(Protocol):
 
 
 @runtime_checkable
+class RangeReadStorage(Protocol):
+    """Optional, besides :class:`LedgerStorage`: consecutive entries in one call, for
+    READ_BATCH. A storage without it is read with ``get_entry``, one entry at a time."""
+
+    def get_entries(
+        self, ledger_id: int, first: int, last: int, step: int, max_bytes: int
+    ) -> tuple[Sequence[int], Sequence[Buffer]]:
+        """``(entry_ids, entries)``: the entries ``first, first + step, ...`` up to ``last``
+        that are held, in order, up to the first that is not (or cannot be read as the
+        index says: its own ``get_entry`` then gives the precise error) and for about
+        ``max_bytes`` (at least one entry, if ``first`` is held). The entries are the
+        bytes as added (views of a larger buffer are fine)."""
+        ...
+
+
+@runtime_checkable
 class EntryLogManager(Protocol):
     """Chooses the entry log an entry goes to and owns the entry-log files.
 

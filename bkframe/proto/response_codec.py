@@ -15,7 +15,7 @@ import numpy as np
 
 from bkframe.core.interfaces import Buffer
 from bkframe.proto.codec import pack_message
-from bkframe.proto.messages import BATCH_DIRECTORY, MSG_HEADER, Op, ProtocolError, Response, Status
+from bkframe.proto.messages import BATCH_DIRECTORY, MSG_HEADER, BatchEntries, Op, ProtocolError, Response, Status
 
 _ADD_RESP = struct.Struct("<Qqq")  # ledger, entry, last_add_synced
 _READ_RESP = struct.Struct("<Qqq")  # ledger, entry, lac
@@ -194,15 +194,16 @@ def _decode_response(body: bytes, op: Op, status: Status, request_id: int, at: i
         if data_at > end:
             raise ProtocolError("READ_BATCH response is shorter than its entry count")
         directory = np.frombuffer(body, dtype=BATCH_DIRECTORY, count=count, offset=dir_at)
-        entries = []
-        pos = data_at
-        for entry_id, length in zip(directory["entry_id"].tolist(), directory["length"].tolist()):
-            entries.append((entry_id, body[pos : pos + length]))
-            pos += length
+        # Where each entry is, as arrays: no object per entry (see BatchEntries).
+        ends = np.cumsum(directory["length"], dtype=np.int64) + data_at
+        pos = int(ends[-1]) if count else data_at
         if pos > end:
             raise ProtocolError("READ_BATCH response entry lengths overrun the message")
+        starts = ends - directory["length"]
+        ids = directory["entry_id"].astype(np.int64)
+        batch = BatchEntries(ids, starts, ends, body) if count else None
         msg = body[pos:end].decode(errors="replace")
-        return Response(op, status, request_id, ledger_id, lac=lac, message=msg, entries=tuple(entries))
+        return Response(op, status, request_id, ledger_id, lac=lac, message=msg, batch=batch)
     if op == Op.GET_BOOKIE_INFO:
         return Response(op, status, request_id, info=json.loads(body[at:end]))
     return Response(op, status, request_id, message=body[at:end].decode(errors="replace"))

@@ -69,6 +69,7 @@ ASYNC_ONLY = {
 BLOCKING_ONLY = {
     "BlockingClient.client": "the async client inside, for async functions given to run()",
     "BlockingClient.run": "runs an async function in the client's loop: several calls in one hop",
+    "BlockingClient.run_ahead": "starts an async function in the client's loop and returns at once (read ahead)",
     "BlockingClient.alive": "whether the client's thread and loop still run (the async client lives for its block)",
     "BlockingClient.close": "ends the client's thread; the async client ends with its `async with open_client` block",
     "BlockingClient.__enter__": "the blocking client is its own context manager; the async one's is open_client",

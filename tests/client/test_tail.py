@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 
-from bkframe import Entry, LedgerMetadata, LedgerStateName, ReadHandle
+from bkframe import Entry, EntryBlock, LedgerMetadata, LedgerStateName, ReadHandle
 
 
 class EndMovesWhileReading(ReadHandle):
@@ -20,12 +20,12 @@ class EndMovesWhileReading(ReadHandle):
         self._lac = 1499
         self.ranges: list[tuple[int, int]] = []
 
-    async def _read_range(self, first: int, last: int) -> list[Entry]:
+    async def _read_range(self, first: int, last: int) -> EntryBlock:
         self.ranges.append((first, last))
         if not self.metadata.closed:
             self.metadata = attrs.evolve(self.metadata, state=LedgerStateName.CLOSED, last_entry_id=2999)
             self._lac = 2999
-        return [Entry(self.ledger_id, e, b"%d" % e) for e in range(first, last + 1)]
+        return EntryBlock.of(self.ledger_id, [Entry(self.ledger_id, e, b"%d" % e) for e in range(first, last + 1)])
 
     async def wait_for_lac(self, previous: int, *, timeout_s: float = 1.0) -> int:
         raise AssertionError("a closed ledger needs no long poll")

@@ -37,7 +37,7 @@ from bkframe.client.logs.model import (
     epoch_ms,
 )
 from bkframe.client.logs.records import LogRecords
-from bkframe.client.read_handle import Entry, ReadHandle
+from bkframe.client.read_handle import Entry, EntryBlock, ReadHandle
 from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
 
 if TYPE_CHECKING:
@@ -288,9 +288,12 @@ class LogReader:
         return log_entries(self.name, seg, await self._read_raw(seg, first, last))
 
     async def _read_raw(self, seg: Segment, first: int, last: int) -> list[Entry]:
+        return (await self._read_block(seg, first, last)).entries()
+
+    async def _read_block(self, seg: Segment, first: int, last: int) -> EntryBlock:
         try:
             handle = await self._handle(seg)
-            return await handle.read(first, last)
+            return await handle.read_block(first, last)
         except (NoSuchLedgerError, NoSuchEntryError):
             try:
                 await self._gone(seg)
@@ -307,11 +310,11 @@ class LogReader:
         for part in await self.snapshot(start, end):
             seg = self.metadata.segment(part.segment) or Segment(part.segment, part.ledger_id, format=part.format)
             for lo in range(part.first, part.last + 1, CHUNK):
-                entries = await self._read_raw(seg, lo, min(lo + CHUNK - 1, part.last))
+                block = await self._read_block(seg, lo, min(lo + CHUNK - 1, part.last))
                 try:
-                    yield columns.record_batch(
-                        self.name, part.segment, part.ledger_id, [e.entry_id for e in entries],
-                        [e.payload for e in entries], enveloped=part.enveloped,
+                    yield columns.block_batch(
+                        self.name, part.segment, part.ledger_id, block.entry_ids, block.data, block.starts, block.ends,
+                        enveloped=part.enveloped,
                     )
                 except BadRecordError as e:
                     raise BadRecordError(f"log {self.name!r}: segment {part.segment}, entries {lo}..: {e}") from None

