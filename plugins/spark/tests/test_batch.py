@@ -89,6 +89,12 @@ def test_bulk_load_then_read_back_the_same_rows(spark: SparkSession, spark_clust
         i = int(r.payload[5:])
         assert (r.key, r.ms, r.properties) == (b"k%d" % (i % 7), T0 + i, {"n": str(i)} if i % 1000 == 0 else {}), r
     assert [r.offset for r in sorted(rows, key=lambda r: (r.segment, r.entry_id))] == sorted(r.offset for r in rows)
+    # A .schema(...) naming some columns reads only those (Spark cannot prune a Python source's).
+    some = (
+        spark.read.format("bkframe").schema("key binary, payload binary").option("metadata", m).option("log", "bulk").load()
+    )
+    assert some.columns == ["key", "payload"]
+    assert sorted((r.payload, r.key) for r in some.collect()) == sorted((r.payload, r.key) for r in rows)
 
     # A time range: exactly its rows (across a segment boundary), planned from the segments' time ranges.
     timed = reader(spark, m, log="bulk", startingTimestamp=T0 + 24_990, endingTimestamp=T0 + 25_010)

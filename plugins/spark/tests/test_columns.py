@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from bkframe_spark.columns import DataError, WriteColumns, encode_rows
-from bkframe_spark.options import Options
-from bkframe_spark.reading import ARROW_SCHEMA, SCHEMA, EntryRange, to_batch
+from bkframe_spark.options import OptionError, Options
+from bkframe_spark.reading import ARROW_SCHEMA, SCHEMA, EntryRange, check_schema, to_batch
 from bkframe_spark.routing import routes_rows, split_by_log
 from bkframe_spark.source import narrow
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -89,6 +89,33 @@ def test_rows_become_records_and_read_back_as_columns() -> None:
     assert [r["timestamp"] for r in got] == [at, *(datetime.fromtimestamp(t / 1000, UTC) for t in (NOW, NOW, -2))]
     assert [(r["log"], r["position"], r["segment"], r["ledger_id"], r["entry_id"]) for r in got][1] == ("copy", "3:11", 3, 77, 11)
     assert [r["offset"] for r in got] == [3 << 32 | e for e in range(10, 14)]  # sorts as positions do
+
+    # A read of some columns (a .schema(...) naming them) gets those, in its order, the same values.
+    part = EntryRange("copy", 3, 77, 10, 13, enveloped=True)
+    some = to_batch(part, [Entry(77, 10 + i, e) for i, e in enumerate(entries)], check_schema(
+        schema(offset=LongType(), payload=BinaryType(), key=BinaryType())
+    ))
+    assert some.schema.names == ["offset", "payload", "key"]
+    assert some.to_pylist() == [{k: r[k] for k in ("offset", "payload", "key")} for r in got]
+    raw = to_batch(EntryRange(None, None, 5, 0, 0), [Entry(5, 0, b"raw")], check_schema(
+        schema(position=StringType(), payload=BinaryType())
+    ))
+    assert raw.to_pylist() == [{"position": None, "payload": b"raw"}]
+
+
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        (schema(payload=StringType()), "column 'payload' is binary, not string"),
+        (schema(value=BinaryType()), "column 'value' is not one of them"),
+        (StructType([]), "no column"),
+    ],
+)
+def test_a_read_schema_names_some_of_the_columns_with_their_types(given: StructType, why: str) -> None:
+    assert check_schema(SCHEMA) == ARROW_SCHEMA
+    assert check_schema(schema(key=BinaryType(), payload=BinaryType())).names == ["key", "payload"]
+    with pytest.raises(OptionError, match=f"a .schema\\(...\\) may name some of them.*{why}"):
+        check_schema(given)
 
 
 def test_timestamps_as_milliseconds_and_payload_only_rows() -> None:

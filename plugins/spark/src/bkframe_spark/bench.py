@@ -71,6 +71,16 @@ def _spark_read(spark: Any, metadata: str, log: str) -> None:
     ).collect()
 
 
+def _spark_read_payload(spark: Any, metadata: str, log: str) -> None:
+    """The same read with a schema naming the one column the job uses (as Parquet's reader
+    reads only that column; a Python data source cannot have Spark prune the others)."""
+    from pyspark.sql import functions as F
+
+    spark.read.format("bkframe").schema("payload binary").option("metadata", metadata).option("log", log).load().select(
+        F.sum(F.length("payload"))
+    ).collect()
+
+
 def _parquet_read(spark: Any, path: Path) -> None:
     from pyspark.sql import functions as F
 
@@ -118,6 +128,7 @@ def bench(metadata: str, work: Path, sizes: list[int], total_mb: int, rounds: in
                     row[name] = step() if name == "direct" else _timed(step)
                 reads: list[tuple[str, Callable[[], Any]]] = [
                     ("spark_read", partial(_spark_read, spark, metadata, log_name)),
+                    ("spark_read_payload", partial(_spark_read_payload, spark, metadata, log_name)),
                     ("parquet_read", partial(_parquet_read, spark, parquet)),
                 ]
                 if r % 2:
@@ -142,23 +153,26 @@ def _line(row: dict[str, Any]) -> str:
     return (
         f"| {row['size']:,} B | {row['round']} | {_rate(row, 'spark_load'):.1f} | {_rate(row, 'direct'):.1f} | "
         f"{_rate(row, 'parquet_write'):.1f} | {_rate(row, 'spark_load') / _rate(row, 'direct'):.2f} | "
-        f"{_rate(row, 'spark_read'):.1f} | {_rate(row, 'parquet_read'):.1f} | "
-        f"{_rate(row, 'spark_read') / _rate(row, 'parquet_read'):.2f} |"
+        f"{_rate(row, 'spark_read'):.1f} | {_rate(row, 'spark_read_payload'):.1f} | {_rate(row, 'parquet_read'):.1f} | "
+        f"{_rate(row, 'spark_read') / _rate(row, 'parquet_read'):.2f} | "
+        f"{_rate(row, 'spark_read_payload') / _rate(row, 'parquet_read'):.2f} |"
     )
 
 
 def report(results: list[dict[str, Any]]) -> str:
     head = (
         "| rows of | round | Spark load MB/s | direct client MB/s | Parquet write MB/s | load / direct | "
-        "Spark read MB/s | Parquet read MB/s | read / Parquet |\n|---|---|---|---|---|---|---|---|---|"
+        "Spark read MB/s | Spark read, payload column MB/s | Parquet read MB/s | read / Parquet | "
+        "payload read / Parquet |\n|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head] + [_line(r) for r in results]
     for size in sorted({r["size"] for r in results}):
         mine = [r for r in results if r["size"] == size]
         load = statistics.median(_rate(r, "spark_load") / _rate(r, "direct") for r in mine)
         read = statistics.median(_rate(r, "spark_read") / _rate(r, "parquet_read") for r in mine)
+        payload = statistics.median(_rate(r, "spark_read_payload") / _rate(r, "parquet_read") for r in mine)
         lines.append(f"\n{size:,} B rows: median load / direct {load:.2f} (aim >= 0.70), "
-                     f"median read / Parquet {read:.2f} (aim >= 0.50)")
+                     f"median read / Parquet {read:.2f}, payload column only {payload:.2f} (aim >= 0.60)")
     return "\n".join(lines)
 
 

@@ -89,13 +89,28 @@ class EntryRange(InputPartition):
         return self.last - self.first + 1
 
 
-def check_schema(schema: StructType) -> None:
-    if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in SCHEMA.fields]:
-        raise OptionError(
-            f"format 'bkframe' reads the columns {', '.join(SCHEMA.names)} ({SCHEMA.simpleString()}); leave out "
-            f".schema(...) (it was given {schema.simpleString()}) and select columns after loading, e.g. "
-            f".select('key', 'payload')"
+def check_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema of a read with ``schema``: all of :data:`SCHEMA`, or the columns a
+    user-given ``.schema(...)`` names (with their types, in any order). Python data sources
+    cannot have Spark prune columns, and Spark turns every column a task sends into rows:
+    naming only the columns a job uses (``.schema("payload binary")``) spares that work."""
+    types = {f.name: f.dataType for f in SCHEMA.fields}
+    names = tuple(f.name for f in schema.fields)
+    wrong = [f for f in schema.fields if types.get(f.name) != f.dataType]
+    if not names or wrong or len(set(names)) != len(names):
+        why = (
+            "no column" if not names
+            else f"column {wrong[0].name!r} is not one of them" if wrong and wrong[0].name not in types
+            else f"column {wrong[0].name!r} is {types[wrong[0].name].simpleString()}, not {wrong[0].dataType.simpleString()}"
+            if wrong else "a column twice"
         )
+        raise OptionError(
+            f"format 'bkframe' reads the columns {', '.join(SCHEMA.names)} ({SCHEMA.simpleString()}); a .schema(...) "
+            f"may name some of them, with these types, to read only those (it was given {schema.simpleString()}: "
+            f"{why}); or leave it out and select columns after loading, e.g. .select('key', 'payload')"
+        )
+    # Spark checks each batch against the given schema, nullability included.
+    return ARROW_SCHEMA if schema == SCHEMA else to_arrow_schema(schema, timezone="UTC")
 
 
 def split(parts: Sequence[EntryRange], entries_per_partition: int, bytes_per_partition: int) -> list[EntryRange]:
@@ -191,38 +206,56 @@ async def _open(client: Client, part: EntryRange, password: bytes) -> ReadHandle
         raise
 
 
-def to_batch(part: EntryRange, entries: EntryBlock | Sequence[Entry]) -> pa.RecordBatch:
+def to_batch(
+    part: EntryRange, entries: EntryBlock | Sequence[Entry], schema: pa.Schema = ARROW_SCHEMA
+) -> pa.RecordBatch:
     """One Arrow batch of the range's ``entries`` (consecutive, as a range read returns
-    them): columns built from whole arrays over the buffer the read left the entries in, no
-    Python object per value where the format allows (:func:`bkframe.decode_envelopes`)."""
+    them), with the columns of ``schema`` (:func:`check_schema`): each built from whole
+    arrays over the buffer the read left the entries in, no Python object per value where
+    the format allows (:func:`bkframe.decode_envelopes`), and only if asked for."""
     block = entries if isinstance(entries, EntryBlock) else EntryBlock.of(part.ledger_id, list(entries))
     n = len(block)
     ids = block.entry_ids
-    if part.enveloped:
-        prefix = f"log {part.log!r}: entry {part.segment}:"
-        rec = decode_envelopes(block.data, block.starts, block.ends, lambda i: f"{prefix}{ids[i]}")
-        payload, key = rec.payload, rec.key
-        timestamp = pa.array(rec.millis * 1000, TIMESTAMP)
-        properties = rec.properties(PROPERTIES_TYPE)
-    else:
-        payload = payload_column(block.data, block.starts, block.ends)
-        key, timestamp, properties = pa.nulls(n, pa.binary()), pa.nulls(n, TIMESTAMP), empty_properties(n)
+    columns = schema.names
+    wanted = set(columns)
+    out: dict[str, pa.Array] = {}
+    if wanted & {"payload", "key", "timestamp", "properties"}:
+        if part.enveloped:
+            prefix = f"log {part.log!r}: entry {part.segment}:"
+            rec = decode_envelopes(block.data, block.starts, block.ends, lambda i: f"{prefix}{ids[i]}")
+            out["payload"], out["key"] = rec.payload, rec.key
+            if "timestamp" in wanted:
+                out["timestamp"] = pa.array(rec.millis * 1000, TIMESTAMP)
+            if "properties" in wanted:
+                out["properties"] = rec.properties(PROPERTIES_TYPE)
+        else:
+            out["payload"] = payload_column(block.data, block.starts, block.ends)
+            out["key"], out["timestamp"], out["properties"] = (
+                pa.nulls(n, pa.binary()), pa.nulls(n, TIMESTAMP), empty_properties(n)
+            )
     entry_ids = pa.array(ids)
+    out["entry_id"] = entry_ids
     if part.segment is None:
-        log_col, position, segment, offset = (pa.nulls(n, t) for t in (pa.string(), pa.string(), pa.int64(), pa.int64()))
+        for name, t in (("log", pa.string()), ("position", pa.string()), ("segment", pa.int64()), ("offset", pa.int64())):
+            if name in wanted:
+                out[name] = pa.nulls(n, t)
     else:
-        log_col = pa.repeat(pa.scalar(part.log, pa.string()), n)
-        position = pc.binary_join_element_wise(f"{part.segment}:", entry_ids.cast(pa.string()), "")
-        segment = pa.repeat(pa.scalar(part.segment, pa.int64()), n)
-        too_far = ids >= 1 << OFFSET_BITS
-        offset = pa.array((part.segment << OFFSET_BITS) | ids, mask=too_far if too_far.any() else None)
-    ledger = pa.repeat(pa.scalar(part.ledger_id, pa.int64()), n)
-    columns = [log_col, position, segment, ledger, entry_ids, payload, key, timestamp, properties, offset]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+        if "log" in wanted:
+            out["log"] = pa.repeat(pa.scalar(part.log, pa.string()), n)
+        if "position" in wanted:
+            out["position"] = pc.binary_join_element_wise(f"{part.segment}:", entry_ids.cast(pa.string()), "")
+        if "segment" in wanted:
+            out["segment"] = pa.repeat(pa.scalar(part.segment, pa.int64()), n)
+        if "offset" in wanted:
+            too_far = ids >= 1 << OFFSET_BITS
+            out["offset"] = pa.array((part.segment << OFFSET_BITS) | ids, mask=too_far if too_far.any() else None)
+    if "ledger_id" in wanted:
+        out["ledger_id"] = pa.repeat(pa.scalar(part.ledger_id, pa.int64()), n)
+    return pa.RecordBatch.from_arrays([out[name] for name in columns], schema=schema)
 
 
-def read_partition(opts: Options, part: EntryRange) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of the partition's entries, in order (in a task)."""
+def read_partition(opts: Options, part: EntryRange, schema: pa.Schema = ARROW_SCHEMA) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the partition's entries with ``schema``'s columns, in order (in a task)."""
     bk = client_for(opts)
     what = f"reading ledger {part.ledger_id}" + (f" (segment {part.segment} of log {part.log!r})" if part.log else "")
     handle = call(bk, what, opts.timeout_s, _open, bk.client, part, opts.password)
@@ -242,7 +275,7 @@ def read_partition(opts: Options, part: EntryRange) -> Iterator[pa.RecordBatch]:
                     f"{what}: entries {lo}..{hi} are gone (trimmed or deleted after planning): {e}"
                 ) from None
             ahead = call_ahead(bk, what, opts.timeout_s, handle.read_block, *ranges[i + 1]) if i + 1 < len(ranges) else None
-            yield to_batch(part, block)
+            yield to_batch(part, block, schema)
     finally:
         if ahead is not None:  # the task stopped early (a limit, a failure): drop the read ahead
             ahead.cancel()

@@ -37,7 +37,17 @@ from bkframe_spark.connection import call, client_for
 from bkframe_spark.first_line import message_first
 from bkframe_spark.logsets import describe
 from bkframe_spark.options import OptionError, Options
-from bkframe_spark.reading import OFFSET_BITS, SCHEMA, EntryRange, check_schema, plan_ledgers, plan_logs, read_partition, split
+from bkframe_spark.reading import (
+    ARROW_SCHEMA,
+    OFFSET_BITS,
+    SCHEMA,
+    EntryRange,
+    check_schema,
+    plan_ledgers,
+    plan_logs,
+    read_partition,
+    split,
+)
 from bkframe_spark.routing import RoutingStreamWriter, RoutingWriter, check_routing, routes_rows
 from bkframe_spark.streaming import LogStreamReader, LogStreamWriter
 from bkframe_spark.writing import LedgerMessage, LedgerSpec, abort_write, check_write, commit_write, write_task
@@ -57,7 +67,7 @@ class BkframeDataSource(DataSource):
 
     @message_first
     def reader(self, schema: StructType) -> DataSourceReader:
-        check_schema(schema)
+        arrow = check_schema(schema)
         opts = Options.parse(self.options)
         if not opts.logs and opts.log_pattern is None and not opts.ledgers:
             raise OptionError(
@@ -67,7 +77,7 @@ class BkframeDataSource(DataSource):
         # Spark refuses a reader that can take filters while its filter pushdown is off
         # (spark.sql.python.filterPushdown.enabled, off by default), and asks for filters
         # only in its pushdown worker: offer pushdown there only.
-        return PushdownReader(opts) if _in_pushdown_worker() else BatchReader(opts)
+        return PushdownReader(opts, arrow) if _in_pushdown_worker() else BatchReader(opts, arrow)
 
     @message_first
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
@@ -84,14 +94,14 @@ class BkframeDataSource(DataSource):
 
     @message_first
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        check_schema(schema)
+        arrow = check_schema(schema)
         opts = Options.parse(self.options)
         if opts.ending is not None or opts.ending_ts is not None:
             raise OptionError(
                 "options 'endingPosition' and 'endingTimestamp' are for batch reads; a stream goes on as the log "
                 "grows (to stop at the end found when it starts, use .trigger(availableNow=True))"
             )
-        return LogStreamReader(opts)
+        return LogStreamReader(opts, arrow)
 
     @message_first
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
@@ -119,8 +129,10 @@ def _in_pushdown_worker() -> bool:
 class BatchReader(DataSourceReader):
     """A consistent snapshot: partitions are planned from what is confirmed now."""
 
-    def __init__(self, opts: Options) -> None:
+    def __init__(self, opts: Options, schema: pa.Schema = ARROW_SCHEMA) -> None:
         self.opts = opts
+        #: The columns each batch has (see reading.check_schema).
+        self.schema = schema
         #: Pushed-down filters, as (column, operator, value).
         self.constraints: list[Constraint] = []
 
@@ -137,7 +149,7 @@ class BatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, EntryRange):
             return iter(())  # Spark's stand-in partition for an empty plan
-        return read_partition(self.opts, partition)
+        return read_partition(self.opts, partition, self.schema)
 
 
 _OPS = {EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<=", In: "in"}

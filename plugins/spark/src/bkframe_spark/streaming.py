@@ -49,7 +49,7 @@ from bkframe_spark.connection import call, client_for
 from bkframe_spark.first_line import message_first
 from bkframe_spark.logsets import describe, fair_shares, log_names, offset, positions_of
 from bkframe_spark.options import OptionError, Options
-from bkframe_spark.reading import EntryRange, plan_log, read_partition, split
+from bkframe_spark.reading import ARROW_SCHEMA, EntryRange, plan_log, read_partition, split
 from bkframe_spark.writing import (
     LedgerMessage,
     LedgerSpec,
@@ -127,10 +127,12 @@ def fitting(ranges: Sequence[SegmentRange], sizes: Sequence[int], budget: int) -
 class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("bkframe").option("log", NAMES)`` (or ``logPattern``)."""
 
-    def __init__(self, opts: Options) -> None:
+    def __init__(self, opts: Options, schema: pa.Schema = ARROW_SCHEMA) -> None:
         if opts.ledgers or (not opts.logs and opts.log_pattern is None):
             raise OptionError("a streaming read needs option 'log' (one log, or several: 'a,b') or option 'logPattern'")
         self.opts = opts
+        #: The columns each batch has (see reading.check_schema).
+        self.schema = schema
         self.what = describe(opts)
         #: Set by Trigger.AvailableNow: each log's end the query stops at.
         self._target: dict[str, Position] | None = None
@@ -334,7 +336,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EntryRange)
-        return read_partition(self.opts, partition)
+        return read_partition(self.opts, partition, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         if self.opts.cursor is not None:
