@@ -4,8 +4,10 @@ restart, and not made on a disk with little free space."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -90,4 +92,30 @@ async def test_without_its_background_task_a_storage_makes_indexes_itself(tmp_pa
     storage.add_entries(1, [0, 5], [b"x", b"y"])
     assert storage.spare_index_files.taken == 0
     assert storage.last_entry_id(1) == 5
+    await storage.aclose()
+
+
+async def test_a_spare_that_cannot_be_opened_is_not_left_as_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = open_storage(tmp_path, spares=4)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(storage.run)
+        await wait_for_spares(storage, 4)
+        real_open = os.open
+        failed: list[str] = []
+
+        def open_once_failing(path: Any, flags: int, *args: Any) -> int:
+            if str(path).endswith(".idx") and os.path.exists(path) and not flags & os.O_CREAT and not failed:
+                failed.append(str(path))
+                raise OSError(errno.EIO, "injected: the renamed spare cannot be opened")
+            return real_open(path, flags, *args)
+
+        monkeypatch.setattr(os, "open", open_once_failing)
+        storage.ensure_ledger(1, b"k", 0)
+        storage.add_entries(1, [0], [b"x"])  # made the plain way instead
+        monkeypatch.undo()
+        nursery.cancel_scope.cancel()
+    assert failed and storage.get_entry(1, 0) == b"x"
+    await storage.checkpoint()
     await storage.aclose()

@@ -167,7 +167,12 @@ class LedgerIndex:
         instead of creating and allocating one here -- both can wait on a busy disk."""
         if spare is not None:
             os.rename(spare, path)
-            fd = os.open(path, os.O_RDWR)
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except BaseException:
+                # Not left in place with no header: the caller may make the file anew.
+                path.unlink(missing_ok=True)
+                raise
         else:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
