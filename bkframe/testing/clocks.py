@@ -3,8 +3,8 @@ libfaketime (``LD_PRELOAD``), changed while the process runs.
 
 A process started with :func:`clock_env` reads its clock offset from a file of its own
 (``FAKETIME_TIMESTAMP_FILE``, re-read at most once a second); :func:`set_clock` writes
-``+3600`` (an hour ahead), ``-3600`` or ``+0 x2`` (twice as fast) there, and ``+0`` puts it
-right again. Only the wall clock (``CLOCK_REALTIME``: ``time.time()``) is faked:
+``+3600`` (an hour ahead), ``-3600`` or ``+0 x2`` (twice as fast) there, and ``+0 x1`` puts
+it right again. Only the wall clock (``CLOCK_REALTIME``: ``time.time()``) is faked:
 ``DONT_FAKE_MONOTONIC=1`` keeps ``CLOCK_MONOTONIC`` (``time.monotonic()``, trio's clock)
 true, as a real clock step does -- NTP stepping the clock, an operator's ``date -s``, a
 VM resumed with its old time never move the monotonic clock. It is also the only mode that
@@ -37,8 +37,17 @@ HOUR = 3600
 
 AHEAD = f"+{HOUR}"
 BEHIND = f"-{HOUR}"
+#: Twice as fast, counted from the process's start: a process that has run for a while
+#: leaps ahead by its age first (:func:`fast_from_now` does not).
 FAST = "+0 x2"
-TRUE = "+0"
+#: "x1" too: libfaketime keeps a rate it was given until told another.
+TRUE = "+0 x1"
+
+
+def fast_from_now(age_s: float) -> str:
+    """Twice as fast from now on, for a process started ``age_s`` seconds ago: libfaketime
+    applies a rate from the process's start, so take its age off first (no leap)."""
+    return f"-{max(0.0, age_s):.2f} x2"
 
 
 def libfaketime() -> str | None:

@@ -27,7 +27,17 @@ import trio
 
 import bkframe
 from bkframe import Position
-from bkframe.testing.clocks import AHEAD, BEHIND, FAST, HOUR, TRUE, clock_env, require_faketime, set_clock
+from bkframe.testing.clocks import (
+    AHEAD,
+    BEHIND,
+    FAST,
+    HOUR,
+    TRUE,
+    clock_env,
+    fast_from_now,
+    require_faketime,
+    set_clock,
+)
 from bkframe.testing.cluster import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,6 +66,8 @@ class ClockedCluster:
     clocks: Path
     auditor: subprocess.Popen[bytes]
     auditor_log: Path
+    #: When the bookies and the auditor started (monotonic): FAST runs fast from the set on.
+    started: float
 
     @property
     def metadata(self) -> str:
@@ -66,6 +78,7 @@ class ClockedCluster:
 
     def set(self, **specs: str) -> None:
         for name, spec in specs.items():
+            spec = fast_from_now(time.monotonic() - self.started) if spec == FAST else spec
             set_clock(self.clock(name.replace("_", "-")), spec)
 
 
@@ -79,6 +92,7 @@ def clocked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClockedCluster
     cluster = Cluster(root / "cluster", 3, bookie_args=("--config", str(root / "bookie.toml")))
     auditor_log = root / "auditor.log"
     auditor: subprocess.Popen[bytes] | None = None
+    started = time.monotonic()
     try:
         for bookie in cluster.bookies:
             bookie.spawn(*cluster.bookie_args, env=clock_env(clocks / f"{bookie.bookie_id}.clock"))
@@ -91,7 +105,7 @@ def clocked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClockedCluster
                 env={**os.environ, **clock_env(clocks / "auditor.clock"), "PYTHONPATH": str(REPO)},
                 stdout=out, stderr=subprocess.STDOUT,
             )
-        yield ClockedCluster(cluster, clocks, auditor, auditor_log)
+        yield ClockedCluster(cluster, clocks, auditor, auditor_log, started)
     finally:
         if auditor is not None:
             auditor.kill()
