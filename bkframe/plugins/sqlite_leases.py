@@ -38,8 +38,9 @@ BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 LEASE_COLUMNS = ("boot TEXT", "expires_mono REAL")
 LEASE_TABLES = ("bookies", "locks")
 
-#: A live lease row, with the parameters of :func:`now_params`.
-LIVE = "((boot = :boot AND expires_mono > :mono) OR (boot IS NULL AND expires_at > :wall))"
+#: A live lease row, with the parameters of :func:`now_params`; never NULL (``NOT LIVE``
+#: must hold for every row that is not live).
+LIVE = "(CASE WHEN boot IS NULL THEN expires_at > :wall ELSE IFNULL(boot = :boot, 0) AND expires_mono > :mono END)"
 
 
 @functools.cache

@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import SupportsIndex
 
 #: Debian's libfaketime (package ``faketime``), whatever the architecture's directory.
 LIBFAKETIME_GLOB = "/usr/lib/*/faketime/libfaketime.so.1"
@@ -96,7 +97,8 @@ def set_clock(clock_file: Path, spec: str) -> None:
     os.replace(tmp, clock_file)
 
 
-def _condition_sleep(seconds: float) -> None:
+def _condition_sleep(secs: float | SupportsIndex, /) -> None:
+    seconds = float(secs)
     if seconds < 0:
         raise ValueError("sleep length must be non-negative")
     if seconds > 0:
