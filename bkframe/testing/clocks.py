@@ -14,7 +14,9 @@ works for Python here: with a faked monotonic clock libfaketime 0.9.10 makes
 Children inherit the environment, so a process started through ``ip netns exec`` (a
 simulated host) gets the fault too.
 
-One libfaketime defect is worked around here: with a real monotonic clock, Python's
+Files keep their times (``NO_FAKE_STAT``), as under a real step, and ``FAKETIME_WAIT_MS=0``
+keeps libfaketime 0.9.10 from slowing every lock handed between threads to tens of ms.
+One more libfaketime defect is worked around here: with a real monotonic clock, Python's
 ``time.sleep`` (``clock_nanosleep`` on an absolute monotonic deadline) fails with EINVAL.
 :func:`install_from_env`, called by the test entry points (``bkframe.testing.bookie``,
 the fault suite's workers), puts a sleep on a condition wait (which works) in its place;
@@ -87,6 +89,10 @@ def clock_env(clock_file: Path, spec: str = TRUE) -> dict[str, str]:
         # Files keep the times they were written with, as under a real step; and shifting
         # every stat() made a bookie's start (Python's imports) up to twice as slow.
         "NO_FAKE_STAT": "1",
+        # Unset, libfaketime 0.9.10 makes a lock handed between threads take 30-40 ms
+        # instead of 0.05 (measured here): trio's worker threads, so every fsync, every
+        # sqlite call, and a bookie's adds 15-30 times slower.
+        "FAKETIME_WAIT_MS": "0",
     }
 
 
