@@ -37,7 +37,12 @@ from bkframe.errors import BKError
 LOCK_FILE = ".lock"
 
 
-class DirectoryLockedError(BKError):
+class DirectoryLockError(BKError):
+    """A directory could not be locked: its filesystem has no locks (some network or FUSE
+    filesystems), or another process holds it (:class:`DirectoryLockedError`)."""
+
+
+class DirectoryLockedError(DirectoryLockError):
     """Another process holds the lock of a directory this one needs; nothing was changed.
 
     ``directory`` is the locked directory, ``pid`` the holder's (None if it could not be read).
@@ -78,8 +83,9 @@ class DirectoryLocks:
 
     ``DirectoryLocks.acquire(dirs, user="bookie")`` makes each directory that is missing and
     locks them all, or raises :class:`DirectoryLockedError` (naming the directory and the
-    holder's pid) holding none. ``user`` names the kind of process in the refusal, which then
-    suggests giving it other directories ("" for a command that must use these).
+    holder's pid), or :class:`DirectoryLockError` where the filesystem has no locks, holding
+    none. ``user`` names the kind of process in the refusal, which then suggests giving it
+    other directories ("" for a command that must use these).
     """
 
     def __init__(self) -> None:
@@ -97,11 +103,6 @@ class DirectoryLocks:
             raise
         return locks
 
-    @property
-    def directories(self) -> list[Path]:
-        """The locked directories, in the order they were locked."""
-        return [d for d, _ in self._held]
-
     def _lock(self, directory: Path, user: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / LOCK_FILE
@@ -113,6 +114,12 @@ class DirectoryLocks:
             file.close()
             pid = holder_pid(directory)
             raise DirectoryLockedError(directory, pid, _refusal(directory, pid, user)) from None
+        except OSError as e:
+            file.close()
+            raise DirectoryLockError(
+                f"cannot lock directory {directory} ({path}): {e.strerror or e}; its filesystem may not support "
+                f"locks (flock): give a directory on a local filesystem"
+            ) from None
         except BaseException:
             file.close()
             raise
