@@ -148,6 +148,8 @@ class BookieService:
                 store = self.store = self.plugins.metadata_store(cfg.metadata, create=self.init_cluster)
                 self.cluster = await self._check_cluster(store)
             check_data_dir(cfg.data_dir)  # makes it: only once the store is known good
+            # Locks every directory first (DirectoryLockedError if another process holds one):
+            # a second bookie on them replays, marks, stamps and registers nothing.
             bookie = self.bookie = Bookie(self.config, self.plugins, cluster=self.cluster)
             # Before anything is written: a bookie starting on a full disk starts read-only.
             bookie.check_disk()
@@ -155,6 +157,8 @@ class BookieService:
             if self.settle_python_gc:
                 python_gc.settle()
         except BaseException:
+            if self.bookie is not None:
+                self.bookie.directory_locks.release()  # what a restart in this process needs
             if store is not None:
                 with trio.CancelScope(shield=True):
                     await store.aclose()

@@ -10,6 +10,7 @@ key names, which registers its own config class with the component (see
 
 from __future__ import annotations
 
+import re
 import tomllib
 import typing
 from collections.abc import Callable, Mapping
@@ -129,6 +130,39 @@ def parse_section(cls: type[T], raw: Mapping[str, Any], *, where: str) -> T:
         return cls(**values)
     except ValueError as e:
         raise ConfigError(f"{where}: {e}") from None
+
+
+# -- directories a component writes ------------------------------------------------------------
+
+#: attrs field metadata of a component's config key that names directories it writes: True
+#: (the bookie locks them, see :mod:`bkframe.core.directory_lock`) or False (it only reads them).
+DIRECTORY = "bkframe_directory"
+
+#: Key names that look like directories: a storage component's config class must declare
+#: each with :func:`directory_field` (see :mod:`bkframe.core.registry`).
+DIRECTORY_KEY_NAMES = re.compile(r"(^|_)(dir|dirs|directory|directories)$")
+
+
+def directory_field(default: Any, *, locked: bool = True) -> Any:
+    """A config key naming one directory (``str`` or ``Path``; "" is none) or several
+    (``tuple[str, ...]``) that a journal, entry-log manager or ledger storage uses besides
+    the directory the bookie hands it. A relative path is relative to that directory. The
+    bookie locks each before it makes the component, for its whole life (one process per
+    directory); ``locked=False`` for a directory the component only reads."""
+    return attrs.field(default=default, metadata={DIRECTORY: locked})
+
+
+def declared_directories(settings: Any, base: Path) -> list[Path]:
+    """The directories a validated section's :func:`directory_field` keys name (the locked
+    ones), relative paths taken from ``base``."""
+    found: list[Path] = []
+    for field in attrs.fields(type(settings)):
+        if not field.metadata.get(DIRECTORY):
+            continue
+        value = getattr(settings, field.name)
+        values = value if isinstance(value, tuple) else (value,)
+        found += [base / v for v in values if v not in ("", None)]  # an absolute v stays itself
+    return found
 
 
 # -- addresses -------------------------------------------------------------------------------
