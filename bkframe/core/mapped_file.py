@@ -11,8 +11,9 @@ which :class:`MappedFile` keeps for it:
   with blocks smaller than a page needs all of the page's blocks at the fault) before the
   first write to it through the mapping. A full disk then fails the allocation with ENOSPC,
   which the caller reports like any failed write.
-* **Never read through the mapping**: ``pread`` reads holes as zeros without allocating
-  anything, and sees every write made through the mapping (one page cache).
+* **Read through the mapping only what is allocated**, else with ``pread``, which reads
+  holes as zeros without allocating anything and sees every write made through the
+  mapping (one page cache).
 * **Growing allocates nothing**: ``ftruncate`` makes a sparse tail, and the page that held
   the old end may lack blocks past it, so it is allocated again before it is written.
 
@@ -33,9 +34,10 @@ class MappedFile:
     """A read-write shared mapping of the whole file ``fd`` (which the caller owns and closes
     after :meth:`close`), with the pages this object allocated.
 
-    Write through :attr:`mapping` only bytes that :meth:`allocate` covered; read with
-    :meth:`pread`. ``allocated``: bytes from the start known to be allocated already (the
-    caller just allocated them, e.g. a file it made with ``posix_fallocate``).
+    Write or read through :attr:`mapping` only bytes that :meth:`covers` (what
+    :meth:`allocate` allocated); read anything else with :meth:`pread`. ``allocated``:
+    bytes from the start known to be allocated already (the caller just allocated them,
+    e.g. a file it made with ``posix_fallocate``).
     """
 
     def __init__(self, fd: int, *, allocated: int = 0) -> None:

@@ -99,8 +99,8 @@ class Compactor:
             idx = self._index(ledger_id)
             if idx is None:
                 continue
-            # Read with pread, a chunk at a time (LedgerIndex.held): through the mapping, the
-            # holes of a sparse table kill the bookie on a full tmpfs.
+            # A chunk at a time, and never through unallocated pages of the mapping
+            # (LedgerIndex.held): the holes of a sparse table kill the bookie on a full tmpfs.
             mine: dict[int, int] = {}
             for _, held in idx.held():
                 ids, inverse = np.unique(held["log_id"], return_inverse=True)

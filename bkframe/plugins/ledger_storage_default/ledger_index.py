@@ -15,12 +15,13 @@ table (:mod:`.ledger_table`); index files of a bkframe that kept it only here ar
 into the table once, at open.
 
 Updates go through a shared mapping (page cache), to pages allocated first, and the table
-is read with ``pread``, never through the mapping (see :mod:`bkframe.core.mapped_file`: on
-a full disk, a mapped page the filesystem cannot back is a SIGBUS, and on tmpfs even a read
-of a hole needs one). :func:`sync_index_file` makes updates durable from a worker thread at
-checkpoint, through an fd of its own (on Linux an fsync writes a file's dirty pages
-whichever mapping or fd dirtied them), so an index may be closed (evicted from the
-storage's cache) while a checkpoint is under way. A fixed-width table indexed by entry id
+is read through the mapping only where this process allocated the pages, else with
+``pread`` (see :mod:`bkframe.core.mapped_file`: on a full disk, a mapped page the filesystem
+cannot back is a SIGBUS, and on tmpfs even a read of a hole needs one).
+:func:`sync_index_file` makes updates durable from a worker thread at checkpoint, through
+an fd of its own (on Linux an fsync writes a file's dirty pages whichever mapping or fd
+dirtied them), so an index may be closed (evicted from the storage's cache) while a
+checkpoint is under way. A fixed-width table indexed by entry id
 lets a whole batch be located and stored with numpy fancy indexing, without a per-entry
 Python loop.
 """
@@ -134,7 +135,8 @@ class LedgerIndex:
     """The open index file of one ledger. Use :meth:`create` or :meth:`open`.
 
     The table is read with :meth:`read`, :meth:`read_one`, :meth:`read_at` and :meth:`held`
-    (``pread``: copies, valid after any await) and written with :meth:`store`,
+    (copies, valid after any await: from the mapping where this process allocated the pages,
+    else with ``pread``) and written with :meth:`store`,
     :meth:`clear` and :meth:`repoint`, which write through the mapping only pages that are
     allocated (:meth:`reserve` allocates ahead of an add, so that a full disk fails it
     before its entries are appended to an entry log).
@@ -147,8 +149,10 @@ class LedgerIndex:
         #: thread may fsync it while the event loop grows the index.
         self.fd = fd
         self._file = MappedFile(fd, allocated=allocated)
-        #: The table in the mapping: written (where allocated), never read.
+        #: The table in the mapping: written and read only where allocated (MappedFile.covers).
         self._table = self._map_table()
+        #: Entry ids the table has slots for (it grows by doubling).
+        self.capacity = int(self._table.shape[0])
         #: Found by scanning the table when first asked (see :attr:`last_entry_id`).
         self._last_entry_id: int | None = None
 
@@ -229,10 +233,6 @@ class LedgerIndex:
             os.close(fd)
             raise
 
-    @property
-    def capacity(self) -> int:
-        return int(self._table.shape[0])
-
     def ensure_capacity(self, max_entry_id: int) -> None:
         """Grow (by doubling) until ``max_entry_id`` has a slot; remaps the file.
 
@@ -246,6 +246,7 @@ class LedgerIndex:
             capacity *= 2
         self._file.grow(HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
         self._table = self._map_table()
+        self.capacity = capacity
 
     def reserve(self, first: int, last: int) -> None:
         """Allocate disk blocks for the records of entry ids ``first..last`` (within capacity),
@@ -255,16 +256,19 @@ class LedgerIndex:
         at = HEADER_SIZE + first * RECORD_DTYPE.itemsize
         self._file.allocate(at, HEADER_SIZE + (last + 1) * RECORD_DTYPE.itemsize, ahead=RESERVE_AHEAD)
 
-    # -- reading: pread, never the mapping ---------------------------------------------------
+    # -- reading: the mapping only where allocated, else pread ---------------------------
 
     def read(self, first: int, stop: int, step: int = 1) -> npt.NDArray[np.void]:
         """The records of entry ids ``first, first + step, ...`` below ``stop`` (and the
-        capacity), read from the file."""
+        capacity): a copy, from the mapping where this process allocated those pages, else
+        read from the file."""
         stop = min(stop, self.capacity)
         if first < 0 or first >= stop:
             return np.empty(0, dtype=RECORD_DTYPE)
         last = first + (stop - 1 - first) // step * step
         size = RECORD_DTYPE.itemsize
+        if self._file.covers(HEADER_SIZE + first * size, HEADER_SIZE + (last + 1) * size):
+            return self._table[first : last + 1 : step].copy()
         raw = self._file.pread(HEADER_SIZE + first * size, (last - first + 1) * size)
         rows = np.frombuffer(raw, dtype=RECORD_DTYPE, count=len(raw) // size)
         return rows[::step] if step > 1 else rows
@@ -273,7 +277,12 @@ class LedgerIndex:
         """``(offset, log_id, length)`` of ``entry_id``; zeros if it has no record."""
         if not 0 <= entry_id < self.capacity:
             return 0, 0, 0
-        raw = os.pread(self.fd, RECORD_DTYPE.itemsize, HEADER_SIZE + entry_id * RECORD_DTYPE.itemsize)
+        at = HEADER_SIZE + entry_id * RECORD_DTYPE.itemsize
+        if self._file.covers(at, at + RECORD_DTYPE.itemsize):
+            # A tailing reader's entry, just added: no system call.
+            offset, log_id, length = self._table[entry_id].item()
+            return offset, log_id, length
+        raw = os.pread(self.fd, RECORD_DTYPE.itemsize, at)
         return _RECORD.unpack(raw) if len(raw) == _RECORD.size else (0, 0, 0)
 
     def read_at(self, entry_ids: npt.NDArray[np.int64]) -> npt.NDArray[np.void]:
@@ -296,8 +305,19 @@ class LedgerIndex:
         for at in range(max(first, 0), stop, SCAN_RECORDS):
             rows = self.read(at, min(stop, at + SCAN_RECORDS))
             ids = np.flatnonzero(rows["length"])
-            if ids.size:
+            if ids.size == len(rows):
+                yield ids + at, rows
+            elif ids.size:
                 yield ids + at, rows[ids]
+
+    def held_ids(self, first: int = 0, stop: int | None = None) -> npt.NDArray[np.int64]:
+        """The ids of :meth:`held`, without their records."""
+        stop = self.capacity if stop is None else min(stop, self.capacity)
+        found = [
+            np.flatnonzero(self.read(at, min(stop, at + SCAN_RECORDS))["length"]) + at
+            for at in range(max(first, 0), stop, SCAN_RECORDS)
+        ]
+        return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
 
     # -- writing: through the mapping, allocated pages only ------------------------------
 
@@ -348,6 +368,7 @@ class LedgerIndex:
         # The mapping is unmapped once no array points into it any more: dropped, never
         # closed under it.
         self._table = np.empty(0, dtype=RECORD_DTYPE)
+        self.capacity = 0
         del self._file
         os.close(self.fd)
         self.fd = -1

@@ -68,8 +68,9 @@ def lost_records(idx: LedgerIndex, entry_logs: EntryLogManager) -> np.ndarray:
     re-adds what the journal holds, and BP-46 repair copies back what a limbo ledger should
     hold. The storage checks each index as it opens it, before any use; a record written in
     this run always lies within its log, so the check finds only what a crash left. The
-    table is read with ``pread`` (:meth:`.ledger_index.LedgerIndex.held`): on a full tmpfs a
-    read of a hole through the mapping would kill the bookie.
+    table is read a chunk at a time, never through unallocated pages of its mapping
+    (:meth:`.ledger_index.LedgerIndex.held`): on a full tmpfs a read of a hole there would
+    kill the bookie.
     """
     sizes: dict[int, int] = {}
     found = []

@@ -485,7 +485,7 @@ class DefaultLedgerStorage:
         first = max(first, 0)
         if idx is None or last < first:
             return []
-        return [e for ids, _ in idx.held(first, last + 1) for e in ids.tolist()]
+        return idx.held_ids(first, last + 1).tolist()
 
     def last_entry_id(self, ledger_id: int) -> int:
         idx = self._existing(ledger_id)
