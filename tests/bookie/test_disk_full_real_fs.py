@@ -30,7 +30,7 @@ from bkframe.core.mapped_file import PAGE, MappedFile
 from bkframe.plugins.ledger_storage_default.ledger_index import HEADER_SIZE, RECORD_DTYPE, LedgerIndex
 from bkframe.testing.cluster import BookieProcess
 from bkframe.testing.small_fs import SmallFilesystem
-from tests.bookie.test_disk_full import known, wait_for
+from tests.bookie.test_disk_full import _is, known, registered_read_only, wait_for
 
 MB = 1 << 20
 SIZE = 8 * MB
@@ -128,13 +128,6 @@ def assert_alive(bookie: BookieProcess) -> None:
         raise AssertionError(f"the bookie died (exit status {bookie.proc.returncode}):\n{bookie.log()[-3000:]}")
 
 
-async def registered_read_only(client: bkframe.Client, bookie_id: str) -> bool | None:
-    for b in await client.metadata.list_bookies():
-        if b.bookie_id == bookie_id:
-            return b.read_only
-    return None
-
-
 def start(bookie: BookieProcess, cfg: Path) -> None:
     # The faulting thread's stack in the log, should a page fault kill it.
     bookie.spawn("--config", str(cfg), env={"PYTHONFAULTHANDLER": "1"})
@@ -213,10 +206,6 @@ async def fill_collect_reopen(fs: SmallFilesystem, tmp_path: Path, make_room: An
         assert await add_all(conn, later, acked) == len(later)
         await check_reads(conn, acked, deleted)
     assert small.stop() == 0, small.log()[-3000:]
-
-
-async def _is(value: Any, expected: Any) -> bool:
-    return bool(await value == expected)
 
 
 async def _gc_deleted(conn: BookieClient, n: int) -> bool:
