@@ -99,7 +99,7 @@ async def check_reads(conn: BookieClient, acked: dict[tuple[int, int], bytes], d
         by_ledger.setdefault(ledger, []).append(entry)
     for ledger, entries in by_ledger.items():
         if ledger in deleted:
-            assert (await conn.read(ledger, entries[0], master_key=KEY)).status == p.Status.NO_LEDGER
+            assert (await conn.read(ledger, entries[0], master_key=KEY, timeout_s=60)).status == p.Status.NO_LEDGER
             continue
         reads = [conn.submit_read(ledger, e, master_key=KEY, timeout_s=60) for e in entries]
         for e, pending in zip(entries, reads):
@@ -191,7 +191,7 @@ async def fill_collect_reopen(fs: SmallFilesystem, tmp_path: Path, make_room: An
         info = await state(conn)
         assert info["read_only"] is True, info
         await check_reads(conn, acked, deleted)  # opens every index: each is checked against its logs
-        refused = await conn.add(GROWN[1], FAR, data(GROWN[1], FAR), master_key=KEY)
+        refused = await conn.add(GROWN[1], FAR, data(GROWN[1], FAR), master_key=KEY, timeout_s=60)
         assert refused.status == p.Status.READ_ONLY, (refused.status, refused.message)
         await trio.sleep(1.0)  # GC passes and checkpoints on the full disk
         assert_alive(small)
