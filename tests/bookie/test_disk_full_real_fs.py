@@ -138,6 +138,16 @@ async def fill_collect_reopen(fs: SmallFilesystem, tmp_path: Path, make_room: An
     metadata = f"sqlite://{tmp_path / 'metadata.db'}"
     small = BookieProcess(fs.path / "bookie", bookie_id="small", metadata=metadata, log_path=tmp_path / "small.log")
     procs.append(small)
+    try:
+        await _fill_collect_reopen(small, fs, tmp_path, make_room, metadata)
+    except Exception as e:
+        # A dead bookie first shows as a closed connection: say what killed it.
+        if small.proc is not None and small.proc.poll() not in (None, -9, 0):
+            raise AssertionError(f"the bookie died (exit status {small.proc.returncode}):\n{small.log()[-3000:]}") from e
+        raise
+
+
+async def _fill_collect_reopen(small: BookieProcess, fs: SmallFilesystem, tmp_path: Path, make_room: Any, metadata: str) -> None:
     start(small, config(tmp_path / "blind.toml", watching=False))
     acked: dict[tuple[int, int], bytes] = {}
     fresh = iter(range(100, 10_000))
