@@ -417,17 +417,21 @@ async def _secure(
     return stream
 
 
-async def _authenticate(stream: trio.abc.Stream, address: str, auth: tuple[str, bytes], tls: bool) -> int:
-    """Send the connection's AUTH request, with FEATURES after it in its frame, and read
-    their answers (nothing else is in flight); return the features the bookie uses. A bookie
-    older than FEATURES answers it BAD_REQUEST (an unknown op), and uses none."""
+async def _authenticate(stream: trio.abc.Stream, address: str, auth: tuple[str, bytes], tls: bool, features: int) -> int:
+    """Send the connection's AUTH request, with FEATURES after it in its frame (unless
+    ``features`` is 0), and read their answers (nothing else is in flight); return the
+    features the bookie uses. A bookie older than FEATURES answers it BAD_REQUEST (an
+    unknown op), and uses none."""
     method, credential = auth
+    messages = [p.encode_auth(0, method, credential)]
+    if features:
+        messages.append(p.encode_features(0, features))
     try:
-        await stream.send_all(p.frame([p.encode_auth(0, method, credential), p.encode_features(0, p.Feature.TRY_AGAIN)]))
+        await stream.send_all(p.frame(messages))
         buf = bytearray()
         answers: list[p.Response] = []
-        # Both answered, or AUTH refused (then nothing after it is).
-        while not answers or (answers[0].status == p.Status.OK and len(answers) < 2):
+        # All answered, or AUTH refused (then nothing after it is).
+        while not answers or (answers[0].status == p.Status.OK and len(answers) < len(messages)):
             if len(buf) >= 4:
                 (length,) = p.FRAME_HEADER.unpack_from(buf)
                 if length > p.MAX_FRAME_SIZE:
@@ -470,6 +474,7 @@ async def connect_bookie(
     auth: tuple[str, bytes] = NO_AUTH,
     try_again_s: float = DEFAULT_TRY_AGAIN_S,
     on_try_again: Callable[[], None] | None = None,
+    features: int = p.Feature.TRY_AGAIN,
 ) -> AsyncIterator[BookieClient]:
     """Connect to a bookie; the connection lives for the ``async with`` block.
 
@@ -484,6 +489,11 @@ async def connect_bookie(
     failure where it waits, and :meth:`BookieClient.wait_closed` returns. An unanswered
     request fails with :class:`BookieTimeoutError` after its timeout (``request_timeout_s``
     unless the request gives its own).
+
+    ``features`` (:class:`~bkframe.proto.Feature` bits) are sent in a FEATURES request after
+    the AUTH; 0 sends none (a client of protocol version 1 exactly: the bookie then never
+    answers TRY_AGAIN). A TRY_AGAIN answer is retried for ``try_again_s`` (see the module
+    docstring), each retry reported to ``on_try_again``.
     """
     address = f"{host}:{port}"
     stream: trio.abc.Stream | None = None
@@ -493,7 +503,7 @@ async def connect_bookie(
             stream = tcp
             if ssl_context is not None:
                 stream = await _secure(tcp, address, host, ssl_context)
-            features = await _authenticate(stream, address, auth, ssl_context is not None)
+            used = await _authenticate(stream, address, auth, ssl_context is not None, features)
     except OSError as e:
         await _close(stream)
         raise BookieConnectionError(f"cannot connect to bookie {address}: {e}") from e
@@ -508,7 +518,7 @@ async def connect_bookie(
     client = BookieClient(
         stream, address, request_timeout_s=request_timeout_s, try_again_s=try_again_s, on_try_again=on_try_again
     )
-    client.features = features
+    client.features = used
     # The connection's own tasks; a failure ends them all, never the caller's block.
     scopes: list[trio.CancelScope] = []
 
