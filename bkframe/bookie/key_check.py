@@ -39,6 +39,10 @@ from bkframe.core.metadata import MetadataError, MetadataStore, NoSuchLedgerErro
 CACHE_SIZE = 100_000
 #: Metadata reads in flight at once; more checks wait.
 CONCURRENT_READS = 16
+#: Reads started and not done (in flight or waiting for one of those 16): a read outlives
+#: the request that started it, so a flood of unknown ledger ids meets this cap (then
+#: MetadataError: IO_ERROR, retry) rather than queueing background reads without end.
+MAX_PENDING_READS = 4096
 #: How long one check waits for the metadata store (then the request is answered with an
 #: error the client retries, and nothing is created).
 TIMEOUT_S = 10.0
@@ -118,6 +122,8 @@ class KeyCheck:
     async def _read(self, ledger_id: int, wait_s: float) -> str | None:
         read = self._reading.get(ledger_id)
         if read is None:
+            if len(self._reading) >= MAX_PENDING_READS:
+                raise MetadataError(f"{MAX_PENDING_READS} key checks are waiting for the metadata store already")
             read = self._reading[ledger_id] = _Read(trio.current_time())
             if self._nursery is None:
                 await self._fetch(ledger_id, read)
