@@ -8,17 +8,21 @@ store client failing over from a cut member is: cancelling does not stop it).
 - A client of protocol version 1 (no FEATURES) never sees the new status: it waits, as before.
 - The client library retries TRY_AGAIN on the same bookie: a writer whose add timeout is far
   below the store's delay appends the first time, and recovery fences likewise.
+- A new client on a bookie older than FEATURES (one that does not know op 12) works as before.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 import trio
 
 import bkframe
 from bkframe import proto as p
+from bkframe.proto import request_codec
 from bkframe.bookie.key_check import KeyCheck
 from bkframe.client.bookie_client import connect_bookie
 from bkframe.core.ledger_keys import master_key
@@ -100,3 +104,27 @@ async def test_a_slow_key_check_is_answered_try_again_and_the_client_retries_on_
             assert counters.tries_again >= 2 and counters.ensemble_changes == 0, counters
             await handle.close()
             reads.cancel_scope.cancel()
+
+
+async def test_a_bookie_older_than_features_still_serves_a_new_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bookie of protocol version 1 does not know op 12: it answers FEATURES BAD_REQUEST and
+    serves the rest; the client reads both answers, uses no feature, and works as before. A
+    FEATURES anywhere but right after an AUTH that starts a frame changes nothing."""
+    decode_fields = request_codec._decode_fields
+
+    def without_features(body: memoryview, op: int, *rest: Any) -> p.Request:
+        if op == p.Op.FEATURES:
+            raise p.ProtocolError(f"unknown op code {op}")
+        return decode_fields(body, op, *rest)
+
+    async with running_bookie(make_config(tmp_path / "bookie")) as (service, host, port):
+        assert service.bookie is not None
+        monkeypatch.setattr(request_codec, "_decode_fields", without_features)
+        async with connect_bookie(host, port) as old:
+            assert old.features == 0
+            assert (await old.add(1, 0, b"entry", master_key=b"k")).status == p.Status.OK
+        assert service.bookie.counters.bad_requests == 1
+        monkeypatch.undo()
+        async with connect_bookie(host, port, features=0) as conn:
+            late = await conn.submit_raw(7, p.encode_features(7, p.Feature.TRY_AGAIN)).wait()
+            assert (late.op, late.status) == (p.Op.ERROR, p.Status.BAD_REQUEST) and "FEATURES" in late.message
