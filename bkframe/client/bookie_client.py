@@ -54,14 +54,16 @@ class PendingResponse:
 
     __slots__ = ("_error", "_event", "_response", "callback", "deadline", "parts", "submitted", "timeout_s")
 
-    def __init__(self, deadline: float = float("inf")) -> None:
+    def __init__(
+        self, deadline: float = float("inf"), parts: list[Buffer] | None = None, submitted: float = 0.0, timeout_s: float = 0.0
+    ) -> None:
         self._event = trio.Event()
         #: trio clock time after which the request fails with :class:`BookieTimeoutError`.
         self.deadline = deadline
         #: What was sent, when, and each try's timeout: to send it again on TRY_AGAIN.
-        self.parts: list[Buffer] = []
-        self.submitted = 0.0
-        self.timeout_s = 0.0
+        self.parts = parts
+        self.submitted = submitted
+        self.timeout_s = timeout_s
         self._response: p.Response | None = None
         self._error: BaseException | None = None
         #: Called synchronously with (response, None) or (None, error) when it completes;
@@ -157,10 +159,7 @@ class BookieClient:
         now = trio.current_time()
         timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
         deadline = now + timeout_s
-        pending = PendingResponse(deadline)
-        pending.parts = parts
-        pending.submitted = now
-        pending.timeout_s = timeout_s
+        pending = PendingResponse(deadline, parts, now, timeout_s)
         self._pending[request_id] = pending
         deadlines = self._deadlines
         if not deadlines or deadline < deadlines[0][0]:
@@ -188,7 +187,7 @@ class BookieClient:
         """A TRY_AGAIN answer: schedule the request to be sent again (True), unless its
         ``try_again_s`` is spent (False: the caller gets the answer)."""
         resend_at = trio.current_time() + TRY_AGAIN_BACKOFF_S
-        if resend_at >= pending.submitted + self.try_again_s:
+        if pending.parts is None or resend_at >= pending.submitted + self.try_again_s:
             return False
         self.tries_again += 1
         if self._on_try_again is not None:
@@ -339,8 +338,8 @@ class BookieClient:
             when, request_id, pending = resends[0]
             await trio.sleep_until(when)
             resends.popleft()
-            if self._pending.get(request_id) is pending and self._closed is None:  # not timed out or failed meanwhile
-                self._enqueue(pending.parts)
+            if self._pending.get(request_id) is pending and self._closed is None and pending.parts is not None:
+                self._enqueue(pending.parts)  # (not if it timed out or failed meanwhile)
 
     async def _timeout_loop(self) -> None:
         """Fail each request whose deadline passed (the bookie may be hung: SIGSTOP, a
