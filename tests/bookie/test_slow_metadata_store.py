@@ -22,11 +22,11 @@ import trio
 
 import bkframe
 from bkframe import proto as p
-from bkframe.proto import request_codec
 from bkframe.bookie.key_check import KeyCheck
 from bkframe.client.bookie_client import connect_bookie
 from bkframe.core.ledger_keys import master_key
 from bkframe.core.metadata import LedgerMetadata, MetadataStore
+from bkframe.proto import request_codec
 from bkframe.testing.cluster import make_config, running_bookie
 from bkframe.testing.kit import PASSWORD
 
