@@ -200,7 +200,8 @@ class BookieService:
                         )
                         log.info("bookie %s: %s", bookie_id, bookie.cookie_check.value)
                     if store is not None:
-                        bookie.key_check = KeyCheck(store)
+                        # Reads in the background: a request waits key_check_wait_s at most.
+                        bookie.key_check = KeyCheck(store, nursery=background, wait_s=cfg.key_check_wait_s)
                     await protect_at_boot(bookie, store, bookie_id)
                     bookie.ready.set()
                     if store is not None:

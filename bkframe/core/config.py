@@ -253,6 +253,11 @@ class BookieConfig:
     gc_interval_s: float = attrs.field(default=60.0, validator=above(0))
     #: A dead bookie's registration disappears from the metadata store after about this long.
     registration_ttl_s: float = attrs.field(default=6.0, validator=above(0))
+    #: The first add or fence of a ledger not held here waits for the metadata store to vouch
+    #: for its key at most this long; then a client that understands it is answered
+    #: TRY_AGAIN and sends it again (a slow store is not a dead bookie). Keep it below the
+    #: clients' add timeout.
+    key_check_wait_s: float = attrs.field(default=1.0, validator=at_least(0))
     #: A ledger this bookie deleted (garbage collection) is remembered this long, so that its
     #: old writer's adds are refused instead of creating it again (a week by default).
     deleted_ledger_retention_s: float = attrs.field(default=7 * 24 * 3600.0, validator=above(0))
