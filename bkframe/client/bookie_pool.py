@@ -120,15 +120,19 @@ class BookiePool:
         return relay
 
     async def _relay(self, bookie_id: str, submit: Callable[[BookieClient], PendingResponse], relay: PendingResponse) -> None:
-        with trio.move_on_at(relay.deadline):
-            try:
-                response = await submit(await self.get(bookie_id)).wait()
-            except (ConnectionError, BKError) as e:
-                relay.complete(None, e)
+        try:
+            with trio.move_on_at(relay.deadline):
+                try:
+                    response = await submit(await self.get(bookie_id)).wait()
+                except (ConnectionError, BKError) as e:
+                    relay.complete(None, e)
+                    return
+                relay.complete(response)
                 return
-            relay.complete(response)
-            return
-        relay.complete(None, BookieTimeoutError(f"bookie {bookie_id} was not connected and answered in time"))
+            relay.complete(None, BookieTimeoutError(f"bookie {bookie_id} was not connected and answered in time"))
+        finally:
+            # Cancelled with the client: whoever still waits hears why.
+            relay.complete(None, BookieConnectionError(f"the client closed before bookie {bookie_id} answered"))
 
     async def _connect(self, bookie_id: str, attempt: _Attempt) -> None:
         try:
