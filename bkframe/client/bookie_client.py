@@ -89,6 +89,16 @@ class PendingResponse:
         assert self._response is not None
         return self._response
 
+    def complete(self, response: p.Response | None, error: BaseException | None = None) -> None:
+        """Complete it from outside a connection: a request relayed to a bookie still being
+        connected to (:meth:`~.bookie_pool.BookiePool.request`). The first completion wins."""
+        if self._event.is_set():
+            return
+        if response is not None:
+            self._set(response)
+        else:
+            self._fail(error if error is not None else BookieConnectionError("no answer"))
+
     def _set(self, response: p.Response) -> None:
         self._response = response
         self._event.set()

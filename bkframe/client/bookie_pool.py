@@ -1,5 +1,9 @@
 """Connections to bookies by bookie id, opened on demand and reopened after a failure; the
-registered bookies (:mod:`.bookie_set`) they are found in."""
+registered bookies (:mod:`.bookie_set`) they are found in.
+
+A connect runs as a task of the client, never of the caller that asked for it: a quorum
+decision that no longer needs a hung bookie stops waiting for it (:mod:`.quorum`) while its
+connect goes on, bounded by ``connect_timeout_s``, and is ready for later requests."""
 
 from __future__ import annotations
 
@@ -13,12 +17,15 @@ from bkframe.client.bookie_client import (
     NO_AUTH,
     BookieClient,
     BookieConnectionError,
+    BookieTimeoutError,
+    PendingResponse,
     connect_bookie,
 )
 from bkframe.client.bookie_health import BookieHealth
 from bkframe.client.bookie_set import BookieSet
 from bkframe.core.metadata import MetadataStore
 from bkframe.core.placement import PlacementPolicy
+from bkframe.errors import BKError
 
 
 class BookiePool:
@@ -58,7 +65,8 @@ class BookiePool:
         self.asking_counts: set[str] = set()
         self._clients: dict[str, BookieClient] = {}
         self._addresses: dict[str, str] = {}
-        self._locks: dict[str, trio.Lock] = {}
+        #: Connects under way, by bookie id (see :meth:`get`).
+        self._attempts: dict[str, _Attempt] = {}
         #: TLS (None: plaintext) and the AUTH request of every connection (see connect_bookie).
         self._ssl_context = ssl_context
         self._auth = auth
@@ -88,20 +96,58 @@ class BookiePool:
         return client if client is not None and not client.closed else None
 
     async def get(self, bookie_id: str) -> BookieClient:
+        """The connection to ``bookie_id``, opened if need be.
+
+        The connect runs in the client's nursery, not in the caller: a caller that stops
+        waiting (a quorum decided without this bookie, a deadline) leaves it going, so a
+        slow or hung bookie is connected later without anyone waiting for it, and every
+        caller meanwhile waits for that one attempt instead of starting one each. A failed
+        attempt fails all of them; the next ``get`` tries again.
+        """
         client = self.connected(bookie_id)
         if client is not None:
             return client
-        lock = self._locks.setdefault(bookie_id, trio.Lock())
-        async with lock:
-            client = self.connected(bookie_id)
-            if client is not None:
-                return client
+        attempt = self._attempts.get(bookie_id)
+        if attempt is None:
+            attempt = self._attempts[bookie_id] = _Attempt()
+            self._nursery.start_soon(self._connect, bookie_id, attempt)
+        return await attempt.wait()
+
+    def request(self, bookie_id: str, submit: Callable[[BookieClient], PendingResponse], *, timeout_s: float) -> PendingResponse:
+        """``submit(connection)`` now if the bookie is connected; else a response that
+        comes once it is and the request is answered, or fails after ``timeout_s`` (the
+        connect goes on): a read then waits for a hung bookie's connect no longer than for
+        its answer, so speculation and failover work on a fresh client too."""
+        client = self.connected(bookie_id)
+        if client is not None:
+            return submit(client)
+        relay = PendingResponse(trio.current_time() + timeout_s)
+        self._nursery.start_soon(self._relay, bookie_id, submit, relay)
+        return relay
+
+    async def _relay(self, bookie_id: str, submit: Callable[[BookieClient], PendingResponse], relay: PendingResponse) -> None:
+        try:
+            with trio.move_on_at(relay.deadline):
+                try:
+                    response = await submit(await self.get(bookie_id)).wait()
+                except (ConnectionError, BKError) as e:
+                    relay.complete(None, e)
+                    return
+                relay.complete(response)
+                return
+            relay.complete(None, BookieTimeoutError(f"bookie {bookie_id} was not connected and answered in time"))
+        finally:
+            # Cancelled with the client: whoever still waits hears why.
+            relay.complete(None, BookieConnectionError(f"the client closed before bookie {bookie_id} answered"))
+
+    async def _connect(self, bookie_id: str, attempt: _Attempt) -> None:
+        try:
             refreshed = bookie_id in self._clients
             address = await self.resolve(bookie_id, refresh=refreshed)
             while True:
                 host, _, port = address.rpartition(":")
                 try:
-                    return await self._nursery.start(self._hold, bookie_id, host, int(port))
+                    client = await self._nursery.start(self._hold, bookie_id, host, int(port))
                 except ConnectionError as e:
                     # A restarted bookie listens elsewhere: the address may be stale (it
                     # came with another bookie's lookup). Look it up afresh, once.
@@ -117,9 +163,18 @@ class BookiePool:
                             continue
                     self.health.failed(bookie_id, str(e))
                     raise
+                attempt.succeeded(client)
+                return
+        except Exception as e:  # noqa: BLE001 - handed to every waiting caller, raised there
+            attempt.failed(e)
+        finally:
+            # Cancelled with the client: nobody is left to connect for.
+            attempt.failed(BookieConnectionError(f"the client closed before bookie {bookie_id} was connected"))
+            if self._attempts.get(bookie_id) is attempt:
+                del self._attempts[bookie_id]
 
     async def _hold(self, bookie_id: str, host: str, port: int, *, task_status: trio.TaskStatus[BookieClient]) -> None:
-        # A failed connect raises out of nursery.start to the caller of get().
+        # A failed connect raises out of nursery.start to _connect.
         async with connect_bookie(
             host, port, connect_timeout_s=self.connect_timeout_s, ssl_context=self._ssl_context, auth=self._auth,
             try_again_s=self._try_again_s, on_try_again=self._on_try_again,
@@ -127,3 +182,29 @@ class BookiePool:
             self._clients[bookie_id] = client
             task_status.started(client)
             await client.wait_closed()
+
+
+class _Attempt:
+    """One connect to a bookie under way, which any number of callers wait for."""
+
+    def __init__(self) -> None:
+        self._done = trio.Event()
+        self._client: BookieClient | None = None
+        self._error: Exception | None = None
+
+    def succeeded(self, client: BookieClient) -> None:
+        if not self._done.is_set():
+            self._client = client
+            self._done.set()
+
+    def failed(self, error: Exception) -> None:
+        if not self._done.is_set():
+            self._error = error
+            self._done.set()
+
+    async def wait(self) -> BookieClient:
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._client is not None
+        return self._client

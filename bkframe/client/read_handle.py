@@ -11,10 +11,10 @@ import numpy.typing as npt
 import trio
 
 from bkframe import proto as p
-from bkframe.client.bookie_client import PendingResponse
+from bkframe.client.bookie_client import BookieClient, PendingResponse
 from bkframe.client.distribution import replicas
 from bkframe.client.entry_format import Digester, DigestMismatchError
-from bkframe.client.quorum import ask_bookies
+from bkframe.client.quorum import ask_bookies, covered
 from bkframe.core.metadata import LedgerMetadata
 from bkframe.errors import BKError, NoSuchEntryError
 
@@ -266,8 +266,10 @@ class ReadHandle:
         timeout_s = min(settings.speculative_read_timeout_s or settings.read_timeout_s, settings.read_timeout_s)
         nxt = first
         try:
-            conn = await self._ctx.pool.get(bookie_id)
-            while nxt <= last:
+            conn = None
+            with trio.move_on_after(timeout_s):  # a connect as slow as that: read entry by entry
+                conn = await self._ctx.pool.get(bookie_id)
+            while conn is not None and nxt <= last:
                 response = await conn.submit_read_batch(
                     self.ledger_id, nxt, last, step=step, max_bytes=BATCH_BYTES, master_key=self._master_key,
                     timeout_s=timeout_s,
@@ -319,14 +321,19 @@ class ReadHandle:
 
     async def _launch_next(self, plan: _EntryRead) -> bool:
         """Send the entry's read to its next replica; False when none is left."""
+        timeout_s = self._ctx.settings.read_timeout_s
+
+        def read(conn: BookieClient) -> PendingResponse:
+            return conn.submit_read(self.ledger_id, plan.entry_id, master_key=self._master_key, timeout_s=timeout_s)
+
         while plan.next < len(plan.replicas):
             bookie_id = plan.replicas[plan.next]
             plan.next += 1
             try:
-                conn = await self._ctx.pool.get(bookie_id)
-                pending = conn.submit_read(
-                    self.ledger_id, plan.entry_id, master_key=self._master_key, timeout_s=self._ctx.settings.read_timeout_s
-                )
+                # Never waits for a connect: a bookie still being connected to answers
+                # through the pool's relay, as slowly as it must, and speculation (or its
+                # failure) moves on to the next replica meanwhile.
+                pending = self._ctx.pool.request(bookie_id, read, timeout_s=timeout_s)
             except ConnectionError as e:
                 plan.errors.append(f"{bookie_id}: {e}")
                 continue
@@ -384,11 +391,16 @@ class ReadHandle:
 
     async def read_lac(self, *, _retry: bool = True) -> int:
         """Ask the last fragment's bookies for their LAC (at once, each with the read
-        timeout); the highest answer wins. If none answers, the ledger's metadata is read
-        again (the writer may have replaced them) and, if it changed, asked once more."""
+        timeout); the highest answer wins, as soon as the answers cover every write set
+        (:func:`~.quorum.covered`: a hung bookie is not waited for). If none answers, the
+        ledger's metadata is read again (the writer may have replaced them) and, if it
+        changed, asked once more."""
         if self.closed:
             return self._lac
         ensemble = self.metadata.fragments[-1][1]
+        index = {b: i for i, b in enumerate(ensemble)}
+        w, a = self.metadata.write_quorum, self.metadata.ack_quorum
+        heard: set[int] = set()
         best = self._lac
         refused: BKError | None = None
         answered = 0
@@ -402,7 +414,9 @@ class ReadHandle:
                 best = max(best, response.lac)
             elif response.status != p.Status.NO_LEDGER:
                 refused = p.error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id)
-            return False
+                return True
+            heard.add(index[bookie_id])
+            return covered(len(ensemble), w, a, heard)
 
         await ask_bookies(
             self._ctx.pool,
@@ -428,34 +442,38 @@ class ReadHandle:
         return self.metadata
 
     async def wait_for_lac(self, previous: int, *, timeout_s: float = 1.0) -> int:
-        """Long poll: return once some bookie's LAC passes ``previous`` (or the timeout ends)."""
+        """Long poll: return once some bookie's LAC passes ``previous``, or once bookies
+        covering every write set said it has not (at the poll's end), or the timeout ends."""
         if self.closed:
             return self._lac
         ensemble = self.metadata.fragments[-1][1]
+        index = {b: i for i, b in enumerate(ensemble)}
+        w, a = self.metadata.write_quorum, self.metadata.ack_quorum
+        heard: set[int] = set()
         timeout_ms = int(timeout_s * 1000)
         best = self._lac
         started = trio.current_time()
-        async with trio.open_nursery() as nursery:
 
-            async def poll(bookie_id: str) -> None:
-                nonlocal best
-                try:
-                    client = await self._ctx.pool.get(bookie_id)
-                    # A long poll keeps its own deadline: the poll time plus a read's.
-                    response = await client.read_lac(
-                        self.ledger_id,
-                        previous_lac=previous,
-                        timeout_ms=timeout_ms,
-                        timeout_s=timeout_s + self._ctx.settings.read_timeout_s,
-                    )
-                except ConnectionError:
-                    return
-                if response.status == p.Status.OK and response.lac > previous:
-                    best = max(best, response.lac)
-                    nursery.cancel_scope.cancel()  # one answer is enough
+        def decide(bookie_id: str, response: p.Response | None) -> bool:
+            nonlocal best
+            if response is None or response.status not in (p.Status.OK, p.Status.NO_LEDGER):
+                return False
+            if response.status == p.Status.OK and response.lac > previous:
+                best = max(best, response.lac)
+                return True  # one answer is enough
+            heard.add(index[bookie_id])
+            return covered(len(ensemble), w, a, heard)
 
-            for bookie_id in ensemble:
-                nursery.start_soon(poll, bookie_id)
+        await ask_bookies(
+            self._ctx.pool,
+            ensemble,
+            # A long poll keeps its own deadline: the poll time plus a read's.
+            lambda conn: conn.submit_read_lac(
+                self.ledger_id, previous_lac=previous, timeout_ms=timeout_ms,
+                timeout_s=timeout_s + self._ctx.settings.read_timeout_s,
+            ),
+            decide,
+        )
         if best <= previous:
             # Every poll ended early with nothing new (a bookie over its long-poll cap answers
             # at once, a dead one refuses): pause a little, so a tail does not spin.

@@ -26,12 +26,14 @@ disagrees; otherwise the entry is unknown and the ledger is left to a client tha
 the password.
 
 Writing back: each recovered entry is recovery-added to its write set and needs A
-acknowledgements. When bookies of the write set are down (so fewer than A answer), they
-are replaced by other writable bookies from that entry on, as a writer's ensemble change
-does; a replacement is fenced before it gets recovery adds, so every bookie of the closed
-ledger refuses ordinary adds. The new fragments are stored in the same CAS that closes the ledger, which succeeds
-only while the ledger is IN_RECOVERY with the fragments recovery started from: metadata
-never shows a half-done recovery, and a later recovery (after this one crashed) reads
+acknowledgements; it is written back once A answered (the rest of the write set gets it
+too, but a hung bookie's connect or add timeout holds nothing up). When bookies of the
+write set are down (so fewer than A answer), they are replaced by other writable bookies
+from that entry on, as a writer's ensemble change does; a replacement is fenced before it
+gets recovery adds, so every bookie of the closed ledger refuses ordinary adds. The new
+fragments are stored in the same CAS that closes the ledger, which succeeds only while
+the ledger is IN_RECOVERY with the fragments recovery started from: metadata never shows
+a half-done recovery, and a later recovery (after this one crashed) reads
 the entries where the writer put them, not where this one began to copy them.
 """
 
@@ -306,7 +308,10 @@ class Recovery:
                     return True
                 else:
                     failed.add(bookie_id)  # noqa: B023 - decide runs only within this iteration's ask_bookies
-                return False  # wait for every replica: copies beyond A make the ledger safer
+                # A acks decide, as a writer's add: a hung replica must not hold recovery up
+                # by its connect or add timeout. The others still get the entry (send_late):
+                # copies beyond A make the ledger safer, but nobody waits for them.
+                return len(acked & set(write_to)) >= a  # noqa: B023 - as above
 
             await ask_bookies(
                 self.ctx.pool,
@@ -316,6 +321,7 @@ class Recovery:
                     recovery=True, timeout_s=self.settings.add_timeout_s,
                 ),
                 decide,
+                send_late=True,
             )
             if refused is not None:
                 raise refused

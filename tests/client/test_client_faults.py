@@ -7,13 +7,16 @@ failed; a hang must show as a failure naming what hung, not as a stuck suite.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import trio
+from click.testing import CliRunner
 
 import bkframe
 from bkframe import DigestType, LedgerStateName
 from bkframe import proto as p
+from bkframe.cli.ledger import ledger as ledger_group
 from bkframe.client.distribution import write_set
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
@@ -28,6 +31,16 @@ flush_when_queue_empty = false
 max_wait_ms = 1500.0
 buffered_bytes_threshold = 104857600
 """
+#: A connect timeout far above what a quorum decision should take (BookKeeper's default).
+CONNECT_S = 10.0
+#: Bookies whose registration outlives a test's SIGSTOP, as a ZooKeeper session of a minute
+#: would: with the default 6 s, a client listing the bookies later than that finds the hung
+#: one gone and never connects, which would hide a wait for its connect.
+LONG_REGISTRATION = """
+[bookie]
+registration_ttl_s = 60.0
+"""
+T = TypeVar("T")
 
 
 async def _held(client: Any, bookie_id: str, ledger_id: int, last: int) -> set[int]:
@@ -61,42 +74,83 @@ async def test_hung_bookie_append_changes_ensemble(cluster_factory: Any) -> None
 
 
 async def test_hung_bookie_does_not_stall_recovery_or_lac_reads(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
-    async with bkframe.open_client(cluster.metadata, **FAST) as client, bkframe.open_client(
-        cluster.metadata, **FAST
-    ) as other:
+    """With one bookie of an E3 W3 A2 ledger SIGSTOPped, fresh clients (no connection yet)
+    close it from the CLI, read its LAC, long-poll it, recover it and read it back, each in
+    a fraction of the connect timeout: the other two bookies' answers decide (issue 35:
+    the CLI's close took 10.6 s, a LAC read 10 s, a read of a hung first replica 10 s).
+    The kernel completes a stopped process's TCP handshakes, so only the AUTH answer
+    never comes: a connect then lasts the whole connect timeout."""
+    cluster = cluster_factory(3, config=LONG_REGISTRATION)
+    fast = {**FAST, "connect_timeout_s": CONNECT_S}
+    async with bkframe.open_client(cluster.metadata, **fast) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
-        for i in range(10):
+        left_open = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
+        pending = [left_open.append_async(payload("open", i)) for i in range(10)]
+        for i in range(10):  # one by one: each add carries the LAC of the one before
             await writer.append(payload("entry", i))
-        with trio.fail_after(10):  # every bookie answered: the writer has nothing left to time out
-            while writer._outstanding:
+        for pa in pending:
+            await pa.wait()
+        with trio.fail_after(10):  # every bookie answered: the writers have nothing left to time out
+            while writer._outstanding or left_open._outstanding:
                 await trio.sleep(0.01)
         hung = cluster.by_id(writer.metadata.fragments[0][1][2])
         hung.hang()
         try:
-            with trio.fail_after(20):  # LAC reads asked every bookie in turn, with no timeout
-                tailer = await other.open_ledger(writer.ledger_id, password=PASSWORD, recovery=False)
-                assert await tailer.read_lac() >= 8
-            with trio.fail_after(20):  # fencing waited for all three; E - A + 1 = 2 decide
-                recovered = await other.open_ledger(writer.ledger_id, password=PASSWORD)
-            assert recovered.metadata.state == LedgerStateName.CLOSED
-            assert recovered.lac == 9
-            with trio.fail_after(20):
-                assert [e.payload for e in await recovered.read(0, 9)] == [payload("entry", i) for i in range(10)]
-            # The old writer is fenced out by the two bookies that answered.
-            with trio.fail_after(20):
-                try:
-                    await writer.append(b"late")
-                except bkframe.LedgerFencedError:
-                    pass
-                else:
-                    raise AssertionError("the fenced writer's append succeeded")
+            # The CLI's command, as the issue ran it (its connect timeout is the default,
+            # 10 s), in a thread: a process would add its imports, seconds on a loaded machine.
+            runner = CliRunner()
+            command = ["close", str(left_open.ledger_id), "--password", PASSWORD.decode()]
+            with trio.fail_after(60):
+                closed = await _within(0.4 * CONNECT_S, "bkframe ledger close", trio.to_thread.run_sync(
+                    lambda: runner.invoke(ledger_group, command, env={"BKFRAME_METADATA": cluster.metadata})
+                ))
+            assert closed.output.strip() == f"ledger {left_open.ledger_id} closed at entry 9", closed.output
+
+            async with bkframe.open_client(cluster.metadata, **fast) as other:
+                with trio.fail_after(3 * CONNECT_S):
+                    tailer = await _within(0.4 * CONNECT_S, "an open without recovery (LAC read)", other.open_ledger(
+                        writer.ledger_id, password=PASSWORD, recovery=False
+                    ))
+                    assert tailer.lac >= 8
+                    # A long poll with nothing new ends with the poll, not a hung bookie's connect.
+                    await _within(0.4 * CONNECT_S, "a long poll", tailer.wait_for_lac(tailer.lac, timeout_s=0.5))
+
+            async with bkframe.open_client(cluster.metadata, **fast) as fresh:
+                with trio.fail_after(3 * CONNECT_S):
+                    recovered = await _within(0.4 * CONNECT_S, "recovery (fence, read, write back, close)",
+                                              fresh.open_ledger(writer.ledger_id, password=PASSWORD))
+                    assert recovered.metadata.state == LedgerStateName.CLOSED
+                    assert recovered.lac == 9
+                    entries = await _within(0.4 * CONNECT_S, "reading it back", recovered.read(0, 9))
+                    assert [e.payload for e in entries] == [payload("entry", i) for i in range(10)]
+                # The old writer is fenced out by the two bookies that answered.
+                with trio.fail_after(20):
+                    try:
+                        await writer.append(b"late")
+                    except bkframe.LedgerFencedError:
+                        pass
+                    else:
+                        raise AssertionError("the fenced writer's append succeeded")
+                # Nobody waited for the hung bookie's connect, but it went on: once the
+                # bookie runs again, the connection is there for later requests.
+                hung.resume()
+                with trio.fail_after(CONNECT_S):
+                    while fresh.pool.connected(hung.bookie_id) is None:
+                        await trio.sleep(0.05)
         finally:
             hung.resume()
 
 
+async def _within(limit_s: float, what: str, call: Awaitable[T]) -> T:
+    started = trio.current_time()
+    result = await call
+    took = trio.current_time() - started
+    assert took < limit_s, f"{what} took {took:.1f} s with one bookie hung (connect timeout {CONNECT_S} s)"
+    return result
+
+
 async def test_reads_fail_over_from_a_hung_first_replica(cluster_factory: Any) -> None:
-    cluster = cluster_factory(3)
+    cluster = cluster_factory(3, config=LONG_REGISTRATION)
     async with bkframe.open_client(cluster.metadata, **FAST) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
         pending = [writer.append_async(payload("entry", i)) for i in range(300)]
@@ -108,10 +162,12 @@ async def test_reads_fail_over_from_a_hung_first_replica(cluster_factory: Any) -
     hung = cluster.by_id(ensemble[write_set(0, 3, 3)[0]])
     hung.hang()
     try:
-        async with bkframe.open_client(cluster.metadata, **FAST) as client:
+        # A fresh client: no read may wait for the hung replica's connect (issue 35: 10 s)
+        # rather than speculate past it.
+        async with bkframe.open_client(cluster.metadata, **FAST, connect_timeout_s=CONNECT_S) as client:
             reader = await client.open_ledger(md.ledger_id, password=PASSWORD)
             with trio.fail_after(30):  # without read timeouts this waits forever
-                entries = await reader.read(0, 299)
+                entries = await _within(0.4 * CONNECT_S, "a read of a hung first replica", reader.read(0, 299))
             assert [e.payload for e in entries] == [payload("entry", i) for i in range(300)]
     finally:
         hung.resume()

@@ -221,6 +221,9 @@ async def test_long_poll_waits_for_the_lac(shared_cluster: Cluster) -> None:
     async with bkframe.open_client(cluster.metadata) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
         await writer.append(b"a")
+        # append() returns at A=2 acks: let the third replica (maybe bookie 0) have it too.
+        with trio.fail_after(10):
+            await writer._all_answered.wait()
         bookie = await client.pool.get(writer.metadata.fragments[0][1][0])
         start = trio.current_time()
         r = await bookie.read_lac(writer.ledger_id, previous_lac=-1, timeout_ms=200)
