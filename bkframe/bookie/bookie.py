@@ -65,7 +65,8 @@ class Bookie:
         self.plugins = plugins
         self.counters = Counters()
         self.data_dir = Path(config.bookie.data_dir)
-        self.started_at = time.time()
+        self.started_at = time.time()  # a Unix time, for the metrics
+        self.started_mono = time.monotonic()  # uptime: a step of the wall clock must not change it
         #: Who may use this bookie (``[auth]``): asked once per connection by the server.
         self.auth: AuthProvider = plugins.auth_provider_from_section(config.auth, source=f"{config.source}: [auth]")
         #: The metadata store's cluster record (None without a store): its secret is what
@@ -219,7 +220,7 @@ class Bookie:
         return {
             "bookie_id": self.bookie_id,
             "protocol_version": p.PROTOCOL_VERSION,
-            "uptime_s": round(time.time() - self.started_at, 3),
+            "uptime_s": round(time.monotonic() - self.started_mono, 3),
             "free_disk_bytes": usage.free,
             "total_disk_bytes": usage.total,
             "disk_usage": round(usage.fraction, 4),

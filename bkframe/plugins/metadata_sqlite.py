@@ -6,7 +6,8 @@ compare-and-set is one ``UPDATE ... WHERE version = ?``. All calls run in a work
 blocks on the database. A bookie registration is a row with an expiry time that a
 heartbeat task pushes forward; a dead bookie stops heartbeating and its row expires. A lock
 is the same: a row with its holder, a token of its own and an expiry, free to take once
-expired.
+expired. Expiries are on the machine's monotonic clock (:mod:`.sqlite_leases`), so a step
+of the wall clock moves none.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-import attrs
 import trio
 
 from bkframe.core.hookspecs import hookimpl
@@ -41,6 +41,7 @@ from bkframe.core.metadata import (
     id_in_use,
 )
 from bkframe.core.registry import ComponentRegistry
+from bkframe.plugins.sqlite_leases import LIVE, SqliteLock, SqliteRegistration, add_lease_columns, expiry_params, now_params
 
 log = logging.getLogger("bkframe.metadata.sqlite")
 
@@ -50,14 +51,18 @@ T = TypeVar("T")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS ledgers (id INTEGER PRIMARY KEY, data BLOB NOT NULL, version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS id_counter (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS bookies (id TEXT PRIMARY KEY, data BLOB NOT NULL, expires_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS bookies (
+    id TEXT PRIMARY KEY, data BLOB NOT NULL, expires_at REAL NOT NULL, boot TEXT, expires_mono REAL
+);
 CREATE TABLE IF NOT EXISTS cookies (id TEXT PRIMARY KEY, value BLOB NOT NULL, version INTEGER NOT NULL);
 INSERT OR IGNORE INTO id_counter (name, value) VALUES ('ledger', 0);
 CREATE TABLE IF NOT EXISTS logs (name TEXT PRIMARY KEY, data BLOB NOT NULL, version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS log_cursors (
     log TEXT NOT NULL, name TEXT NOT NULL, data BLOB NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (log, name)
 );
-CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, holder TEXT NOT NULL, token TEXT NOT NULL, expires_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS locks (
+    name TEXT PRIMARY KEY, holder TEXT NOT NULL, token TEXT NOT NULL, expires_at REAL NOT NULL, boot TEXT, expires_mono REAL
+);
 CREATE TABLE IF NOT EXISTS under_replicated (ledger_id INTEGER PRIMARY KEY, bookies TEXT NOT NULL, since REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS decommissioned (id TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS cluster (id INTEGER PRIMARY KEY CHECK (id = 1), data BLOB NOT NULL);
@@ -67,95 +72,6 @@ CREATE TABLE IF NOT EXISTS ledger_bookies (bookie TEXT NOT NULL, ledger INTEGER 
 
 #: How often watches look for a new version.
 WATCH_POLL_S = 0.05
-
-
-class SqliteRegistration:
-    """Keeps a bookie's row alive until closed; the heartbeat runs in the holder's nursery."""
-
-    def __init__(self, store: SqliteMetadataStore, info: BookieInfo, ttl_s: float) -> None:
-        self._store = store
-        self.info = info
-        self._ttl = ttl_s
-        self._scope = trio.CancelScope()
-        self._stopped = trio.Event()
-
-    async def _heartbeat(self) -> None:
-        try:
-            with self._scope:
-                while True:
-                    await trio.sleep(self._ttl / 3)
-                    try:
-                        await self._store._upsert_bookie(self.info, self._ttl)
-                    except Exception as e:  # noqa: BLE001 - never fatal: a lost heartbeat only expires the row
-                        # Keep trying: the row comes back as soon as the store answers again.
-                        log.warning("bookie %s: registration heartbeat failed: %s", self.info.bookie_id, e)
-        finally:
-            self._stopped.set()
-
-    async def set_read_only(self, read_only: bool) -> None:
-        self.info = attrs.evolve(self.info, read_only=read_only)
-        await self._store._upsert_bookie(self.info, self._ttl)
-
-    async def aclose(self) -> None:
-        self._scope.cancel()
-        await self._stopped.wait()
-
-        def delete_ours(db: sqlite3.Connection) -> None:
-            # Only our own row: after an expiry the id may be another bookie's.
-            row = db.execute("SELECT data FROM bookies WHERE id = ?", (self.info.bookie_id,)).fetchone()
-            if row is not None and BookieInfo.deserialize(row[0]).same_bookie(self.info):
-                db.execute("DELETE FROM bookies WHERE id = ?", (self.info.bookie_id,))
-
-        await self._store._transaction(delete_ours)
-
-
-class SqliteLock:
-    """A held lock row; the heartbeat (in the holder's nursery) pushes its expiry forward and
-    sets ``lost`` if the row is no longer ours or could not be renewed for a whole TTL."""
-
-    def __init__(self, store: SqliteMetadataStore, name: str, holder: str, token: str, ttl_s: float) -> None:
-        self._store = store
-        self.name = name
-        self.holder = holder
-        self._token = token
-        self._ttl = ttl_s
-        self.lost = trio.Event()
-        self._scope = trio.CancelScope()
-        self._stopped = trio.Event()
-
-    async def _heartbeat(self) -> None:
-        renewed = time.monotonic()
-        try:
-            with self._scope:
-                while True:
-                    await trio.sleep(self._ttl / 3)
-                    try:
-                        ours = await self._store._call(self._renew)
-                    except Exception as e:  # noqa: BLE001 - retried until the TTL is over
-                        log.warning("lock %s: heartbeat failed: %s", self.name, e)
-                        if time.monotonic() - renewed < self._ttl:
-                            continue
-                        ours = False  # others may take it by now
-                    if not ours:
-                        log.warning("lock %s of %s expired while held", self.name, self.holder)
-                        self.lost.set()
-                        return
-                    renewed = time.monotonic()
-        finally:
-            self._stopped.set()
-
-    def _renew(self, db: sqlite3.Connection) -> bool:
-        cur = db.execute(
-            "UPDATE locks SET expires_at = ? WHERE name = ? AND token = ? AND expires_at > ?",
-            (time.time() + self._ttl, self.name, self._token, time.time()),
-        )
-        return cur.rowcount == 1
-
-    async def release(self) -> None:
-        self._scope.cancel()
-        await self._stopped.wait()
-        # Only our own row: after an expiry the name may belong to someone else.
-        await self._store._call(lambda db: db.execute("DELETE FROM locks WHERE name = ? AND token = ?", (self.name, self._token)))
 
 
 class SqliteMetadataStore:
@@ -186,6 +102,7 @@ class SqliteMetadataStore:
                     self._db.execute("PRAGMA journal_mode=WAL")
                     self._db.execute("PRAGMA synchronous=FULL")
                     self._db.executescript(SCHEMA)
+                    add_lease_columns(self._db)
                     break
                 except sqlite3.OperationalError as e:
                     if "locked" not in str(e) or time.monotonic() > deadline:
@@ -346,14 +263,16 @@ class SqliteMetadataStore:
         transaction: two bookies starting at once cannot both pass the check)."""
 
         def upsert(db: sqlite3.Connection) -> None:
-            row = db.execute("SELECT data, expires_at FROM bookies WHERE id = ?", (info.bookie_id,)).fetchone()
-            if row is not None and row[1] > time.time():
+            live = f"SELECT data FROM bookies WHERE id = :id AND {LIVE}"
+            row = db.execute(live, {**now_params(), "id": info.bookie_id}).fetchone()
+            if row is not None:
                 held = BookieInfo.deserialize(row[0])
                 if not held.same_bookie(info) and held != replace:
                     raise id_in_use(held, info)
             db.execute(
-                "INSERT OR REPLACE INTO bookies (id, data, expires_at) VALUES (?, ?, ?)",
-                (info.bookie_id, info.serialize(), time.time() + ttl_s),
+                "INSERT OR REPLACE INTO bookies (id, data, expires_at, boot, expires_mono) "
+                "VALUES (:id, :data, :expires_at, :boot, :expires_mono)",
+                {**expiry_params(ttl_s), "id": info.bookie_id, "data": info.serialize()},
             )
 
         await self._transaction(upsert)
@@ -368,7 +287,7 @@ class SqliteMetadataStore:
 
     async def list_bookies(self, *, writable_only: bool = False) -> list[BookieInfo]:
         rows = await self._call(
-            lambda db: db.execute("SELECT data FROM bookies WHERE expires_at > ? ORDER BY id", (time.time(),)).fetchall()
+            lambda db: db.execute(f"SELECT data FROM bookies WHERE {LIVE} ORDER BY id", now_params()).fetchall()
         )
         infos = [BookieInfo.deserialize(r[0]) for r in rows]
         if not writable_only:
@@ -500,11 +419,11 @@ class SqliteMetadataStore:
         token = uuid.uuid4().hex
 
         def take(db: sqlite3.Connection) -> bool:
-            now = time.time()
-            db.execute("DELETE FROM locks WHERE name = ? AND expires_at <= ?", (name, now))
+            db.execute(f"DELETE FROM locks WHERE name = :name AND NOT {LIVE}", {**now_params(), "name": name})
             cur = db.execute(
-                "INSERT OR IGNORE INTO locks (name, holder, token, expires_at) VALUES (?, ?, ?, ?)",
-                (name, holder, token, now + ttl_s),
+                "INSERT OR IGNORE INTO locks (name, holder, token, expires_at, boot, expires_mono) "
+                "VALUES (:name, :holder, :token, :expires_at, :boot, :expires_mono)",
+                {**expiry_params(ttl_s), "name": name, "holder": holder, "token": token},
             )
             return cur.rowcount == 1
 
@@ -516,7 +435,9 @@ class SqliteMetadataStore:
 
     async def lock_holder(self, name: str) -> str | None:
         row = await self._call(
-            lambda db: db.execute("SELECT holder FROM locks WHERE name = ? AND expires_at > ?", (name, time.time())).fetchone()
+            lambda db: db.execute(
+                f"SELECT holder FROM locks WHERE name = :name AND {LIVE}", {**now_params(), "name": name}
+            ).fetchone()
         )
         return None if row is None else str(row[0])
 

@@ -92,7 +92,9 @@ class Auditor:
         self.holder = holder
         self.config = config
         self.status = AuditorStatus()
-        #: Bookie id -> wall-clock time it was last seen registered (or first seen missing).
+        #: Bookie id -> when it was last seen registered (or first seen missing), on the
+        #: monotonic clock: a step of the wall clock must neither call a live bookie lost nor
+        #: keep a dead one for an hour.
         self.last_seen: dict[str, float] = {}
         #: The bookie set at the last look.
         self.registered: set[str] = set()
@@ -133,7 +135,7 @@ class Auditor:
         with trio.fail_after(self.config.request_timeout_s):
             self.registered = {b.bookie_id for b in await self.store.list_bookies()}
             self.decommissioned = await self.store.list_decommissioned()
-        now = time.time()
+        now = time.monotonic()
         for bookie_id in self.registered:
             self.last_seen[bookie_id] = now
         for bookie_id in self.decommissioned:
@@ -141,7 +143,7 @@ class Auditor:
 
     def lost_bookies(self) -> set[str]:
         """Known bookies gone past the grace, and decommissioned ones."""
-        now = time.time()
+        now = time.monotonic()
         grace = self.config.lost_bookie_grace_s
         return {
             b
@@ -284,7 +286,7 @@ class Auditor:
     def _note_bookies(self, md: LedgerMetadata) -> None:
         """Make the bookies ``md`` names known: one never seen registered counts as missing
         from now (its ledgers are marked from its index once it is lost, by the rounds)."""
-        now = time.time()
+        now = time.monotonic()
         for bookie_id in md.bookies() - self.registered:
             self.last_seen.setdefault(bookie_id, now)
 

@@ -44,7 +44,6 @@ from __future__ import annotations
 import enum
 import logging
 import random
-import time
 from collections.abc import Callable
 
 import attrs
@@ -130,6 +129,11 @@ class ReplicationWorker:
         self._retry: dict[int, tuple[float, float]] = {}
         #: The ledger id this worker reads marks from (see the module's docstring).
         self._cursor = 0
+        #: Open ledger -> trio time this worker first found its last fragment waiting on its
+        #: writer. The grace counts from then, not from the mark's wall-clock ``since``: a
+        #: step of this machine's clock (or another's, which wrote ``since``) must not end it
+        #: early and fence a live writer.
+        self._pending_since: dict[int, float] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -154,6 +158,7 @@ class ReplicationWorker:
                 # or are tried as new), so that the table holds only marks still waiting.
                 now = trio.current_time()
                 self._retry = {i: r for i, r in self._retry.items() if r[0] > now}
+                self._pending_since = {i: t for i, t in self._pending_since.items() if i in self._retry}
             if outcome is not Claim.HELD or wrapped:
                 await trio.sleep(self.config.check_interval_s)
 
@@ -318,7 +323,7 @@ class ReplicationWorker:
                 f"the last fragment of the open ledger names {sorted(lost & set(ensemble))}, which are alive "
                 f"(decommissioned or marked): left to the writer's ensemble change or close"
             )
-        age = time.time() - mark.since
+        age = trio.current_time() - self._pending_since.setdefault(md.ledger_id, trio.current_time())
         grace = self.config.open_ledger_rereplication_grace_s
         if age < grace:
             return f"open ledger: its last fragment is left to its writer for {grace - age:.0f} s more"

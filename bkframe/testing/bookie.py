@@ -2,7 +2,8 @@
 layers the environment asks for installed first -- the power-loss layer
 (``BKFRAME_POWERLOSS_*``, :mod:`.powerloss`), injected write failures
 (``BKFRAME_WRITE_FAULTS``, :mod:`.write_faults`) and a disk of limited size
-(``BKFRAME_DISKFULL_*``, :mod:`.diskfull`) -- and a small ``ulimit -n``
+(``BKFRAME_DISKFULL_*``, :mod:`.diskfull`), libfaketime's clock faults made usable for
+Python (:mod:`.clocks`) -- and a small ``ulimit -n``
 (``BKFRAME_RLIMIT_NOFILE``: the soft limit on open files, set before anything is opened).
 ``bkframe bookie`` itself never installs them.
 :class:`bkframe.testing.cluster.BookieProcess` runs this by default.
@@ -14,7 +15,7 @@ import os
 import resource
 import sys
 
-from bkframe.testing import diskfull, powerloss, write_faults
+from bkframe.testing import clocks, diskfull, powerloss, write_faults
 
 
 def limit_open_files_from_env() -> None:
@@ -29,6 +30,7 @@ def main() -> None:
     powerloss.install_from_env()
     write_faults.install_from_env()
     diskfull.install_from_env()
+    clocks.install_from_env()
     from bkframe.cli.main import main as cli
 
     cli(["bookie", *sys.argv[1:]], prog_name="python -m bkframe.testing.bookie")

@@ -28,9 +28,10 @@ import trio
 from bkframe.testing.cluster import BookieProcess, Cluster
 from bkframe.testing.diskfull import used_bytes
 from tests.faults.checks import CheckResult, check_cluster
+from tests.faults.clock_faults import CLOCK_ACTIONS, FaultClocks
 from tests.faults.network import NETWORK_ACTIONS, FaultNetwork
 from tests.faults.records import read_record_file, read_records
-from tests.faults.schedule import HEALS, RunConfig, Step, make_schedule
+from tests.faults.schedule import HEALS, Fault, RunConfig, Step, make_schedule
 from tests.faults.worker import GAVE_UP_EXIT, HUNG_EXIT
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,6 +169,8 @@ class Run:
         self.no_more_unclean = ""
         #: Bookies that should be running and answering (not killed, hung or full on purpose).
         self.expected_up = [True] * config.bookies
+        #: With clock faults in the mix, every bookie on a clock of its own (clock_faults.py).
+        self.clocks = FaultClocks(workdir / "clocks") if config.weight(Fault.CLOCK) > 0 else None
 
     # -- bookies -------------------------------------------------------------------------
 
@@ -175,8 +178,9 @@ class Run:
         """Start with a deadline (the launcher kills a bookie that prints no address in time)."""
         # Every bookie runs on the disk-full layer, with room to spare until filled.
         capacity = None if bookie.capacity_file.exists() else ROOMY_DISK
+        env = None if self.clocks is None else self.clocks.env(bookie.bookie_id)
         try:
-            bookie.spawn(*self.cluster.bookie_args, powerloss=True, disk_capacity=capacity)
+            bookie.spawn(*self.cluster.bookie_args, powerloss=True, disk_capacity=capacity, env=env)
             bookie.wait_started(BOOKIE_START_TIMEOUT_S)
         except Exception as e:  # noqa: BLE001 - handed to the run's report as a failure
             self.fail(f"{bookie.bookie_id} did not start: {e}")
@@ -383,7 +387,7 @@ class Run:
             self.report.done[action] += 1
             return
         bookie = self.cluster.bookies[step.target]
-        if action in ("kill", "power_cut", "hang", "disk_full") and not bookie.running:
+        if action in ("kill", "power_cut", "hang", "disk_full", "clock") and not bookie.running:
             self.fail(f"schedule step {step.describe()}: {bookie.bookie_id} is not running (it did not start earlier)")
             self.skipped.add(step.fault_id)
             return
@@ -392,6 +396,11 @@ class Run:
         if action in ("kill", "power_cut") and self.config.has_bypass and self.no_more_unclean:
             self.report.done[f"skipped {action}"] += 1
             self.skipped.add(step.fault_id)
+            return
+        if action in CLOCK_ACTIONS:
+            assert self.clocks is not None, "clock faults are drawn only when their weight is > 0"
+            self.clocks.execute(step, bookie.bookie_id)  # the bookie serves on: still expected up
+            self.report.done[action] += 1
             return
         if action == "kill":
             bookie.kill()

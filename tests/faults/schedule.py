@@ -24,6 +24,9 @@ Rules that keep every loss a defect (none makes a loss legitimate):
   a bookie's host isolated (its process runs on, reaching nobody) and a writer's host cut
   from one bookie's; neither loses anything on disk, so neither is "unclean". Partitions
   last less than the call deadline, as hangs do.
+* a clock fault moves a bookie's wall clock (an hour ahead or behind, or twice as fast) and
+  puts it right later; it is counted like the others per bookie, though the bookie serves
+  on: nothing of a bookie's may depend on its wall clock being right.
 """
 
 from __future__ import annotations
@@ -43,9 +46,10 @@ class Fault(enum.Enum):
     RECOVER_WHILE_WRITING = "recover_while_writing"  # recover a ledger its writer still appends to
     ISOLATE = "isolate"  # a bookie's host reaches nobody (partition runs), reconnected later
     CUT = "cut"  # a writer's host and a bookie's cannot reach each other (partition runs), rejoined later
+    CLOCK = "clock"  # a bookie's wall clock jumps an hour ahead or behind, or runs fast; put right later
 
 
-BOOKIE_FAULTS = (Fault.KILL, Fault.HANG, Fault.POWER_CUT, Fault.DISK_FULL, Fault.ISOLATE, Fault.CUT)
+BOOKIE_FAULTS = (Fault.KILL, Fault.HANG, Fault.POWER_CUT, Fault.DISK_FULL, Fault.ISOLATE, Fault.CUT, Fault.CLOCK)
 #: Faults of the network between simulated hosts: only in partition runs.
 NETWORK_FAULTS = (Fault.ISOLATE, Fault.CUT)
 #: Faults after which a bookie restarts uncleanly (BYPASS ledgers fenced and in limbo).
@@ -54,9 +58,11 @@ UNCLEAN = (Fault.KILL, Fault.POWER_CUT)
 #: What heals each bookie fault.
 HEAL = {
     Fault.KILL: "restart", Fault.POWER_CUT: "restart", Fault.HANG: "resume", Fault.DISK_FULL: "disk_free",
-    Fault.ISOLATE: "reconnect", Fault.CUT: "rejoin",
+    Fault.ISOLATE: "reconnect", Fault.CUT: "rejoin", Fault.CLOCK: "clock_right",
 }
 HEALS = frozenset(HEAL.values())
+#: What a clock fault does to the bookie's wall clock (bkframe.testing.clocks), drawn per fault.
+CLOCKS = ("ahead", "behind", "fast")
 
 JOURNALED_LEDGERS = (
     ("PD_JOURNAL", 3, 3, 2),
@@ -72,6 +78,7 @@ DEFAULT_WEIGHTS = {
     Fault.DISK_FULL: 1.5,
     Fault.WRITER_DEATH: 1.0,
     Fault.RECOVER_WHILE_WRITING: 1.0,
+    Fault.CLOCK: 1.0,
 }
 #: A partition run's weights: the network faults as often as kills.
 PARTITION_WEIGHTS = {**DEFAULT_WEIGHTS, Fault.ISOLATE: 3.0, Fault.CUT: 3.0}
@@ -108,6 +115,8 @@ class RunConfig:
     partitions: bool = False
     #: How long an isolation or a cut lasts: past a client's request timeout at the top.
     partition_s: tuple[float, float] = (1.0, 12.0)
+    #: How long a bookie's clock stays wrong: past its registration TTL (6 s) at the top.
+    clock_s: tuple[float, float] = (2.0, 12.0)
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.max_down < self.bookies:
@@ -148,9 +157,9 @@ class Step:
     """One action of the schedule, at ``at_s`` seconds after the workers started."""
 
     at_s: float
-    #: "kill", "power_cut", "hang", "disk_full", "isolate", "cut", "writer_death",
+    #: "kill", "power_cut", "hang", "disk_full", "isolate", "cut", "clock", "writer_death",
     #: "recover_while_writing" (faults) or "restart", "resume", "disk_free", "reconnect",
-    #: "rejoin" (heals).
+    #: "rejoin", "clock_right" (heals).
     action: str
     #: A bookie index for bookie actions, a writer slot for writer actions.
     target: int
@@ -160,6 +169,8 @@ class Step:
     wait_limbo: bool = False
     #: The writer slot a bookie is cut from ("cut", "rejoin"); -1 otherwise.
     peer: int = -1
+    #: A clock fault's kind (one of CLOCKS); "" otherwise.
+    clock: str = ""
 
     @property
     def is_fault(self) -> bool:
@@ -170,6 +181,8 @@ class Step:
         who = f"writer w{self.target}" if writer else f"bookie-{self.target}"
         if self.peer >= 0:
             who += f" / writer w{self.peer}"
+        if self.clock:
+            who += f" {self.clock}"
         extra = " (then wait until out of limbo)" if self.wait_limbo else ""
         return f"t={self.at_s:7.2f}s #{self.fault_id:<3d} {self.action:<22s} {who}{extra}"
 
@@ -221,11 +234,13 @@ def make_schedule(config: RunConfig) -> list[Step]:
             # A cut's writer comes from the same draw (no extra draw: other seeds' schedules stay put).
             peer = int(pick * len(free) * config.writers) % config.writers if fault is Fault.CUT else -1
             spans = {Fault.HANG: config.hang_s, Fault.DISK_FULL: config.disk_full_s,
-                     Fault.ISOLATE: config.partition_s, Fault.CUT: config.partition_s}
+                     Fault.ISOLATE: config.partition_s, Fault.CUT: config.partition_s, Fault.CLOCK: config.clock_s}
             lo, hi = spans.get(fault, config.down_s)
             heal_at = t + lo + length * (hi - lo)
             active[bookie] = (fault, heal_at, injected, peer)
-            steps.append(Step(t, fault.value, bookie, injected, peer=peer))
+            # The clock's kind from the same draw as the length (no extra draw, as for a cut).
+            clock = CLOCKS[int(length * 1000) % len(CLOCKS)] if fault is Fault.CLOCK else ""
+            steps.append(Step(t, fault.value, bookie, injected, peer=peer, clock=clock))
         else:
             steps.append(Step(t, fault.value, int(pick * config.writers), injected))
         injected += 1

@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from bkframe import MetadataError
+from bkframe.core.metadata import BookieInfo
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.testing.metadata_contract import SharedMetadataStoreContract
 
@@ -53,4 +54,31 @@ async def test_a_lock_taken_over_after_expiry_is_lost_by_its_holder(tmp_path: Pa
         await lock.lost.wait()
     await lock.release()
     assert await store.lock_holder("auditor") == "heir"
+    await store.aclose()
+
+
+async def test_leases_are_timed_by_the_monotonic_clock_of_this_boot(tmp_path: Path, nursery: trio.Nursery) -> None:
+    """Registrations and locks expire by the machine's monotonic clock: a wall-clock expiry
+    an hour past (or ahead) changes nothing; a row of another boot is expired (its holder
+    died with that boot); a row written by a bkframe of before (no boot) goes by its
+    wall-clock expiry, and an expired one is taken over."""
+    uri = f"sqlite://{tmp_path / 'meta.db'}"
+    store = PluginManager().metadata_store(uri, create=True)
+    await store.register_bookie(BookieInfo("b-live", "127.0.0.1:1"), 30.0, nursery)
+    assert await store.try_lock("live", "holder", 30.0, nursery) is not None
+    with sqlite3.connect(tmp_path / "meta.db") as db:
+        db.execute("UPDATE bookies SET expires_at = expires_at - 7200")  # as written by a clock 2 h behind
+        db.execute("UPDATE locks SET expires_at = expires_at + 7200")
+        for bookie, boot, expires_at in (("b-other-boot", "another-boot", 0.0), ("b-old-live", None, 1e12),
+                                         ("b-old-expired", None, 1.0)):
+            db.execute("INSERT INTO bookies (id, data, expires_at, boot, expires_mono) VALUES (?, ?, ?, ?, ?)",
+                       (bookie, BookieInfo(bookie, "127.0.0.1:2").serialize(), expires_at, boot, 1e12))
+        db.execute("INSERT INTO locks (name, holder, token, expires_at, boot, expires_mono) "
+                   "VALUES ('other-boot', 'x', 't1', 1e12, 'another-boot', 1e12), ('old', 'y', 't2', 1.0, NULL, NULL)")
+    assert [b.bookie_id for b in await store.list_bookies()] == ["b-live", "b-old-live"]
+    assert await store.lock_holder("live") == "holder"
+    assert await store.lock_holder("other-boot") is None and await store.lock_holder("old") is None
+    assert await store.try_lock("other-boot", "heir", 30.0, nursery) is not None
+    assert await store.try_lock("old", "heir", 30.0, nursery) is not None
+    assert await store.try_lock("live", "heir", 30.0, nursery) is None
     await store.aclose()
