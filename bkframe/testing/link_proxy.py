@@ -23,17 +23,35 @@ What :class:`LinkFaults` can do to a link, each direction alike:
 
 A connection accepted while the upstream refuses (the process behind it is down) is reset:
 peers see a reset where they would have seen a refused connection. With no faults on, the
-proxy only copies bytes (64 KiB reads); :mod:`bkframe.testing.link_control` runs one as a
-process on a simulated host and switches its faults from the test.
+proxy only copies bytes (64 KiB reads).
+
+As a process (``python bkframe/testing/link_proxy.py --listen HOST:PORT --upstream HOST:PORT
+--control PATH``; :mod:`bkframe.testing.link_control` starts one and is its client) the proxy
+also answers, on the Unix socket ``PATH``, a control channel of JSON lines, one request and
+one answer per connection:
+
+* ``{"op": "set", "peer": "*", "faults": {"latency_s": 0.05, ...}}`` -- the link's faults
+  (:class:`LinkFaults` fields; omitted ones are off);
+* ``{"op": "clear"}`` (every link) or ``{"op": "clear", "peer": ADDRESS}``;
+* ``{"op": "stats"}`` -- counters (bytes forwarded each way, connections, resets, tears,
+  bytes swallowed) and the faults in force.
+
+Answers are ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. This module imports
+nothing of bkframe, so that process starts quickly as a plain script.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import random
 import socket
 import struct
+import sys
 from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -50,6 +68,9 @@ QUEUE_CHUNKS = 64
 CONNECT_TIMEOUT_S = 5.0
 #: Paced chunks (with a bandwidth cap) carry at most this many seconds' worth of bytes.
 PACING_S = 0.02
+#: How long a control client may take to send its request; the largest request.
+CONTROL_TIMEOUT_S = 10.0
+MAX_MESSAGE = 1 << 20
 UP, DOWN = 0, 1
 
 
@@ -291,3 +312,90 @@ async def _close(stream: trio.SocketStream, *, rst: bool) -> None:
             pass  # already closed by the peer's reset
     with trio.CancelScope(shield=True):
         await stream.aclose()
+
+
+# -- the proxy as a process of its own, and its control channel ------------------------------
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"{address!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def handle_request(proxy: LinkProxy, request: dict[str, Any]) -> dict[str, Any]:
+    """One control request against ``proxy``; the answer (errors included, never raised)."""
+    try:
+        op = request.get("op")
+        if op == "set":
+            proxy.set_faults(LinkFaults.from_json(request.get("faults", {})), str(request.get("peer", ALL_PEERS)))
+        elif op == "clear":
+            peer = request.get("peer")
+            proxy.clear(None if peer is None else str(peer))
+        elif op != "stats":
+            raise ValueError(f"unknown op {op!r}: set, clear or stats")
+        faults = {peer: f.to_json() for peer, f in proxy.faults().items()}
+        return {"ok": True, "stats": dict(proxy.stats), "faults": faults}
+    except (ValueError, TypeError) as e:
+        return {"ok": False, "error": str(e)}
+
+
+async def serve_control(proxy: LinkProxy, path: Path, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Answer control requests on the Unix socket ``path`` until cancelled."""
+    path.unlink(missing_ok=True)
+    listener = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await listener.bind(str(path))
+    listener.listen(16)
+
+    async def answer(stream: trio.SocketStream) -> None:
+        async with stream:
+            data = b""
+            with trio.move_on_after(CONTROL_TIMEOUT_S):
+                while not data.endswith(b"\n") and len(data) < MAX_MESSAGE:
+                    chunk = await stream.receive_some(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+            try:
+                request = json.loads(data)
+                reply = handle_request(proxy, request) if isinstance(request, dict) else {"ok": False, "error": "not an object"}
+            except ValueError as e:
+                reply = {"ok": False, "error": f"not JSON: {e}"}
+            try:
+                await stream.send_all(json.dumps(reply).encode() + b"\n")
+            except trio.BrokenResourceError:
+                pass  # the client gave up waiting
+
+    async with trio.open_nursery() as nursery:
+        task_status.started()
+        await trio.serve_listeners(answer, [trio.SocketListener(listener)], handler_nursery=nursery)
+
+
+async def _main(listen: tuple[str, int], upstream: tuple[str, int], control: Path, seed: int) -> None:
+    proxy = LinkProxy(upstream, seed=seed)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_control, proxy, control)
+        host, port = await nursery.start(proxy.serve, *listen)
+        print(f"proxy on {host}:{port} to {upstream[0]}:{upstream[1]}", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="link_proxy.py", description="A TCP proxy with link faults, for tests.")
+    parser.add_argument("--listen", type=_split, required=True, metavar="HOST:PORT")
+    parser.add_argument("--upstream", type=_split, required=True, metavar="HOST:PORT")
+    parser.add_argument("--control", type=Path, required=True, metavar="PATH", help="the control channel's Unix socket")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the jitter")
+    args = parser.parse_args(argv)
+    try:
+        trio.run(_main, args.listen, args.upstream, args.control, args.seed)
+    except OSError as e:
+        print(f"link proxy: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
