@@ -197,7 +197,10 @@ class LinkProxy:
             await trio.serve_listeners(self._handle, listeners, handler_nursery=nursery)
 
     async def _handle(self, client: trio.SocketStream) -> None:
-        peer = str(client.socket.getpeername()[0])
+        try:
+            peer = str(client.socket.getpeername()[0])
+        except OSError:
+            return  # gone before it was served
         conn = _Conn(peer, client)
         self._conns.add(conn)
         self.stats["connections"] += 1
@@ -216,6 +219,9 @@ class LinkProxy:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._pump, conn, client, conn.upstream, UP)
                     nursery.start_soon(self._pump, conn, conn.upstream, client, DOWN)
+        except Exception as e:  # noqa: BLE001 - one connection's surprise must not stop the proxy (and every link)
+            print(f"link proxy: the connection from {peer} failed: {e!r}; reset", file=sys.stderr, flush=True)
+            conn.rst = True
         finally:
             self._conns.discard(conn)
             if conn.rst:
@@ -239,7 +245,7 @@ class LinkProxy:
                 size = max(1024, min(CHUNK, int(faults.bandwidth_bps * PACING_S)))
             try:
                 data = await src.receive_some(size)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 conn.reset()  # a reset on one side is passed on to the other
                 return
             if not data:
