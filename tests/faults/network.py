@@ -110,12 +110,19 @@ class FaultNetwork:
                 f.write(f"{step.describe()}: {what}\n")
 
     def execute(self, step: Step) -> None:
-        if step.action in LINK_ACTIONS:
-            self.execute_link(step)
-        elif step.action in STORE_ACTIONS:
-            self.execute_store(step)
-        else:
-            self.execute_partition(step)
+        """Play one network step; FaultNetworkError if it cannot be played (a proxy that does
+        not answer, a command that fails, an ensemble without a leader)."""
+        try:
+            if step.action in LINK_ACTIONS:
+                self.execute_link(step)
+            elif step.action in STORE_ACTIONS:
+                self.execute_store(step)
+            else:
+                self.execute_partition(step)
+        except FaultNetworkError:
+            raise
+        except RuntimeError as e:  # NetworkError, LinkProxyError, no ZooKeeper leader
+            raise FaultNetworkError(str(e)) from e
 
     def execute_partition(self, step: Step) -> None:
         bookie = self.bookies[step.target]
@@ -197,6 +204,9 @@ class FaultNetwork:
         self.net.heal()
         if self.hosted is not None:
             for bookie, proxy in zip(self.hosted.bookies, self.hosted.proxies):
+                if proxy.proc is None or proxy.proc.poll() is not None:
+                    tail = proxy.log_path.read_text(errors="replace")[-1500:] if proxy.log_path.exists() else ""
+                    raise FaultNetworkError(f"{bookie.bookie_id}'s link proxy is gone ({proxy.log_path}): {tail}")
                 proxy.clear()
                 if self.log_path is not None:
                     with open(self.log_path, "a") as f:
