@@ -28,8 +28,8 @@ Rules that keep every loss a defect (none makes a loss legitimate):
   and draw link faults on it, for every peer of the bookie or for one writer's link: a slow
   link (latency and jitter), a narrow one (a bandwidth cap), a blackhole, frames torn
   mid-way, resets. Each counts like the others per bookie (a blackholed or reset bookie is as
-  gone as a hung one; a slow one may pass the add timeout), none is unclean, and each lasts
-  as long as a partition;
+  gone as a hung one; a slow one may pass the add timeout), none is unclean, and each ends
+  before the call deadline (``link_s``);
 * partition runs keep their metadata in a 3-member ZooKeeper ensemble on hosts of its own,
   and draw faults of its members: a member killed (kill -9) and restarted, the leader cut from
   the other members, a member cut from every client host (bookies and workers). At most one
