@@ -94,6 +94,8 @@ class RunReport:
     phases: dict[str, float] = attrs.Factory(dict)
     #: How to run this again (the seeded test's command unless the caller says otherwise).
     reproduce: str = ""
+    #: Partition runs: what the link faults did (FaultNetwork.summary).
+    network: str = ""
 
     @property
     def all_failures(self) -> list[str]:
@@ -118,6 +120,7 @@ class RunReport:
             + (", each on a simulated host (bookies behind link proxies; metadata on a 3-member ZooKeeper ensemble)"
                if cfg.partitions else ""),
             "ledger menu: " + ", ".join(f"{k} {e}/{w}/{a}" for k, e, w, a in cfg.ledgers),
+            *([self.network] if self.network else []),
         ]
         if self.check is not None:
             lines.extend(self.check.summary_lines())
@@ -504,6 +507,7 @@ class Run:
                 self.network.heal_all()
             except FaultNetworkError as e:
                 self.fail(str(e))
+            self.report.network = self.network.summary()
         for bookie in self.cluster.bookies:
             if bookie.proc is not None and bookie.proc.poll() is None:
                 self.resume(bookie)

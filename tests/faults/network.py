@@ -8,6 +8,7 @@ reaches every host."""
 
 from __future__ import annotations
 
+import collections
 import random
 import time
 from collections.abc import Sequence
@@ -67,6 +68,10 @@ class FaultNetwork:
         self.store_faults: dict[int, tuple[str, int]] = {}
         #: What each network step did (the link faults' numbers, the member a fault hit).
         self.log_path: Path | None = None
+        #: The proxies' counters summed (read at the heal), and seconds spent waiting for the
+        #: ensemble to serve whole again before a member fault.
+        self.proxy_totals: collections.Counter[str] = collections.Counter()
+        self.ensemble_waits_s = 0.0
 
     def cluster(self, root: Path, bookie_args: tuple[str, ...]) -> Cluster:
         """The run's ZooKeeper ensemble (started here) and bookies, one per bookie host behind
@@ -195,6 +200,7 @@ class FaultNetwork:
             modes = {f"zk{i}": m.mode() or "not serving" for i, m in enumerate(self.zk.members)}
             raise FaultNetworkError(f"{when}: {e} (modes {modes})") from None
         waited = time.monotonic() - started
+        self.ensemble_waits_s += waited
         if waited > 1.0 and self.log_path is not None:
             with open(self.log_path, "a") as f:
                 f.write(f"{when}: waited {waited:.1f} s for every ZooKeeper member to serve\n")
@@ -208,15 +214,27 @@ class FaultNetwork:
                     tail = proxy.log_path.read_text(errors="replace")[-1500:] if proxy.log_path.exists() else ""
                     raise FaultNetworkError(f"{bookie.bookie_id}'s link proxy is gone ({proxy.log_path}): {tail}")
                 proxy.clear()
+                stats = proxy.stats()
+                self.proxy_totals.update(stats)
                 if self.log_path is not None:
                     with open(self.log_path, "a") as f:
-                        f.write(f"{bookie.bookie_id}'s link proxy: {proxy.stats()}\n")
+                        f.write(f"{bookie.bookie_id}'s link proxy: {stats}\n")
         if self.zk is not None:
             for member in self.zk.members:
                 if member.proc is None or member.proc.poll() is not None:
                     member.start()
             self.store_faults.clear()
             self.wait_ensemble("after the schedule")
+
+    def summary(self) -> str:
+        """One line for the run's summary: what the link faults did to the traffic."""
+        t = self.proxy_totals
+        return (
+            f"link proxies: {t['bytes_up'] / 1e6:.1f} MB to bookies, {t['bytes_down'] / 1e6:.1f} MB back, "
+            f"{t['connections']} connections ({t['refused']} to a bookie that was down), {t['resets']} reset, "
+            f"{t['tears']} torn, {t['swallowed'] / 1e3:.1f} kB swallowed; ZooKeeper: {self.ensemble_waits_s:.1f} s "
+            "waited for all three members to serve before member faults"
+        )
 
     def close(self) -> None:
         self.net.close()
