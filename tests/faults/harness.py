@@ -176,7 +176,7 @@ class Run:
 
     # -- bookies -------------------------------------------------------------------------
 
-    def start_bookie(self, bookie: BookieProcess, *, wait: bool = True) -> bool:
+    def start_bookie(self, bookie: BookieProcess, *, wait: bool = True, timeout_s: float = BOOKIE_START_TIMEOUT_S) -> bool:
         """Start with a deadline (the launcher kills a bookie that prints no address in time);
         ``wait=False`` only spawns it: :meth:`start_bookie` again waits."""
         # Every bookie runs on the disk-full layer, with room to spare until filled.
@@ -185,7 +185,7 @@ class Run:
             if not bookie.running:
                 bookie.spawn(*self.cluster.bookie_args, powerloss=True, disk_capacity=capacity)
             if wait:
-                bookie.wait_started(BOOKIE_START_TIMEOUT_S)
+                bookie.wait_started(timeout_s)
         except Exception as e:  # noqa: BLE001 - handed to the run's report as a failure
             self.fail(f"{bookie.bookie_id} did not start: {e}")
             return False
@@ -449,11 +449,12 @@ class Run:
             phase_start = now
 
         try:
-            # All at once, then each waited for: most of a start is its interpreter's.
+            # All at once, then each waited for: most of a start is its interpreter's. Started
+            # together they share the machine, so the first waits get twice the deadline.
             if not all([self.start_bookie(b, wait=False) for b in self.cluster.bookies]):
                 return self.report
             for bookie in self.cluster.bookies:
-                if not self.start_bookie(bookie):
+                if not self.start_bookie(bookie, timeout_s=2 * BOOKIE_START_TIMEOUT_S):
                     return self.report
             for slot in range(cfg.writers):
                 self.spawn_writer(slot)
