@@ -10,7 +10,9 @@ write failures (``$BKFRAME_WRITE_FAULTS``); ``command=BOOKIE_COMMAND`` runs the 
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,13 +28,17 @@ from bkframe.core.config import Config, load_config
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.testing.diskfull import set_capacity
 from bkframe.testing.hosts import Host
+from bkframe.testing.link_control import LinkProxyProcess
 from bkframe.testing.powerloss import lose_power
 
+#: Where a proxied bookie listens (its host's loopback) and its link proxy (the host's address).
+PROXIED_PORT = 3181
 #: ``bkframe bookie`` with the fault layers the environment asks for installed first.
 TEST_BOOKIE_COMMAND: tuple[str, ...] = (sys.executable, "-m", "bkframe.testing.bookie")
 
 __all__ = [
     "BOOKIE_COMMAND",
+    "PROXIED_PORT",
     "START_TIMEOUT_S",
     "TEST_BOOKIE_COMMAND",
     "BookieProcess",
@@ -158,18 +164,66 @@ class HostedCluster(Cluster):
     """Bookies each on a simulated host of its own (:mod:`bkframe.testing.hosts`), bound to
     0.0.0.0 there: each registers its host's address (what it advertises), which clients on
     other hosts connect to. ``HostedCluster(root, hosts, metadata).start()``; the bookie on
-    ``hosts[i]`` is ``bookie-i`` (:meth:`host_of` says which host a bookie is on)."""
+    ``hosts[i]`` is ``bookie-i`` (:meth:`host_of` says which host a bookie is on).
+
+    ``proxied=True`` puts a link proxy (:mod:`bkframe.testing.link_control`) in front of each:
+    the bookie binds its host's loopback, port :data:`PROXIED_PORT`, and advertises the
+    host's address and that port, where :meth:`start_proxies` starts the proxy (call it
+    before the bookies start). Every connection to the bookie -- clients', other bookies',
+    the test's -- then goes through the proxy, whose link faults :meth:`proxy_of` switches;
+    the host's partitions (cuts, isolation) still apply to it as to the bookie."""
 
     def __init__(
-        self, root: Path, hosts: Sequence[Host], metadata: str, bookie_args: tuple[str, ...] = (), **options: Any
+        self,
+        root: Path,
+        hosts: Sequence[Host],
+        metadata: str,
+        bookie_args: tuple[str, ...] = (),
+        *,
+        proxied: bool = False,
+        **options: Any,
     ) -> None:
         self.hosts = list(hosts)
         self._unplaced = iter(self.hosts)
-        super().__init__(root, len(self.hosts), metadata, ("--host", "0.0.0.0", *bookie_args), **options)
+        self.proxied = proxied
+        #: With ``proxied``: one per host, in the hosts' order (once started).
+        self.proxies: list[LinkProxyProcess] = []
+        self._control_dir: Path | None = None
+        host_args = () if proxied else ("--host", "0.0.0.0")
+        super().__init__(root, len(self.hosts), metadata, (*host_args, *bookie_args), **options)
 
     def new_bookie(self, data_dir: Path, **options: Any) -> BookieProcess:
         host = next(self._unplaced)
-        return BookieProcess(data_dir, prefix=host.command([]), **options)
+        args: tuple[str, ...] = ()
+        if self.proxied:
+            advertised = f"{host.address}:{PROXIED_PORT}"
+            args = ("--host", "127.0.0.1", "--port", str(PROXIED_PORT), "--advertised-address", advertised)
+        return BookieProcess(data_dir, prefix=host.command([]), args=args, **options)
+
+    def start_proxies(self, *, seed: int = 0) -> None:
+        """Start the proxies (``proxied=True``); they run until :meth:`close` or the network's."""
+        assert self.proxied, "start_proxies() is for a HostedCluster(..., proxied=True)"
+        # Control sockets in a short directory: a Unix socket's path has at most 107 bytes.
+        self._control_dir = Path(tempfile.mkdtemp(prefix="bkf-links-"))
+        for i, host in enumerate(self.hosts):
+            proxy = LinkProxyProcess(
+                f"{host.address}:{PROXIED_PORT}", f"127.0.0.1:{PROXIED_PORT}", self._control_dir / f"{host.name}.sock",
+                self.root / f"proxy-{host.name}.log", seed=seed * 1000 + i,
+            )
+            proxy.spawn(host)
+            self.proxies.append(proxy)
+        for proxy in self.proxies:
+            proxy.wait_started()
 
     def host_of(self, bookie_id: str) -> Host:
         return self.hosts[[b.bookie_id for b in self.bookies].index(bookie_id)]
+
+    def proxy_of(self, bookie_id: str) -> LinkProxyProcess:
+        return self.proxies[[b.bookie_id for b in self.bookies].index(bookie_id)]
+
+    def close(self) -> None:
+        super().close()
+        for proxy in self.proxies:
+            proxy.stop()
+        if self._control_dir is not None:
+            shutil.rmtree(self._control_dir, ignore_errors=True)

@@ -1,10 +1,11 @@
 """Runs a fault schedule on a real cluster and judges the result.
 
 One run: start the bookies (each with the power-loss layer, so power cuts are possible) on
-a sqlite metadata store, start the writer and reader processes, play the schedule (see
-schedule.py), heal everything, stop the workers, then check what the cluster holds against
-what the workers recorded (see checks.py). Every step has a deadline; a step that passes it
-becomes a failure naming the step, and the run goes on to collect everything it can.
+a sqlite metadata store (partition runs: a ZooKeeper ensemble, see network.py), start the
+writer and reader processes, play the schedule (see schedule.py), heal everything, stop the
+workers, then check what the cluster holds against what the workers recorded (see
+checks.py). Every step has a deadline; a step that passes it becomes a failure naming the
+step, and the run goes on to collect everything it can.
 
 Use :func:`run_faults`; ``python -m tests.faults --seed N`` runs one outside pytest.
 """
@@ -29,7 +30,7 @@ from bkframe.testing.cluster import BookieProcess, Cluster
 from bkframe.testing.diskfull import used_bytes
 from tests.faults.checks import CheckResult, check_cluster
 from tests.faults.clock_faults import CLOCK_ACTIONS, FaultClocks
-from tests.faults.network import NETWORK_ACTIONS, FaultNetwork
+from tests.faults.network import NETWORK_ACTIONS, FaultNetwork, FaultNetworkError
 from tests.faults.records import read_record_file, read_records
 from tests.faults.schedule import HEALS, Fault, RunConfig, Step, make_schedule
 from tests.faults.worker import GAVE_UP_EXIT, HUNG_EXIT
@@ -94,6 +95,8 @@ class RunReport:
     phases: dict[str, float] = attrs.Factory(dict)
     #: How to run this again (the seeded test's command unless the caller says otherwise).
     reproduce: str = ""
+    #: Partition runs: what the link faults did (FaultNetwork.summary).
+    network: str = ""
 
     @property
     def all_failures(self) -> list[str]:
@@ -115,8 +118,10 @@ class RunReport:
             + ") "
             f"in {self.seconds:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in self.phases.items())}), "
             f"{cfg.bookies} bookies, {cfg.writers} writers, {cfg.readers} readers"
-            + (", each on a simulated host" if cfg.partitions else ""),
+            + (", each on a simulated host (bookies behind link proxies; metadata on a 3-member ZooKeeper ensemble)"
+               if cfg.partitions else ""),
             "ledger menu: " + ", ".join(f"{k} {e}/{w}/{a}" for k, e, w, a in cfg.ledgers),
+            *([self.network] if self.network else []),
         ]
         if self.check is not None:
             lines.extend(self.check.summary_lines())
@@ -174,14 +179,17 @@ class Run:
 
     # -- bookies -------------------------------------------------------------------------
 
-    def start_bookie(self, bookie: BookieProcess) -> bool:
-        """Start with a deadline (the launcher kills a bookie that prints no address in time)."""
+    def start_bookie(self, bookie: BookieProcess, *, wait: bool = True, timeout_s: float = BOOKIE_START_TIMEOUT_S) -> bool:
+        """Start with a deadline (the launcher kills a bookie that prints no address in time);
+        ``wait=False`` only spawns it: :meth:`start_bookie` again waits."""
         # Every bookie runs on the disk-full layer, with room to spare until filled.
         capacity = None if bookie.capacity_file.exists() else ROOMY_DISK
         env = None if self.clocks is None else self.clocks.env(bookie.bookie_id)
         try:
-            bookie.spawn(*self.cluster.bookie_args, powerloss=True, disk_capacity=capacity, env=env)
-            bookie.wait_started(BOOKIE_START_TIMEOUT_S)
+            if not bookie.running:
+                bookie.spawn(*self.cluster.bookie_args, powerloss=True, disk_capacity=capacity, env=env)
+            if wait:
+                bookie.wait_started(timeout_s)
         except Exception as e:  # noqa: BLE001 - handed to the run's report as a failure
             self.fail(f"{bookie.bookie_id} did not start: {e}")
             return False
@@ -380,7 +388,11 @@ class Run:
             return
         if action in NETWORK_ACTIONS:
             assert self.network is not None, "network faults are drawn only for partition runs"
-            self.network.execute(step)
+            try:
+                self.network.execute(step)
+            except FaultNetworkError as e:
+                self.fail(f"schedule step {step.describe()}: {e}")
+                return
             # An isolated bookie runs on but answers nobody; a cut one still answers the others.
             if action in ("isolate", "reconnect"):
                 self.expected_up[step.target] = action == "reconnect"
@@ -446,8 +458,12 @@ class Run:
             phase_start = now
 
         try:
+            # All at once, then each waited for: most of a start is its interpreter's. Started
+            # together they share the machine, so the first waits get twice the deadline.
+            if not all([self.start_bookie(b, wait=False) for b in self.cluster.bookies]):
+                return self.report
             for bookie in self.cluster.bookies:
-                if not self.start_bookie(bookie):
+                if not self.start_bookie(bookie, timeout_s=2 * BOOKIE_START_TIMEOUT_S):
                     return self.report
             for slot in range(cfg.writers):
                 self.spawn_writer(slot)
@@ -497,7 +513,11 @@ class Run:
     def heal_all(self) -> None:
         """After the schedule: every bookie running and reachable (none should be down, but be sure)."""
         if self.network is not None:
-            self.network.heal_all()
+            try:
+                self.network.heal_all()
+            except FaultNetworkError as e:
+                self.fail(str(e))
+            self.report.network = self.network.summary()
         for bookie in self.cluster.bookies:
             if bookie.proc is not None and bookie.proc.poll() is None:
                 self.resume(bookie)

@@ -24,6 +24,18 @@ Rules that keep every loss a defect (none makes a loss legitimate):
   a bookie's host isolated (its process runs on, reaching nobody) and a writer's host cut
   from one bookie's; neither loses anything on disk, so neither is "unclean". Partitions
   last less than the call deadline, as hangs do.
+* partition runs also put a link proxy in front of every bookie (bkframe.testing.link_proxy)
+  and draw link faults on it, for every peer of the bookie or for one writer's link: a slow
+  link (latency and jitter), a narrow one (a bandwidth cap), a blackhole, frames torn
+  mid-way, resets. Each counts like the others per bookie (a blackholed or reset bookie is as
+  gone as a hung one; a slow one may pass the add timeout), none is unclean, and each ends
+  before the call deadline (``link_s``);
+* partition runs keep their metadata in a 3-member ZooKeeper ensemble on hosts of its own,
+  and draw faults of its members: a member killed (kill -9) and restarted, the leader cut from
+  the other members, a member cut from every client host (bookies and workers). At most one
+  member is faulty at a time, and the executor injects the next member fault only once all
+  three serve again, so two of the three -- a majority -- always serve, and every fault is
+  healed. Member faults are counted apart from the bookies' (``max_down`` is about bookies).
 * a clock fault moves a bookie's wall clock (an hour ahead or behind, or twice as fast) and
   puts it right later; it is counted like the others per bookie, though the bookie serves
   on: nothing of a bookie's may depend on its wall clock being right.
@@ -46,12 +58,27 @@ class Fault(enum.Enum):
     RECOVER_WHILE_WRITING = "recover_while_writing"  # recover a ledger its writer still appends to
     ISOLATE = "isolate"  # a bookie's host reaches nobody (partition runs), reconnected later
     CUT = "cut"  # a writer's host and a bookie's cannot reach each other (partition runs), rejoined later
+    # Link faults (partition runs), on a bookie's proxy for every peer or one writer's link; restored later:
+    SLOW_LINK = "slow_link"  # latency and jitter each way
+    NARROW_LINK = "narrow_link"  # a bandwidth cap
+    BLACKHOLE = "blackhole"  # connections accepted, nothing answered, what is sent swallowed
+    TORN_FRAME = "torn_frame"  # each connection's next write forwarded in part, then closed
+    LINK_RESET = "link_reset"  # every connection reset (RST), new ones too
+    # Faults of the ZooKeeper ensemble's members (partition runs), healed later:
+    ZK_KILL = "zk_kill"  # kill -9 a member; restarted later
+    ZK_CUT_LEADER = "zk_cut_leader"  # the leader (whichever it is then) cut from the other members
+    ZK_CUT_CLIENTS = "zk_cut_clients"  # a member cut from every bookie and worker host
     CLOCK = "clock"  # a bookie's wall clock jumps an hour ahead or behind, or runs fast; put right later
 
 
-BOOKIE_FAULTS = (Fault.KILL, Fault.HANG, Fault.POWER_CUT, Fault.DISK_FULL, Fault.ISOLATE, Fault.CUT, Fault.CLOCK)
-#: Faults of the network between simulated hosts: only in partition runs.
-NETWORK_FAULTS = (Fault.ISOLATE, Fault.CUT)
+LINK_FAULTS = (Fault.SLOW_LINK, Fault.NARROW_LINK, Fault.BLACKHOLE, Fault.TORN_FRAME, Fault.LINK_RESET)
+BOOKIE_FAULTS = (Fault.KILL, Fault.HANG, Fault.POWER_CUT, Fault.DISK_FULL, Fault.ISOLATE, Fault.CUT, Fault.CLOCK, *LINK_FAULTS)
+#: Faults of the metadata store's members: only in partition runs (a ZooKeeper ensemble).
+STORE_FAULTS = (Fault.ZK_KILL, Fault.ZK_CUT_LEADER, Fault.ZK_CUT_CLIENTS)
+#: Members of the partition runs' ZooKeeper ensemble.
+STORE_MEMBERS = 3
+#: Faults of the network between simulated hosts (and of what runs only there): only in partition runs.
+NETWORK_FAULTS = (Fault.ISOLATE, Fault.CUT, *LINK_FAULTS, *STORE_FAULTS)
 #: Faults after which a bookie restarts uncleanly (BYPASS ledgers fenced and in limbo).
 UNCLEAN = (Fault.KILL, Fault.POWER_CUT)
 
@@ -59,6 +86,8 @@ UNCLEAN = (Fault.KILL, Fault.POWER_CUT)
 HEAL = {
     Fault.KILL: "restart", Fault.POWER_CUT: "restart", Fault.HANG: "resume", Fault.DISK_FULL: "disk_free",
     Fault.ISOLATE: "reconnect", Fault.CUT: "rejoin", Fault.CLOCK: "clock_right",
+    **{f: "restore_link" for f in LINK_FAULTS},
+    Fault.ZK_KILL: "zk_restart", Fault.ZK_CUT_LEADER: "zk_rejoin", Fault.ZK_CUT_CLIENTS: "zk_rejoin",
 }
 HEALS = frozenset(HEAL.values())
 #: What a clock fault does to the bookie's wall clock (bkframe.testing.clocks), drawn per fault.
@@ -80,8 +109,12 @@ DEFAULT_WEIGHTS = {
     Fault.RECOVER_WHILE_WRITING: 1.0,
     Fault.CLOCK: 1.0,
 }
-#: A partition run's weights: the network faults as often as kills.
-PARTITION_WEIGHTS = {**DEFAULT_WEIGHTS, Fault.ISOLATE: 3.0, Fault.CUT: 3.0}
+#: A partition run's weights: the network faults as often as kills, link and store faults
+#: often enough that every kind comes up in the suite's 34-fault partition run (seed 3).
+PARTITION_WEIGHTS = {
+    **DEFAULT_WEIGHTS, Fault.ISOLATE: 3.0, Fault.CUT: 3.0,
+    **{f: 2.0 for f in LINK_FAULTS}, **{f: 1.25 for f in STORE_FAULTS},
+}
 
 
 @attrs.frozen
@@ -117,11 +150,13 @@ class RunConfig:
     partition_s: tuple[float, float] = (1.0, 12.0)
     #: How long a bookie's clock stays wrong: past its registration TTL (6 s) at the top.
     clock_s: tuple[float, float] = (2.0, 12.0)
+    #: How long a link fault or a cut of a ZooKeeper member lasts (past the add timeout at the top).
+    link_s: tuple[float, float] = (1.0, 10.0)
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.max_down < self.bookies:
             raise ValueError(f"max_down must be in 0..{self.bookies - 1}, got {self.max_down}")
-        if self.hang_s[1] >= self.call_timeout_s or self.partition_s[1] >= self.call_timeout_s:
+        if max(self.hang_s[1], self.partition_s[1], self.link_s[1]) >= self.call_timeout_s:
             raise ValueError("hangs and partitions must end before the workers' call deadline, or each is reported as a hang")
         if any(e > self.bookies for _, e, _, _ in self.ledgers):
             raise ValueError(f"an ensemble is larger than the {self.bookies} bookies")
@@ -157,17 +192,19 @@ class Step:
     """One action of the schedule, at ``at_s`` seconds after the workers started."""
 
     at_s: float
-    #: "kill", "power_cut", "hang", "disk_full", "isolate", "cut", "clock", "writer_death",
-    #: "recover_while_writing" (faults) or "restart", "resume", "disk_free", "reconnect",
-    #: "rejoin", "clock_right" (heals).
+    #: A fault's value ("kill", "cut", "slow_link", "zk_kill", "clock", ...) or a heal of HEAL
+    #: ("restart", "resume", "disk_free", "reconnect", "rejoin", "restore_link", "zk_restart",
+    #: "zk_rejoin", "clock_right").
     action: str
-    #: A bookie index for bookie actions, a writer slot for writer actions.
+    #: A bookie index for bookie actions, a writer slot for writer actions, a ZooKeeper
+    #: member's for store actions (but "zk_cut_leader" cuts whichever member leads then).
     target: int
     #: Pairs a fault with its heal; counts faults.
     fault_id: int
     #: After a restart: wait until the bookie has no ledger in limbo before going on.
     wait_limbo: bool = False
-    #: The writer slot a bookie is cut from ("cut", "rejoin"); -1 otherwise.
+    #: The writer slot a bookie is cut from ("cut", "rejoin"), or whose link a link fault is on
+    #: (-1 there: every peer's link); -1 otherwise.
     peer: int = -1
     #: A clock fault's kind (one of CLOCKS); "" otherwise.
     clock: str = ""
@@ -179,6 +216,8 @@ class Step:
     def describe(self) -> str:
         writer = self.action in ("writer_death", "recover_while_writing")
         who = f"writer w{self.target}" if writer else f"bookie-{self.target}"
+        if self.action.startswith("zk_"):
+            who = "the zk leader" if self.action == Fault.ZK_CUT_LEADER.value else f"zk member {self.target}"
         if self.peer >= 0:
             who += f" / writer w{self.peer}"
         if self.clock:
@@ -192,13 +231,15 @@ def make_schedule(config: RunConfig) -> list[Step]:
     rng = random.Random(config.seed)
     kinds = [
         f for f in Fault
-        if config.weight(f) > 0 and (f in BOOKIE_FAULTS or config.writers > 0)
+        if config.weight(f) > 0 and (f in BOOKIE_FAULTS or f in STORE_FAULTS or config.writers > 0)
         and (config.partitions or f not in NETWORK_FAULTS) and (f is not Fault.CUT or config.writers > 0)
     ]
     weights = [config.weight(f) for f in kinds]
     steps: list[Step] = []
     #: bookie -> (fault, heal time, fault id, writer slot of a cut or -1)
     active: dict[int, tuple[Fault, float, int, int]] = {}
+    #: ZooKeeper member -> (fault, heal time, fault id): one at a time.
+    members: dict[int, tuple[Fault, float, int]] = {}
     t = config.warmup_s
     injected = 0
     attempts = 0
@@ -209,6 +250,10 @@ def make_schedule(config: RunConfig) -> list[Step]:
                 wait = fault in UNCLEAN and config.has_bypass
                 steps.append(Step(heal_at, HEAL[fault], bookie, fid, wait_limbo=wait, peer=peer))
                 del active[bookie]
+        for member, (fault, heal_at, fid) in list(members.items()):
+            if heal_at <= now:
+                steps.append(Step(heal_at, HEAL[fault], member, fid))
+                del members[member]
 
     while kinds and injected < config.events:
         attempts += 1
@@ -231,18 +276,32 @@ def make_schedule(config: RunConfig) -> list[Step]:
                     continue
             free = [b for b in range(config.bookies) if b not in active]
             bookie = free[int(pick * len(free))]
-            # A cut's writer comes from the same draw (no extra draw: other seeds' schedules stay put).
+            # A cut's writer comes from the same draw (no extra draw: other seeds' schedules stay put),
+            # and so does a link fault's (or -1: every peer).
             peer = int(pick * len(free) * config.writers) % config.writers if fault is Fault.CUT else -1
+            if fault in LINK_FAULTS:
+                peer = int(pick * len(free) * (config.writers + 1)) % (config.writers + 1) - 1
             spans = {Fault.HANG: config.hang_s, Fault.DISK_FULL: config.disk_full_s,
-                     Fault.ISOLATE: config.partition_s, Fault.CUT: config.partition_s, Fault.CLOCK: config.clock_s}
+                     Fault.ISOLATE: config.partition_s, Fault.CUT: config.partition_s, Fault.CLOCK: config.clock_s,
+                     **{f: config.link_s for f in LINK_FAULTS}}
             lo, hi = spans.get(fault, config.down_s)
             heal_at = t + lo + length * (hi - lo)
             active[bookie] = (fault, heal_at, injected, peer)
             # The clock's kind from the same draw as the length (no extra draw, as for a cut).
             clock = CLOCKS[int(length * 1000) % len(CLOCKS)] if fault is Fault.CLOCK else ""
             steps.append(Step(t, fault.value, bookie, injected, peer=peer, clock=clock))
+        elif fault in STORE_FAULTS:
+            if members:
+                continue  # one member at a time: the other two, a majority, serve
+            member = int(pick * STORE_MEMBERS)
+            lo, hi = config.down_s if fault is Fault.ZK_KILL else config.link_s
+            members[member] = (fault, t + lo + length * (hi - lo), injected)
+            steps.append(Step(t, fault.value, member, injected))
         else:
             steps.append(Step(t, fault.value, int(pick * config.writers), injected))
         injected += 1
     heal_until(float("inf"))
+    # Heals of bookies and of members due in one interval were appended apart: in time order
+    # (a stable sort: a fault and a heal at one instant keep their order).
+    steps.sort(key=lambda s: s.at_s)
     return steps

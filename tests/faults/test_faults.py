@@ -33,8 +33,12 @@ from tests.faults.schedule import (
     ALL_LEDGERS,
     BOOKIE_FAULTS,
     DEFAULT_WEIGHTS,
+    HEAL,
+    LINK_FAULTS,
     NETWORK_FAULTS,
     PARTITION_WEIGHTS,
+    STORE_FAULTS,
+    STORE_MEMBERS,
     UNCLEAN,
     Fault,
     RunConfig,
@@ -66,8 +70,15 @@ def test_schedule_is_a_function_of_the_seed_and_keeps_the_rules(ledgers: Any, pa
         assert sum(s.is_fault for s in steps) == 60
         assert [s.at_s for s in steps] == sorted(s.at_s for s in steps)
         down: dict[int, str] = {}
+        members: dict[int, str] = {}
         for s in steps:
-            if s.action in {f.value for f in BOOKIE_FAULTS}:
+            if s.action in {f.value for f in STORE_FAULTS}:
+                assert not members, f"seed {seed}: {s.describe()} while a member is faulty: {members}"
+                assert 0 <= s.target < STORE_MEMBERS
+                members[s.target] = s.action
+            elif s.action in {"zk_restart", "zk_rejoin"}:
+                assert HEAL[Fault(members.pop(s.target))] == s.action, f"seed {seed}: {s.describe()}"
+            elif s.action in {f.value for f in BOOKIE_FAULTS}:
                 assert s.target not in down, f"seed {seed}: {s.describe()} while it is already down"
                 down[s.target] = s.action
                 assert len(down) <= config.max_down, f"seed {seed}: {s.describe()}: more than max_down down"
@@ -78,12 +89,18 @@ def test_schedule_is_a_function_of_the_seed_and_keeps_the_rules(ledgers: Any, pa
                     )
             elif not s.is_fault:
                 action = down.pop(s.target)
-                assert (action == "cut") == (s.peer >= 0), f"seed {seed}: {s.describe()}"
+                if action not in {f.value for f in LINK_FAULTS}:  # a link fault's peer may be either
+                    assert (action == "cut") == (s.peer >= 0), f"seed {seed}: {s.describe()}"
+                assert -1 <= s.peer < config.writers
                 assert s.wait_limbo == (config.has_bypass and action in ("kill", "power_cut"))
         assert not down, f"seed {seed}: bookies left down at the end: {down}"
+        assert not members, f"seed {seed}: members left faulty at the end: {members}"
         network = {s.action for s in steps} & {f.value for f in NETWORK_FAULTS}
         assert bool(network) == partitions, f"seed {seed}: network faults {network}, partitions={partitions}"
     assert RunConfig.for_seed(3, 34).partitions and not RunConfig.for_seed(1, 34).partitions
+    # The suite's partition run meets every link and store fault kind.
+    seed3 = {s.action for s in make_schedule(RunConfig.for_seed(3, 34))}
+    assert {f.value for f in (*LINK_FAULTS, *STORE_FAULTS)} <= seed3, seed3
     assert make_schedule(RunConfig(seed=1, events=60)) != make_schedule(RunConfig(seed=2, events=60))
 
 

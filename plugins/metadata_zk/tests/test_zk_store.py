@@ -10,6 +10,7 @@ import trio
 from bkframe_metadata_zk.store import SESSION_TIMEOUT_S, ZkMetadataStore
 from kazoo.client import KazooClient
 
+from bkframe.testing.link_proxy import LinkFaults, LinkProxy
 from bkframe.testing.metadata_contract import SharedMetadataStoreContract
 from bkframe.testing.servers import ZooKeeperServer
 
@@ -78,4 +79,33 @@ async def test_locks_are_lost_when_zookeeper_is_out_of_reach(tmp_path: Path, nur
             await lock.release()
     finally:
         server.stop()
+        await store.aclose()
+
+
+async def test_a_connection_lost_while_the_store_starts_is_retried(zk_server: ZooKeeperServer, nursery: trio.Nursery) -> None:
+    """The server a client reached drops the connection while the store lays out its paths
+    (a member killed or cut from its quorum; here a link proxy resets the connection): the
+    start retries through the loss, as every later call does, instead of failing the open."""
+    host, port = zk_server.address.rsplit(":", 1)
+    proxy = LinkProxy((host, int(port)))
+    _, proxy_port = await nursery.start(proxy.serve, "127.0.0.1", 0)
+    slow = LinkFaults(latency_s=0.05)  # each of the layout's round trips takes 0.1 s
+    proxy.set_faults(slow)
+    store = ZkMetadataStore(f"zk://127.0.0.1:{proxy_port}/t-{uuid.uuid4().hex[:12]}")
+
+    async def reset_once_connected() -> None:
+        while not proxy.stats["bytes_down"]:  # the session's handshake answered
+            await trio.sleep(0.005)
+        await trio.sleep(0.05)  # the first path's request on its way
+        proxy.set_faults(LinkFaults(latency_s=0.05, reset=True))
+        await trio.sleep(0.3)
+        proxy.set_faults(slow)
+
+    nursery.start_soon(reset_once_connected)
+    try:
+        with trio.fail_after(30):
+            first = await store.new_ledger_id()
+        assert proxy.stats["resets"] >= 1
+        assert await store.new_ledger_id() > first
+    finally:
         await store.aclose()

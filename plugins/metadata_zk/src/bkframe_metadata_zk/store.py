@@ -208,13 +208,23 @@ class ZkMetadataStore(ZkLedgers, ZkAutorecovery):
                     raise MetadataError(
                         f"cannot reach the ZooKeeper metadata store {self.uri!r} ({e}); is ZooKeeper running at that address?"
                     ) from None
-                for path in ("ledgers", "bookieledgers", "bookies", "cookies", "logs", *PATHS):
-                    self.zk.ensure_path(f"{self.root}/{path}")
-                    self._buckets.add(f"{self.root}/{path}")
+                paths = [f"{self.root}/{p}" for p in ("ledgers", "bookieledgers", "bookies", "cookies", "logs", *PATHS)]
+
+                def layout(zk: KazooClient) -> None:
+                    for path in paths:
+                        zk.ensure_path(path)
+                    try:
+                        zk.create(f"{self.root}/idcounter", b"0")
+                    except NodeExistsError:
+                        pass  # made before, or by this very call before the connection dropped
+
+                # Through connection loss like every later call: the member it connected to
+                # may die or lose its quorum right after (found by the seeded fault runs).
                 try:
-                    self.zk.create(f"{self.root}/idcounter", b"0")
-                except NodeExistsError:
-                    pass
+                    self.zk.retry(layout, self.zk)
+                except KazooException as e:
+                    raise MetadataError(f"ZooKeeper metadata store {self.uri}: {e!r}") from None
+                self._buckets.update(paths)
 
             await trio.to_thread.run_sync(start, limiter=self._limiter)
             self._started = True
