@@ -98,9 +98,9 @@ def test_schedule_is_a_function_of_the_seed_and_keeps_the_rules(ledgers: Any, pa
         network = {s.action for s in steps} & {f.value for f in NETWORK_FAULTS}
         assert bool(network) == partitions, f"seed {seed}: network faults {network}, partitions={partitions}"
     assert RunConfig.for_seed(3, 34).partitions and not RunConfig.for_seed(1, 34).partitions
-    # The suite's partition run meets every link and store fault kind.
+    # The suite's partition run meets every link and store fault kind, and a clock fault.
     seed3 = {s.action for s in make_schedule(RunConfig.for_seed(3, 34))}
-    assert {f.value for f in (*LINK_FAULTS, *STORE_FAULTS)} <= seed3, seed3
+    assert {f.value for f in (*LINK_FAULTS, *STORE_FAULTS, Fault.CLOCK)} <= seed3, seed3
     assert make_schedule(RunConfig(seed=1, events=60)) != make_schedule(RunConfig(seed=2, events=60))
 
 
