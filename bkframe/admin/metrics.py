@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from bkframe.core.counters import Histogram
+from bkframe.core.directory_lock import LOCK_FILE
 
 if TYPE_CHECKING:
     from bkframe.bookie.service import BookieService
@@ -53,7 +54,7 @@ def entry_log_files(directory: Path) -> tuple[int, int]:
     try:
         with os.scandir(directory) as it:
             for entry in it:
-                if entry.is_file():
+                if entry.is_file() and entry.name != LOCK_FILE:
                     files += 1
                     size += entry.stat().st_size
     except FileNotFoundError:

@@ -37,6 +37,9 @@ class Access:
     internal: bool = False
     #: Listed in ``[auth] readers``: reads any ledger.
     reads_all: bool = False
+    #: The client sent FEATURES TRY_AGAIN: a request the bookie cannot decide within its
+    #: ``key_check_wait_s`` is answered TRY_AGAIN rather than held (see :mod:`.key_check`).
+    try_again: bool = False
 
     @property
     def reads_without_key(self) -> bool:

@@ -16,7 +16,7 @@ from typing import Literal
 from bkframe import proto as p
 from bkframe.bookie import journal_records as jr
 from bkframe.bookie.context import BookieContext
-from bkframe.bookie.key_check import Verdict
+from bkframe.bookie.key_check import TIMEOUT_S, KeyCheckPending, Verdict
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.bookie.write_once import journal_written_once
 from bkframe.core.auth import INTERNAL_METHOD
@@ -45,7 +45,7 @@ class Adds:
         if admission is True:
             self._add_run(adds, batch)
         elif admission is False:
-            batch.deferred.append(partial(self._add_after_key_check, adds, batch.received))
+            batch.deferred.append(partial(self._add_after_key_check, adds, batch.received, batch.access.try_again))
         else:
             batch.parts.extend(self.refused(a, *admission) for a in adds)
 
@@ -55,7 +55,7 @@ class Adds:
         if admission is True:
             self._add_batch(req, batch)
         elif admission is False:
-            batch.deferred.append(partial(self._add_after_key_check, req, batch.received))
+            batch.deferred.append(partial(self._add_after_key_check, req, batch.received, batch.access.try_again))
         else:
             batch.parts.append(self.refused(req, *admission))
 
@@ -281,16 +281,23 @@ class Adds:
         except Exception:  # noqa: BLE001 - a torn or misplaced record is not a copy worth keeping
             return None
 
-    async def _add_after_key_check(self, adds: Sequence[p.AddRequest] | p.AddBatchRequest, received: float) -> bytes:
+    async def _add_after_key_check(
+        self, adds: Sequence[p.AddRequest] | p.AddBatchRequest, received: float, try_again: bool
+    ) -> bytes:
         """Adds to a ledger this bookie holds no master key for (their ledger's first adds
         here, or after a lost disk): served only once the ledger's metadata vouches for the
-        key they carry; nothing is made otherwise."""
+        key they carry; nothing is made otherwise. A client that understands TRY_AGAIN is
+        answered so once the check took ``key_check_wait_s`` (see :mod:`.key_check`)."""
         first = adds if isinstance(adds, p.AddBatchRequest) else adds[0]
         requests = [adds] if isinstance(adds, p.AddBatchRequest) else adds
         check = self.context.key_check
         assert check is not None
         try:
-            verdict = await check.check(first.ledger_id, first.master_key)
+            verdict = await check.check(first.ledger_id, first.master_key, wait_s=None if try_again else TIMEOUT_S)
+        except KeyCheckPending as e:
+            self.counters.key_checks_pending += 1
+            msg = f"{e}: send this add again (the check goes on here)"
+            return b"".join(bytes(self.refused(a, p.Status.TRY_AGAIN, msg)) for a in requests)
         except Exception as e:  # noqa: BLE001 - the store is down: say so; the client retries or moves on
             log.warning("cannot check the master key of ledger %d: %s", first.ledger_id, e)
             msg = f"this bookie cannot check the master key of ledger {first.ledger_id} now ({e!r}); retry"

@@ -32,9 +32,29 @@ from bkframe.bookie.unclean_marker import mark_clean, mark_running
 from bkframe.core.auth import AuthProvider, internal_credential, readers_of
 from bkframe.core.config import Config
 from bkframe.core.counters import Counters
+from bkframe.core.directory_lock import DirectoryLocks
 from bkframe.core.interfaces import DurabilityPolicy, Journal, JournalPosition, LedgerStorage
 from bkframe.core.metadata import ClusterRecord
 from bkframe.core.plugin_manager import PluginManager
+
+#: The directory in the data dir the bookie hands each component section's plugin.
+SECTION_DIRS = {"journal": "journal", "entry_log_manager": "entrylogs", "ledger_storage": "ledgers"}
+
+
+def directories(config: Config, plugins: PluginManager) -> list[Path]:
+    """Every directory a bookie of ``config`` writes: the data dir, then each component's
+    directory and those its config declares (``[journal] dirs``, say), in that order."""
+    data_dir = Path(config.bookie.data_dir)
+    return [
+        data_dir,
+        *(
+            d
+            for section, name in SECTION_DIRS.items()
+            for d in plugins.directories(
+                section=section, config=getattr(config, section), directory=data_dir / name, source=config.source
+            )
+        ),
+    ]
 
 
 class Bookie:
@@ -56,20 +76,29 @@ class Bookie:
             cluster.secret if cluster is not None else b"",
             readers_of(config.auth, source=f"{config.source}: [auth]"),
         )
-        dirs = {name: self.data_dir / name for name in ("journal", "entrylogs", "ledgers")}
-        for d in dirs.values():
-            d.mkdir(parents=True, exist_ok=True)
+        #: One process per directory: every directory this bookie and its plugins write,
+        #: locked before anything in them is read or written (see :mod:`bkframe.core.directory_lock`).
+        self.directory_locks = DirectoryLocks.acquire(directories(config, plugins))
+        try:
+            self._compose(config, plugins)
+        except BaseException:
+            self.directory_locks.release()
+            raise
+
+    def _compose(self, config: Config, plugins: PluginManager) -> None:
+        """Make the parts and the state, in the locked directories."""
+        dirs = {section: self.data_dir / name for section, name in SECTION_DIRS.items()}
         #: What ledger storage and its entry logs keep (fsynced whole after an unclean stop).
-        self.storage_dirs = (dirs["entrylogs"], dirs["ledgers"])
+        self.storage_dirs = (dirs["entry_log_manager"], dirs["ledger_storage"])
         where = config.source
         self.journal: Journal = plugins.journal(
             config=config.journal, directory=dirs["journal"], counters=self.counters, source=where
         )
         entry_logs = plugins.entry_log_manager(
-            config=config.entry_log_manager, directory=dirs["entrylogs"], counters=self.counters, source=where
+            config=config.entry_log_manager, directory=dirs["entry_log_manager"], counters=self.counters, source=where
         )
         self.storage: LedgerStorage = plugins.ledger_storage(
-            config=config.ledger_storage, directory=dirs["ledgers"], entry_logs=entry_logs, counters=self.counters,
+            config=config.ledger_storage, directory=dirs["ledger_storage"], entry_logs=entry_logs, counters=self.counters,
             source=where,
         )
         #: The ledger types this bookie serves, by wire id.
@@ -157,8 +186,11 @@ class Bookie:
     async def aclose(self) -> None:
         """Make everything durable and close: journal, then storage, then the final mark,
         and only then clear the unclean-shutdown marker."""
-        await self.checkpointer.close()
-        await trio.to_thread.run_sync(mark_clean, self.data_dir)
+        try:
+            await self.checkpointer.close()
+            await trio.to_thread.run_sync(mark_clean, self.data_dir)
+        finally:
+            self.directory_locks.release()  # last: another process may now use the directories
 
     async def delete_ledgers(self, ledger_ids: Sequence[int]) -> None:
         """Delete ledgers gone from the metadata store: tombstones first (durable), then

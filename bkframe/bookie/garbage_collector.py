@@ -124,17 +124,28 @@ class GarbageCollector:
             doomed: list[int] = []
         else:
             doomed = await self.deleted_from_store()
+        deleted = 0
         for at in range(0, len(doomed), YIELD_EVERY):
-            await bookie.delete_ledgers(doomed[at : at + YIELD_EVERY])
+            try:
+                await bookie.delete_ledgers(doomed[at : at + YIELD_EVERY])
+            except OSError as e:
+                if not is_disk_full(e):
+                    raise
+                # No room for more tombstones (the room kept for them is used up): what
+                # was deleted is collected below, which frees space for the rest next pass.
+                bookie.mode.write_failed(e)
+                log.warning("no space to delete more ledgers now (%s); %d left for the next pass", e, len(doomed) - at)
+                break
+            deleted += len(doomed[at : at + YIELD_EVERY])
             await trio.lowlevel.checkpoint()
-        if doomed:
+        if deleted:
             await bookie.checkpoint()
-            log.info("deleted %d ledger(s) that are gone from the metadata store", len(doomed))
+            log.info("deleted %d ledger(s) that are gone from the metadata store", deleted)
         # Counted once deleted: reclaiming their space (below) yields while it runs.
-        bookie.counters.gc_ledgers_deleted += len(doomed)
+        bookie.counters.gc_ledgers_deleted += deleted
         freed = await bookie.storage.collect_garbage()
         bookie.counters.gc_bytes_freed += freed
-        return len(doomed), freed
+        return deleted, freed
 
     async def deleted_from_store(self) -> list[int]:
         """The local ledgers the metadata store no longer has (limbo ones left out)."""

@@ -21,6 +21,7 @@ import logging
 import socket
 import ssl
 
+import attrs
 import trio
 
 from bkframe import proto as p
@@ -132,6 +133,8 @@ class AuthGate:
                 answers.append(self._authenticate(req))
                 if self.refused:
                     return answers, []
+            elif type(req) is p.FeaturesRequest and self.authenticated:
+                answers.append(self._features(req))
             elif self.authenticated:
                 return answers, requests[i:]
             else:
@@ -140,6 +143,7 @@ class AuthGate:
         return answers, []
 
     def _authenticate(self, req: p.AuthRequest) -> bytes:
+        try_again = self.access.try_again  # a second AUTH changes who, not what the client understands
         try:
             self.access = self.policy.authenticate(self.provider, self.peer, req.method, req.credential)
         except AuthenticationError as e:
@@ -150,5 +154,13 @@ class AuthGate:
             self.refused = True
             return p.encode_auth_response(req.request_id, p.Status.UNAUTHORIZED, str(e))
         self.authenticated = True
+        self.access = attrs.evolve(self.access, try_again=try_again)
         log.info("connection from %s authenticated as %s", self.peer.address, self.principal)
         return p.encode_auth_response(req.request_id, p.Status.OK, self.principal)
+
+    def _features(self, req: p.FeaturesRequest) -> bytes:
+        """FEATURES (after AUTH, in its frame): what the client understands; the answer
+        says which of those this bookie will use (bits it does not know are ignored)."""
+        try_again = bool(req.features & p.Feature.TRY_AGAIN)
+        self.access = attrs.evolve(self.access, try_again=try_again)
+        return p.encode_features_response(req.request_id, int(p.Feature.TRY_AGAIN) if try_again else 0)

@@ -14,7 +14,7 @@ import numpy as np
 from bkframe import proto as p
 from bkframe.bookie.batch_reads import read_batch
 from bkframe.bookie.context import BookieContext
-from bkframe.bookie.key_check import Verdict
+from bkframe.bookie.key_check import TIMEOUT_S, KeyCheckPending, Verdict
 from bkframe.bookie.ledger_control import LedgerControl
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.core.disk_full import is_disk_full
@@ -67,7 +67,7 @@ class Reads:
             return
         verdict = check.cached(ledger_id, req.master_key)
         if verdict is None:
-            batch.deferred.append(partial(self._read_after_key_check, req, batch.received))
+            batch.deferred.append(partial(self._read_after_key_check, req, batch.received, batch.access.try_again))
             return
         self._read_vouched(req, verdict, batch)
 
@@ -115,13 +115,18 @@ class Reads:
             return
         self._serve_read(req, state, batch)
 
-    async def _read_after_key_check(self, req: p.ReadRequest, received: float) -> bytes:
-        """A read whose key the metadata store must vouch for (see :meth:`read`)."""
+    async def _read_after_key_check(self, req: p.ReadRequest, received: float, try_again: bool) -> bytes:
+        """A read whose key the metadata store must vouch for (see :meth:`read`); TRY_AGAIN
+        to a client that understands it once the check took ``key_check_wait_s``."""
         check = self.context.key_check
         assert check is not None
         sub = ResponseBatch()
         try:
-            verdict = await check.check(req.ledger_id, req.master_key)
+            verdict = await check.check(req.ledger_id, req.master_key, wait_s=None if try_again else TIMEOUT_S)
+        except KeyCheckPending as e:
+            self.counters.key_checks_pending += 1
+            self._reply(req, None, sub, p.Status.TRY_AGAIN, f"{e}: send this read again (the check goes on here)".encode())
+            return b"".join(bytes(part) for part in sub.parts)
         except Exception as e:  # noqa: BLE001 - the store cannot say: nothing is made; the client retries
             log.warning("cannot check the master key of ledger %d: %s", req.ledger_id, e)
             message = f"this bookie cannot check the master key of ledger {req.ledger_id} now ({e!r}); retry"

@@ -137,6 +137,10 @@ class RequestHandler:
             # starts a frame): the connection's access stays what it is.
             message = "AUTH must start a frame: this one was not used; the connection's access is unchanged"
             batch.parts.append(p.encode_auth_response(req.request_id, p.Status.BAD_REQUEST, message))
+        elif type(req) is p.FeaturesRequest:
+            # Not right after an AUTH that starts its frame (see AuthGate): not used.
+            message = "FEATURES must follow the AUTH that starts a frame: this one was not used"
+            batch.parts.append(p.encode_error_response(req.request_id, p.Status.BAD_REQUEST, message))
         else:
             assert isinstance(req, p.BadMessage)
             self.counters.bad_requests += 1

@@ -148,6 +148,8 @@ class BookieService:
                 store = self.store = self.plugins.metadata_store(cfg.metadata, create=self.init_cluster)
                 self.cluster = await self._check_cluster(store)
             check_data_dir(cfg.data_dir)  # makes it: only once the store is known good
+            # Locks every directory first (DirectoryLockedError if another process holds one):
+            # a second bookie on them replays, marks, stamps and registers nothing.
             bookie = self.bookie = Bookie(self.config, self.plugins, cluster=self.cluster)
             # Before anything is written: a bookie starting on a full disk starts read-only.
             bookie.check_disk()
@@ -155,6 +157,8 @@ class BookieService:
             if self.settle_python_gc:
                 python_gc.settle()
         except BaseException:
+            if self.bookie is not None:
+                self.bookie.directory_locks.release()  # what a restart in this process needs
             if store is not None:
                 with trio.CancelScope(shield=True):
                     await store.aclose()
@@ -196,7 +200,8 @@ class BookieService:
                         )
                         log.info("bookie %s: %s", bookie_id, bookie.cookie_check.value)
                     if store is not None:
-                        bookie.key_check = KeyCheck(store)
+                        # Reads in the background: a request waits key_check_wait_s at most.
+                        bookie.key_check = KeyCheck(store, nursery=background, wait_s=cfg.key_check_wait_s)
                     await protect_at_boot(bookie, store, bookie_id)
                     bookie.ready.set()
                     if store is not None:

@@ -13,6 +13,11 @@ file.
 The file is a list of ``ledger_id deleted_at`` lines, appended and fsynced per deletion
 batch; a torn last line (a crash mid-append) is ignored, since the ledgers it named were
 not forgotten yet (their deletion is retried by the next collection).
+
+Deleting ledgers is how a full disk gets space back, and a tombstone comes first: so the
+file keeps ROOM bytes allocated past its end (thousands of lines), made at start and after
+each append while there is space, and a deletion on a disk with no block left still goes
+through.
 """
 
 from __future__ import annotations
@@ -23,11 +28,15 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from bkframe.core.fsync import append_durably, write_durably
+from bkframe.core.disk_full import is_disk_full
+from bkframe.core.fsync import append_durably, keep_room, write_durably
 
 log = logging.getLogger("bkframe.bookie")
 
 TOMBSTONE_FILE = "deleted-ledgers"
+#: Bytes kept allocated past the end of the file, for deletions on a full disk: about 3,000
+#: lines, more than one batch of the garbage collector.
+ROOM = 128 * 1024
 
 
 class Tombstones:
@@ -54,6 +63,20 @@ class Tombstones:
             except ValueError:
                 log.warning("%s: ignoring unreadable line %r", self.path, line)
         self._expire()
+        self._keep_room()
+
+    def _keep_room(self) -> None:
+        """Make the file (if missing) with ROOM allocated past its end; nothing if the disk
+        has no room now (the next append tries again)."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        except OSError as e:
+            log.warning("%s: cannot keep room for deletions on a full disk: %s", self.path, e)
+            return
+        try:
+            keep_room(fd, ROOM)
+        finally:
+            os.close(fd)
 
     def __contains__(self, ledger_id: int) -> bool:
         at = self._deleted_at.get(ledger_id)
@@ -84,11 +107,18 @@ class Tombstones:
         self._expire()
         if self._lines > 2 * len(self._deleted_at) + 1000:
             data = "".join(f"{i} {at}\n" for i, at in sorted(self._deleted_at.items())).encode()
-            write_durably(self.path, data)
-            self._lines = len(self._deleted_at)
-            return
+            try:
+                write_durably(self.path, data)
+            except OSError as e:
+                if not is_disk_full(e):
+                    raise
+                # A new file needs new blocks; appending goes into the room kept (below).
+            else:
+                self._lines = len(self._deleted_at)
+                self._keep_room()
+                return
         try:
-            append_durably(self.path, "".join(f"{i} {now}\n" for i in ids).encode())
+            append_durably(self.path, "".join(f"{i} {now}\n" for i in ids).encode(), room=ROOM)
         except OSError:
             # No partial line was left (a full disk, say): the deletion is retried.
             for ledger_id in ids:

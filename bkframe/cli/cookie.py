@@ -12,6 +12,7 @@ import trio
 
 from bkframe.bookie.cookies import Cookie, fix_cookies, read_local
 from bkframe.cli.options import metadata_option
+from bkframe.core.directory_lock import DirectoryLocks
 from bkframe.core.metadata import MetadataStore, Versioned
 from bkframe.core.plugin_manager import PluginManager
 
@@ -71,6 +72,13 @@ def show(data_dir: Path, metadata: str, bookie_id: str) -> None:
 @with_options
 @click.option("--address", default="", help="Address to record (informational).")
 def fix(data_dir: Path, metadata: str, bookie_id: str, address: str) -> None:
-    """Stamp a new instance on the data dir and in the metadata store (after a lost disk)."""
-    new = _run(metadata, lambda store: fix_cookies(store, data_dir, bookie_id, address))
+    """Stamp a new instance on the data dir and in the metadata store (after a lost disk).
+    Refused while a bookie runs on the data dir: stop it first."""
+
+    async def fix_locked(store: MetadataStore) -> Cookie:
+        # Once the store is known good (a mistake leaves no data dir behind); held while stamping.
+        with DirectoryLocks.acquire([data_dir], user=""):
+            return await fix_cookies(store, data_dir, bookie_id, address)
+
+    new = _run(metadata, fix_locked)
     click.echo(f"bookie {bookie_id}: new cookie instance {new.instance_id} stamped on {data_dir} and in {metadata}")

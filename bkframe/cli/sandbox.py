@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 from functools import partial
 from pathlib import Path
@@ -14,8 +15,12 @@ from bkframe.cli.demo import run_demo, run_spark_pipeline, spark_missing
 from bkframe.cli.local_cluster import Cluster
 from bkframe.cli.options import AT_LEAST_ONE, metadata_option
 from bkframe.core.cluster import init_cluster
+from bkframe.core.directory_lock import DirectoryLockedError, DirectoryLocks
 from bkframe.core.metadata import ClusterRecord
 from bkframe.core.plugin_manager import PluginManager
+
+#: In the sandbox's data dir: its metadata URI and its bookies, written once they are up.
+STATE_FILE = "sandbox.json"
 
 
 async def check_store(metadata: str) -> ClusterRecord:
@@ -62,7 +67,21 @@ def sandbox(
     if demo and not no_spark and (missing := spark_missing()) is not None:
         raise click.ClickException(missing)  # before any bookie starts: nothing to undo
     data_dir = data_dir.resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    # Before anything is read or written there (the store, sandbox.json, the bookies' dirs):
+    # one sandbox per directory, held until this process ends.
+    try:
+        locks = DirectoryLocks.acquire([data_dir], user="sandbox")
+    except DirectoryLockedError as e:
+        raise click.ClickException(_already_running(data_dir, e.pid)) from None
+    with locks:
+        _run(data_dir, bookies, metadata, demo=demo, no_spark=no_spark, racks=racks, config_path=config_path)
+
+
+def _run(
+    data_dir: Path, bookies: int, metadata: str | None, *, demo: bool, no_spark: bool, racks: str, config_path: Path | None
+) -> None:
+    """The sandbox itself, in its locked data dir: until a signal, or the demo's end."""
+    (data_dir / STATE_FILE).unlink(missing_ok=True)  # an earlier run's: this one writes its own once up
     metadata = metadata or f"sqlite://{data_dir / 'metadata.db'}"
     rack_labels = [r.strip() for r in racks.split(",") if r.strip()]
     args = ("--http-port", "0", *(("--config", str(config_path.resolve())) if config_path is not None else ()))
@@ -76,19 +95,20 @@ def sandbox(
                 await trio.to_thread.run_sync(partial(cluster.start, parallel=True))
                 state = {
                     "metadata": metadata,
+                    "pid": os.getpid(),
                     "bookies": [
                         {"id": b.bookie_id, "address": b.address, "pid": b.proc.pid if b.proc else 0, "log": str(b.log_path),
                          "rack": b.rack, "http": b.http_url}
                         for b in cluster.bookies
                     ],
                 }
-                (data_dir / "sandbox.json").write_text(json.dumps(state, indent=2) + "\n")
+                (data_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
                 click.echo(f"sandbox: {bookies} bookies on {metadata}")
                 for b in cluster.bookies:
                     rack = f", rack {b.rack}" if b.rack else ""
                     click.echo(f"  {b.bookie_id} at {b.address}{rack} (log: {b.log_path}), admin http {b.http_url}")
                 click.echo(f"status page: {cluster.bookies[0].http_url}/")
-                click.echo(f"wrote {data_dir / 'sandbox.json'}")
+                click.echo(f"wrote {data_dir / STATE_FILE}")
                 if demo:
                     await run_demo(metadata, bookies, click.echo)
                     if not no_spark:
@@ -103,3 +123,19 @@ def sandbox(
                 click.echo("sandbox stopped")
 
     trio.run(main)
+
+
+def _already_running(data_dir: Path, pid: int | None) -> str:
+    """How to reach the sandbox that holds ``data_dir``, in one line."""
+    who = f"pid {pid}" if pid is not None else "another process"
+    state = data_dir / STATE_FILE
+    try:
+        metadata = json.loads(state.read_text())["metadata"]
+    except (OSError, ValueError, KeyError, TypeError):
+        reach = f"it is still starting: {state} will name its metadata store and bookies"
+    else:
+        reach = f"reach it with --metadata {metadata} (or BKFRAME_METADATA={metadata}); its bookies are in {state}"
+    return (
+        f"a sandbox is already running on {data_dir} ({who}); {reach}. Stop it (Ctrl-C in its shell, or "
+        f"kill {pid if pid is not None else 'it'}) before starting another there, or give this one another --data-dir"
+    )

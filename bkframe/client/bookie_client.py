@@ -3,6 +3,14 @@
 Requests submitted while a send is in progress are coalesced into the next frame, so a
 writer with many adds in flight sends few large frames; responses are matched to their
 requests by request id, whatever order the bookie answers in.
+
+Every connection says, after its AUTH, that it understands TRY_AGAIN (FEATURES). A request
+answered TRY_AGAIN (the bookie cannot decide it yet: its metadata store has not vouched for
+a new ledger's key) is sent again, the same bytes to the same bookie, after
+:data:`TRY_AGAIN_BACKOFF_S`, each try with the request's own timeout, until ``try_again_s``
+has passed since it was first sent; only then does its caller see the TRY_AGAIN answer (a
+failure of that bookie). Callers never see the tries: a writer's pipeline, ensemble and
+entry order are untouched, an entry retried this way is only acknowledged later.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import ssl
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -33,17 +42,28 @@ class BookieTimeoutError(BookieConnectionError):
 
 #: Requests without a timeout of their own get this one: nothing waits on a bookie forever.
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
+#: A request answered TRY_AGAIN is sent again this long after the answer (the bookie held
+#: it ``key_check_wait_s`` already)...
+TRY_AGAIN_BACKOFF_S = 0.05
+#: ... until this long after it was first sent (ClientSettings.try_again_timeout_s).
+DEFAULT_TRY_AGAIN_S = 15.0
 
 
 class PendingResponse:
     """A response that will come; ``await pending.wait()`` returns it."""
 
-    __slots__ = ("_error", "_event", "_response", "callback", "deadline")
+    __slots__ = ("_error", "_event", "_response", "callback", "deadline", "parts", "submitted", "timeout_s")
 
-    def __init__(self, deadline: float = float("inf")) -> None:
+    def __init__(
+        self, deadline: float = float("inf"), parts: list[Buffer] | None = None, submitted: float = 0.0, timeout_s: float = 0.0
+    ) -> None:
         self._event = trio.Event()
         #: trio clock time after which the request fails with :class:`BookieTimeoutError`.
         self.deadline = deadline
+        #: What was sent, when, and each try's timeout: to send it again on TRY_AGAIN.
+        self.parts = parts
+        self.submitted = submitted
+        self.timeout_s = timeout_s
         self._response: p.Response | None = None
         self._error: BaseException | None = None
         #: Called synchronously with (response, None) or (None, error) when it completes;
@@ -86,10 +106,28 @@ class PendingResponse:
 class BookieClient:
     """Use :func:`connect_bookie` to make one."""
 
-    def __init__(self, stream: trio.abc.Stream, address: str, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        address: str,
+        *,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        try_again_s: float = DEFAULT_TRY_AGAIN_S,
+        on_try_again: Callable[[], None] | None = None,
+    ) -> None:
         self.address = address
         #: Timeout of requests submitted without one.
         self.request_timeout_s = request_timeout_s
+        #: How long after its first send a request answered TRY_AGAIN is still sent again.
+        self.try_again_s = try_again_s
+        #: Requests sent again after a TRY_AGAIN answer, and who else counts them.
+        self.tries_again = 0
+        self._on_try_again = on_try_again
+        #: The :class:`~bkframe.proto.Feature` bits the bookie said it uses here (FEATURES).
+        self.features = 0
+        #: (when, request id, pending) of requests to send again, in time order.
+        self._resends: deque[tuple[float, int, PendingResponse]] = deque()
+        self._resend_wake = trio.Event()
         self._stream = stream
         self._ids = itertools.count(1)
         self._pending: dict[int, PendingResponse] = {}
@@ -118,8 +156,10 @@ class BookieClient:
     def _submit(self, request_id: int, parts: list[Buffer], timeout_s: float | None = None) -> PendingResponse:
         if self._closed is not None:
             raise BookieConnectionError(f"connection to bookie {self.address} is closed: {self._closed}")
-        deadline = trio.current_time() + (self.request_timeout_s if timeout_s is None else timeout_s)
-        pending = PendingResponse(deadline)
+        now = trio.current_time()
+        timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
+        deadline = now + timeout_s
+        pending = PendingResponse(deadline, parts, now, timeout_s)
         self._pending[request_id] = pending
         deadlines = self._deadlines
         if not deadlines or deadline < deadlines[0][0]:
@@ -129,6 +169,10 @@ class BookieClient:
             # Mostly answered requests: rebuild from those still in flight (bounded memory).
             self._deadlines = [(pr.deadline, rid) for rid, pr in self._pending.items()]
             heapq.heapify(self._deadlines)
+        self._enqueue(parts)
+        return pending
+
+    def _enqueue(self, parts: list[Buffer]) -> None:
         self._queued += 1
         outgoing = self._outgoing
         outgoing.extend(parts)
@@ -138,7 +182,23 @@ class BookieClient:
             self._cuts.append(len(outgoing))
             self._outgoing_size = 0
         self._wake_sender.set()
-        return pending
+
+    def _try_again(self, request_id: int, pending: PendingResponse) -> bool:
+        """A TRY_AGAIN answer: schedule the request to be sent again (True), unless its
+        ``try_again_s`` is spent (False: the caller gets the answer)."""
+        resend_at = trio.current_time() + TRY_AGAIN_BACKOFF_S
+        if pending.parts is None or resend_at >= pending.submitted + self.try_again_s:
+            return False
+        self.tries_again += 1
+        if self._on_try_again is not None:
+            self._on_try_again()
+        self._pending[request_id] = pending
+        # A fresh timeout for the new try (the timeout loop skips the old heap entry).
+        pending.deadline = resend_at + pending.timeout_s
+        heapq.heappush(self._deadlines, (pending.deadline, request_id))
+        self._resends.append((resend_at, request_id, pending))
+        self._resend_wake.set()
+        return True
 
     def submit_add(
         self,
@@ -268,6 +328,19 @@ class BookieClient:
                     await self._stream.send_all(p.frame(parts[start:cut]))
                 start = cut
 
+    async def _resend_loop(self) -> None:
+        """Send again, after their backoff, the requests answered TRY_AGAIN."""
+        resends = self._resends
+        while True:
+            while not resends:
+                await self._resend_wake.wait()
+                self._resend_wake = trio.Event()
+            when, request_id, pending = resends[0]
+            await trio.sleep_until(when)
+            resends.popleft()
+            if self._pending.get(request_id) is pending and self._closed is None and pending.parts is not None:
+                self._enqueue(pending.parts)  # (not if it timed out or failed meanwhile)
+
     async def _timeout_loop(self) -> None:
         """Fail each request whose deadline passed (the bookie may be hung: SIGSTOP, a
         stalled disk, a partition); its late answer, if any, is dropped."""
@@ -303,6 +376,8 @@ class BookieClient:
                 for response in p.decode_responses(body):
                     pending = self._pending.pop(response.request_id, None)
                     if pending is not None:
+                        if response.status == p.Status.TRY_AGAIN and self._try_again(response.request_id, pending):
+                            continue
                         pending._set(response)
                     elif response.request_id == 0 and response.status == p.Status.BAD_REQUEST:
                         raise BookieConnectionError(f"bookie {self.address} rejected the stream: {response.message}")
@@ -341,21 +416,34 @@ async def _secure(
     return stream
 
 
-async def _authenticate(stream: trio.abc.Stream, address: str, auth: tuple[str, bytes], tls: bool) -> None:
-    """Send the connection's AUTH request and read its answer (nothing else is in flight)."""
+async def _authenticate(stream: trio.abc.Stream, address: str, auth: tuple[str, bytes], tls: bool, features: int) -> int:
+    """Send the connection's AUTH request, with FEATURES after it in its frame (unless
+    ``features`` is 0), and read their answers (nothing else is in flight); return the
+    features the bookie uses. A bookie older than FEATURES answers it BAD_REQUEST (an
+    unknown op), and uses none."""
     method, credential = auth
+    messages = [p.encode_auth(0, method, credential)]
+    if features:
+        messages.append(p.encode_features(0, features))
     try:
-        await stream.send_all(p.frame([p.encode_auth(0, method, credential)]))
+        await stream.send_all(p.frame(messages))
         buf = bytearray()
-        while len(buf) < 4 or len(buf) < 4 + p.FRAME_HEADER.unpack_from(buf)[0]:
-            if len(buf) >= 4 and p.FRAME_HEADER.unpack_from(buf)[0] > p.MAX_FRAME_SIZE:
-                raise p.ProtocolError("the answer to AUTH is not a bkframe frame")
+        answers: list[p.Response] = []
+        # All answered, or AUTH refused (then nothing after it is).
+        while not answers or (answers[0].status == p.Status.OK and len(answers) < len(messages)):
+            if len(buf) >= 4:
+                (length,) = p.FRAME_HEADER.unpack_from(buf)
+                if length > p.MAX_FRAME_SIZE:
+                    raise p.ProtocolError("the answer to AUTH is not a bkframe frame")
+                if len(buf) >= 4 + length:
+                    answers += p.decode_responses(bytes(buf[4 : 4 + length]))
+                    del buf[: 4 + length]
+                    continue
             data = await stream.receive_some(64 * 1024)
             if not data:
                 raise BookieConnectionError("it closed the connection")
             buf += data
-        (length,) = p.FRAME_HEADER.unpack_from(buf)
-        response = p.decode_responses(bytes(buf[4 : 4 + length]))[0]
+        response = answers[0]
     except (trio.BrokenResourceError, BookieConnectionError, p.ProtocolError, OSError, IndexError) as e:
         cause = e.__cause__ or e
         hint = (
@@ -371,6 +459,7 @@ async def _authenticate(stream: trio.abc.Stream, address: str, auth: tuple[str, 
         )
     if response.status != p.Status.OK or response.op != p.Op.AUTH:
         raise BookieConnectionError(f"bookie {address} refused the connection: {response.message or response.status.name}")
+    return next((a.features for a in answers[1:] if a.op == p.Op.FEATURES), 0)
 
 
 @asynccontextmanager
@@ -382,6 +471,9 @@ async def connect_bookie(
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     ssl_context: ssl.SSLContext | None = None,
     auth: tuple[str, bytes] = NO_AUTH,
+    try_again_s: float = DEFAULT_TRY_AGAIN_S,
+    on_try_again: Callable[[], None] | None = None,
+    features: int = p.Feature.TRY_AGAIN,
 ) -> AsyncIterator[BookieClient]:
     """Connect to a bookie; the connection lives for the ``async with`` block.
 
@@ -396,6 +488,11 @@ async def connect_bookie(
     failure where it waits, and :meth:`BookieClient.wait_closed` returns. An unanswered
     request fails with :class:`BookieTimeoutError` after its timeout (``request_timeout_s``
     unless the request gives its own).
+
+    ``features`` (:class:`~bkframe.proto.Feature` bits) are sent in a FEATURES request after
+    the AUTH; 0 sends none (a client of protocol version 1 exactly: the bookie then never
+    answers TRY_AGAIN). A TRY_AGAIN answer is retried for ``try_again_s`` (see the module
+    docstring), each retry reported to ``on_try_again``.
     """
     address = f"{host}:{port}"
     stream: trio.abc.Stream | None = None
@@ -405,7 +502,7 @@ async def connect_bookie(
             stream = tcp
             if ssl_context is not None:
                 stream = await _secure(tcp, address, host, ssl_context)
-            await _authenticate(stream, address, auth, ssl_context is not None)
+            used = await _authenticate(stream, address, auth, ssl_context is not None, features)
     except OSError as e:
         await _close(stream)
         raise BookieConnectionError(f"cannot connect to bookie {address}: {e}") from e
@@ -417,7 +514,10 @@ async def connect_bookie(
         await _close(stream)
         raise
     assert stream is not None
-    client = BookieClient(stream, address, request_timeout_s=request_timeout_s)
+    client = BookieClient(
+        stream, address, request_timeout_s=request_timeout_s, try_again_s=try_again_s, on_try_again=on_try_again
+    )
+    client.features = used
     # The connection's own tasks; a failure ends them all, never the caller's block.
     scopes: list[trio.CancelScope] = []
 
@@ -436,6 +536,7 @@ async def connect_bookie(
         nursery.start_soon(run, client._send_loop)
         nursery.start_soon(run, client._receive_loop)
         nursery.start_soon(run, client._timeout_loop)
+        nursery.start_soon(run, client._resend_loop)
         try:
             yield client
         finally:

@@ -4,10 +4,17 @@ registered bookies (:mod:`.bookie_set`) they are found in."""
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 
 import trio
 
-from bkframe.client.bookie_client import NO_AUTH, BookieClient, BookieConnectionError, connect_bookie
+from bkframe.client.bookie_client import (
+    DEFAULT_TRY_AGAIN_S,
+    NO_AUTH,
+    BookieClient,
+    BookieConnectionError,
+    connect_bookie,
+)
 from bkframe.client.bookie_health import BookieHealth
 from bkframe.client.bookie_set import BookieSet
 from bkframe.core.metadata import MetadataStore
@@ -33,6 +40,8 @@ class BookiePool:
         ssl_context: ssl.SSLContext | None = None,
         auth: tuple[str, bytes] = NO_AUTH,
         bookie_set_max_age_s: float = 2.0,
+        try_again_s: float = DEFAULT_TRY_AGAIN_S,
+        on_try_again: Callable[[], None] | None = None,
     ) -> None:
         self._nursery = nursery
         #: The registered bookies, listed at most ``bookie_set_max_age_s`` ago.
@@ -53,6 +62,9 @@ class BookiePool:
         #: TLS (None: plaintext) and the AUTH request of every connection (see connect_bookie).
         self._ssl_context = ssl_context
         self._auth = auth
+        #: TRY_AGAIN answers: how long a request is sent again, and who counts the tries.
+        self._try_again_s = try_again_s
+        self._on_try_again = on_try_again
 
     @property
     def nursery(self) -> trio.Nursery:
@@ -109,7 +121,8 @@ class BookiePool:
     async def _hold(self, bookie_id: str, host: str, port: int, *, task_status: trio.TaskStatus[BookieClient]) -> None:
         # A failed connect raises out of nursery.start to the caller of get().
         async with connect_bookie(
-            host, port, connect_timeout_s=self.connect_timeout_s, ssl_context=self._ssl_context, auth=self._auth
+            host, port, connect_timeout_s=self.connect_timeout_s, ssl_context=self._ssl_context, auth=self._auth,
+            try_again_s=self._try_again_s, on_try_again=self._on_try_again,
         ) as client:
             self._clients[bookie_id] = client
             task_status.started(client)

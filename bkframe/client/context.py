@@ -50,6 +50,11 @@ class ClientContext:
         settings = settings if settings is not None else ClientSettings()
         if placement is None:
             placement = plugins.placement_policy(settings.placement, settings.placement_options, source="client settings")
+        counters = ClientCounters()
+
+        def tried_again() -> None:
+            counters.tries_again += 1
+
         pool = BookiePool(
             nursery,
             metadata,
@@ -59,5 +64,10 @@ class ClientContext:
             ssl_context=settings.ssl_context(),
             auth=settings.auth,
             bookie_set_max_age_s=settings.bookie_set_max_age_s,
+            try_again_s=settings.try_again_timeout_s,
+            on_try_again=tried_again,
         )
-        return cls(nursery=nursery, metadata=metadata, pool=pool, ledger_types=plugins.ledger_types(), settings=settings)
+        return cls(
+            nursery=nursery, metadata=metadata, pool=pool, ledger_types=plugins.ledger_types(), settings=settings,
+            counters=counters,
+        )

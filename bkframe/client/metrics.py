@@ -42,6 +42,7 @@ class ClientCollector:
             ("ensemble_changes", c.ensemble_changes, "Ensemble changes committed by this client's writers"),
             ("recoveries", c.recoveries, "Ledgers this client recovered (opened with recovery and closed)"),
             ("recovery_failures", c.recovery_failures, "Recoveries that failed"),
+            ("tries_again", c.tries_again, "Requests sent again to a bookie that answered TRY_AGAIN (a key check pending)"),
         ]:
             family = CounterMetricFamily(PREFIX + name, doc, labels=labels)
             family.add_metric([self.client_id], value)

@@ -38,11 +38,20 @@ class ClientSettings:
     #: A read, fence, LAC read, sync or recovery read unanswered this long counts as an error
     #: of that bookie (the next replica is tried).
     read_timeout_s: float = attrs.field(default=5.0, validator=_positive)
+    #: A request a bookie answered TRY_AGAIN (it cannot decide yet: its metadata store has not
+    #: vouched for a new ledger's key within its ``key_check_wait_s``) is sent again to that
+    #: bookie, each try with its own add or read timeout, until this long after it was first
+    #: sent; then it counts as that bookie's failure. The bookie itself gives up after 10 s.
+    try_again_timeout_s: float = attrs.field(default=15.0, validator=_positive)
     #: A read not answered this long is also sent to the next replica, and the first valid
     #: answer wins (BookKeeper's speculative read); 0 turns speculation off.
     speculative_read_timeout_s: float = attrs.field(default=2.0, validator=v.ge(0))
     #: Opening a TCP connection to a bookie gives up after this long.
     connect_timeout_s: float = attrs.field(default=10.0, validator=_positive)
+    #: A log writer's rollover whose new segment is not in the log record this long after
+    #: the switch fails the writer (a store that does not answer; its own clients retry for
+    #: ~30 s), and so does each update of the log record it makes (docs/logs.md).
+    metadata_timeout_s: float = attrs.field(default=10.0, validator=_positive)
     #: A bookie that failed a request is avoided for this long when choosing ensembles and
     #: replicas; it is still used when no other bookie is available.
     bookie_quarantine_s: float = attrs.field(default=1800.0, validator=v.ge(0))

@@ -10,6 +10,7 @@ key names, which registers its own config class with the component (see
 
 from __future__ import annotations
 
+import re
 import tomllib
 import typing
 from collections.abc import Callable, Mapping
@@ -131,6 +132,39 @@ def parse_section(cls: type[T], raw: Mapping[str, Any], *, where: str) -> T:
         raise ConfigError(f"{where}: {e}") from None
 
 
+# -- directories a component writes ------------------------------------------------------------
+
+#: attrs field metadata of a component's config key that names directories it writes: True
+#: (the bookie locks them, see :mod:`bkframe.core.directory_lock`) or False (it only reads them).
+DIRECTORY = "bkframe_directory"
+
+#: Key names that look like directories: a storage component's config class must declare
+#: each with :func:`directory_field` (see :mod:`bkframe.core.registry`).
+DIRECTORY_KEY_NAMES = re.compile(r"(^|_)(dir|dirs|directory|directories)$")
+
+
+def directory_field(default: Any, *, locked: bool = True) -> Any:
+    """A config key naming one directory (``str`` or ``Path``; "" is none) or several
+    (``tuple[str, ...]``) that a journal, entry-log manager or ledger storage uses besides
+    the directory the bookie hands it. A relative path is relative to that directory. The
+    bookie locks each before it makes the component, for its whole life (one process per
+    directory); ``locked=False`` for a directory the component only reads."""
+    return attrs.field(default=default, metadata={DIRECTORY: locked})
+
+
+def declared_directories(settings: Any, base: Path) -> list[Path]:
+    """The directories a validated section's :func:`directory_field` keys name (the locked
+    ones), relative paths taken from ``base``."""
+    found: list[Path] = []
+    for field in attrs.fields(type(settings)):
+        if not field.metadata.get(DIRECTORY):
+            continue
+        value = getattr(settings, field.name)
+        values = value if isinstance(value, tuple) else (value,)
+        found += [base / v for v in values if v not in ("", None)]  # an absolute v stays itself
+    return found
+
+
 # -- addresses -------------------------------------------------------------------------------
 
 #: Bind hosts that mean "every interface": never an address to give anyone.
@@ -219,6 +253,11 @@ class BookieConfig:
     gc_interval_s: float = attrs.field(default=60.0, validator=above(0))
     #: A dead bookie's registration disappears from the metadata store after about this long.
     registration_ttl_s: float = attrs.field(default=6.0, validator=above(0))
+    #: The first add or fence of a ledger not held here waits for the metadata store to vouch
+    #: for its key at most this long; then a client that understands it is answered
+    #: TRY_AGAIN and sends it again (a slow store is not a dead bookie). Keep it below the
+    #: clients' add timeout.
+    key_check_wait_s: float = attrs.field(default=1.0, validator=at_least(0))
     #: A ledger this bookie deleted (garbage collection) is remembered this long, so that its
     #: old writer's adds are refused instead of creating it again (a week by default).
     deleted_ledger_retention_s: float = attrs.field(default=7 * 24 * 3600.0, validator=above(0))

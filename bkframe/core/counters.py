@@ -66,6 +66,9 @@ class Counters:
     journal_write_failures: int = 0
     #: Adds refused because the bookie is read-only.
     read_only_refusals: int = 0
+    #: Adds and fencing reads answered TRY_AGAIN: the metadata store had not vouched for the
+    #: key of a ledger new here within ``key_check_wait_s`` (the client sends them again).
+    key_checks_pending: int = 0
     #: Large PD entries written once: entry log fsynced before the ack, a STORED record
     #: (their location) in the journal instead of their data.
     entries_written_once: int = 0
@@ -118,3 +121,6 @@ class ClientCounters:
     #: Ledgers this client recovered (fenced, found the end of, closed), and recoveries that failed.
     recoveries: int = 0
     recovery_failures: int = 0
+    #: Requests sent again to the same bookie after it answered TRY_AGAIN (its metadata
+    #: store had not vouched for a new ledger's key yet; see bkframe/client/bookie_client.py).
+    tries_again: int = 0

@@ -9,6 +9,7 @@ import ctypes.util
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 def fsync_dir(directory: Path) -> None:
@@ -54,10 +55,11 @@ def write_durably(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def append_durably(path: Path, data: bytes) -> None:
+def append_durably(path: Path, data: bytes, *, room: int = 0) -> None:
     """Append ``data`` to ``path`` (created if missing) and fsync it, and the directory if
     the file is new. If the write fails, the file is cut back to where it was: no partial
-    record is left behind for the next append to follow."""
+    record is left behind for the next append to follow. ``room``: then keep that many
+    bytes allocated past the end (:func:`keep_room`), for appends on a full disk."""
     created = not path.exists()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
@@ -68,10 +70,34 @@ def append_durably(path: Path, data: bytes) -> None:
         except OSError:
             os.ftruncate(fd, size)
             raise
+        keep_room(fd, room)
     finally:
         os.close(fd)
     if created:
         fsync_dir(path.parent)
+
+
+def _fallocate() -> Any:
+    libc = ctypes.util.find_library("c")
+    fn = getattr(ctypes.CDLL(libc, use_errno=True), "fallocate", None) if libc else None
+    if fn is not None:
+        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    return fn
+
+
+_FALLOCATE = _fallocate()
+#: fallocate(2): allocate without changing the file's size.
+_FALLOC_FL_KEEP_SIZE = 1
+
+
+def keep_room(fd: int, length: int) -> bool:
+    """Keep ``length`` bytes allocated past the end of the file (``fallocate(2)`` with
+    ``FALLOC_FL_KEEP_SIZE``: its size stays), so that appends of up to that much succeed
+    on a disk that has filled up since -- on tmpfs and ext4 an append into such blocks
+    needs no new ones. Best effort: False where there is no room for it, or no such call."""
+    if _FALLOCATE is None or length <= 0:
+        return False
+    return bool(_FALLOCATE(fd, _FALLOC_FL_KEEP_SIZE, os.fstat(fd).st_size, length) == 0)
 
 
 def remove_durably(path: Path) -> None:

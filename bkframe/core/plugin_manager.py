@@ -25,12 +25,12 @@ import pluggy
 from bkframe.core import hookspecs
 from bkframe.core.auth import DEFAULT_PROVIDER as DEFAULT_AUTH_PROVIDER
 from bkframe.core.auth import READERS_KEY, AuthProvider, readers_of
-from bkframe.core.config import Config, parse_section
+from bkframe.core.config import Config, declared_directories, parse_section
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import DurabilityPolicy, EntryLogManager, Journal, LedgerStorage
 from bkframe.core.metadata import MetadataStore
 from bkframe.core.placement import PlacementPolicy
-from bkframe.core.registry import Component, ComponentKind, ComponentRegistry, LedgerTypes
+from bkframe.core.registry import Component, ComponentKind, ComponentRegistry, LedgerTypes, PluginDefectError
 from bkframe.errors import ConfigError, MetadataError, PluginError
 
 log = logging.getLogger("bkframe.plugins")
@@ -166,11 +166,9 @@ class PluginManager:
                 registry.registering(name, self._dists.get(name, "?"))
                 try:
                     impl.function(registry=registry)
-                except PluginError:
-                    raise  # a name registered twice: an error of the installation, for all to see
                 except Exception as e:
-                    if name not in self._external:
-                        raise
+                    if name not in self._external or (isinstance(e, PluginError) and not isinstance(e, PluginDefectError)):
+                        raise  # a name registered twice: an error of the installation, for all to see
                     registry.drop(name)
                     self._broke(name, self._dists.get(name, "?"), f"its registration failed: {type(e).__name__}: {e}")
             self._registry = registry
@@ -217,6 +215,14 @@ class PluginManager:
         """What the component a section names makes of the validated section and ``args``."""
         component, settings = self._component(SECTION_KINDS[section], section, config, source)
         return component.factory(settings, *args)
+
+    def directories(self, *, section: str, config: Mapping[str, Any], directory: Path, source: str = "(config)") -> list[Path]:
+        """Every directory the component a ``section`` names writes: ``directory`` (what the
+        bookie hands it), then those its config keys declare
+        (:func:`~bkframe.core.config.directory_field`). The bookie locks them all before it
+        makes the component (:mod:`bkframe.core.directory_lock`)."""
+        _, settings = self._component(SECTION_KINDS[section], section, config, source)
+        return [directory, *declared_directories(settings, directory)]
 
     def journal(
         self, *, config: Mapping[str, Any], directory: Path, counters: Counters, source: str = "(config)"

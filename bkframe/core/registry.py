@@ -17,11 +17,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import attrs
 
 from bkframe.core.auth import AuthProvider
+from bkframe.core.config import DIRECTORY, DIRECTORY_KEY_NAMES
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import DurabilityPolicy, EntryLogManager, Journal, LedgerStorage
 from bkframe.core.placement import PlacementPolicy
@@ -41,6 +42,39 @@ class ComponentKind(str, enum.Enum):
     LEDGER_TYPE = "ledger_type"
     PLACEMENT_POLICY = "placement_policy"
     AUTH_PROVIDER = "auth_provider"
+
+
+#: The components a bookie hands a directory to: the bookie locks it and every directory
+#: their config keys declare (:func:`~bkframe.core.config.directory_field`).
+STORAGE_KINDS = frozenset({ComponentKind.JOURNAL, ComponentKind.ENTRY_LOG_MANAGER, ComponentKind.LEDGER_STORAGE})
+
+#: What a :func:`~bkframe.core.config.directory_field` key may hold.
+_DIRECTORY_TYPES = ("str", "Path", "tuple[str, ...]")
+
+
+class PluginDefectError(PluginError):
+    """What a plugin registers is wrong in itself (not a clash with another plugin): a
+    third-party plugin that does it is left out and reported, as one whose import fails."""
+
+
+def _check_directory_keys(config: type, component: str) -> None:
+    """:class:`PluginError` unless every key of ``config`` named like a directory says whether
+    the bookie locks it: a storage plugin cannot forget a directory it writes, which a second
+    bookie process could then write as well (see :mod:`bkframe.core.directory_lock`)."""
+    for field in attrs.fields(attrs.resolve_types(cast(Any, config))):
+        type_name = getattr(field.type, "__name__", None) if isinstance(field.type, type) else str(field.type)
+        if DIRECTORY in field.metadata:
+            if type_name not in _DIRECTORY_TYPES:
+                raise PluginDefectError(
+                    f"{component}: config key {field.name} is a directory_field of type {type_name}; "
+                    f"it should be one of {', '.join(_DIRECTORY_TYPES)}"
+                )
+        elif DIRECTORY_KEY_NAMES.search(field.name):
+            raise PluginDefectError(
+                f"{component}: config key {field.name} looks like a directory; declare it with "
+                f"bkframe.core.config.directory_field(...) so that the bookie locks it (one process per "
+                f"directory), or directory_field(..., locked=False) if the component only reads there"
+            )
 
 
 class MetadataStoreFactory(Protocol):
@@ -124,6 +158,8 @@ class ComponentRegistry:
                 f"{first.distribution}) and by plugin {plugin} (distribution {distribution}). Uninstall one, "
                 f"or disable it with [plugins] disable = [...] or $BKFRAME_DISABLE_PLUGINS"
             )
+        if kind in STORAGE_KINDS and config is not None:
+            _check_directory_keys(config, f"{kind.value} {name!r} (plugin {plugin}, distribution {distribution})")
         self._components[(kind, name)] = Component(kind, name, factory, config, description, plugin, distribution)
 
     def add_journal(

@@ -55,6 +55,8 @@ class Op(enum.IntEnum):
     READ_BATCH = 10
     #: The first message of a connection: who the client is (see bkframe.core.auth).
     AUTH = 11
+    #: Right after AUTH, in its frame: what the client understands (see :class:`Feature`).
+    FEATURES = 12
 
 
 class Status(enum.IntEnum):
@@ -68,6 +70,9 @@ class Status(enum.IntEnum):
     BAD_REQUEST = 7
     IO_ERROR = 8
     TOO_MANY_REQUESTS = 9
+    #: Not decided yet (the metadata store has not vouched for the ledger's key): send the
+    #: same request to the same bookie again. Only to clients that sent FEATURES TRY_AGAIN.
+    TRY_AGAIN = 10
 
 
 class AddFlag(enum.IntFlag):
@@ -81,6 +86,13 @@ class ReadLacFlag(enum.IntFlag):
 
 class ReadFlag(enum.IntFlag):
     FENCE = 0x01
+
+
+class Feature(enum.IntFlag):
+    """What a client understands beyond protocol version 1 (a FEATURES request's bits)."""
+
+    #: Answers with status TRY_AGAIN, which it sends again to the same bookie.
+    TRY_AGAIN = 0x01
 
 
 #: Frames a client builds are cut at about this size (a frame holds whole messages).
@@ -224,6 +236,14 @@ class AuthRequest:
     credential: bytes = attrs.field(default=b"", repr=False)
 
 
+@attrs.frozen
+class FeaturesRequest:
+    """What the client understands (:class:`Feature` bits); sent after AUTH in its frame."""
+
+    request_id: int
+    features: int
+
+
 #: Longest AUTH method name and credential accepted.
 MAX_AUTH_METHOD = 255
 MAX_AUTH_CREDENTIAL = 16 * 1024
@@ -232,6 +252,7 @@ MAX_AUTH_CREDENTIAL = 16 * 1024
 Request = (
     WriteCloseRequest
     | AuthRequest
+    | FeaturesRequest
     | AddRequest
     | ReadRequest
     | ReadLacRequest
@@ -290,6 +311,8 @@ class Response:
     limbo: bool = False
     #: READ_BATCH: the entries sent, in order (None for other ops and for errors).
     batch: BatchEntries | None = None
+    #: FEATURES: the :class:`Feature` bits the bookie will use on this connection.
+    features: int = 0
 
     @property
     def entries(self) -> tuple[tuple[int, bytes], ...]:
@@ -334,6 +357,8 @@ __all__ = [
     "BadMessage",
     "BatchEntries",
     "BookieInfoRequest",
+    "Feature",
+    "FeaturesRequest",
     "ListEntriesRequest",
     "Op",
     "ProtocolError",

@@ -27,6 +27,7 @@ from bkframe.proto.messages import (
     AuthRequest,
     BadMessage,
     BookieInfoRequest,
+    FeaturesRequest,
     ListEntriesRequest,
     Op,
     ProtocolError,
@@ -58,6 +59,7 @@ assert _ONE_ENTRY_DIRECTORY.size == BATCH_DIRECTORY.itemsize
 _ADD_BATCH = struct.Struct("<QqHHI")  # ledger, lac, ledger_type, key_len, count
 _READ_BATCH = struct.Struct("<QqqIIH")  # ledger, first, last, max bytes, step, key_len (then the key)
 _AUTH = struct.Struct("<HI")  # method length, credential length (then both)
+_FEATURES = struct.Struct("<I")  # feature bits
 
 
 def encode_add(
@@ -153,6 +155,10 @@ def encode_auth(request_id: int, method: str, credential: bytes) -> bytes:
     return pack_message(Op.AUTH, 0, request_id, _AUTH.pack(len(name), len(credential)), name, credential)
 
 
+def encode_features(request_id: int, features: int) -> bytes:
+    return pack_message(Op.FEATURES, 0, request_id, _FEATURES.pack(features))
+
+
 def encode_bookie_info(request_id: int) -> bytes:
     return pack_message(Op.GET_BOOKIE_INFO, 0, request_id)
 
@@ -203,7 +209,7 @@ def _decode_one(
     body: memoryview, op: int, flags: int, request_id: int, at: int, end: int, max_entry_size: int
 ) -> Request:
     request = _decode_fields(body, op, flags, request_id, at, end, max_entry_size)
-    if not isinstance(request, (BookieInfoRequest, AuthRequest)):
+    if not isinstance(request, (BookieInfoRequest, AuthRequest, FeaturesRequest)):
         _check_ledger(Op(op).name, request.ledger_id)
     return request
 
@@ -334,6 +340,11 @@ def _decode_fields(
             raise ProtocolError("AUTH message has the wrong length, method length or credential length")
         method = bytes(body[name_at : name_at + name_len]).decode(errors="replace")
         return AuthRequest(request_id, method, bytes(body[name_at + name_len : end]))
+    if op == Op.FEATURES:
+        # Bits this bookie does not know are ignored: a newer client may understand more.
+        if flags or end - at != _FEATURES.size:
+            raise ProtocolError("FEATURES message has the wrong length or unknown flags")
+        return FeaturesRequest(request_id, _FEATURES.unpack_from(body, at)[0])
     if op == Op.GET_BOOKIE_INFO:
         if end != at:
             raise ProtocolError("GET_BOOKIE_INFO message has the wrong length")
@@ -347,6 +358,7 @@ __all__ = [
     "encode_add_batch",
     "encode_auth",
     "encode_bookie_info",
+    "encode_features",
     "encode_list_entries",
     "encode_read",
     "encode_read_batch",

@@ -27,6 +27,7 @@ _LIST_ENTRIES_RESP = struct.Struct("<QBqI")  # ledger, limbo, next first (-1: do
 _RUN = np.dtype([("first", "<i8"), ("last", "<i8")])
 _ADD_BATCH_RESP = struct.Struct("<QIq")  # ledger, count, last_add_synced
 _READ_BATCH_RESP = struct.Struct("<QqI")  # ledger, lac, count (then directory, entries, message)
+_FEATURES_RESP = struct.Struct("<I")  # the feature bits the bookie will use
 
 
 def encode_add_response(
@@ -112,6 +113,11 @@ def encode_read_batch_response(
 def encode_auth_response(request_id: int, status: Status, message: str) -> bytes:
     """OK with the principal, or UNAUTHORIZED with why (never the credential)."""
     return pack_message(Op.AUTH, status, request_id, message.encode())
+
+
+def encode_features_response(request_id: int, features: int) -> bytes:
+    """OK with the feature bits this bookie will use on the connection."""
+    return pack_message(Op.FEATURES, Status.OK, request_id, _FEATURES_RESP.pack(features))
 
 
 def encode_bookie_info_response(request_id: int, info: dict[str, Any]) -> bytes:
@@ -206,6 +212,9 @@ def _decode_response(body: bytes, op: Op, status: Status, request_id: int, at: i
         return Response(op, status, request_id, ledger_id, lac=lac, message=msg, batch=batch)
     if op == Op.GET_BOOKIE_INFO:
         return Response(op, status, request_id, info=json.loads(body[at:end]))
+    if op == Op.FEATURES and status == Status.OK:
+        (features,) = _FEATURES_RESP.unpack_from(body, at)
+        return Response(op, status, request_id, features=features)
     return Response(op, status, request_id, message=body[at:end].decode(errors="replace"))
 
 
@@ -216,6 +225,7 @@ __all__ = [
     "encode_auth_response",
     "encode_bookie_info_response",
     "encode_error_response",
+    "encode_features_response",
     "encode_list_entries_response",
     "encode_read_batch_response",
     "encode_read_lac_response",

@@ -108,8 +108,8 @@ class LimboRepair:
             # digests: recovery then takes only copies that agree (see recovery.py).
             md = await Recovery(ctx, md, state.master_key, Digester.unkeyed(md.digest_type)).run()
         await self._copy_missing(ctx.pool, md)
-        # The copies must be durable before limbo is cleared: the index header that
-        # clears it is mmap'd, and the kernel may write it back before any checkpoint.
+        # The copies must be durable before limbo is cleared: the ledger-table slot that
+        # clears it is in the page cache, and the kernel may write it back before any checkpoint.
         await bookie.checkpoint()
         storage.set_limbo(ledger_id, False)
         # Counted as limbo is cleared, not after the await: a status read in between would

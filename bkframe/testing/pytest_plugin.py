@@ -16,7 +16,8 @@ Clusters of real bookie processes, from the cheapest to the most private:
 
 Also ``bookie_processes`` (collects :class:`~bkframe.testing.cluster.BookieProcess` objects
 to kill at the end), and session-wide real servers for metadata-store plugins:
-``zk_server`` (ZooKeeper) and ``etcd_server``. Passwords, payloads and short client
+``zk_server`` (ZooKeeper) and ``etcd_server``; ``small_filesystem`` mounts a real small
+tmpfs or ext4 for full-disk tests. Passwords, payloads and short client
 timeouts for tests are in :mod:`bkframe.testing.kit`. The contract suites are in
 :mod:`bkframe.testing.metadata_contract`, :mod:`bkframe.testing.journal_contract` and
 :mod:`bkframe.testing.storage_contract`.
@@ -30,8 +31,10 @@ from pathlib import Path
 
 import pytest
 
+from bkframe.testing import small_fs
 from bkframe.testing.cluster import BookieProcess, Cluster
 from bkframe.testing.servers import EtcdServer, ZooKeeperServer
+from bkframe.testing.small_fs import SmallFilesystem
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -124,3 +127,26 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
     server = EtcdServer(tmp_path_factory.mktemp("etcd")).start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def small_filesystem(tmp_path: Path) -> Iterator[Callable[[str, Path, int], SmallFilesystem]]:
+    """Mounts real small filesystems (:mod:`bkframe.testing.small_fs`): ``mount(kind, where,
+    size)`` with ``kind`` ``"tmpfs"`` or ``"ext4"``, unmounted (and the loop device freed) at
+    the end of the test. A machine that cannot mount fails the test under ``CI=true`` (CI
+    must run the suite as root) and skips it elsewhere."""
+    mounted: list[SmallFilesystem] = []
+
+    def mount(kind: str, where: Path, size: int) -> SmallFilesystem:
+        try:
+            fs = small_fs.mount(kind, where, size)
+        except small_fs.CannotMountError as e:
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail(f"cannot mount a small {kind} here ({e}); CI must run the suite as root")
+            pytest.skip(f"cannot mount a small {kind} here ({e})")
+        mounted.append(fs)
+        return fs
+
+    yield mount
+    for fs in mounted:
+        fs.unmount()

@@ -338,6 +338,25 @@ class EtcdCluster:
                 return m
         raise RuntimeError("the etcd cluster has no leader now")
 
+    def move_leader(self, to: EtcdMember, timeout_s: float = 30.0) -> None:
+        """Make ``to`` the leader (etcd's MoveLeader, asked of the current leader)."""
+        deadline = time.monotonic() + timeout_s
+        while (leader := self.leader()) is not to:
+            target = to.status().get("member_id", "")
+            request = urllib.request.Request(
+                f"http://{leader.address}/v3/maintenance/transfer-leadership",
+                data=json.dumps({"targetID": target}).encode(), headers={"Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=5):
+                    pass
+            except OSError as e:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"etcd did not move its leader to {to.name}: {e}") from e
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"etcd did not move its leader to {to.name} in {timeout_s} s")
+            time.sleep(0.2)
+
     def stop(self) -> None:
         for m in self.members:
             m.stop()

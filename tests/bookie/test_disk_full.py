@@ -4,7 +4,8 @@ and fences, and comes back below ``disk_usage_lwm``), a write that fails with EN
 a bookie that (re)starts on a full disk.
 
 The small bookie's disk is the disk-full layer (:mod:`bkframe.testing.diskfull`) or, where
-this machine lets the test mount one, a real size-limited filesystem (tmpfs).
+this machine lets the test mount one, a real size-limited filesystem (tmpfs: the
+``small_filesystem`` fixture of :mod:`bkframe.testing.pytest_plugin`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -459,55 +460,14 @@ async def _full_disk_scenario(
         assert await check_held(client, md2, SMALL, fresh) == 100
 
 
-def _cannot(reason: str) -> None:
-    """Without a way to mount, this test cannot run: under CI that is a failure, not a skip."""
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason}; CI must run the suite as root or with passwordless sudo")
-    pytest.skip(f"{reason}; the disk-full layer tests cover this")
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Callable[[Path, int], Callable[[int], None]]]:
-    """Mounts size-limited tmpfs filesystems (as root, or through passwordless sudo); yields
-    ``mount(dir, bytes)``, which returns ``resize(bytes)``. Unmounted at the end (lazily: a
-    bookie killed by the cluster's teardown may still hold files)."""
-    mounted: list[Path] = []
-    if shutil.which("mount") is None:
-        _cannot("no 'mount' command here")
-    sudo: list[str] = []
-    if os.geteuid() != 0:
-        if shutil.which("sudo") is None or subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode != 0:
-            _cannot("mounting a size-limited tmpfs needs root or passwordless sudo")
-        sudo = ["sudo", "-n"]
-
-    def mount(where: Path, size: int) -> Callable[[int], None]:
-        where.mkdir(parents=True, exist_ok=True)
-        result = subprocess.run(
-            [*sudo, "mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True
-        )
-        if result.returncode != 0:
-            _cannot(f"cannot mount a size-limited tmpfs here ({result.stderr.strip()})")
-        if sudo:
-            subprocess.run([*sudo, "chown", f"{os.getuid()}:{os.getgid()}", str(where)], check=True, capture_output=True)
-        mounted.append(where)
-
-        def resize(new_size: int) -> None:
-            subprocess.run([*sudo, "mount", "-o", f"remount,size={new_size}", str(where)], check=True, capture_output=True)
-
-        return resize
-
-    yield mount
-    for where in mounted:
-        subprocess.run([*sudo, "umount", "-l", str(where)], capture_output=True)
-
-
-async def test_real_size_limited_filesystem(cluster_factory: Any, tmp_path: Path, tmpfs: Any) -> None:
-    """The same on a real tmpfs of a few MiB: the kernel's ENOSPC, the kernel's df."""
+async def test_real_size_limited_filesystem(cluster_factory: Any, tmp_path: Path, small_filesystem: Any) -> None:
+    """The same on a real tmpfs of a few MiB: the kernel's ENOSPC, the kernel's df (more on
+    real filesystems, tmpfs and ext4, in test_disk_full_real_fs.py)."""
     cluster = cluster_factory(3)
-    data_dir = tmp_path / "tmpfs" / SMALL
-    resize = tmpfs(data_dir, 4 * MB)
+    fs = small_filesystem("tmpfs", tmp_path / "tmpfs", 4 * MB)
+    data_dir = fs.path / SMALL
     blind = bookie_config(tmp_path / "blind.toml", interval_s=3600, checkpoint_s=3600)
     small = add_small_bookie(cluster, blind, disk_capacity=None, data_dir=data_dir)
     # Before the restart, shrink it to what is used: full, whatever the failed write left free.
-    await _full_disk_scenario(cluster, small, tmp_path, grow=lambda: resize(64 * MB),
-                              make_full=lambda: resize(shutil.disk_usage(data_dir).used))
+    await _full_disk_scenario(cluster, small, tmp_path, grow=lambda: fs.resize(64 * MB),
+                              make_full=lambda: fs.resize(shutil.disk_usage(data_dir).used))

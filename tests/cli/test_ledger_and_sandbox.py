@@ -101,16 +101,30 @@ def test_sandbox_demo_is_the_main_job(tmp_path: Path) -> None:
 
 
 def test_sandbox_runs_until_sigterm(tmp_path: Path) -> None:
+    """...and a second sandbox on its directory is refused before it touches anything, saying
+    how to reach the running one; the running one goes on."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "bkframe", "sandbox", "--bookies", "3", "--data-dir", str(tmp_path)],
         stdout=subprocess.PIPE, text=True,
     )
     try:
         deadline = time.monotonic() + 60
-        while not (tmp_path / "sandbox.json").exists():
+        state_file = tmp_path / "sandbox.json"
+        while not state_file.exists() or not state_file.read_text().endswith("}\n"):  # written, not only made
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.1)
-        state = json.loads((tmp_path / "sandbox.json").read_text())
+        written = (state_file.read_bytes(), state_file.stat().st_mtime_ns)
+        state = json.loads(written[0])
+        assert state["pid"] == proc.pid
+        second = bk("sandbox", "--bookies", "1", "--data-dir", str(tmp_path), check=False)
+        assert second.returncode == 1 and "Traceback" not in second.stderr
+        assert second.stderr.strip().splitlines() == [
+            f"Error: a sandbox is already running on {tmp_path} (pid {proc.pid}); reach it with --metadata "
+            f"{state['metadata']} (or BKFRAME_METADATA={state['metadata']}); its bookies are in {state_file}. Stop it "
+            f"(Ctrl-C in its shell, or kill {proc.pid}) before starting another there, or give this one another --data-dir"
+        ]
+        assert (state_file.read_bytes(), state_file.stat().st_mtime_ns) == written
+        assert all(Path(f"/proc/{b['pid']}").exists() for b in state["bookies"])
         meta = ["--metadata", state["metadata"]]
         ledger_id = bk("ledger", "create", *meta).stdout.strip()
         bk("ledger", "append", ledger_id, *meta, stdin="hello\n")

@@ -270,30 +270,39 @@ async def test_a_zookeeper_minority_with_its_leader_cut_off_leaves_the_majority_
 
 
 async def test_an_etcd_minority_with_its_leader_cut_off_leaves_the_majority_working(etcd_cell: EtcdCell) -> None:
+    """The cut member is the leader and the one every bookie's store client talks to (the
+    first of the URI): new ledgers' first adds meet the bookies' key checks while their store
+    clients fail over (5 s on the cut member, more than FAST's 2 s add timeout). The bookies
+    answer TRY_AGAIN and the writers send again to the same bookies: every ledger works the
+    first time, with no ensemble change (issue 35)."""
     cell = etcd_cell
-    leader = cell.etcd.leader()
-    cell.net.isolate(leader.host)
-    try:
-        async with bkframe.open_client(cell.metadata, **FAST) as client:
-            # A bookie takes the first add of a ledger only once the store vouches for its
-            # key, and its store client moves off the cut leader only after a request times
-            # out there (5 s, more than FAST's 2 s add timeout): the first ledger may fail on
-            # bookies that seem slow, and is made again. After that failover, every round
-            # works the first time.
-            with trio.fail_after(60):  # the store tries the next member; the two left elect a leader
-                while True:
-                    try:
-                        await _write_and_close(client, "majority-failover")
-                        break
-                    except bkframe.NotEnoughBookiesError:
-                        await trio.sleep(1)
-            for i in range(3):
+    cut = cell.etcd.members[0]
+    await trio.to_thread.run_sync(cell.etcd.move_leader, cut)
+    # The test's client talks to the majority only: its own calls do not fail over.
+    majority = f"etcd://{','.join(m.address for m in cell.etcd.members[1:])}/cell"
+    async with bkframe.open_client(majority, **FAST) as client:
+        # Created before the cut, first written after it: their first adds reach the bookies
+        # at once, before the bookies' store clients have noticed the cut.
+        writers = [await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw") for _ in range(3)]
+        cell.net.isolate(cut.host)
+        try:
+            with trio.fail_after(60):
+                async with trio.open_nursery() as nursery:
+                    for w in writers:
+                        nursery.start_soon(w.append_many, [payload(w.ledger_id, i) for i in range(20)])
+                for w in writers:
+                    await w.close()
+                    await check_ledger(client, w.ledger_id, list(range(20)))
+            counters = client.context.counters
+            assert counters.tries_again > 0 and counters.ensemble_changes == 0, counters
+            for i in range(3):  # created, written and closed during the cut: each works the first time
                 with trio.fail_after(60):
                     await _write_and_close(client, f"majority-{i}")
-            assert cell.etcd.leader().host is not leader.host
+            assert client.context.counters.ensemble_changes == 0
+            assert cell.etcd.leader().host is not cut.host
             assert len(await registered(client)) == 3  # the bookies' leases live on through the majority
-    finally:
-        cell.net.heal()
+        finally:
+            cell.net.heal()
 
 
 async def test_a_host_cut_off_and_healed_while_a_writer_and_a_tailing_reader_run(healed: Cell) -> None:

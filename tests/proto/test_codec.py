@@ -87,3 +87,17 @@ def test_read_batch_round_trip_and_bad_ranges() -> None:
     assert (full.op, full.lac, full.entries, full.message) == (p.Op.READ_BATCH, 12, ((10, b"a"), (11, b""), (12, b"ccc")), "")
     assert empty.entries == () and empty.status == p.Status.OK
     assert (missing.status, missing.entries, missing.message) == (p.Status.NO_LEDGER, (), "ledger 7 is not here")
+
+
+def test_features_and_try_again_round_trip() -> None:
+    """FEATURES carries the bits a client understands (unknown ones pass through for the
+    bookie to ignore); TRY_AGAIN is a status like the others; a FEATURES answer its bits."""
+    (req, more) = decoded(p.encode_features(0, p.Feature.TRY_AGAIN), p.encode_features(3, 0x80000001))
+    assert req == p.FeaturesRequest(0, 1) and more == p.FeaturesRequest(3, 0x80000001)
+    frame = p.frame([
+        p.encode_features_response(0, p.Feature.TRY_AGAIN),
+        p.encode_add_batch_response(1, p.Status.TRY_AGAIN, 7, 2, -1, "not decided yet"),
+    ])
+    features, retry = p.decode_responses(frame[4:])
+    assert (features.op, features.status, features.features) == (p.Op.FEATURES, p.Status.OK, 1)
+    assert (retry.status, retry.message) == (p.Status.TRY_AGAIN, "not decided yet")

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Protocol
 import attrs
 import trio
 
-from bkframe.client.logs.model import Position
+from bkframe.client.logs.model import LogMetadata, Position, Segment
 from bkframe.errors import BKError
 
 if TYPE_CHECKING:
     from bkframe.client.write_handle import PendingAppend, WriteHandle
+    from bkframe.core.metadata import LedgerMetadata
 
 
 class Failing(Protocol):
@@ -161,3 +162,19 @@ class PendingLogBatch:
             number, first = seg.number, inner[0].entry_id  # a part's entry ids are consecutive
             out.extend(map(_new_position, zip(repeat(number), range(first, first + len(inner)))))
         return out
+
+
+def closed_segment(current: Segment, seg: ActiveSegment, md: LedgerMetadata, now: float) -> Segment:
+    """``current`` closed with what the ledger holds, and the time bounds the writer saw."""
+    bounds = {"min_ts": seg.min_ts, "max_ts": seg.max_ts} if seg.max_ts >= 0 and md.last_entry_id >= 0 else {}
+    return attrs.evolve(
+        current, closed=True, last_entry_id=md.last_entry_id, length=md.length, closed_at=now, **bounds
+    )
+
+
+def mark_closed(r: LogMetadata, seg: ActiveSegment, md: LedgerMetadata) -> LogMetadata:
+    """The log record with ``seg`` closed (unchanged if it is not there or closed already)."""
+    current = r.segment(seg.number)
+    if current is None or current.closed:
+        return r
+    return r.replace_segment(closed_segment(current, seg, md, time.time()))

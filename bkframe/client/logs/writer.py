@@ -18,7 +18,9 @@ acknowledgements wait until the record holds the new segment with the old one's 
 stay in append order and no position is acknowledged before its segment is in the log. The
 old segment's ledger is then closed and marked closed in the record in the background.
 Should a burst of appends outrun the spare's creation, the writer still switches on time:
-appends to the new segment are queued and sent as soon as its ledger exists.
+appends to the new segment are queued and sent as soon as its ledger exists. A rollover
+whose new segment is not in the record within the client's ``metadata_timeout_s`` (a store
+that does not answer) fails the writer then, not after the store's own retries.
 """
 
 from __future__ import annotations
@@ -26,16 +28,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import trio
 
+from bkframe.client.bounded import MetadataTimeoutError, bounded
 from bkframe.client.entry_format import LIMIT_SOURCE, max_payload
 from bkframe.client.logs import envelope
 from bkframe.client.logs.envelope import Record
-from bkframe.client.logs.model import LogMetadata, Position, Segment
-from bkframe.client.logs.pending import ActiveSegment, PendingLogAppend, PendingLogBatch, SpareLedger
+from bkframe.client.logs.model import LogMetadata, Position
+from bkframe.client.logs.pending import ActiveSegment, PendingLogAppend, PendingLogBatch, SpareLedger, closed_segment, mark_closed
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.logs.retention import trim
 from bkframe.core.metadata import LedgerMetadata
@@ -49,21 +53,6 @@ log = logging.getLogger("bkframe.logs")
 #: Background metadata work (closing a rolled segment, preparing a spare) retries this many
 #: times, backing off from 0.1 s to 5 s, before it leaves the job to the next writer.
 BACKGROUND_ATTEMPTS = 8
-
-
-def _closed(current: Segment, seg: ActiveSegment, md: LedgerMetadata, now: float) -> Segment:
-    """``current`` closed with what the ledger holds, and the time bounds the writer saw."""
-    bounds = {"min_ts": seg.min_ts, "max_ts": seg.max_ts} if seg.max_ts >= 0 and md.last_entry_id >= 0 else {}
-    return attrs.evolve(
-        current, closed=True, last_entry_id=md.last_entry_id, length=md.length, closed_at=now, **bounds
-    )
-
-
-def _mark_closed(r: LogMetadata, seg: ActiveSegment, md: LedgerMetadata) -> LogMetadata:
-    current = r.segment(seg.number)
-    if current is None or current.closed:
-        return r
-    return r.replace_segment(_closed(current, seg, md, time.time()))
 
 
 class LogWriter:
@@ -376,7 +365,10 @@ class LogWriter:
     # -- the log record ------------------------------------------------------------------
 
     async def _update(self, change: Callable[[LogMetadata], LogMetadata]) -> LogMetadata:
-        """CAS ``change`` into the log record while this writer still owns it."""
+        """CAS ``change`` into the log record while this writer still owns it; each store
+        call bounded by ``metadata_timeout_s`` (:mod:`bkframe.client.bounded`)."""
+        context = self._client.context
+        call = partial(bounded, context.nursery, context.settings.metadata_timeout_s, f"updating the log {self.name!r}")
         async with self._md_lock:
             record = self._record
             while True:
@@ -386,10 +378,11 @@ class LogWriter:
                         f"this one's is {self.epoch}); open the log again to write"
                     )
                 try:
-                    self._record = await self._records.cas(change(record), record.version)
+                    changed = change(record)
+                    self._record = await call(lambda: self._records.cas(changed, record.version))  # noqa: B023 - awaited here
                     return self._record
                 except BadVersionError:
-                    record = await self._records.read(self.name)
+                    record = await call(lambda: self._records.read(self.name))
 
     async def _prepare_spare(self, closed: tuple[ActiveSegment, LedgerMetadata] | None = None) -> None:
         """Create the next segment's ledger and put it in the record: as the current
@@ -398,7 +391,7 @@ class LogWriter:
         closed ledger, marked closed in the same CAS."""
         if self._preparing or self._spare is not None:
             if closed is not None:
-                await self._update(lambda r: _mark_closed(r, *closed))
+                await self._update(lambda r: mark_closed(r, *closed))
             return
         self._preparing = True
         try:
@@ -421,7 +414,7 @@ class LogWriter:
                         f"close the writer or open the log again"
                     )
                     if closed is not None:
-                        await self._update(lambda r: _mark_closed(r, *closed))
+                        await self._update(lambda r: mark_closed(r, *closed))
                 return
             spare = SpareLedger(made[0])
             ledger_id = spare.handle.ledger_id
@@ -431,7 +424,7 @@ class LogWriter:
 
             def put(r: LogMetadata) -> LogMetadata:
                 if closed is not None:
-                    r = _mark_closed(r, *closed)
+                    r = mark_closed(r, *closed)
                 spare.number, spare.after = -1, None
                 cur = self._current
                 seg = r.segment(cur.number) if cur.number >= 0 else None
@@ -444,6 +437,8 @@ class LogWriter:
 
             try:
                 await self._update(put)
+            except MetadataTimeoutError:
+                raise  # the record may yet list the ledger: it stays (the next writer collects it)
             except BaseException:
                 with trio.CancelScope(shield=True), trio.move_on_after(10):
                     await self._records.delete_ledger_quietly(ledger_id)
@@ -471,23 +466,31 @@ class LogWriter:
     async def _roll(self, old: ActiveSegment, new: ActiveSegment) -> None:
         """Make ``new`` the next segment in the record, open its gate once ``old``'s appends
         are all in, then close ``old`` and record it closed."""
+        timeout_s = self._client.context.settings.metadata_timeout_s
         try:
             await old.registered.wait()  # segment numbers follow the order of appends
             if old.error is not None:
                 raise old.error
-            spare = new.spare
-            if spare is None:
-                spare = new.spare = await self._take_spare()
-                new.handle = spare.handle
-                queued, new.queued = new.queued, []
-                for data, pending in queued:
-                    pending._inner = new.handle.append_async(data)
-            # Nothing goes to the old segment any more: its end is known now.
-            last_sent = old.appended - 1
-            if spare.after is old and spare.number >= 0 and spare.planned_last == last_sent:
-                new.number = spare.number  # reserved with this very boundary: nothing to write
-            else:
-                new.number = await self._register(old, spare, last_sent)
+            with trio.move_on_after(timeout_s) as rolling:  # the store calls in it give up on cancel
+                spare = new.spare
+                if spare is None:
+                    spare = new.spare = await self._take_spare()
+                    new.handle = spare.handle
+                    queued, new.queued = new.queued, []
+                    for data, pending in queued:
+                        pending._inner = new.handle.append_async(data)
+                # Nothing goes to the old segment any more: its end is known now.
+                last_sent = old.appended - 1
+                if spare.after is old and spare.number >= 0 and spare.planned_last == last_sent:
+                    new.number = spare.number  # reserved with this very boundary: nothing to write
+                else:
+                    new.number = await self._register(old, spare, last_sent)
+            if rolling.cancelled_caught:
+                raise LogError(
+                    f"log {self.name!r}: the rollover to a new segment could not be recorded in {timeout_s:g} s "
+                    f"(metadata_timeout_s): the metadata store does not answer; nothing acknowledged is lost; "
+                    f"open the log again once the store is back"
+                )
             new.registered.set()
             await old.gate.wait()
             if old.error is not None:
@@ -573,7 +576,7 @@ class LogWriter:
             if current is not None and md.last_entry_id < 0:
                 unused.append(current)  # nothing was ever written to it: it gives no position
             elif current is not None and not current.closed:
-                r = r.replace_segment(_closed(current, seg, md, now))
+                r = r.replace_segment(closed_segment(current, seg, md, now))
             r = r.drop_segments(s.number for s in unused).with_garbage(r.spares)
             return attrs.evolve(r, spares=(), writer="")
 

@@ -99,14 +99,17 @@ class Compactor:
             idx = self._index(ledger_id)
             if idx is None:
                 continue
-            records = idx.records
-            held = records[records["length"] > 0]
-            if held.size:
+            # A chunk at a time, and never through unallocated pages of the mapping
+            # (LedgerIndex.held): the holes of a sparse table kill the bookie on a full tmpfs.
+            mine: dict[int, int] = {}
+            for _, held in idx.held():
                 ids, inverse = np.unique(held["log_id"], return_inverse=True)
                 sums = np.bincount(inverse, weights=held["length"])
                 for log_id, total in zip(ids.tolist(), sums.tolist()):
-                    live[log_id] = live.get(log_id, 0) + int(total)
-                    users.setdefault(log_id, []).append(ledger_id)
+                    mine[log_id] = mine.get(log_id, 0) + int(total)
+            for log_id, total in mine.items():
+                live[log_id] = live.get(log_id, 0) + total
+                users.setdefault(log_id, []).append(ledger_id)
         freed = 0
         for log_id in sealed:
             size = self._entry_logs.log_size(log_id)
@@ -153,15 +156,19 @@ class Compactor:
             idx = self._index(ledger_id)
             if idx is None:
                 continue  # deleted while an earlier step yielded
-            records = idx.records
-            ids = np.flatnonzero((records["log_id"] == old_log) & (records["length"] > 0))
-            steps = int(records["length"][ids].sum()) // COMPACTION_STEP_BYTES + 1
+            found, live_bytes = [], 0
+            for held_ids, rows in idx.held():
+                here = rows["log_id"] == old_log
+                found.append(held_ids[here])
+                live_bytes += int(rows["length"][here].sum(dtype=np.int64))
+            ids = np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+            steps = live_bytes // COMPACTION_STEP_BYTES + 1
             for chunk in np.array_split(ids, steps):
                 idx = self._index(ledger_id)
                 if idx is None or not chunk.size:
                     continue
-                # Re-read after every yield: an add may have grown (remapped) the index.
-                rows = idx.records[chunk].copy()
+                # Re-read after every yield: an add may have changed the records.
+                rows = idx.read_at(chunk).copy()
                 keep = (rows["log_id"] == old_log) & (rows["length"] > 0)
                 chunk, rows = chunk[keep], rows[keep]
                 if not chunk.size:
@@ -212,13 +219,11 @@ class Compactor:
             idx = self._index(ledger_id)
             if idx is None:
                 continue
-            current = idx.records[chunk]
+            current = idx.read_at(chunk)
             # Only records still where the copy was taken from: an entry rewritten since
             # (a recovery add) keeps its newer location.
             still = (current["log_id"] == old_log) & (current["offset"] == old_offsets)
-            targets = chunk[still]
-            idx.records["offset"][targets] = new_offsets[still]
-            idx.records["log_id"][targets] = new_log
+            idx.repoint(chunk[still], new_offsets[still], new_log)
             self._repointed(ledger_id)
         await self._checkpoint()
         self._counters.compacted_bytes += copied

@@ -1,6 +1,6 @@
 """One ledger's index file: its state header and an entry-id-addressed location table.
 
-Layout of ``index/{ledger_id:016x}.idx`` (little endian), mapped with ``numpy.memmap``:
+Layout of ``index/{ledger_id:016x}.idx`` (little endian):
 
 * a 128-byte header: magic, version, ledger id, master-key length and key (64 bytes max),
   fenced/limbo/write_closed flags, lac, ledger type, and a CRC32C of the bytes before it;
@@ -14,10 +14,14 @@ and holds its state as it was then. The state as it is now lives in the storage'
 table (:mod:`.ledger_table`); index files of a bkframe that kept it only here are adopted
 into the table once, at open.
 
-Updates go to the mapping (page cache) only; :func:`sync_index_file` makes them durable
-from a worker thread at checkpoint, through an fd of its own (on Linux an fsync writes a
-file's dirty pages whichever mapping or fd dirtied them), so an index may be closed (evicted
-from the storage's cache) while a checkpoint is under way. A fixed-width table indexed by entry id
+Updates go through a shared mapping (page cache), to pages allocated first, and the table
+is read through the mapping only where this process allocated the pages, else with
+``pread`` (see :mod:`bkframe.core.mapped_file`: on a full disk, a mapped page the filesystem
+cannot back is a SIGBUS, and on tmpfs even a read of a hole needs one).
+:func:`sync_index_file` makes updates durable from a worker thread at checkpoint, through
+an fd of its own (on Linux an fsync writes a file's dirty pages whichever mapping or fd
+dirtied them), so an index may be closed (evicted from the storage's cache) while a
+checkpoint is under way. A fixed-width table indexed by entry id
 lets a whole batch be located and stored with numpy fancy indexing, without a per-entry
 Python loop.
 """
@@ -25,9 +29,9 @@ Python loop.
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 import struct
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import crc32c
@@ -35,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bkframe.core.interfaces import LedgerState
+from bkframe.core.mapped_file import MappedFile
 from bkframe.errors import BKError
 
 INDEX_MAGIC = b"BKIX"
@@ -45,8 +50,11 @@ HEADER_SIZE = 128
 _HEADER = struct.Struct("<4sIQI64sBBBxqI")  # 100 bytes; the rest up to the CRC is reserved
 _CRC_AT = HEADER_SIZE - 4
 RECORD_DTYPE = np.dtype([("offset", "<u8"), ("log_id", "<u4"), ("length", "<u4")])
+_RECORD = struct.Struct("<QII")
 #: How far ahead of the records in use :meth:`LedgerIndex.reserve` allocates the table.
 RESERVE_AHEAD = 1 << 20
+#: Records a scan of the table reads at once (1 MiB): a table may be gigabytes, mostly holes.
+SCAN_RECORDS = 1 << 16
 
 
 class IndexCorruptError(BKError):
@@ -124,35 +132,51 @@ def sync_index_file(path: Path) -> bool:
 
 
 class LedgerIndex:
-    """The open index file of one ledger. Use :meth:`create` or :meth:`open`."""
+    """The open index file of one ledger. Use :meth:`create` or :meth:`open`.
 
-    def __init__(self, path: Path, fd: int, state: LedgerState) -> None:
+    The table is read with :meth:`read`, :meth:`read_one`, :meth:`read_at` and :meth:`held`
+    (copies, valid after any await: from the mapping where this process allocated the pages,
+    else with ``pread``) and written with :meth:`store`,
+    :meth:`clear` and :meth:`repoint`, which write through the mapping only pages that are
+    allocated (:meth:`reserve` allocates ahead of an add, so that a full disk fails it
+    before its entries are appended to an entry log).
+    """
+
+    def __init__(self, path: Path, fd: int, state: LedgerState, *, allocated: int = 0) -> None:
         self.path = path
         self.state = state
         #: The fd stays the same for the file's life (growth only remaps), so a checkpoint
         #: thread may fsync it while the event loop grows the index.
         self.fd = fd
-        self._mmap: mmap.mmap = self._map_file()
-        self._mm: npt.NDArray[np.uint8] = np.frombuffer(self._mmap, dtype=np.uint8)
-        self.records: npt.NDArray[np.void] = self._records()
-        #: Bytes from the start of the file known to be allocated on disk (see :meth:`reserve`).
-        self._reserved_to = HEADER_SIZE
+        self._file = MappedFile(fd, allocated=allocated)
+        #: The table in the mapping: written and read only where allocated (MappedFile.covers).
+        self._table = self._map_table()
+        #: Entry ids the table has slots for (it grows by doubling).
+        self.capacity = int(self._table.shape[0])
         #: Found by scanning the table when first asked (see :attr:`last_entry_id`).
         self._last_entry_id: int | None = None
+
+    def _map_table(self) -> npt.NDArray[np.void]:
+        mm = np.frombuffer(self._file.mapping, dtype=np.uint8)
+        usable = (mm.shape[0] - HEADER_SIZE) // RECORD_DTYPE.itemsize * RECORD_DTYPE.itemsize
+        return mm[HEADER_SIZE : HEADER_SIZE + usable].view(RECORD_DTYPE)
 
     @property
     def last_entry_id(self) -> int:
         """The highest entry id stored, -1 if none. An index is opened far more often than
         this is asked (an add to an evicted index reopens it), so the table is scanned only
-        when it is."""
+        when it is: from its end, a chunk at a time."""
         if self._last_entry_id is None:
-            nonzero = np.flatnonzero(self.records["length"])
-            self._last_entry_id = int(nonzero[-1]) if nonzero.size else -1
+            self._last_entry_id = -1
+            stop = self.capacity
+            while stop > 0:
+                first = max(0, stop - SCAN_RECORDS)
+                nonzero = np.flatnonzero(self.read(first, stop)["length"])
+                if nonzero.size:
+                    self._last_entry_id = first + int(nonzero[-1])
+                    break
+                stop = first
         return self._last_entry_id
-
-    @last_entry_id.setter
-    def last_entry_id(self, value: int) -> None:
-        self._last_entry_id = value
 
     def stored_up_to(self, entry_id: int) -> None:
         """``entry_id`` was just stored: raise the last entry id to it if it is known (an
@@ -162,9 +186,10 @@ class LedgerIndex:
 
     @classmethod
     def create(cls, path: Path, state: LedgerState, capacity: int, *, spare: Path | None = None) -> LedgerIndex:
-        """Make the index file at ``path`` (which must not exist). ``spare``: a file made
-        beforehand, zero-filled and allocated (:mod:`.spare_index_files`), renamed into place
-        instead of creating and allocating one here -- both can wait on a busy disk."""
+        """Make the index file at ``path`` (which must not exist), all of it allocated.
+        ``spare``: a file made beforehand, zero-filled and allocated (:mod:`.spare_index_files`),
+        renamed into place instead of creating and allocating one here -- both can wait on a
+        busy disk."""
         if spare is not None:
             os.rename(spare, path)
             try:
@@ -182,8 +207,9 @@ class LedgerIndex:
             header = encode_header(state)
             if os.pwrite(fd, header, 0) != len(header):
                 raise OSError(errno.ENOSPC, f"short write of the header of index file {path}")
-            _allocate(fd, HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
-            idx = cls(path, fd, state)
+            size = HEADER_SIZE + capacity * RECORD_DTYPE.itemsize
+            _allocate(fd, size)
+            idx = cls(path, fd, state, allocated=size)
             idx._last_entry_id = -1
             return idx
         except BaseException:
@@ -194,6 +220,8 @@ class LedgerIndex:
 
     @classmethod
     def open(cls, path: Path) -> LedgerIndex:
+        """Open an existing index file. Nothing of it counts as allocated: an earlier run may
+        have grown it sparse, so each page is allocated again before it is written."""
         fd = os.open(path, os.O_RDWR)
         try:
             raw = os.pread(fd, HEADER_SIZE, 0)
@@ -204,19 +232,6 @@ class LedgerIndex:
         except BaseException:
             os.close(fd)
             raise
-
-    def _map_file(self) -> mmap.mmap:
-        # mmap over our own fd (numpy.memmap would open the path again, at ten times the cost,
-        # which an index cache that opens indexes all the time pays for).
-        return mmap.mmap(self.fd, os.fstat(self.fd).st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-
-    def _records(self) -> npt.NDArray[np.void]:
-        usable = (self._mm.shape[0] - HEADER_SIZE) // RECORD_DTYPE.itemsize * RECORD_DTYPE.itemsize
-        return self._mm[HEADER_SIZE : HEADER_SIZE + usable].view(RECORD_DTYPE)
-
-    @property
-    def capacity(self) -> int:
-        return int(self.records.shape[0])
 
     def ensure_capacity(self, max_entry_id: int) -> None:
         """Grow (by doubling) until ``max_entry_id`` has a slot; remaps the file.
@@ -229,49 +244,131 @@ class LedgerIndex:
             return
         while capacity <= max_entry_id:
             capacity *= 2
-        os.ftruncate(self.fd, HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
-        # The old mapping is dropped, not closed: a checkpoint thread may still be
-        # msyncing it, and its dirty pages belong to the file's page cache either way.
-        self._mmap = self._map_file()
-        self._mm = np.frombuffer(self._mmap, dtype=np.uint8)
-        self.records = self._records()
+        self._file.grow(HEADER_SIZE + capacity * RECORD_DTYPE.itemsize)
+        self._table = self._map_table()
+        self.capacity = capacity
 
     def reserve(self, first: int, last: int) -> None:
-        """Allocate disk blocks for the records of entry ids ``first..last`` (within capacity).
+        """Allocate disk blocks for the records of entry ids ``first..last`` (within capacity),
+        and up to RESERVE_AHEAD bytes of table after them, so that sequential ids pay one call
+        per MiB of table. On a full disk this raises ``OSError`` (ENOSPC) that the add can
+        report, where a write to an unallocated page of the mapping would kill the bookie."""
+        at = HEADER_SIZE + first * RECORD_DTYPE.itemsize
+        self._file.allocate(at, HEADER_SIZE + (last + 1) * RECORD_DTYPE.itemsize, ahead=RESERVE_AHEAD)
 
-        The table is a sparse file written through a mapping: storing a record into a hole
-        makes the kernel allocate a block at the page fault, and on a full disk that is a
-        SIGBUS, which kills the bookie. ``posix_fallocate`` first turns that into an
-        ``OSError`` (ENOSPC) that the add can report. Sequential ids pay one call per MiB
-        of table.
-        """
-        start = HEADER_SIZE + first * RECORD_DTYPE.itemsize
-        end = HEADER_SIZE + (last + 1) * RECORD_DTYPE.itemsize
-        if end <= self._reserved_to:
-            return
-        if start <= self._reserved_to:
-            size = self._mm.shape[0]
-            target = min(size, max(end, self._reserved_to + RESERVE_AHEAD))
-            os.posix_fallocate(self.fd, self._reserved_to, target - self._reserved_to)
-            self._reserved_to = target
-        else:  # far beyond the allocated prefix (ids out of order): just those records
-            os.posix_fallocate(self.fd, start, end - start)
+    # -- reading: the mapping only where allocated, else pread ---------------------------
+
+    def read(self, first: int, stop: int, step: int = 1) -> npt.NDArray[np.void]:
+        """The records of entry ids ``first, first + step, ...`` below ``stop`` (and the
+        capacity): a copy, from the mapping where this process allocated those pages, else
+        read from the file."""
+        stop = min(stop, self.capacity)
+        if first < 0 or first >= stop:
+            return np.empty(0, dtype=RECORD_DTYPE)
+        last = first + (stop - 1 - first) // step * step
+        size = RECORD_DTYPE.itemsize
+        if self._file.covers(HEADER_SIZE + first * size, HEADER_SIZE + (last + 1) * size):
+            return self._table[first : last + 1 : step].copy()
+        raw = self._file.pread(HEADER_SIZE + first * size, (last - first + 1) * size)
+        rows = np.frombuffer(raw, dtype=RECORD_DTYPE, count=len(raw) // size)
+        return rows[::step] if step > 1 else rows
+
+    def read_one(self, entry_id: int) -> tuple[int, int, int]:
+        """``(offset, log_id, length)`` of ``entry_id``; zeros if it has no record."""
+        if not 0 <= entry_id < self.capacity:
+            return 0, 0, 0
+        at = HEADER_SIZE + entry_id * RECORD_DTYPE.itemsize
+        if self._file.covers(at, at + RECORD_DTYPE.itemsize):
+            # A tailing reader's entry, just added: no system call.
+            offset, log_id, length = self._table[entry_id].item()
+            return offset, log_id, length
+        raw = os.pread(self.fd, RECORD_DTYPE.itemsize, at)
+        return _RECORD.unpack(raw) if len(raw) == _RECORD.size else (0, 0, 0)
+
+    def read_at(self, entry_ids: npt.NDArray[np.int64]) -> npt.NDArray[np.void]:
+        """The records of ``entry_ids`` (ascending, within capacity): one read per run of ids
+        less than SCAN_RECORDS apart."""
+        out = np.zeros(len(entry_ids), dtype=RECORD_DTYPE)
+        if not len(entry_ids):
+            return out
+        breaks = np.flatnonzero(np.diff(entry_ids) >= SCAN_RECORDS) + 1
+        for a, b in zip([0, *breaks.tolist()], [*breaks.tolist(), len(entry_ids)]):
+            lo = int(entry_ids[a])
+            rows = self.read(lo, int(entry_ids[b - 1]) + 1)
+            out[a:b] = rows[entry_ids[a:b] - lo]
+        return out
+
+    def held(self, first: int = 0, stop: int | None = None) -> Iterator[tuple[npt.NDArray[np.int64], npt.NDArray[np.void]]]:
+        """``(entry_ids, records)`` of the entries stored from ``first`` up to ``stop`` (all
+        by default), ascending, SCAN_RECORDS of the table at a time."""
+        stop = self.capacity if stop is None else min(stop, self.capacity)
+        for at in range(max(first, 0), stop, SCAN_RECORDS):
+            rows = self.read(at, min(stop, at + SCAN_RECORDS))
+            ids = np.flatnonzero(rows["length"])
+            if ids.size == len(rows):
+                yield ids + at, rows
+            elif ids.size:
+                yield ids + at, rows[ids]
+
+    def held_ids(self, first: int = 0, stop: int | None = None) -> npt.NDArray[np.int64]:
+        """The ids of :meth:`held`, without their records."""
+        stop = self.capacity if stop is None else min(stop, self.capacity)
+        found = [
+            np.flatnonzero(self.read(at, min(stop, at + SCAN_RECORDS))["length"]) + at
+            for at in range(max(first, 0), stop, SCAN_RECORDS)
+        ]
+        return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+
+    # -- writing: through the mapping, allocated pages only ------------------------------
+
+    def store(self, entry_ids: Sequence[int], records: npt.NDArray[np.void], first: int, last: int) -> None:
+        """Write ``records`` for ``entry_ids``, which lie in ``first..last`` (a later repeat
+        of an id wins). The caller reserved them (else this allocates now, and may raise
+        ENOSPC before writing anything)."""
+        self.reserve(first, last)
+        self._table[np.asarray(entry_ids, dtype=np.int64)] = records
+
+    def store_one(self, entry_id: int, offset: int, log_id: int, length: int) -> None:
+        """:meth:`store` for one entry, without numpy's per-call cost of arrays."""
+        self.reserve(entry_id, entry_id)
+        self._table[entry_id] = (offset, log_id, length)
+
+    def _allocate_records(self, entry_ids: npt.NDArray[np.int64]) -> None:
+        """Allocate the pages of the records of ``entry_ids`` (ascending) -- already there
+        for records that hold an entry, but that is the filesystem's to say."""
+        at = HEADER_SIZE + entry_ids * RECORD_DTYPE.itemsize
+        self._file.allocate_pages(at.tolist())
+
+    def clear(self, entry_ids: npt.NDArray[np.int64]) -> None:
+        """Forget the entries ``entry_ids`` (ascending): their bytes are gone."""
+        self._allocate_records(entry_ids)
+        self._table[entry_ids] = np.zeros(len(entry_ids), dtype=RECORD_DTYPE)
+        if self._last_entry_id is not None and self._last_entry_id in set(entry_ids.tolist()):
+            self._last_entry_id = None  # found again from the table when asked
+
+    def repoint(self, entry_ids: npt.NDArray[np.int64], offsets: npt.NDArray[np.uint64], log_id: int) -> None:
+        """The entries ``entry_ids`` (ascending) now live at ``offsets`` of log ``log_id``."""
+        self._allocate_records(entry_ids)
+        self._table["offset"][entry_ids] = offsets
+        self._table["log_id"][entry_ids] = log_id
 
     def write_state(self) -> int:
-        """Store ``self.state`` in the mapped header; return the bytes written."""
-        self._mm[:HEADER_SIZE] = np.frombuffer(encode_header(self.state), dtype=np.uint8)
+        """Store ``self.state`` in the header; return the bytes written."""
+        header = encode_header(self.state)
+        if os.pwrite(self.fd, header, 0) != len(header):
+            raise OSError(errno.ENOSPC, f"short write of the header of index file {self.path}")
         return HEADER_SIZE
 
     def sync(self) -> None:
         """msync the mapping and fsync the file. Blocking: call from a worker thread."""
-        mm = self._mmap  # a concurrent grow swaps self._mmap; flush the one we read
-        mm.flush()
+        self._file.flush()
         os.fsync(self.fd)
 
     def close(self) -> None:
-        # The mapping is unmapped once no array points into it any more (a caller may still
-        # hold one of ``records``): dropped, never closed under it.
-        self.records = np.empty(0, dtype=RECORD_DTYPE)
-        del self._mm, self._mmap
+        # The mapping is unmapped once no array points into it any more: dropped, never
+        # closed under it.
+        self._table = np.empty(0, dtype=RECORD_DTYPE)
+        self.capacity = 0
+        del self._file
         os.close(self.fd)
         self.fd = -1

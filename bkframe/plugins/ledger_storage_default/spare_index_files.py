@@ -103,16 +103,32 @@ class SpareIndexFiles:
                 await trio.sleep(RETRY_S)
 
     def _adopt_leftovers(self) -> list[Path]:
-        """In a worker thread: the spares of an earlier run that have the right size (the
-        others are deleted)."""
+        """In a worker thread: the spares of an earlier run that have the right size,
+        allocated again (the others are deleted)."""
         self.dir.mkdir(exist_ok=True)
         kept = []
         for path in sorted(self.dir.iterdir()):
-            if path.suffix == ".spare" and path.stat().st_size == self.size:
+            if path.suffix == ".spare" and path.stat().st_size == self.size and self._allocated(path):
                 kept.append(path)
             else:
                 path.unlink()
         return kept
+
+    def _allocated(self, path: Path) -> bool:
+        """Allocate the whole spare (a crash in the middle of making it may have left holes
+        under its full size): an index made from it is written through a mapping, trusting
+        every page to be allocated. False if that fails (e.g. a full disk)."""
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            return False
+        try:
+            os.posix_fallocate(fd, 0, self.size)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return True
 
     def _make(self, n: int) -> tuple[list[Path], OSError | None]:
         """In a worker thread: make up to ``n`` spares; those made, and the failure that

@@ -67,16 +67,22 @@ def lost_records(idx: LedgerIndex, entry_logs: EntryLogManager) -> np.ndarray:
     such entry", or UNKNOWN in limbo) is true, where a read would only fail. Journal replay
     re-adds what the journal holds, and BP-46 repair copies back what a limbo ledger should
     hold. The storage checks each index as it opens it, before any use; a record written in
-    this run always lies within its log, so the check finds only what a crash left.
+    this run always lies within its log, so the check finds only what a crash left. The
+    table is read a chunk at a time, never through unallocated pages of its mapping
+    (:meth:`.ledger_index.LedgerIndex.held`): on a full tmpfs a read of a hole there would
+    kill the bookie.
     """
-    held = np.flatnonzero(idx.records["length"])
-    if not held.size:
-        return held
-    rows = idx.records[held]
-    logs, inverse = np.unique(rows["log_id"], return_inverse=True)
-    limits = np.array([entry_logs.log_size(int(log_id)) for log_id in logs.tolist()], dtype=np.uint64)[inverse]
-    ends = rows["offset"] + rows["length"].astype(np.uint64)
-    lost = held[ends > limits]
+    sizes: dict[int, int] = {}
+    found = []
+    for held, rows in idx.held():
+        logs, inverse = np.unique(rows["log_id"], return_inverse=True)
+        for log_id in logs.tolist():
+            if log_id not in sizes:
+                sizes[log_id] = entry_logs.log_size(log_id)
+        limits = np.array([sizes[log_id] for log_id in logs.tolist()], dtype=np.uint64)[inverse]
+        ends = rows["offset"] + rows["length"].astype(np.uint64)
+        found.append(held[ends > limits])
+    lost = np.concatenate(found) if found else np.empty(0, dtype=np.int64)
     if lost.size:
         log.warning(
             "ledger %d: %d entries (ids %d..%d) point past the end of their entry log (its tail was "

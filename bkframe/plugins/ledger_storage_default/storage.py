@@ -38,6 +38,7 @@ from .ledger_index import (
     HEADER_SIZE,
     MAX_MASTER_KEY,
     RECORD_DTYPE,
+    SCAN_RECORDS,
     IndexCorruptError,
     LedgerIndex,
     index_path,
@@ -61,6 +62,8 @@ SYNC_ONE_BY_ONE_UP_TO = 256
 SPAN_GAP = 16 * 1024
 #: ...and reads at most this much at once.
 SPAN_BYTES = 4 << 20
+#: A range read reads this many index records first, then four times more each time.
+FIRST_READ_RECORDS = 256
 
 
 class StorageCorruptError(BKError):
@@ -194,10 +197,7 @@ class DefaultLedgerStorage:
 
     def _drop(self, ledger_id: int, idx: LedgerIndex, entry_ids: np.ndarray) -> None:
         """Forget entries whose bytes are gone (see :func:`.startup.lost_records`)."""
-        idx.records[entry_ids] = np.zeros(len(entry_ids), dtype=RECORD_DTYPE)
-        if idx.last_entry_id in entry_ids:
-            nonzero = np.flatnonzero(idx.records["length"][: idx.last_entry_id + 1])
-            idx.last_entry_id = int(nonzero[-1]) if nonzero.size else -1
+        idx.clear(entry_ids)
         self._dirty.add(ledger_id)
         self._counters.storage_entries_dropped += len(entry_ids)
 
@@ -330,7 +330,7 @@ class DefaultLedgerStorage:
         if n == 1:
             # One entry (a writer with one append in flight): numpy's per-call overhead
             # would cost more than the whole record.
-            idx.records[lo] = (base, log_id, len(blob))
+            idx.store_one(lo, base, log_id, len(blob))
         else:
             rec_lens = np.array(lens, dtype=np.int64) + ENTRY_RECORD.size
             batch = np.empty(n, dtype=RECORD_DTYPE)
@@ -338,7 +338,7 @@ class DefaultLedgerStorage:
             batch["log_id"] = log_id
             batch["length"] = rec_lens
             # With a repeated id in one batch the later entry wins, as it does in the log.
-            idx.records[np.asarray(entry_ids, dtype=np.int64)] = batch
+            idx.store(entry_ids, batch, lo, hi)
         idx.stored_up_to(hi)
         self._dirty.add(ledger_id)
         self._counters.storage_bytes_written += n * RECORD_DTYPE.itemsize
@@ -347,7 +347,7 @@ class DefaultLedgerStorage:
     # -- large entries written once (WriteOnceStorage) -------------------------------------
 
     def locate(self, ledger_id: int, entry_id: int) -> tuple[int, int, int]:
-        offset, log_id, length = self._index(ledger_id).records[entry_id].item()
+        offset, log_id, length = self._index(ledger_id).read_one(entry_id)
         return log_id, offset, length
 
     async def sync_entries(self) -> None:
@@ -366,7 +366,7 @@ class DefaultLedgerStorage:
         idx = self._index(ledger_id)
         idx.ensure_capacity(entry_id)
         idx.reserve(entry_id, entry_id)
-        idx.records[entry_id] = (offset, log_id, length)
+        idx.store_one(entry_id, offset, log_id, length)
         idx.stored_up_to(entry_id)
         self._dirty.add(ledger_id)
         return True
@@ -381,7 +381,7 @@ class DefaultLedgerStorage:
         idx = self._existing(ledger_id)
         if idx is None or not 0 <= entry_id < idx.capacity:
             return None
-        offset, log_id, length = idx.records[entry_id].item()
+        offset, log_id, length = idx.read_one(entry_id)
         if length == 0:
             return None
         raw = self._entry_logs.read(log_id, offset, length)
@@ -405,7 +405,7 @@ class DefaultLedgerStorage:
         none: tuple[npt.NDArray[np.int64], list[memoryview]] = (np.empty(0, dtype=np.int64), [])
         if idx is None or not 0 <= first < idx.capacity or last < first or step < 1:
             return none
-        records = idx.records[first : min(last, idx.capacity - 1) + 1 : step]
+        records = self._range_records(idx, first, last, step, max_bytes)
         lengths = records["length"].astype(np.int64)
         held = np.flatnonzero(lengths == 0)
         n = int(held[0]) if held.size else len(lengths)
@@ -445,6 +445,28 @@ class DefaultLedgerStorage:
         return ids[: len(parts)], parts
 
     @staticmethod
+    def _range_records(idx: LedgerIndex, first: int, last: int, step: int, max_bytes: int) -> npt.NDArray[np.void]:
+        """The records of ``first, first + step, ...`` up to ``last``, read a chunk at a time
+        (growing) until one is absent or their entries pass ``max_bytes``: a range may
+        reach far beyond what one answer carries."""
+        stop = min(last, idx.capacity - 1) + 1
+        parts = []
+        want = FIRST_READ_RECORDS
+        total = 0
+        while first < stop:
+            rows = idx.read(first, min(stop, first + want * step), step)
+            parts.append(rows)
+            lengths = rows["length"]
+            if not lengths.all():
+                break
+            total += int(lengths.sum(dtype=np.int64)) - ENTRY_RECORD.size * len(rows)
+            if total > max_bytes:
+                break
+            first += len(rows) * step
+            want = min(4 * want, SCAN_RECORDS)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    @staticmethod
     def _spans(offsets: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], bounds: list[int]) -> list[tuple[int, int]]:
         """The runs between ``bounds`` cut further so that none reads more than SPAN_BYTES
         (at least one record each): many small records with gaps between could otherwise
@@ -463,8 +485,7 @@ class DefaultLedgerStorage:
         first = max(first, 0)
         if idx is None or last < first:
             return []
-        lengths = idx.records["length"][first : min(last, idx.capacity - 1) + 1]
-        return (np.flatnonzero(lengths) + first).tolist()
+        return idx.held_ids(first, last + 1).tolist()
 
     def last_entry_id(self, ledger_id: int) -> int:
         idx = self._existing(ledger_id)

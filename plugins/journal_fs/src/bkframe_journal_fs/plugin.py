@@ -7,7 +7,7 @@ from pathlib import Path
 import attrs
 
 from bkframe import hookimpl
-from bkframe.core.config import at_least
+from bkframe.core.config import at_least, directory_field
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import Journal
 from bkframe.core.registry import ComponentRegistry
@@ -38,7 +38,8 @@ class FsJournalConfig:
     fsync: bool = True
     #: More journal directories (absolute, or relative to the bookie's journal directory,
     #: which is always the first), each with its own writer; ledgers are spread by id.
-    dirs: tuple[str, ...] = ()
+    #: Declared as directories: the bookie locks each before the journal is made.
+    dirs: tuple[str, ...] = directory_field(())
     #: After each fsync, drop the synced pages from the page cache (read only at replay).
     drop_synced_pages: bool = False
 
