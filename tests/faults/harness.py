@@ -253,11 +253,11 @@ class Run:
 
     # -- workers -------------------------------------------------------------------------
 
-    def spawn(self, role: str, name: str, slot: int, *extra: str) -> WorkerProc:
+    def spawn(self, role: str, name: str, slot: int, *extra: str, module: str = "tests.faults.worker") -> WorkerProc:
         cfg = self.config
         log_path = self.logs_dir / f"{name}.log"
         cmd = [
-            sys.executable, "-m", "tests.faults.worker", role,
+            sys.executable, "-m", module, role,
             "--metadata", self.cluster.metadata,
             "--name", name,
             "--records", str(self.records_dir / f"{name}.jsonl"),
@@ -283,7 +283,7 @@ class Run:
             "writer", name, slot, "--stop-file", str(self.stop_dir / name), "--menu", menu,
             "--give-up", str(RECOVER_GIVE_UP_S),
             # Written once only from large_entry_bytes up: most ledgers big then.
-            "--big-fraction", "0.6" if self.config.large_entry_bytes else "0.1",
+            "--big-fraction", "0.6" if self.config.large_entry_bytes else "0.1", *self.config.writer_args,
         )
 
     def spawn_reader(self, slot: int) -> WorkerProc:
@@ -459,6 +459,7 @@ class Run:
                 self.spawn_writer(slot)
             for slot in range(cfg.readers):
                 self.spawn_reader(slot)
+            self.start_extra()
             phase("start")
             t0 = time.monotonic()
             for step in self.steps:
@@ -476,11 +477,13 @@ class Run:
             phase("schedule")
             self.heal_all()
             phase("heal")
+            self.before_stop()
             self.stop_workers()
             phase("stop")
             self.report.check = trio.run(
                 check_cluster, self.cluster, list(read_records(self.records_dir)), cfg.call_timeout_s
             )
+            self.extra_checks(self.report.check)
             phase("checks")
             self.collect_log_errors()
         finally:
@@ -499,6 +502,12 @@ class Run:
                 self.report.summary() + "\n\nall failures:\n" + "\n".join(self.report.all_failures) + "\n"
             )
         return self.report
+
+    # Hooks of a longer run (tests/soak): more workers and services once the writers started,
+    # a wait after the heal before the workers stop, more checks after the ledgers'.
+    def start_extra(self) -> None: ...
+    def before_stop(self) -> None: ...
+    def extra_checks(self, result: CheckResult) -> None: ...
 
     def heal_all(self) -> None:
         """After the schedule: every bookie running and reachable (none should be down, but be sure)."""

@@ -143,6 +143,14 @@ class RunConfig:
     partition_s: tuple[float, float] = (1.0, 12.0)
     #: How long a link fault or a cut of a ZooKeeper member lasts (past the add timeout at the top).
     link_s: tuple[float, float] = (1.0, 10.0)
+    # The soak's additions (tests/soak): none of them changes the schedule a seed draws.
+    #: Named-log writers (one log each) and log consumers committing durable cursors.
+    log_writers: int = 0
+    log_consumers: int = 0
+    #: Standalone ``bkframe autorecovery`` processes (auditor candidates + replication workers).
+    autorecovery: int = 0
+    #: Extra arguments of every ledger writer (the soak paces 30 bookies' writers down).
+    writer_args: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.max_down < self.bookies:
