@@ -53,7 +53,6 @@ plugin = "single"
 max_log_size = 2097152
 """
 
-BOOKIE_START_TIMEOUT_S = 60.0
 #: The simulated disk of a bookie that is not full: far more than a run writes.
 ROOMY_DISK = 1 << 40
 LIMBO_TIMEOUT_S = 120.0
@@ -185,7 +184,7 @@ class Run:
             if not bookie.running:
                 bookie.spawn(*self.cluster.bookie_args, powerloss=True, disk_capacity=capacity)
             if wait:
-                bookie.wait_started(BOOKIE_START_TIMEOUT_S)
+                bookie.wait_started(self.config.start_timeout_s)
         except Exception as e:  # noqa: BLE001 - handed to the run's report as a failure
             self.fail(f"{bookie.bookie_id} did not start: {e}")
             return False

@@ -151,6 +151,8 @@ class RunConfig:
     autorecovery: int = 0
     #: Extra arguments of every ledger writer (the soak paces 30 bookies' writers down).
     writer_args: tuple[str, ...] = ()
+    #: How long a bookie may take to start (30 started at once on 2 cores take minutes).
+    start_timeout_s: float = 60.0
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.max_down < self.bookies:

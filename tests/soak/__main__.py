@@ -6,6 +6,7 @@ docs/reliability.md records. Needs root (network namespaces), ZooKeeper and a JR
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import tempfile
 import time
@@ -30,6 +31,10 @@ def main() -> int:
         print("\n".join(s.describe() for s in make_schedule(config)))
         return 0
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"bkframe-soak-{args.seed}-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    # The sampler's metadata client logs every ZooKeeper fault it rides through: to a file, not the table.
+    logging.basicConfig(filename=workdir / "harness.log", level=logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     run = SoakRun(config, workdir)
     run.report.reproduce = f"uv run --all-packages python -m tests.soak --seed {args.seed} --minutes {args.minutes:g} " \

@@ -74,6 +74,7 @@ def soak_config(seed: int, minutes: float, *, bookies: int = 30, partitions: boo
         "weights": tuple(weights.items()), "max_down": 3, "mean_gap_s": 4.0, "down_s": (1.0, 20.0),
         "hang_s": (0.5, 6.0), "partitions": partitions, "log_writers": 2, "log_consumers": 2, "autorecovery": 2,
         "writer_args": ("--max-entries", "400", "--pause", "1.0"), "warmup_s": 5.0, "cooldown_s": 10.0,
+        "start_timeout_s": 20.0 * bookies,
         **overrides,
     }
     config = RunConfig(**base)
