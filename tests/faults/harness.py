@@ -61,8 +61,6 @@ LIMBO_S_PER_LEDGER = 2.0
 RECOVER_GIVE_UP_S = 120.0
 #: Where failed runs' evidence is copied (see run_faults).
 KEEP_ENV = "BKFRAME_FAULTS_KEEP"
-#: A schedule this far behind its times stops (and says so) instead of running on for ever.
-MAX_LAG_S = 200.0
 
 
 @attrs.define
@@ -464,7 +462,7 @@ class Run:
             for step in self.steps:
                 self.sleep_until(t0, step.at_s)
                 lag = time.monotonic() - t0 - step.at_s
-                if lag > MAX_LAG_S:
+                if lag > cfg.max_lag_s:
                     self.fail(
                         f"the schedule fell {lag:.0f} s behind by step {step.describe()!r} (earlier steps took that "
                         f"long, see above); the rest of the schedule is skipped"

@@ -153,6 +153,8 @@ class RunConfig:
     writer_args: tuple[str, ...] = ()
     #: How long a bookie may take to start (30 started at once on 2 cores take minutes).
     start_timeout_s: float = 60.0
+    #: A schedule this far behind its times stops (and says so) instead of running on for ever.
+    max_lag_s: float = 200.0
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.max_down < self.bookies:
