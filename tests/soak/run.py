@@ -105,6 +105,8 @@ class Samples:
     #: Samples of the marks taken (successful ones).
     taken: int = 0
     marked_now: int = -1
+    #: The ledgers marked at the last sample.
+    marked: frozenset[int] = frozenset()
     #: bookie id -> largest RSS seen, and the last, bytes.
     rss_max: dict[str, int] = attrs.Factory(dict)
     rss_last: dict[str, int] = attrs.Factory(dict)
@@ -204,6 +206,7 @@ class SoakRun(Run):
                 marks = await store.list_under_replicated(start=0, limit=5000)
             now = time.time()
             s.marked_now = len(marks)
+            s.marked = frozenset(m.ledger_id for m in marks)
             s.taken += 1
             s.most_marked = max(s.most_marked, len(marks))
             for m in marks:
@@ -284,6 +287,7 @@ def soak_table(run: SoakRun, report: RunReport) -> dict[str, str]:
     check = report.check or CheckResult()
     faults = {k: v for k, v in report.done.items() if not k.startswith("skipped") and k in {f.value for f in Fault}}
     s = run.samples
+    repaired = [age for ledger, age in s.under_replicated.items() if ledger not in s.marked]
     rss = sorted(s.rss_last.values())
     mib = 1 << 20
     divergent = sum(check.kinds[k] for k in ("wrong-bytes", "end-moved", "fenced-writer-added", "ack-beyond-close",
@@ -302,9 +306,10 @@ def soak_table(run: SoakRun, report: RunReport) -> dict[str, str]:
         "longest recovery": f"{max(recover_s, default=0):.1f} s (ledger recovery, {len(recover_s)} runs); "
                             f"log takeover {max(takeovers, default=0):.1f} s ({len(takeovers)}); "
                             f"limbo wait {max(run.limbo_waits, default=0):.1f} s",
-        "longest under-replicated": f"{max(s.under_replicated.values(), default=0):.0f} s "
-                                    f"({len(s.under_replicated)} ledgers marked, at most {s.most_marked} at once; "
-                                    f"sampled every {SAMPLE_S:.0f} s)",
+        "longest under-replicated": f"{max(repaired, default=0):.0f} s of the {len(repaired)} ledgers repaired "
+                                    f"(at most {s.most_marked} marked at once; sampled every {SAMPLE_S:.0f} s); "
+                                    f"still marked at the end: {sorted(s.marked) or 'none'}"
+                                    + (f" (marked {max(s.under_replicated[x] for x in s.marked):.0f} s)" if s.marked else ""),
         "bookie RSS at the end": (f"max {max(rss) / mib:.0f} MiB, median {statistics.median(rss) / mib:.0f} MiB "
                                   f"(peak during the run {max(s.rss_max.values()) / mib:.0f} MiB)") if rss else "n/a",
     }
