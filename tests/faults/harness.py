@@ -54,7 +54,6 @@ plugin = "single"
 max_log_size = 2097152
 """
 
-BOOKIE_START_TIMEOUT_S = 60.0
 #: The simulated disk of a bookie that is not full: far more than a run writes.
 ROOMY_DISK = 1 << 40
 LIMBO_TIMEOUT_S = 120.0
@@ -63,8 +62,6 @@ LIMBO_S_PER_LEDGER = 2.0
 RECOVER_GIVE_UP_S = 120.0
 #: Where failed runs' evidence is copied (see run_faults).
 KEEP_ENV = "BKFRAME_FAULTS_KEEP"
-#: A schedule this far behind its times stops (and says so) instead of running on for ever.
-MAX_LAG_S = 200.0
 
 
 @attrs.define
@@ -189,7 +186,8 @@ class Run:
             if not bookie.running:
                 bookie.spawn(*self.cluster.bookie_args, powerloss=True, disk_capacity=capacity, env=env)
             if wait:
-                bookie.wait_started(timeout_s)
+                # The run's own start deadline where it is longer (30 bookies started at once).
+                bookie.wait_started(max(timeout_s, self.config.start_timeout_s))
         except Exception as e:  # noqa: BLE001 - handed to the run's report as a failure
             self.fail(f"{bookie.bookie_id} did not start: {e}")
             return False
@@ -240,16 +238,12 @@ class Run:
         assert bookie.proc is not None
         bookie.proc.send_signal(signal.SIGCONT)
 
-    # ---------------------------------------------------------------------------------
-    # DISK FULL (bkframe.testing.diskfull): the bookie's disk shrinks to what it uses, so
-    # every write that grows a file fails with ENOSPC and its disk check sees 100 %: it
-    # turns read-only (adds answered READ_ONLY; PD writers change ensemble, VD and BYPASS
-    # writers fail and their ledgers are recovered). The schedule counts it in max_down
-    # and heals it ("disk_free") after RunConfig.disk_full_s; the checks need nothing
-    # more: a refused add is not acknowledged, and nothing acknowledged before is lost.
-    # ---------------------------------------------------------------------------------
-
     def fill_disk(self, bookie: BookieProcess) -> None:
+        """DISK FULL (bkframe.testing.diskfull): the disk shrinks to what the bookie uses, so
+        every write that grows a file fails with ENOSPC and the disk check sees 100 %: it
+        turns read-only; PD writers change ensemble, VD and BYPASS writers fail and their
+        ledgers are recovered. Healed ("disk_free") after RunConfig.disk_full_s; nothing
+        acknowledged is lost, a refused add is not acknowledged."""
         bookie.set_disk_capacity(used_bytes(bookie.data_dir))
 
     def free_disk(self, bookie: BookieProcess) -> None:
@@ -257,11 +251,11 @@ class Run:
 
     # -- workers -------------------------------------------------------------------------
 
-    def spawn(self, role: str, name: str, slot: int, *extra: str) -> WorkerProc:
+    def spawn(self, role: str, name: str, slot: int, *extra: str, module: str = "tests.faults.worker") -> WorkerProc:
         cfg = self.config
         log_path = self.logs_dir / f"{name}.log"
         cmd = [
-            sys.executable, "-m", "tests.faults.worker", role,
+            sys.executable, "-m", module, role,
             "--metadata", self.cluster.metadata,
             "--name", name,
             "--records", str(self.records_dir / f"{name}.jsonl"),
@@ -287,7 +281,7 @@ class Run:
             "writer", name, slot, "--stop-file", str(self.stop_dir / name), "--menu", menu,
             "--give-up", str(RECOVER_GIVE_UP_S),
             # Written once only from large_entry_bytes up: most ledgers big then.
-            "--big-fraction", "0.6" if self.config.large_entry_bytes else "0.1",
+            "--big-fraction", "0.6" if self.config.large_entry_bytes else "0.1", *self.config.writer_args,
         )
 
     def spawn_reader(self, slot: int) -> WorkerProc:
@@ -458,8 +452,7 @@ class Run:
             phase_start = now
 
         try:
-            # All at once, then each waited for: most of a start is its interpreter's. Started
-            # together they share the machine, so the first waits get twice the deadline.
+            # All at once, then each waited for (sharing the machine: twice the deadline).
             if not all([self.start_bookie(b, wait=False) for b in self.cluster.bookies]):
                 return self.report
             for bookie in self.cluster.bookies:
@@ -469,12 +462,13 @@ class Run:
                 self.spawn_writer(slot)
             for slot in range(cfg.readers):
                 self.spawn_reader(slot)
+            self.start_extra()
             phase("start")
             t0 = time.monotonic()
             for step in self.steps:
                 self.sleep_until(t0, step.at_s)
                 lag = time.monotonic() - t0 - step.at_s
-                if lag > MAX_LAG_S:
+                if lag > cfg.max_lag_s:
                     self.fail(
                         f"the schedule fell {lag:.0f} s behind by step {step.describe()!r} (earlier steps took that "
                         f"long, see above); the rest of the schedule is skipped"
@@ -486,11 +480,13 @@ class Run:
             phase("schedule")
             self.heal_all()
             phase("heal")
+            self.before_stop()
             self.stop_workers()
             phase("stop")
             self.report.check = trio.run(
                 check_cluster, self.cluster, list(read_records(self.records_dir)), cfg.call_timeout_s
             )
+            self.extra_checks(self.report.check)
             phase("checks")
             self.collect_log_errors()
         finally:
@@ -509,6 +505,11 @@ class Run:
                 self.report.summary() + "\n\nall failures:\n" + "\n".join(self.report.all_failures) + "\n"
             )
         return self.report
+
+    # Hooks of a longer run (tests/soak): more workers, a wait before they stop, more checks.
+    def start_extra(self) -> None: ...
+    def before_stop(self) -> None: ...
+    def extra_checks(self, result: CheckResult) -> None: ...
 
     def heal_all(self) -> None:
         """After the schedule: every bookie running and reachable (none should be down, but be sure)."""
@@ -533,8 +534,7 @@ class Run:
         for w in self.workers:
             if w.role != "recover" and w.proc.poll() is None:
                 (self.stop_dir / w.name).touch()
-        # A writer finishes its ledger (close: one call, one deadline) and exits.
-        # (and waits for the recoveries of its failed ledgers: RECOVER_GIVE_UP_S at most).
+        # A writer closes its ledger, waits for its failed ones' recoveries and exits.
         stop_budget = cfg.call_timeout_s * 2 + RECOVER_GIVE_UP_S + 30
         for w in self.workers:
             budget = RECOVER_GIVE_UP_S + cfg.call_timeout_s * 3 + 30 if w.role == "recover" else stop_budget

@@ -1,5 +1,6 @@
 """A partition run's simulated hosts (``RunConfig.partitions``): a host per bookie, per writer
-slot and per reader, one for recoveries and three for a ZooKeeper ensemble (the run's
+slot and per reader, one for recoveries (and in the soak one per log writer, log consumer and
+autorecovery service) and three for a ZooKeeper ensemble (the run's
 metadata store), on a bridge (bkframe.testing.hosts). Each bookie sits behind a link proxy
 on its host (``HostedCluster(proxied=True)``). The harness starts the processes there and
 plays the schedule's network faults: partitions of hosts, link faults on the proxies, and
@@ -58,6 +59,14 @@ class FaultNetwork:
             self.writers = [self.net.add_host(f"w{i}") for i in range(config.writers)]
             self.readers = [self.net.add_host(f"r{i}") for i in range(config.readers)]
             self.recoveries = self.net.add_host("rec")
+            # The soak's log writers, log consumers and autorecovery services (none in the suite's runs).
+            self.extra: dict[str, list[Host]] = {
+                role: [self.net.add_host(f"{prefix}{i}") for i in range(count)]
+                for role, prefix, count in (
+                    ("logwriter", "lw", config.log_writers), ("logconsumer", "lc", config.log_consumers),
+                    ("autorecovery", "ar", config.autorecovery),
+                )
+            }
             self.zk_hosts = [self.net.add_host(f"zk{i}") for i in range(STORE_MEMBERS)]
         except BaseException:
             self.net.close()
@@ -98,12 +107,14 @@ class FaultNetwork:
             return self.writers[slot]
         if role == "reader":
             return self.readers[slot]
+        if role in self.extra:
+            return self.extra[role][slot]
         return self.recoveries
 
     @property
     def client_hosts(self) -> list[Host]:
         """Every host that runs a ZooKeeper client: bookies and workers."""
-        return [*self.bookies, *self.writers, *self.readers, self.recoveries]
+        return [*self.bookies, *self.writers, *self.readers, self.recoveries, *(h for hs in self.extra.values() for h in hs)]
 
     def command(self, role: str, slot: int, cmd: Sequence[str]) -> list[str]:
         """``cmd`` run on the worker's host."""

@@ -152,6 +152,18 @@ class RunConfig:
     clock_s: tuple[float, float] = (2.0, 12.0)
     #: How long a link fault or a cut of a ZooKeeper member lasts (past the add timeout at the top).
     link_s: tuple[float, float] = (1.0, 10.0)
+    # The soak's additions (tests/soak): none of them changes the schedule a seed draws.
+    #: Named-log writers (one log each) and log consumers committing durable cursors.
+    log_writers: int = 0
+    log_consumers: int = 0
+    #: Standalone ``bkframe autorecovery`` processes (auditor candidates + replication workers).
+    autorecovery: int = 0
+    #: Extra arguments of every ledger writer (the soak paces 30 bookies' writers down).
+    writer_args: tuple[str, ...] = ()
+    #: How long a bookie may take to start (30 started at once on 2 cores take minutes).
+    start_timeout_s: float = 60.0
+    #: A schedule this far behind its times stops (and says so) instead of running on for ever.
+    max_lag_s: float = 200.0
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.max_down < self.bookies:

@@ -101,7 +101,7 @@ async def run_writer(wk: Worker) -> None:
                 # background, while faults heal). Left open, a BYPASS ledger keeps a bookie
                 # that lost its master key in limbo until someone recovers it.
                 recoveries.start_soon(recover_failed, wk, client, writer.ledger_id)
-            await trio.sleep(wk.rng.uniform(0.0, 0.2))
+            await trio.sleep(wk.rng.uniform(0.0, args.pause))
 
 
 async def create_ledger(
@@ -392,6 +392,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-entries", type=int, default=800)
     parser.add_argument("--ledger", type=int, default=-1)
     parser.add_argument("--give-up", type=float, default=120.0)
+    parser.add_argument("--pause", type=float, default=0.2, help="longest pause between two ledgers, seconds")
     parser.add_argument("--big-fraction", type=float, default=0.1, help="of ledgers with 4-32 KiB entries")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
