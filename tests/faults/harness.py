@@ -176,9 +176,9 @@ class Run:
 
     # -- bookies -------------------------------------------------------------------------
 
-    def start_bookie(self, bookie: BookieProcess, *, wait: bool = True, timeout_s: float = BOOKIE_START_TIMEOUT_S) -> bool:
-        """Start with a deadline (the launcher kills a bookie that prints no address in time);
-        ``wait=False`` only spawns it: :meth:`start_bookie` again waits."""
+    def start_bookie(self, bookie: BookieProcess, *, wait: bool = True, timeout_s: float = 0.0) -> bool:
+        """Start with a deadline (``timeout_s``, 0: the run's ``start_timeout_s``; the launcher kills a
+        bookie that prints no address in time); ``wait=False`` only spawns it: :meth:`start_bookie` again waits."""
         # Every bookie runs on the disk-full layer, with room to spare until filled.
         capacity = None if bookie.capacity_file.exists() else ROOMY_DISK
         env = None if self.clocks is None else self.clocks.env(bookie.bookie_id)
@@ -186,8 +186,7 @@ class Run:
             if not bookie.running:
                 bookie.spawn(*self.cluster.bookie_args, powerloss=True, disk_capacity=capacity, env=env)
             if wait:
-                # The run's own start deadline where it is longer (30 bookies started at once).
-                bookie.wait_started(max(timeout_s, self.config.start_timeout_s))
+                bookie.wait_started(timeout_s or self.config.start_timeout_s)
         except Exception as e:  # noqa: BLE001 - handed to the run's report as a failure
             self.fail(f"{bookie.bookie_id} did not start: {e}")
             return False
@@ -456,7 +455,7 @@ class Run:
             if not all([self.start_bookie(b, wait=False) for b in self.cluster.bookies]):
                 return self.report
             for bookie in self.cluster.bookies:
-                if not self.start_bookie(bookie, timeout_s=2 * BOOKIE_START_TIMEOUT_S):
+                if not self.start_bookie(bookie, timeout_s=2 * self.config.start_timeout_s):
                     return self.report
             for slot in range(cfg.writers):
                 self.spawn_writer(slot)
