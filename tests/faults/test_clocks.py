@@ -41,8 +41,9 @@ from bkframe.testing.cluster import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
 
-#: Short TTLs so that a lease moved by a clock step would show within seconds.
-REGISTRATION_TTL_S = 2.0
+#: Short TTLs so that a lease moved by a clock step (an hour) would show within seconds; not
+#: so short that a heartbeat late on a loaded machine drops a registration (2 s did, once).
+REGISTRATION_TTL_S = 4.0
 LOST_GRACE_S = 4.0
 BOOKIE_TOML = f"""
 [bookie]
@@ -52,7 +53,7 @@ AUTORECOVERY_TOML = f"""
 [autorecovery]
 lost_bookie_grace_s = {LOST_GRACE_S}
 check_interval_s = 0.5
-lock_ttl_s = 2.0
+lock_ttl_s = 4.0
 request_timeout_s = 10.0
 """
 #: libfaketime reads a changed clock file within a second (FAKETIME_CACHE_DURATION).
