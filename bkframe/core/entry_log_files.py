@@ -237,9 +237,11 @@ class EntryLogFiles:
             # and are covered by the next flush, not silently by this one.
             self._unflushed.clear()
             dir_dirty, self._dir_dirty = self._dir_dirty, False
-            # Fds of logs still appended to; the others (sealed) by path, so that the
-            # event loop may close or evict fds while the thread runs.
-            fds = [self._writable[i] for i in todo if i in self._writable]
+            # Logs still appended to through duplicates of their fds, the others (sealed) by
+            # path: the event loop may seal (close) or evict fds while the thread runs, and an
+            # fd closed there could be reused by another file -- the fsync would then sync
+            # that file and this flush call the log durable (seen in the soak: EBADF).
+            fds = [os.dup(self._writable[i]) for i in todo if i in self._writable]
             paths = [self.path(i) for i in todo if i not in self._writable]
             try:
                 n = await trio.to_thread.run_sync(
@@ -263,6 +265,9 @@ class EntryLogFiles:
                 self._unflushed.update(todo)
                 self._dir_dirty = self._dir_dirty or dir_dirty
                 raise
+            finally:
+                for fd in fds:  # the thread is done with them (run_sync waits for it)
+                    os.close(fd)
             self._flushed_writes = writes
             self._counters.storage_fsyncs += n
 
