@@ -11,7 +11,7 @@ from bkframe_metadata_zk.store import SESSION_TIMEOUT_S, ZkMetadataStore
 from kazoo.client import KazooClient
 
 from bkframe.testing.link_proxy import LinkFaults, LinkProxy
-from bkframe.testing.metadata_contract import SharedMetadataStoreContract
+from bkframe.testing.metadata_contract import SharedMetadataStoreContract, ledger
 from bkframe.testing.servers import ZooKeeperServer
 
 
@@ -107,5 +107,34 @@ async def test_a_connection_lost_while_the_store_starts_is_retried(zk_server: Zo
             first = await store.new_ledger_id()
         assert proxy.stats["resets"] >= 1
         assert await store.new_ledger_id() > first
+    finally:
+        await store.aclose()
+
+
+async def test_a_create_after_buckets_pruned_two_levels_deep(zk_server: ZooKeeperServer) -> None:
+    """Another process's listing pruned the empty buckets above a ledger, two levels of
+    them, after this store had cached that they exist: the next create makes them again
+    (it once raised kazoo's NoNodeError, found by the 30-host soak)."""
+    uri = f"zk://{zk_server.address}/t-{uuid.uuid4().hex[:12]}"
+    store = ZkMetadataStore(uri)
+    try:
+        await store.create_ledger(ledger(7))
+        await store.delete_ledger(7)
+        leaf = store._ledger(7)
+        parent = leaf.rsplit("/", 1)[0]
+        grandparent = parent.rsplit("/", 1)[0]
+        assert grandparent != store._ledgers_base(), "the layout has fewer levels than this test assumes"
+
+        def prune() -> None:  # as a listing elsewhere would: the empty buckets, bottom up
+            other = KazooClient(hosts=zk_server.address)
+            other.start(timeout=10)
+            other.delete(parent)
+            other.delete(grandparent)
+            other.stop()
+            other.close()
+
+        await trio.to_thread.run_sync(prune)
+        created = await store.create_ledger(ledger(8))
+        assert created.ledger_id == 8 and (await store.read_ledger(8)).ledger_id == 8
     finally:
         await store.aclose()

@@ -84,6 +84,9 @@ class ZkLedgers:
         except NodeExistsError:
             pass
         except NoNodeError:
+            # The parent is gone though it may be cached (pruned two levels deep by another
+            # process's listing): forget every ancestor, or the create below fails again.
+            self._forget_buckets(path)
             self._ensure(zk, path.rsplit("/", 1)[0])
             try:
                 zk.create(path)
