@@ -298,7 +298,10 @@ class MetadataStore(Protocol):
         ...
 
     async def create_ledger(self, metadata: LedgerMetadata) -> LedgerMetadata:
-        """Store new metadata; returns it with its version. LedgerExistsError if the id is taken."""
+        """Store new metadata; returns it with its version. LedgerExistsError if the id is taken
+        by another record. The very same record stored already (a create sent again after its
+        answer was lost to a connection loss or a timeout) is no error: it returns that record,
+        so a retried create never makes the caller take another id and leave an orphan."""
         ...
 
     async def read_ledger(self, ledger_id: int) -> LedgerMetadata:

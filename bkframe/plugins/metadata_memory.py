@@ -148,7 +148,9 @@ class MemoryMetadataStore:
 
     async def create_ledger(self, metadata: LedgerMetadata) -> LedgerMetadata:
         await trio.lowlevel.checkpoint()
-        if metadata.ledger_id in self._state.ledgers:
+        if (held := self._state.ledgers.get(metadata.ledger_id)) is not None:
+            if held == attrs.evolve(metadata, version=1):
+                return held  # this very record: a create sent again
             raise LedgerExistsError(metadata.ledger_id)
         stored = attrs.evolve(metadata, version=1)
         self._state.ledgers[metadata.ledger_id] = stored

@@ -175,9 +175,13 @@ class SqliteMetadataStore:
 
     async def create_ledger(self, metadata: LedgerMetadata) -> LedgerMetadata:
         def insert(db: sqlite3.Connection) -> None:
+            data = metadata.serialize()
             try:
-                db.execute("INSERT INTO ledgers (id, data, version) VALUES (?, ?, 1)", (metadata.ledger_id, metadata.serialize()))
+                db.execute("INSERT INTO ledgers (id, data, version) VALUES (?, ?, 1)", (metadata.ledger_id, data))
             except sqlite3.IntegrityError:
+                row = db.execute("SELECT data, version FROM ledgers WHERE id = ?", (metadata.ledger_id,)).fetchone()
+                if row is not None and bytes(row[0]) == data and row[1] == 1:
+                    return  # this very record: a create sent again
                 raise LedgerExistsError(metadata.ledger_id) from None
             self._index(db, metadata.ledger_id, set(), metadata.bookies())
 

@@ -142,6 +142,10 @@ class MetadataStoreContract(AutorecoveryContract, MultiLogContract):
             await store.create_ledger(ledger(7))
         read = await store.read_ledger(7)
         assert read == created and read.custom == {"app": "x"}
+        # The very same record again -- a create whose answer was lost, sent again -- is that
+        # create, not another's: the caller keeps its id (no orphan ledger).
+        again = await store.create_ledger(attrs.evolve(created, version=-1))
+        assert again == created and await store.read_ledger(7) == created
         with pytest.raises(NoSuchLedgerError):
             await store.read_ledger(8)
         closed = await store.update_ledger(attrs.evolve(read, state=LedgerStateName.CLOSED, last_entry_id=4), read.version)

@@ -111,9 +111,19 @@ class EtcdLedgers:
             "success": [_put(key, data), *(_put(self._index(b, metadata.ledger_id)) for b in sorted(metadata.bookies()))],
             "failure": [],
         }
-        if not await self._call(lambda c: c.transaction(txn).get("succeeded", False)):
+        def create(client: Etcd3Client) -> int:
+            if client.transaction(txn).get("succeeded", False):
+                return 1
+            # The transaction sent again (``_call`` retries one whose answer was lost, maybe
+            # on another member) finds the key its first send wrote: the very same bytes are
+            # this create's. Taken for another's, the client would move to the next id and
+            # leave this one an open, empty ledger nobody knows.
+            found = client.get(key, metadata=True)
+            if found and found[0][0] == data:
+                return int(found[0][1]["version"])
             raise LedgerExistsError(metadata.ledger_id)
-        return LedgerMetadata.deserialize(data, 1)
+
+        return LedgerMetadata.deserialize(data, await self._call(create))
 
     async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
         found = await self._call(lambda c: self._stored(c, self._ledger(ledger_id)))

@@ -176,15 +176,25 @@ class ZkLedgers:
             for node in index:
                 txn.create(node)
 
-        def create(zk: KazooClient) -> None:
+        def create(zk: KazooClient) -> int:
             results = self._commit(zk, build, [path, *index])
             if isinstance(results[0], NodeExistsError):
+                # A multi sent again after a connection loss (kazoo's retry) finds the node its
+                # first send made: the very same bytes are this create's, not another's. Taken
+                # for another's, the client would move to the next id and leave this one an
+                # open, empty ledger nobody knows (the soak's defect 3).
+                try:
+                    stored, stat = zk.get(path)
+                except NoNodeError:
+                    stored = None
+                if stored == data:
+                    return int(stat.version)
                 raise LedgerExistsError(metadata.ledger_id)
             if _failed(results):
                 raise MetadataError(f"ZooKeeper metadata store {self.uri}: creating ledger {metadata.ledger_id}: {results!r}")
+            return 0
 
-        await self._call(create)
-        return LedgerMetadata.deserialize(data, 0)
+        return LedgerMetadata.deserialize(data, await self._call(create))
 
     async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
         try:
