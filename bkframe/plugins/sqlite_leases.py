@@ -93,6 +93,7 @@ class SqliteRegistration:
         self._stopped = trio.Event()
 
     async def _heartbeat(self) -> None:
+        renewed = time.monotonic()
         try:
             with self._scope:
                 while True:
@@ -102,6 +103,17 @@ class SqliteRegistration:
                     except Exception as e:  # noqa: BLE001 - never fatal: a lost heartbeat only expires the row
                         # Keep trying: the row comes back as soon as the store answers again.
                         log.warning("bookie %s: registration heartbeat failed: %s", self.info.bookie_id, e)
+                        continue
+                    now = time.monotonic()
+                    if now - renewed > self._ttl:
+                        # The row was gone for a while: others saw no bookie (an auditor may
+                        # have started its grace). Say so, or the gap is invisible.
+                        log.warning(
+                            "bookie %s: registration renewed %.1f s after the last one (TTL %.1f s): it "
+                            "expired in between (the store or this process was too slow)",
+                            self.info.bookie_id, now - renewed, self._ttl,
+                        )
+                    renewed = now
         finally:
             self._stopped.set()
 

@@ -42,9 +42,13 @@ from bkframe.testing.cluster import Cluster
 REPO = Path(__file__).resolve().parents[2]
 
 #: Short TTLs so that a lease moved by a clock step (an hour) would show within seconds; not
-#: so short that a heartbeat late on a loaded machine drops a registration (2 s did, once).
-REGISTRATION_TTL_S = 4.0
-LOST_GRACE_S = 4.0
+#: so short that a heartbeat late on a loaded machine drops a registration: 2 s did once, and
+#: 4 s in one of two full-suite runs on a machine loaded far past its two cores (bookie-0's
+#: row missing, then marked lost; not reproduced alone, under CPU and fsync load, or with the
+#: clock stepped back and forth every 3 s -- a bookie now logs a heartbeat that came later
+#: than its TTL, and a failure here prints the processes' logs).
+REGISTRATION_TTL_S = 6.0
+LOST_GRACE_S = 6.0
 BOOKIE_TOML = f"""
 [bookie]
 registration_ttl_s = {REGISTRATION_TTL_S}
@@ -167,23 +171,24 @@ print(json.dumps({"positions": positions, "stamps": stamps}))
     trio.run(check)
 
 
-@pytest.mark.skip(
-    reason="quarantined, not passing: in 2 of 3 full-suite runs (2026-11-27, loaded machine) bookie-0, "
-    "an hour BEHIND, lost its registration (TTL 2 s, then 4 s) and was marked lost; unexplained "
-    "(a lease bug or libfaketime under load) -- see issue 35's notes"
-)
 def test_clock_steps_move_no_lease_and_a_dead_bookie_is_found_on_time(clocked: ClockedCluster) -> None:
     """Bookies' clocks jump an hour either way or run fast, and the auditor's an hour ahead:
     every bookie stays registered, the auditor keeps its lock and marks nothing, and writes
     go on. Then a bookie dies and the auditor's clock jumps after it saw it go: the bookie is
     found lost after the grace -- neither an hour late (behind) nor at once (ahead)."""
 
+    def logs() -> str:
+        """The processes' logs, for a failure's message."""
+        return "\n".join(
+            f"--- {b.bookie_id}:\n{b.log()[-2500:]}" for b in clocked.cluster.bookies
+        ) + f"\n--- auditor:\n{clocked.auditor_log.read_text(errors='replace')[-2500:]}"
+
     async def watch(bk: Any, seconds: float) -> None:
         ids = {b.bookie_id for b in clocked.cluster.bookies}
         until = trio.current_time() + seconds
         while trio.current_time() < until:
             registered = {b.bookie_id for b in await bk.metadata.list_bookies()}
-            assert registered == ids, f"registered {sorted(registered)}, running {sorted(ids)}"
+            assert registered == ids, f"registered {sorted(registered)}, running {sorted(ids)}\n{logs()}"
             assert await bk.metadata.lock_holder("auditor") == "auditor"
             assert await bk.metadata.count_under_replicated() == 0
             await trio.sleep(0.2)
@@ -227,7 +232,7 @@ def test_clock_steps_move_no_lease_and_a_dead_bookie_is_found_on_time(clocked: C
             assert LOST_GRACE_S - 1.0 <= waited <= LOST_GRACE_S + 15, waited
             # bookie-0, an hour behind all along, is still registered and not lost.
             assert "bookie-0" in {b.bookie_id for b in await bk.metadata.list_bookies()}
-            assert not any("bookie-0" in m.bookies for m in await bk.metadata.list_under_replicated())
+            assert not any("bookie-0" in m.bookies for m in await bk.metadata.list_under_replicated()), logs()
 
     trio.run(main)
     assert clocked.auditor.poll() is None, clocked.auditor_log.read_text()[-3000:]
