@@ -189,6 +189,18 @@ class CommitError(LogError):
     """``commit_ledgers`` was given ledgers it cannot commit (open, unknown, wrong password, in the log already)."""
 
 
+class TierError(BKError):
+    """An object-store tier failed or could not be reached (worth trying again later)."""
+
+
+class NoSuchObjectError(TierError):
+    """The tier holds no object under that key."""
+
+
+class ObjectExistsError(TierError):
+    """A conditional put found an object under the key already."""
+
+
 __all__ = [
     "BKError",
     "BadVersionError",
@@ -210,11 +222,14 @@ __all__ = [
     "NoSuchEntryError",
     "NoSuchLedgerError",
     "NoSuchLogError",
+    "NoSuchObjectError",
     "NotEnoughBookiesError",
+    "ObjectExistsError",
     "PluginError",
     "PositionTrimmedError",
     "ProtocolError",
     "RecoveryError",
+    "TierError",
     "UnauthorizedError",
     "UnknownLedgerTypeError",
     "UnsupportedError",
