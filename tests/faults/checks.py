@@ -70,6 +70,9 @@ class LedgerHistory:
     ends: list[tuple[int, str, str]] = attrs.Factory(list)
     #: First time a recovery (of any worker) returned.
     recovered_at: float | None = None
+    #: The last fragment's ensemble when the first recovery that found it open returned:
+    #: the bookies that recovery fenced, which the old writer knew.
+    fenced_ensemble: tuple[str, ...] = ()
     writer_failures: list[str] = attrs.Factory(list)
     lac_seen: tuple[int, str] = (-1, "")
 
@@ -149,6 +152,8 @@ def build_histories(records: list[dict[str, Any]], result: CheckResult) -> dict[
             x.ends.append((r["last"], src, "recovery returned"))
             x.closed_by_recovery = x.closed_by_recovery or bool(r.get("was_open", True))
             x.recovered_at = r["t"] if x.recovered_at is None else min(x.recovered_at, r["t"])
+            if r.get("was_open", True) and r.get("ensemble") and not x.fenced_ensemble:
+                x.fenced_ensemble = tuple(r["ensemble"])
         elif ev == "closed-seen":
             x.ends.append((r["last"], src, "a reader saw it closed"))
         elif ev == "lac-seen":
@@ -237,7 +242,7 @@ async def check_one(
                 await check_replicas(client, md, end, result)
                 if not x.closed_by_writer and x.closed_by_recovery:
                     step = "fence probe"
-                    await probe_fence(client, md, end, result)
+                    await probe_fence(client, md, end, result, x.fenced_ensemble)
                 step = "second open"
                 await check_second_open(second, x, end, result)
         except trio.TooSlowError:
@@ -395,15 +400,21 @@ async def check_replicas(client: bkframe.Client, md: Any, end: int, result: Chec
         result.fail(kind, f"ledger {ledger} ({md.ledger_type}) on {bookie_id}: entries {compress(entries)}: {what}")
 
 
-async def probe_fence(client: bkframe.Client, md: Any, end: int, result: CheckResult) -> None:
+async def probe_fence(
+    client: bkframe.Client, md: Any, end: int, result: CheckResult, fenced: tuple[str, ...] = ()
+) -> None:
     """An ordinary ADD of entry end+1, as the old writer would send it, to each bookie of
-    the last fragment: fewer than A of its write set may take it."""
+    its write set in the ensemble the recovery fenced (``fenced``; else the last fragment's
+    now): fewer than A of them may take it. Not today's last fragment: autorecovery may have
+    replaced those bookies since by copies that were never fenced -- a soak saw all three
+    replaced -- which the old writer never knew (its ensemble change would meet a closed
+    ledger), as in BookKeeper."""
     ledger = md.ledger_id
     digester = Digester.for_ledger(md.digest_type, PASSWORD)
     type_id = client.context.ledger_types.named(md.ledger_type).type_id
     probe = b"fence probe: must never be acknowledged"
     data = digester.encode(ledger, end + 1, end, md.length + len(probe), probe)
-    ensemble = md.fragments[-1][1]
+    ensemble = fenced or md.fragments[-1][1]
     accepted = []
     for idx in write_set(end + 1, len(ensemble), md.write_quorum):
         bookie_id = ensemble[idx]

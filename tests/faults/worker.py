@@ -348,7 +348,11 @@ async def recover_ledger(wk: Worker, client: bkframe.Client, ledger: int, give_u
             log.info("recovery of %d: %s; retrying", ledger, err)
             await trio.sleep(0.5)
     last = handle.lac
-    wk.records.write("recovered", ledger=ledger, last=last, was_open=not before.closed)
+    # The ensemble this recovery fenced: the old writer's. Autorecovery may later replace
+    # its bookies by copies that were never fenced -- and that the old writer never knew.
+    wk.records.write(
+        "recovered", ledger=ledger, last=last, was_open=not before.closed, ensemble=list(handle.metadata.fragments[-1][1])
+    )
     for first in range(0, last + 1, 200):
         try:
             with wk.deadline(f"read({ledger}, {first}..{min(last, first + 199)}) after recovery"):
