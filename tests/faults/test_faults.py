@@ -250,7 +250,7 @@ def test_kill_and_restart_one_bookie_at_a_time(tmp_path: Path, request: pytest.F
     """PD_JOURNAL E=3 W=3 A=2, kill -9 and restart of one bookie at a time, nothing else."""
     config = RunConfig(
         seed=101,
-        events=10,
+        events=6,
         ledgers=(("PD_JOURNAL", 3, 3, 2),),
         weights=((Fault.KILL, 1.0),),
         max_down=1,
@@ -264,7 +264,7 @@ def test_large_entries_written_once_under_kills_and_power_cuts(tmp_path: Path, r
     location in the journal): kill -9, power cuts and a full disk lose nothing acknowledged."""
     config = RunConfig(
         seed=202,
-        events=10,
+        events=6,
         ledgers=(("PD_JOURNAL", 3, 3, 2), ("PD_JOURNAL", 3, 2, 2)),
         weights=((Fault.KILL, 1.0), (Fault.POWER_CUT, 2.0), (Fault.DISK_FULL, 1.0)),
         max_down=1,

@@ -10,13 +10,17 @@ import sys
 from bkframe_spark.pipeline import run_pipeline
 from pyspark.sql import SparkSession
 
+#: One micro-batch (999 events and the sentinel, at most 1,000 a batch): the several-batch
+#: stream is test_pipeline.py's, on a local session; here the point is the remote session.
+ROWS = 999
+
 
 def main(url: str, metadata: str, checkpoint: str) -> None:
     spark = SparkSession.builder.remote(url).getOrCreate()
     try:
         remote = spark.__class__.__module__.startswith("pyspark.sql.connect")
         report = run_pipeline(
-            spark, metadata, rows=2000, checkpoint=checkpoint, out=lambda line: None, warm_up_first=False
+            spark, metadata, rows=ROWS, checkpoint=checkpoint, out=lambda line: None, warm_up_first=False
         )
     finally:
         spark.stop()

@@ -13,10 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from bkframe_spark.pipeline import expected_counts
 
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.servers import free_port, stop_process
 
+from .connect_client import ROWS
 from .standalone import SPARK_HOME, jvm_env_for_tests
 
 
@@ -58,7 +60,7 @@ def test_the_pipeline_runs_through_spark_connect(connect_server: str, tmp_path: 
         assert report["remote"], "the client used a Spark Connect session"
         # run_pipeline verified every count (PipelineError otherwise); what it did:
         assert report["verified"] is True
-        assert report["stream"]["input_rows"] == 2001  # the events and the bulk load's sentinel
-        assert report["read_back"]["counts"] == 14
+        assert report["stream"]["input_rows"] == ROWS + 1  # the events and the bulk load's sentinel
+        assert report["read_back"]["counts"] == len(expected_counts(ROWS))
     finally:
         cluster.close()

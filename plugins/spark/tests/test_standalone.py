@@ -34,7 +34,7 @@ def test_the_pipeline_runs_on_a_standalone_cluster_with_executors_on_other_hosts
                 spark.start()
                 run = driver.run(
                     [sys.executable, str(REPO / "examples" / "spark_pipeline.py"), "--metadata", metadata,
-                     "--rows", "2000", "--master", spark.master_url, "--driver-host", driver.address, "--no-warm-up"],
+                     "--rows", "999", "--master", spark.master_url, "--driver-host", driver.address, "--no-warm-up"],
                     cwd=tmp_path, capture_output=True, text=True, timeout=600, env=jvm_env_for_tests(),
                 )
                 assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
