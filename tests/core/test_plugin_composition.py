@@ -190,6 +190,7 @@ def test_plugins_command_lists_plugins_and_components_by_kind() -> None:
         "etcd://  [metadata_etcd, bkframe-metadata-etcd]",
         "PD_JOURNAL (wire id 0)  [bkframe.plugins.durability, bkframe]",
         "file://  [bkframe.plugins.tier_filesystem, bkframe]",
+        "s3://  [tier_s3, bkframe-tier-s3]",
     ]:
         assert f"    {line}: " in out, line
 
