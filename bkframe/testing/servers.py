@@ -50,6 +50,25 @@ def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
             proc.wait()
 
 
+def wait_for_http(
+    proc: subprocess.Popen[bytes], url: str, marker: bytes, *, what: str, log: Path, timeout_s: float = 60
+) -> None:
+    """Wait until a GET of ``url`` answers with ``marker`` in its body; RuntimeError pointing
+    at ``log`` if ``proc`` exits first or ``timeout_s`` pass."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if marker in r.read():
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} did not start; see {log}")
+
+
 def require(what: str, ok: bool) -> None:
     if not ok:
         message = f"{what} is not installed; run ./scripts/test, which installs it (Debian packages)"
@@ -140,18 +159,8 @@ class EtcdServer:
              *(() if self.quota_backend_bytes is None else ("--quota-backend-bytes", str(self.quota_backend_bytes)))],
             stdout=log, stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{client_url}/health", timeout=1) as r:
-                    if b'"health":"true"' in r.read():
-                        return self
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.2)
-        raise RuntimeError(f"etcd did not start; see {self.root / 'etcd.log'}")
+        wait_for_http(self.proc, f"{client_url}/health", b'"health":"true"', what="etcd", log=self.root / "etcd.log")
+        return self
 
     def stop(self) -> None:
         stop_process(self.proc)
@@ -182,18 +191,9 @@ class S3Server:
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=log, stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.endpoint}/", timeout=1) as r:
-                    if b"ListAllMyBucketsResult" in r.read():
-                        return self
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.2)
-        raise RuntimeError(f"the S3 server did not start; see {self.root / 's3.log'}")
+        # ListBuckets: answered once the server serves S3.
+        wait_for_http(self.proc, f"{self.endpoint}/", b"ListAllMyBucketsResult", what="the S3 server", log=self.root / "s3.log")
+        return self
 
     def bucket(self) -> str:
         """A new, empty bucket's name (S3's CreateBucket: a PUT of ``/NAME``)."""

@@ -127,10 +127,10 @@ def test_credentials_from_the_environment_and_never_shown(
     tier = pm.tier(f"s3://{bucket}?endpoint={s3_server.endpoint}&region=us-east-1")
     tier.put("from/env", b"signed with the environment's keys")
     assert tier.get_range("from/env", 0, 6) == b"signed"
-    assert tier.uri == f"s3://{bucket}/?endpoint={s3_server.endpoint}&region=us-east-1&addressing=path"
+    assert tier.uri == f"s3://{bucket}?endpoint={s3_server.endpoint}&region=us-east-1&addressing=path"
     missing = pm.tier(f"s3://no-such-bucket-here?endpoint={s3_server.endpoint}&region=us-east-1")
     with pytest.raises(TierError, match="the bucket no-such-bucket-here does not exist") as raised:
-        missing.head("k")
+        missing.get_range("k", 0, 1)
     # In the URI: refused, and not quoted back.
     with pytest.raises(ConfigError) as refused:
         pm.tier(f"s3://{KEY}:{SECRET}@{bucket}?endpoint={s3_server.endpoint}")
@@ -156,6 +156,7 @@ def test_uri_options_are_checked() -> None:
     options = parse_uri("s3://lake/a/b?endpoint=https://s3.internal:9000&part_size=16MiB&attempts=5&page_size=10")
     assert (options.bucket, options.prefix, options.addressing, options.part_size) == ("lake", "a/b/", "path", 16 * MiB)
     assert (options.attempts, options.page_size, options.connect_timeout_s, options.read_timeout_s) == (5, 10, 5.0, 30.0)
+    assert options.uri == "s3://lake/a/b?endpoint=https://s3.internal:9000&addressing=path"
     assert parse_uri("s3://lake").addressing == "virtual"  # AWS: virtual-hosted
     for uri, message in [
         ("s3://lake?part_size=1MiB", "part_size is a size from 5MiB to 5GiB"),

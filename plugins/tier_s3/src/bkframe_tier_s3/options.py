@@ -87,7 +87,8 @@ class S3Options:
         query = {"endpoint": self.endpoint, "region": self.region, "addressing": self.addressing,
                  "credentials": str(self.credentials) if self.credentials else None}
         shown = urllib.parse.urlencode({k: v for k, v in query.items() if v}, safe="/:")
-        return f"s3://{self.bucket}/{self.prefix}" + (f"?{shown}" if shown else "")
+        path = f"/{self.prefix.rstrip('/')}" if self.prefix else ""
+        return f"s3://{self.bucket}{path}" + (f"?{shown}" if shown else "")
 
 
 def _number(options: dict[str, str], name: str, default: float, low: float, high: float, where: str) -> float:

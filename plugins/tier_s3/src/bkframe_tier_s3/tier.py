@@ -16,6 +16,7 @@ text that came from botocore is scrubbed of the keys this tier was given.
 
 from __future__ import annotations
 
+import email.utils
 import functools
 import logging
 import math
@@ -46,6 +47,16 @@ _UNREACHABLE = (
 
 def _etag(raw: str | None) -> str:
     return (raw or "").strip('"')
+
+
+def _store_time(response: dict[str, Any]) -> float:
+    """When the store answered, by its own clock (the ``Date`` header; ours if it sent none):
+    a put's response carries no LastModified, and ObjectInfo.modified is the store's time."""
+    date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    try:
+        return email.utils.parsedate_to_datetime(date).timestamp() if date else time.time()
+    except (TypeError, ValueError):
+        return time.time()
 
 
 class S3Tier:
@@ -135,7 +146,7 @@ class S3Tier:
                     "put", key,
                     lambda: self._client.put_object(Bucket=self.options.bucket, Key=full, Body=first, **condition),
                 )
-                return ObjectInfo(key, len(first), time.time(), _etag(response.get("ETag")))
+                return ObjectInfo(key, len(first), _store_time(response), _etag(response.get("ETag")))
             if if_absent and self.head(key) is not None:
                 raise ObjectExistsError(f"tier {self.uri}: put {key!r}: the object exists")
             return self._multipart(key, full, [first, second], stream, part_size, condition)
@@ -173,7 +184,7 @@ class S3Tier:
         except BaseException:
             self._abort(key, full, upload_id)
             raise
-        return ObjectInfo(key, size, time.time(), _etag(response.get("ETag")))
+        return ObjectInfo(key, size, _store_time(response), _etag(response.get("ETag")))
 
     def _abort(self, key: str, full: str, upload_id: str) -> None:
         """Abort an upload that failed, so that its parts do not stay (and cost) forever.
