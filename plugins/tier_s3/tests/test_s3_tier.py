@@ -79,33 +79,33 @@ def tier(s3_server: S3Server, tmp_path: Path) -> Iterator[S3Tier]:
 
 
 class CallbackStream(io.RawIOBase):
-    """A stream of ``data`` that calls ``at_half`` once half of it was read."""
+    """A stream of ``data`` that calls ``at_offset`` once, when a read reaches ``offset``."""
 
-    def __init__(self, data: bytes, at_half: Callable[[], None]) -> None:
-        self._data, self._at_half, self._called = io.BytesIO(data), at_half, False
-        self._half = len(data) // 2
+    def __init__(self, data: bytes, offset: int, at_offset: Callable[[], None]) -> None:
+        self._data, self._offset, self._at_offset, self._called = io.BytesIO(data), offset, at_offset, False
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        if not self._called and self._data.tell() >= self._half:
+        if not self._called and self._data.tell() >= self._offset:
             self._called = True
-            self._at_half()
+            self._at_offset()
         return self._data.readinto(buffer)
 
 
 def test_if_absent_holds_at_completion_of_a_multipart_put(tier: S3Tier) -> None:
     """Another writer stores the key while a conditional multipart put uploads its parts
-    (after its HeadObject found nothing): CompleteMultipartUpload's If-None-Match refuses,
-    the upload is aborted and the other writer's object stays."""
+    (after its HeadObject found nothing: the third part is read after it): only
+    CompleteMultipartUpload's If-None-Match can refuse now, and does; the upload is aborted
+    and the other writer's object stays."""
     raw = raw_client(tier.options.endpoint or "")
 
     def other_writer() -> None:
         raw.put_object(Bucket=tier.options.bucket, Key="p/contested", Body=b"the other writer's")
 
     with pytest.raises(ObjectExistsError):
-        tier.put("contested", CallbackStream(pattern(PART * 5 // 2), other_writer), if_absent=True)  # type: ignore[arg-type]
+        tier.put("contested", CallbackStream(pattern(PART * 5 // 2), 2 * PART, other_writer), if_absent=True)  # type: ignore[arg-type]
     assert tier.get_range("contested", 0, 100) == b"the other writer's"
     assert uploads_in_progress(tier) == []
 
