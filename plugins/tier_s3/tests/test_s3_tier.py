@@ -5,6 +5,7 @@ never show, and an unreachable store is a TierError within the configured timeou
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import socket
@@ -28,8 +29,10 @@ PART = 5 * MiB  # S3's smallest part (moto enforces it too)
 KEY, SECRET = S3Server.ACCESS_KEY_ID, S3Server.SECRET_ACCESS_KEY
 
 
+@functools.cache
 def raw_client(endpoint: str) -> Any:
-    """A plain S3 client on the server: to look at the bucket behind the tier's back."""
+    """A plain S3 client on the server: to look at the bucket behind the tier's back (one
+    per endpoint: making a client parses botocore's S3 model, a tenth of a second)."""
     return botocore.session.Session().create_client(
         "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=KEY, aws_secret_access_key=SECRET
     )
