@@ -18,6 +18,7 @@ import botocore.session
 import pytest
 from bkframe_tier_s3.options import MiB, parse_uri
 from bkframe_tier_s3.tier import S3Tier
+from botocore.config import Config
 
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.tier import Tier
@@ -34,7 +35,8 @@ def raw_client(endpoint: str) -> Any:
     """A plain S3 client on the server: to look at the bucket behind the tier's back (one
     per endpoint: making a client parses botocore's S3 model, a tenth of a second)."""
     return botocore.session.Session().create_client(
-        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=KEY, aws_secret_access_key=SECRET
+        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=KEY, aws_secret_access_key=SECRET,
+        config=Config(connect_timeout=5, read_timeout=30, retries={"total_max_attempts": 2}),
     )
 
 

@@ -37,6 +37,11 @@ from bkframe.errors import NoSuchObjectError, ObjectExistsError, TierError
 from bkframe_tier_s3.options import MAX_PART_SIZE, MAX_PARTS, Credentials, S3Options, read_credentials
 
 log = logging.getLogger("bkframe.tier.s3")
+# botocore's DEBUG records hold whole requests, the Authorization header (and so the access
+# key id) included: a process at DEBUG (``bkframe -vv``) must not log them. A level set for
+# the ``botocore`` logger on purpose is kept.
+if logging.getLogger("botocore").level == logging.NOTSET:
+    logging.getLogger("botocore").setLevel(logging.INFO)
 T = TypeVar("T")
 
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
