@@ -110,6 +110,9 @@ def open_source(source: Source) -> Iterator[BinaryIO]:
     elif isinstance(source, Path):
         with open(source, "rb") as f:
             yield f
+    elif isinstance(source, str):
+        # A path as a str would be taken for data or a stream: say what was meant.
+        raise TypeError(f"a put's source is a Path, bytes or a binary stream, not a str ({source[:60]!r})")
     else:
         yield source
 
