@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.registry import ComponentRegistry
 from bkframe.core.tier import InvalidKeyError, Tier
-from bkframe.errors import ConfigError, TierError
+from bkframe.errors import ConfigError, ObjectExistsError, TierError
 from bkframe.plugins.tier_filesystem import TEMP_DIR, FilesystemTier
 from bkframe.testing import powerloss
 from bkframe.testing.small_fs import SmallFilesystem
@@ -95,6 +96,31 @@ def test_a_full_disk_fails_the_put_and_says_so(
     assert tier.head("big") is None and os.listdir(tier.root / TEMP_DIR) == []
     tier.put("small", b"fits")  # the failed put's space was given back
     assert tier.get_range("small", 0, 10) == b"fits"
+
+
+def test_racing_conditional_puts_have_one_winner(tmp_path: Path) -> None:
+    """Eight writers put one key with if_absent at once (two offloaders of one segment):
+    exactly one wins, and the object is the winner's, whole."""
+    tier = FilesystemTier(tmp_path / "tier", create=True)
+    barrier = threading.Barrier(8)
+    won: list[int] = []
+
+    def writer(i: int) -> None:
+        barrier.wait()
+        try:
+            tier.put("contested/object", bytes([i]) * 300_000, if_absent=True)
+            won.append(i)
+        except ObjectExistsError:
+            pass
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(won) == 1
+    assert tier.get_range("contested/object", 0, 1 << 20) == bytes([won[0]]) * 300_000
+    assert os.listdir(tier.root / TEMP_DIR) == []
 
 
 PUTTER = textwrap.dedent(
