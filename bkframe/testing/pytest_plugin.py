@@ -16,7 +16,8 @@ Clusters of real bookie processes, from the cheapest to the most private:
 
 Also ``bookie_processes`` (collects :class:`~bkframe.testing.cluster.BookieProcess` objects
 to kill at the end), and session-wide real servers for metadata-store plugins:
-``zk_server`` (ZooKeeper) and ``etcd_server``; ``small_filesystem`` mounts a real small
+``zk_server`` (ZooKeeper) and ``etcd_server``, and ``s3_server`` (moto's S3 server) for
+tier plugins; ``small_filesystem`` mounts a real small
 tmpfs or ext4 for full-disk tests. Passwords, payloads and short client
 timeouts for tests are in :mod:`bkframe.testing.kit`. The contract suites are in
 :mod:`bkframe.testing.metadata_contract`, :mod:`bkframe.testing.journal_contract` and
@@ -33,7 +34,7 @@ import pytest
 
 from bkframe.testing import small_fs
 from bkframe.testing.cluster import BookieProcess, Cluster
-from bkframe.testing.servers import EtcdServer, ZooKeeperServer
+from bkframe.testing.servers import EtcdServer, S3Server, ZooKeeperServer
 from bkframe.testing.small_fs import SmallFilesystem
 
 
@@ -125,6 +126,15 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
     """One real etcd for the whole session (tests use their own ROOT prefixes)."""
     server = EtcdServer(tmp_path_factory.mktemp("etcd")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One real S3-compatible server (moto's) for the whole session; each test makes its
+    own bucket (``s3_server.bucket()``)."""
+    server = S3Server(tmp_path_factory.mktemp("s3")).start()
     yield server
     server.stop()
 

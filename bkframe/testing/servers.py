@@ -1,21 +1,25 @@
-"""Real ZooKeeper and etcd servers for tests: single servers on free loopback ports, and
+"""Real ZooKeeper, etcd and S3 servers for tests: single servers on free loopback ports, and
 three-member ensembles with each member on a simulated host of its own
 (:mod:`bkframe.testing.hosts`); own data dirs.
 
-Started as plain subprocesses from Debian's packages (``zookeeper``, ``etcd-server``),
-which ``scripts/test`` installs when missing. Under ``CI=true`` a missing server fails the
-tests loudly instead of skipping them.
+Started as plain subprocesses: ZooKeeper and etcd from Debian's packages (``zookeeper``,
+``etcd-server``), which ``scripts/test`` installs when missing; the S3 server is moto's
+(PyPI ``moto``, a dev dependency: docs/tiered-storage.md says why). Under ``CI=true`` a
+missing server fails the tests loudly instead of skipping them.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -44,6 +48,25 @@ def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def wait_for_http(
+    proc: subprocess.Popen[bytes], url: str, marker: bytes, *, what: str, log: Path, timeout_s: float = 60
+) -> None:
+    """Wait until a GET of ``url`` answers with ``marker`` in its body; RuntimeError pointing
+    at ``log`` if ``proc`` exits first or ``timeout_s`` pass."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if marker in r.read():
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} did not start; see {log}")
 
 
 def require(what: str, ok: bool) -> None:
@@ -136,18 +159,56 @@ class EtcdServer:
              *(() if self.quota_backend_bytes is None else ("--quota-backend-bytes", str(self.quota_backend_bytes)))],
             stdout=log, stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{client_url}/health", timeout=1) as r:
-                    if b'"health":"true"' in r.read():
-                        return self
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.2)
-        raise RuntimeError(f"etcd did not start; see {self.root / 'etcd.log'}")
+        wait_for_http(self.proc, f"{client_url}/health", b'"health":"true"', what="etcd", log=self.root / "etcd.log")
+        return self
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+class S3Server:
+    """moto's S3 server (``python -m moto.server``), in memory, on a free loopback port.
+    It takes any access key and secret; :meth:`bucket` makes a fresh bucket per test."""
+
+    #: Keys the tests sign with (moto checks no signature by default).
+    ACCESS_KEY_ID, SECRET_ACCESS_KEY = "bkframe-test-key", "bkframe-test-secret"
+
+    def __init__(self, root: Path) -> None:
+        require("moto's S3 server (PyPI moto[s3], flask: the dev dependencies)",
+                importlib.util.find_spec("moto") is not None and importlib.util.find_spec("flask") is not None)
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> S3Server:
+        log = open(self.root / "s3.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        # ListBuckets: answered once the server serves S3.
+        wait_for_http(self.proc, f"{self.endpoint}/", b"ListAllMyBucketsResult", what="the S3 server", log=self.root / "s3.log")
+        return self
+
+    def bucket(self) -> str:
+        """A new, empty bucket's name (S3's CreateBucket: a PUT of ``/NAME``)."""
+        name = f"t-{uuid.uuid4().hex[:20]}"
+        request = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+        return name
+
+    def credentials_file(self, path: Path) -> Path:
+        """An AWS credentials file with the test keys, for ``credentials=FILE``."""
+        path.write_text(
+            f"[default]\naws_access_key_id = {self.ACCESS_KEY_ID}\naws_secret_access_key = {self.SECRET_ACCESS_KEY}\n"
+        )
+        return path
 
     def stop(self) -> None:
         stop_process(self.proc)
