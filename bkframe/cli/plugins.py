@@ -21,7 +21,7 @@ def plugins() -> None:
     for kind in ComponentKind:
         click.echo(f"  {kind.value}:")
         for c in (c for c in components if c.kind is kind):
-            name = f"{c.name}://" if kind is ComponentKind.METADATA_STORE else c.name
+            name = f"{c.name}://" if kind.by_scheme else c.name
             if kind is ComponentKind.LEDGER_TYPE:
                 name = f"{c.name} (wire id {c.factory.type_id})"
             click.echo(f"    {name}  [{c.plugin}, {c.distribution}]: {c.description}")

@@ -27,8 +27,11 @@ def bkframe_register_components(registry: ComponentRegistry) -> None:
         ``add_journal(name, factory, config=ConfigClass)``, ``add_entry_log_manager(...)``,
         ``add_ledger_storage(...)`` (picked by the ``plugin`` key of their config section,
         which is validated against ``ConfigClass``, an attrs class, before ``factory`` gets
-        it), ``add_metadata_store(scheme, factory)`` (picked by URI scheme) and
-        ``add_ledger_type(policy)`` (a :class:`~bkframe.core.interfaces.DurabilityPolicy`).
+        it), ``add_metadata_store(scheme, factory)`` (picked by URI scheme),
+        ``add_tier(scheme, factory)`` (an object-store tier, picked by URI scheme:
+        ``factory(uri)`` returns a blocking :class:`~bkframe.core.tier.Tier`; opened with
+        ``PluginManager.tier(uri)``) and ``add_ledger_type(policy)`` (a
+        :class:`~bkframe.core.interfaces.DurabilityPolicy`).
     :return: nothing. A name (or ledger-type wire id) registered twice is a
         :class:`~bkframe.errors.PluginError` naming both plugins and distributions.
 

@@ -31,6 +31,7 @@ from bkframe.core.interfaces import DurabilityPolicy, EntryLogManager, Journal, 
 from bkframe.core.metadata import MetadataStore
 from bkframe.core.placement import PlacementPolicy
 from bkframe.core.registry import Component, ComponentKind, ComponentRegistry, LedgerTypes, PluginDefectError
+from bkframe.core.tier import Tier
 from bkframe.errors import ConfigError, MetadataError, PluginError
 
 log = logging.getLogger("bkframe.plugins")
@@ -44,7 +45,11 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "bkframe.plugins.metadata_sqlite",
     "bkframe.plugins.placement",
     "bkframe.plugins.auth",
+    "bkframe.plugins.tier_filesystem",
 )
+
+#: Tier schemes served by distributions of this repository, for the error that names what to install.
+KNOWN_TIER_DISTRIBUTIONS = {"s3": "bkframe-tier-s3"}
 
 ENTRY_POINT_GROUP = "bkframe"
 #: Comma-separated entry-point names of plugins not to load.
@@ -264,6 +269,23 @@ class PluginManager:
             )
         store: MetadataStore = component.factory(uri, create=create)
         return store
+
+    def tier(self, uri: str) -> Tier:
+        """Open the object-store tier ``uri`` names (``file:///srv/tier``, ``s3://bucket/prefix?...``),
+        by its scheme; an unknown scheme is a :class:`ConfigError` naming the installed ones
+        (and the distribution that serves it, for the schemes bkframe knows of)."""
+        scheme = uri.partition("://")[0] if "://" in uri else ""
+        component = self.components.get(ComponentKind.TIER, scheme)
+        if component is None:
+            served = ", ".join(f"{s}://" for s in self.components.names(ComponentKind.TIER)) or "none"
+            known = KNOWN_TIER_DISTRIBUTIONS.get(scheme)
+            install = f"install {known} for {scheme}:// URIs" if known else "run 'bkframe plugins' to see what is installed"
+            # The URI is not echoed: an unknown scheme may be a URI with credentials in it.
+            raise ConfigError(
+                f"no installed plugin serves tier URIs of scheme {scheme or '(none)'!r} (installed: {served}); {install}"
+            )
+        tier: Tier = component.factory(uri)
+        return tier
 
     def placement_policy(self, name: str, options: Mapping[str, Any], *, source: str = "placement") -> PlacementPolicy:
         """The placement policy registered as ``name``, made with ``options`` validated

@@ -3,8 +3,8 @@
 Each plugin implements one hook, :func:`~bkframe.core.hookspecs.bkframe_register_components`,
 and adds its components to the :class:`ComponentRegistry` it is handed (as tox plugins
 register environments): journals, entry-log managers and ledger storages by the name a
-config section's ``plugin`` key picks, metadata stores by URI scheme, ledger types by name
-and wire id; placement policies come through their own hook,
+config section's ``plugin`` key picks, metadata stores and object-store tiers by URI scheme,
+ledger types by name and wire id; placement policies come through their own hook,
 :func:`~bkframe.core.hookspecs.bkframe_placement_policy`, into the same registry. A name
 registered twice is an error naming both plugins and distributions, never a silent
 shadowing. Each storage component (and placement policy) comes with the attrs class of its
@@ -30,6 +30,7 @@ from bkframe.errors import PluginError, UnknownLedgerTypeError
 
 if TYPE_CHECKING:
     from bkframe.core.metadata import MetadataStore
+    from bkframe.core.tier import Tier
 
 C = TypeVar("C")
 
@@ -42,6 +43,12 @@ class ComponentKind(str, enum.Enum):
     LEDGER_TYPE = "ledger_type"
     PLACEMENT_POLICY = "placement_policy"
     AUTH_PROVIDER = "auth_provider"
+    TIER = "tier"
+
+    @property
+    def by_scheme(self) -> bool:
+        """Whether components of this kind are picked by URI scheme (``NAME://...``)."""
+        return self in (ComponentKind.METADATA_STORE, ComponentKind.TIER)
 
 
 #: The components a bookie hands a directory to: the bookie locks it and every directory
@@ -82,6 +89,15 @@ class MetadataStoreFactory(Protocol):
         """Open the store ``uri`` names. ``create=False`` (clients) must not make a new,
         empty store: raise :class:`~bkframe.errors.MetadataError` saying it does not exist.
         Bookies and the sandbox pass ``create=True``."""
+        ...
+
+
+class TierFactory(Protocol):
+    def __call__(self, uri: str) -> Tier:
+        """Open the tier ``uri`` names (its options in the URI's query). Check what can be
+        checked without a round trip (the URI, a local directory); raise
+        :class:`~bkframe.errors.ConfigError` for a URI that cannot work, naming the URI but
+        never a secret in it."""
         ...
 
 
@@ -196,6 +212,11 @@ class ComponentRegistry:
     def add_metadata_store(self, scheme: str, factory: MetadataStoreFactory, *, description: str = "") -> None:
         """``factory(uri, create=...)`` opens the URIs of ``scheme`` (``"zk"`` for ``zk://...``)."""
         self._add(ComponentKind.METADATA_STORE, scheme, factory, None, description)
+
+    def add_tier(self, scheme: str, factory: TierFactory, *, description: str = "") -> None:
+        """``factory(uri)`` opens the object-store tiers of ``scheme`` (``"s3"`` for
+        ``s3://BUCKET/...``): a :class:`~bkframe.core.tier.Tier`."""
+        self._add(ComponentKind.TIER, scheme, factory, None, description)
 
     def add_ledger_type(self, policy: DurabilityPolicy) -> None:
         """A ledger type; its name and its wire ``type_id`` (0-65535) must both be unique."""

@@ -178,7 +178,7 @@ def test_plugins_command_lists_plugins_and_components_by_kind() -> None:
     out = result.output
     assert "journal_fs  [bkframe-journal-fs]  hooks: bkframe_register_components" in out
     assert "bkframe.plugins.ledger_storage_default  [bkframe]" in out
-    kinds = ["journal:", "entry_log_manager:", "ledger_storage:", "metadata_store:", "ledger_type:"]
+    kinds = ["journal:", "entry_log_manager:", "ledger_storage:", "metadata_store:", "ledger_type:", "tier:"]
     assert [out.index(f"  {k}\n") for k in kinds] == sorted(out.index(f"  {k}\n") for k in kinds)
     for line in [
         "journal_fs  [journal_fs, bkframe-journal-fs]",
@@ -189,6 +189,7 @@ def test_plugins_command_lists_plugins_and_components_by_kind() -> None:
         "zk://  [metadata_zk, bkframe-metadata-zk]",
         "etcd://  [metadata_etcd, bkframe-metadata-etcd]",
         "PD_JOURNAL (wire id 0)  [bkframe.plugins.durability, bkframe]",
+        "file://  [bkframe.plugins.tier_filesystem, bkframe]",
     ]:
         assert f"    {line}: " in out, line
 
