@@ -65,4 +65,4 @@ class AsyncTier:
         deadline_s = self.timeout_s + size / self.min_bytes_per_s
         with trio.move_on_after(deadline_s):
             return await trio.to_thread.run_sync(call, limiter=self.limiter, abandon_on_cancel=True)
-        raise TierError(f"tier {self.tier.uri}: {what} did not finish in {deadline_s:.0f} s (abandoned)")
+        raise TierError(f"tier {self.tier.uri}: {what} did not finish in {deadline_s:g} s (abandoned)")

@@ -27,8 +27,9 @@ from bkframe.client.tiering.object_format import CorruptObjectError, SegmentCont
 from bkframe.client.tiering.ranged_file import OutsideWindowsError, RangedFile
 
 MAGIC = b"PAR1"
-#: The tail fetched first: the footer of an object of up to ~40 row groups, in one get.
-TAIL_BYTES = 64 << 10
+#: The tail fetched first: it holds the footer of an object of up to ~130 row groups (~1 KB
+#: each), so one get for any segment up to the default rollover (2 GiB: 64 row groups).
+TAIL_BYTES = 128 << 10
 _FOOTER_END = struct.Struct("<I4s")
 
 

@@ -21,6 +21,7 @@ deletes it and writes again).
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -52,7 +53,7 @@ from bkframe.errors import BKError, ObjectExistsError
 #: A ledger read's size: entries, and bytes when the entry size is known.
 READ_ENTRIES = 2000
 READ_BYTES = 8 << 20
-_COPY_CHUNK = 8 << 20
+_CRC_CHUNK = 8 << 20
 
 
 class SegmentNotClosedError(BKError):
@@ -86,15 +87,16 @@ async def write_segment_object(
     key = segment_key(log_uid, segment.number, segment.ledger_id)
     fd, name = tempfile.mkstemp(dir=spool_dir, prefix=f"{segment.number}-{segment.ledger_id}-", suffix=".parquet")
     spool = Path(name)
+    os.close(fd)  # pyarrow writes the file by its name
     try:
-        with open(fd, "wb"):  # pyarrow writes the file by its name
-            pass
         builder = await trio.to_thread.run_sync(_Builder, spool, log, log_uid, segment, options)
         try:
             await _copy_ledger(handle, segment, builder)
             content = await trio.to_thread.run_sync(builder.finish)
         finally:
             builder.close()
+        if content.entry_bytes != handle.metadata.length:  # end to end: the ledger's own count
+            raise BKError(f"ledger {segment.ledger_id} is {handle.metadata.length} bytes long; {content.entry_bytes} were read")
         size, object_crc = await trio.to_thread.run_sync(_file_crc32c, spool)
         summary = ObjectSummary(key, size, object_crc, builder.row_groups, content)
         try:
@@ -136,7 +138,7 @@ def _file_crc32c(path: Path) -> tuple[int, int]:
     crc = 0
     size = 0
     with path.open("rb") as f:
-        while chunk := f.read(_COPY_CHUNK):
+        while chunk := f.read(_CRC_CHUNK):
             crc = crc32c.crc32c(chunk, crc)
             size += len(chunk)
     return size, crc
