@@ -48,6 +48,7 @@ class SegmentObjectReader:
         self._footer = footer
         #: What this reader fetched: ranged gets and their bytes.
         self.fetches = Fetches()
+        self._last = _LastGroup()
 
     def footer(self) -> ObjectFooter:
         if self._footer is None:
@@ -64,8 +65,12 @@ class SegmentObjectReader:
         """Entries ``first..last`` (inclusive) as record batches of ``columns`` (default:
         the connector's), one row group at a time."""
         footer = self.footer()
+        decoded = _with_ids(columns)
         for group in _plan(footer, first, last):
-            table = footer.decode(group, {group.start: self._get(group.start, group.size)}, _with_ids(columns))
+            table = self._last.get(group, decoded)
+            if table is None:
+                table = footer.decode(group, {group.start: self._get(group.start, group.size)}, decoded)
+                self._last.put(group, decoded, table)
             yield from _cut(table, group, first, last, columns).to_batches()
 
     def read_table(self, first: int, last: int, columns: Sequence[str] | None = None) -> pa.Table:
@@ -102,6 +107,7 @@ class AsyncSegmentObjectReader:
         self.tier, self.key = tier, key
         self._size = size
         self._footer = footer
+        self._last = _LastGroup()
 
     async def footer(self) -> ObjectFooter:
         if self._footer is None:
@@ -116,9 +122,13 @@ class AsyncSegmentObjectReader:
 
     async def batches(self, first: int, last: int, columns: Sequence[str] | None = None) -> AsyncIterator[pa.RecordBatch]:
         footer = await self.footer()
+        decoded = _with_ids(columns)
         for group in _plan(footer, first, last):
-            data = await self._get(group.start, group.size)
-            table = await trio.to_thread.run_sync(footer.decode, group, {group.start: data}, _with_ids(columns))
+            table = self._last.get(group, decoded)
+            if table is None:
+                data = await self._get(group.start, group.size)
+                table = await trio.to_thread.run_sync(footer.decode, group, {group.start: data}, decoded)
+                self._last.put(group, decoded, table)
             for batch in _cut(table, group, first, last, columns).to_batches():
                 yield batch
 
@@ -142,6 +152,22 @@ class AsyncSegmentObjectReader:
 
     async def _get(self, offset: int, length: int) -> bytes:
         return checked(self.key, offset, length, await self.tier.get_range(self.key, offset, length))
+
+
+class _LastGroup:
+    """The row group a reader decoded last, kept: sequential reads in small ranges (a tail,
+    a log reader's read chunks) take many ranges from one row group of tens of MiB, which
+    is fetched and decoded once."""
+
+    def __init__(self) -> None:
+        self._which: tuple[int, tuple[str, ...]] | None = None
+        self._table: pa.Table | None = None
+
+    def get(self, group: RowGroupSpan, columns: Sequence[str]) -> pa.Table | None:
+        return self._table if self._which == (group.index, tuple(columns)) else None
+
+    def put(self, group: RowGroupSpan, columns: Sequence[str], table: pa.Table) -> None:
+        self._which, self._table = (group.index, tuple(columns)), table
 
 
 def _size_of(key: str, uri: str, info: ObjectInfo | None) -> int:
