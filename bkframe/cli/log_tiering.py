@@ -16,6 +16,7 @@ from bkframe.cli.offload_options import offload_settings, settings_line, with_of
 from bkframe.cli.options import metadata_option, password_option
 from bkframe.client.logs.model import LogSettings
 
+
 @click.command()
 @metadata_option()
 @password_option("log")

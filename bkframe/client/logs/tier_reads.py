@@ -83,7 +83,7 @@ class TierReads:
         self.object_reads += 1
         return found
 
-    async def entry_at_time(self, seg: Segment, timestamp: int) -> int | None | Fallback:
+    async def entry_at_time(self, seg: Segment, timestamp: int) -> int | Fallback | None:
         reader = self._reader(seg)
         if reader is None:
             return FALLBACK
