@@ -37,7 +37,7 @@ class ClientContext:
     #: What the client has done (add latency, ensemble changes, recoveries), for its metrics.
     counters: ClientCounters = attrs.field(factory=ClientCounters)
     #: The object-store tiers this client opened (offloaded log segments), by URI.
-    tiers: OpenTiers = attrs.field(factory=lambda: OpenTiers(PluginManager().tier))
+    tiers: OpenTiers = attrs.field(factory=lambda: OpenTiers(lambda uri: PluginManager().tier(uri)))
 
     @classmethod
     def create(

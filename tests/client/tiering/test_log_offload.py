@@ -16,7 +16,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -28,7 +27,8 @@ import trio
 
 import bkframe
 from bkframe import Position, Record
-from bkframe.client.logs.model import LogEntry, LogMetadata
+from bkframe.client.logs.api import LogInfo
+from bkframe.client.logs.model import LogEntry
 from bkframe.errors import UnauthorizedError
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.servers import S3Server
@@ -57,7 +57,7 @@ class Written:
     tier_root: Path
     #: Every entry as the bookies gave it before any offload.
     hot: list[LogEntry]
-    record: LogMetadata
+    info: LogInfo
 
 
 async def _write(uri: str, name: str, **settings: object) -> list[LogEntry]:
@@ -77,22 +77,19 @@ def written(shared_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -
     tier_root.mkdir()
     name = f"offload-{uuid.uuid4().hex[:8]}"
     uri = shared_cluster.metadata
-    started = time.monotonic()
-    hot = trio.run(lambda: _write(uri, name, offload_after_s=3600.0))
-    print(f"written in {time.monotonic() - started:.1f} s")
+    # Two segments a chunk: segments 0 and 1 move to a chunk record, whose CAS records theirs.
+    hot = trio.run(lambda: _write(uri, name, offload_after_s=3600.0, segments_per_chunk=2))
     tier = tier_root.as_uri()
     meta = ["--metadata", uri, "--password", PASSWORD.decode()]
-    started = time.monotonic()
     out = bk("log", "offload", name, *meta, "--tier", tier, "--until", "2:0").stdout
-    print(f"CLI offload in {time.monotonic() - started:.1f} s")
     assert out.splitlines()[-1].startswith(f"offloaded 2 segment(s) to {tier} (")
 
-    async def rest() -> LogMetadata:
+    async def rest() -> LogInfo:
         async with bkframe.open_client(uri) as client:
             # Segment 4 (closed when the writer closed) stays on the bookies only.
             result = await client.logs.offload(name, tier=tier, password=PASSWORD, until=Position(4, 0))
             assert [s.number for s in result.offloaded] == [2, 3] and result.already == 2
-            return await client.logs.metadata(name)
+            return await client.logs.info(name, password=PASSWORD)
 
     yield Written(uri, name, tier, tier_root, hot, trio.run(rest))
 
@@ -102,8 +99,9 @@ def objects(root: Path) -> list[Path]:
 
 
 async def test_offloaded_segments_read_back_from_the_tier_byte_for_byte(written: Written) -> None:
-    record = written.record
-    closed = [s for s in record.segments if s.closed]
+    record = written.info.metadata
+    assert [(c.first, c.last) for c in record.chunks] == [(0, 1)]
+    closed = [s for s in written.info.segments if s.closed]
     assert [s.number for s in closed] == [0, 1, 2, 3, 4]
     assert closed[4].offload is None
     closed = closed[:4]
