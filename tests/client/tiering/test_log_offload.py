@@ -5,8 +5,8 @@ one is offloaded -- by ``bkframe log offload`` as a real process, then by the AP
 read back: from the start, from inside an offloaded segment, by time, as Arrow, and by a
 tail that crosses from the objects into the hot segments while a writer appends. Every read
 must equal what the bookies gave before the offload, and must come from the objects. Then
-what can go wrong: a second offload, an offload killed -9 after its put, a wrong password,
-the tier's directory gone.
+what can go wrong: a second offload, an offload killed -9 after its put, a segment trimmed
+between its put and its record, a wrong password, the tier's directory gone.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -27,6 +28,7 @@ import trio
 
 import bkframe
 from bkframe import Position, Record
+from bkframe.client.logs import offload as offload_module
 from bkframe.client.logs.api import LogInfo
 from bkframe.client.logs.model import LogEntry
 from bkframe.errors import UnauthorizedError
@@ -162,15 +164,28 @@ async def test_offloaded_segments_read_back_from_the_tier_byte_for_byte(written:
 
 
 async def test_the_tier_gone_reads_fall_back_to_the_bookies(written: Written) -> None:
+    span = (Position(0, 0), Position(4, 0))
     moved = written.tier_root.with_name("tier-away")
     written.tier_root.rename(moved)
     try:
         async with bkframe.open_client(written.uri) as client:
             reader = await client.logs.reader(written.name, password=PASSWORD)
-            assert (await reader.read(Position(0, 0), Position(4, 0))) == written.hot[: 4 * PER_SEGMENT]
+            assert (await reader.read(*span)) == written.hot[: 4 * PER_SEGMENT]
+            from_bookies = await reader.to_arrow(*span)
             assert reader.tier_reads.fallbacks >= 1 and reader.tier_reads.object_reads == 0
     finally:
         moved.rename(written.tier_root)
+    # Back in place: the objects give the very table the bookies gave (every column).
+    async with bkframe.open_client(written.uri) as client:
+        reader = await client.logs.reader(written.name, password=PASSWORD)
+        assert (await reader.to_arrow(*span)).equals(from_bookies)
+        assert reader.tier_reads.fallbacks == 0 and reader.tier_reads.object_reads > 0
+        # Settings change on an existing log; info shows them.
+        await client.logs.configure(written.name, password=PASSWORD, offload_beyond_bytes=10**9)
+        settings = (await client.logs.metadata(written.name)).settings
+        assert (settings.offload_after_s, settings.offload_beyond_bytes) == (3600.0, 10**9)
+        with pytest.raises(TypeError, match="cannot be changed"):
+            await client.logs.configure(written.name, password=PASSWORD, ensemble=5)
 
 
 KILL_AFTER_PUT = """
@@ -229,3 +244,26 @@ async def test_offload_to_s3_with_credentials_from_the_environment(
         assert os.environ["AWS_SECRET_ACCESS_KEY"] not in repr(await client.logs.metadata(name))
         reader = await client.logs.reader(name, password=PASSWORD)
         assert await reader.read() == hot and reader.tier_reads.object_reads > 0
+
+
+async def test_a_segment_trimmed_while_it_is_offloaded_is_skipped_and_its_object_deleted(
+    shared_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = f"trimmed-{uuid.uuid4().hex[:8]}"
+    uri, tier = shared_cluster.metadata, tmp_path.as_uri()
+    await _write(uri, name)
+    write = offload_module.write_segment_object
+
+    async def write_then_trim(*args: Any, **kwargs: Any) -> Any:
+        summary = await write(*args, **kwargs)
+        if kwargs["segment"].number == 0:  # a real trim lands between the put and the record
+            async with bkframe.open_client(uri) as other:
+                await other.logs.trim(name, before=Position(1, 0))
+        return summary
+
+    monkeypatch.setattr(offload_module, "write_segment_object", write_then_trim)
+    async with bkframe.open_client(uri) as client:
+        result = await client.logs.offload(name, tier=tier, password=PASSWORD, until=Position(2, 0))
+    assert result.skipped == (0,) and [s.number for s in result.offloaded] == [1]
+    [kept] = objects(tmp_path)
+    assert kept.name.startswith("0000000001-")
