@@ -71,7 +71,7 @@ async def offload(
     """See the module."""
     record = await records.read(name)
     records.check_password(record, password)
-    target = tiers.get(tier)
+    target = await tiers.get(tier)
     spool = spool_dir if spool_dir is not None else Path(tempfile.gettempdir())
     todo: list[Segment] = []
     already = 0

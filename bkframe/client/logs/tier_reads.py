@@ -62,7 +62,7 @@ class TierReads:
         return seg.closed and seg.offload is not None
 
     async def entries(self, seg: Segment, first: int, last: int) -> list[LogEntry] | Fallback:
-        reader = self._reader(seg)
+        reader = await self._reader(seg)
         if reader is None:
             return FALLBACK
         try:
@@ -73,7 +73,7 @@ class TierReads:
         return found
 
     async def batches(self, seg: Segment, first: int, last: int) -> list[pa.RecordBatch] | Fallback:
-        reader = self._reader(seg)
+        reader = await self._reader(seg)
         if reader is None:
             return FALLBACK
         try:
@@ -84,7 +84,7 @@ class TierReads:
         return found
 
     async def entry_at_time(self, seg: Segment, timestamp: int) -> int | Fallback | None:
-        reader = self._reader(seg)
+        reader = await self._reader(seg)
         if reader is None:
             return FALLBACK
         try:
@@ -94,7 +94,7 @@ class TierReads:
         self.object_reads += 1
         return found
 
-    def _reader(self, seg: Segment) -> AsyncSegmentObjectReader | None:
+    async def _reader(self, seg: Segment) -> AsyncSegmentObjectReader | None:
         """The segment's object reader; None to read from the bookies (the tier failed lately)."""
         o = seg.offload
         assert o is not None
@@ -106,7 +106,7 @@ class TierReads:
             try:
                 from bkframe.client.tiering.segment_reader import AsyncSegmentObjectReader
 
-                found = AsyncSegmentObjectReader(self._tiers.get(o.tier), o.key, size=o.size)
+                found = AsyncSegmentObjectReader(await self._tiers.get(o.tier), o.key, size=o.size)
             except (BKError, ImportError) as e:  # no plugin for the scheme, no pyarrow
                 self._failed(seg, e)
                 return None

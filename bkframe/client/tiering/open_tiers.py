@@ -4,8 +4,8 @@ A log's offloaded segments name their tier by URI (:class:`~bkframe.client.logs.
 a reader or an offload opens it through the client's plugin manager
 (:meth:`~bkframe.core.plugin_manager.PluginManager.tier`) the first time and reuses it: an
 S3 tier holds a connection pool, and credentials are found once (the reader's own
-environment: the log's record never holds any). Opening calls no store, so it runs on the
-event loop; closing may block, so it runs in a worker thread.
+environment: the log's record never holds any). Opening and closing run in a worker thread:
+a plugin may import its SDK, read a credentials file or resolve an endpoint.
 """
 
 from __future__ import annotations
@@ -33,10 +33,15 @@ class OpenTiers:
         #: Shared by every tier of the client: the worker threads its tier calls may hold.
         self.limiter = trio.CapacityLimiter(8)
 
-    def get(self, uri: str) -> AsyncTier:
+    async def get(self, uri: str) -> AsyncTier:
         found = self._tiers.get(uri)
         if found is None:
-            found = AsyncTier(self._open(uri), limiter=self.limiter)
+            opened = await trio.to_thread.run_sync(self._open, uri)
+            found = self._tiers.get(uri)  # another task opened it meanwhile: keep one
+            if found is not None:
+                await trio.to_thread.run_sync(opened.close)
+                return found
+            found = AsyncTier(opened, limiter=self.limiter)
             # Cached under the URI asked for and the tier's own (normalized) one, which is
             # what the log record names: both find it again.
             self._tiers[uri] = self._tiers[found.uri] = found
