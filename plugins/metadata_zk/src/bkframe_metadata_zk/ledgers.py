@@ -198,8 +198,22 @@ class ZkLedgers:
         return LedgerMetadata.deserialize(data, await self._call(create))
 
     async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
+        path = self._ledger(ledger_id)
+
+        def read(zk: KazooClient) -> tuple[bytes, Any]:
+            try:
+                return zk.get(path)
+            except NoNodeError:
+                # ZooKeeper serves reads from the member this session is on, which may lag
+                # the leader: a ledger another client created a moment ago can look absent
+                # here (a bookie's key check would then refuse its first add as "no such
+                # ledger"). "Absent" is an answer callers act on, so make it a fresh one:
+                # sync the member with the leader, then look again.
+                zk.sync(path)
+                return zk.get(path)
+
         try:
-            data, stat = await self._call(lambda zk: zk.get(self._ledger(ledger_id)))
+            data, stat = await self._call(read)
         except NoNodeError:
             raise NoSuchLedgerError(ledger_id) from None
         return LedgerMetadata.deserialize(data, stat.version)
