@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -108,6 +109,39 @@ async def test_a_connection_lost_while_the_store_starts_is_retried(zk_server: Zo
         assert proxy.stats["resets"] >= 1
         assert await store.new_ledger_id() > first
     finally:
+        await store.aclose()
+
+
+async def test_a_create_whose_bucket_is_pruned_again_right_after_it_was_made(zk_server: ZooKeeperServer) -> None:
+    """The race behind the soak's writer crash (kazoo's NoNodeError out of ``_ensure``): a
+    listing elsewhere prunes the bucket again between the store making it and making the
+    bucket below it. The store makes it once more and the create succeeds."""
+    uri = f"zk://{zk_server.address}/t-{uuid.uuid4().hex[:12]}"
+    store = ZkMetadataStore(uri)
+    other = KazooClient(hosts=zk_server.address)
+    try:
+        await store.create_ledger(ledger(7))
+        await store.delete_ledger(7)
+        leaf = store._ledger(7)
+        parent = leaf.rsplit("/", 1)[0]
+        grandparent = parent.rsplit("/", 1)[0]
+        await trio.to_thread.run_sync(lambda: other.start(timeout=10))
+        await trio.to_thread.run_sync(lambda: (other.delete(parent), other.delete(grandparent)))
+        real_create, pruned = store.zk.create, []
+
+        def create(path: str, *args: Any, **kwargs: Any) -> Any:
+            made = real_create(path, *args, **kwargs)
+            if path == grandparent and not pruned:  # the other process's listing, just then
+                pruned.append(path)
+                other.delete(grandparent)
+            return made
+
+        store.zk.create = create  # type: ignore[method-assign]
+        created = await store.create_ledger(ledger(8))
+        assert pruned == [grandparent], "the race was not played"
+        assert created.ledger_id == 8 and (await store.read_ledger(8)).ledger_id == 8
+    finally:
+        await trio.to_thread.run_sync(lambda: (other.stop(), other.close()))
         await store.aclose()
 
 

@@ -79,20 +79,21 @@ class ZkLedgers:
         """In a kazoo thread: make the bucket ``path`` and its parents unless known to exist."""
         if path in self._buckets:
             return
-        try:
-            zk.create(path)
-        except NodeExistsError:
-            pass
-        except NoNodeError:
-            # The parent is gone though it may be cached (pruned two levels deep by another
-            # process's listing): forget every ancestor, or the create below fails again.
-            self._forget_buckets(path)
-            self._ensure(zk, path.rsplit("/", 1)[0])
+        for _ in range(BUCKET_RETRIES):
             try:
                 zk.create(path)
             except NodeExistsError:
                 pass
-        self._buckets.add(path)
+            except NoNodeError:
+                # The parent is gone though it may be cached (pruned, maybe two levels deep,
+                # by another process's listing -- and maybe again right after we made it):
+                # forget every ancestor, make them again, and try once more.
+                self._forget_buckets(path)
+                self._ensure(zk, path.rsplit("/", 1)[0])
+                continue
+            self._buckets.add(path)
+            return
+        raise MetadataError(f"ZooKeeper metadata store {self.uri}: bucket {path} kept vanishing under a create; try again")
 
     def _commit(self, zk: KazooClient, build: Callable[[TransactionRequest], None], creates: Iterable[str]) -> list[Any]:
         """In a kazoo thread: one multi, after making the parents of the nodes it creates.
@@ -197,8 +198,22 @@ class ZkLedgers:
         return LedgerMetadata.deserialize(data, await self._call(create))
 
     async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
+        path = self._ledger(ledger_id)
+
+        def read(zk: KazooClient) -> tuple[bytes, Any]:
+            try:
+                return zk.get(path)
+            except NoNodeError:
+                # ZooKeeper serves reads from the member this session is on, which may lag
+                # the leader: a ledger another client created a moment ago can look absent
+                # here (a bookie's key check would then refuse its first add as "no such
+                # ledger"). "Absent" is an answer callers act on, so make it a fresh one:
+                # sync the member with the leader, then look again.
+                zk.sync(path)
+                return zk.get(path)
+
         try:
-            data, stat = await self._call(lambda zk: zk.get(self._ledger(ledger_id)))
+            data, stat = await self._call(read)
         except NoNodeError:
             raise NoSuchLedgerError(ledger_id) from None
         return LedgerMetadata.deserialize(data, stat.version)
