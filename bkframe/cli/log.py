@@ -14,6 +14,10 @@ import attrs
 import click
 import trio
 
+from bkframe.cli.durations import UNITS
+from bkframe.cli.durations import duration as _duration
+from bkframe.cli.durations import seconds as _seconds
+from bkframe.cli.offload_options import offload_settings, offloaded_line, settings_line, with_offload_options
 from bkframe.cli.options import (
     AT_LEAST_ONE,
     BYTES,
@@ -93,19 +97,22 @@ def log_group() -> None:
 @click.option("--retention-bytes", type=int, default=None, help="Trim the oldest closed segments beyond this size.")
 @click.option("--cursor-ttl", default=None, metavar="DURATION",
               help="A cursor idle this long (e.g. 7d, 12h) stops holding retention back (default: never).")
+@with_offload_options(defaults=True)
 @password_option("log")
 def create(
     metadata: str, name: str, ensemble: int, write_quorum: int, ack_quorum: int, ledger_type: str, digest: str,
     rollover_entries: int, rollover_bytes: int, rollover_s: float, retention_s: float | None,
-    retention_bytes: int | None, cursor_ttl: str | None, password: str,
+    retention_bytes: int | None, cursor_ttl: str | None, offload_after: str | None, offload_beyond: str | None,
+    offload_deletion_lag: str | None, password: str,
 ) -> None:
     """Create an empty log."""
     ttl = _duration(cursor_ttl, "--cursor-ttl") if cursor_ttl is not None else None
+    offloads = offload_settings(offload_after, offload_beyond, offload_deletion_lag)
     try:
         settings = LogSettings(
             ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type,
             digest=digest, rollover_entries=rollover_entries, rollover_bytes=rollover_bytes, rollover_s=rollover_s,
-            retention_s=retention_s, retention_bytes=retention_bytes, cursor_ttl_s=ttl,
+            retention_s=retention_s, retention_bytes=retention_bytes, cursor_ttl_s=ttl, **offloads,
         )
     except ValueError as e:
         raise click.ClickException(str(e)) from None
@@ -123,27 +130,6 @@ def _properties(ctx: click.Context, param: click.Parameter, values: tuple[str, .
     return out
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _duration(text: str, option: str) -> float:
-    """Seconds from ``90``, ``90s``, ``15m``, ``12h`` or ``7d``."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
-    if not m or float(m.group(1)) <= 0:
-        raise click.BadParameter(f"{text!r}: write a duration > 0 such as 90s, 15m, 12h or 7d", param_hint=option)
-    return float(m.group(1)) * _UNITS.get(m.group(2) or "s", 1)
-
-
-def _seconds(s: float | None) -> str:
-    """A duration for people: 45s, 12m, 3.5h, 7d; - for none."""
-    if s is None:
-        return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s / size:.3g}{unit}"
-    return f"{s:.0f}s"
-
-
 def _cursor_state(c: CursorInfo) -> str:
     return "expired" if c.expired else "active"
 
@@ -156,7 +142,7 @@ def _since(text: str | None, option: str) -> datetime | None:
     word = text.strip()
     ago = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", word)
     if ago:
-        seconds = float(ago.group(1)) * _UNITS[ago.group(2)]
+        seconds = float(ago.group(1)) * UNITS[ago.group(2)]
         return datetime.now(UTC) - timedelta(seconds=seconds)
     if word.isdigit():
         return datetime.fromtimestamp(int(word) / 1000, UTC)
@@ -361,7 +347,8 @@ def list_logs(metadata: str) -> None:
 @click.argument("name", callback=_log_name)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def info(metadata: str, password: str, name: str, as_json: bool) -> None:
-    """Settings, segments (entries, bytes, state), the confirmed end and cursors with their lag."""
+    """Settings, segments (entries, bytes, state: open, closed or offloaded to a tier), what is
+    offloaded, the confirmed end and cursors with their lag."""
     result = _run(metadata, lambda logs: logs.info(name, password=password.encode()))
     md = result.metadata
     if as_json:
@@ -372,6 +359,7 @@ def info(metadata: str, password: str, name: str, as_json: bool) -> None:
             start=str(md.start),
             end=str(result.end),
             entries={str(k): v for k, v in result.entries.items()},
+            offloaded=attrs.asdict(result.offloaded),
             cursors={
                 c.cursor.name: {
                     "position": str(c.cursor.position), "lag": c.lag, "idle_s": round(c.idle_s, 3), "ttl_s": c.ttl_s,
@@ -390,14 +378,16 @@ def info(metadata: str, password: str, name: str, as_json: bool) -> None:
         f"{'-' if s.retention_bytes is None else f'{s.retention_bytes} bytes'}; "
         f"cursor TTL: {_seconds(s.cursor_ttl_s) if s.cursor_ttl_s is not None else 'none'}"
     )
+    click.echo(settings_line(s))
     click.echo(f"writer: {md.writer or '-'} (epoch {md.writer_epoch}); start {md.start}, end {result.end}")
     click.echo(
         f"entries: {sum(result.entries.values())} in {len(result.segments)} segment(s), {md.length} bytes closed; "
         f"trimmed so far: {md.trimmed_entries} entries, {md.trimmed_bytes} bytes"
     )
+    click.echo(offloaded_line(result))
     click.echo("segment\tledger\tstate\tentries\tbytes\tcreated\tclosed\trecords from\trecords to")
     for seg in result.segments:
-        state = "closed" if seg.closed else "open"
+        state = ("offloaded" if seg.offload is not None else "closed") if seg.closed else "open"
         size = str(seg.length) if seg.closed else "-"
         known = seg.max_ts >= 0
         click.echo(

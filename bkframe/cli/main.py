@@ -26,6 +26,8 @@ from bkframe.cli.cookie import cookie
 from bkframe.cli.errors import Group
 from bkframe.cli.ledger import ledger
 from bkframe.cli.log import log_group
+from bkframe.cli.log_tiering import configure as log_configure
+from bkframe.cli.log_tiering import offload as log_offload
 from bkframe.cli.options import LOG_OVERRIDES
 from bkframe.cli.plugins import plugins
 from bkframe.cli.sandbox import sandbox
@@ -59,6 +61,8 @@ def main(ctx: click.Context, verbose: int, log_format: str | None) -> None:
             logging.getLogger(name).setLevel(logging.ERROR)
 
 
+for log_command in (log_offload, log_configure):
+    log_group.add_command(log_command)
 for command in (bookie, plugins, sandbox, bench, bench_sweep, ledger, log_group, bookies, cluster, cookie,
                 autorecovery, bench_autorecovery, bench_scale):
     main.add_command(command)

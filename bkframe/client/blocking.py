@@ -37,6 +37,7 @@ from bkframe.client.logs.model import (
     TrimResult,
     Where,
 )
+from bkframe.client.logs.offload import OffloadResult
 from bkframe.client.logs.reader import LogReader
 from bkframe.client.logs.writer import LogWriter
 from bkframe.client.read_handle import Entry, EntryBlock, ReadHandle
@@ -382,6 +383,14 @@ class BlockingLogs:
 
     def reader(self, name: str, *, password: bytes = b"") -> BlockingLogReader:
         return BlockingLogReader(self._owner, self._owner._run(lambda: self._logs.reader(name, password=password)))
+
+    def configure(self, name: str, *, password: bytes = b"", **changes: Any) -> LogMetadata:
+        return self._owner._run(lambda: self._logs.configure(name, password=password, **changes))
+
+    def offload(
+        self, name: str, *, tier: str, until: Position | None = None, password: bytes = b""
+    ) -> OffloadResult:
+        return self._owner._run(lambda: self._logs.offload(name, tier=tier, until=until, password=password))
 
     def trim(self, name: str, *, before: Position | None = None, retention: bool = False, force: bool = False) -> TrimResult:
         return self._owner._run(lambda: self._logs.trim(name, before=before, retention=retention, force=force))

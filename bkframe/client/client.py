@@ -230,6 +230,8 @@ async def open_client(
                 yield client
             finally:
                 await _flush_cursors(client)
+                with trio.CancelScope(shield=True):
+                    await client.context.tiers.aclose()
                 nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):

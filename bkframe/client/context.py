@@ -15,6 +15,7 @@ import trio
 from bkframe.client.bookie_health import BookieHealth
 from bkframe.client.bookie_pool import BookiePool
 from bkframe.client.settings import ClientSettings
+from bkframe.client.tiering.open_tiers import OpenTiers
 from bkframe.core.counters import ClientCounters
 from bkframe.core.metadata import MetadataStore
 from bkframe.core.placement import PlacementPolicy
@@ -35,6 +36,8 @@ class ClientContext:
     client_id: str = attrs.field(factory=lambda: uuid.uuid4().hex)
     #: What the client has done (add latency, ensemble changes, recoveries), for its metrics.
     counters: ClientCounters = attrs.field(factory=ClientCounters)
+    #: The object-store tiers this client opened (offloaded log segments), by URI.
+    tiers: OpenTiers = attrs.field(factory=lambda: OpenTiers(lambda uri: PluginManager().tier(uri)))
 
     @classmethod
     def create(
@@ -69,5 +72,5 @@ class ClientContext:
         )
         return cls(
             nursery=nursery, metadata=metadata, pool=pool, ledger_types=plugins.ledger_types(), settings=settings,
-            counters=counters,
+            counters=counters, tiers=OpenTiers(plugins.tier),
         )

@@ -48,6 +48,8 @@ from bkframe.client.logs.model import (
     Where,
     check_name,
 )
+from bkframe.client.logs.offload import OffloadResult, offload
+from bkframe.client.logs.offload_record import OffloadStats
 from bkframe.client.logs.reader import LogReader, count_entries
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.logs.retention import trim
@@ -63,6 +65,9 @@ from bkframe.errors import (
 )
 
 log = logging.getLogger("bkframe.logs")
+
+#: The settings :meth:`Logs.configure` changes on an existing log.
+CONFIGURABLE = ("offload_after_s", "offload_beyond_bytes", "offload_deletion_lag_s")
 
 
 @attrs.frozen
@@ -88,6 +93,11 @@ class LogInfo:
     cursors: tuple[CursorInfo, ...]
     #: Every segment, those in chunk records too (``metadata.segments`` holds the recent ones).
     segments: tuple[Segment, ...] = ()
+
+    @property
+    def offloaded(self) -> OffloadStats:
+        """How many of its segments, entries and bytes are offloaded to a tier, and where."""
+        return OffloadStats.of((s.entries, s.length, s.offload) for s in self.segments if s.offload is not None)
 
 
 class Logs:
@@ -327,6 +337,34 @@ class Logs:
         record = await self.metadata(name)
         self._records.check_password(record, password)
         return LogReader(self._records, record, password)
+
+    # -- tiered storage ---------------------------------------------------------------
+
+    async def configure(self, name: str, *, password: bytes = b"", **changes: Any) -> LogMetadata:
+        """Change settings of an existing log: those of :data:`CONFIGURABLE` (the offload
+        settings), validated as at creation. Returns the record as stored."""
+        wrong = sorted(set(changes) - set(CONFIGURABLE))
+        if wrong:
+            raise TypeError(f"configure log: {', '.join(wrong)} cannot be changed; these can: {', '.join(CONFIGURABLE)}")
+        self._records.check_password(await self.metadata(name), password)
+
+        def change(r: LogMetadata) -> LogMetadata:
+            settings = attrs.evolve(r.settings, **changes)  # validators run: ValueError
+            return r if settings == r.settings else attrs.evolve(r, settings=settings)
+
+        return await self._records.update(name, change)
+
+    async def offload(
+        self, name: str, *, tier: str, until: Position | None = None, password: bytes = b""
+    ) -> OffloadResult:
+        """Copy the log's closed segments (those wholly before ``until``; default: every
+        closed one) not offloaded yet to the tier ``tier`` names (``file:///srv/tier``,
+        ``s3://bucket/prefix?...``), each verified and then recorded on its segment. Safe to
+        run again, or after a crash: see :mod:`bkframe.client.logs.offload`. The ledgers stay
+        on the bookies; readers read the objects from then on (docs/tiered-storage.md)."""
+        return await offload(
+            self._records, self.client.context.tiers, name, password=password, tier=tier, until=until
+        )
 
     # -- retention ----------------------------------------------------------------------
 

@@ -8,7 +8,11 @@ once, never changed -- in the same step that stores the record (:meth:`LogRecord
 the record keeps a :class:`~bkframe.client.logs.model.Chunk` per chunk (its segment range,
 entries, bytes and latest close time, ~60 bytes). A writer, a tailing reader or a commit
 reads the record only; a reader seeking back, ``info``, a trim that removes old segments and
-``delete`` read the chunks they need.
+``delete`` read the chunks they need. The one change a chunk record takes is an offload
+recorded on one of its segments (:func:`with_segment`, a compare-and-set on the chunk
+record alone: the log record's :class:`~bkframe.client.logs.model.Chunk` holds nothing of
+it); a client that cached the chunk before it reads the segment from the bookies, which
+still hold it.
 
 Chunk records are stored as cursor records of the log named ``~segments.<first segment>``
 (a name no cursor can have): the store deletes them with the log, in the same operation,
@@ -53,6 +57,18 @@ def deserialize(record: LogMetadata, chunk: Chunk, data: bytes) -> list[Segment]
     except (ValueError, TypeError, KeyError) as e:
         raise MetadataError(f"log {record.name!r}: chunk record {record_name(chunk.key)!r} does not parse: {e}") from None
     return [s for s in segments if chunk.first <= s.number <= chunk.last]
+
+
+def with_segment(uid: str, data: bytes, seg: Segment) -> bytes | None:
+    """The chunk record ``data`` with its segment numbered ``seg.number`` replaced by
+    ``seg`` (an offload recorded on it), or None if it holds no such segment of that
+    ledger. Trims never rewrite a chunk record (they move the chunk's ``first``), so the
+    record keeps every segment it was written with."""
+    raw = json.loads(data)
+    segments = [Segment.from_json(s) for s in raw["segments"]]
+    if raw["log_uid"] != uid or not any(s.number == seg.number and s.ledger_id == seg.ledger_id for s in segments):
+        return None
+    return serialize(uid, [seg if s.number == seg.number else s for s in segments])
 
 
 def spill(record: LogMetadata, *, before: int | None = None) -> tuple[LogMetadata, list[tuple[Chunk, tuple[Segment, ...]]]]:

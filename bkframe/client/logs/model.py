@@ -25,6 +25,7 @@ import attrs
 from attrs import validators as v
 
 from bkframe.client.logs.envelope import FORMAT_ENVELOPE, FORMAT_RAW, NO_PROPERTIES
+from bkframe.client.logs.offload_record import Offload
 from bkframe.client.logs.positions import EARLIEST, LATEST, Position, Where, epoch_ms, parse_where
 from bkframe.core.metadata import DigestType
 from bkframe.errors import MetadataError
@@ -90,11 +91,36 @@ class LogSettings:
     #: retention back: a trim passes it and moves it to the new start. None: cursors pin
     #: what they have not acknowledged forever.
     cursor_ttl_s: float | None = attrs.field(default=None, validator=_positive_or_none)
+    #: Tiered storage (docs/tiered-storage.md#offloading-a-log): a closed segment may be
+    #: offloaded once it is this old (s, as retention counts age) and/or while the log holds
+    #: more than this many bytes on the bookies (the oldest first); None: not for that reason.
+    offload_after_s: float | None = attrs.field(default=None, validator=_positive_or_none)
+    offload_beyond_bytes: int | None = attrs.field(default=None, validator=_positive_or_none)
+    #: How long an offloaded segment's ledger stays on the bookies after its offload
+    #: (Pulsar's ``managedLedgerOffloadDeletionLagMs``, 4 h): readers that opened it finish.
+    offload_deletion_lag_s: float = attrs.field(default=4 * 3600.0, validator=v.ge(0))
 
     def to_json(self) -> dict[str, Any]:
         d = attrs.asdict(self)
         d["digest"] = self.digest.value
+        # Settings newer than a release are stored only when set: a log that does not use
+        # them stays readable by that release (which refuses keys it does not know).
+        for name in _NEWER_SETTINGS:
+            if d[name] == _DEFAULTS[name]:
+                del d[name]
         return d
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> LogSettings:
+        known = {f.name for f in attrs.fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:  # a newer bkframe's setting: refusing beats dropping it at the next rewrite
+            raise ValueError(f"settings {', '.join(unknown)} are not known to this bkframe (upgrade it)")
+        return cls(**raw)
+
+
+_NEWER_SETTINGS = ("offload_after_s", "offload_beyond_bytes", "offload_deletion_lag_s")
+_DEFAULTS = {f.name: f.default for f in attrs.fields(LogSettings)}
 
 
 # -- segments and the log record --------------------------------------------------------
@@ -124,6 +150,8 @@ class Segment:
     #: the next writer, raw): then a seek by time looks inside.
     min_ts: int = -1
     max_ts: int = -1
+    #: Where its object is, once offloaded to a tier (see :mod:`.offload_record`).
+    offload: Offload | None = None
 
     @property
     def entries(self) -> int:
@@ -167,19 +195,23 @@ class Segment:
         return latest / 1000 if latest is not None else self.closed_at
 
     def to_json(self) -> list[Any]:
-        return [
+        out: list[Any] = [
             self.number, self.ledger_id, int(self.closed), self.last_entry_id, self.length, self.created_at,
             self.closed_at, self.last_sent, self.format, self.min_ts, self.max_ts,
         ]
+        if self.offload is not None:  # appended: older readers take the first 11 and ignore it
+            out.append(self.offload.to_json())
+        return out
 
     @classmethod
     def from_json(cls, raw: Sequence[Any]) -> Segment:
         number, ledger_id, closed, last, length, created, closed_at, last_sent = raw[:8]
         # Segments stored before envelopes have 8 fields: raw payloads, times unknown.
         fmt, min_ts, max_ts = raw[8:11] if len(raw) >= 11 else (FORMAT_RAW, -1, -1)
+        offload = Offload.from_json(raw[11]) if len(raw) > 11 and raw[11] else None
         return cls(
             int(number), int(ledger_id), bool(closed), int(last), int(length), float(created), float(closed_at),
-            int(last_sent), int(fmt), int(min_ts), int(max_ts),
+            int(last_sent), int(fmt), int(min_ts), int(max_ts), offload,
         )
 
 
@@ -427,7 +459,7 @@ class LogMetadata:
             raw = json.loads(data)
             return cls(
                 name=raw["name"],
-                settings=LogSettings(**raw["settings"]),
+                settings=LogSettings.from_json(raw["settings"]),
                 password_hash=raw["password_hash"],
                 uid=raw["uid"],
                 created_at=raw["created_at"],

@@ -166,10 +166,10 @@ class PendingLogBatch:
 
 def closed_segment(current: Segment, seg: ActiveSegment, md: LedgerMetadata, now: float) -> Segment:
     """``current`` closed with what the ledger holds, and the time bounds the writer saw."""
-    bounds = {"min_ts": seg.min_ts, "max_ts": seg.max_ts} if seg.max_ts >= 0 and md.last_entry_id >= 0 else {}
-    return attrs.evolve(
-        current, closed=True, last_entry_id=md.last_entry_id, length=md.length, closed_at=now, **bounds
-    )
+    closed = attrs.evolve(current, closed=True, last_entry_id=md.last_entry_id, length=md.length, closed_at=now)
+    if seg.max_ts >= 0 and md.last_entry_id >= 0:
+        closed = attrs.evolve(closed, min_ts=seg.min_ts, max_ts=seg.max_ts)
+    return closed
 
 
 def mark_closed(r: LogMetadata, seg: ActiveSegment, md: LedgerMetadata) -> LogMetadata:

@@ -13,6 +13,11 @@ Tailing reads what is confirmed, then waits: a long poll on the open segment's b
 ``poll_timeout_s`` while the log is quiet; a poll that brings nothing re-reads the
 segment's and the log's metadata, which is how a reader learns that a segment closed
 and which segment comes next.
+
+A closed segment offloaded to a tier (it carries an
+:class:`~bkframe.client.logs.offload_record.Offload`) is read from its object instead of
+its ledger, with the same positions: :mod:`bkframe.client.logs.tier_reads`, which falls
+back to the bookies when the tier fails and the ledger is still there.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from bkframe.client.logs.model import (
     epoch_ms,
 )
 from bkframe.client.logs.records import LogRecords
+from bkframe.client.logs.tier_reads import Fallback, TierReads
 from bkframe.client.read_handle import Entry, EntryBlock, ReadHandle
 from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
 
@@ -65,6 +71,8 @@ class LogReader:
         self.metadata = record
         self._password = password
         self._handles: dict[int, ReadHandle] = {}
+        #: Offloaded segments' reads (objects in tiers, the client's open tiers).
+        self.tier_reads = TierReads(records.ledgers.context.tiers, record.name)
 
     async def refresh(self) -> LogMetadata:
         record = await self._records.read(self.name)
@@ -126,6 +134,10 @@ class LogReader:
             return None
         if seg.format == FORMAT_RAW or 0 <= timestamp <= seg.min_ts:
             return Position(seg.number, 0) if seg.number < end.segment or end.entry_id > 0 else None
+        if self.tier_reads.offloaded(seg):
+            at = await self.tier_reads.entry_at_time(seg, timestamp)
+            if not isinstance(at, Fallback):
+                return Position(seg.number, at) if at is not None else None
         last = await self._confirmed_last(seg)
         if last is None:
             return None
@@ -254,11 +266,16 @@ class LogReader:
     async def chunks(self, start: Where = EARLIEST, end: Position | None = None) -> AsyncIterator[list[LogEntry]]:
         """Like :meth:`read`, a chunk of entries at a time."""
         for part in await self.snapshot(start, end):
+            seg = await self._part_segment(part)
             for lo in range(part.first, part.last + 1, CHUNK):
-                seg = self.metadata.segment(part.segment)
-                if seg is None:
-                    seg = Segment(part.segment, part.ledger_id, format=part.format)
                 yield await self._read(seg, lo, min(lo + CHUNK - 1, part.last))
+
+    async def _part_segment(self, part: SegmentRange) -> Segment:
+        """The segment a snapshot's range is of (from its chunk record if it is in one)."""
+        seg = await self._records.segment(self.metadata, part.segment)
+        if seg is None or seg.ledger_id != part.ledger_id:
+            seg = Segment(part.segment, part.ledger_id, format=part.format)
+        return seg
 
     async def _handle(self, seg: Segment) -> ReadHandle:
         handle = self._handles.get(seg.ledger_id)
@@ -285,6 +302,10 @@ class LogReader:
             raise _SegmentGone()
 
     async def _read(self, seg: Segment, first: int, last: int) -> list[LogEntry]:
+        if self.tier_reads.offloaded(seg):
+            found = await self.tier_reads.entries(seg, first, last)
+            if not isinstance(found, Fallback):
+                return found
         return log_entries(self.name, seg, await self._read_raw(seg, first, last))
 
     async def _read_raw(self, seg: Segment, first: int, last: int) -> list[Entry]:
@@ -308,8 +329,14 @@ class LogReader:
         now) as Arrow record batches of the columns of :mod:`bkframe.client.logs.columns`,
         a read chunk at a time. Needs pyarrow (``bkframe[arrow]``)."""
         for part in await self.snapshot(start, end):
-            seg = self.metadata.segment(part.segment) or Segment(part.segment, part.ledger_id, format=part.format)
+            seg = await self._part_segment(part)
             for lo in range(part.first, part.last + 1, CHUNK):
+                if self.tier_reads.offloaded(seg):
+                    found = await self.tier_reads.batches(seg, lo, min(lo + CHUNK - 1, part.last))
+                    if not isinstance(found, Fallback):
+                        for batch in found:
+                            yield batch
+                        continue
                 block = await self._read_block(seg, lo, min(lo + CHUNK - 1, part.last))
                 try:
                     yield columns.block_batch(
@@ -368,6 +395,15 @@ class LogReader:
                 continue
             if seg.number > pos.segment:
                 pos = Position(seg.number, 0)
+            if self.tier_reads.offloaded(seg):  # closed, in a tier: no ledger to open
+                if pos.entry_id <= seg.last_entry_id:
+                    last = min(seg.last_entry_id, pos.entry_id + CHUNK - 1)
+                    yield await self._read(seg, pos.entry_id, last)
+                    pos = Position(seg.number, last + 1)
+                    wait = FIRST_WAIT_S
+                else:
+                    pos = Position(seg.number + 1, 0)
+                continue
             try:
                 handle = await self._handle(seg)
             except _SegmentGone:

@@ -7,6 +7,7 @@ import pytest
 
 from bkframe import Cursor, LogMetadata, LogSettings, Position, Segment, check_name, parse_where
 from bkframe.client.logs.model import TOKEN_HISTORY, Commit
+from bkframe.client.logs.offload_record import Offload
 from bkframe.client.logs.retention import segments_to_trim
 
 
@@ -81,3 +82,20 @@ def test_segments_to_trim_respects_open_segments_and_cursors() -> None:
     assert trim(Position(3, 0), cursor=Position(1, 3)) == 1
     assert trim(Position(3, 0), cursor=Position(1, 3), force=True) == 3
     assert trim(retention_s=1.0, cursor=Position(0, 0)) == 0
+
+
+def test_offloads_are_appended_to_a_segment_and_offload_settings_stored_only_when_set() -> None:
+    plain = Segment(3, 41, True, 9, 1000, 1.0, 2.0, 9, 1, 5, 6)
+    assert len(plain.to_json()) == 11  # a record without offloads is what it was before
+    where = Offload("file:///srv/tier", "segments/u/0000000003-41.parquet", 2048, 10, 0xABC, 0xDEF, 3.0)
+    offloaded = attrs.evolve(plain, offload=where)
+    assert offloaded.to_json()[:11] == plain.to_json() and Segment.from_json(offloaded.to_json()) == offloaded
+    record = LogMetadata("events", LogSettings(), segments=(offloaded,))
+    assert LogMetadata.deserialize(record.serialize(), 1).segments == (offloaded,)
+    assert "offload" not in str(LogSettings().to_json())  # older releases read logs that do not use them
+    settings = LogSettings(offload_after_s=3600.0, offload_beyond_bytes=1 << 30)
+    assert LogSettings.from_json(settings.to_json()) == settings
+    with pytest.raises(ValueError, match="offload_after_s"):
+        LogSettings(offload_after_s=0)
+    with pytest.raises(ValueError, match="not known to this bkframe"):
+        LogSettings.from_json({**LogSettings().to_json(), "from_the_future": 1})

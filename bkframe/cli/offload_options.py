@@ -1,0 +1,77 @@
+"""The offload settings on the command line: ``log create``'s and ``log configure``'s options,
+and ``log info``'s lines of offload settings and of what is offloaded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from bkframe.cli.durations import duration as _duration
+from bkframe.cli.durations import seconds as _seconds
+from bkframe.client.logs.api import LogInfo
+from bkframe.client.logs.model import LogSettings
+
+#: Written for an option to unset it.
+NONE = "none"
+
+
+def offload_options(*, defaults: bool) -> list[Any]:
+    """The offload settings' options (``log create`` shows their defaults; ``log configure``
+    changes only those given)."""
+    lag = LogSettings().offload_deletion_lag_s
+    return [
+        click.option("--offload-after", default=None, metavar="DURATION" + ("" if defaults else "|none"),
+                     help="Closed segments this old (e.g. 6h, 2d) may be offloaded to a tier"
+                     + (" (default: not by age)." if defaults else ".")),
+        click.option("--offload-beyond", default=None, metavar="BYTES" + ("" if defaults else "|none"),
+                     help="Offload the oldest closed segments while the log holds more than this on the bookies"
+                     + (" (default: not by size)." if defaults else ".")),
+        click.option("--offload-deletion-lag", default=None, metavar="DURATION",
+                     help="How long an offloaded segment's ledger stays on the bookies"
+                     + (f" [default: {_seconds(lag)}]" if defaults else ".")),
+    ]
+
+
+def with_offload_options(*, defaults: bool) -> Any:
+    def wrap(fn: Any) -> Any:
+        for option in reversed(offload_options(defaults=defaults)):
+            fn = option(fn)
+        return fn
+
+    return wrap
+
+
+def offload_settings(after: str | None, beyond: str | None, lag: str | None) -> dict[str, Any]:
+    """The :class:`LogSettings` fields the options give (an option not given: absent)."""
+    out: dict[str, Any] = {}
+    if after is not None:
+        out["offload_after_s"] = None if after == NONE else _duration(after, "--offload-after")
+    if beyond is not None:
+        if beyond == NONE:
+            out["offload_beyond_bytes"] = None
+        elif not beyond.isdigit() or int(beyond) <= 0:
+            raise click.BadParameter(f"{beyond!r}: write a number of bytes > 0 (or none)", param_hint="--offload-beyond")
+        else:
+            out["offload_beyond_bytes"] = int(beyond)
+    if lag is not None:
+        out["offload_deletion_lag_s"] = 0.0 if lag in ("0", "0s") else _duration(lag, "--offload-deletion-lag")
+    return out
+
+
+def settings_line(s: LogSettings) -> str:
+    """``log info``'s line of offload settings."""
+    after = _seconds(s.offload_after_s) if s.offload_after_s is not None else "-"
+    beyond = f"{s.offload_beyond_bytes} bytes" if s.offload_beyond_bytes is not None else "-"
+    return f"offload: after {after}, beyond {beyond}; ledgers kept {_seconds(s.offload_deletion_lag_s)} after"
+
+
+def offloaded_line(info: LogInfo) -> str:
+    """``log info``'s line of what is offloaded."""
+    o = info.offloaded
+    if not o.segments:
+        return "offloaded: none"
+    return (
+        f"offloaded: {o.segments} segment(s), {o.entries} entries, {o.length} bytes (objects {o.object_bytes} bytes) "
+        f"to {', '.join(o.tiers)}; ledgers still on the bookies: {o.on_bookies}"
+    )
