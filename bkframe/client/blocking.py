@@ -39,6 +39,7 @@ from bkframe.client.logs.model import (
 )
 from bkframe.client.logs.offload import OffloadResult
 from bkframe.client.logs.reader import LogReader
+from bkframe.client.logs.tier_reads import TierReads
 from bkframe.client.logs.writer import LogWriter
 from bkframe.client.read_handle import Entry, EntryBlock, ReadHandle
 from bkframe.client.run_ahead import RunAhead
@@ -512,6 +513,11 @@ class BlockingLogReader:
     @property
     def name(self) -> str:
         return self.reader.name
+
+    @property
+    def tier_reads(self) -> TierReads:
+        """How its offloaded segments were read (objects, or bookies after a tier failed)."""
+        return self.reader.tier_reads
 
     @property
     def metadata(self) -> LogMetadata:

@@ -6,7 +6,9 @@ E, W, A the ensemble size, write quorum and ack quorum:
 * fencing (sent to the last fragment's ensemble) completes at EC = E - A + 1 positive
   responses, as soon as they are in (a hung bookie does not hold it up); a fencing read
   never gives an explicit negative (it creates the ledger);
-* a recovery read (sent to the entry's write set) is *unrecoverable* at QC = W - A + 1
+* a recovery read (sent to the entry's write set, fencing each bookie it reads, as
+  BookKeeper's recovery reads do: only a fenced bookie's negative is final) is
+  *unrecoverable* at QC = W - A + 1
   explicit negatives (NO_ENTRY / NO_LEDGER) and no valid copy; anything else without a
   valid copy is *unknown*, and unknown never truncates: recovery fails and may be retried.
   UNKNOWN (a bookie in limbo), errors and timeouts are never negatives. A read decides as
@@ -214,8 +216,15 @@ class Recovery:
         await ask_bookies(
             self.ctx.pool,
             asked,
+            # A fencing read, as BookKeeper's recovery reads are (FLAG_DO_FENCING): a negative
+            # counts only from a bookie fenced before it answered. Fencing stopped at EC
+            # answers, so a bookie of this write set may not be fenced yet -- its fence
+            # waiting on a key check, say, while a plain read is answered at once -- and one
+            # that lacks the entry now could take it from the old writer a moment later (a
+            # seed-3 fault run lost entries 8..63 of a BYPASS E3 W2 A2 ledger so).
             lambda conn: conn.submit_read(
-                self.ledger_id, entry_id, master_key=self.master_key, timeout_s=self.settings.read_timeout_s
+                self.ledger_id, entry_id, master_key=self.master_key, fence=True,
+                timeout_s=self.settings.read_timeout_s,
             ),
             decide,
         )
