@@ -516,7 +516,6 @@ class BlockingLogReader:
 
     @property
     def tier_reads(self) -> TierReads:
-        """How its offloaded segments were read (objects, or bookies after a tier failed)."""
         return self.reader.tier_reads
 
     @property
