@@ -63,3 +63,12 @@ def test_every_distribution_ships_py_typed() -> None:
     packages = [root / "bkframe", *(p for p in root.glob("plugins/*/src/*") if (p / "__init__.py").exists())]
     assert len(packages) > 1
     assert [p for p in packages if not (p / "py.typed").is_file()] == []
+
+
+def test_import_bkframe_leaves_pyarrow_alone() -> None:
+    """pyarrow is the optional ``bkframe[arrow]``: ``import bkframe`` (every bookie, CLI and
+    client process) must not import it -- tiering and Arrow code import it on first use."""
+    code = "import sys, bkframe; print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyarrow'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout

@@ -26,6 +26,7 @@ import logging
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -34,11 +35,11 @@ from bkframe.client.logs.offload_record import Offload
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.tiering.async_tier import AsyncTier
 from bkframe.client.tiering.keys import segment_key
-from bkframe.client.tiering.object_format import CorruptObjectError, ObjectSummary
 from bkframe.client.tiering.open_tiers import OpenTiers
-from bkframe.client.tiering.segment_writer import write_segment_object
-from bkframe.client.tiering.verify import verify_object
 from bkframe.errors import BadVersionError, NoSuchLedgerError, NoSuchLogError
+
+if TYPE_CHECKING:
+    from bkframe.client.tiering.object_format import ObjectSummary
 
 log = logging.getLogger("bkframe.logs")
 
@@ -107,6 +108,12 @@ async def _write(
     records: LogRecords, tier: AsyncTier, record: LogMetadata, seg: Segment, password: bytes, spool: Path
 ) -> ObjectSummary | None:
     """The segment's object, written (or adopted) and verified; None if its ledger is gone."""
+    # Here, not at the top: they need pyarrow, which ``import bkframe`` must not (it is the
+    # optional ``bkframe[arrow]``, and every bookie and CLI process would pay its import).
+    from bkframe.client.tiering.object_format import CorruptObjectError
+    from bkframe.client.tiering.segment_writer import write_segment_object
+    from bkframe.client.tiering.verify import verify_object
+
     try:
         handle = await records.ledgers.open_ledger(seg.ledger_id, password=password, recovery=False)
     except NoSuchLedgerError:

@@ -112,6 +112,16 @@ async def test_a_connection_lost_while_the_store_starts_is_retried(zk_server: Zo
         await store.aclose()
 
 
+async def cached_empty_buckets(store: ZkMetadataStore) -> tuple[str, str]:
+    """Make and empty a ledger's buckets, so that ``store`` caches them; their two levels."""
+    await store.create_ledger(ledger(7))
+    await store.delete_ledger(7)
+    parent = store._ledger(7).rsplit("/", 1)[0]
+    grandparent = parent.rsplit("/", 1)[0]
+    assert grandparent != store._ledgers_base(), "the layout has fewer levels than this test assumes"
+    return parent, grandparent
+
+
 async def test_a_create_whose_bucket_is_pruned_again_right_after_it_was_made(zk_server: ZooKeeperServer) -> None:
     """The race behind the soak's writer crash (kazoo's NoNodeError out of ``_ensure``): a
     listing elsewhere prunes the bucket again between the store making it and making the
@@ -120,11 +130,7 @@ async def test_a_create_whose_bucket_is_pruned_again_right_after_it_was_made(zk_
     store = ZkMetadataStore(uri)
     other = KazooClient(hosts=zk_server.address)
     try:
-        await store.create_ledger(ledger(7))
-        await store.delete_ledger(7)
-        leaf = store._ledger(7)
-        parent = leaf.rsplit("/", 1)[0]
-        grandparent = parent.rsplit("/", 1)[0]
+        parent, grandparent = await cached_empty_buckets(store)
         await trio.to_thread.run_sync(lambda: other.start(timeout=10))
         await trio.to_thread.run_sync(lambda: (other.delete(parent), other.delete(grandparent)))
         real_create, pruned = store.zk.create, []
@@ -152,12 +158,7 @@ async def test_a_create_after_buckets_pruned_two_levels_deep(zk_server: ZooKeepe
     uri = f"zk://{zk_server.address}/t-{uuid.uuid4().hex[:12]}"
     store = ZkMetadataStore(uri)
     try:
-        await store.create_ledger(ledger(7))
-        await store.delete_ledger(7)
-        leaf = store._ledger(7)
-        parent = leaf.rsplit("/", 1)[0]
-        grandparent = parent.rsplit("/", 1)[0]
-        assert grandparent != store._ledgers_base(), "the layout has fewer levels than this test assumes"
+        parent, grandparent = await cached_empty_buckets(store)
 
         def prune() -> None:  # as a listing elsewhere would: the empty buckets, bottom up
             other = KazooClient(hosts=zk_server.address)

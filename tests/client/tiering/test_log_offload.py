@@ -28,9 +28,9 @@ import trio
 
 import bkframe
 from bkframe import Position, Record
-from bkframe.client.logs import offload as offload_module
 from bkframe.client.logs.api import LogInfo
 from bkframe.client.logs.model import LogEntry
+from bkframe.client.tiering import segment_writer
 from bkframe.errors import UnauthorizedError
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.servers import S3Server
@@ -252,7 +252,7 @@ async def test_a_segment_trimmed_while_it_is_offloaded_is_skipped_and_its_object
     name = f"trimmed-{uuid.uuid4().hex[:8]}"
     uri, tier = shared_cluster.metadata, tmp_path.as_uri()
     await _write(uri, name)
-    write = offload_module.write_segment_object
+    write = segment_writer.write_segment_object
 
     async def write_then_trim(*args: Any, **kwargs: Any) -> Any:
         summary = await write(*args, **kwargs)
@@ -261,7 +261,7 @@ async def test_a_segment_trimmed_while_it_is_offloaded_is_skipped_and_its_object
                 await other.logs.trim(name, before=Position(1, 0))
         return summary
 
-    monkeypatch.setattr(offload_module, "write_segment_object", write_then_trim)
+    monkeypatch.setattr(segment_writer, "write_segment_object", write_then_trim)
     async with bkframe.open_client(uri) as client:
         result = await client.logs.offload(name, tier=tier, password=PASSWORD, until=Position(2, 0))
     assert result.skipped == (0,) and [s.number for s in result.offloaded] == [1]
