@@ -126,12 +126,13 @@ class Adds:
     def _add_run(self, adds: Sequence[p.AddRequest], batch: ResponseBatch) -> None:
         first = adds[0]
         # Requests of one run may still disagree on key, type or recovery flag: then
-        # serve them one by one (rare, only from odd clients).
+        # serve them one by one (rare, only from odd clients), each admitted on its own:
+        # the run was admitted on its first request's key and flags alone.
         if len(adds) > 1 and any(
             a.master_key != first.master_key or a.ledger_type != first.ledger_type or a.recovery != first.recovery for a in adds
         ):
             for a in adds:
-                self._add_run([a], batch)
+                self.add([a], batch)
             return
         status, message = self._store(
             first.ledger_id,
@@ -223,7 +224,10 @@ class Adds:
             # No metadata store to check against (a standalone bookie): adopt this key. A
             # keyless copy (autorecovery, see is_copy) adopts none: the ledger stays keyless.
             state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
-        if not keys_equal(state.master_key, master_key):
+        if not keys_equal(state.master_key, master_key) and not (recovery and not master_key):
+            # A keyless copy (admitted only from the cluster's own processes, see
+            # _admission) may also go where the ledger's key is held: the bookie holds
+            # another fragment of it, and on a small cluster every candidate may.
             return p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}"
         if state.fenced and not recovery:
             return p.Status.FENCED, f"ledger {ledger_id} is fenced"
@@ -342,6 +346,6 @@ def is_copy(req: p.AddRequest | p.AddBatchRequest) -> bool:
     """A keyless recovery add: autorecovery copying a lost bookie's entries here. It knows
     no master key (only the hash is in the metadata), so the ledger is kept keyless here
     until an add whose key the metadata vouches for comes (:meth:`Adds.vouched`).
-    It is taken only from the cluster's own processes (:mod:`.access`), and refused
-    (UNAUTHORIZED) where the bookie holds the ledger's key."""
+    It is taken only from the cluster's own processes (:mod:`.access`), also where the
+    bookie holds the ledger's key (for another fragment of it), which it then keeps."""
     return req.recovery and not req.master_key

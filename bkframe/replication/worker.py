@@ -372,8 +372,8 @@ class ReplicationWorker:
             return md
 
     async def _choose(self, md: LedgerMetadata, ensemble: tuple[str, ...], failed: list[int], lost: set[str]) -> list[str]:
-        """Replacements, preferably bookies that hold nothing of the ledger yet (a keyless copy
-        is refused where a bookie holds the ledger's key)."""
+        """Replacements, preferably bookies that hold nothing of the ledger yet; else any live
+        bookie outside the fragment's ensemble (it may hold another fragment of the ledger)."""
         what = f"re-replication of ledger {md.ledger_id}"
         with trio.fail_after(self.config.request_timeout_s):
             try:

@@ -2,7 +2,7 @@
 key's hash) on one bookie with a metadata store: taken only from the cluster's own
 processes (AUTH bkframe-internal with the cluster secret), stored where the bookie holds no
 key for the ledger, batch after batch; the writer's key is adopted later once the metadata
-vouches for it; refused where the bookie holds the key."""
+vouches for it; taken where the bookie holds the key too."""
 
 from __future__ import annotations
 
@@ -49,8 +49,17 @@ async def test_keyless_copies_then_the_writers_key(tmp_path: Path) -> None:
                 assert wrong.status == p.Status.UNAUTHORIZED
                 right = await bk.add(7, 4, b"e4", master_key=master_key(PASSWORD))
                 assert right.status == p.Status.OK, right.message
-                # Now the bookie holds the key: a keyless copy is refused.
+                # Now the bookie holds the key: a keyless copy still goes in (autorecovery
+                # copying another fragment of the ledger here), and the key stays.
                 late = await bk.submit_add_batch(7, [5], [b"e5"], master_key=b"", recovery=True).wait()
-                assert late.status == p.Status.UNAUTHORIZED
+                assert late.status == p.Status.OK, late.message
+                assert (await bk.read(7, 5, master_key=master_key(PASSWORD))).data == b"e5"
+                assert (await bk.add(7, 6, b"x", master_key=b"")).status == p.Status.UNAUTHORIZED
+            async with connect_bookie(host, port) as stranger:
+                # A stranger cannot slip a keyless copy behind a keyed add in one run of adds.
+                keyed = stranger.submit_add(7, 6, b"e6", master_key=master_key(PASSWORD))
+                copy = stranger.submit_add(7, 7, b"forged", master_key=b"", recovery=True)
+                assert (await keyed.wait()).status == p.Status.OK
+                assert (await copy.wait()).status == p.Status.UNAUTHORIZED
         finally:
             await store.aclose()
