@@ -1,0 +1,147 @@
+"""Spark reads a two-tiered log in one query: offloaded segments from their objects in a
+``file://`` tier (their ledgers deleted from the bookies, so nothing else could serve them),
+hot segments from the bookies -- through the data source (row groups as partitions, a
+position range and a time range picking row groups) and through ``read_log`` (Spark's own
+Parquet reader on the objects). Every row equals what the bookies gave before the offload.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from bkframe_spark import read_log
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from bkframe import BlockingClient, Position, Record
+from bkframe.client.logs.model import LogEntry
+from bkframe.client.tiering import segment_writer
+from bkframe.client.tiering.footer import RowGroupSpan
+from bkframe.client.tiering.object_format import ObjectOptions
+from bkframe.client.tiering.segment_reader import SegmentObjectReader
+from bkframe.core.plugin_manager import PluginManager
+from bkframe.testing.cluster import Cluster
+
+pytestmark = pytest.mark.spark
+
+PASSWORD = "tiers"
+BASE_MS = 1_764_140_400_000
+PER_SEGMENT = 1000
+#: Small row groups, so that each object has several (~8) for the planning to choose from.
+ROW_GROUP_BYTES = 32 << 10
+
+
+def records(count: int) -> list[Record]:
+    rng = random.Random(7)
+    return [
+        Record(rng.randbytes(rng.randrange(100, 400)), b"user-%d" % (i % 7) if i % 3 else None, BASE_MS + 1000 * i,
+               {"n": str(i)} if i % 5 == 0 else None)
+        for i in range(count)
+    ]
+
+
+@attrs.frozen
+class Tiered:
+    name: str
+    #: Every entry as the bookies gave it before the offload.
+    entries: list[LogEntry]
+    #: Each offloaded segment's row groups, from its object's footer.
+    groups: dict[int, tuple[RowGroupSpan, ...]]
+
+
+@pytest.fixture(scope="module")
+def tiered(spark_cluster: Cluster, bk: BlockingClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
+    """Segments 0-2 offloaded and their ledgers deleted; segments 3 and 4 hot."""
+    name = f"tiered-{uuid.uuid4().hex[:8]}"
+    tier_root: Path = tmp_path_factory.mktemp("tier")
+    bk.logs.create(name, password=PASSWORD.encode(), rollover_entries=PER_SEGMENT)
+    with bk.logs.open_writer(name, password=PASSWORD.encode()) as writer:
+        writer.append_many(records(4 * PER_SEGMENT + 150))
+    entries = bk.logs.reader(name, password=PASSWORD.encode()).read()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(segment_writer, "ObjectOptions", functools.partial(ObjectOptions, row_group_bytes=ROW_GROUP_BYTES))
+        result = bk.logs.offload(name, tier=tier_root.as_uri(), password=PASSWORD.encode(), until=Position(3, 0))
+    assert [s.number for s in result.offloaded] == [0, 1, 2]
+    tier = PluginManager().tier(tier_root.as_uri())
+    groups = {}
+    for seg in result.offloaded:
+        assert seg.offload is not None
+        groups[seg.number] = SegmentObjectReader(tier, seg.offload.key, size=seg.offload.size).footer().groups
+        bk.delete_ledger(seg.ledger_id)  # from now on only the object holds the segment
+    tier.close()
+    assert all(len(g) >= 4 for g in groups.values())
+    yield Tiered(name, entries, groups)
+
+
+def load(spark: SparkSession, metadata: str, name: str, **options: Any) -> Any:
+    r = spark.read.format("bkframe").option("metadata", metadata).option("log", name).option("password", PASSWORD)
+    for key, value in options.items():
+        r = r.option(key, value)
+    return r.load()
+
+
+COLUMNS = ("log", "position", "segment", "ledger_id", "entry_id", "payload", "key", "properties", "offset")
+
+
+def rows(df: Any) -> list[tuple[Any, ...]]:
+    """The rows in position order, the timestamp as ms, the properties as a dict."""
+    picked = df.select(*COLUMNS, F.unix_millis("timestamp").alias("ms")).orderBy("offset").collect()
+    return [(*(r[c] if c != "properties" else dict(r[c]) for c in COLUMNS), r.ms) for r in picked]
+
+
+def expected(t: Tiered, entries: list[LogEntry]) -> list[tuple[Any, ...]]:
+    return [
+        (t.name, str(e.position), e.position.segment, e.ledger_id, e.position.entry_id, e.payload, e.key,
+         dict(e.properties), e.position.segment << 32 | e.position.entry_id, e.timestamp)
+        for e in entries
+    ]
+
+
+def between(t: Tiered, first: Position, stop: Position) -> list[LogEntry]:
+    return [e for e in t.entries if first <= e.position < stop]
+
+
+def groups_for(t: Tiered, segment: int, first: int, last: int) -> int:
+    return sum(1 for g in t.groups[segment] if g.last_entry_id >= first and g.first_entry_id <= last)
+
+
+def test_one_query_reads_offloaded_segments_from_the_tier_and_hot_ones_from_the_bookies(
+    spark: SparkSession, spark_cluster: Cluster, tiered: Tiered
+) -> None:
+    m, t = spark_cluster.metadata, tiered
+    # The whole log: every row once, byte for byte.
+    assert rows(load(spark, m, t.name)) == expected(t, t.entries)
+    # The offloaded part, one partition per row group (bytesPerPartition=1); a position range
+    # into it plans only the row groups that hold it.
+    df = load(spark, m, t.name, bytesPerPartition=1, endingPosition="3:0")
+    assert df.rdd.getNumPartitions() == sum(len(g) for g in t.groups.values())
+    first, stop = Position(1, 500), Position(3, 100)
+    df = load(spark, m, t.name, bytesPerPartition=1, startingPosition=str(first), endingPosition="3:0")
+    assert df.rdd.getNumPartitions() == groups_for(t, 1, 500, PER_SEGMENT - 1) + len(t.groups[2])
+    # ... and across the boundary into the hot segments.
+    df = load(spark, m, t.name, startingPosition=str(first), endingPosition=str(stop))
+    assert rows(df) == expected(t, between(t, first, stop))
+    # A time range (found in the objects' footers and timestamp columns), from segment 2 into 4.
+    lo, hi = BASE_MS + 1000 * 2345, BASE_MS + 1000 * 4100
+    df = load(spark, m, t.name, startingTimestamp=lo, endingTimestamp=hi)
+    assert rows(df) == expected(t, [e for e in t.entries if e.timestamp is not None and lo <= e.timestamp < hi])
+    # A timestamp filter skips row groups by their statistics (then Spark checks each row).
+    at = BASE_MS + 1000 * 1900
+    df = load(spark, m, t.name, bytesPerPartition=1, endingPosition="3:0")
+    df = df.where(F.col("timestamp") >= F.timestamp_millis(F.lit(at)))
+    assert df.rdd.getNumPartitions() == groups_for(t, 1, 900, PER_SEGMENT - 1) + len(t.groups[2])
+    df = load(spark, m, t.name).where(F.col("timestamp") >= F.timestamp_millis(F.lit(at)))
+    assert rows(df) == expected(t, [e for e in t.entries if e.timestamp is not None and e.timestamp >= at])
+    # Spark's own Parquet reader on the objects, the connector on the rest: the same rows.
+    df = read_log(spark, t.name, metadata=m, password=PASSWORD)
+    assert "FileScan parquet" in df._jdf.queryExecution().executedPlan().toString()
+    assert rows(df) == expected(t, t.entries)
+    df = read_log(spark, t.name, metadata=m, password=PASSWORD, startingPosition=str(first), endingTimestamp=hi)
+    assert rows(df) == expected(t, [e for e in between(t, first, Position(4, 100)) if e.timestamp < hi])
