@@ -21,8 +21,9 @@ plain data, protected by the filesystem's permissions.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
@@ -31,8 +32,13 @@ import pyarrow.dataset as ds
 from bkframe.client.logs import columns
 from bkframe.client.logs.model import Position, SegmentRange
 
-if TYPE_CHECKING:
-    from bkframe.client.logs.reader import LogReader
+
+class SnapshotReader(Protocol):
+    """What a snapshot needs of a :class:`~bkframe.client.logs.reader.LogReader`."""
+
+    async def snapshot(self, start: Position, end: Position | None = None) -> list[SegmentRange]: ...
+
+    def arrow_batches(self, start: Position, end: Position | None = None) -> AsyncIterator[pa.RecordBatch]: ...
 
 
 def object_path(tier: str, key: str) -> Path | None:
@@ -53,7 +59,7 @@ def whole_local_object(part: SegmentRange) -> Path | None:
     return object_path(o.tier, o.key)
 
 
-async def log_dataset(reader: LogReader, first: Position, stop: Position) -> ds.Dataset:
+async def log_dataset(reader: SnapshotReader, first: Position, stop: Position) -> ds.Dataset:
     """The confirmed records ``first`` up to ``stop`` (exclusive) as one dataset (see the module)."""
     schema = columns.schema()
     parts = await reader.snapshot(first, stop) if stop > first else []

@@ -29,7 +29,7 @@ from functools import reduce
 from typing import Any
 
 from bkframe import Client, SegmentRange
-from bkframe.client.tiering.snapshot import object_path
+from bkframe.tiering import object_path
 from bkframe_spark.connection import call, client_for
 from bkframe_spark.options import Options
 from bkframe_spark.reading import OFFSET_BITS, SCHEMA, log_snapshot

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructField, StructType, TimestampType
 
@@ -38,6 +37,7 @@ from bkframe_spark.columns import PROPERTIES_TYPE, TIMESTAMP, empty_properties
 from bkframe_spark.connection import call, call_ahead, check_bookies, client_for
 from bkframe_spark.logsets import log_names
 from bkframe_spark.options import OptionError, Options
+from bkframe_spark.partitions import EntryRange
 from bkframe_spark.tier_reading import check_on_bookies, on_bookies, plan_objects, read_object_partition
 
 logger = logging.getLogger("bkframe.spark")
@@ -66,35 +66,6 @@ OFFSET_BITS = 32
 #: Entries per read request (and per Arrow batch), at most; fewer for large entries.
 CHUNK_ENTRIES = 2000
 CHUNK_BYTES = 16 << 20
-
-
-@dataclass(frozen=True)
-class EntryRange(InputPartition):
-    """One read partition: entries ``first..last`` of one ledger (a log segment or not)."""
-
-    log: str | None
-    segment: int | None
-    ledger_id: int
-    first: int
-    last: int
-    #: Average payload size, when known (a closed segment), to size the read chunks.
-    entry_size: int = 0
-    #: The entries are log records in envelopes (a log segment's; ledgers read raw).
-    enveloped: bool = False
-    #: The segment's recorded time range (ms; -1: not known), for pruning by timestamp.
-    min_ts: int = -1
-    max_ts: int = -1
-    #: An offloaded segment's object, read from its tier instead of the bookies (empty: the
-    #: bookies): the tier's URI, the object's key and size (see :mod:`bkframe_spark.tier_reading`).
-    tier: str = ""
-    key: str = ""
-    object_size: int = 0
-    #: The segment's ledger is still on the bookies: a read the tier fails goes there.
-    on_bookies: bool = True
-
-    @property
-    def entries(self) -> int:
-        return self.last - self.first + 1
 
 
 def check_schema(schema: StructType) -> pa.Schema:

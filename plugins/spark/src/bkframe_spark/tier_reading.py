@@ -36,11 +36,11 @@ import pyarrow as pa
 from bkframe import Client, SegmentRange
 from bkframe.errors import BKError, TierError
 from bkframe_spark.connection import Ahead, call, call_ahead, client_for
+from bkframe_spark.partitions import EntryRange
 
 if TYPE_CHECKING:
-    from bkframe.client.tiering.footer import ObjectFooter, RowGroupSpan
+    from bkframe.tiering import ObjectFooter, RowGroupSpan
     from bkframe_spark.options import Options
-    from bkframe_spark.reading import EntryRange
 
 logger = logging.getLogger("bkframe.spark")
 
@@ -49,7 +49,7 @@ MAX_FOOTERS = 256
 _footers: OrderedDict[tuple[str, str], ObjectFooter] = OrderedDict()
 _lock = threading.Lock()
 
-ReadLedger = Callable[["Options", "EntryRange", pa.Schema], Iterator[pa.RecordBatch]]
+ReadLedger = Callable[["Options", EntryRange, pa.Schema], Iterator[pa.RecordBatch]]
 
 
 def check_on_bookies(log: str, ranges: Sequence[SegmentRange]) -> None:
@@ -67,7 +67,7 @@ async def _footer(client: Client, tier_uri: str, key: str, size: int) -> ObjectF
         found = _footers.get((tier_uri, key))
     if found is not None:
         return found
-    from bkframe.client.tiering.segment_reader import AsyncSegmentObjectReader
+    from bkframe.tiering import AsyncSegmentObjectReader
 
     found = await AsyncSegmentObjectReader(await client.context.tiers.get(tier_uri), key, size=size).footer()
     with _lock:
@@ -104,7 +104,7 @@ async def plan_objects(client: Client, parts: Sequence[EntryRange], bytes_per_pa
     """``parts`` with each offloaded segment's range planned as partitions of its object's
     row groups (the others as they are). A tier that fails here: the range is read from the
     bookies if its ledger is there, else the read fails."""
-    from bkframe.client.tiering.object_format import CorruptObjectError
+    from bkframe.tiering import CorruptObjectError
 
     out: list[EntryRange] = []
     for part in parts:
@@ -143,8 +143,7 @@ def read_object_partition(
     (the next one fetched while Spark takes the current one); from the bookies (by
     ``read_ledger``) from the first entry not handed over yet if the tier fails and the
     ledger is still there."""
-    from bkframe.client.tiering.object_format import CorruptObjectError
-    from bkframe.client.tiering.segment_reader import AsyncSegmentObjectReader
+    from bkframe.tiering import AsyncSegmentObjectReader, CorruptObjectError
 
     bk = client_for(opts)
     what = f"reading segment {part.segment} of log {part.log!r} from tier {part.tier}, object {part.key!r}"
@@ -162,12 +161,11 @@ def read_object_partition(
             return await reader.read_table(lo, hi, columns)
 
         ahead = call_ahead(bk, what, opts.timeout_s, fetch, *groups[0]) if groups else None
-        for i, (lo, hi) in enumerate(groups):
+        for i, (_, hi) in enumerate(groups):
             assert ahead is not None
             table = ahead.result()
             ahead = call_ahead(bk, what, opts.timeout_s, fetch, *groups[i + 1]) if i + 1 < len(groups) else None
-            for batch in table.cast(schema).to_batches():
-                yield batch
+            yield from table.cast(schema).to_batches()
             next_entry = hi + 1
     except (BKError, OSError, ImportError, CorruptObjectError) as e:
         if not part.on_bookies:
