@@ -16,8 +16,7 @@ Then, round after round in alternating order, an action that touches every paylo
   the path before offloaded segments were read from their tier;
 - ``s3``, ``s3_payload``: the data source reading the S3 log's objects.
 
-The report gives each round's MB/s of payload and the ratios to ``parquet``; ``--profile``
-also prints the stage times Spark recorded for each read (from its status tracker).
+The report gives each round's MB/s of payload and the ratios to ``parquet``, and the medians.
 """
 
 from __future__ import annotations

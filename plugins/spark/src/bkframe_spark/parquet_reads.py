@@ -9,10 +9,10 @@ shared mount on a cluster) -- Spark can read them as the Parquet files they are.
 plans a snapshot of the log on the driver, as the data source does (what is confirmed now,
 the same options), and returns the union of
 
-- ``spark.read.parquet(the objects of the offloaded segments in range)``, filtered to the
-  snapshot's ``offset`` range (Spark skips row groups by their statistics) and projected to
-  the connector's columns (the objects' ``flags`` column is left out, as the connector's
-  reads leave it out);
+- ``spark.read.parquet(the objects of the offloaded segments in range)`` projected to the
+  connector's columns (the objects' ``flags`` column is left out, as the connector's reads
+  leave it out); the objects of the segments the snapshot's start or end cuts are filtered
+  to its ``offset`` range (Spark skips row groups by their statistics), the others read whole;
 - the connector's read (``format("bkframe")``) of each run of the other segments, fixed by
   positions: hot segments from the bookies, objects in other tiers (S3: Spark's JVM here
   has no S3 filesystem) by ranged reads.
@@ -29,7 +29,7 @@ from functools import reduce
 from typing import Any
 
 from bkframe import Client, SegmentRange
-from bkframe.tiering import object_path
+from bkframe.tiering import object_path, whole_local_object
 from bkframe_spark.connection import call, client_for
 from bkframe_spark.options import Options
 from bkframe_spark.reading import OFFSET_BITS, SCHEMA, log_snapshot
@@ -53,25 +53,27 @@ def read_log(spark: Any, log: str, *, metadata: str | None = None, password: str
     _, ranges = call(bk, f"planning the read of log {name!r}", opts.timeout_s, _snapshot, bk.client, opts, name, start)
     if not ranges:
         return spark.createDataFrame([], SCHEMA)
-    files: list[str] = []
+    whole: list[str] = []  # objects read whole
+    cut: list[str] = []  # objects of the segments the snapshot's start or end cuts
     runs: list[list[SegmentRange]] = []
     in_run = False  # the previous range is in runs[-1]
     for r in ranges:
         path = object_path(r.offload.tier, r.offload.key) if r.offload is not None else None
         if path is not None:
-            files.append(str(path))
+            (whole if whole_local_object(r) is not None else cut).append(str(path))
         elif in_run:
             runs[-1].append(r)
         else:
             runs.append([r])
         in_run = path is None
     frames = [_hot_run(spark, given, run) for run in runs]
-    if files:
+    if cut:  # only their rows in the snapshot: Spark skips the others' row groups by statistics
         from pyspark.sql import functions as F
 
         lo, hi = _offset(ranges[0].segment, ranges[0].first), _offset(ranges[-1].segment, ranges[-1].last)
-        objects = spark.read.parquet(*files).where(F.col("offset").between(lo, hi)).select(*SCHEMA.names)
-        frames.insert(0, objects)
+        frames.insert(0, spark.read.parquet(*cut).where(F.col("offset").between(lo, hi)).select(*SCHEMA.names))
+    if whole:  # every row, unfiltered: exactly Spark's Parquet read
+        frames.insert(0, spark.read.parquet(*whole).select(*SCHEMA.names))
     return reduce(lambda a, b: a.unionByName(b), frames)
 
 
