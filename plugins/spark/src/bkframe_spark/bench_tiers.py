@@ -22,9 +22,7 @@ The report gives each round's MB/s of payload and the ratios to ``parquet``, and
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -32,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import bkframe
-from bkframe.testing.cluster import BOOKIE_COMMAND, Cluster
 from bkframe.testing.servers import S3Server
-from bkframe_spark.bench import _spark_load
+from bkframe_spark.bench import _spark_load, with_cluster
 from bkframe_spark.connection import close_all
 from bkframe_spark.parquet_reads import read_log
 from bkframe_spark.session import local_session
@@ -151,20 +148,10 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--no-s3", action="store_true", help="skip the S3 tier (moto's server)")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bkframe-spark-bench-tiers-"))
-    cluster = None
-    try:
-        metadata = args.metadata
-        if metadata is None:
-            cluster = Cluster(work / "cluster", 3, command=BOOKIE_COMMAND).start(parallel=True)
-            metadata = cluster.metadata
-        results = bench(metadata, work, args.size, args.mb, args.rounds, args.partitions, not args.no_s3)
-        print(report(results))
-    finally:
-        if cluster is not None:
-            cluster.stop()
-        shutil.rmtree(work, ignore_errors=True)
-
+    with_cluster(
+        "bkframe-spark-bench-tiers-", args.metadata,
+        lambda m, work: report(bench(m, work, args.size, args.mb, args.rounds, args.partitions, not args.no_s3)),
+    )
 
 if __name__ == "__main__":
     main()
