@@ -50,6 +50,7 @@ from bkframe.core.plugin_manager import PluginManager
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.dataset as ds
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -571,7 +572,7 @@ class BlockingLogReader:
     def to_arrow(self, start: Where = EARLIEST, end: Position | None = None) -> pa.Table:
         return self._owner._run(self.reader.to_arrow, start, end)
 
-    def dataset(self, start: Where = EARLIEST, end: Position | None = None) -> pa.dataset.Dataset:
+    def dataset(self, start: Where = EARLIEST, end: Position | None = None) -> ds.Dataset:
         return self._owner._run(self.reader.dataset, start, end)
 
     def record_batch_reader(self, start: Where = EARLIEST, end: Position | None = None) -> pa.RecordBatchReader:
