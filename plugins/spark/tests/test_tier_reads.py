@@ -11,12 +11,16 @@ import functools
 import random
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 from bkframe_spark import read_log
+from bkframe_spark.options import Options
+from bkframe_spark.reading import EntryRange, read_partition
+from bkframe_spark.tier_reading import on_bookies, plan_objects
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -27,7 +31,7 @@ from bkframe.client.tiering.footer import RowGroupSpan
 from bkframe.client.tiering.object_format import ObjectOptions
 from bkframe.client.tiering.segment_reader import SegmentObjectReader
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.errors import UnauthorizedError
+from bkframe.errors import TierError, UnauthorizedError
 from bkframe.testing.cluster import Cluster
 
 pytestmark = pytest.mark.spark
@@ -135,3 +139,22 @@ def test_one_query_reads_offloaded_segments_from_the_tier_and_hot_ones_from_the_
     # The log's password holds for the objects too (checked on the driver, as for any read).
     with pytest.raises(UnauthorizedError):
         read_log(spark, t.name, metadata=m, password="wrong")
+
+
+def test_a_tier_that_fails_is_read_around_from_the_bookies_while_the_ledger_is_there(
+    spark_cluster: Cluster, bk: BlockingClient, tiered: Tiered, tmp_path: Path
+) -> None:
+    """No Spark: the planning and a task's read as the driver and an executor run them."""
+    m, t = spark_cluster.metadata, tiered
+    hot = [e for e in t.entries if e.position.segment == 3][:100]
+    # Segment 3 as if offloaded to a tier that is gone (its ledger is on the bookies).
+    gone = EntryRange(t.name, 3, hot[0].ledger_id, 0, 99, enveloped=True, tier=(tmp_path / "gone").as_uri(),
+                      key="segments/x/0000000003-1.parquet", object_size=1000)
+    assert bk.run(plan_objects, bk.client, [gone], 1 << 20) == [on_bookies(gone)]
+    with pytest.raises(TierError, match="is only in tier"):
+        bk.run(plan_objects, bk.client, [replace(gone, on_bookies=False)], 1 << 20)
+    opts = Options.parse({"metadata": m, "log": t.name, "password": PASSWORD})
+    batches = list(read_partition(opts, gone))
+    assert [p for b in batches for p in b.column("payload").to_pylist()] == [e.payload for e in hot]
+    with pytest.raises(TierError, match="no longer on the bookies"):
+        list(read_partition(opts, replace(gone, on_bookies=False)))

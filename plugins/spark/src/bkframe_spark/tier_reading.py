@@ -32,6 +32,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import trio
 
 from bkframe import Client, SegmentRange
 from bkframe.errors import BKError, TierError
@@ -106,21 +107,33 @@ async def plan_objects(client: Client, parts: Sequence[EntryRange], bytes_per_pa
     bookies if its ledger is there, else the read fails."""
     from bkframe.tiering import CorruptObjectError
 
+    # The footers are fetched at once (the client's tier limiter bounds the gets in flight):
+    # one ranged get each, so a log of many offloaded segments plans in a few round trips.
+    found: dict[tuple[str, str], ObjectFooter | Exception] = {}
+
+    async def fetch(part: EntryRange) -> None:
+        try:
+            found[(part.tier, part.key)] = await _footer(client, part.tier, part.key, part.object_size)
+        except (BKError, OSError, ImportError, CorruptObjectError) as e:
+            found[(part.tier, part.key)] = e
+
+    async with trio.open_nursery() as nursery:
+        for part in {(p.tier, p.key): p for p in parts if p.key}.values():
+            nursery.start_soon(fetch, part)
     out: list[EntryRange] = []
     for part in parts:
         if not part.key:
             out.append(part)
             continue
-        try:
-            footer = await _footer(client, part.tier, part.key, part.object_size)
-        except (BKError, OSError, ImportError, CorruptObjectError) as e:
+        footer = found[(part.tier, part.key)]
+        if isinstance(footer, Exception):
             if not part.on_bookies:
                 raise TierError(
                     f"log {part.log!r}: segment {part.segment} is only in tier {part.tier}, object {part.key!r}, and "
-                    f"reading its footer failed: {e}"
-                ) from e
+                    f"reading its footer failed: {footer}"
+                ) from footer
             logger.warning("log %r: segment %s's object %r in tier %s failed (%s): reading it from the bookies",
-                           part.log, part.segment, part.key, part.tier, e)
+                           part.log, part.segment, part.key, part.tier, footer)
             out.append(on_bookies(part))
             continue
         out += _cut(part, footer.groups_for(part.first, part.last), bytes_per_partition)
@@ -130,10 +143,6 @@ async def plan_objects(client: Client, parts: Sequence[EntryRange], bytes_per_pa
 def on_bookies(part: EntryRange) -> EntryRange:
     """``part`` read from its ledger on the bookies instead of its object."""
     return replace(part, tier="", key="", object_size=0)
-
-
-def _columns(schema: pa.Schema) -> list[str]:
-    return list(schema.names)
 
 
 def read_object_partition(
@@ -147,7 +156,7 @@ def read_object_partition(
 
     bk = client_for(opts)
     what = f"reading segment {part.segment} of log {part.log!r} from tier {part.tier}, object {part.key!r}"
-    columns = _columns(schema)
+    columns = list(schema.names)
     next_entry = part.first
     ahead: Ahead[pa.Table] | None = None
     try:
