@@ -180,6 +180,9 @@ def read_object_partition(
         if not part.on_bookies:
             raise TierError(f"{what} failed, and its ledger is no longer on the bookies: {e}") from e
         logger.warning("%s failed (%s): reading entries %d..%d from the bookies", what, e, next_entry, part.last)
+        if ahead is not None:  # the next row group's fetch: not wanted any more
+            ahead.cancel()
+            ahead = None
         yield from read_ledger(opts, replace(on_bookies(part), first=next_entry), schema)
     finally:
         if ahead is not None:
