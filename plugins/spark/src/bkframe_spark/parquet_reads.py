@@ -29,7 +29,6 @@ from functools import reduce
 from typing import Any
 
 from bkframe import Client, SegmentRange
-from bkframe.tiering import object_path, whole_local_object
 from bkframe_spark.connection import call, client_for
 from bkframe_spark.options import Options
 from bkframe_spark.reading import OFFSET_BITS, SCHEMA, log_snapshot
@@ -46,6 +45,8 @@ def read_log(spark: Any, log: str, *, metadata: str | None = None, password: str
     given: dict[str, Any] = {"log": log, "password": password, **options}
     if metadata is not None:
         given["metadata"] = metadata
+    from bkframe.tiering import object_path, whole_local_object  # pyarrow.dataset: only when used
+
     opts = Options.parse({k: str(v) for k, v in given.items()})
     name = opts.need_log("read_log")
     bk = client_for(opts)
