@@ -113,6 +113,10 @@ class LogRecords:
             self._chunks[key] = found
         return [s for s in found if s.number >= chunk.first]
 
+    def forget_chunk(self, uid: str, key: int) -> None:
+        """Drop a cached chunk record (it changed, or a read found it stale)."""
+        self._chunks.pop((uid, key), None)
+
     async def segments(self, record: LogMetadata, start: int = 0) -> list[Segment]:
         """The log's segments numbered ``start`` or more: from the chunks they are in, then
         the record's own."""
