@@ -55,8 +55,8 @@ class OffloadCollector:
         lag = GaugeMetricFamily(
             PREFIX + "lag_seconds", "Age of the oldest segment due for offload and not offloaded (0: none)", labels=["tier"]
         )
-        for tier, value in sorted(c.lag_s.items()):
-            lag.add_metric([tier], value)
+        for tier, seconds in sorted(c.lag_s.items()):
+            lag.add_metric([tier], seconds)
         yield lag
         for name, value, doc in [
             ("ledgers_deleted", c.ledgers_deleted, "Offloaded segments' ledgers deleted from the bookies after the lag"),
