@@ -61,6 +61,9 @@ def offload_settings(after: str | None, beyond: str | None, lag: str | None, tie
             None if lag == NONE else 0.0 if lag in ("0", "0s") else _duration(lag, "--offload-deletion-lag")
         )
     if tier is not None:
+        if tier != NONE and "://" not in tier:
+            raise click.BadParameter(f"{tier!r}: write a tier URI, file:///PATH or s3://BUCKET?... (or none)",
+                                     param_hint="--offload-tier")
         out["offload_tier"] = None if tier == NONE else tier
     return out
 
