@@ -29,9 +29,10 @@ from bkframe import Record
 from bkframe.client.logs.model import LogEntry, Segment
 from bkframe.client.settings import ClientSettings
 from bkframe.core.cluster import require_cluster
-from bkframe.core.config import OffloadConfig
+from bkframe.core.config import AutorecoveryConfig, OffloadConfig
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import NoSuchLedgerError
+from bkframe.replication.autorecovery import AutorecoveryService
 from bkframe.replication.offload_metrics import OffloadCounters, offload_registry
 from bkframe.replication.offload_service import CRASH_AT_ENV, OffloadService, lock_name
 from bkframe.testing.cluster import Cluster
@@ -234,23 +235,27 @@ async def test_two_services_at_once_offload_each_segment_once_to_s3(
 async def test_a_tier_that_goes_away_is_backed_off_and_resumed(
     shared_cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The tier's directory missing: the service backs off (one warning, not one per try)
-    while the log is written and read as ever; back, it offloads and says so."""
+    """The tier's directory missing: the service -- run by autorecovery with ``[offload]
+    enabled`` -- backs off (one warning, not one per try) while the log is written and read
+    as ever; back, it offloads and says so."""
     uri, name = shared_cluster.metadata, f"away-{uuid.uuid4().hex[:8]}"
     tier_root = tmp_path / "tier"
     tier = tier_root.as_uri()
     hot = await write_log(uri, name, 2, offload_tier=tier, offload_after_s=60.0, offload_deletion_lag_s=0.0)
-    counters = OffloadCounters()
     caplog.set_level(logging.INFO, logger="bkframe.offload")
     async with bkframe.open_client(uri) as client:
         store = PluginManager().metadata_store(uri)
         secret = (await require_cluster(store)).secret
         settings = client.settings.as_internal(secret)
-        service = OffloadService(store, PluginManager(), OffloadConfig(**FAST), holder="test", settings=settings,
-                                 counters=counters)
+        service = AutorecoveryService(
+            store, PluginManager(), AutorecoveryConfig(), holder="test", settings=settings,
+            offload=OffloadConfig(enabled=True, **FAST),
+        )
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(service.run)
+                assert service.offloader is not None
+                counters = service.offloader.counters
                 with trio.fail_after(30):
                     while counters.failures[tier] < 3:
                         await trio.sleep(0.05)
