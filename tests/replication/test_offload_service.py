@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +167,8 @@ async def test_killed_at_every_step_a_restarted_service_finishes_the_job(shared_
     # The log names no tier: the service's default applies; a lag of 0 deletes at once.
     hot = await write_log(uri, name, 3, offload_after_s=60.0, offload_deletion_lag_s=0.0)
     async with bkframe.open_client(uri) as client:
-        early = await client.logs.reader(name, password=PASSWORD)  # its record says: all on the bookies
+        # Readers whose record says: all on the bookies (one to read, one to seek, one to tail).
+        early, seeking, tailing = [await client.logs.reader(name, password=PASSWORD) for _ in range(3)]
         assert await early.read() == hot
         for step, proc in steps.items():
             await until_lock_free(uri, name)
@@ -184,9 +186,19 @@ async def test_killed_at_every_step_a_restarted_service_finishes_the_job(shared_
         done = await one_pass(uri, fast)  # a service started again
         assert (sum(done.segments.values()), done.ledgers_deleted) == (0, len(after))
         await assert_done(uri, name, tier, hot)
-        # The reader opened before any of it finds the ledgers gone and reads the objects.
+        # The readers opened before any of it find the ledgers gone and read the objects.
         assert await early.read() == hot
         assert (await early.to_arrow()).column("key").to_pylist() == [e.key for e in hot]
+        at = hot[PER_SEGMENT + 7]
+        assert at.timestamp is not None
+        assert await seeking.resolve(datetime.fromtimestamp(at.timestamp / 1000, UTC)) == at.position
+        seen: list[LogEntry] = []
+        with trio.fail_after(30):
+            async for entry in tailing.tail("earliest", poll_timeout_s=0.2):
+                seen.append(entry)
+                if len(seen) == len(hot):
+                    break
+        assert seen == hot
     again = await one_pass(uri, fast)
     assert (sum(again.segments.values()), again.ledgers_deleted, again.log_errors) == (0, 0, 0)
 

@@ -145,7 +145,12 @@ class LogReader:
             last = min(last, end.entry_id - 1)
         if last < 0:
             return None
-        handle = await self._handle(seg)
+        try:
+            handle = await self._handle(seg)
+        except NoSuchLedgerError:
+            if not seg.closed:
+                raise
+            return await self._seek(await self._moved_off_bookies(seg), timestamp, end)
 
         async def stamp(entry_id: int) -> int:
             [entry] = await handle.read(entry_id, entry_id)
@@ -432,6 +437,11 @@ class LogReader:
             try:
                 handle = await self._handle(seg)
             except _SegmentGone:
+                continue
+            except NoSuchLedgerError:
+                if not seg.closed:
+                    raise
+                await self._moved_off_bookies(seg)  # offloaded, then deleted: the record read again says so
                 continue
             if pos.entry_id <= handle.lac:
                 last = min(handle.lac, pos.entry_id + CHUNK - 1)
