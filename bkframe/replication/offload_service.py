@@ -61,7 +61,7 @@ from bkframe.client.settings import ClientSettings
 from bkframe.core.config import OffloadConfig
 from bkframe.core.metadata import DigestType, Lock, MetadataStore
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.errors import BKError, ConfigError, NoSuchLogError, TierError
+from bkframe.errors import BKError, ConfigError, NoSuchLogError, TierError, UnauthorizedError
 from bkframe.replication.offload_metrics import OffloadCounters
 from bkframe.replication.tier_backoff import TierBackoff
 
@@ -368,6 +368,11 @@ class OffloadService:
         client keyless, and CRC32C digests are checked unkeyed."""
         with trio.fail_after(self.config.request_timeout_s):
             md = await self.client.ledger_metadata(ledger_id)
+        if md.digest_type != DigestType.CRC32C:  # a ledger committed to the log with a digest of its own
+            raise UnauthorizedError(
+                f"ledger {ledger_id} has {md.digest_type.value} digests, which cannot be checked without the log's "
+                "password: offload this log by hand (bkframe log offload)"
+            )
         return ReadHandle(self.client.context, md, b"", Digester.unkeyed(md.digest_type))
 
     def _step(self, step: str, seg: Segment) -> None:

@@ -11,7 +11,9 @@ from bkframe.client.logs.offload_record import Offload
 NOW = 1_800_000_000.0
 
 
-def seg(number: int, *, age_s: float, length: int = 100, offloaded_s_ago: float | None = None, on_bookies: bool = True) -> Segment:
+def seg(
+    number: int, *, age_s: float, length: int = 100, offloaded_s_ago: float | None = None, on_bookies: bool = True
+) -> Segment:
     o = None
     if offloaded_s_ago is not None:
         o = Offload("file:///t", f"k{number}", 10, 1, 0, 0, NOW - offloaded_s_ago, on_bookies)
