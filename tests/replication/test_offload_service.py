@@ -74,13 +74,13 @@ def config_file(tmp: Path, **offload: Any) -> Path:
     return path
 
 
-#: ``bkframe ARGS`` in a process that has imported the command line, the plugins and the
+#: ``bkframe offloader ARGS`` in a process that has imported the command, the plugins and the
 #: Parquet writer, and waits for a line on stdin to run it: the imports (seconds at load 15,
 #: what a long-running service pays once) overlap the test's other work.
 WARM = (
-    "import sys; from bkframe.cli.main import main; from bkframe.core.plugin_manager import PluginManager; "
+    "import sys; from bkframe.cli.offloader import offloader; from bkframe.core.plugin_manager import PluginManager; "
     "PluginManager(); import bkframe.client.tiering.segment_writer; "
-    "sys.stdin.readline(); main(prog_name='bkframe')"
+    "sys.stdin.readline(); offloader(prog_name='bkframe offloader')"
 )
 
 
@@ -90,7 +90,7 @@ def offloader(uri: str, config: Path, *, crash_at: str | None = None) -> subproc
     if crash_at is not None:
         env[CRASH_AT_ENV] = crash_at
     return subprocess.Popen(
-        [sys.executable, "-c", WARM, "offloader", "--metadata", uri, "--config", str(config), "--once"],
+        [sys.executable, "-c", WARM, "--metadata", uri, "--config", str(config), "--once"],
         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
@@ -253,11 +253,14 @@ async def test_a_tier_that_goes_away_is_backed_off_and_resumed(
 ) -> None:
     """The tier's directory missing: the service -- run by autorecovery with ``[offload]
     enabled`` -- backs off (one warning, not one per try) while the log is written and read
-    as ever; back, it offloads and says so."""
-    uri, name = shared_cluster.metadata, f"away-{uuid.uuid4().hex[:8]}"
+    as ever, and a log of another tier is offloaded meanwhile; back, it offloads and says so."""
+    uri, name, other = shared_cluster.metadata, f"away-{uuid.uuid4().hex[:8]}", f"here-{uuid.uuid4().hex[:8]}"
     tier_root = tmp_path / "tier"
     tier = tier_root.as_uri()
+    (tmp_path / "tier2").mkdir()
+    tier2 = (tmp_path / "tier2").as_uri()
     hot = await write_log(uri, name, 2, offload_tier=tier, offload_after_s=60.0, offload_deletion_lag_s=0.0)
+    await write_log(uri, other, 1, offload_tier=tier2, offload_after_s=60.0)
     caplog.set_level(logging.INFO, logger="bkframe.offload")
     async with bkframe.open_client(uri) as client:
         store = PluginManager().metadata_store(uri)
@@ -273,7 +276,7 @@ async def test_a_tier_that_goes_away_is_backed_off_and_resumed(
                 assert service.offloader is not None
                 counters = service.offloader.counters
                 with trio.fail_after(30):
-                    while counters.failures[tier] < 3:
+                    while counters.failures[tier] < 3 or counters.segments[tier2] < 2:
                         await trio.sleep(0.05)
                 # Meanwhile the log takes writes and its hot segments read as ever.
                 async with await client.logs.open_writer(name, password=PASSWORD) as writer:
