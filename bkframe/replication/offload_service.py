@@ -130,7 +130,10 @@ class OffloadService:
                     started = trio.current_time()
                     try:
                         await self.run_pass()
-                    except Exception:  # a pass that failed is logged; the next one runs
+                    except (BKError, ConnectionError, OSError, trio.TooSlowError) as e:  # the store down, slow
+                        log.warning("offload pass failed (%s); the next one starts in %g s", e or type(e).__name__,
+                                    self.config.interval_s)
+                    except Exception:  # a bug: logged whole, and the next pass runs
                         log.exception("offload pass failed; the next one starts in %g s", self.config.interval_s)
                     await trio.sleep_until(started + self.config.interval_s)
             finally:
