@@ -4,7 +4,8 @@
 ``bench`` (:mod:`.bench`), ``bench-sweep`` (:mod:`.bench_sweep`, plots in :mod:`.bench_plots`), ``bench-autorecovery``
 (:mod:`.bench_autorecovery`), ``bench-scale metadata`` (:mod:`.bench_scale_metadata`),
 ``ledger ...`` (:mod:`.ledger`), ``log ...`` (:mod:`.log`), ``bookies ...`` (:mod:`.bookies`),
-``cluster ...`` (:mod:`.cluster`), ``cookie ...`` (:mod:`.cookie`), ``autorecovery ...`` (:mod:`.autorecovery`).
+``cluster ...`` (:mod:`.cluster`), ``cookie ...`` (:mod:`.cookie`), ``autorecovery ...`` (:mod:`.autorecovery`),
+``tier ...`` (:mod:`.tier`).
 Errors bkframe raises on purpose become one line and exit status 1 (:mod:`.errors`).
 """
 
@@ -31,6 +32,7 @@ from bkframe.cli.log_tiering import offload as log_offload
 from bkframe.cli.options import LOG_OVERRIDES
 from bkframe.cli.plugins import plugins
 from bkframe.cli.sandbox import sandbox
+from bkframe.cli.tier import tier_group
 from bkframe.core.log_config import FORMATS, LoggingConfig, setup_logging
 
 #: Commands that run until stopped and log as services do: their libraries' warnings stay.
@@ -64,5 +66,5 @@ def main(ctx: click.Context, verbose: int, log_format: str | None) -> None:
 for log_command in (log_offload, log_configure):
     log_group.add_command(log_command)
 for command in (bookie, plugins, sandbox, bench, bench_sweep, ledger, log_group, bookies, cluster, cookie,
-                autorecovery, bench_autorecovery, bench_scale):
+                autorecovery, bench_autorecovery, bench_scale, tier_group):
     main.add_command(command)
