@@ -91,7 +91,8 @@ async def offload(
             skipped.append(seg.number)
             continue
         stored = Offload(
-            target.uri, summary.key, summary.size, summary.entries, summary.checksum, summary.object_crc32c, time.time()
+            target.uri, summary.key, summary.size, summary.entries, summary.checksum, summary.object_crc32c, time.time(),
+            footer_crc32c=summary.footer_crc32c,
         )
         recorded = await _record(records, name, record.uid, attrs.evolve(seg, offload=stored))
         if recorded is None:
@@ -123,10 +124,10 @@ async def _write(
             summary = await write_segment_object(
                 handle, tier, log=record.name, log_uid=record.uid, segment=seg, spool_dir=spool
             )
-            await verify_object(
+            verified = await verify_object(
                 tier, summary.key, summary.content, size=summary.size, object_crc32c=summary.object_crc32c
             )
-            return summary
+            return attrs.evolve(summary, footer_crc32c=verified.footer_crc32c)
         except CorruptObjectError as e:
             # An object under the key that is not this segment's (a bad earlier put, or a
             # store that changed it): it was never recorded, so it goes and is written again.

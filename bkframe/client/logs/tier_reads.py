@@ -12,9 +12,10 @@ The tier holds plain data, so the password check is the client's, made against t
 record when the reader was opened (as for any read).
 
 Nothing damaged is returned as data: the object's size is the recorded one (a short ranged
-get is a truncated object), its footer must name the very segment and the entry count and
-entry checksum the record holds (so a changed footer value is found before any row is
-read), and every page decoded has its checksum checked. A read that fails -- the tier
+get is a truncated object), its footer's bytes must have the CRC32C the record holds
+(checked before pyarrow parses them: a changed byte there can abort the process inside
+pyarrow), the footer must name the very segment and the entry count and entry checksum the
+record holds, and every page decoded has its checksum checked. A read that fails -- the tier
 unreachable or past its deadline, the object missing or damaged, pyarrow not installed --
 goes to the bookies while the segment's ledger is still there (``Offload.on_bookies``),
 else fails with a :class:`~bkframe.errors.TierError` naming the log, the segment, the tier
@@ -116,7 +117,9 @@ class TierReads:
             try:
                 from bkframe.client.tiering.segment_reader import AsyncSegmentObjectReader
 
-                found = AsyncSegmentObjectReader(await self._tiers.get(o.tier), o.key, size=o.size)
+                found = AsyncSegmentObjectReader(
+                    await self._tiers.get(o.tier), o.key, size=o.size, footer_crc32c=o.footer_crc32c
+                )
                 _check_footer(seg, o, await found.footer())
             except (BKError, OSError, ValueError, ImportError) as e:  # no plugin, no pyarrow, a damaged footer
                 self._failed(seg, e)

@@ -42,6 +42,8 @@ class Verified:
     object_crc32c: int
     row_groups: int
     content: SegmentContent
+    #: CRC32C of the footer's bytes (what a reader checks before parsing it).
+    footer_crc32c: int
     #: Ranged gets made (the tail, then one a row group), and bytes fetched (the object's
     #: size, and the tail's bytes before the footer).
     gets: int
@@ -86,7 +88,10 @@ async def verify_object(
     wrong = found.differences(expected)
     if wrong:
         raise CorruptObjectError(f"tier object {key!r}: its rows hold {'; '.join(wrong)}")
-    return Verified(key, info.size, crc, len(footer.groups), found, tier.gets - gets, tier.bytes_read - bytes_read)
+    return Verified(
+        key, info.size, crc, len(footer.groups), found, crc32c.crc32c(footer.raw), tier.gets - gets,
+        tier.bytes_read - bytes_read,
+    )
 
 
 async def _fetch(tier: AsyncTier, key: str, offset: int, length: int) -> bytes:
