@@ -11,6 +11,7 @@ service's orphan sweep. docs/tiered-storage.md#nothing-leaks.
 from __future__ import annotations
 
 import json
+import logging
 
 import click
 import trio
@@ -42,6 +43,9 @@ def check(metadata: str, tier_uri: str, delete_orphans: bool, grace: str | None,
     Exits 1 when an offloaded segment whose ledger is no longer on the bookies has its
     object missing or of the wrong size (its data is at risk)."""
     grace_s = duration(grace, "--grace") if grace is not None else DEFAULT_GRACE_S
+    quiet = logging.getLogger("bkframe.tiering")
+    if quiet.getEffectiveLevel() >= logging.WARNING:  # not -v: the findings say it, once each
+        quiet.setLevel(logging.ERROR)
     findings: list[TierFinding] = []
 
     def found(finding: TierFinding) -> None:
@@ -73,10 +77,13 @@ def check(metadata: str, tier_uri: str, delete_orphans: bool, grace: str | None,
 
 
 def _line(f: TierFinding) -> str:
-    where = f" log {f.log!r} segment {f.segment}" if f.log is not None else ""
-    age = f", {seconds(f.age_s)} old" if f.kind != "missing" else ""
+    parts = [f"{f.size} bytes"]
+    if f.kind != "missing":
+        parts.append(f"{seconds(f.age_s)} old")
+    if f.log is not None:
+        parts.append(f"log {f.log!r} segment {f.segment}")
     risk = " AT RISK" if f.at_risk else ""
-    return f"{f.kind}{risk}\t{f.key}\t{f.size} bytes{age}{where}: {f.detail}"
+    return f"{f.kind}{risk}\t{f.key}\t{', '.join(parts)}: {f.detail}"
 
 
 def _summary(s: TierSummary, deleting: bool) -> str:

@@ -234,7 +234,7 @@ class _Sweep:
             kind: Kind = "missing" if found is None else "wrong-size"
             what = "is missing" if found is None else f"has {found.size} bytes, {o.size} recorded"
             if o.on_bookies:
-                risk = "reads fall back to the bookies until its ledger is deleted: restore or re-offload it before"
+                risk = "reads fall back to the bookies while its ledger is there: restore the object before it is deleted"
             else:
                 risk = "its ledger is deleted: its data is AT RISK; restore the object from a backup"
             self.summary.missing += 1

@@ -97,9 +97,9 @@ async def test_trim_and_delete_take_their_objects_and_the_sweep_reclaims_the_res
     a, b = f"leak-a-{uuid.uuid4().hex[:6]}", f"leak-b-{uuid.uuid4().hex[:6]}"
     async with bkframe.open_client(uri) as client:
         await write_log(client, a, 4)
-        hot_b = await write_log(client, b, 4)
+        hot_b = await write_log(client, b, 3)
         rec_a = await offload(client, a, tier, 4)
-        await offload(client, b, tier, 4)
+        await offload(client, b, tier, 3)
         a_dir = root / "segments" / rec_a.uid
         assert sorted(object_files(a_dir)) == [0, 1, 2, 3]
         # Segment 0's ledger is already gone (the deletion lag): the trim deletes it quietly.
@@ -147,26 +147,26 @@ async def test_trim_and_delete_take_their_objects_and_the_sweep_reclaims_the_res
     assert checked.returncode == 1, checked.stderr
     lines = checked.stdout.splitlines()
     kinds = sorted((line.split("\t")[0], line.split("\t")[1]) for line in lines[:-1])
-    key = lambda p: p.relative_to(root).as_posix()  # noqa: E731
+
+    def key(path: Path) -> str:
+        return path.relative_to(root).as_posix()
+
     assert kinds == sorted([
         ("orphan", key(old)), ("orphan", key(young)), ("unknown", "segments/notes.txt"),
         ("missing AT RISK", key(files[1])), ("wrong-size", key(files[0])), ("unrecorded", key(files[2])),
     ]), checked.stdout
     assert "would be deleted" in next(line for line in lines if key(old) in line)
-    assert lines[-1].startswith(f"tier {tier}: 6 object(s)") and "(1 at risk)" in lines[-1]
-    assert "restore the objects listed above (AT RISK)" in checked.stderr and "Traceback" not in checked.stderr
+    assert lines[-1].startswith(f"tier {tier}: 5 object(s)") and "(1 at risk)" in lines[-1]
+    assert checked.stderr.splitlines() == [  # one line: the at-risk warning is not logged again
+        "Error: 1 offloaded segment(s) are only in this tier and their object is missing or damaged: restore the "
+        "objects listed above (AT RISK) from a backup of the tier"
+    ]
 
     swept = tier_check(uri, tier, "--grace", "1h", "--delete-orphans", "--json")
     report = json.loads(swept.stdout)
     assert swept.returncode == 1 and report["summary"]["deleted"] == 1 and report["summary"]["young"] == 1
     assert [f["key"] for f in report["findings"] if f["deleted"]] == [key(old)]
     assert not old.exists() and young.exists() and files[2].exists() and files[0].exists()
-    # A tier nobody can reach: one line, what to do.
-    gone = tier_check(uri, (tmp_path / "nowhere").as_uri())
-    assert gone.returncode == 1 and "Traceback" not in gone.stderr
-    assert gone.stderr.splitlines() == [f"Error: tier {(tmp_path / 'nowhere').as_uri()}: the directory "
-                                        f"{tmp_path / 'nowhere'} does not exist; create it (or mount the share), or "
-                                        "add ?create=true to the URI"]
 
 
 def damage(path: Path, how: str) -> None:
@@ -246,7 +246,7 @@ async def test_an_unreachable_tier_fails_fast_and_reads_come_back(
             await off_the_bookies(client, name, [1], delete_ledgers=False)
             reader = await client.logs.reader(name, password=PASSWORD)
             started = time.monotonic()
-            with pytest.raises(TierError, match=rf"segment 1 is only in tier s3://.*read again once it is back"):
+            with pytest.raises(TierError, match=r"segment 1 is only in tier s3://.*read again once it is back"):
                 await reader.read_segment(1, 0, PER_SEGMENT - 1)
             assert time.monotonic() - started < TIER_TIMEOUT_S + 10  # slack for a loaded machine
         proxy.clear()
