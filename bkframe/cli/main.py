@@ -38,7 +38,7 @@ from bkframe.core.log_config import FORMATS, LoggingConfig, setup_logging
 #: Commands that run until stopped and log as services do: their libraries' warnings stay.
 SERVICES = ("bookie", "autorecovery")
 #: Libraries whose warnings one-shot commands leave out (unless -v).
-QUIET_LIBRARIES = ("kazoo", "etcd3gw", "urllib3")
+QUIET_LIBRARIES = ("kazoo", "etcd3gw", "urllib3", "botocore")
 
 
 @click.group(cls=Group)

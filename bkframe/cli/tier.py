@@ -20,7 +20,7 @@ from bkframe.cli.durations import duration, seconds
 from bkframe.cli.options import client_security, metadata_option
 from bkframe.client.client import open_client
 from bkframe.client.logs.tier_sweep import DEFAULT_GRACE_S, TierFinding, TierSummary, sweep_tier
-from bkframe.errors import NoSuchObjectError, TierError
+from bkframe.errors import TierError
 
 
 @click.group(name="tier")
@@ -56,15 +56,14 @@ def check(metadata: str, tier_uri: str, delete_orphans: bool, grace: str | None,
 
     async def main() -> TierSummary:
         async with open_client(metadata, **client_security()) as client:
-            return await sweep_tier(client, tier_uri, grace_s=grace_s, delete=delete_orphans, on_finding=found)
+            try:
+                return await sweep_tier(client, tier_uri, grace_s=grace_s, delete=delete_orphans, on_finding=found)
+            except TierError as e:
+                raise click.ClickException(
+                    f"{e}; check the tier's URI, credentials and that the store is reachable, then run the check again"
+                ) from None
 
-    try:
-        summary = trio.run(main)
-    except TierError as e:
-        if isinstance(e, NoSuchObjectError):
-            raise
-        raise click.ClickException(f"{e}; check the tier's URI, credentials and that the store is reachable, "
-                                   "then run the check again") from None
+    summary = trio.run(main)
     if as_json:
         click.echo(json.dumps({"findings": [f.to_json() for f in findings], "summary": summary.to_json()}, indent=2))
     else:
