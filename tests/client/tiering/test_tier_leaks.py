@@ -25,6 +25,7 @@ import trio
 import bkframe
 from bkframe import Position, Record
 from bkframe.client.client import Client
+from bkframe.client.logs import tier_sweep
 from bkframe.client.logs.model import LogEntry, LogMetadata
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.tiering.footer import footer_start
@@ -254,4 +255,8 @@ async def test_an_unreachable_tier_fails_fast_and_reads_come_back(
             reader = await client.logs.reader(name, password=PASSWORD)
             assert await reader.read() == hot
             assert reader.tier_reads.object_reads >= 2 and reader.tier_reads.fallbacks == 0
+            # The sweep lists S3 through the same deadlines, a batch at a time (here: one object).
+            monkeypatch.setattr(tier_sweep, "LIST_BATCH", 1)
+            summary = await tier_sweep.sweep_tier(client, tier, delete=True)
+            assert (summary.objects, summary.recorded, summary.orphans, summary.missing) == (2, 2, 0, 0)
         nursery.cancel_scope.cancel()
