@@ -31,6 +31,7 @@ time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -143,24 +144,25 @@ async def sweep_tier(
     at = 0
     group_uid: str | None = None
     group: dict[str, ObjectInfo] = {}
-    async for info in target.list(SEGMENTS, batch=LIST_BATCH):
-        sweep.summary.objects += 1
-        sweep.summary.bytes += info.size
-        parsed = parse_segment_key(info.key)
-        if parsed is None:
-            sweep.report(TierFinding("unknown", info.key, info.size, now - info.modified,
-                                     detail="not a segment object's key: left alone"))
-            continue
-        if parsed.log_uid != group_uid:
-            if group_uid is not None:
-                await sweep.log_group(group_uid, live.get(group_uid), group)
-            group_uid, group = parsed.log_uid, {}
-            while at < len(order) and f"{order[at]}/".encode() < f"{group_uid}/".encode():
-                await sweep.log_group(order[at], live[order[at]], {})
-                at += 1
-            if at < len(order) and order[at] == group_uid:
-                at += 1
-        group[info.key] = info
+    async with contextlib.aclosing(target.list(SEGMENTS, batch=LIST_BATCH)) as listing:
+        async for info in listing:
+            sweep.summary.objects += 1
+            sweep.summary.bytes += info.size
+            parsed = parse_segment_key(info.key)
+            if parsed is None:
+                sweep.report(TierFinding("unknown", info.key, info.size, now - info.modified,
+                                         detail="not a segment object's key: left alone"))
+                continue
+            if parsed.log_uid != group_uid:
+                if group_uid is not None:
+                    await sweep.log_group(group_uid, live.get(group_uid), group)
+                group_uid, group = parsed.log_uid, {}
+                while at < len(order) and f"{order[at]}/".encode() < f"{group_uid}/".encode():
+                    await sweep.log_group(order[at], live[order[at]], {})
+                    at += 1
+                if at < len(order) and order[at] == group_uid:
+                    at += 1
+            group[info.key] = info
     if group_uid is not None:
         await sweep.log_group(group_uid, live.get(group_uid), group)
     for uid in order[at:]:

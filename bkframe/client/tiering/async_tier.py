@@ -13,7 +13,7 @@ at ``min_bytes_per_s``.
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -62,7 +62,7 @@ class AsyncTier:
     async def delete(self, key: str) -> None:
         await self._call(f"delete {key!r}", 0, lambda: self.tier.delete(key))
 
-    async def list(self, prefix: str = "", *, batch: int = 1000) -> AsyncIterator[ObjectInfo]:
+    async def list(self, prefix: str = "", *, batch: int = 1000) -> AsyncGenerator[ObjectInfo, None]:
         """Every object whose key starts with ``prefix``, in key order. The tier's lazy
         listing is drawn ``batch`` objects per worker-thread call, each under the deadline,
         so a listing of millions of objects is never held in memory and a store that stops
