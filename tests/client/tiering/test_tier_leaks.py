@@ -39,7 +39,7 @@ from bkframe.testing.servers import S3Server
 
 PASSWORD = b"leaks"
 PER_SEGMENT = 40
-TIER_TIMEOUT_S = 2.0
+TIER_TIMEOUT_S = 1.0
 
 
 async def write_log(client: Client, name: str, closed: int) -> list[LogEntry]:
@@ -237,7 +237,7 @@ async def test_an_unreachable_tier_fails_fast_and_reads_come_back(
             hot = await write_log(client, name, 2)
             await offload(client, name, tier, 2)
         proxy.set_faults(LinkFaults(blackhole=True))  # accepts, never answers
-        # Each tier call is abandoned after 2 s (30 s by default), whatever the S3 SDK's own
+        # Each tier call is abandoned after 1 s (30 s by default), whatever the S3 SDK's own
         # timeouts and retries (here its defaults: 30 s reads, 3 attempts).
         async with bkframe.open_client(uri, tier_timeout_s=TIER_TIMEOUT_S) as client:
             reader = await client.logs.reader(name, password=PASSWORD)
