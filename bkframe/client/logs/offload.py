@@ -124,10 +124,11 @@ async def _write(
             summary = await write_segment_object(
                 handle, tier, log=record.name, log_uid=record.uid, segment=seg, spool_dir=spool
             )
-            verified = await verify_object(
-                tier, summary.key, summary.content, size=summary.size, object_crc32c=summary.object_crc32c
+            await verify_object(
+                tier, summary.key, summary.content, size=summary.size, object_crc32c=summary.object_crc32c,
+                footer_crc32c=summary.footer_crc32c,
             )
-            return attrs.evolve(summary, footer_crc32c=verified.footer_crc32c)
+            return summary
         except CorruptObjectError as e:
             # An object under the key that is not this segment's (a bad earlier put, or a
             # store that changed it): it was never recorded, so it goes and is written again.

@@ -51,17 +51,19 @@ class Verified:
 
 
 async def verify_object(
-    tier: AsyncTier, key: str, expected: SegmentContent, *, size: int | None = None, object_crc32c: int | None = None
+    tier: AsyncTier, key: str, expected: SegmentContent, *, size: int | None = None, object_crc32c: int | None = None,
+    footer_crc32c: int | None = None,
 ) -> Verified:
     """Check object ``key`` against ``expected`` (what the ledger read found) and, when
-    given, the ``size`` and ``object_crc32c`` it was written with; see the module."""
+    given, the ``size``, ``object_crc32c`` and ``footer_crc32c`` it was written with (the
+    footer's before it is parsed); see the module."""
     gets, bytes_read = tier.gets, tier.bytes_read
     info = await tier.head(key)
     if info is None:
         raise NoSuchObjectError(f"tier {tier.uri}: no object {key!r} to verify")
     if size is not None and info.size != size:
         raise CorruptObjectError(f"tier object {key!r} is {info.size} bytes; {size} were written (truncated or replaced)")
-    footer = await AsyncSegmentObjectReader(tier, key, size=info.size).footer()
+    footer = await AsyncSegmentObjectReader(tier, key, size=info.size, footer_crc32c=footer_crc32c).footer()
     wrong = footer.content.differences(expected)
     if wrong:
         raise CorruptObjectError(f"tier object {key!r}: its footer says {'; '.join(wrong)}")

@@ -29,6 +29,7 @@ from bkframe.client.logs import tier_sweep
 from bkframe.client.logs.model import LogEntry, LogMetadata
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.tiering.footer import footer_start
+from bkframe.client.tiering.keys import segment_key
 from bkframe.client.tiering.object_format import CorruptObjectError
 from bkframe.client.tiering.segment_reader import SegmentObjectReader
 from bkframe.core.plugin_manager import PluginManager
@@ -210,6 +211,20 @@ async def test_a_damaged_object_is_never_returned_as_data(shared_cluster: Cluste
         assert await reader.read_segment(3, 0, PER_SEGMENT - 1) == [e for e in hot if e.position.segment == 3]
         assert reader.tier_reads.object_reads >= 1
         intact = (await client.logs.metadata(name)).segment(3)
+        # A damaged object already under segment 4's key (an orphan of an earlier put) is not
+        # adopted, nor parsed: the offload writes the segment again.
+        record = await client.logs.metadata(name)
+        seg4 = record.segment(4)
+        assert seg4 is not None and seg4.closed and seg4.offload is None
+        planted = tmp_path / segment_key(record.uid, 4, seg4.ledger_id)
+        data = files[3].read_bytes()
+        at = footer_start("", len(data), data[-8:]) + 40
+        planted.write_bytes(data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :])
+        result = await client.logs.offload(name, tier=tier, password=PASSWORD)
+        assert [s.number for s in result.offloaded] == [4] and planted.read_bytes() != data
+        reader = await client.logs.reader(name, password=PASSWORD)
+        assert await reader.read(Position(4, 0)) == [e for e in hot if e.position.segment == 4]
+        assert reader.tier_reads.fallbacks == 0 and reader.tier_reads.object_reads == 1
     # Every byte of the footer changed in turn is found before pyarrow parses it (pyarrow 26
     # aborts the whole process on some: a level histogram's size, thrown where nothing catches).
     assert intact is not None and intact.offload is not None and intact.offload.footer_crc32c
