@@ -4,7 +4,8 @@
 ``bench`` (:mod:`.bench`), ``bench-sweep`` (:mod:`.bench_sweep`, plots in :mod:`.bench_plots`), ``bench-autorecovery``
 (:mod:`.bench_autorecovery`), ``bench-scale metadata`` (:mod:`.bench_scale_metadata`),
 ``ledger ...`` (:mod:`.ledger`), ``log ...`` (:mod:`.log`), ``bookies ...`` (:mod:`.bookies`),
-``cluster ...`` (:mod:`.cluster`), ``cookie ...`` (:mod:`.cookie`), ``autorecovery ...`` (:mod:`.autorecovery`).
+``cluster ...`` (:mod:`.cluster`), ``cookie ...`` (:mod:`.cookie`), ``autorecovery ...`` (:mod:`.autorecovery`),
+``tier ...`` (:mod:`.tier`).
 Errors bkframe raises on purpose become one line and exit status 1 (:mod:`.errors`).
 """
 
@@ -23,7 +24,7 @@ from bkframe.core.log_config import FORMATS, LoggingConfig, setup_logging
 #: Commands that run until stopped and log as services do: their libraries' warnings stay.
 SERVICES = ("bookie", "autorecovery")
 #: Libraries whose warnings one-shot commands leave out (unless -v).
-QUIET_LIBRARIES = ("kazoo", "etcd3gw", "urllib3")
+QUIET_LIBRARIES = ("kazoo", "etcd3gw", "urllib3", "botocore")
 
 
 def _log_group() -> click.Command:
@@ -52,6 +53,7 @@ COMMANDS: dict[str, str | Callable[[], click.Command]] = {
     "log": _log_group,
     "plugins": "bkframe.cli.plugins:plugins",
     "sandbox": "bkframe.cli.sandbox:sandbox",
+    "tier": "bkframe.cli.tier:tier_group",
 }
 
 
