@@ -332,6 +332,8 @@ class AutorecoveryConfig:
     request_timeout_s: float = attrs.field(default=30.0, validator=above(0))
     #: A ledger that cannot be repaired yet is retried after a back-off that doubles up to this.
     max_retry_s: float = attrs.field(default=30.0, validator=above(0))
+    #: Ledgers one worker (a bookie's, or one ``bkframe autorecovery``) re-replicates at once.
+    parallel_ledgers: int = attrs.field(default=4, validator=at_least(1))
 
 
 @attrs.frozen

@@ -117,7 +117,8 @@ async def offload(
         if step is not None:
             step("put", seg)
         stored = Offload(
-            target.uri, summary.key, summary.size, summary.entries, summary.checksum, summary.object_crc32c, time.time()
+            target.uri, summary.key, summary.size, summary.entries, summary.checksum, summary.object_crc32c, time.time(),
+            footer_crc32c=summary.footer_crc32c,
         )
 
         def record_it(current: Segment, stored: Offload = stored) -> Segment | None:
@@ -158,7 +159,8 @@ async def _write(
                 handle, tier, log=record.name, log_uid=record.uid, segment=seg, spool_dir=spool
             )
             await verify_object(
-                tier, summary.key, summary.content, size=summary.size, object_crc32c=summary.object_crc32c
+                tier, summary.key, summary.content, size=summary.size, object_crc32c=summary.object_crc32c,
+                footer_crc32c=summary.footer_crc32c,
             )
             return summary
         except CorruptObjectError as e:

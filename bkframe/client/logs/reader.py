@@ -321,9 +321,7 @@ class LogReader:
         after the deletion lag (this reader's copy of the record, or of its chunk, is older);
         reads of it then go to its object only. Re-raises the ledger's absence otherwise."""
         record = await self.refresh()
-        for c in record.chunks:
-            if c.first <= seg.number <= c.last:
-                self._records.forget_chunk(record.uid, c.key)
+        self._records.forget_chunks(record.uid)
         now = await self._records.segment(record, seg.number)
         if now is None or now.ledger_id != seg.ledger_id or now.offload is None or now.offload.on_bookies:
             raise NoSuchLedgerError(seg.ledger_id)

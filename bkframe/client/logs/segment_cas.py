@@ -73,7 +73,7 @@ async def change_segment(records: LogRecords, name: str, uid: str, number: int, 
         except BadVersionError:
             continue
         finally:
-            records.forget_chunk(uid, chunk.key)
+            records.forget_chunks(uid)
         # A trim that removed the segment between the read and the write leaves the chunk
         # record behind it (or deletes it: then the write failed above); check once more.
         after = await records.read(name)
