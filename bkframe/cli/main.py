@@ -5,7 +5,7 @@
 (:mod:`.bench_autorecovery`), ``bench-scale metadata`` (:mod:`.bench_scale_metadata`),
 ``ledger ...`` (:mod:`.ledger`), ``log ...`` (:mod:`.log`), ``bookies ...`` (:mod:`.bookies`),
 ``cluster ...`` (:mod:`.cluster`), ``cookie ...`` (:mod:`.cookie`), ``autorecovery ...`` (:mod:`.autorecovery`),
-``tier ...`` (:mod:`.tier`).
+``tier ...`` (:mod:`.tier`), ``offloader`` (:mod:`.offloader`).
 Errors bkframe raises on purpose become one line and exit status 1 (:mod:`.errors`).
 """
 
@@ -22,7 +22,7 @@ from bkframe.cli.options import LOG_OVERRIDES
 from bkframe.core.log_config import FORMATS, LoggingConfig, setup_logging
 
 #: Commands that run until stopped and log as services do: their libraries' warnings stay.
-SERVICES = ("bookie", "autorecovery")
+SERVICES = ("bookie", "autorecovery", "offloader")
 #: Libraries whose warnings one-shot commands leave out (unless -v).
 QUIET_LIBRARIES = ("kazoo", "etcd3gw", "urllib3", "botocore")
 
@@ -54,6 +54,7 @@ COMMANDS: dict[str, str | Callable[[], click.Command]] = {
     "plugins": "bkframe.cli.plugins:plugins",
     "sandbox": "bkframe.cli.sandbox:sandbox",
     "tier": "bkframe.cli.tier:tier_group",
+    "offloader": "bkframe.cli.offloader:offloader",
 }
 
 

@@ -68,7 +68,7 @@ from bkframe.errors import (
 log = logging.getLogger("bkframe.logs")
 
 #: The settings :meth:`Logs.configure` changes on an existing log.
-CONFIGURABLE = ("offload_after_s", "offload_beyond_bytes", "offload_deletion_lag_s")
+CONFIGURABLE = ("offload_after_s", "offload_beyond_bytes", "offload_deletion_lag_s", "offload_tier")
 
 
 @attrs.frozen

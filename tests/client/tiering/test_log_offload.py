@@ -113,7 +113,7 @@ async def test_offloaded_segments_read_back_from_the_tier_byte_for_byte(written:
         assert o is not None and o.tier == written.tier and o.on_bookies and o.entries == seg.entries == PER_SEGMENT
         assert (written.tier_root / o.key).stat().st_size == o.size
     assert len(files) == 4  # one object a segment
-    assert record.settings.offload_after_s == 3600.0 and record.settings.offload_deletion_lag_s == 4 * 3600
+    assert record.settings.offload_after_s == 3600.0 and record.settings.offload_deletion_lag_s is None
     # The writer below publishes its LAC, so that the tail sees its last entries at once.
     async with bkframe.open_client(written.uri, explicit_lac_interval_s=0.1) as client:
         reader = await client.logs.reader(written.name, password=PASSWORD)
@@ -158,7 +158,7 @@ async def test_offloaded_segments_read_back_from_the_tier_byte_for_byte(written:
             await client.logs.offload(written.name, tier=written.tier, password=b"wrong")
     text = bk("log", "info", written.name, "--metadata", written.uri, "--password", PASSWORD.decode()).stdout
     assert f"offloaded: 4 segment(s), {4 * PER_SEGMENT} entries" in text and written.tier in text
-    assert "offload: after 1h, beyond -; ledgers kept 4h after" in text
+    assert "offload: after 1h, beyond -; ledgers kept [offload] deletion_lag_s after" in text
     states = [line.split("\t")[2] for line in text.splitlines() if line[:1].isdigit()]
     assert states[:5] == ["offloaded"] * 4 + ["closed"]
 
@@ -195,7 +195,7 @@ from bkframe.client.logs import offload
 async def killed(*args, **kwargs):  # the object is put and verified: die before recording it
     os.kill(os.getpid(), signal.SIGKILL)
 
-offload._record = killed
+offload.change_segment = killed
 
 async def main():
     async with bkframe.open_client(sys.argv[1]) as client:
