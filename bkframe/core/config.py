@@ -371,6 +371,12 @@ class OffloadConfig:
     #: Where a segment's Parquet file is written before its put ("": the system's temporary
     #: directory); it needs room for the largest segment.
     spool_dir: str = ""
+    #: Seconds between two orphan sweeps of each tier the service has seen (objects no log
+    #: names, docs/tiered-storage.md "Nothing leaks"); 0: never.
+    sweep_interval_s: float = attrs.field(default=3600.0, validator=at_least(0))
+    #: An object no log names is deleted once it is this old: longer than any offload's put
+    #: to its metadata commit.
+    orphan_grace_s: float = attrs.field(default=6 * 3600.0, validator=at_least(0))
 
 
 @attrs.frozen

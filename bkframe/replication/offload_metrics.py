@@ -34,6 +34,8 @@ class OffloadCounters:
     passes: int = 0
     #: Logs a pass could not finish (not a tier's failure: a metadata or bookie error).
     log_errors: int = 0
+    #: Objects no log names that the orphan sweeps deleted.
+    orphans_deleted: int = 0
 
 
 class OffloadCollector:
@@ -62,6 +64,7 @@ class OffloadCollector:
             ("ledgers_deleted", c.ledgers_deleted, "Offloaded segments' ledgers deleted from the bookies after the lag"),
             ("passes", c.passes, "Passes over the logs"),
             ("log_errors", c.log_errors, "Logs a pass could not finish (metadata or bookie errors)"),
+            ("orphans_deleted", c.orphans_deleted, "Objects no log names that the orphan sweeps deleted"),
         ]:
             counter = CounterMetricFamily(PREFIX + name, doc)
             counter.add_metric([], value)

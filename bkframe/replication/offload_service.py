@@ -39,6 +39,7 @@ before its ledger is deleted), so that tests kill a real process at a chosen ins
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import signal
@@ -56,6 +57,7 @@ from bkframe.client.logs.offload import offload
 from bkframe.client.logs.offload_deletion import delete_ledger, ledger_exists, unmark
 from bkframe.client.logs.offload_policy import OffloadPolicy
 from bkframe.client.logs.records import LogRecords
+from bkframe.client.logs.tier_sweep import sweep_tier
 from bkframe.client.read_handle import ReadHandle
 from bkframe.client.settings import ClientSettings
 from bkframe.core.config import OffloadConfig
@@ -113,6 +115,9 @@ class OffloadService:
         self._seen_due_now: dict[tuple[str, int], float] = {}
         self._client: Client | None = None
         self._records: LogRecords | None = None
+        #: Tiers seen in the logs' settings and offloads, and when each is swept next (trio time).
+        self._tiers_seen: set[str] = set(filter(None, [config.tier]))
+        self._next_sweep: dict[str, float] = {}
 
     # -- running ------------------------------------------------------------------------------
 
@@ -194,9 +199,47 @@ class OffloadService:
         await self.housekeeping()
 
     async def housekeeping(self) -> None:
-        """Periodic tasks that are not per log, after each pass (e.g. the orphan sweep of
-        the tiers, docs/tiered-storage.md): each must bound its own time and never raise
-        for a failure it can retry next time. None yet."""
+        """Periodic tasks that are not per log, after each pass: each must never raise for a
+        failure it can retry next time. The orphan sweep of each tier this service has seen
+        (a log's own or the default tier, or one an offloaded segment names), every
+        ``sweep_interval_s``, by one service at a time (the lock ``offload-sweep/<tier>``)."""
+        interval = self.config.sweep_interval_s
+        if not interval:
+            return
+        for tier in sorted(self._tiers_seen):
+            now = trio.current_time()
+            if self._next_sweep.get(tier, now) > now or not self.backoff.usable(tier, now):
+                continue
+            self._next_sweep[tier] = now + interval
+            try:
+                await self._sweep(tier)
+            except (BKError, ConnectionError, OSError, trio.TooSlowError) as e:
+                log.warning("tier %s: orphan sweep not done (%s); the next in %g s", tier, e or type(e).__name__, interval)
+            except Exception:  # a bug: logged whole; the pass goes on
+                log.exception("tier %s: orphan sweep failed; the next in %g s", tier, interval)
+
+    async def _sweep(self, tier: str) -> None:
+        name = "offload-sweep/" + hashlib.sha256(tier.encode()).hexdigest()[:24]
+        with trio.fail_after(self.config.request_timeout_s):
+            lock = await self.store.try_lock(name, self.holder, self.config.lock_ttl_s, self.client.context.nursery)
+        if lock is None:
+            return  # another service sweeps it now
+        try:
+            summary = await sweep_tier(self.client, tier, grace_s=self.config.orphan_grace_s)
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(self.config.request_timeout_s):
+                try:
+                    await lock.release()
+                except Exception as e:  # noqa: BLE001 - the lock then expires by its TTL
+                    log.warning("tier %s: could not release the sweep lock (%r); it expires by itself", tier, e)
+        self.counters.orphans_deleted += summary.deleted
+        if summary.orphans or summary.at_risk:
+            log.warning(
+                "tier %s: orphan sweep: %d object(s) no log names, %d deleted (%d bytes), %d younger than the grace; "
+                "%d recorded object(s) missing or of the wrong size, %d of them at risk (bkframe tier check)",
+                tier, summary.orphans, summary.deleted, summary.deleted_bytes, summary.young, summary.missing,
+                summary.at_risk,
+            )
 
     # -- one log ------------------------------------------------------------------------------
 
@@ -207,6 +250,7 @@ class OffloadService:
         except NoSuchLogError:
             return  # deleted since it was listed
         policy = self._policy(record)
+        self._tiers_seen.update(filter(None, [policy.tier, *(s.offload.tier for s in segments if s.offload)]))
         now = time.time()
         due = policy.due(segments, now) if policy.tier is not None and self._checkable(record) else {}
         # Due by size: since when this process first saw it due (nothing records it).

@@ -29,6 +29,7 @@ import bkframe
 from bkframe import Record
 from bkframe.client.logs.model import LogEntry, Segment
 from bkframe.client.settings import ClientSettings
+from bkframe.client.tiering.keys import segment_key
 from bkframe.core.cluster import require_cluster
 from bkframe.core.config import AutorecoveryConfig, OffloadConfig
 from bkframe.core.plugin_manager import PluginManager
@@ -253,7 +254,9 @@ async def test_a_tier_that_goes_away_is_backed_off_and_resumed(
 ) -> None:
     """The tier's directory missing: the service -- run by autorecovery with ``[offload]
     enabled`` -- backs off (one warning, not one per try) while the log is written and read
-    as ever, and a log of another tier is offloaded meanwhile; back, it offloads and says so."""
+    as ever, and a log of another tier is offloaded meanwhile; back, it offloads and says so.
+    The other tier's orphan sweep deletes an object no log names once past the grace, and
+    leaves a younger one."""
     uri, name, other = shared_cluster.metadata, f"away-{uuid.uuid4().hex[:8]}", f"here-{uuid.uuid4().hex[:8]}"
     tier_root = tmp_path / "tier"
     tier = tier_root.as_uri()
@@ -261,6 +264,12 @@ async def test_a_tier_that_goes_away_is_backed_off_and_resumed(
     tier2 = (tmp_path / "tier2").as_uri()
     hot = await write_log(uri, name, 2, offload_tier=tier, offload_after_s=60.0, offload_deletion_lag_s=0.0)
     await write_log(uri, other, 1, offload_tier=tier2, offload_after_s=60.0)
+    old_orphan, young_orphan = (tmp_path / "tier2" / segment_key(uuid.uuid4().hex, 0, 1) for _ in range(2))
+    for orphan in (old_orphan, young_orphan):
+        orphan.parent.mkdir(parents=True)
+        orphan.write_bytes(b"an offload that died between its put and its commit")
+    two_hours_ago = datetime.now(UTC).timestamp() - 7200
+    os.utime(old_orphan, (two_hours_ago, two_hours_ago))
     caplog.set_level(logging.INFO, logger="bkframe.offload")
     async with bkframe.open_client(uri) as client:
         store = PluginManager().metadata_store(uri)
@@ -268,7 +277,7 @@ async def test_a_tier_that_goes_away_is_backed_off_and_resumed(
         settings = client.settings.as_internal(secret)
         service = AutorecoveryService(
             store, PluginManager(), AutorecoveryConfig(), holder="test", settings=settings,
-            offload=OffloadConfig(enabled=True, **FAST),
+            offload=OffloadConfig(enabled=True, **FAST, sweep_interval_s=0.5, orphan_grace_s=3600.0),
         )
         try:
             async with trio.open_nursery() as nursery:
@@ -287,8 +296,8 @@ async def test_a_tier_that_goes_away_is_backed_off_and_resumed(
                 assert counters.segments[tier] == 0 and counters.lag_s[tier] > 0
                 tier_root.mkdir()
                 with trio.fail_after(30):
-                    while counters.ledgers_deleted < 4:  # segments 0 to 2, and the one the writer above closed
-                        await trio.sleep(0.05)
+                    while counters.ledgers_deleted < 4 or not counters.orphans_deleted:  # segments 0 to 2, and
+                        await trio.sleep(0.05)  # the one the writer above closed; the old orphan
                 nursery.cancel_scope.cancel()
         finally:
             await store.aclose()
@@ -300,4 +309,6 @@ async def test_a_tier_that_goes_away_is_backed_off_and_resumed(
     assert f'bkframe_offload_segments_total{{tier="{tier}"}} 4.0' in metrics
     assert f'bkframe_offload_failures_total{{tier="{tier}"}}' in metrics
     assert "bkframe_offload_ledgers_deleted_total 4.0" in metrics
+    assert "bkframe_offload_orphans_deleted_total 1.0" in metrics
+    assert not old_orphan.exists() and young_orphan.exists()
     await assert_done(uri, name, tier, now)
