@@ -50,6 +50,14 @@ FAST = dict(interval_s=0.2, lock_ttl_s=10.0, request_timeout_s=20.0, tier_timeou
             max_backoff_s=0.8)
 
 
+@pytest.fixture(scope="module")
+def offload_cluster(module_cluster_factory: Any) -> Cluster:
+    """A cluster of this module's own: an offload service works on every log of its cluster,
+    and the shared one holds other modules' logs with offload settings of their own."""
+    cluster: Cluster = module_cluster_factory(3)
+    return cluster
+
+
 def records(count: int, first: int = 0) -> list[Record]:
     rng = random.Random(first)
     return [
@@ -155,11 +163,11 @@ async def assert_done(uri: str, name: str, tier: str, hot: list[LogEntry]) -> No
         assert (await reader.to_arrow()).column("payload").to_pylist() == [e.payload for e in hot]
 
 
-async def test_killed_at_every_step_a_restarted_service_finishes_the_job(shared_cluster: Cluster, tmp_path: Path) -> None:
+async def test_killed_at_every_step_a_restarted_service_finishes_the_job(offload_cluster: Cluster, tmp_path: Path) -> None:
     """SIGKILLed after the put (before the record), after the record (before the deletion),
     and after the unmark (before the ledger's deletion): each run picks up where the last
     died, and the last finishes."""
-    uri, name = shared_cluster.metadata, f"crash-{uuid.uuid4().hex[:8]}"
+    uri, name = offload_cluster.metadata, f"crash-{uuid.uuid4().hex[:8]}"
     tier_root = tmp_path / "tier"
     tier_root.mkdir()
     tier = tier_root.as_uri()
@@ -209,11 +217,11 @@ async def test_killed_at_every_step_a_restarted_service_finishes_the_job(shared_
 
 
 async def test_two_services_at_once_offload_each_segment_once_to_s3(
-    shared_cluster: Cluster, s3_server: S3Server, tmp_path: Path
+    offload_cluster: Cluster, s3_server: S3Server, tmp_path: Path
 ) -> None:
     """Two ``bkframe offloader`` processes started together over four logs: the lock gives
     each log one owner, so each segment is offloaded by exactly one of them."""
-    uri = shared_cluster.metadata
+    uri = offload_cluster.metadata
     credentials = s3_server.credentials_file(tmp_path / "s3.ini")
     tier = f"s3://{s3_server.bucket()}/lake?endpoint={s3_server.endpoint}&credentials={credentials}&region=us-east-1"
     names = [f"pair-{i}-{uuid.uuid4().hex[:6]}" for i in range(4)]
@@ -250,14 +258,14 @@ async def test_two_services_at_once_offload_each_segment_once_to_s3(
 
 
 async def test_a_tier_that_goes_away_is_backed_off_and_resumed(
-    shared_cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    offload_cluster: Cluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The tier's directory missing: the service -- run by autorecovery with ``[offload]
     enabled`` -- backs off (one warning, not one per try) while the log is written and read
     as ever, and a log of another tier is offloaded meanwhile; back, it offloads and says so.
     The other tier's orphan sweep deletes an object no log names once past the grace, and
     leaves a younger one."""
-    uri, name, other = shared_cluster.metadata, f"away-{uuid.uuid4().hex[:8]}", f"here-{uuid.uuid4().hex[:8]}"
+    uri, name, other = offload_cluster.metadata, f"away-{uuid.uuid4().hex[:8]}", f"here-{uuid.uuid4().hex[:8]}"
     tier_root = tmp_path / "tier"
     tier = tier_root.as_uri()
     (tmp_path / "tier2").mkdir()
@@ -301,7 +309,7 @@ async def test_a_tier_that_goes_away_is_backed_off_and_resumed(
                 nursery.cancel_scope.cancel()
         finally:
             await store.aclose()
-    failing = [r for r in caplog.records if "is failing" in r.getMessage()]
+    failing = [r for r in caplog.records if f"tier {tier} is failing" in r.getMessage()]
     assert len(failing) == 1, [r.getMessage() for r in failing]
     assert any("works again" in r.getMessage() for r in caplog.records)
     assert counters.segments[tier] == 4 and counters.lag_s.get(tier, 0.0) == 0.0
