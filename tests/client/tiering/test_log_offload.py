@@ -28,9 +28,12 @@ import trio
 
 import bkframe
 from bkframe import Position, Record
+from bkframe.admin.status import StatusPage
+from bkframe.cli.bench_scale_metadata import Admin
 from bkframe.client.logs.api import LogInfo
 from bkframe.client.logs.model import LogEntry
 from bkframe.client.tiering import segment_writer
+from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import UnauthorizedError
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.servers import S3Server
@@ -128,6 +131,14 @@ async def test_offloaded_segments_read_back_from_the_tier_byte_for_byte(written:
         assert table.column("payload").to_pylist() == [e.payload for e in written.hot[: 3 * PER_SEGMENT]]
         assert table.column("key").to_pylist() == [e.key for e in written.hot[: 3 * PER_SEGMENT]]
         assert reader.tier_reads.fallbacks == 0 and reader.tier_reads.object_reads >= 8
+        # The status page's tier column: segments 2 and 3 of the record's own (0 and 1 are in a chunk).
+        store = PluginManager().metadata_store(written.uri)
+        try:
+            body = await StatusPage(Admin(store)).cluster(store)
+        finally:
+            await store.aclose()
+        assert (f"<td>{written.tier}: 2 of the last 3 closed segments offloaded, 2 still on the bookies (older ones in "
+                f"chunk records not counted)</td>") in body
         # The tail crosses from the objects into the hot segments while a writer appends.
         more = records(400, first=len(written.hot))
         seen: list[LogEntry] = []
