@@ -238,7 +238,7 @@ class StatusPage:
         # Older closed segments live in chunk records: the record's summary counts them.
         rows = [
             [
-                esc(name), str(r.segment_count), human_bytes(r.length), esc(r.writer or "(none)"),
+                esc(name), str(r.segment_count), human_bytes(r.length), _tier_cell(r), esc(r.writer or "(none)"),
                 cursors.get(name, '<span class="bad">not read in time</span>'),
             ]
             for name, r in ((n, found[n]) for n in page if n in found)
@@ -246,7 +246,8 @@ class StatusPage:
         shown = f", {len(page)} shown" + (f" from {start!r}" if start else "") if total > len(page) else ""
         return [
             f"<h2>Logs ({total}{esc(shown)})</h2>",
-            table("logs", ["log", "segments", "size (closed segments)", "writer", "cursors: lag, idle"], rows, "no logs"),
+            table("logs", ["log", "segments", "size (closed segments)", "tier", "writer", "cursors: lag, idle"], rows,
+                  "no logs"),
             _next_link("logs-next", "logs_from", listed[MAX_ROWS], f"next {MAX_ROWS} logs") if more else "",
         ]
 
@@ -314,3 +315,25 @@ def _query_int(request: Request, name: str) -> int:
 def _next_link(link_id: str, param: str, value: str, text: str) -> str:
     href = "?" + urllib.parse.urlencode({param: value})
     return f'<p class="more"><a id="{link_id}" href="{esc(href)}">{esc(text)}</a></p>'
+
+
+def _tier_cell(record: LogMetadata) -> str:
+    """Where the log's closed segments go (its own tier, the tiers its offloads name, or the
+    offload service's default) and how many of the segments its record holds are offloaded,
+    and of those still on the bookies (older segments, in chunk records, are counted by
+    ``bkframe log info``)."""
+    settings = record.settings
+    closed = [s for s in record.segments if s.closed and s.entries > 0]
+    offloaded = [s.offload for s in closed if s.offload is not None]
+    tiers = [settings.offload_tier] if settings.offload_tier else sorted({o.tier for o in offloaded})
+    if tiers:
+        where = ", ".join(esc(t) for t in tiers)
+    elif settings.offload_after_s or settings.offload_beyond_bytes:
+        where = "(the offload service's default)"
+    else:
+        return "-"
+    if not offloaded:
+        return where
+    kept = sum(o.on_bookies for o in offloaded)
+    older = " (older ones in chunk records not counted)" if record.chunks else ""
+    return f"{where}: {len(offloaded)} of the last {len(closed)} closed segments offloaded, {kept} still on the bookies{older}"

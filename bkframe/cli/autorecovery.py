@@ -30,8 +30,8 @@ log = logging.getLogger("bkframe.autorecovery")
 @metadata_option(required=False)
 @click.option(
     "--config", "config_path", type=click.Path(path_type=Path),
-    help="A bookie TOML config: its [autorecovery] keys (enabled is ignored: running alone is enabling it) "
-    "and [placement] (where copies go).",
+    help="A bookie TOML config: its [autorecovery] keys (enabled is ignored: running alone is enabling it), "
+    "[placement] (where copies go) and [offload] (with enabled = true, the offload service runs too).",
 )
 @click.option("--holder", default="", help="This service's name in the locks it takes (default autorecovery@HOST:PID).")
 @auth_token_option
@@ -60,7 +60,9 @@ def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | N
             internal = settings.as_internal(record.secret)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async with trio.open_nursery() as nursery:
-                    service = AutorecoveryService(store, plugins, config.autorecovery, holder=name, settings=internal)
+                    service = AutorecoveryService(
+                        store, plugins, config.autorecovery, holder=name, settings=internal, offload=config.offload
+                    )
                     await nursery.start(service.run)
                     click.echo(f"autorecovery running as {name}", err=True)
                     async for signum in signals:

@@ -103,11 +103,11 @@ def create(
     metadata: str, name: str, ensemble: int, write_quorum: int, ack_quorum: int, ledger_type: str, digest: str,
     rollover_entries: int, rollover_bytes: int, rollover_s: float, retention_s: float | None,
     retention_bytes: int | None, cursor_ttl: str | None, offload_after: str | None, offload_beyond: str | None,
-    offload_deletion_lag: str | None, password: str,
+    offload_deletion_lag: str | None, offload_tier: str | None, password: str,
 ) -> None:
     """Create an empty log."""
     ttl = _duration(cursor_ttl, "--cursor-ttl") if cursor_ttl is not None else None
-    offloads = offload_settings(offload_after, offload_beyond, offload_deletion_lag)
+    offloads = offload_settings(offload_after, offload_beyond, offload_deletion_lag, offload_tier)
     try:
         settings = LogSettings(
             ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type,

@@ -50,10 +50,10 @@ def offload(metadata: str, password: str, name: str, tier: str, until: str | Non
 @with_offload_options(defaults=False)
 def configure(
     metadata: str, password: str, name: str, offload_after: str | None, offload_beyond: str | None,
-    offload_deletion_lag: str | None,
+    offload_deletion_lag: str | None, offload_tier: str | None,
 ) -> None:
     """Change a log's offload settings (those given; 'none' unsets one)."""
-    changes = offload_settings(offload_after, offload_beyond, offload_deletion_lag)
+    changes = offload_settings(offload_after, offload_beyond, offload_deletion_lag, offload_tier)
     if not changes:
         raise click.UsageError("give a setting to change (see --help)")
     try:

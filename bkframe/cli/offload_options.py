@@ -19,7 +19,6 @@ NONE = "none"
 def offload_options(*, defaults: bool) -> list[Any]:
     """The offload settings' options (``log create`` shows their defaults; ``log configure``
     changes only those given)."""
-    lag = LogSettings().offload_deletion_lag_s
     return [
         click.option("--offload-after", default=None, metavar="DURATION" + ("" if defaults else "|none"),
                      help="Closed segments this old (e.g. 6h, 2d) may be offloaded to a tier"
@@ -27,9 +26,12 @@ def offload_options(*, defaults: bool) -> list[Any]:
         click.option("--offload-beyond", default=None, metavar="BYTES" + ("" if defaults else "|none"),
                      help="Offload the oldest closed segments while the log holds more than this on the bookies"
                      + (" (default: not by size)." if defaults else ".")),
-        click.option("--offload-deletion-lag", default=None, metavar="DURATION",
+        click.option("--offload-deletion-lag", default=None, metavar="DURATION" + ("" if defaults else "|none"),
                      help="How long an offloaded segment's ledger stays on the bookies"
-                     + (f" [default: {_seconds(lag)}]" if defaults else ".")),
+                     + (" (default: the offload service's [offload] deletion_lag_s, 4h)." if defaults else ".")),
+        click.option("--offload-tier", default=None, metavar="URI" + ("" if defaults else "|none"),
+                     help="The tier the offload service moves the log's segments to: file:///PATH or s3://BUCKET?..."
+                     + (" (default: the service's [offload] tier)." if defaults else ".")),
     ]
 
 
@@ -42,7 +44,7 @@ def with_offload_options(*, defaults: bool) -> Any:
     return wrap
 
 
-def offload_settings(after: str | None, beyond: str | None, lag: str | None) -> dict[str, Any]:
+def offload_settings(after: str | None, beyond: str | None, lag: str | None, tier: str | None = None) -> dict[str, Any]:
     """The :class:`LogSettings` fields the options give (an option not given: absent)."""
     out: dict[str, Any] = {}
     if after is not None:
@@ -55,7 +57,14 @@ def offload_settings(after: str | None, beyond: str | None, lag: str | None) -> 
         else:
             out["offload_beyond_bytes"] = int(beyond)
     if lag is not None:
-        out["offload_deletion_lag_s"] = 0.0 if lag in ("0", "0s") else _duration(lag, "--offload-deletion-lag")
+        out["offload_deletion_lag_s"] = (
+            None if lag == NONE else 0.0 if lag in ("0", "0s") else _duration(lag, "--offload-deletion-lag")
+        )
+    if tier is not None:
+        if tier != NONE and "://" not in tier:
+            raise click.BadParameter(f"{tier!r}: write a tier URI, file:///PATH or s3://BUCKET?... (or none)",
+                                     param_hint="--offload-tier")
+        out["offload_tier"] = None if tier == NONE else tier
     return out
 
 
@@ -63,7 +72,9 @@ def settings_line(s: LogSettings) -> str:
     """``log info``'s line of offload settings."""
     after = _seconds(s.offload_after_s) if s.offload_after_s is not None else "-"
     beyond = f"{s.offload_beyond_bytes} bytes" if s.offload_beyond_bytes is not None else "-"
-    return f"offload: after {after}, beyond {beyond}; ledgers kept {_seconds(s.offload_deletion_lag_s)} after"
+    lag = _seconds(s.offload_deletion_lag_s) if s.offload_deletion_lag_s is not None else "[offload] deletion_lag_s"
+    tier = f" to {s.offload_tier}" if s.offload_tier is not None else ""
+    return f"offload{tier}: after {after}, beyond {beyond}; ledgers kept {lag} after"
 
 
 def offloaded_line(info: LogInfo) -> str:

@@ -110,7 +110,7 @@ def _run(
                 click.echo(f"status page: {cluster.bookies[0].http_url}/")
                 click.echo(f"wrote {data_dir / STATE_FILE}")
                 if demo:
-                    await run_demo(metadata, bookies, click.echo)
+                    await run_demo(metadata, bookies, click.echo, tier_dir=data_dir / "tier")
                     if not no_spark:
                         await run_spark_pipeline(metadata, data_dir, click.echo)
                 else:

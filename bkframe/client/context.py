@@ -72,5 +72,5 @@ class ClientContext:
         )
         return cls(
             nursery=nursery, metadata=metadata, pool=pool, ledger_types=plugins.ledger_types(), settings=settings,
-            counters=counters, tiers=OpenTiers(plugins.tier),
+            counters=counters, tiers=OpenTiers(plugins.tier, timeout_s=settings.tier_timeout_s),
         )

@@ -52,6 +52,10 @@ class ClientSettings:
     #: the switch fails the writer (a store that does not answer; its own clients retry for
     #: ~30 s), and so does each update of the log record it makes (docs/logs.md).
     metadata_timeout_s: float = attrs.field(default=10.0, validator=_positive)
+    #: The longest one call to an object-store tier may take (plus the time its bytes take
+    #: at 1 MiB/s) before it is abandoned as a TierError: a read of an offloaded segment then
+    #: falls back to the bookies or fails, instead of waiting out the store's own retries.
+    tier_timeout_s: float = attrs.field(default=30.0, validator=_positive)
     #: A bookie that failed a request is avoided for this long when choosing ensembles and
     #: replicas; it is still used when no other bookie is available.
     bookie_quarantine_s: float = attrs.field(default=1800.0, validator=v.ge(0))

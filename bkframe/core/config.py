@@ -332,6 +332,51 @@ class AutorecoveryConfig:
     request_timeout_s: float = attrs.field(default=30.0, validator=above(0))
     #: A ledger that cannot be repaired yet is retried after a back-off that doubles up to this.
     max_retry_s: float = attrs.field(default=30.0, validator=above(0))
+    #: Ledgers one worker (a bookie's, or one ``bkframe autorecovery``) re-replicates at once.
+    parallel_ledgers: int = attrs.field(default=4, validator=at_least(1))
+
+
+@attrs.frozen
+class OffloadConfig:
+    """``[offload]``: the offload service (docs/tiered-storage.md, "The offload service"):
+    ``bkframe offloader --config`` reads it, and ``bkframe autorecovery`` (alone or in a
+    bookie) runs the service too when ``enabled``. The defaults apply to logs that set none
+    of their own (``log create`` / ``log configure``); a log with no tier, its own or
+    ``tier``, is never offloaded."""
+
+    #: Run the offload service beside autorecovery (``bkframe autorecovery``, or a bookie
+    #: with ``[autorecovery] enabled``); ``bkframe offloader`` runs it whatever this says.
+    enabled: bool = False
+    #: The tier (URI) of logs that name none; "": such logs are not offloaded.
+    tier: str = ""
+    #: A closed segment this old (s, as retention counts age) is offloaded; 0: not by age.
+    after_s: float = attrs.field(default=0.0, validator=at_least(0))
+    #: The oldest closed segments are offloaded while a log holds more than this many bytes
+    #: not offloaded yet; 0: not by size.
+    beyond_bytes: int = attrs.field(default=0, validator=at_least(0))
+    #: An offloaded segment's ledger is deleted from the bookies this long after its offload.
+    deletion_lag_s: float = attrs.field(default=4 * 3600.0, validator=at_least(0))
+    #: Seconds between the starts of two passes over the logs.
+    interval_s: float = attrs.field(default=60.0, validator=above(0))
+    #: A log's lock (one offloader per log) vanishes about this long after its holder dies.
+    lock_ttl_s: float = attrs.field(default=30.0, validator=above(0))
+    #: Deadline of each metadata request (and of each bookie read, through the client).
+    request_timeout_s: float = attrs.field(default=30.0, validator=above(0))
+    #: Deadline of each tier call, plus the time its bytes take at 1 MiB/s.
+    tier_timeout_s: float = attrs.field(default=60.0, validator=above(0))
+    #: A tier that failed is left alone for a back-off that starts here and doubles up to
+    #: ``max_backoff_s`` while it keeps failing.
+    min_backoff_s: float = attrs.field(default=5.0, validator=above(0))
+    max_backoff_s: float = attrs.field(default=300.0, validator=above(0))
+    #: Where a segment's Parquet file is written before its put ("": the system's temporary
+    #: directory); it needs room for the largest segment.
+    spool_dir: str = ""
+    #: Seconds between two orphan sweeps of each tier the service has seen (objects no log
+    #: names, docs/tiered-storage.md "Nothing leaks"); 0: never.
+    sweep_interval_s: float = attrs.field(default=3600.0, validator=at_least(0))
+    #: An object no log names is deleted once it is this old: longer than any offload's put
+    #: to its metadata commit.
+    orphan_grace_s: float = attrs.field(default=6 * 3600.0, validator=at_least(0))
 
 
 @attrs.frozen
@@ -375,6 +420,7 @@ class Config:
     entry_log_manager: Mapping[str, Any]
     plugins: PluginsConfig = PluginsConfig()
     autorecovery: AutorecoveryConfig = AutorecoveryConfig()
+    offload: OffloadConfig = OffloadConfig()
     source: str = "(defaults)"
     #: ``[placement]``: ``policy`` (a registered placement policy's name) and its options,
     #: for the client inside the bookie (repair, re-replication); validated by the policy's
@@ -409,7 +455,8 @@ def load_config(
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
     known = {
-        "bookie", "plugins", "placement", "tls", "auth", "logging", "http", "autorecovery", "limits", *PLUGIN_SECTIONS
+        "bookie", "plugins", "placement", "tls", "auth", "logging", "http", "autorecovery", "offload", "limits",
+        *PLUGIN_SECTIONS,
     }
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -426,6 +473,7 @@ def load_config(
         bookie=parse_section(BookieConfig, bookie_raw, where=f"{source}: [bookie]"),
         plugins=parse_section(PluginsConfig, raw.get("plugins", {}), where=f"{source}: [plugins]"),
         autorecovery=parse_section(AutorecoveryConfig, raw.get("autorecovery", {}), where=f"{source}: [autorecovery]"),
+        offload=parse_section(OffloadConfig, raw.get("offload", {}), where=f"{source}: [offload]"),
         source=source,
         placement={"policy": DEFAULT_POLICY, **raw.get("placement", {})},
         tls=tls,

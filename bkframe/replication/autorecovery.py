@@ -1,5 +1,6 @@
 """Autorecovery as a service: an auditor candidate (:mod:`.auditor`) and a replication
-worker (:mod:`.worker`) sharing one client context. It runs inside a bookie when
+worker (:mod:`.worker`) sharing one client context -- and the offload service
+(:mod:`.offload_service`) when ``[offload] enabled``. It runs inside a bookie when
 ``[autorecovery] enabled = true`` (the bookie service starts it, see
 :func:`in_bookie`) or alone as ``bkframe autorecovery --metadata URI``.
 
@@ -21,10 +22,11 @@ from bkframe.bookie.bookie import Bookie
 from bkframe.client.context import ClientContext
 from bkframe.client.settings import ClientSettings
 from bkframe.core.bounded import each_bounded
-from bkframe.core.config import AutorecoveryConfig
+from bkframe.core.config import AutorecoveryConfig, OffloadConfig
 from bkframe.core.metadata import LEDGER_PAGE, MetadataStore
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.replication.auditor import Auditor
+from bkframe.replication.offload_service import OffloadService
 from bkframe.replication.worker import KeyLookup, ReplicationWorker, _no_key
 
 log = logging.getLogger("bkframe.autorecovery")
@@ -52,8 +54,10 @@ class AutorecoveryService:
         holder: str,
         key_for: KeyLookup = _no_key,
         settings: ClientSettings | None = None,
+        offload: OffloadConfig | None = None,
     ) -> None:
-        """``settings``: for the service's client (the placement policy of the copies)."""
+        """``settings``: for the service's client (the placement policy of the copies);
+        ``offload``: the offload service's config (run beside if ``enabled``)."""
         self.store = store
         self.settings = settings
         self.plugins = plugins
@@ -62,6 +66,8 @@ class AutorecoveryService:
         self.key_for = key_for
         self.auditor: Auditor | None = None
         self.worker: ReplicationWorker | None = None
+        self.offload = offload
+        self.offloader: OffloadService | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -70,6 +76,9 @@ class AutorecoveryService:
             self.worker = ReplicationWorker(ctx, self.holder, self.config, key_for=self.key_for)
             await nursery.start(self.auditor.run)
             await nursery.start(self.worker.run)
+            if self.offload is not None and self.offload.enabled:
+                self.offloader = OffloadService(self.store, self.plugins, self.offload, holder=self.holder)
+                await nursery.start(self.offloader.run, ctx)
             log.info("autorecovery running as %s", self.holder)
             task_status.started()
 
@@ -84,7 +93,7 @@ def in_bookie(bookie: Bookie, store: MetadataStore, bookie_id: str) -> Autorecov
 
     return AutorecoveryService(
         store, bookie.plugins, bookie.config.autorecovery, holder=bookie_id, key_for=key_for,
-        settings=ClientSettings.for_bookie(bookie.config, bookie.own_credential()),
+        settings=ClientSettings.for_bookie(bookie.config, bookie.own_credential()), offload=bookie.config.offload,
     )
 
 

@@ -1,5 +1,5 @@
 """The replication worker of autorecovery: it brings under-replicated ledgers back to full
-replication, one at a time.
+replication, ``parallel_ledgers`` at a time.
 
 A loop: read the next few under-replicated marks (the auditor's, :mod:`.auditor`; never
 the whole list: a lost bookie of 10^5 ledgers leaves 10^5 marks), claim one ledger (the
@@ -28,8 +28,11 @@ moves off it by an ensemble change.
 
 Which marks: :data:`MARKS_PER_LOOK` from this worker's cursor (a ledger id), in a random
 order so that workers looking at the same marks do not all race for the first one, one
-claimed per look (the marks are read again after each ledger: a mark another worker
-finished meanwhile is gone). The cursor moves past the marks looked at when none of them
+claimed per look (the marks are read again after each claim: a mark another worker
+finished meanwhile is gone). A claimed ledger is replicated in a task of its own, up to
+``parallel_ledgers`` of them at once (a lost bookie leaves thousands of ledgers, and one
+ledger's copy mostly waits on round trips); the loop claims the next one as soon as a
+slot is free, skipping the ledgers its own tasks hold. The cursor moves past the marks looked at when none of them
 could be taken (held by other workers, or waiting out their back-off) and goes back to the
 first mark after the last: the workers rotate over the marks, a page at a time.
 
@@ -103,8 +106,8 @@ class WorkerStatus:
     ledgers_replicated: int = 0
     fragments_replicated: int = 0
     entries_copied: int = 0
-    #: The ledger being replicated now, or -1.
-    current: int = -1
+    #: The ledgers being replicated now.
+    replicating: set[int] = attrs.Factory(set)
     last_error: str = ""
 
 
@@ -134,9 +137,15 @@ class ReplicationWorker:
         #: step of this machine's clock (or another's, which wrote ``since``) must not end it
         #: early and fence a live writer.
         self._pending_since: dict[int, float] = {}
+        #: A slot per ledger replicated at once; taken before a claim, freed when it ends.
+        self._slots = trio.Semaphore(config.parallel_ledgers)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            await self._loop(nursery)
+
+    async def _loop(self, nursery: trio.Nursery) -> None:
         while True:
             try:
                 with trio.fail_after(self.config.request_timeout_s):
@@ -145,7 +154,7 @@ class ReplicationWorker:
                 log.warning("cannot list under-replicated ledgers (%r); retrying", e)
                 await trio.sleep(self.config.check_interval_s)
                 continue
-            outcome = await self._take_one(marks)
+            outcome = await self._take_one(marks, nursery)
             if outcome is Claim.TAKEN:
                 continue
             # Nothing here could be taken: look further on, at once if these are held by
@@ -158,7 +167,8 @@ class ReplicationWorker:
                 # or are tried as new), so that the table holds only marks still waiting.
                 now = trio.current_time()
                 self._retry = {i: r for i, r in self._retry.items() if r[0] > now}
-                self._pending_since = {i: t for i, t in self._pending_since.items() if i in self._retry}
+                busy = self.status.replicating
+                self._pending_since = {i: t for i, t in self._pending_since.items() if i in self._retry or i in busy}
             if outcome is not Claim.HELD or wrapped:
                 await trio.sleep(self.config.check_interval_s)
 
@@ -173,33 +183,48 @@ class ReplicationWorker:
             marks += [m for m in first if m.ledger_id < self._cursor]
         return marks, True
 
-    async def _take_one(self, marks: list[UnderReplicated]) -> Claim | None:
-        """Claim and replicate one of ``marks``, tried in a random order until one is taken
-        or the store fails; None if all of them wait out their back-off."""
-        now = trio.current_time()
+    async def _take_one(self, marks: list[UnderReplicated], nursery: trio.Nursery) -> Claim | None:
+        """Claim one of ``marks`` (tried in a random order until one is taken or the store
+        fails) and start its replication in ``nursery``; None if all of them wait out their
+        back-off or are being replicated here already."""
         outcome: Claim | None = None
         for mark in random.sample(marks, len(marks)):
-            if self._retry.get(mark.ledger_id, (0.0, 0.0))[0] > now:
+            if self._retry.get(mark.ledger_id, (0.0, 0.0))[0] > trio.current_time():
                 continue
-            outcome = await self._claim_and_replicate(mark)
+            if mark.ledger_id in self.status.replicating:
+                continue
+            await self._slots.acquire()  # before the claim: a claim must not wait for a slot
+            outcome, lock = await self._claim(mark)
+            if lock is None:
+                self._slots.release()
+            else:
+                self.status.replicating.add(mark.ledger_id)
+                nursery.start_soon(self._replicate_claimed, lock, mark)
             if outcome is not Claim.HELD:
                 break
         return outcome
 
-    async def _claim_and_replicate(self, mark: UnderReplicated) -> Claim:
-        """Claim the ledger and replicate it (or try to)."""
-        timeout = self.config.request_timeout_s
+    async def _claim(self, mark: UnderReplicated) -> tuple[Claim, Lock | None]:
         try:
-            with trio.fail_after(timeout):
+            with trio.fail_after(self.config.request_timeout_s):
                 lock = await self.store.try_lock(
                     f"ledger/{mark.ledger_id}", self.holder, self.config.lock_ttl_s, self.ctx.nursery
                 )
         except Exception as e:  # noqa: BLE001 - a store failure: try again next round
             log.warning("cannot claim ledger %d (%r)", mark.ledger_id, e)
-            return Claim.FAILED
-        if lock is None:
-            return Claim.HELD
-        self.status.current = mark.ledger_id
+            return Claim.FAILED, None
+        return (Claim.HELD, None) if lock is None else (Claim.TAKEN, lock)
+
+    async def _replicate_claimed(self, lock: Lock, mark: UnderReplicated) -> None:
+        """Replicate a claimed ledger (or try to), then free its claim and its slot."""
+        try:
+            await self._replicate_held(lock, mark)
+        finally:
+            self.status.replicating.discard(mark.ledger_id)
+            self._slots.release()
+
+    async def _replicate_held(self, lock: Lock, mark: UnderReplicated) -> None:
+        timeout = self.config.request_timeout_s
         try:
             done = await self._while_held(lock, mark)
         except NotYet as e:
@@ -213,7 +238,6 @@ class ReplicationWorker:
                 log.exception("replication of ledger %d failed; retrying later", mark.ledger_id)
             done = False
         finally:
-            self.status.current = -1
             with trio.CancelScope(shield=True), trio.move_on_after(timeout):
                 try:
                     await lock.release()
@@ -226,7 +250,6 @@ class ReplicationWorker:
             _, delay = self._retry.get(mark.ledger_id, (0.0, self.config.check_interval_s / 2))
             delay = min(delay * 2, self.config.max_retry_s)
             self._retry[mark.ledger_id] = (trio.current_time() + delay, delay)
-        return Claim.TAKEN
 
     async def _while_held(self, lock: Lock, mark: UnderReplicated) -> bool:
         """:meth:`replicate`, cancelled if the claim is lost (another worker may take over:
@@ -436,3 +459,4 @@ class ReplicationWorker:
                     raise BKError(f"ledger {ledger_id}: {target} refused the copies: {r.status.name} {r.message}")
                 copied += len(got_ids)
         return copied
+

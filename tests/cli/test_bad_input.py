@@ -190,6 +190,16 @@ ROWS = [
     Row("log-delete-no-log", meta("log", "delete", "no-such-log"), says("log 'no-such-log' does not exist")),
     Row("log-list-missing-store", meta("log", "list", "--metadata", MISSING_STORE), says("does not exist")),
     Row("log-bench-window-0", meta("log", "bench", "--window", "0"), says("'--window': 0 is not in the range x>=1")),
+    # -- bkframe tier --------------------------------------------------------------------------
+    Row("tier-check-no-directory", meta("tier", "check", "--tier", "file://{root}/no-tier-here"),
+        says("no-tier-here does not exist", "add ?create=true to the URI")),
+    Row("tier-check-unknown-scheme", meta("tier", "check", "--tier", "gcs://lake"),
+        says("no installed plugin serves tier URIs of scheme 'gcs'")),
+    Row("tier-check-s3-down", meta("tier", "check", "--tier", "s3://lake?endpoint=http://127.0.0.1:1&attempts=1"),
+        says("tier s3://lake", "check the tier's URI, credentials and that the store is reachable"),
+        env=(("AWS_ACCESS_KEY_ID", "test-key"), ("AWS_SECRET_ACCESS_KEY", "test-secret"))),
+    Row("tier-check-bad-grace", meta("tier", "check", "--tier", "file://{root}", "--grace", "soon"),
+        says("--grace", "a duration > 0")),
     # -- cookie, bookies, autorecovery ---------------------------------------------------------
     Row("cookie-data-dir-is-a-file", meta("cookie", "show", "--data-dir", "{file}", "--bookie-id", "x"),
         says("a part of the path is a file, not a directory")),

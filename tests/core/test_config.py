@@ -12,6 +12,7 @@ from bkframe.core.config import (
     BookieConfig,
     HttpConfig,
     LimitsConfig,
+    OffloadConfig,
     PluginsConfig,
     load_config,
     parse_section,
@@ -102,6 +103,7 @@ def test_sample_config_documents_every_key_at_its_default() -> None:
         "plugins": PluginsConfig,
         "http": HttpConfig,
         "autorecovery": AutorecoveryConfig,
+        "offload": OffloadConfig,
         "limits": LimitsConfig,
     }
     for section, kind in SECTION_KINDS.items():

@@ -20,11 +20,14 @@ from bkframe.replication.worker import MARKS_PER_LOOK, ReplicationWorker
 
 
 class PageRecorder:
-    """The store, recording the ``limit`` of every listing of the marks."""
+    """The store, recording the ``limit`` of every listing of the marks, and how many
+    ledger reads were in flight at most (each made slow, as a remote store's)."""
 
     def __init__(self, inner: MetadataStore) -> None:
         self.inner = inner
         self.limits: list[int | None] = []
+        self.reading = 0
+        self.most_reading = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -32,6 +35,15 @@ class PageRecorder:
     async def list_under_replicated(self, *, start: int = 0, limit: int | None = None) -> list[UnderReplicated]:
         self.limits.append(limit)
         return await self.inner.list_under_replicated(start=start, limit=limit)
+
+    async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
+        self.reading += 1
+        self.most_reading = max(self.most_reading, self.reading)
+        try:
+            await trio.sleep(0.005)
+            return await self.inner.read_ledger(ledger_id)
+        finally:
+            self.reading -= 1
 
 
 async def test_workers_take_the_marks_a_page_at_a_time(nursery: trio.Nursery) -> None:
@@ -60,6 +72,8 @@ async def test_workers_take_the_marks_a_page_at_a_time(nursery: trio.Nursery) ->
     assert left.ledger_id == 1
     done = [w.status.ledgers_replicated for w in workers]
     assert all(n > 0 for n in done), done  # both took marks ...
+    # ... several ledgers at a time each (parallel_ledgers), not one after another.
+    assert recorder.most_reading > 2, recorder.most_reading
     assert sum(done) <= (marked - 1) * 1.05, done  # ... hardly ever one the other had done
     # Every look read a page, none the whole list.
     assert recorder.limits and all(limit is not None and limit <= MARKS_PER_LOOK for limit in recorder.limits)

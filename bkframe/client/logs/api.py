@@ -53,6 +53,7 @@ from bkframe.client.logs.offload_record import OffloadStats
 from bkframe.client.logs.reader import LogReader, count_entries
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.logs.retention import trim
+from bkframe.client.logs.tier_deletes import delete_objects
 from bkframe.client.logs.writer import LogWriter
 from bkframe.client.write_handle import WriteHandle
 from bkframe.core.metadata import LedgerMetadata, password_hash
@@ -67,7 +68,7 @@ from bkframe.errors import (
 log = logging.getLogger("bkframe.logs")
 
 #: The settings :meth:`Logs.configure` changes on an existing log.
-CONFIGURABLE = ("offload_after_s", "offload_beyond_bytes", "offload_deletion_lag_s")
+CONFIGURABLE = ("offload_after_s", "offload_beyond_bytes", "offload_deletion_lag_s", "offload_tier")
 
 
 @attrs.frozen
@@ -143,10 +144,12 @@ class Logs:
         return await self.store.list_logs(start=start, limit=limit)
 
     async def delete(self, name: str) -> LogMetadata:
-        """Delete the log, its cursors and every ledger it holds. A writer still writing
-        it fails (its segments are gone). Returns the record as it was."""
+        """Delete the log, its cursors, every ledger it holds and its segments' objects in
+        tiers (a tier that fails leaves them to the orphan sweep). A writer still writing it
+        fails (its segments are gone). Returns the record as it was."""
         while True:
             record = await self.metadata(name)
+            self._records.forget_chunks(record.uid)
             # The chunks' segments are read first: the chunk records go with the log record.
             chunked = await self._records.segments(attrs.evolve(record, segments=()))
             try:
@@ -157,6 +160,7 @@ class Logs:
         self._acks.forget(name)
         for ledger_id in sorted(record.ledger_ids() | {s.ledger_id for s in chunked}):
             await self._records.delete_ledger_quietly(ledger_id)
+        await delete_objects(self.client.context.tiers, name, (*chunked, *record.segments))
         return record
 
     # -- writing ------------------------------------------------------------------------

@@ -96,9 +96,12 @@ class LogSettings:
     #: more than this many bytes on the bookies (the oldest first); None: not for that reason.
     offload_after_s: float | None = attrs.field(default=None, validator=_positive_or_none)
     offload_beyond_bytes: int | None = attrs.field(default=None, validator=_positive_or_none)
-    #: How long an offloaded segment's ledger stays on the bookies after its offload
-    #: (Pulsar's ``managedLedgerOffloadDeletionLagMs``, 4 h): readers that opened it finish.
-    offload_deletion_lag_s: float = attrs.field(default=4 * 3600.0, validator=v.ge(0))
+    #: How long an offloaded segment's ledger stays on the bookies after its offload, so
+    #: readers that opened it finish; None: the offload service's ``[offload] deletion_lag_s``
+    #: (4 h, Pulsar's ``managedLedgerOffloadDeletionLagMs``).
+    offload_deletion_lag_s: float | None = attrs.field(default=None, validator=v.optional(v.ge(0)))
+    #: The tier (URI) the offload service moves its segments to; None: ``[offload] tier``.
+    offload_tier: str | None = attrs.field(default=None, validator=v.optional(v.min_len(1)))
 
     def to_json(self) -> dict[str, Any]:
         d = attrs.asdict(self)
@@ -119,7 +122,7 @@ class LogSettings:
         return cls(**raw)
 
 
-_NEWER_SETTINGS = ("offload_after_s", "offload_beyond_bytes", "offload_deletion_lag_s")
+_NEWER_SETTINGS = ("offload_after_s", "offload_beyond_bytes", "offload_deletion_lag_s", "offload_tier")
 _DEFAULTS = {f.name: f.default for f in attrs.fields(LogSettings)}
 
 

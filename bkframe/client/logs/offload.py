@@ -16,8 +16,12 @@ one) and that is not offloaded yet, oldest first, and for each:
 So an offload is idempotent and resumable: run again, it finds what is recorded and skips
 it, and what was put but not recorded is adopted, never put twice. A segment trimmed (or
 the log deleted) while its object was written is skipped and its object deleted. The
-ledger stays on the bookies: deleting it after the log's ``offload_deletion_lag_s`` is the
-offload service's (next), so a reader can always fall back to it.
+ledger stays on the bookies: deleting it after the log's deletion lag is the offload
+service's (:mod:`bkframe.replication.offload_service`).
+
+By hand, the log's password opens its ledgers (and is checked first). The offload service
+runs as the cluster's own process and has no log's password: it passes ``open_ledger``, a
+keyless opener its internal credential allows, and ``only``, the segments it chose.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,15 +38,23 @@ import attrs
 from bkframe.client.logs.model import LogMetadata, Position, Segment
 from bkframe.client.logs.offload_record import Offload
 from bkframe.client.logs.records import LogRecords
+from bkframe.client.logs.segment_cas import change_segment
+from bkframe.client.read_handle import ReadHandle
 from bkframe.client.tiering.async_tier import AsyncTier
 from bkframe.client.tiering.keys import segment_key
 from bkframe.client.tiering.open_tiers import OpenTiers
-from bkframe.errors import BadVersionError, NoSuchLedgerError, NoSuchLogError
+from bkframe.errors import NoSuchLedgerError
 
 if TYPE_CHECKING:
     from bkframe.client.tiering.object_format import ObjectSummary
 
 log = logging.getLogger("bkframe.logs")
+
+#: Opens a segment's ledger for reading, by id.
+LedgerOpener = Callable[[int], Awaitable[ReadHandle]]
+#: Told each step of a segment's offload: ``"put"`` (its object written and verified, not
+#: recorded yet) and ``"recorded"``. The offload service's test-only crash points use it.
+StepHook = Callable[[str, Segment], None]
 
 
 @attrs.frozen
@@ -68,16 +81,27 @@ async def offload(
     tier: str,
     until: Position | None = None,
     spool_dir: Path | None = None,
+    open_ledger: LedgerOpener | None = None,
+    only: Collection[int] | None = None,
+    step: StepHook | None = None,
 ) -> OffloadResult:
-    """See the module."""
+    """See the module. ``open_ledger`` given: the caller is the cluster's own process, which
+    opens ledgers keyless (no password is checked); ``only``: just these segments."""
     record = await records.read(name)
-    records.check_password(record, password)
+    if open_ledger is None:
+        records.check_password(record, password)
+
+        async def open_ledger(ledger_id: int) -> ReadHandle:
+            return await records.ledgers.open_ledger(ledger_id, password=password, recovery=False)
+
     target = await tiers.get(tier)
     spool = spool_dir if spool_dir is not None else Path(tempfile.gettempdir())
     todo: list[Segment] = []
     already = 0
     for seg in await records.segments(record):
         if not seg.closed or seg.entries <= 0 or (until is not None and not seg.passed_by(until)):
+            continue
+        if only is not None and seg.number not in only:
             continue
         if seg.offload is not None:
             already += 1
@@ -86,14 +110,25 @@ async def offload(
     done: list[Segment] = []
     skipped: list[int] = []
     for seg in todo:
-        summary = await _write(records, target, record, seg, password, spool)
+        summary = await _write(target, record, seg, open_ledger, spool)
         if summary is None:
             skipped.append(seg.number)
             continue
+        if step is not None:
+            step("put", seg)
         stored = Offload(
-            target.uri, summary.key, summary.size, summary.entries, summary.checksum, summary.object_crc32c, time.time()
+            target.uri, summary.key, summary.size, summary.entries, summary.checksum, summary.object_crc32c, time.time(),
+            footer_crc32c=summary.footer_crc32c,
         )
-        recorded = await _record(records, name, record.uid, attrs.evolve(seg, offload=stored))
+
+        def record_it(current: Segment, stored: Offload = stored) -> Segment | None:
+            # Recorded by another offload meanwhile (the same key): keep that one, and its
+            # on_bookies, which the offload service may have cleared since.
+            return None if current.offload is not None else attrs.evolve(current, offload=stored)
+
+        recorded = await change_segment(records, name, record.uid, seg.number, seg.ledger_id, record_it)
+        if recorded is not None and step is not None:
+            step("recorded", recorded)
         if recorded is None:
             log.info("log %r: segment %d was trimmed while it was offloaded; deleting its object %s", name, seg.number,
                      summary.key)
@@ -105,7 +140,7 @@ async def offload(
 
 
 async def _write(
-    records: LogRecords, tier: AsyncTier, record: LogMetadata, seg: Segment, password: bytes, spool: Path
+    tier: AsyncTier, record: LogMetadata, seg: Segment, open_ledger: LedgerOpener, spool: Path
 ) -> ObjectSummary | None:
     """The segment's object, written (or adopted) and verified; None if its ledger is gone."""
     # Here, not at the top: they need pyarrow, which ``import bkframe`` must not (it is the
@@ -115,7 +150,7 @@ async def _write(
     from bkframe.client.tiering.verify import verify_object
 
     try:
-        handle = await records.ledgers.open_ledger(seg.ledger_id, password=password, recovery=False)
+        handle = await open_ledger(seg.ledger_id)
     except NoSuchLedgerError:
         return None  # trimmed since the record was read
     for attempt in range(2):
@@ -124,7 +159,8 @@ async def _write(
                 handle, tier, log=record.name, log_uid=record.uid, segment=seg, spool_dir=spool
             )
             await verify_object(
-                tier, summary.key, summary.content, size=summary.size, object_crc32c=summary.object_crc32c
+                tier, summary.key, summary.content, size=summary.size, object_crc32c=summary.object_crc32c,
+                footer_crc32c=summary.footer_crc32c,
             )
             return summary
         except CorruptObjectError as e:
@@ -136,43 +172,3 @@ async def _write(
             await tier.delete(segment_key(record.uid, seg.number, seg.ledger_id))
     raise AssertionError("unreachable")
 
-
-async def _record(records: LogRecords, name: str, uid: str, seg: Segment) -> Segment | None:
-    """``seg`` (with its offload) stored over its namesake by CAS on the record that holds
-    it; None if it left the log (trimmed, or the log deleted and made again)."""
-    while True:
-        try:
-            record = await records.read(name)
-        except NoSuchLogError:
-            return None
-        if record.uid != uid or seg.number < record.first_segment:
-            return None
-        if record.segment(seg.number) is not None:
-            current = record.segment(seg.number)
-            if current is None or current.ledger_id != seg.ledger_id:
-                return None
-            if current.offload is not None:
-                return current  # recorded by another offload meanwhile (the same key)
-            try:
-                await records.cas(record.replace_segment(seg), record.version)
-            except BadVersionError:
-                continue
-            return seg
-        chunk = next((c for c in record.chunks if c.first <= seg.number <= c.last), None)
-        if chunk is None:
-            return None
-        current = await records.segment(record, seg.number)
-        if current is not None and current.offload is not None:
-            return current
-        try:
-            stored = await records.replace_chunked_segment(record, chunk, seg)
-        except BadVersionError:
-            continue
-        if not stored:
-            return None
-        # A trim that removed the segment between the read and the write leaves the chunk
-        # record behind it (or deletes it: then the write failed above); check once more.
-        after = await records.read(name)
-        if after.uid != uid or not any(c.first <= seg.number <= c.last for c in after.chunks):
-            return None
-        return seg

@@ -35,18 +35,23 @@ class Offload:
     #: The segment's ledger is still on the bookies (reads fall back to it; deleting it
     #: after the log's ``offload_deletion_lag_s`` clears this).
     on_bookies: bool = True
+    #: CRC32C of the object's footer (from its start to the object's end), checked by a
+    #: reader before it parses the footer: a damaged footer can abort the process inside
+    #: pyarrow's Parquet reader. 0: not recorded (an object recorded before it was).
+    footer_crc32c: int = 0
 
     def to_json(self) -> list[Any]:
         return [
             self.tier, self.key, self.size, self.entries, self.checksum, self.object_crc32c, self.offloaded_at,
-            int(self.on_bookies),
+            int(self.on_bookies), self.footer_crc32c,
         ]
 
     @classmethod
     def from_json(cls, raw: Sequence[Any]) -> Offload:
         tier, key, size, entries, checksum, object_crc, at, on_bookies = raw[:8]
+        footer_crc = int(raw[8]) if len(raw) > 8 else 0
         return cls(str(tier), str(key), int(size), int(entries), int(checksum), int(object_crc), float(at),
-                   bool(on_bookies))
+                   bool(on_bookies), footer_crc)
 
 
 @attrs.frozen

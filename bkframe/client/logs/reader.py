@@ -146,7 +146,12 @@ class LogReader:
             last = min(last, end.entry_id - 1)
         if last < 0:
             return None
-        handle = await self._handle(seg)
+        try:
+            handle = await self._handle(seg)
+        except NoSuchLedgerError:
+            if not seg.closed:
+                raise
+            return await self._seek(await self._moved_off_bookies(seg), timestamp, end)
 
         async def stamp(entry_id: int) -> int:
             [entry] = await handle.read(entry_id, entry_id)
@@ -309,7 +314,22 @@ class LogReader:
             found = await self.tier_reads.entries(seg, first, last)
             if not isinstance(found, Fallback):
                 return found
-        return log_entries(self.name, seg, await self._read_raw(seg, first, last))
+        try:
+            return log_entries(self.name, seg, await self._read_raw(seg, first, last))
+        except NoSuchLedgerError:
+            return await self._read(await self._moved_off_bookies(seg), first, last)
+
+    async def _moved_off_bookies(self, seg: Segment) -> Segment:
+        """``seg`` as stored now, if its ledger is gone because it was offloaded and deleted
+        after the deletion lag (this reader's copy of the record, or of its chunk, is older);
+        reads of it then go to its object only. Re-raises the ledger's absence otherwise."""
+        record = await self.refresh()
+        self._records.forget_chunks(record.uid)
+        now = await self._records.segment(record, seg.number)
+        if now is None or now.ledger_id != seg.ledger_id or now.offload is None or now.offload.on_bookies:
+            raise NoSuchLedgerError(seg.ledger_id)
+        self._handles.pop(seg.ledger_id, None)
+        return now
 
     async def _read_raw(self, seg: Segment, first: int, last: int) -> list[Entry]:
         return (await self._read_block(seg, first, last)).entries()
@@ -340,7 +360,15 @@ class LogReader:
                         for batch in found:
                             yield batch
                         continue
-                block = await self._read_block(seg, lo, min(lo + CHUNK - 1, part.last))
+                try:
+                    block = await self._read_block(seg, lo, min(lo + CHUNK - 1, part.last))
+                except NoSuchLedgerError:
+                    seg = await self._moved_off_bookies(seg)
+                    moved = await self.tier_reads.batches(seg, lo, min(lo + CHUNK - 1, part.last))
+                    assert not isinstance(moved, Fallback)  # off the bookies: the object or an error
+                    for batch in moved:
+                        yield batch
+                    continue
                 try:
                     yield columns.block_batch(
                         self.name, part.segment, part.ledger_id, block.entry_ids, block.data, block.starts, block.ends,
@@ -420,6 +448,11 @@ class LogReader:
             try:
                 handle = await self._handle(seg)
             except _SegmentGone:
+                continue
+            except NoSuchLedgerError:
+                if not seg.closed:
+                    raise
+                await self._moved_off_bookies(seg)  # offloaded, then deleted: the record read again says so
                 continue
             if pos.entry_id <= handle.lac:
                 last = min(handle.lac, pos.entry_id + CHUNK - 1)

@@ -113,6 +113,11 @@ class LogRecords:
             self._chunks[key] = found
         return [s for s in found if s.number >= chunk.first]
 
+    def forget_chunks(self, uid: str) -> None:
+        """Drop the cached chunk records of the log with uid ``uid`` (read them fresh next)."""
+        for key in [k for k in self._chunks if k[0] == uid]:
+            del self._chunks[key]
+
     async def segments(self, record: LogMetadata, start: int = 0) -> list[Segment]:
         """The log's segments numbered ``start`` or more: from the chunks they are in, then
         the record's own."""

@@ -3,7 +3,9 @@
 Which segments may go is :func:`segments_to_trim` (before a
 position, or past the log's retention; never one a cursor has not passed unless forced);
 this module makes it so in the record, moves the cursors a forced trim passed, and deletes
-the ledgers. Used by :meth:`Logs.trim` and by the writer after each rollover.
+the ledgers (one already gone -- an offloaded segment's, deleted after its lag -- is no
+error) and then the offloaded segments' objects (:mod:`.tier_deletes`). Used by
+:meth:`Logs.trim` and by the writer after each rollover.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import attrs
 from bkframe.client.logs import chunks
 from bkframe.client.logs.model import Chunk, LogMetadata, Position, Segment, TrimResult
 from bkframe.client.logs.records import LogRecords
+from bkframe.client.logs.tier_deletes import delete_objects
 from bkframe.errors import BadVersionError
 
 log = logging.getLogger("bkframe.logs")
@@ -68,6 +71,8 @@ async def trim(
     """See :meth:`bkframe.client.logs.api.Logs.trim`."""
     while True:
         record = await records.read(name)
+        # Chunk records read fresh: an offload recorded on one since names an object to delete.
+        records.forget_chunks(record.uid)
         cursors = await records.cursors(name)
         now = time.time()
         # An expired cursor (idle past its TTL) no longer holds the log back.
@@ -106,6 +111,7 @@ async def trim(
         await records.collect_garbage(name)
     except Exception as e:  # noqa: BLE001 - the trim stands; the next trim deletes the rest
         log.warning("log %r: deleting trimmed ledgers failed (the next trim retries): %s", name, e)
+    await delete_objects(records.ledgers.context.tiers, name, removed)
     return TrimResult(tuple(removed), stored.start, tuple(moved))
 
 

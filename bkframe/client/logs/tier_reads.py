@@ -9,11 +9,19 @@ that URI (:class:`~bkframe.client.tiering.open_tiers.OpenTiers`). Positions are 
 the object holds the segment's entry ids.
 
 The tier holds plain data, so the password check is the client's, made against the log
-record when the reader was opened (as for any read). A tier that fails -- unreachable, the
-object gone or corrupt, pyarrow not installed -- is not asked again for
-:data:`RETRY_TIER_S`; meanwhile reads go to the bookies while the segment's ledger is still
-there (``Offload.on_bookies``), else fail with a :class:`~bkframe.errors.TierError` naming
-the tier and the key.
+record when the reader was opened (as for any read).
+
+Nothing damaged is returned as data: the object's size is the recorded one (a short ranged
+get is a truncated object), its footer's bytes must have the CRC32C the record holds
+(checked before pyarrow parses them: a changed byte there can abort the process inside
+pyarrow), the footer must name the very segment and the entry count and entry checksum the
+record holds, and every page decoded has its checksum checked. A read that fails -- the tier
+unreachable or past its deadline, the object missing or damaged, pyarrow not installed --
+goes to the bookies while the segment's ledger is still there (``Offload.on_bookies``),
+else fails with a :class:`~bkframe.errors.TierError` naming the log, the segment, the tier
+and the key, and what to do. The failed object is not asked again for :data:`RETRY_TIER_S`
+-- and not the whole tier, when the tier itself failed (unreachable, no plugin): each read
+would wait out its deadline again.
 """
 
 from __future__ import annotations
@@ -23,12 +31,14 @@ import time
 from typing import TYPE_CHECKING, Final
 
 from bkframe.client.logs.model import LogEntry, Segment
+from bkframe.client.logs.offload_record import Offload
 from bkframe.client.tiering.open_tiers import OpenTiers
-from bkframe.errors import BKError, TierError
+from bkframe.errors import BKError, ConfigError, NoSuchObjectError, TierError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from bkframe.client.tiering.footer import ObjectFooter
     from bkframe.client.tiering.segment_reader import AsyncSegmentObjectReader
 
 log = logging.getLogger("bkframe.logs")
@@ -95,10 +105,11 @@ class TierReads:
         return found
 
     async def _reader(self, seg: Segment) -> AsyncSegmentObjectReader | None:
-        """The segment's object reader; None to read from the bookies (the tier failed lately)."""
+        """The segment's object reader, its footer read and checked against the record; None
+        to read from the bookies (the tier or the object failed lately, or now)."""
         o = seg.offload
         assert o is not None
-        if time.monotonic() < self._failed_until.get(o.tier, 0.0):
+        if time.monotonic() < max(self._failed_until.get(o.tier, 0.0), self._failed_until.get(o.key, 0.0)):
             self._skip(seg, None)
             return None
         found = self._readers.get(o.key)
@@ -106,8 +117,11 @@ class TierReads:
             try:
                 from bkframe.client.tiering.segment_reader import AsyncSegmentObjectReader
 
-                found = AsyncSegmentObjectReader(await self._tiers.get(o.tier), o.key, size=o.size)
-            except (BKError, ImportError) as e:  # no plugin for the scheme, no pyarrow
+                found = AsyncSegmentObjectReader(
+                    await self._tiers.get(o.tier), o.key, size=o.size, footer_crc32c=o.footer_crc32c
+                )
+                _check_footer(seg, o, await found.footer())
+            except (BKError, OSError, ValueError, ImportError) as e:  # no plugin, no pyarrow, a damaged footer
                 self._failed(seg, e)
                 return None
             if len(self._readers) >= MAX_OBJECT_READERS:
@@ -118,7 +132,12 @@ class TierReads:
     def _failed(self, seg: Segment, error: BaseException) -> Fallback:
         o = seg.offload
         assert o is not None
-        self._failed_until[o.tier] = time.monotonic() + RETRY_TIER_S
+        # The tier itself failed (unreachable, timed out, no plugin or SDK): skip all of it;
+        # else this object (missing, damaged): the tier's other objects are still read.
+        whole_tier = isinstance(error, ImportError | ConfigError) or (
+            isinstance(error, TierError) and not isinstance(error, NoSuchObjectError)
+        )
+        self._failed_until[o.tier if whole_tier else o.key] = time.monotonic() + RETRY_TIER_S
         self._readers.pop(o.key, None)
         self._skip(seg, error)
         log.warning(
@@ -134,7 +153,26 @@ class TierReads:
         if not o.on_bookies:
             why = f": {error}" if error is not None else f" (it failed less than {RETRY_TIER_S:g} s ago)"
             raise TierError(
-                f"log {self._log!r}: segment {seg.number} is only in tier {o.tier}, object {o.key!r}, "
-                f"and reading it failed{why}"
+                f"log {self._log!r}: segment {seg.number} is only in tier {o.tier}, object {o.key!r}, its ledger "
+                f"deleted from the bookies, and reading the object failed{why}. If the tier is unreachable, read "
+                f"again once it is back; if the object is missing or damaged, restore it from a backup of the tier "
+                f"('bkframe tier check --tier {o.tier}' lists every such object)"
             ) from error
         self.fallbacks += 1
+
+
+def _check_footer(seg: Segment, o: Offload, footer: ObjectFooter) -> None:
+    """The object's footer names the segment and holds the entries its record says: a
+    changed footer value (or another object under the key) is found before any row is read."""
+    from bkframe.client.tiering.object_format import CorruptObjectError
+
+    c = footer.content
+    expected = (seg.number, seg.ledger_id, 0, seg.last_entry_id, o.entries, o.checksum)
+    found = (c.segment, c.ledger_id, c.first_entry_id, c.last_entry_id, c.entries, c.checksum)
+    if found != expected:
+        raise CorruptObjectError(
+            f"tier object {o.key!r}: its footer says segment {c.segment} (ledger {c.ledger_id}), entries "
+            f"{c.first_entry_id}..{c.last_entry_id} ({c.entries}), checksum {c.checksum}; the log's record says "
+            f"segment {seg.number} (ledger {seg.ledger_id}), entries 0..{seg.last_entry_id} ({o.entries}), "
+            f"checksum {o.checksum}"
+        )

@@ -12,7 +12,8 @@ at ``min_bytes_per_s``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -60,6 +61,20 @@ class AsyncTier:
 
     async def delete(self, key: str) -> None:
         await self._call(f"delete {key!r}", 0, lambda: self.tier.delete(key))
+
+    async def list(self, prefix: str = "", *, batch: int = 1000) -> AsyncGenerator[ObjectInfo, None]:
+        """Every object whose key starts with ``prefix``, in key order. The tier's lazy
+        listing is drawn ``batch`` objects per worker-thread call, each under the deadline,
+        so a listing of millions of objects is never held in memory and a store that stops
+        answering mid-listing is a TierError, not a hang. A listing abandoned by its
+        deadline is not resumed (its thread may still be inside the tier's iterator)."""
+        listing = await self._call(f"list {prefix!r}", 0, lambda: iter(self.tier.list(prefix)))
+        while True:
+            page = await self._call(f"list {prefix!r}", 0, lambda: list(itertools.islice(listing, batch)))
+            for info in page:
+                yield info
+            if len(page) < batch:
+                return
 
     async def _call(self, what: str, size: int, call: Callable[[], T]) -> T:
         deadline_s = self.timeout_s + size / self.min_bytes_per_s

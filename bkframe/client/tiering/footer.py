@@ -20,6 +20,7 @@ import struct
 from collections.abc import Mapping, Sequence
 
 import attrs
+import crc32c
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -72,6 +73,19 @@ def footer_start(key: str, size: int, tail: bytes) -> int:
     if start < len(MAGIC):
         raise CorruptObjectError(f"tier object {key!r}: its footer of {length} bytes is longer than the object (truncated?)")
     return start
+
+
+def check_footer_crc(key: str, raw: bytes, expected: int | None) -> None:
+    """The footer's bytes ``raw`` (from :func:`footer_start` to the end) against the CRC32C
+    the log's record holds, before pyarrow parses them: a byte changed there can make
+    pyarrow's C++ throw where nothing catches it (pyarrow 26: a level histogram's size) and
+    abort the whole process. ``expected`` None or 0: not recorded, not checked."""
+    if expected:
+        found = crc32c.crc32c(raw)
+        if found != expected:
+            raise CorruptObjectError(
+                f"tier object {key!r}: its footer's CRC32C is {found:08x}, {expected:08x} was recorded (a byte changed)"
+            )
 
 
 def checked(key: str, offset: int, length: int, data: bytes) -> bytes:

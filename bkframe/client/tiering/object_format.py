@@ -166,6 +166,8 @@ class ObjectSummary:
     object_crc32c: int
     row_groups: int
     content: SegmentContent
+    #: CRC32C of its footer's bytes (from the footer's start to the object's end).
+    footer_crc32c: int = 0
 
     @property
     def entries(self) -> int:

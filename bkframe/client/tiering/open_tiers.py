@@ -27,8 +27,10 @@ CLOSE_TIMEOUT_S = 10.0
 class OpenTiers:
     """``tiers.get(uri)``: the client's one :class:`AsyncTier` for ``uri``."""
 
-    def __init__(self, open_tier: Callable[[str], Tier]) -> None:
+    def __init__(self, open_tier: Callable[[str], Tier], *, timeout_s: float = 30.0) -> None:
         self._open = open_tier
+        #: Each tier call's deadline (:attr:`AsyncTier.timeout_s`).
+        self.timeout_s = timeout_s
         self._tiers: dict[str, AsyncTier] = {}
         #: Shared by every tier of the client: the worker threads its tier calls may hold.
         self.limiter = trio.CapacityLimiter(8)
@@ -41,7 +43,7 @@ class OpenTiers:
             if found is not None:
                 await trio.to_thread.run_sync(opened.close)
                 return found
-            found = AsyncTier(opened, limiter=self.limiter)
+            found = AsyncTier(opened, limiter=self.limiter, timeout_s=self.timeout_s)
             # Cached under the URI asked for and the tier's own (normalized) one, which is
             # what the log record names: both find it again.
             self._tiers[uri] = self._tiers[found.uri] = found

@@ -26,7 +26,14 @@ from bkframe.client.logs import columns as log_columns
 from bkframe.client.logs.envelope import NO_PROPERTIES
 from bkframe.client.logs.model import LogEntry, Position
 from bkframe.client.tiering.async_tier import AsyncTier
-from bkframe.client.tiering.footer import ObjectFooter, RowGroupSpan, checked, footer_start, tail_range
+from bkframe.client.tiering.footer import (
+    ObjectFooter,
+    RowGroupSpan,
+    check_footer_crc,
+    checked,
+    footer_start,
+    tail_range,
+)
 from bkframe.client.tiering.object_format import FLAGS, event_times, object_schema
 from bkframe.client.tiering.ranged_file import Fetches
 from bkframe.core.tier import ObjectInfo, Tier
@@ -40,12 +47,17 @@ def connector_columns() -> list[str]:
 
 class SegmentObjectReader:
     """Blocking reads of one segment object in ``tier``; ``size`` (if known) saves a
-    ``head``, ``footer`` (one read before) saves fetching it again."""
+    ``head``, ``footer`` (one read before) saves fetching it again; ``footer_crc32c`` (the
+    record's) is checked before the footer is parsed."""
 
-    def __init__(self, tier: Tier, key: str, *, size: int | None = None, footer: ObjectFooter | None = None) -> None:
+    def __init__(
+        self, tier: Tier, key: str, *, size: int | None = None, footer: ObjectFooter | None = None,
+        footer_crc32c: int | None = None,
+    ) -> None:
         self.tier, self.key = tier, key
         self._size = size
         self._footer = footer
+        self._footer_crc = footer_crc32c
         #: What this reader fetched: ranged gets and their bytes.
         self.fetches = Fetches()
         self._last = _LastGroup()
@@ -58,6 +70,7 @@ class SegmentObjectReader:
             start = footer_start(self.key, size, tail)
             if start < offset:
                 tail, offset = self._get(start, offset - start) + tail, start
+            check_footer_crc(self.key, tail[start - offset :], self._footer_crc)
             self._footer = ObjectFooter.parse(self.key, size, offset, tail)
         return self._footer
 
@@ -103,10 +116,14 @@ class AsyncSegmentObjectReader:
     """:class:`SegmentObjectReader` for trio: tier calls through ``tier``'s limiter and
     deadlines, decoding in worker threads."""
 
-    def __init__(self, tier: AsyncTier, key: str, *, size: int | None = None, footer: ObjectFooter | None = None) -> None:
+    def __init__(
+        self, tier: AsyncTier, key: str, *, size: int | None = None, footer: ObjectFooter | None = None,
+        footer_crc32c: int | None = None,
+    ) -> None:
         self.tier, self.key = tier, key
         self._size = size
         self._footer = footer
+        self._footer_crc = footer_crc32c
         self._last = _LastGroup()
 
     async def footer(self) -> ObjectFooter:
@@ -117,6 +134,7 @@ class AsyncSegmentObjectReader:
             start = footer_start(self.key, size, tail)
             if start < offset:
                 tail, offset = await self._get(start, offset - start) + tail, start
+            check_footer_crc(self.key, tail[start - offset :], self._footer_crc)
             self._footer = await trio.to_thread.run_sync(ObjectFooter.parse, self.key, size, offset, tail)
         return self._footer
 

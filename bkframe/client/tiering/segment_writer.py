@@ -37,6 +37,7 @@ from bkframe.client.logs.envelope import BadRecordError
 from bkframe.client.logs.model import Segment
 from bkframe.client.read_handle import EntryBlock, ReadHandle
 from bkframe.client.tiering.async_tier import AsyncTier
+from bkframe.client.tiering.footer import footer_start
 from bkframe.client.tiering.keys import segment_key
 from bkframe.client.tiering.object_format import (
     FLAGS,
@@ -97,12 +98,12 @@ async def write_segment_object(
             builder.close()
         if content.entry_bytes != handle.metadata.length:  # end to end: the ledger's own count
             raise BKError(f"ledger {segment.ledger_id} is {handle.metadata.length} bytes long; {content.entry_bytes} were read")
-        size, object_crc = await trio.to_thread.run_sync(_file_crc32c, spool)
-        summary = ObjectSummary(key, size, object_crc, builder.row_groups, content)
+        size, object_crc, footer_crc = await trio.to_thread.run_sync(_file_crc32c, spool)
+        summary = ObjectSummary(key, size, object_crc, builder.row_groups, content, footer_crc)
         try:
             info = await tier.put(key, spool, if_absent=True)
         except ObjectExistsError:
-            return await _adopt(tier, key, content)
+            return await _adopt(tier, key, content, footer_crc)
         if info.size != size:
             raise BKError(f"tier {tier.uri}: put {key!r} stored {info.size} bytes of {size}")
         return summary
@@ -128,20 +129,27 @@ async def _copy_ledger(handle: ReadHandle, segment: Segment, builder: _Builder) 
                 await trio.to_thread.run_sync(builder.add, block)
 
 
-async def _adopt(tier: AsyncTier, key: str, content: SegmentContent) -> ObjectSummary:
-    """The object already under ``key``, if it holds what the ledger holds."""
-    found = await verify_object(tier, key, content)
-    return ObjectSummary(key, found.size, found.object_crc32c, found.row_groups, content)
+async def _adopt(tier: AsyncTier, key: str, content: SegmentContent, footer_crc32c: int) -> ObjectSummary:
+    """The object already under ``key``, if it holds what the ledger holds and its footer is
+    byte for byte the one just written (checked before pyarrow parses it: a damaged footer
+    can abort the process there), else CorruptObjectError."""
+    found = await verify_object(tier, key, content, footer_crc32c=footer_crc32c)
+    return ObjectSummary(key, found.size, found.object_crc32c, found.row_groups, content, found.footer_crc32c)
 
 
-def _file_crc32c(path: Path) -> tuple[int, int]:
+def _file_crc32c(path: Path) -> tuple[int, int, int]:
+    """The file's size, its bytes' CRC32C, and its Parquet footer's (what readers check
+    before they parse a footer: see :func:`~bkframe.client.tiering.footer.check_footer_crc`)."""
     crc = 0
     size = 0
     with path.open("rb") as f:
         while chunk := f.read(_CRC_CHUNK):
             crc = crc32c.crc32c(chunk, crc)
             size += len(chunk)
-    return size, crc
+        f.seek(max(0, size - 8))
+        f.seek(footer_start(path.name, size, f.read(8)))
+        footer_crc = crc32c.crc32c(f.read())
+    return size, crc, footer_crc
 
 
 class _Builder:

@@ -42,6 +42,8 @@ class Verified:
     object_crc32c: int
     row_groups: int
     content: SegmentContent
+    #: CRC32C of the footer's bytes (what a reader checks before parsing it).
+    footer_crc32c: int
     #: Ranged gets made (the tail, then one a row group), and bytes fetched (the object's
     #: size, and the tail's bytes before the footer).
     gets: int
@@ -49,17 +51,19 @@ class Verified:
 
 
 async def verify_object(
-    tier: AsyncTier, key: str, expected: SegmentContent, *, size: int | None = None, object_crc32c: int | None = None
+    tier: AsyncTier, key: str, expected: SegmentContent, *, size: int | None = None, object_crc32c: int | None = None,
+    footer_crc32c: int | None = None,
 ) -> Verified:
     """Check object ``key`` against ``expected`` (what the ledger read found) and, when
-    given, the ``size`` and ``object_crc32c`` it was written with; see the module."""
+    given, the ``size``, ``object_crc32c`` and ``footer_crc32c`` it was written with (the
+    footer's before it is parsed); see the module."""
     gets, bytes_read = tier.gets, tier.bytes_read
     info = await tier.head(key)
     if info is None:
         raise NoSuchObjectError(f"tier {tier.uri}: no object {key!r} to verify")
     if size is not None and info.size != size:
         raise CorruptObjectError(f"tier object {key!r} is {info.size} bytes; {size} were written (truncated or replaced)")
-    footer = await AsyncSegmentObjectReader(tier, key, size=info.size).footer()
+    footer = await AsyncSegmentObjectReader(tier, key, size=info.size, footer_crc32c=footer_crc32c).footer()
     wrong = footer.content.differences(expected)
     if wrong:
         raise CorruptObjectError(f"tier object {key!r}: its footer says {'; '.join(wrong)}")
@@ -86,7 +90,10 @@ async def verify_object(
     wrong = found.differences(expected)
     if wrong:
         raise CorruptObjectError(f"tier object {key!r}: its rows hold {'; '.join(wrong)}")
-    return Verified(key, info.size, crc, len(footer.groups), found, tier.gets - gets, tier.bytes_read - bytes_read)
+    return Verified(
+        key, info.size, crc, len(footer.groups), found, crc32c.crc32c(footer.raw), tier.gets - gets,
+        tier.bytes_read - bytes_read,
+    )
 
 
 async def _fetch(tier: AsyncTier, key: str, offset: int, length: int) -> bytes:

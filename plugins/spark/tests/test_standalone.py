@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.subprocess
+@pytest.mark.timeout(600)  # a master, two workers and the driver's JVMs: ~80 s alone, 175 s loaded to 20
 def test_the_pipeline_runs_on_a_standalone_cluster_with_executors_on_other_hosts(tmp_path: Path) -> None:
     require_netns()
     with Network("spark") as net:

@@ -28,9 +28,12 @@ import trio
 
 import bkframe
 from bkframe import Position, Record
+from bkframe.admin.status import StatusPage
+from bkframe.cli.bench_scale_metadata import Admin
 from bkframe.client.logs.api import LogInfo
 from bkframe.client.logs.model import LogEntry
 from bkframe.client.tiering import segment_writer
+from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import UnauthorizedError
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.servers import S3Server
@@ -113,7 +116,7 @@ async def test_offloaded_segments_read_back_from_the_tier_byte_for_byte(written:
         assert o is not None and o.tier == written.tier and o.on_bookies and o.entries == seg.entries == PER_SEGMENT
         assert (written.tier_root / o.key).stat().st_size == o.size
     assert len(files) == 4  # one object a segment
-    assert record.settings.offload_after_s == 3600.0 and record.settings.offload_deletion_lag_s == 4 * 3600
+    assert record.settings.offload_after_s == 3600.0 and record.settings.offload_deletion_lag_s is None
     # The writer below publishes its LAC, so that the tail sees its last entries at once.
     async with bkframe.open_client(written.uri, explicit_lac_interval_s=0.1) as client:
         reader = await client.logs.reader(written.name, password=PASSWORD)
@@ -128,6 +131,14 @@ async def test_offloaded_segments_read_back_from_the_tier_byte_for_byte(written:
         assert table.column("payload").to_pylist() == [e.payload for e in written.hot[: 3 * PER_SEGMENT]]
         assert table.column("key").to_pylist() == [e.key for e in written.hot[: 3 * PER_SEGMENT]]
         assert reader.tier_reads.fallbacks == 0 and reader.tier_reads.object_reads >= 8
+        # The status page's tier column: segments 2 and 3 of the record's own (0 and 1 are in a chunk).
+        store = PluginManager().metadata_store(written.uri)
+        try:
+            body = await StatusPage(Admin(store)).cluster(store)
+        finally:
+            await store.aclose()
+        assert (f"<td>{written.tier}: 2 of the last 3 closed segments offloaded, 2 still on the bookies (older ones in "
+                f"chunk records not counted)</td>") in body
         # The tail crosses from the objects into the hot segments while a writer appends.
         more = records(400, first=len(written.hot))
         seen: list[LogEntry] = []
@@ -158,7 +169,7 @@ async def test_offloaded_segments_read_back_from_the_tier_byte_for_byte(written:
             await client.logs.offload(written.name, tier=written.tier, password=b"wrong")
     text = bk("log", "info", written.name, "--metadata", written.uri, "--password", PASSWORD.decode()).stdout
     assert f"offloaded: 4 segment(s), {4 * PER_SEGMENT} entries" in text and written.tier in text
-    assert "offload: after 1h, beyond -; ledgers kept 4h after" in text
+    assert "offload: after 1h, beyond -; ledgers kept [offload] deletion_lag_s after" in text
     states = [line.split("\t")[2] for line in text.splitlines() if line[:1].isdigit()]
     assert states[:5] == ["offloaded"] * 4 + ["closed"]
 
@@ -195,7 +206,7 @@ from bkframe.client.logs import offload
 async def killed(*args, **kwargs):  # the object is put and verified: die before recording it
     os.kill(os.getpid(), signal.SIGKILL)
 
-offload._record = killed
+offload.change_segment = killed
 
 async def main():
     async with bkframe.open_client(sys.argv[1]) as client:
