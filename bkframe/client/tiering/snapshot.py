@@ -75,4 +75,6 @@ async def log_dataset(reader: SnapshotReader, first: Position, stop: Position) -
     hot = ds.dataset(pa.Table.from_batches(batches, schema=schema))
     if not files:
         return hot
-    return ds.dataset([ds.dataset(files, schema=schema, format="parquet"), hot])
+    # Every page's checksum is checked as the engine reads it (the objects carry them).
+    checked = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True))
+    return ds.dataset([ds.dataset(files, schema=schema, format=checked), hot])

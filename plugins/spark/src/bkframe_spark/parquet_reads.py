@@ -68,13 +68,15 @@ def read_log(spark: Any, log: str, *, metadata: str | None = None, password: str
             runs.append([r])
         in_run = path is None
     frames = [_hot_run(spark, given, run) for run in runs]
+    # Spark's Parquet reader (parquet-mr) checks each page's checksum only when asked.
+    parquet = spark.read.option("parquet.page.verify-checksum.enabled", "true")
     if cut:  # only their rows in the snapshot: Spark skips the others' row groups by statistics
         from pyspark.sql import functions as F
 
         lo, hi = _offset(ranges[0].segment, ranges[0].first), _offset(ranges[-1].segment, ranges[-1].last)
-        frames.insert(0, spark.read.parquet(*cut).where(F.col("offset").between(lo, hi)).select(*SCHEMA.names))
+        frames.insert(0, parquet.parquet(*cut).where(F.col("offset").between(lo, hi)).select(*SCHEMA.names))
     if whole:  # every row, unfiltered: exactly Spark's Parquet read
-        frames.insert(0, spark.read.parquet(*whole).select(*SCHEMA.names))
+        frames.insert(0, parquet.parquet(*whole).select(*SCHEMA.names))
     return reduce(lambda a, b: a.unionByName(b), frames)
 
 

@@ -36,6 +36,12 @@ class EntryRange(InputPartition):
     object_size: int = 0
     #: The segment's ledger is still on the bookies: a read the tier fails goes there.
     on_bookies: bool = True
+    #: What the log's record says of the object: its footer's CRC32C (0: not recorded), the
+    #: entry count and entry checksum it was verified against. A footer that differs is a
+    #: damaged object, never read.
+    footer_crc32c: int = 0
+    object_entries: int = 0
+    object_checksum: int = 0
 
     @property
     def entries(self) -> int:

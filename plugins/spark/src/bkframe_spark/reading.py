@@ -114,7 +114,10 @@ def log_ranges(record: LogMetadata, ranges: Sequence[SegmentRange]) -> list[Entr
     return [
         EntryRange(
             record.name, r.segment, r.ledger_id, r.first, r.last, r.entry_size, r.enveloped, r.min_ts, r.max_ts,
-            *((r.offload.tier, r.offload.key, r.offload.size, r.offload.on_bookies) if r.offload is not None else ()),
+            *(
+                (o.tier, o.key, o.size, o.on_bookies, o.footer_crc32c, o.entries, o.checksum)
+                if (o := r.offload) is not None else ()
+            ),
         )
         for r in ranges
     ]

@@ -63,16 +63,30 @@ def check_on_bookies(log: str, ranges: Sequence[SegmentRange]) -> None:
             )
 
 
-async def _footer(client: Client, tier_uri: str, key: str, size: int) -> ObjectFooter:
+async def _footer(client: Client, part: EntryRange) -> ObjectFooter:
+    """The footer of ``part``'s object (kept per process), checked against what the log's
+    record says of the object before it is parsed and after: its CRC32C, then the segment,
+    ledger, entry count and entry checksum it names."""
     with _lock:
-        found = _footers.get((tier_uri, key))
+        found = _footers.get((part.tier, part.key))
     if found is not None:
         return found
-    from bkframe.tiering import AsyncSegmentObjectReader
+    from bkframe.tiering import AsyncSegmentObjectReader, CorruptObjectError
 
-    found = await AsyncSegmentObjectReader(await client.context.tiers.get(tier_uri), key, size=size).footer()
+    tier = await client.context.tiers.get(part.tier)
+    found = await AsyncSegmentObjectReader(
+        tier, part.key, size=part.object_size, footer_crc32c=part.footer_crc32c or None
+    ).footer()
+    c = found.content
+    if (c.segment, c.ledger_id, c.entries, c.checksum) != (part.segment, part.ledger_id, part.object_entries,
+                                                            part.object_checksum):
+        raise CorruptObjectError(
+            f"tier object {part.key!r}: its footer says segment {c.segment} (ledger {c.ledger_id}), {c.entries} "
+            f"entries, checksum {c.checksum}; the log's record says segment {part.segment} (ledger {part.ledger_id}), "
+            f"{part.object_entries} entries, checksum {part.object_checksum}"
+        )
     with _lock:
-        _footers[(tier_uri, key)] = found
+        _footers[(part.tier, part.key)] = found
         while len(_footers) > MAX_FOOTERS:
             _footers.popitem(last=False)
     return found
@@ -113,7 +127,7 @@ async def plan_objects(client: Client, parts: Sequence[EntryRange], bytes_per_pa
 
     async def fetch(part: EntryRange) -> None:
         try:
-            found[(part.tier, part.key)] = await _footer(client, part.tier, part.key, part.object_size)
+            found[(part.tier, part.key)] = await _footer(client, part)
         except (BKError, OSError, ImportError, CorruptObjectError) as e:
             found[(part.tier, part.key)] = e
 
@@ -160,7 +174,7 @@ def read_object_partition(
     next_entry = part.first
     ahead: Ahead[pa.Table] | None = None
     try:
-        footer = call(bk, what, opts.timeout_s, _footer, bk.client, part.tier, part.key, part.object_size)
+        footer = call(bk, what, opts.timeout_s, _footer, bk.client, part)
         groups = [(max(part.first, g.first_entry_id), min(part.last, g.last_entry_id))
                   for g in footer.groups_for(part.first, part.last)]
 
