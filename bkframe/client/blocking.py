@@ -50,6 +50,7 @@ from bkframe.core.plugin_manager import PluginManager
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.dataset as ds
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -571,10 +572,12 @@ class BlockingLogReader:
     def to_arrow(self, start: Where = EARLIEST, end: Position | None = None) -> pa.Table:
         return self._owner._run(self.reader.to_arrow, start, end)
 
+    def dataset(self, start: Where = EARLIEST, end: Position | None = None) -> ds.Dataset:
+        return self._owner._run(self.reader.dataset, start, end)
+
     def record_batch_reader(self, start: Where = EARLIEST, end: Position | None = None) -> pa.RecordBatchReader:
-        """The snapshot as a ``pyarrow.RecordBatchReader``, read a chunk at a time as it is
-        consumed (DuckDB and Polars scan one without holding the whole log in memory).
-        ``end`` is fixed first (default: the end now), so the stream is a repeatable prefix."""
+        """The snapshot as a ``pyarrow.RecordBatchReader`` read a chunk at a time as consumed (DuckDB, Polars
+        scan it lazily); ``end`` is fixed first (default: the end now): a repeatable prefix."""
         first = self.resolve(start)
         stop = end if end is not None else self.end()
         schema = columns.schema().with_metadata(
@@ -585,13 +588,8 @@ class BlockingLogReader:
 
 
 def connect(
-    metadata_uri: str,
-    *,
-    plugins: PluginManager | None = None,
-    settings: ClientSettings | None = None,
-    metrics_registry: CollectorRegistry | None = None,
-    timeout_s: float | None = None,
-    **overrides: Any,
+    metadata_uri: str, *, plugins: PluginManager | None = None, settings: ClientSettings | None = None,
+    metrics_registry: CollectorRegistry | None = None, timeout_s: float | None = None, **overrides: Any,
 ) -> BlockingClient:
     """A blocking client: :func:`~bkframe.client.client.open_client`'s arguments, and
     ``timeout_s`` bounds opening the metadata store."""

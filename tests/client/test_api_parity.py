@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pyarrow
+import pyarrow.dataset
 import pytest
 
 import bkframe
@@ -112,8 +113,8 @@ def blocking_type(hint: Any) -> Any:
 
 def hints(fn: Callable[..., Any]) -> dict[str, Any]:
     # Names a module imports only for type checking are found among bkframe's public ones.
-    # Annotations name pyarrow as `pa` under TYPE_CHECKING (an optional dependency).
-    return typing.get_type_hints(fn, localns={**vars(bkframe), "pa": pyarrow})
+    # Annotations name pyarrow as `pa` (and pyarrow.dataset as `ds`) under TYPE_CHECKING (an optional dependency).
+    return typing.get_type_hints(fn, localns={**vars(bkframe), "pa": pyarrow, "ds": pyarrow.dataset})
 
 
 def instance_attributes(cls: type) -> set[str]:

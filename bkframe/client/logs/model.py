@@ -564,6 +564,9 @@ class SegmentRange:
     min_ts: int = -1
     max_ts: int = -1
     entry_size: int = 0
+    #: Where the segment's object is, if it is offloaded (readers that read Parquet
+    #: themselves -- Spark, DuckDB -- read it there; :mod:`.offload_record`).
+    offload: Offload | None = None
 
     @property
     def entries(self) -> int:

@@ -48,6 +48,7 @@ from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, 
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.dataset as ds
 
 #: Entries read per request batch.
 CHUNK = 1000
@@ -229,7 +230,9 @@ class LogReader:
             hi = confirmed if seg.number < stop.segment else min(confirmed, stop.entry_id - 1)
             if hi >= lo:
                 size = seg.length // seg.entries if seg.closed and seg.entries > 0 else 0
-                out.append(SegmentRange(seg.number, seg.ledger_id, lo, hi, seg.format, seg.min_ts, seg.max_ts, size))
+                out.append(
+                    SegmentRange(seg.number, seg.ledger_id, lo, hi, seg.format, seg.min_ts, seg.max_ts, size, seg.offload)
+                )
         return out
 
     async def advance(self, start: Where, max_entries: int, end: Position | None = None) -> Position:
@@ -387,6 +390,16 @@ class LogReader:
         metadata = {"bkframe.log": self.name, "bkframe.start": str(first), "bkframe.end": str(max(stop, first))}
         table: pa.Table = pa_module.Table.from_batches(batches, schema=columns.schema().with_metadata(metadata))
         return table
+
+    async def dataset(self, start: Where = EARLIEST, end: Position | None = None) -> ds.Dataset:
+        """The snapshot :meth:`to_arrow` gives, as one ``pyarrow.dataset.Dataset`` that DuckDB
+        and Polars scan: offloaded segments in a ``file://`` tier as Parquet fragments of
+        their objects (read by the engine itself, row groups skipped by statistics), the rest
+        read now into memory (:mod:`bkframe.client.tiering.snapshot`). Needs pyarrow."""
+        from bkframe.client.tiering.snapshot import log_dataset
+
+        first = await self.resolve(start)
+        return await log_dataset(self, first, end if end is not None else await self.end())
 
     async def _at_or_after(self, number: int) -> Segment | None:
         record = self.metadata

@@ -63,6 +63,7 @@ def test_metadata_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"log": "e", "tlsCa": "/nowhere/ca.pem"}, "option 'tlsCa': cannot read file '/nowhere/ca.pem'"),
         ({"log": "e", "authToken": " "}, "option 'authToken' is empty"),
         ({"log": "e", "timeoutSeconds": "-1"}, "'timeoutSeconds' must be a number of seconds > 0"),
+        ({"log": "e", "offloaded": "s3"}, r"option 'offloaded' is 'tier' .* or 'bookies' .* not 's3'"),
         ({"log": "e", "ledgers": "1,2"}, "give one of options 'log', 'logPattern' and 'ledgers', not 'log' and 'ledgers'"),
         ({"log": "a,b", "logPattern": "a.*"}, "not 'log' and 'logPattern'"),
         ({"log": "a,,b"}, r"option 'log': bad log name ''.*separated by commas"),

@@ -184,20 +184,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=4)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bkframe-spark-bench-"))
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with_cluster(
+        "bkframe-spark-bench-", args.metadata,
+        lambda m, work: report(bench(m, work, sizes, args.mb, args.rounds, args.partitions)),
+    )
+
+
+def with_cluster(prefix: str, metadata: str | None, run: Callable[[str, Path], str]) -> None:
+    """Print ``run(metadata, work directory)``'s report: on the cluster ``metadata`` names,
+    or on 3 bookies started here (stopped after, with the work directory removed)."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
     cluster = None
     try:
-        metadata = args.metadata
         if metadata is None:
             cluster = Cluster(work / "cluster", 3, command=BOOKIE_COMMAND).start(parallel=True)
             metadata = cluster.metadata
-        sizes = [int(s) for s in args.sizes.split(",")]
-        print(report(bench(metadata, work, sizes, args.mb, args.rounds, args.partitions)))
+        print(run(metadata, work))
     finally:
         if cluster is not None:
             cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

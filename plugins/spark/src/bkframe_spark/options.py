@@ -37,6 +37,7 @@ KNOWN = {
     "cursor": "a durable cursor the stream advances as Spark commits batches",
     "failOnDataLoss": "fail (true) or skip ahead (false) when positions were trimmed",
     "createLog": "writing: create the log (default settings) if it does not exist (default true)",
+    "offloaded": "reads: offloaded segments from their tier objects ('tier', the default) or their ledgers ('bookies')",
     "timeoutSeconds": "timeout of each call a task or the driver makes to bkframe",
     "tlsCa": "TLS: PEM file of the CA that signs the bookies' certificates (every machine needs it)",
     "tlsCert": "TLS: PEM file of the client's certificate, for bookies that require one (with tlsKey)",
@@ -190,6 +191,8 @@ class Options:
     logs: tuple[str, ...] = ()
     #: Option ``logPattern``: a regular expression a whole log name must match.
     log_pattern: str | None = None
+    #: Option ``offloaded``: where offloaded segments are read, ``tier`` or ``bookies``.
+    offloaded: str = "tier"
 
     @property
     def several_logs(self) -> bool:
@@ -284,6 +287,12 @@ class Options:
             raise OptionError("give option 'authToken' or option 'authTokenFile', not both")
         if auth_token_file:
             read_token_file(auth_token_file)  # an empty or unreadable file fails here, on the driver
+        offloaded = str(opts.get("offloaded", "tier")).strip().lower()
+        if offloaded not in ("tier", "bookies"):
+            raise OptionError(
+                f"option 'offloaded' is 'tier' (read offloaded segments from their objects, the default) or 'bookies' "
+                f"(from their ledgers, while the bookies still hold them), not {opts['offloaded']!r}"
+            )
         raw_timeout = opts.get("timeoutseconds")
         try:
             timeout_s = float(raw_timeout) if raw_timeout is not None else DEFAULT_TIMEOUT_S
@@ -318,6 +327,7 @@ class Options:
             auth_token_file=auth_token_file,
             logs=logs,
             log_pattern=log_pattern,
+            offloaded=offloaded,
         )
 
     def security(self) -> dict[str, str]:

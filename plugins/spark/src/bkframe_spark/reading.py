@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructField, StructType, TimestampType
 
@@ -38,6 +37,8 @@ from bkframe_spark.columns import PROPERTIES_TYPE, TIMESTAMP, empty_properties
 from bkframe_spark.connection import call, call_ahead, check_bookies, client_for
 from bkframe_spark.logsets import log_names
 from bkframe_spark.options import OptionError, Options
+from bkframe_spark.partitions import EntryRange
+from bkframe_spark.tier_reading import check_on_bookies, on_bookies, plan_objects, read_object_partition
 
 logger = logging.getLogger("bkframe.spark")
 
@@ -65,28 +66,6 @@ OFFSET_BITS = 32
 #: Entries per read request (and per Arrow batch), at most; fewer for large entries.
 CHUNK_ENTRIES = 2000
 CHUNK_BYTES = 16 << 20
-
-
-@dataclass(frozen=True)
-class EntryRange(InputPartition):
-    """One read partition: entries ``first..last`` of one ledger (a log segment or not)."""
-
-    log: str | None
-    segment: int | None
-    ledger_id: int
-    first: int
-    last: int
-    #: Average payload size, when known (a closed segment), to size the read chunks.
-    entry_size: int = 0
-    #: The entries are log records in envelopes (a log segment's; ledgers read raw).
-    enveloped: bool = False
-    #: The segment's recorded time range (ms; -1: not known), for pruning by timestamp.
-    min_ts: int = -1
-    max_ts: int = -1
-
-    @property
-    def entries(self) -> int:
-        return self.last - self.first + 1
 
 
 def check_schema(schema: StructType) -> pa.Schema:
@@ -118,6 +97,9 @@ def split(parts: Sequence[EntryRange], entries_per_partition: int, bytes_per_par
     about ``bytes_per_partition`` payload bytes (where the entry size is known)."""
     out: list[EntryRange] = []
     for part in parts:
+        if part.key:
+            out.append(part)  # already cut at row groups: a cut inside one would fetch it twice
+            continue
         step = entries_per_partition
         if part.entry_size > 0:
             step = max(1, min(step, bytes_per_partition // part.entry_size))
@@ -127,17 +109,25 @@ def split(parts: Sequence[EntryRange], entries_per_partition: int, bytes_per_par
 
 
 def log_ranges(record: LogMetadata, ranges: Sequence[SegmentRange]) -> list[EntryRange]:
+    """Entry ranges of a log's segment ranges; an offloaded segment's names its object (as a
+    whole: :func:`~bkframe_spark.tier_reading.plan_objects` cuts it at row groups)."""
     return [
-        EntryRange(record.name, r.segment, r.ledger_id, r.first, r.last, r.entry_size, r.enveloped, r.min_ts, r.max_ts)
+        EntryRange(
+            record.name, r.segment, r.ledger_id, r.first, r.last, r.entry_size, r.enveloped, r.min_ts, r.max_ts,
+            *(
+                (o.tier, o.key, o.size, o.on_bookies, o.footer_crc32c, o.entries, o.checksum)
+                if (o := r.offload) is not None else ()
+            ),
+        )
         for r in ranges
     ]
 
 
-async def plan_log(
+async def log_snapshot(
     client: Client, opts: Options, log: str, start: Position | str, end: Position | str | None, *, by_time: bool = False
-) -> list[EntryRange]:
+) -> tuple[LogMetadata, list[SegmentRange]]:
     """The confirmed entries of ``log`` from ``start`` to ``end`` (exclusive; None or
-    ``latest``: the end now), as entry ranges. ``by_time``: ``startingTimestamp`` and
+    ``latest``: the end now), a range per segment. ``by_time``: ``startingTimestamp`` and
     ``endingTimestamp``, when given, set the start and end instead (found from the
     segments' recorded time ranges and a bisection in one segment each, never a scan)."""
     reader = await client.logs.reader(log, password=opts.password)
@@ -151,10 +141,25 @@ async def plan_log(
         stop = await reader.position_at(opts.ending_ts)
     if stop is None:
         stop = await reader.end()
-    ranges = await reader.snapshot(first, stop) if stop > first else []
-    if ranges:
-        await check_bookies(client, ranges[0].ledger_id, ranges[0].first, opts.password)
-    return log_ranges(reader.metadata, ranges)
+    return reader.metadata, (await reader.snapshot(first, stop) if stop > first else [])
+
+
+async def plan_log(
+    client: Client, opts: Options, log: str, start: Position | str, end: Position | str | None, *, by_time: bool = False
+) -> list[EntryRange]:
+    """:func:`log_snapshot` as entry ranges: offloaded segments cut at their objects' row
+    groups (``offloaded=tier``, the default) or read from their ledgers (``bookies``)."""
+    record, ranges = await log_snapshot(client, opts, log, start, end, by_time=by_time)
+    parts = log_ranges(record, ranges)
+    if opts.offloaded == "tier":
+        parts = await plan_objects(client, parts, opts.bytes_per_partition)
+    else:
+        check_on_bookies(record.name, ranges)
+        parts = [on_bookies(p) for p in parts]
+    hot = next((p for p in parts if not p.key), None)
+    if hot is not None:  # a read of offloaded segments only needs no bookie
+        await check_bookies(client, hot.ledger_id, hot.first, opts.password)
+    return parts
 
 
 async def plan_logs(client: Client, opts: Options) -> list[EntryRange]:
@@ -255,7 +260,15 @@ def to_batch(
 
 
 def read_partition(opts: Options, part: EntryRange, schema: pa.Schema = ARROW_SCHEMA) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of the partition's entries with ``schema``'s columns, in order (in a task)."""
+    """Arrow batches of the partition's entries with ``schema``'s columns, in order (in a
+    task): from the segment's object in its tier if it is offloaded, else from the bookies."""
+    if part.key:
+        return read_object_partition(opts, part, schema, read_ledger_partition)
+    return read_ledger_partition(opts, part, schema)
+
+
+def read_ledger_partition(opts: Options, part: EntryRange, schema: pa.Schema = ARROW_SCHEMA) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the partition's entries read from the bookies."""
     bk = client_for(opts)
     what = f"reading ledger {part.ledger_id}" + (f" (segment {part.segment} of log {part.log!r})" if part.log else "")
     handle = call(bk, what, opts.timeout_s, _open, bk.client, part, opts.password)
