@@ -11,6 +11,8 @@ between its put and its record, a wrong password, the tier's directory gone.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import random
 import signal
@@ -172,6 +174,17 @@ async def test_offloaded_segments_read_back_from_the_tier_byte_for_byte(written:
     assert "offload: after 1h, beyond -; ledgers kept [offload] deletion_lag_s after" in text
     states = [line.split("\t")[2] for line in text.splitlines() if line[:1].isdigit()]
     assert states[:5] == ["offloaded"] * 4 + ["closed"]
+    # The CLI reads across the tiers too: segments 1 to 3 from their objects, into 4 on the bookies.
+    lines = bk(
+        "log", "read", written.name, "--metadata", written.uri, "--password", PASSWORD.decode(), "--from", "1:0",
+        "--to", "4:9", "--json",
+    ).stdout.splitlines()
+    wanted = [e for e in written.hot if Position(1, 0) <= e.position <= Position(4, 9)]
+    got = [json.loads(line) for line in lines]
+    assert [g["position"] for g in got] == [str(e.position) for e in wanted]
+    assert [base64.b64decode(g["payload_base64"]) if "payload_base64" in g else g["payload"].encode() for g in got] == [
+        e.payload for e in wanted
+    ]
 
 
 async def test_the_tier_gone_reads_fall_back_to_the_bookies(written: Written) -> None:
