@@ -34,6 +34,11 @@ DEMO_LOG = "demo"
 DEMO_CURSOR = "demo-reader"
 #: Events the Spark pipeline generates (about a minute of Spark time on 2 cores).
 SPARK_ROWS = 20_000
+#: The Spark pipeline's logs: names of the demo's own, so that the README's and docs/spark.md's
+#: first steps (``log create events``, appends printing ``0:0``, counts over ``events``) find
+#: their names free after a demo ran.
+SPARK_EVENTS_LOG = "demo-events"
+SPARK_COUNTS_LOG = "demo-counts"
 #: How long the log demo's reading may take before it is an error rather than a hang.
 LOG_READ_TIMEOUT_S = 120.0
 #: ... and the Spark pipeline (about a minute on 2 busy cores; Spark's start-up included).
@@ -234,10 +239,11 @@ async def run_spark_pipeline(metadata: str, data_dir: Path, out: Out, rows: int 
     report_path = data_dir / "spark-pipeline.json"
     log_path = data_dir / "spark-pipeline.log"
     report_path.unlink(missing_ok=True)
-    out(f"Spark pipeline (local[2], {rows} events; Spark's log: {log_path})")
+    out(f"Spark pipeline (local[2], {rows} events into log {SPARK_EVENTS_LOG!r}, counts into {SPARK_COUNTS_LOG!r}; "
+        f"Spark's log: {log_path})")
     command = [
         sys.executable, "-m", "bkframe_spark.pipeline", "--metadata", metadata, "--rows", str(rows),
-        "--replace", "--report", str(report_path),
+        "--events", SPARK_EVENTS_LOG, "--counts", SPARK_COUNTS_LOG, "--replace", "--report", str(report_path),
     ]
     with log_path.open("wb") as log, trio.move_on_after(SPARK_TIMEOUT_S) as deadline:
         # Cancelling kills the child; its JVM exits when the pipe from its parent closes.

@@ -32,6 +32,7 @@ from bkframe.client.client import open_client
 from bkframe.client.logs.api import CursorInfo, Logs
 from bkframe.client.logs.model import EARLIEST, LogEntry, LogSettings, Position, Where, check_name, parse_where
 from bkframe.client.logs.pending import PendingLogAppend
+from bkframe.client.logs.reader import LogReader
 
 T = TypeVar("T")
 
@@ -292,29 +293,53 @@ def read(
     _run(metadata, run)
 
 
+#: ``log tail`` without --from or --since prints this many of the last records, as tail(1) does.
+TAIL_LINES = 10
+
+
+async def _last_records(reader: LogReader, count: int, end: Position) -> Position:
+    """The position ``count`` confirmed records before ``end`` (the log's start if it holds fewer)."""
+    left = count
+    parts = await reader.snapshot(EARLIEST, end)
+    for part in reversed(parts):
+        if part.entries >= left:
+            return Position(part.segment, part.last + 1 - left)
+        left -= part.entries
+    return Position(parts[0].segment, parts[0].first) if parts else end
+
+
 @log_group.command()
 @metadata_option()
 @password_option("log")
 @click.argument("name", callback=_log_name)
-@click.option("--from", "start", default=None, help="POS (e.g. 3:41), earliest or latest  [default: earliest]")
+@click.option("-n", "--lines", type=click.IntRange(min=0), default=None,
+              help=f"Start at the last N records (without --from or --since)  [default: {TAIL_LINES}]")
+@click.option("--from", "start", default=None, help="POS (e.g. 3:41), earliest or latest: start there instead.")
 @click.option("--since", default=None, help="From the first record at or after this time (ISO 8601, ms, or 15m ago).")
 @click.option("-f", "--follow", is_flag=True, help="Keep waiting for new entries (until interrupted).")
 @_show_options
 def tail(
-    metadata: str, password: str, name: str, start: str | None, since: str | None, follow: bool,
+    metadata: str, password: str, name: str, lines: int | None, start: str | None, since: str | None, follow: bool,
     show_positions: bool, show_keys: bool, show_timestamps: bool, as_json: bool,
 ) -> None:
-    """Print records from --from (or --since) on; with -f, follow the log across segments as it grows."""
-    first = _start(start, since)
+    """Print the last records of the log, as tail(1) and Kafka's console consumer do: the last
+    10 (-n N), or from --from (earliest: every record) or --since on; with -f, then follow
+    the log across segments as it grows."""
+    if lines is not None and (start is not None or since is not None):
+        raise click.UsageError("give -n (the last N records) or --from/--since (a starting point), not both")
+    first: Where | None = None if start is None and since is None else _start(start, since)
     show = Show(show_positions, show_keys, show_timestamps, as_json)
 
     async def run(logs: Logs) -> None:
         reader = await logs.reader(name, password=password.encode())
+        # One end for both the start and a dump, so -n N prints N even while writers append.
+        end = await reader.end()
+        begin = first if first is not None else await _last_records(reader, TAIL_LINES if lines is None else lines, end)
         if not follow:
-            async for chunk in reader.chunks(first):
+            async for chunk in reader.chunks(begin, end):
                 _print_entries(show, chunk)
             return
-        async for chunk in reader.tail_chunks(first):
+        async for chunk in reader.tail_chunks(begin):
             _print_entries(show, chunk)
 
     try:

@@ -121,9 +121,13 @@ async def choose_ensemble(pool: BookiePool, size: int, *, write_quorum: int | No
             registered = len(fresh)
             candidates = [c for c in fresh if c.bookie_id not in unreachable]
         if len(candidates) < size:
+            # Name them: "2 are reachable" alone leaves the user to find which one is missing.
+            names = ", ".join(c.bookie_id for c in candidates) or "none"
             raise NotEnoughBookiesError(
-                f"ensemble of {size} needs {size} writable bookies, {len(candidates)} are reachable "
-                f"({registered} registered; unreachable: {'; '.join(unreachable.values()) or 'none'})"
+                f"ensemble of {size} needs {size} writable bookies, {len(candidates)} are reachable: {names} "
+                f"({registered} registered; unreachable: {'; '.join(unreachable.values()) or 'none'}); "
+                + (f"create the ledger with ensemble {len(candidates)} or fewer, or start more bookies" if candidates
+                   else "start bookies (bkframe bookie), or check that they can reach the metadata store")
             )
         chosen = pool.placement.new_ensemble(candidates, ensemble_size=size, write_quorum=write_quorum or size)
         _checked(chosen, candidates, size, pool.placement)
@@ -154,15 +158,10 @@ async def choose_replacements(
     # The racks of the ensemble's bookies: registered ones, read-only included.
     racks = {b.bookie_id: b.rack for b in view.bookies}
     current = [Candidate(b, racks.get(b, ""), pool.health.quarantined(b)) for b in ensemble]
-    unreachable: list[str] = []
+    unreachable: dict[str, str] = {}
     while True:
         if len(candidates) < len(failed):
-            lost = ", ".join(ensemble[i] for i in failed)
-            raise NotEnoughBookiesError(
-                f"{what}: no reachable writable bookie left to replace {lost} "
-                f"(ensemble {list(ensemble)}; unreachable: {'; '.join(unreachable) or 'none'}); "
-                f"start more bookies or free disk space on read-only ones"
-            )
+            raise NotEnoughBookiesError(_no_replacement(what, view, ensemble, failed, exclude, unreachable))
         chosen = pool.placement.replacements(
             candidates, ensemble=current, failed=list(failed), write_quorum=write_quorum or len(ensemble)
         )
@@ -176,5 +175,45 @@ async def choose_replacements(
             for idx, bookie_id in chosen.items():
                 new[idx] = bookie_id
             return new
-        unreachable.extend(down.values())
+        unreachable.update(down)
         candidates = [c for c in candidates if c.bookie_id not in down]
+
+
+def _no_replacement(
+    what: str,
+    view: BookieView,
+    ensemble: Sequence[str],
+    failed: Sequence[int],
+    exclude: Collection[str],
+    unreachable: dict[str, str],
+) -> str:
+    """Why no bookie could replace the failed ones, bookie by bookie, and what would have
+    survived: a user who lost one of three bookies under an ensemble of three needs to read
+    that the ensemble left no spare, not only that bookies were lacking."""
+    lost = [ensemble[i] for i in failed]
+    writable = {b.bookie_id for b in view.writable}
+    why: list[str] = []
+    for bookie_id in sorted({b.bookie_id for b in view.bookies} | set(ensemble)):
+        if bookie_id in lost:
+            continue
+        if bookie_id in ensemble:
+            why.append(f"{bookie_id} is in the ensemble already")
+        elif bookie_id in exclude:
+            why.append(f"{bookie_id} is being replaced too")
+        elif bookie_id not in writable:
+            why.append(f"{bookie_id} is read-only or decommissioned")
+        elif bookie_id in unreachable:
+            why.append(f"{bookie_id} is unreachable ({unreachable[bookie_id].removeprefix(bookie_id + ': ')})")
+    size = len(ensemble)
+    known = len({b.bookie_id for b in view.bookies} | set(ensemble))
+    if known <= size:
+        advice = (
+            f"with {known} bookies, an ensemble of {size} has no spare to replace a failed one: create ledgers with "
+            f"ensemble {size - 1} or fewer (write and ack quorums at most that), or add a bookie"
+        )
+    else:
+        advice = "start more bookies or free disk space on read-only ones"
+    return (
+        f"{what}: {', '.join(lost)} failed and no bookie can replace {'them' if len(lost) > 1 else 'it'} "
+        f"(ensemble {list(ensemble)}; {'; '.join(why) or 'no other bookie is registered'}); {advice}"
+    )

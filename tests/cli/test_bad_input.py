@@ -168,6 +168,8 @@ ROWS = [
     Row("log-read-bad-from", meta("log", "read", "{log}", "--from", "-3"), says("--from", "bad position '-3'")),
     Row("log-read-bad-to", meta("log", "read", "{log}", "--to", "0:x"), says("--to", "bad position '0:x'")),
     Row("log-tail-no-log", meta("log", "tail", "no-such-log"), says("log 'no-such-log' does not exist")),
+    Row("log-tail-lines-and-from", meta("log", "tail", "{log}", "-n", "3", "--from", "earliest"),
+        says("give -n (the last N records) or --from/--since", "not both")),
     Row("log-append-too-large", meta("log", "append", "{fresh_log}", "--password", "pw"),
         says("stdin line 2 is 6291456 bytes, over the maximum entry of"), stdin=b"ok\n" + BIG_LINE + b"\n"),
     Row("log-create-bad-name", meta("log", "create", "bad/name"), says("bad log name 'bad/name'")),

@@ -55,6 +55,15 @@ def test_log_commands(cluster_factory: Any) -> None:
     finally:
         follower.kill()
         follower.wait()
+    # tail as tail(1) and Kafka's console consumer: the last 10 records (across segments),
+    # -n N the last N, --from earliest all of them (-n with --from: tests/cli/test_bad_input.py).
+    letters = [chr(c) for c in range(ord("d"), ord("s") + 1)]  # d..s: 16 records, from 1:0 on
+    bk("log", "append", "events", *meta, stdin="".join(f"{c}\n" for c in letters[6:]))
+    assert bk("log", "tail", "events", *meta).stdout.split() == letters[-10:]
+    assert bk("log", "tail", "events", *meta, "-n", "3", "--positions").stdout.splitlines() == [
+        "6:1\tq", "6:2\tr", "7:0\ts"
+    ]
+    assert bk("log", "tail", "events", *meta, "--from", "earliest").stdout.split() == letters
     bk("log", "delete", "events", *meta)
     assert bk("log", "list", *meta).stdout == ""
     # Records with keys and properties: a key per line, shown by read, found by time.

@@ -363,3 +363,38 @@ async def test_a_reader_follows_an_ensemble_change_it_did_not_see(cluster_factor
             assert [e.payload for e in entries] == [payload("entry", i) for i in range(10, 19)]
             unconfirmed = await reader.read_unconfirmed(19, 19)
             assert unconfirmed[0].payload == payload("entry", 19)
+
+
+async def test_a_bookie_lost_under_a_full_ensemble_is_named_with_what_would_survive(cluster_factory: Any) -> None:
+    """E=3 on three bookies: one dies during appends and no bookie can replace it. The
+    error names it, says why each other bookie could not stand in, and what would have
+    survived (issue 37: it said only "unreachable: none")."""
+    cluster = cluster_factory(3)
+    async with bkframe.open_client(cluster.metadata, **FAST) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
+        for i in range(10):
+            await writer.append(payload("entry", i))
+        ensemble = writer.metadata.fragments[0][1]
+        cluster.by_id(ensemble[1]).kill()
+        with trio.fail_after(30):
+            try:
+                for i in range(10, 10_000):
+                    await writer.append(payload("entry", i))
+            except bkframe.NotEnoughBookiesError as e:
+                message = str(e)
+            else:
+                raise AssertionError("the writer went on without a replacement for the dead bookie")
+        # A new ledger of 3 now: the two bookies left are named, and so is the way out.
+        with trio.fail_after(30):
+            try:
+                await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
+            except bkframe.NotEnoughBookiesError as e:
+                create_message = str(e)
+            else:
+                raise AssertionError("a ledger of 3 was made on 2 live bookies")
+    reachable = create_message.partition("2 are reachable: ")[2].partition(" (")[0]
+    assert sorted(reachable.split(", ")) == sorted([ensemble[0], ensemble[2]]), create_message
+    assert "ensemble 2 or fewer" in create_message, create_message
+    assert f"ledger {writer.ledger_id}: {ensemble[1]} failed and no bookie can replace it" in message, message
+    assert f"{ensemble[0]} is in the ensemble already" in message and f"{ensemble[2]} is in the ensemble already" in message
+    assert "with 3 bookies, an ensemble of 3 has no spare" in message and "ensemble 2 or fewer" in message, message
