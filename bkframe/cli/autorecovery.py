@@ -37,7 +37,7 @@ log = logging.getLogger("bkframe.autorecovery")
 @auth_token_option
 def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | None, holder: str) -> None:
     """Run autorecovery alone (an auditor candidate and a replication worker) until
-    SIGTERM / SIGINT; ``status`` shows what it is doing."""
+    SIGTERM / SIGINT; 'bkframe autorecovery status' shows what it is doing."""
     if ctx.invoked_subcommand is not None:
         return
     if not metadata:
