@@ -1,6 +1,7 @@
 """What ``--help`` shows: plain text. click prints a command's docstring as it is, so
 reStructuredText markup in one (double backquotes, ``:mod:`` roles) reaches the user's
-terminal verbatim; every command and subcommand of ``bkframe`` is walked here, in-process."""
+terminal verbatim; every command and subcommand of ``bkframe`` is walked here, in-process,
+with its options (none listed twice)."""
 
 from __future__ import annotations
 
@@ -27,12 +28,20 @@ def commands(command: click.Command, ctx: click.Context) -> Iterator[tuple[str, 
 def test_every_help_text_is_plain() -> None:
     seen = []
     marked = {}
-    for path, ctx in commands(main, click.Context(main, info_name="bkframe")):
-        seen.append(path)
-        text = ctx.get_help()
-        found = [m for m in MARKUP if m in text]
-        if found:
-            marked[path] = found
+    twice = {}
+    # Twice: the lazy root group builds some commands when asked, and asking again must not
+    # add an option a second time (--help would list it twice).
+    for _ in range(2):
+        for path, ctx in commands(main, click.Context(main, info_name="bkframe")):
+            seen.append(path)
+            text = ctx.get_help()
+            found = [m for m in MARKUP if m in text]
+            if found:
+                marked[path] = found
+            opts = [o for p in ctx.command.params for o in p.opts]
+            if len(opts) != len(set(opts)):
+                twice[path] = sorted({o for o in opts if opts.count(o) > 1})
     # The walk must reach the nested groups, or it would prove nothing about them.
     assert {"bkframe ledger metadata", "bkframe bookies list", "bkframe log offload"} <= set(seen)
     assert not marked, f"--help shows reStructuredText markup: {marked}"
+    assert not twice, f"options declared twice: {twice}"
