@@ -220,10 +220,7 @@ class AdminServer:
                 md = await store.read_ledger(ledger_id)
         except NoSuchLedgerError:
             return error(404, f"no ledger {ledger_id} in the metadata store")
-        d = md.to_json()
-        d.pop("password_hash", None)  # never leaves the store
-        d["version"] = md.version
-        return JSONResponse(d)
+        return JSONResponse(md.to_public_json())  # the password's hash never leaves the store
 
     async def server_config(self, request: Request) -> Response:
         config = self.service.config

@@ -14,7 +14,7 @@ import attrs
 import click
 import trio
 
-from bkframe.cli.options import LOG_OVERRIDES, auth_token_option, client_security, metadata_option
+from bkframe.cli.options import LOG_OVERRIDES, auth_token_option, client_security, metadata_option, missing_option
 from bkframe.client.settings import ClientSettings
 from bkframe.core.cluster import require_cluster
 from bkframe.core.config import load_config
@@ -37,11 +37,11 @@ log = logging.getLogger("bkframe.autorecovery")
 @auth_token_option
 def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | None, holder: str) -> None:
     """Run autorecovery alone (an auditor candidate and a replication worker) until
-    SIGTERM / SIGINT; ``status`` shows what it is doing."""
+    SIGTERM / SIGINT; 'bkframe autorecovery status' shows what it is doing."""
     if ctx.invoked_subcommand is not None:
         return
     if not metadata:
-        raise click.UsageError("Missing option '--metadata' (or $BKFRAME_METADATA).")
+        raise missing_option(ctx, "metadata")
     config = load_config(config_path)
     # A long-running service logs as a bookie does: its config's [logging], -v / --log-format over it.
     level, log_format = ctx.meta.get(LOG_OVERRIDES, (None, None))

@@ -5,7 +5,8 @@ the client library (:func:`bkframe.cli.bench.append_timed`, the code of ``bkfram
 --metadata``) on a fresh cluster of 3 bookie processes per entry size. Optionally, in the same
 run, the round-trip floors and the peers of the shared peer benchmark (``--peer-bench DIR``,
 the folder of ``floor.py`` and ``peers.py``). Writes ``sweep.json`` and the PNG plots of
-:mod:`bkframe.cli.bench_plots` into ``--out-dir``; ``scripts/bench`` runs it.
+:mod:`bkframe.cli.bench_plots` into ``--out-dir`` (by default a new folder, so that a run never
+overwrites the committed figures); ``scripts/bench`` runs it into docs/benchmarks.
 """
 
 from __future__ import annotations
@@ -263,8 +264,9 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 
 
 @click.command("bench-sweep")
-@click.option("--out-dir", type=click.Path(path_type=Path), default=Path("docs/benchmarks"), show_default=True,
-              help="Where sweep.json and the PNG plots go.")
+@click.option("--out-dir", type=click.Path(path_type=Path), default=None,
+              help="Where sweep.json and the PNG plots go (default: a new folder bench-sweep-<UTC time> here; "
+              "scripts/bench gives docs/benchmarks).")
 @click.option("--quick", is_flag=True, help="A quarter of the counts (about a minute here).")
 @click.option("--scale", type=float, default=None, help="Multiply every count by this (overrides --quick).")
 @click.option("--sizes", default=",".join(map(str, SIZES)), show_default=True, help="Entry sizes in bytes.")
@@ -273,13 +275,18 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
               help="Folder of floor.py and peers.py: run the floors and the peers in the same run.")
 @click.option("--note", "notes", multiple=True, help="A caveat to keep in the JSON (repeatable).")
 @click.option("--no-plots", is_flag=True, help="Write only the JSON.")
-def bench_sweep(out_dir: Path, quick: bool, scale: float | None, sizes: str, windows: str, peer_bench: Path | None,
+def bench_sweep(out_dir: Path | None, quick: bool, scale: float | None, sizes: str, windows: str, peer_bench: Path | None,
                 notes: tuple[str, ...], no_plots: bool) -> None:
     """Sweep entry sizes x ledger types x windows through the client library on fresh 3-bookie
     clusters (E=3 W=3 A=2); write sweep.json and PNG plots."""
     if scale is None:
         scale = 0.25 if quick else 1.0
     settings = SweepSettings(sizes=_ints(sizes, "--sizes"), windows=_ints(windows, "--windows"), scale=scale)
+    if out_dir is None:
+        # A new folder of its own: never over the committed figures in docs/benchmarks, nor an earlier run.
+        out_dir = Path(f"bench-sweep-{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%SZ}")
+        out_dir.mkdir(parents=True, exist_ok=False)
+        click.echo(f"bench-sweep: writing to {out_dir.resolve()} (--out-dir chooses)", err=True)
     out_dir.mkdir(parents=True, exist_ok=True)  # before the sweep: a wrong --out-dir fails now, not in minutes
     sweep = run_sweep(settings, peer_bench=peer_bench, notes=notes)
     (out_dir / "sweep.json").write_text(json.dumps(sweep, indent=1) + "\n")

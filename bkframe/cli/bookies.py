@@ -24,7 +24,7 @@ def bookies() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per bookie.")
 def list_bookies(metadata: str, as_json: bool) -> None:
     """Registered, live bookies with their address, state and rack: writable, or read-only
-    (its disk is full: it takes no adds, serves reads; see ``bookies info`` for why). The
+    (its disk is full: it takes no adds, serves reads; see 'bkframe bookies info' for why). The
     rack is a fourth column once any bookie has a rack label ('-' for those without)."""
 
     async def run() -> list[BookieInfo]:

@@ -141,7 +141,7 @@ def metadata(metadata: str, ledger_id: int) -> None:
 
     async def run(client: Client) -> dict[str, Any]:
         md = await client.ledger_metadata(ledger_id)
-        return {**md.to_json(), "version": md.version}
+        return md.to_public_json()  # as the HTTP API's: no password hash
 
     click.echo(json.dumps(_run(metadata, run), indent=2, sort_keys=True))
 

@@ -19,12 +19,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
+from bkframe.cli.options import AUTH_TOKEN_ENV, METADATA_ENV, PASSWORD_ENV, SECURITY_ENV
 from bkframe.errors import BKError
 
 #: ``bkframe bookie`` as users run it.
 BOOKIE_COMMAND: tuple[str, ...] = (sys.executable, "-m", "bkframe", "bookie")
 #: How long a bookie may take to print its address.
 START_TIMEOUT_S = 60.0
+#: Variables of the user's own cluster and credentials, left out of what a bookie started here
+#: inherits: it gets its store from ``metadata`` (or runs without one), and never joins the
+#: cluster ``$BKFRAME_METADATA`` names (``bkframe bench``'s private bookie did: a stray
+#: bookie and cookie there, then "wrong master key" on that cluster's ledgers).
+SCRUBBED_ENV: tuple[str, ...] = (METADATA_ENV, PASSWORD_ENV, AUTH_TOKEN_ENV, *SECURITY_ENV.values())
 
 
 class BookieStartError(BKError):
@@ -81,8 +87,10 @@ class BookieProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def spawn(self, *extra: str, env: Mapping[str, str] | None = None) -> None:
-        """Start the process (see :meth:`wait_started`), with ``env`` added to the environment."""
-        environ = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        """Start the process (see :meth:`wait_started`), with ``env`` added to the environment
+        (less :data:`SCRUBBED_ENV`)."""
+        inherited = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
+        environ = {**inherited, **(env or {}), "PYTHONUNBUFFERED": "1"}
         cmd = [*self.prefix, *self.command, "--data-dir", str(self.data_dir), "--port", "0"]
         if self.metadata:
             cmd += ["--metadata", self.metadata]

@@ -32,7 +32,8 @@ def _log_group() -> click.Command:
     from bkframe.cli.log_tiering import configure, offload
 
     for command in (offload, configure):
-        log_group.add_command(command)
+        if command.name not in log_group.commands:  # once: a ClientGroup adds --auth-token-file each time
+            log_group.add_command(command)
     return log_group
 
 

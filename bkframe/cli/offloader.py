@@ -16,7 +16,7 @@ import click
 import trio
 from prometheus_client import start_http_server
 
-from bkframe.cli.options import LOG_OVERRIDES, auth_token_option, client_security, metadata_option
+from bkframe.cli.options import LOG_OVERRIDES, auth_token_option, client_security, metadata_option, missing_option
 from bkframe.client.settings import ClientSettings
 from bkframe.core.cluster import require_cluster
 from bkframe.core.config import load_config
@@ -49,7 +49,7 @@ def offloader(
     """Run the offload service: move logs' closed segments to their tiers by their settings
     and delete their ledgers after the deletion lag, until SIGTERM / SIGINT."""
     if not metadata:
-        raise click.UsageError("Missing option '--metadata' (or $BKFRAME_METADATA).")
+        raise missing_option(ctx, "metadata")
     config = load_config(config_path)
     level, log_format = ctx.meta.get(LOG_OVERRIDES, (None, None))
     setup_logging(attrs.evolve(config.logging, format=log_format) if log_format else config.logging, level=level)

@@ -15,10 +15,33 @@ F = TypeVar("F", bound=Callable[..., Any])
 METADATA_ENV = "BKFRAME_METADATA"
 
 
+class EnvOption(click.Option):
+    """An option that may come from an environment variable and says so where a user looks:
+    in its error ("Missing option '--metadata' (or set $BKFRAME_METADATA)", click's own
+    names only the flag) and in ``--help`` (unless its help text names the variable already)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if isinstance(self.envvar, str) and f"${self.envvar}" not in (self.help or ""):
+            self.show_envvar = True
+
+    def get_error_hint(self, ctx: click.Context | None) -> str:
+        hint = super().get_error_hint(ctx)
+        return f"{hint} (or set ${self.envvar})" if isinstance(self.envvar, str) else hint
+
+
+def missing_option(ctx: click.Context, name: str) -> click.MissingParameter:
+    """The error for the option ``name`` a command checks itself (one required only without a
+    subcommand, or with a config file that may hold it instead), worded as click's."""
+    param = next(p for p in ctx.command.params if p.name == name)
+    return click.MissingParameter(ctx=ctx, param=param)
+
+
 def metadata_option(*, required: bool = True, help: str = "") -> Callable[[F], F]:
     """``--metadata URI`` (or ``$BKFRAME_METADATA``): the metadata store of the cluster."""
     return click.option(
         "--metadata",
+        cls=EnvOption,
         envvar=METADATA_ENV,
         required=required,
         help=help or f"Metadata store URI, e.g. sqlite:///path/meta.db (or ${METADATA_ENV}).",

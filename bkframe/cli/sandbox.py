@@ -13,7 +13,7 @@ import trio
 
 from bkframe.cli.demo import run_demo, run_spark_pipeline, spark_missing
 from bkframe.cli.local_cluster import Cluster
-from bkframe.cli.options import AT_LEAST_ONE, metadata_option
+from bkframe.cli.options import AT_LEAST_ONE, EnvOption, metadata_option
 from bkframe.core.cluster import init_cluster
 from bkframe.core.directory_lock import DirectoryLockedError, DirectoryLocks
 from bkframe.core.metadata import ClusterRecord
@@ -51,6 +51,7 @@ async def check_store(metadata: str) -> ClusterRecord:
 )
 @click.option(
     "--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    cls=EnvOption,
     envvar="BKFRAME_SANDBOX_CONFIG",
     help="Bookie TOML config for every bookie (see conf/bookie.toml); also $BKFRAME_SANDBOX_CONFIG.",
 )

@@ -123,6 +123,13 @@ class LedgerMetadata:
         del d["version"]
         return d
 
+    def to_public_json(self) -> dict[str, Any]:
+        """What may be shown outside the store (HTTP API, ``bkframe ledger metadata``): all but
+        the password's hash, which would let anyone test guesses offline; with the version."""
+        d = self.to_json()
+        d.pop("password_hash", None)
+        return {**d, "version": self.version}
+
     def serialize(self) -> bytes:
         return json.dumps(self.to_json(), sort_keys=True).encode()
 

@@ -212,7 +212,10 @@ ROWS = [
     Row("bookies-info-missing-store", meta("bookies", "info", "--metadata", MISSING_STORE), says("does not exist")),
     Row("decommission-missing-store", meta("bookies", "decommission", "x", "--metadata", MISSING_STORE),
         says("does not exist")),
-    Row("autorecovery-no-metadata", lambda s: ["autorecovery"], says("Missing option '--metadata'")),
+    Row("autorecovery-no-metadata", lambda s: ["autorecovery"],
+        says("Missing option '--metadata' (or set $BKFRAME_METADATA)")),
+    Row("ledger-list-no-metadata", lambda s: ["ledger", "list"],
+        says("Missing option '--metadata' (or set $BKFRAME_METADATA)")),
     Row("autorecovery-status-missing-store", meta("autorecovery", "status", "--metadata", MISSING_STORE),
         says("does not exist")),
     # -- sandbox, benchmarks, plugins ------------------------------------------------------------

@@ -25,12 +25,15 @@ def assert_pngs(out_dir: Path) -> None:
 
 @pytest.mark.subprocess
 def test_sweep_writes_every_cell_and_the_plots(tmp_path: Path) -> None:
-    out_dir = tmp_path / "out"
+    # Without --out-dir: a new folder in the current directory, named on stderr (it used to be
+    # docs/benchmarks, over the committed figures).
     proc = subprocess.run(
-        [sys.executable, "-m", "bkframe", "bench-sweep", "--scale", "0.001", "--out-dir", str(out_dir), "--note", "a test"],
-        capture_output=True, text=True, timeout=240,
+        [sys.executable, "-m", "bkframe", "bench-sweep", "--scale", "0.001", "--note", "a test"],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
+    (out_dir,) = tmp_path.glob("bench-sweep-*Z")
+    assert f"writing to {out_dir}" in proc.stderr
     sweep = json.loads((out_dir / "sweep.json").read_text())
     cells = {(c["entry_size"], c["ledger_type"], c["window"]): c for c in sweep["cells"]}
     assert set(cells) == {(s, t, w) for s in SIZES for t in TYPES for w in WINDOWS}

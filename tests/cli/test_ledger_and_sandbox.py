@@ -32,6 +32,8 @@ def test_ledger_commands(shared_cluster: Cluster) -> None:
     assert bk("ledger", "read", ledger_id, *meta, "--password", "pw", "--from", "1", "--to", "1").stdout == "beta\n"
     md = json.loads(bk("ledger", "metadata", ledger_id, *meta).stdout)
     assert (md["state"], md["last_entry_id"], md["ledger_type"], md["ensemble_size"]) == ("CLOSED", 2, "PD_JOURNAL", 3)
+    # As the HTTP API's: the password's hash (a guess tester) never leaves the store.
+    assert "password_hash" not in md and isinstance(md["version"], int), md
     assert ledger_id in bk("ledger", "list", *meta).stdout.split()
     assert bk("ledger", "list", *meta, "--start", ledger_id, "--limit", "1").stdout.split() == [ledger_id]
     # A second writer may not claim the ledger, and it is closed anyway.
