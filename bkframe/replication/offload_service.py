@@ -61,9 +61,10 @@ from bkframe.client.logs.tier_sweep import sweep_tier
 from bkframe.client.read_handle import ReadHandle
 from bkframe.client.settings import ClientSettings
 from bkframe.core.config import OffloadConfig
-from bkframe.core.metadata import DigestType, Lock, MetadataStore
+from bkframe.core.metadata import DigestType, MetadataStore
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import BKError, ConfigError, NoSuchLogError, TierError, UnauthorizedError
+from bkframe.replication.held_lock import release_quietly, while_held
 from bkframe.replication.offload_metrics import OffloadCounters
 from bkframe.replication.tier_backoff import TierBackoff
 
@@ -227,11 +228,7 @@ class OffloadService:
         try:
             summary = await sweep_tier(self.client, tier, grace_s=self.config.orphan_grace_s)
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(self.config.request_timeout_s):
-                try:
-                    await lock.release()
-                except Exception as e:  # noqa: BLE001 - the lock then expires by its TTL
-                    log.warning("tier %s: could not release the sweep lock (%r); it expires by itself", tier, e)
+            await release_quietly(lock, self.config.request_timeout_s, log, f"the sweep lock of tier {tier}")
         self.counters.orphans_deleted += summary.deleted
         if summary.orphans or summary.at_risk:
             log.warning(
@@ -278,37 +275,12 @@ class OffloadService:
             log.debug("log %r: another offloader holds it", name)
             return
         try:
-            await self._while_held(lock, name, record, policy, due if offloading else {}, segments, done)
+            await while_held(
+                lock, lambda: self._work(name, record, policy, due if offloading else {}, segments, done), log,
+                f"log {name!r}: lost its offload lock; abandoning its work this pass",
+            )
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(self.config.request_timeout_s):
-                try:
-                    await lock.release()
-                except Exception as e:  # noqa: BLE001 - the lock then expires by its TTL
-                    log.warning("log %r: could not release its offload lock (%r); it expires by itself", name, e)
-
-    async def _while_held(
-        self, lock: Lock, name: str, record: LogMetadata, policy: OffloadPolicy, due: dict[int, float | None],
-        segments: list[Segment], done: set[int],
-    ) -> None:
-        """The log's work, cancelled if the lock is lost (the next owner redoes what was not
-        compare-and-set)."""
-        error: list[BaseException] = []
-
-        async def work() -> None:
-            try:
-                await self._work(name, record, policy, due, segments, done)
-            except Exception as e:  # noqa: BLE001 - re-raised below, outside the nursery (no exception group)
-                error.append(e)
-            finally:
-                nursery.cancel_scope.cancel()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(work)
-            await lock.lost.wait()
-            log.warning("log %r: lost its offload lock; abandoning its work this pass", name)
-            nursery.cancel_scope.cancel()
-        if error:
-            raise error[0]
+            await release_quietly(lock, self.config.request_timeout_s, log, f"the offload lock of log {name!r}")
 
     async def _work(
         self, name: str, record: LogMetadata, policy: OffloadPolicy, due: dict[int, float | None],

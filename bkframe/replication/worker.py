@@ -63,6 +63,7 @@ from bkframe.core.config import AutorecoveryConfig
 from bkframe.core.metadata import BadVersionError, LedgerMetadata, Lock, NoSuchLedgerError, UnderReplicated
 from bkframe.errors import BKError, NotEnoughBookiesError
 from bkframe.replication.copying import fetch_entries, list_on_peers
+from bkframe.replication.held_lock import release_quietly, while_held
 
 log = logging.getLogger("bkframe.autorecovery.worker")
 
@@ -224,9 +225,11 @@ class ReplicationWorker:
             self._slots.release()
 
     async def _replicate_held(self, lock: Lock, mark: UnderReplicated) -> None:
-        timeout = self.config.request_timeout_s
         try:
-            done = await self._while_held(lock, mark)
+            done = bool(await while_held(
+                lock, lambda: self.replicate(mark.ledger_id, mark), log,
+                f"lost the claim on ledger {mark.ledger_id}; abandoning its replication",
+            ))
         except NotYet as e:
             log.info("ledger %d: %s", mark.ledger_id, e)
             done = False
@@ -238,11 +241,7 @@ class ReplicationWorker:
                 log.exception("replication of ledger %d failed; retrying later", mark.ledger_id)
             done = False
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(timeout):
-                try:
-                    await lock.release()
-                except Exception as e:  # noqa: BLE001 - the claim then expires by its TTL
-                    log.warning("could not release the claim on ledger %d (%r); it expires by itself", mark.ledger_id, e)
+            await release_quietly(lock, self.config.request_timeout_s, log, f"the claim on ledger {mark.ledger_id}")
         if done:
             self._retry.pop(mark.ledger_id, None)
             self.status.ledgers_replicated += 1
@@ -250,30 +249,6 @@ class ReplicationWorker:
             _, delay = self._retry.get(mark.ledger_id, (0.0, self.config.check_interval_s / 2))
             delay = min(delay * 2, self.config.max_retry_s)
             self._retry[mark.ledger_id] = (trio.current_time() + delay, delay)
-
-    async def _while_held(self, lock: Lock, mark: UnderReplicated) -> bool:
-        """:meth:`replicate`, cancelled if the claim is lost (another worker may take over:
-        whatever was not compare-and-set yet is then abandoned)."""
-        ledger_id = mark.ledger_id
-        result: list[bool] = []
-        error: list[BaseException] = []
-
-        async def work() -> None:
-            try:
-                result.append(await self.replicate(ledger_id, mark))
-            except Exception as e:  # noqa: BLE001 - re-raised below, outside the nursery (no exception group)
-                error.append(e)
-            finally:
-                nursery.cancel_scope.cancel()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(work)
-            await lock.lost.wait()
-            log.warning("lost the claim on ledger %d; abandoning its replication", ledger_id)
-            nursery.cancel_scope.cancel()
-        if error:
-            raise error[0]
-        return bool(result and result[0])
 
     # -- one ledger ---------------------------------------------------------------------
 
