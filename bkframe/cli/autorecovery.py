@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import click
 import trio
 
 from bkframe.cli.options import LOG_OVERRIDES, auth_token_option, client_security, metadata_option, missing_option
+from bkframe.cli.until_signal import run_until_signal
 from bkframe.client.settings import ClientSettings
 from bkframe.core.cluster import require_cluster
 from bkframe.core.config import load_config
@@ -58,17 +58,10 @@ def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | N
             record = await require_cluster(store)
             # It copies entries without the ledgers' keys: it authenticates as the cluster's own.
             internal = settings.as_internal(record.secret)
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async with trio.open_nursery() as nursery:
-                    service = AutorecoveryService(
-                        store, plugins, config.autorecovery, holder=name, settings=internal, offload=config.offload
-                    )
-                    await nursery.start(service.run)
-                    click.echo(f"autorecovery running as {name}", err=True)
-                    async for signum in signals:
-                        log.info("received %s; stopping", signal.Signals(signum).name)
-                        nursery.cancel_scope.cancel()
-                        break
+            service = AutorecoveryService(
+                store, plugins, config.autorecovery, holder=name, settings=internal, offload=config.offload
+            )
+            await run_until_signal(service.run, f"autorecovery running as {name}", log)
         finally:
             with trio.CancelScope(shield=True):
                 await store.aclose()

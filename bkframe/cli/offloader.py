@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import trio
 from prometheus_client import start_http_server
 
 from bkframe.cli.options import LOG_OVERRIDES, auth_token_option, client_security, metadata_option, missing_option
+from bkframe.cli.until_signal import run_until_signal
 from bkframe.client.settings import ClientSettings
 from bkframe.core.cluster import require_cluster
 from bkframe.core.config import load_config
@@ -72,14 +72,7 @@ def offloader(
             if once:
                 await service.run_once()
                 return
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(service.run)
-                    click.echo(f"offloader running as {name}", err=True)
-                    async for signum in signals:
-                        log.info("received %s; stopping", signal.Signals(signum).name)
-                        nursery.cancel_scope.cancel()
-                        break
+            await run_until_signal(service.run, f"offloader running as {name}", log)
         finally:
             with trio.CancelScope(shield=True):
                 await store.aclose()
