@@ -63,6 +63,10 @@ class Client:
     Its handles and recoveries share its :class:`~bkframe.client.context.ClientContext`.
     """
 
+    settings: ClientSettings
+    client_id: str
+    logs: Logs
+
     def __init__(self, context: ClientContext, metrics_registry: CollectorRegistry | None = None) -> None:
         self.context = context
         self.metadata = context.metadata

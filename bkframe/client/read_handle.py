@@ -145,6 +145,9 @@ async def _wait_any(pendings: list[PendingResponse], timeout_s: float | None) ->
 class ReadHandle:
     """Made by :meth:`Client.open_ledger`; any number may read a ledger."""
 
+    ledger_id: int
+    metadata: LedgerMetadata
+
     def __init__(self, ctx: ClientContext, metadata: LedgerMetadata, master_key: bytes, digester: Digester) -> None:
         self._ctx = ctx
         self.metadata = metadata

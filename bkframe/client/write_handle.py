@@ -97,6 +97,9 @@ class PendingAppend:
 class WriteHandle:
     """Made by :meth:`Client.create_ledger` or :meth:`Client.open_writer`; the only writer of its ledger."""
 
+    ledger_id: int
+    metadata: LedgerMetadata
+
     def __init__(self, ctx: ClientContext, metadata: LedgerMetadata, master_key: bytes, digester: Digester) -> None:
         self._ctx = ctx
         self.metadata = metadata

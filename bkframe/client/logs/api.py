@@ -104,6 +104,8 @@ class LogInfo:
 class Logs:
     """Named logs on a client: ``client.logs`` (or ``bkframe.Logs(client)``)."""
 
+    client: LedgerClient
+
     def __init__(self, client: LedgerClient) -> None:
         self.client = client
         self.store = client.metadata

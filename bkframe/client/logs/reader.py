@@ -65,6 +65,10 @@ class _SegmentGone(Exception):
 class LogReader:
     """Made by :meth:`Logs.reader`. Holds no resources; make as many as you like."""
 
+    name: str
+    tier_reads: TierReads
+    metadata: LogMetadata
+
     def __init__(self, records: LogRecords, record: LogMetadata, password: bytes) -> None:
         self._records = records
         self._client = records.ledgers

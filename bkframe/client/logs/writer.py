@@ -38,7 +38,7 @@ from bkframe.client.bounded import MetadataTimeoutError, bounded
 from bkframe.client.entry_format import LIMIT_SOURCE, max_payload
 from bkframe.client.logs import envelope
 from bkframe.client.logs.envelope import Record
-from bkframe.client.logs.model import LogMetadata, Position
+from bkframe.client.logs.model import LogMetadata, LogSettings, Position
 from bkframe.client.logs.pending import ActiveSegment, PendingLogAppend, PendingLogBatch, SpareLedger, closed_segment, mark_closed
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.logs.retention import trim
@@ -61,10 +61,10 @@ class LogWriter:
     def __init__(self, records: LogRecords, record: LogMetadata, first: WriteHandle, writer_id: str, password: bytes) -> None:
         self._records = records
         self._client = records.ledgers
-        self.name = record.name
-        self.writer_id = writer_id
-        self.epoch = record.writer_epoch
-        self.settings = record.settings
+        self.name: str = record.name
+        self.writer_id: str = writer_id
+        self.epoch: int = record.writer_epoch
+        self.settings: LogSettings = record.settings
         self._max_entries = record.settings.rollover_entries
         self._max_bytes = record.settings.rollover_bytes
         self._password = password
