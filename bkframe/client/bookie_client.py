@@ -539,24 +539,30 @@ async def connect_bookie(
             for other in scopes:
                 other.cancel()
 
-    async with anyio.create_task_group() as nursery:
-        nursery.start_soon(run, client._send_loop)
-        nursery.start_soon(run, client._receive_loop)
-        nursery.start_soon(run, client._timeout_loop)
-        nursery.start_soon(run, client._resend_loop)
-        try:
-            yield client
-        finally:
-            client._fail_all(BookieConnectionError(f"connection to bookie {address} was closed"))
-            nursery.cancel_scope.cancel()
-            # Shielded: an unshielded await here would raise Cancelled (the scope was just
-            # cancelled) and replace whatever the body raised, which the nursery would
-            # then swallow: errors inside ``async with connect_bookie(...)`` would vanish.
-            with anyio.CancelScope(shield=True):
-                # TLS sends close_notify first: bounded, so a hung bookie cannot hold us.
-                with anyio.move_on_after(1.0):
+    try:
+        async with anyio.create_task_group() as nursery:
+            nursery.start_soon(run, client._send_loop)
+            nursery.start_soon(run, client._receive_loop)
+            nursery.start_soon(run, client._timeout_loop)
+            nursery.start_soon(run, client._resend_loop)
+            try:
+                yield client
+            finally:
+                client._fail_all(BookieConnectionError(f"connection to bookie {address} was closed"))
+                nursery.cancel_scope.cancel()
+    finally:
+        # Once the connection's tasks have ended: TLS's close reads the bookie's
+        # close_notify, which the receive loop must not be reading at the same time.
+        # Shielded: an unshielded await here would raise Cancelled (when the caller is
+        # cancelled) and replace whatever the body raised.
+        with anyio.CancelScope(shield=True):
+            # TLS sends close_notify first: bounded, so a hung bookie cannot hold us.
+            with anyio.move_on_after(1.0):
+                try:
                     await stream.aclose()
-                await anyio.aclose_forcefully(stream)
+                except (OSError, anyio.BrokenResourceError):
+                    pass  # (ssl.SSLError is one) a close that fails has closed all the same
+            await anyio.aclose_forcefully(stream)
 
 
 async def _close(stream: anyio.abc.ByteStream | None) -> None:

@@ -31,9 +31,22 @@ BACKENDS = ("trio", "asyncio")
 
 def on_both_backends(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
     """``test`` once under trio and once under asyncio (parametrized as ``backend``)."""
+    return on_backends(*BACKENDS)(test)
+
+
+def on_backends(*backends: str) -> Callable[[Callable[..., Awaitable[None]]], Callable[..., None]]:
+    """``test`` under each of ``backends``: ``@on_backends("asyncio")`` for a test too slow
+    to run twice (the suite's budget), whose concern other tests cover on trio."""
+    unknown = set(backends) - set(BACKENDS)
+    if unknown or not backends:
+        raise ValueError(f"on_backends: give some of {BACKENDS}, not {sorted(unknown) or 'none'}")
+    return lambda test: _parametrized(test, backends)
+
+
+def _parametrized(test: Callable[..., Awaitable[None]], backends: tuple[str, ...]) -> Callable[..., None]:
     signature = inspect.signature(test)
     if "backend" in signature.parameters:
-        raise TypeError(f"{test.__name__}: on_both_backends adds the 'backend' parameter itself")
+        raise TypeError(f"{test.__name__}: on_backends adds the 'backend' parameter itself")
 
     @functools.wraps(test)
     def run(*args: Any, backend: str, **kwargs: Any) -> None:
@@ -42,5 +55,5 @@ def on_both_backends(test: Callable[..., Awaitable[None]]) -> Callable[..., None
     backend = inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY)
     run.__signature__ = signature.replace(parameters=[*signature.parameters.values(), backend])  # type: ignore[attr-defined]
     del run.__wrapped__  # pytest and pytest-trio must see the plain function, not the coroutine
-    return pytest.mark.parametrize("backend", BACKENDS)(run)  # type: ignore[no-any-return]
+    return pytest.mark.parametrize("backend", backends)(run)  # type: ignore[no-any-return]
 

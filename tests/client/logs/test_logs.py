@@ -8,16 +8,18 @@ import sys
 from collections import deque
 from pathlib import Path
 
+import anyio
 import attrs
 import pytest
-import trio
 
 import bkframe
 from bkframe import Logs, LogWriter, PendingLogAppend, Position
+from bkframe.testing.backends import on_both_backends
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import PASSWORD, payload
 
 
+@on_both_backends
 async def test_many_rollovers_while_appending_and_tailing(log_cluster: Cluster) -> None:
     """The tail sees every entry once, in order, with the positions the appends returned,
     while segments roll over every 50 entries under a pipelined writer."""
@@ -36,8 +38,8 @@ async def test_many_rollovers_while_appending_and_tailing(log_cluster: Cluster) 
                 if len(tailed) == n:
                     return
 
-        with trio.fail_after(120):
-            async with trio.open_nursery() as nursery:
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(tail)
                 window: deque[PendingLogAppend] = deque()
                 for i in range(n):
@@ -62,6 +64,7 @@ async def test_many_rollovers_while_appending_and_tailing(log_cluster: Cluster) 
         assert [e.payload for e in part] == [payload("e", i) for i in range(700, 760)]
 
 
+@on_both_backends
 async def test_two_writers_race_to_open_exactly_one_wins(log_cluster: Cluster) -> None:
     """While a first writer appends, two more clients open the log at once: afterwards
     exactly one writer can append, the others get LogFencedError, and every position
@@ -90,8 +93,8 @@ async def test_two_writers_race_to_open_exactly_one_wins(log_cluster: Cluster) -
                     acked[await first.append(payload("first", i))] = payload("first", i)
                     i += 1
 
-        with trio.fail_after(60):
-            async with trio.open_nursery() as nursery:
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(keep_appending)
                 nursery.start_soon(open_one, "b", c2)
                 nursery.start_soon(open_one, "c", c3)
@@ -129,6 +132,7 @@ def _run_writer_then_kill(uri: str, name: str, acks: int) -> list[tuple[str, str
         proc.wait()
 
 
+@on_both_backends
 async def test_writer_process_killed_mid_stream_next_writer_recovers(log_cluster: Cluster) -> None:
     """A writer process is SIGKILLed while appending across rollovers; the next writer's
     open recovers its open segments: every acknowledged position reads back, the log holds
@@ -137,7 +141,7 @@ async def test_writer_process_killed_mid_stream_next_writer_recovers(log_cluster
     uri = log_cluster.metadata
     async with bkframe.open_client(uri) as client:
         await Logs(client).create("killed", rollover_entries=60)
-    acked = await trio.to_thread.run_sync(lambda: _run_writer_then_kill(uri, "killed", 400))
+    acked = await anyio.to_thread.run_sync(lambda: _run_writer_then_kill(uri, "killed", 400))
     async with bkframe.open_client(uri) as client:
         logs = Logs(client)
         before = await logs.metadata("killed")
@@ -168,6 +172,7 @@ async def _closed_ledger(client: bkframe.Client, label: str, count: int, passwor
     return writer.ledger_id
 
 
+@on_both_backends
 async def test_commit_ledgers_once_per_token_and_concurrent_commits_both_land(log_cluster: Cluster) -> None:
     uri = log_cluster.metadata
     async with bkframe.open_client(uri) as client, bkframe.open_client(uri) as other:
@@ -197,7 +202,7 @@ async def test_commit_ledgers_once_per_token_and_concurrent_commits_both_land(lo
         async def commit(token: str, c: bkframe.Client) -> None:
             results[token] = await Logs(c).commit_ledgers("bulk", batches[token], token, password=PASSWORD)
 
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             nursery.start_soon(commit, "job-2", client)
             nursery.start_soon(commit, "job-3", other)
         md = await logs.metadata("bulk")
@@ -221,6 +226,7 @@ async def test_commit_ledgers_once_per_token_and_concurrent_commits_both_land(lo
             await logs.commit_ledgers("bulk", [other_pw], "job-6", password=PASSWORD)
 
 
+@on_both_backends
 async def test_staged_ledgers_are_deleted_by_the_commit_that_leaves_them_out_or_a_discard(log_cluster: Cluster) -> None:
     """How a Spark write finds its own ledgers without listing the cluster's: each is staged
     in the log record when made; the token's commit deletes those it leaves out, a discard
@@ -247,6 +253,7 @@ async def test_staged_ledgers_are_deleted_by_the_commit_that_leaves_them_out_or_
         assert (await logs.metadata("staging")).staged == ()
 
 
+@on_both_backends
 async def test_retention_removes_only_what_every_cursor_passed(log_cluster: Cluster) -> None:
     async with bkframe.open_client(log_cluster.metadata) as client:
         logs = Logs(client)
@@ -298,9 +305,9 @@ async def test_retention_removes_only_what_every_cursor_passed(log_cluster: Clus
         for i in range(100, 125):
             writer.append_async(payload("k", i))
         await writer.flush()
-        with trio.fail_after(30):
+        with anyio.fail_after(30):
             while (await logs.metadata("kept")).segment(4) is not None:
-                await trio.sleep(0.05)
+                await anyio.sleep(0.05)
         await writer.close()
         with pytest.raises(bkframe.NoSuchLedgerError):
             await client.ledger_metadata(ledgers[4])
@@ -311,6 +318,7 @@ async def test_retention_removes_only_what_every_cursor_passed(log_cluster: Clus
                 await client.ledger_metadata(ledger_id)
 
 
+@on_both_backends
 async def test_entries_lost_in_flight_at_a_rollover_leave_no_gap(log_cluster: Cluster) -> None:
     """A writer died right after a rollover: segment 0 got entries 0..4 of the 10 it was
     sent (5..9 were in flight, never acknowledged), segment 1 got 3 entries (never
@@ -331,9 +339,7 @@ async def test_entries_lost_in_flight_at_a_rollover_leave_no_gap(log_cluster: Cl
         # The dead writer's record: it had sent entries 0..9 to segment 0 before moving on.
         record = await logs.metadata("gap")
         dead = record.add_segment(first.ledger_id, now=1.0).add_segment(second.ledger_id, now=2.0)
-        dead = attrs.evolve(
-            dead.replace_segment(attrs.evolve(dead.segments[0], last_sent=9)), writer="dead", writer_epoch=1
-        )
+        dead = attrs.evolve(dead.replace_segment(attrs.evolve(dead.segments[0], last_sent=9)), writer="dead", writer_epoch=1)
         await client.metadata.update_log("gap", dead.serialize(), record.version)
         reader = await logs.reader("gap")
         tailed: list[bkframe.LogEntry] = []
@@ -342,14 +348,14 @@ async def test_entries_lost_in_flight_at_a_rollover_leave_no_gap(log_cluster: Cl
             async for entry in reader.tail("earliest", poll_timeout_s=0.2):
                 tailed.append(entry)
 
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             nursery.start_soon(tail)
-            with trio.fail_after(30):
+            with anyio.fail_after(30):
                 while len(tailed) < 4:  # 0..3: the LAC trails the last entry
-                    await trio.sleep(0.05)
+                    await anyio.sleep(0.05)
             # Segment 0's ledger gets closed (as the next writer's recovery does first) ...
             await client.open_ledger(first.ledger_id, recovery=True)
-            await trio.sleep(1.0)
+            await anyio.sleep(1.0)
             # ... the tail reads its last entry and then waits for the log record.
             assert [e.payload for e in tailed] == [payload("e", i) for i in range(5)]
             writer = await logs.open_writer("gap")
@@ -360,14 +366,15 @@ async def test_entries_lost_in_flight_at_a_rollover_leave_no_gap(log_cluster: Cl
                 await client.ledger_metadata(second.ledger_id)
             after = await writer.append(b"next")
             await writer.close()
-            with trio.fail_after(30):
+            with anyio.fail_after(30):
                 while len(tailed) < 6:
-                    await trio.sleep(0.05)
+                    await anyio.sleep(0.05)
             nursery.cancel_scope.cancel()
         assert [e.payload for e in tailed] == [payload("e", i) for i in range(5)] + [b"next"]
         assert tailed[-1].position == after == Position(1, 0)
 
 
+@on_both_backends
 async def test_rollover_by_bytes_and_age_and_a_commit_beside_a_writer(log_cluster: Cluster) -> None:
     async with bkframe.open_client(log_cluster.metadata) as client:
         logs = Logs(client)
@@ -377,9 +384,9 @@ async def test_rollover_by_bytes_and_age_and_a_commit_beside_a_writer(log_cluste
         positions = [await writer.append(b"x" * 60) for _ in range(3)]
         assert [p.segment for p in positions] == [0, 0, 1]
         # By age: the writer's timer rolls segment 1 over with no append coming.
-        with trio.fail_after(30):
+        with anyio.fail_after(30):
             while not ((seg := (await logs.metadata("mixed")).segment(1)) and seg.closed):
-                await trio.sleep(0.05)
+                await anyio.sleep(0.05)
         assert seg.entries == 1
         # A commit beside the writer lands after the writer's current segment.
         ledger = await _closed_ledger(client, "c", 2, password=b"")
