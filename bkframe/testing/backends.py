@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 import pytest
+import sniffio
 
 #: The event loops the client runs on, in the order tests run on them.
 BACKENDS = ("trio", "asyncio")
@@ -57,3 +58,9 @@ def _parametrized(test: Callable[..., Awaitable[None]], backends: tuple[str, ...
     del run.__wrapped__  # pytest and pytest-trio must see the plain function, not the coroutine
     return pytest.mark.parametrize("backend", backends)(run)  # type: ignore[no-any-return]
 
+
+
+def per_backend(name: str) -> str:
+    """``name`` with the running event loop's name after it: what a test run under each loop
+    calls a log (or anything else named) on a cluster both runs share."""
+    return f"{name}-{sniffio.current_async_library()}"
