@@ -153,7 +153,8 @@ async def demo_log(metadata: str, bookies: int, out: Out) -> dict[str, Any]:
             got = await (await logs.reader(DEMO_LOG)).read("earliest")
         read_s = time.perf_counter() - start
         read_ok = [(g.position, g.payload) for g in got] == sorted(acked.items()) and [g.payload for g in got] == payloads
-        out(f"  read {len(got)} entries back from 'earliest' in {read_s:.2f} s; {'all match, in order' if read_ok else 'MISMATCH'}")
+        out(f"  read {len(got)} entries back from 'earliest' in {read_s:.2f} s; "
+            f"{'all match, in order' if read_ok else 'MISMATCH'}")
         if not (tail_ok and read_ok and lag == 0 and len(acked) == count):
             raise click.ClickException(f"demo read back different entries than it wrote to log {DEMO_LOG!r}")
     return {"log": DEMO_LOG, "entries": count, "segments": len(info.segments), "write_s": write_s,
