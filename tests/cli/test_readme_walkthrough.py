@@ -14,6 +14,7 @@ What this test changes, and why (every other command runs as written):
 - ``/tmp/`` is a folder of this test's own, so that runs side by side do not share one.
 - ``bench`` and ``bench-sweep`` get smaller counts appended (the last option wins); their
   figures are tests/cli/test_bench_sweep.py's and test_bench_private.py's to check.
+- The library example's ``/path/to/metadata.db`` is the README's sandbox's store.
 
 A command whose comment says Ctrl-C stops it runs in the background until it says it is up;
 then Ctrl-C (SIGINT to its process group, as a terminal sends it) stops it at once, unless
@@ -46,6 +47,8 @@ READY = {"bookie": "listening on", "sandbox": "running;"}
 #: Appended to these bkframe subcommands: the same command on less work.
 SMALLER = {"bench": "--count 5000", "bench-sweep": "--scale 0.001 --sizes 100 --windows 1 --no-plots"}
 STEP_TIMEOUT_S = 120.0
+#: The README's sandbox's store, in the clone: the library example's ``/path/to/metadata.db``.
+SANDBOX_DB = "sandbox-data/metadata.db"
 #: The demo: ledgers, a log, its offload (~15 s on a quiet machine; the CI machine runs at load 15).
 DEMO_TIMEOUT_S = 400.0
 
@@ -68,19 +71,23 @@ class Step:
 
 
 def walkthrough_steps(readme: str) -> list[Step]:
-    """Every line of every fenced block right after a walk-through marker, in order."""
+    """Every line of every shell block right after a walk-through marker, in order; a Python
+    block is one step: the venv's Python runs it."""
     steps: list[Step] = []
-    for block in re.findall(r"^<!-- walk-through.*?-->\n```\w*\n(.*?)^```", readme, re.M | re.S):
+    for lang, block in re.findall(rf"^{re.escape(MARKER)}.*?-->\n```(\w*)\n(.*?)^```", readme, re.M | re.S):
+        if lang == "python":
+            steps.append(Step(f".venv/bin/python - <<'PYTHON'\n{block}PYTHON", ""))
+            continue
         for line in block.splitlines():
-            command, comment = re.match(r"(.*?)(?:\s+#\s+(.*))?$", line).groups()  # type: ignore[union-attr]
+            command, _, comment = line.partition(" # ")
             if command.strip():
-                steps.append(Step(command.strip(), (comment or "").strip()))
+                steps.append(Step(command.strip(), comment.strip()))
     return steps
 
 
-def as_run_here(step: Step, tmp: Path) -> Step | None:
+def as_run_here(step: Step, tmp: Path, clone: Path) -> Step | None:
     """The command as this test runs it (see the module's docstring); None: not run."""
-    command = step.command.replace("/tmp/", f"{tmp}/")
+    command = step.command.replace("/tmp/", f"{tmp}/").replace("/path/to/metadata.db", f"{clone}/{SANDBOX_DB}")
     if command.startswith("./scripts/test"):
         return None
     if command.startswith("./scripts/sandbox"):
@@ -241,7 +248,7 @@ def test_the_readme_walk_through_prints_what_it_says(clone: Path) -> None:
     running: list[Background] = []
     try:
         for original in steps:
-            step = as_run_here(original, tmp)
+            step = as_run_here(original, tmp, clone)
             if step is None:
                 continue
             if "Ctrl-C" in step.comment:
