@@ -75,11 +75,13 @@ def add_lease_columns(db: sqlite3.Connection) -> None:
 
 
 class _Store(Protocol):
-    async def _call(self, fn: Any) -> Any: ...
+    async def _call(self, fn: Any, *, lease: bool = False) -> Any: ...
 
-    async def _transaction(self, fn: Any) -> Any: ...
+    async def _transaction(self, fn: Any, *, lease: bool = False) -> Any: ...
 
-    async def _upsert_bookie(self, info: BookieInfo, ttl_s: float, replace: BookieInfo | None = None) -> None: ...
+    async def _upsert_bookie(
+        self, info: BookieInfo, ttl_s: float, replace: BookieInfo | None = None, *, lease: bool = False
+    ) -> None: ...
 
 
 class SqliteRegistration:
@@ -99,7 +101,7 @@ class SqliteRegistration:
                 while True:
                     await anyio.sleep(self._ttl / 3)
                     try:
-                        await self._store._upsert_bookie(self.info, self._ttl)
+                        await self._store._upsert_bookie(self.info, self._ttl, lease=True)
                     except Exception as e:  # noqa: BLE001 - never fatal: a lost heartbeat only expires the row
                         # Keep trying: the row comes back as soon as the store answers again.
                         log.warning("bookie %s: registration heartbeat failed: %s", self.info.bookie_id, e)
@@ -157,7 +159,7 @@ class SqliteLock:
                 while True:
                     await anyio.sleep(self._ttl / 3)
                     try:
-                        ours = await self._store._call(self._renew)
+                        ours = await self._store._call(self._renew, lease=True)
                     except Exception as e:  # noqa: BLE001 - retried until the TTL is over
                         log.warning("lock %s: heartbeat failed: %s", self.name, e)
                         if time.monotonic() - renewed < self._ttl:
