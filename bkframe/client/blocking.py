@@ -49,10 +49,18 @@ def connect(
     settings: ClientSettings | None = None,
     metrics_registry: CollectorRegistry | None = None,
     timeout_s: float | None = None,
+    loop: str = "trio",
     **overrides: Any,
 ) -> BlockingClient:
     """A blocking client: :func:`~bkframe.client.client.open_client`'s arguments, and
-    ``timeout_s`` bounds opening the metadata store."""
+    ``timeout_s`` bounds opening the metadata store; ``loop`` is the event loop its thread
+    runs the async client in (``"trio"`` or ``"asyncio"``: the same client either way)."""
     return BlockingClient(
-        metadata_uri, plugins=plugins, settings=settings, metrics_registry=metrics_registry, timeout_s=timeout_s, **overrides
+        metadata_uri,
+        plugins=plugins,
+        settings=settings,
+        metrics_registry=metrics_registry,
+        timeout_s=timeout_s,
+        loop=loop,
+        **overrides,
     )

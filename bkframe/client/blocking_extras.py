@@ -6,10 +6,10 @@ Everything else is generated into :mod:`bkframe.client.blocking_twins` by
 ``scripts/gen_blocking.py`` from the async classes; each generated twin inherits from its
 class here, and a name defined here is not generated.
 
-The blocking client owns one thread that runs an event loop (trio) with the async client in
-it; each blocking call hands its work to that loop with ``anyio.from_thread.run`` and waits.
-This is the one thread bkframe starts on its own, because synchronous callers have no loop
-to lend.
+The blocking client owns one thread that runs an event loop (trio, or asyncio with
+``loop="asyncio"``) with the async client in it; each blocking call hands its work to that
+loop with ``anyio.from_thread.run`` and waits. This is the one thread bkframe starts on its
+own, because synchronous callers have no loop to lend.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-#: The event loop the blocking client runs its async client in.
-LOOP_BACKEND = "trio"
+#: The event loops the blocking client can run its async client in (``connect(..., loop=)``).
+LOOPS = ("trio", "asyncio")
 
 
 class ClientBase:
@@ -57,8 +57,12 @@ class ClientBase:
         settings: ClientSettings | None = None,
         metrics_registry: CollectorRegistry | None = None,
         timeout_s: float | None = None,
+        loop: str = "trio",
         **overrides: Any,
     ) -> None:
+        if loop not in LOOPS:
+            raise ValueError(f"loop={loop!r}: the blocking client runs its event loop on one of {', '.join(LOOPS)}")
+        self._loop = loop
         self._uri = metadata_uri
         self._options: dict[str, Any] = dict(overrides, plugins=plugins, settings=settings, metrics_registry=metrics_registry)
         self._ready = threading.Event()
@@ -76,7 +80,7 @@ class ClientBase:
 
     def _thread_main(self) -> None:
         try:
-            anyio.run(self._main, backend=LOOP_BACKEND)
+            anyio.run(self._main, backend=self._loop)
         except BaseException as e:  # noqa: BLE001 - handed to the caller of __init__
             if not self._ready.is_set():
                 self._error = e

@@ -90,12 +90,17 @@ BLOCKING_EXTRA_PARAMETERS = {
     "BlockingReadHandle.tail": {"idle_timeout_s": "a plain iterator cannot be cancelled from outside: it ends when idle"},
     "BlockingLogReader.tail": {"idle_timeout_s": "a plain iterator cannot be cancelled from outside: it ends when idle"},
     "BlockingLogReader.tail_chunks": {"idle_timeout_s": "(as tail)"},
-    "connect": {"timeout_s": "bounds opening the metadata store; `async with` is bounded by the caller's cancel scope"},
+    "connect": {
+        "timeout_s": "bounds opening the metadata store; `async with` is bounded by the caller's cancel scope",
+        "loop": "the event loop of the blocking client's thread; the async client runs in the caller's",
+    },
 }
 #: Twins that return another type than the rule gives, with the reason.
 BLOCKING_RETURNS = {
-    "BlockingWriteHandle.append_many": (list[int], "a list, as it always did (callers compare it with lists); "
-                                                   "the async one returns the ids as a range"),
+    "BlockingWriteHandle.append_many": (
+        list[int],
+        "a list, as it always did (callers compare it with lists); the async one returns the ids as a range",
+    ),
 }
 #: Parameters whose name starts with "_" are the callee's own (ReadHandle.read_lac's _retry), not API.
 
