@@ -73,7 +73,9 @@ def create_app(metadata: str, log_name: str, *, password: bytes = b"", rollover_
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # One client and one writer for the whole process: opening a writer fences the log's
         # previous writer, so a service must not open one per request.
-        async with bkframe.open_client(metadata) as client:
+        # explicit_lac_interval_s: a GET sees the last records within 0.2 s even when POSTs
+        # pause (a ledger's last-add-confirmed otherwise rides on the next append).
+        async with bkframe.open_client(metadata, explicit_lac_interval_s=0.2) as client:
             try:
                 await client.logs.create(log_name, password=password, rollover_entries=rollover_entries)
             except bkframe.LogExistsError:
