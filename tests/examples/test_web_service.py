@@ -91,9 +91,11 @@ def test_web_service_appends_one_record_per_request(shared_cluster: Cluster, tmp
         # publishes it 0.2 s after the last append.
         last_five = sorted(posted)[-5:]
         deadline = time.monotonic() + 10
-        while [Position.parse(r["position"]) for r in (recent := _get(url, 5))] != last_five:
+        recent = _get(url, 5)
+        while [Position.parse(r["position"]) for r in recent] != last_five:
             assert time.monotonic() < deadline, (recent, last_five)
             time.sleep(0.1)
+            recent = _get(url, 5)
         for r in recent:
             body, key = posted[Position.parse(r["position"])]
             assert r["key"] == key
