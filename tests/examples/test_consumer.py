@@ -23,7 +23,7 @@ from bkframe import Position
 from bkframe.testing.cluster import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
-FIRST, MORE = 300, 50
+FIRST, MORE = 200, 30
 
 
 class Run:
@@ -66,18 +66,18 @@ class Run:
 def test_consumer_resumes_after_its_last_ack(shared_cluster: Cluster, tmp_path: Path) -> None:
     log = f"consume-{uuid.uuid4().hex[:8]}"
     with bkframe.connect(shared_cluster.metadata) as bk:
-        bk.logs.create(log, rollover_entries=100)
+        bk.logs.create(log, rollover_entries=60)
         with bk.logs.open_writer(log) as writer:
             writer.append_many([bkframe.Record(b"r%d" % i, key=b"k%d" % (i % 5)) for i in range(FIRST)])
 
         first = Run(shared_cluster.metadata, log, tmp_path, 1)
-        first.wait_for("60 records processed", lambda: len(first.processed()) >= 60)
+        first.wait_for("40 records processed", lambda: len(first.processed()) >= 40)
         assert first.stop(signal.SIGKILL) == -signal.SIGKILL
         killed = first.processed()
         assert len(killed) < FIRST, "killed too late: not mid-stream"
 
         second = Run(shared_cluster.metadata, log, tmp_path, 2)
-        second.wait_for("30 records processed", lambda: len(second.processed()) >= 30)
+        second.wait_for("20 records processed", lambda: len(second.processed()) >= 20)
         assert second.stop(signal.SIGTERM) == 0, second.err.read_text()
         stopped = second.processed()
         resume = stopped[-1].next()
