@@ -91,8 +91,9 @@ def create_app(metadata: str, log_name: str, *, password: bytes = b"", rollover_
 
     @app.exception_handler(bkframe.BKError)
     async def bkframe_error(request: Request, error: bkframe.BKError) -> JSONResponse:
-        # A fenced writer (another process opened the log), a store away too long: the
-        # record was not stored; the client may retry, or another instance serves it.
+        # The record was not acknowledged. A writer fenced by another process's open_writer
+        # stays fenced (one writer per log: run one instance, or one log per instance);
+        # a metadata store away too long fails the writer too; a restart opens a new one.
         return JSONResponse({"error": str(error)}, status_code=503)
 
     @app.post("/records", status_code=201)
