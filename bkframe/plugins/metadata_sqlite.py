@@ -2,7 +2,7 @@
 
 SQLite in WAL mode with a busy timeout serialises writers across processes; every
 compare-and-set is one ``UPDATE ... WHERE version = ?``. All calls run in a worker thread
-(``trio.to_thread.run_sync`` with the store's own limiter of 1), so the event loop never
+(``anyio.to_thread.run_sync`` with the store's own limiter of 1), so the event loop never
 blocks on the database. A bookie registration is a row with an expiry time that a
 heartbeat task pushes forward; a dead bookie stops heartbeating and its row expires. A lock
 is the same: a row with its holder, a token of its own and an expiry, free to take once
@@ -21,9 +21,10 @@ from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-import trio
+import anyio
 
 from bkframe.core.hookspecs import hookimpl
+from bkframe.core.interfaces import Spawner
 from bkframe.core.metadata import (
     BadVersionError,
     BookieInfo,
@@ -110,7 +111,7 @@ class SqliteMetadataStore:
                     time.sleep(0.05)
         except (OSError, sqlite3.Error) as e:
             raise MetadataError(f"cannot open metadata store {uri!r}: {e}") from None
-        self._limiter = trio.CapacityLimiter(1)
+        self._limiter = anyio.CapacityLimiter(1)
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def run() -> T:
@@ -119,7 +120,7 @@ class SqliteMetadataStore:
             except sqlite3.Error as e:
                 raise MetadataError(f"metadata store {self.uri}: {e}") from None
 
-        return await trio.to_thread.run_sync(run, limiter=self._limiter)
+        return await anyio.to_thread.run_sync(run, limiter=self._limiter)
 
     async def _transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` inside BEGIN IMMEDIATE ... COMMIT (a write lock across processes)."""
@@ -258,7 +259,7 @@ class SqliteMetadataStore:
                     yield None
                     return
                 yield LedgerMetadata.deserialize(row[0], row[1])
-            await trio.sleep(WATCH_POLL_S)
+            await anyio.sleep(WATCH_POLL_S)
 
     # -- bookies -------------------------------------------------------------------------
 
@@ -282,7 +283,7 @@ class SqliteMetadataStore:
         await self._transaction(upsert)
 
     async def register_bookie(
-        self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery, *, replace: BookieInfo | None = None
+        self, info: BookieInfo, ttl_s: float, nursery: Spawner, *, replace: BookieInfo | None = None
     ) -> SqliteRegistration:
         await self._upsert_bookie(info, ttl_s, replace)
         registration = SqliteRegistration(self, info, ttl_s)
@@ -419,7 +420,7 @@ class SqliteMetadataStore:
 
     # -- autorecovery -------------------------------------------------------------------
 
-    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: trio.Nursery) -> SqliteLock | None:
+    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: Spawner) -> SqliteLock | None:
         token = uuid.uuid4().hex
 
         def take(db: sqlite3.Connection) -> bool:
@@ -511,7 +512,7 @@ class SqliteMetadataStore:
         return {r[0] for r in rows}
 
     async def aclose(self) -> None:
-        await trio.to_thread.run_sync(self._db.close, limiter=self._limiter)
+        await anyio.to_thread.run_sync(self._db.close, limiter=self._limiter)
 
 
 def open_store(uri: str, *, create: bool) -> SqliteMetadataStore:
