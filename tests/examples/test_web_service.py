@@ -74,10 +74,10 @@ def test_web_service_appends_one_record_per_request(shared_cluster: Cluster, tmp
         # One at a time: positions follow the requests' order.
         sequential = []
         for i in range(10):
-            body, key = f"order {i}".encode(), f"user-{i % 3}"
-            position = _post(url, body, key)
+            order, user = f"order {i}".encode(), f"user-{i % 3}"
+            position = _post(url, order, user)
             sequential.append(position)
-            posted[position] = (body, key)
+            posted[position] = (order, user)
         assert sequential == sorted(sequential) and len(set(sequential)) == 10
 
         # Many at once: each gets a position of its own; the writer pipelines them.
@@ -97,9 +97,9 @@ def test_web_service_appends_one_record_per_request(shared_cluster: Cluster, tmp
             time.sleep(0.1)
             recent = _get(url, 5)
         for r in recent:
-            body, key = posted[Position.parse(r["position"])]
+            value, key = posted[Position.parse(r["position"])]
             assert r["key"] == key
-            assert r.get("value", "").encode() == body or base64.b64decode(r.get("value_base64", "")) == body, r
+            assert r.get("value", "").encode() == value or base64.b64decode(r.get("value_base64", "")) == value, r
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -118,8 +118,8 @@ def test_web_service_appends_one_record_per_request(shared_cluster: Cluster, tmp
         # Exactly the acknowledged records, each where the service said, in log order.
         assert [e.position for e in entries] == sorted(posted)
         for e in entries:
-            body, key = posted[e.position]
-            assert (e.payload, e.key) == (body, key.encode() if key else None), e.position
+            value, key = posted[e.position]
+            assert (e.payload, e.key) == (value, key.encode() if key else None), e.position
         assert len({e.position.segment for e in entries}) >= 3  # the requests crossed rollovers
 
         record = bk.logs.metadata(log)
