@@ -1,7 +1,8 @@
 """The ``bkframe`` command line: the root group and its commands, one module per group.
 
 ``bookie`` (:mod:`.bookie`), ``plugins`` (:mod:`.plugins`), ``sandbox`` (:mod:`.sandbox`),
-``bench`` (:mod:`.bench`), ``bench-sweep`` (:mod:`.bench_sweep`, plots in :mod:`.bench_plots`), ``bench-autorecovery``
+``bench`` (:mod:`.bench`), ``bench-backends`` (:mod:`.bench_backends`: asyncio vs trio),
+``bench-sweep`` (:mod:`.bench_sweep`, plots in :mod:`.bench_plots`), ``bench-autorecovery``
 (:mod:`.bench_autorecovery`), ``bench-scale metadata`` (:mod:`.bench_scale_metadata`),
 ``ledger ...`` (:mod:`.ledger`), ``log ...`` (:mod:`.log`), ``bookies ...`` (:mod:`.bookies`),
 ``cluster ...`` (:mod:`.cluster`), ``cookie ...`` (:mod:`.cookie`), ``autorecovery ...`` (:mod:`.autorecovery`),
@@ -44,6 +45,7 @@ COMMANDS: dict[str, str | Callable[[], click.Command]] = {
     "autorecovery": "bkframe.cli.autorecovery:autorecovery",
     "bench": "bkframe.cli.bench:bench",
     "bench-autorecovery": "bkframe.cli.bench_autorecovery:bench_autorecovery",
+    "bench-backends": "bkframe.cli.bench_backends:bench_backends_command",
     "bench-scale": "bkframe.cli.bench_scale:bench_scale",
     "bench-sweep": "bkframe.cli.bench_sweep:bench_sweep",
     "bookie": "bkframe.cli.bookie:bookie",
