@@ -24,9 +24,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import sniffio
 from anyio.streams.tls import TLSStream
 
 from bkframe import proto as p
+from bkframe.client.asyncio_stream import connect_asyncio
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import BKError, UnauthorizedError
 
@@ -407,6 +409,11 @@ class BookieClient:
             waiter._fail(error)
 
 
+#: Under asyncio, plaintext connections run on asyncio's transport directly
+#: (:mod:`bkframe.client.asyncio_stream`); False uses anyio's stream, as trio and TLS do
+#: (scripts/bench_asyncio_stream.py compares the two).
+USE_ASYNCIO_TRANSPORT = True
+
 #: What a client sends in its AUTH request without a token: "nobody in particular".
 NO_AUTH: tuple[str, bytes] = ("none", b"")
 
@@ -505,10 +512,13 @@ async def connect_bookie(
     stream: anyio.abc.ByteStream | None = None
     try:
         with anyio.fail_after(connect_timeout_s):
-            tcp = await anyio.connect_tcp(host, port)
-            stream = tcp
-            if ssl_context is not None:
-                stream = await _secure(tcp, address, host, ssl_context)
+            if ssl_context is None and USE_ASYNCIO_TRANSPORT and sniffio.current_async_library() == "asyncio":
+                stream = await connect_asyncio(host, port)  # (asyncio's transport, as it is: see the module)
+            else:
+                tcp = await anyio.connect_tcp(host, port)
+                stream = tcp
+                if ssl_context is not None:
+                    stream = await _secure(tcp, address, host, ssl_context)
             used = await _authenticate(stream, address, auth, ssl_context is not None, features)
     except OSError as e:
         await _close(stream)
