@@ -37,6 +37,7 @@ from bkframe.client.logs.model import LogEntry
 from bkframe.client.tiering import segment_writer
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import UnauthorizedError
+from bkframe.testing.backends import on_both_backends
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.servers import S3Server
 from tests.cli.test_ledger_and_sandbox import bk
@@ -253,6 +254,7 @@ def test_an_offload_killed_after_its_put_is_recorded_once_when_run_again(
     assert orphan.stat().st_ino == inode  # adopted, not put again
 
 
+@on_both_backends  # the S3 tier's worker threads come back to either loop
 async def test_offload_to_s3_with_credentials_from_the_environment(
     shared_cluster: Cluster, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
