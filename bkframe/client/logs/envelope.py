@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 
 import attrs
@@ -114,12 +114,6 @@ def head(timestamp: int) -> bytes:
     """The envelope of a record without key or properties, appended at ``timestamp``:
     such an entry is this followed by its payload."""
     return _HEAD.pack(0, timestamp)
-
-
-def encode_payloads(payloads: Iterable[bytes], now: int) -> list[bytes]:
-    """Entries for plain payloads appended at ``now``: one header shared by the batch."""
-    head = _HEAD.pack(0, now)
-    return [head + p for p in payloads]
 
 
 def encode_record(record: Record | bytes, *, now: int | None = None) -> bytes:

@@ -56,10 +56,6 @@ class IndexCache:
             self.opened += 1
         return idx
 
-    def peek(self, ledger_id: int) -> LedgerIndex | None:
-        """The ledger's index if it is open now (nothing opened, the order unchanged)."""
-        return self._open.get(ledger_id)
-
     def discard(self, ledger_id: int) -> None:
         """Close the ledger's index if it is open."""
         idx = self._open.pop(ledger_id, None)
