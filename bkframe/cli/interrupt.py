@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -179,6 +180,8 @@ def run(main: Callable[[], Awaitable[T]]) -> T:
     async def runner() -> T | None:
         _current.set(state)
         result: T | None = None
+        if threading.current_thread() is not threading.main_thread():
+            return await main()  # a command invoked in a thread (CliRunner): signals are the main thread's
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_watch, signals, state)

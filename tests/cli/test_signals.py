@@ -6,6 +6,7 @@ stderr, no traceback, and exits 130 (SIGINT) or 143 (SIGTERM)."""
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -14,7 +15,10 @@ import time
 from typing import IO
 
 import pytest
+import trio
 
+import bkframe
+from bkframe.client.bookie_client import ClientClosedError
 from bkframe.testing.cluster import Cluster
 from tests.cli.test_ledger_and_sandbox import bk
 
@@ -105,3 +109,21 @@ def test_ledger_append_closes_its_ledger_at_the_last_acknowledged_entry(shared_c
     md = json.loads(bk("ledger", "metadata", ledger_id, *meta).stdout)
     assert (md["state"], md["last_entry_id"]) == ("CLOSED", last)
     assert bk("ledger", "read", ledger_id, *meta, "--password", "pw").stdout.split() == written[: last + 1]
+
+
+async def test_a_client_that_closes_with_appends_in_flight_blames_no_bookie(
+    shared_cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a cancelled command's client does to its connections is no bookie failure: no
+    warning, no quarantine, no ensemble change."""
+    caplog.set_level(logging.INFO, "bkframe")
+    async with bkframe.open_client(shared_cluster.metadata) as client:
+        writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2)
+        await writer.append(b"connected")
+        pendings = [writer.append_async(b"x" * 4096) for _ in range(5000)]
+        await trio.sleep(0.02)  # sent, far from all acknowledged (20 MB)
+    in_flight = [pa for pa in pendings if isinstance(pa.error, ClientClosedError)]
+    assert in_flight, "every append was acknowledged before the client closed: nothing was tested"
+    assert not [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert client.context.counters.ensemble_changes == 0
+    assert not any(client.pool.health.quarantined(b) for b in writer.metadata.bookies())
