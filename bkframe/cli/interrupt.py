@@ -8,10 +8,14 @@ or all of it when none is open -- and lets the ``async with`` blocks and ``final
 what they opened: a ledger closed at its last acknowledged entry, a log writer released,
 cursor acks stored, a private cluster stopped. Marking only the work is what lets a client
 stay up while its ledger is closed: cancelling the whole command would cancel the client's
-own connections first. Each closing step says what it did with :func:`closed`; the command
-then prints ``interrupted: ledger 12 closed at entry 11852`` (``terminated: ...`` for
-SIGTERM) on stderr, no traceback, and exits 128 + the signal's number, as a shell reports a
-process that signal killed. A second signal exits at once, closing nothing more.
+own connections first. Each closing step says what it did with :func:`closed` (code outside
+trio too: ``its bookie stopped``); :func:`run` raises :class:`Interrupted`, and the root
+command group (:func:`reported`), once every block of the command has closed, prints
+``interrupted: ledger 12 closed at entry 11852`` (``terminated: ...`` for SIGTERM) on stderr,
+no traceback, and exits 128 + the signal's number, as a shell reports a process that signal
+killed. A second signal exits at once, closing nothing more. Outside :func:`run` SIGINT is
+Python's KeyboardInterrupt, and :func:`reported` makes SIGTERM raise alike, so that a
+command's ``finally`` stops the private bookies it started before anything else.
 
 Closing steps run in shielded scopes with a timeout at their call site (:func:`closing`), so
 a dead bookie cannot hold the exit; :data:`GRACE_S` after the first signal, whatever is still
@@ -30,8 +34,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
 import click
@@ -81,21 +84,65 @@ class Interruption:
         return f"{word}: {'; '.join(self.done)}" if self.done else word
 
 
-_current: ContextVar[Interruption | None] = ContextVar("bkframe_cli_interruption", default=None)
+class Interrupted(SystemExit):
+    """A signal stopped the command: its exit status, and what it closed (the root command
+    group prints the one line once every block of the command has closed)."""
+
+    def __init__(self, state: Interruption) -> None:
+        super().__init__(128 + (state.signum or signal.SIGINT))
+        self.state = state
+
+
+#: The command's signal state (one command a process; the last :func:`run`'s).
+_state: Interruption | None = None
 
 
 def interrupted() -> bool:
     """Whether a signal has stopped the running command."""
-    state = _current.get()
-    return state is not None and state.signum is not None
+    return _state is not None and _state.signum is not None
 
 
 def closed(what: str) -> None:
-    """Say what the command closed (``ledger 12 closed at entry 11852``): the one line
-    printed when a signal stopped the command names it. Outside :func:`run`, nothing."""
-    state = _current.get()
-    if state is not None:
-        state.done.append(what)
+    """Say what the command closed (``ledger 12 closed at entry 11852``, ``its bookie
+    stopped``): the one line printed when a signal stopped the command names it."""
+    _command().done.append(what)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    state = _command()
+    state.signum = state.signum or signum
+    raise Interrupted(state)
+
+
+def _command() -> Interruption:
+    """The running command's state (made by :func:`reported`; here, when a command runs
+    without the root group, as tests invoke one)."""
+    global _state
+    if _state is None:
+        _state = Interruption()
+    return _state
+
+
+@contextmanager
+def reported() -> Iterator[None]:
+    """Around a whole command (the root group's ``invoke``): outside :func:`run`, SIGTERM
+    raises as Ctrl-C does (so that ``finally`` stops a private bookie); an interrupted
+    command's one line is printed here, after every block has closed, and it exits 128 +
+    the signal's number."""
+    global _state
+    _state = state = Interruption()
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    try:
+        yield
+    except (Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: outside run(), Python's SIGINT handler
+        state.signum = state.signum or signal.SIGINT
+        sys.stdout.flush()
+        click.echo(state.line(), err=True)
+        raise SystemExit(128 + state.signum) from None
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 @contextmanager
@@ -103,7 +150,7 @@ def work() -> Iterator[trio.CancelScope]:
     """A part of a command the first signal cancels (reading input, following a log) while
     it is the innermost one open, leaving what encloses it (the client) up while the command
     closes what it opened. Entered after the signal, it is cancelled at once."""
-    state = _current.get()
+    state = _state
     with trio.CancelScope() as scope:
         if state is None:
             yield scope
@@ -172,21 +219,21 @@ async def _watch(signals: AsyncIterator[int], state: Interruption) -> None:
         os._exit(128 + signum)
 
 
-def run(main: Callable[[], Awaitable[T]]) -> T:
-    """``trio.run(main)``, stopped by SIGINT or SIGTERM as the module docstring says: then one
-    line on stderr and ``SystemExit(128 + signal)``."""
-    state = Interruption()
+def run(main: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``trio.run(main, *args)``, stopped by SIGINT or SIGTERM as the module docstring says:
+    then one line on stderr and ``SystemExit(128 + signal)``."""
+    state = _command()
+    state.outer = trio.CancelScope()  # a scope is entered once: one for each run of the command
 
     async def runner() -> T | None:
-        _current.set(state)
         result: T | None = None
         if threading.current_thread() is not threading.main_thread():
-            return await main()  # a command invoked in a thread (CliRunner): signals are the main thread's
+            return await main(*args)  # a command invoked in a thread (CliRunner): signals are the main thread's
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_watch, signals, state)
                 with state.outer:
-                    result = await main()
+                    result = await main(*args)
                 nursery.cancel_scope.cancel()
         return result
 
@@ -195,7 +242,7 @@ def run(main: Callable[[], Awaitable[T]]) -> T:
     except KeyboardInterrupt:  # before the signal receiver was open, or after it closed
         state.signum = state.signum or signal.SIGINT
         result = None
-    except Exception as e:  # noqa: BLE001 - only after a signal; otherwise the command group reports it
+    except Exception as e:
         if state.signum is None:
             raise
         known = known_error(e)
@@ -204,7 +251,5 @@ def run(main: Callable[[], Awaitable[T]]) -> T:
         state.done.append(f"then: {message(known)}")
         result = None
     if state.signum is not None:
-        sys.stdout.flush()
-        click.echo(state.line(), err=True)
-        raise SystemExit(128 + state.signum)
+        raise Interrupted(state)
     return cast(T, result)

@@ -18,6 +18,7 @@ from bkframe.cli import interrupt
 from bkframe.cli.durations import UNITS
 from bkframe.cli.durations import duration as _duration
 from bkframe.cli.durations import seconds as _seconds
+from bkframe.cli.interrupt import release_log
 from bkframe.cli.offload_options import offload_settings, offloaded_line, settings_line, with_offload_options
 from bkframe.cli.options import (
     AT_LEAST_ONE,
@@ -28,7 +29,6 @@ from bkframe.cli.options import (
     metadata_option,
     password_option,
 )
-from bkframe.cli.interrupt import release_log
 from bkframe.cli.stdin_lines import append_lines
 from bkframe.client.client import open_client
 from bkframe.client.logs.api import CursorInfo, Logs

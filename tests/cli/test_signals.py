@@ -13,13 +13,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import trio
 
 import bkframe
-from bkframe.client.bookie_client import ClientClosedError
 from bkframe.client.blocking import BlockingClient
+from bkframe.client.bookie_client import ClientClosedError
 from bkframe.client.logs.model import Position
 from bkframe.testing.cluster import Cluster
 
@@ -172,3 +173,25 @@ async def test_a_client_that_closes_with_appends_in_flight_blames_no_bookie(
     assert not [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
     assert bk.context.counters.ensemble_changes == 0
     assert not any(bk.pool.health.quarantined(b) for b in writer.metadata.bookies())
+
+
+def cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""  # gone already
+
+
+def test_bench_stops_the_bookie_it_started(tmp_path: Path) -> None:
+    """SIGINT to ``bench`` while it starts its private bookie or while it appends (whichever
+    the signal meets): that bookie is stopped, no process is left."""
+    bench = Command("bench", "--count", "50000000", "--data-dir", str(tmp_path / "bookie"))
+    children = Path(f"/proc/{bench.proc.pid}/task/{bench.proc.pid}/children")
+    deadline = time.monotonic() + WAIT_S
+    while not (bookies := [pid for pid in children.read_text().split() if b"bookie" in cmdline(pid)]):
+        assert time.monotonic() < deadline and bench.proc.poll() is None, "no bookie started"
+        time.sleep(0.05)
+    bookie_pid = int(bookies[0])
+    line = bench.stop(signal.SIGINT)
+    assert line == f"interrupted: the bookie it started (pid {bookie_pid}) stopped"
+    assert not Path(f"/proc/{bookie_pid}").exists()
