@@ -75,12 +75,6 @@ def message(error: BaseException) -> str:
 
 class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
-        from bkframe.cli.interrupt import reported  # it reports errors with this module's help
-
-        with reported():  # SIGINT and SIGTERM: one line and 130 or 143 (bkframe.cli.interrupt)
-            return self._invoke(ctx)
-
-    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort):
