@@ -93,7 +93,7 @@ class Interrupted(SystemExit):
         self.state = state
 
 
-#: The command's signal state (one command a process; the last :func:`run`'s).
+#: The running command's signal state, made for each command by :func:`reported`.
 _state: Interruption | None = None
 
 
@@ -135,11 +135,12 @@ def reported() -> Iterator[None]:
     previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         yield
-    except (Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: outside run(), Python's SIGINT handler
-        state.signum = state.signum or signal.SIGINT
+    except (Interrupted, KeyboardInterrupt) as e:  # KeyboardInterrupt: outside run(), Python's SIGINT handler
+        stopped = e.state if isinstance(e, Interrupted) else state
+        stopped.signum = stopped.signum or signal.SIGINT
         sys.stdout.flush()
-        click.echo(state.line(), err=True)
-        raise SystemExit(128 + state.signum) from None
+        click.echo(stopped.line(), err=True)
+        raise SystemExit(128 + stopped.signum) from None
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
@@ -221,7 +222,8 @@ async def _watch(signals: AsyncIterator[int], state: Interruption) -> None:
 
 def run(main: Callable[..., Awaitable[T]], *args: Any) -> T:
     """``trio.run(main, *args)``, stopped by SIGINT or SIGTERM as the module docstring says:
-    then one line on stderr and ``SystemExit(128 + signal)``."""
+    then it raises :class:`Interrupted` (the root group prints the one line and exits 128 +
+    the signal's number). In a thread other than the main one it is ``trio.run``."""
     state = _command()
     state.outer = trio.CancelScope()  # a scope is entered once: one for each run of the command
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol
 
 import click
@@ -30,11 +31,14 @@ class Pending(Protocol):
 
 
 class StdinLines:
-    """Lines of a file descriptor (with their newline; the last one may lack it), read in
-    blocks in a thread that cancellation abandons."""
+    """Lines of stdin (with their newline; the last one may lack it), read in blocks in a
+    thread that cancellation abandons."""
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
+    def __init__(self) -> None:
+        try:
+            self._read: Callable[[], bytes] = partial(os.read, sys.stdin.fileno(), READ_SIZE)
+        except (AttributeError, OSError, ValueError):  # an in-memory stdin (click's CliRunner)
+            self._read = partial(sys.stdin.buffer.read1, READ_SIZE)  # type: ignore[union-attr]
         self._buffer = bytearray()
         self._eof = False
         self._limiter = trio.CapacityLimiter(1)
@@ -51,9 +55,7 @@ class StdinLines:
                 line = bytes(self._buffer)
                 self._buffer.clear()
                 return line
-            block = await trio.to_thread.run_sync(
-                os.read, self._fd, READ_SIZE, abandon_on_cancel=True, limiter=self._limiter
-            )
+            block = await trio.to_thread.run_sync(self._read, abandon_on_cancel=True, limiter=self._limiter)
             self._eof = not block
             self._buffer += block
 
@@ -65,7 +67,7 @@ async def append_lines(append: Callable[[bytes], Pending]) -> EntryTooLargeError
     appended and printed, and the returned error names the line, so that the caller can
     close the ledger or log as at the end of the input before it reports the error. A
     signal ends the input too (only the reads are cancelled, never an append half made)."""
-    stdin = StdinLines(sys.stdin.fileno())
+    stdin = StdinLines()
     send, receive = trio.open_memory_channel[Pending](1024)
     refused: EntryTooLargeError | None = None
 
