@@ -48,6 +48,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, cast
 
+import anyio
 import attrs
 import click
 import trio
@@ -231,7 +232,7 @@ async def _creates(uri: str, start_at: float, seconds: float) -> tuple[int, dict
     ids = LedgerIds(store, 100)
     done = 0
     try:
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             bookies = BookieSet(store, nursery, 2.0)
             await trio.sleep(max(0.0, start_at - time.time()))
             end = trio.current_time() + seconds
@@ -384,7 +385,7 @@ async def lost_bookie(uri: str, bookies: int) -> dict[str, float]:
     try:
         out["marks_cleared_before"] = await clear_marks(store)
         expected = sum([len(page) async for page in iter_ledgers_of_bookie(store, victim)])
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             registrations = {
                 b: await store.register_bookie(BookieInfo(b, f"127.0.0.1:{10000 + i}"), ttl_s=30, nursery=nursery)
                 for i, b in enumerate(ids)

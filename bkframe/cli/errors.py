@@ -12,6 +12,7 @@ is shown, followed by one line that says so.
 from __future__ import annotations
 
 import errno
+import os
 import sys
 import traceback
 from typing import Any
@@ -48,6 +49,9 @@ def known_error(error: BaseException) -> BaseException | None:
     return None
 
 
+#: The status of a command whose output pipe closed: a shell's for a process SIGPIPE killed.
+EXIT_BROKEN_PIPE = 141
+
 #: What to do about an OSError of the machine, by errno.
 HINTS = {
     errno.EADDRINUSE: "another process listens on that port; stop it or choose another port",
@@ -79,6 +83,12 @@ class Group(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except BrokenPipeError:
+            # The reader of our output went away (`bkframe plugins | head`): as cat(1) does,
+            # stop without a word; stdout goes to /dev/null so that Python's own flush at exit
+            # does not fail on the pipe again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(EXIT_BROKEN_PIPE)
         except Exception as e:  # noqa: BLE001 - every error ends here: a known one as a line, a bug with its traceback
             known = known_error(e)
             if known is None:

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar, TypeVarTuple
 
-import trio
+import anyio
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -53,7 +53,7 @@ class BlockingTail(Iterator[T]):
 
     async def _next_batch(self) -> Sequence[T] | None:
         assert self._batches is not None
-        with trio.move_on_after(self._idle if self._idle is not None else float("inf")):
+        with anyio.move_on_after(self._idle if self._idle is not None else float("inf")):
             try:
                 return await self._batches.__anext__()
             except StopAsyncIteration:

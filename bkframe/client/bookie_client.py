@@ -23,7 +23,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import trio
+import anyio
+from anyio.streams.tls import TLSStream
 
 from bkframe import proto as p
 from bkframe.core.interfaces import Buffer
@@ -63,8 +64,8 @@ class PendingResponse:
     def __init__(
         self, deadline: float = float("inf"), parts: list[Buffer] | None = None, submitted: float = 0.0, timeout_s: float = 0.0
     ) -> None:
-        self._event = trio.Event()
-        #: trio clock time after which the request fails with :class:`BookieTimeoutError`.
+        self._event = anyio.Event()
+        #: event loop clock time after which the request fails with :class:`BookieTimeoutError`.
         self.deadline = deadline
         #: What was sent, when, and each try's timeout: to send it again on TRY_AGAIN.
         self.parts = parts
@@ -124,7 +125,7 @@ class BookieClient:
 
     def __init__(
         self,
-        stream: trio.abc.Stream,
+        stream: anyio.abc.ByteStream,
         address: str,
         *,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
@@ -143,7 +144,7 @@ class BookieClient:
         self.features = 0
         #: (when, request id, pending) of requests to send again, in time order.
         self._resends: deque[tuple[float, int, PendingResponse]] = deque()
-        self._resend_wake = trio.Event()
+        self._resend_wake = anyio.Event()
         self._stream = stream
         self._ids = itertools.count(1)
         self._pending: dict[int, PendingResponse] = {}
@@ -153,12 +154,12 @@ class BookieClient:
         self._cuts: list[int] = []
         #: Requests in ``_outgoing``: if they are all that is pending, nothing is on the wire.
         self._queued = 0
-        self._wake_sender = trio.Event()
+        self._wake_sender = anyio.Event()
         self._closed: BaseException | None = None
-        self._closed_event = trio.Event()
+        self._closed_event = anyio.Event()
         #: (deadline, request id) of requests in flight; answered ones are dropped lazily.
         self._deadlines: list[tuple[float, int]] = []
-        self._earlier_deadline = trio.Event()
+        self._earlier_deadline = anyio.Event()
 
     @property
     def closed(self) -> bool:
@@ -173,7 +174,7 @@ class BookieClient:
         if self._closed is not None:
             kind = ClientClosedError if isinstance(self._closed, ClientClosedError) else BookieConnectionError
             raise kind(f"connection to bookie {self.address} is closed: {self._closed}")
-        now = trio.current_time()
+        now = anyio.current_time()
         timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
         deadline = now + timeout_s
         pending = PendingResponse(deadline, parts, now, timeout_s)
@@ -203,7 +204,7 @@ class BookieClient:
     def _try_again(self, request_id: int, pending: PendingResponse) -> bool:
         """A TRY_AGAIN answer: schedule the request to be sent again (True), unless its
         ``try_again_s`` is spent (False: the caller gets the answer)."""
-        resend_at = trio.current_time() + TRY_AGAIN_BACKOFF_S
+        resend_at = anyio.current_time() + TRY_AGAIN_BACKOFF_S
         if pending.parts is None or resend_at >= pending.submitted + self.try_again_s:
             return False
         self.tries_again += 1
@@ -326,7 +327,7 @@ class BookieClient:
     async def _send_loop(self) -> None:
         while True:
             await self._wake_sender.wait()
-            self._wake_sender = trio.Event()
+            self._wake_sender = anyio.Event()
             # Let tasks that are ready submit more first, so that pipelined requests share
             # frames (and the bookie's journal records) instead of going one per frame.
             # Only while earlier requests are on the wire, though (as Nagle's rule): with
@@ -334,15 +335,15 @@ class BookieClient:
             before = -1 if len(self._pending) > self._queued else len(self._outgoing)
             while before != len(self._outgoing) and not self._cuts:
                 before = len(self._outgoing)
-                await trio.lowlevel.checkpoint()
+                await anyio.lowlevel.checkpoint()
             parts, self._outgoing = self._outgoing, []
             self._queued = 0
             cuts, self._cuts = self._cuts, []
-            self._outgoing_size = 0 if not cuts or cuts[-1] == len(parts) else sum(map(len, parts[cuts[-1]:]))
+            self._outgoing_size = 0 if not cuts or cuts[-1] == len(parts) else sum(map(len, parts[cuts[-1] :]))
             start = 0
             for cut in [*cuts, len(parts)]:
                 if cut > start:
-                    await self._stream.send_all(p.frame(parts[start:cut]))
+                    await self._stream.send(p.frame(parts[start:cut]))
                 start = cut
 
     async def _resend_loop(self) -> None:
@@ -351,9 +352,9 @@ class BookieClient:
         while True:
             while not resends:
                 await self._resend_wake.wait()
-                self._resend_wake = trio.Event()
+                self._resend_wake = anyio.Event()
             when, request_id, pending = resends[0]
-            await trio.sleep_until(when)
+            await anyio.sleep_until(when)
             resends.popleft()
             if self._pending.get(request_id) is pending and self._closed is None and pending.parts is not None:
                 self._enqueue(pending.parts)  # (not if it timed out or failed meanwhile)
@@ -365,14 +366,14 @@ class BookieClient:
             deadlines = self._deadlines
             if not deadlines:
                 await self._earlier_deadline.wait()
-                self._earlier_deadline = trio.Event()
+                self._earlier_deadline = anyio.Event()
                 continue
             deadline, rid = deadlines[0]
-            if deadline > trio.current_time():
-                with trio.move_on_at(deadline):
+            if deadline > anyio.current_time():
+                with anyio.CancelScope(deadline=deadline):
                     await self._earlier_deadline.wait()
                 if self._earlier_deadline.is_set():
-                    self._earlier_deadline = trio.Event()
+                    self._earlier_deadline = anyio.Event()
                 continue
             heapq.heappop(deadlines)
             pending = self._pending.get(rid)
@@ -398,9 +399,10 @@ class BookieClient:
                         pending._set(response)
                     elif response.request_id == 0 and response.status == p.Status.BAD_REQUEST:
                         raise BookieConnectionError(f"bookie {self.address} rejected the stream: {response.message}")
-            data = await self._stream.receive_some(256 * 1024)
-            if not data:
-                raise BookieConnectionError(f"bookie {self.address} closed the connection")
+            try:
+                data = await self._stream.receive(256 * 1024)
+            except anyio.EndOfStream:
+                raise BookieConnectionError(f"bookie {self.address} closed the connection") from None
             buf += data
 
     def _fail_all(self, error: BaseException) -> None:
@@ -416,13 +418,10 @@ class BookieClient:
 NO_AUTH: tuple[str, bytes] = ("none", b"")
 
 
-async def _secure(
-    tcp: trio.SocketStream, address: str, host: str, ssl_context: ssl.SSLContext
-) -> trio.SSLStream[trio.SocketStream]:
-    stream = trio.SSLStream(tcp, ssl_context, server_hostname=host)
+async def _secure(tcp: anyio.abc.SocketStream, address: str, host: str, ssl_context: ssl.SSLContext) -> TLSStream:
     try:
-        await stream.do_handshake()
-    except trio.BrokenResourceError as e:
+        return await TLSStream.wrap(tcp, hostname=host, ssl_context=ssl_context)
+    except (anyio.BrokenResourceError, anyio.EndOfStream, ssl.SSLError) as e:
         cause = e.__cause__ or e
         hint = (
             "the bookie's certificate is not signed by the CA given (tls_ca) or does not name this address"
@@ -430,10 +429,9 @@ async def _secure(
             else "does the bookie serve TLS? ([tls] enabled = true; a plaintext bookie closes TLS connections)"
         )
         raise BookieConnectionError(f"TLS handshake with bookie {address} failed ({cause}): {hint}") from None
-    return stream
 
 
-async def _authenticate(stream: trio.abc.Stream, address: str, auth: tuple[str, bytes], tls: bool, features: int) -> int:
+async def _authenticate(stream: anyio.abc.ByteStream, address: str, auth: tuple[str, bytes], tls: bool, features: int) -> int:
     """Send the connection's AUTH request, with FEATURES after it in its frame (unless
     ``features`` is 0), and read their answers (nothing else is in flight); return the
     features the bookie uses. A bookie older than FEATURES answers it BAD_REQUEST (an
@@ -443,7 +441,7 @@ async def _authenticate(stream: trio.abc.Stream, address: str, auth: tuple[str, 
     if features:
         messages.append(p.encode_features(0, features))
     try:
-        await stream.send_all(p.frame(messages))
+        await stream.send(p.frame(messages))
         buf = bytearray()
         answers: list[p.Response] = []
         # All answered, or AUTH refused (then nothing after it is).
@@ -456,17 +454,16 @@ async def _authenticate(stream: trio.abc.Stream, address: str, auth: tuple[str, 
                     answers += p.decode_responses(bytes(buf[4 : 4 + length]))
                     del buf[: 4 + length]
                     continue
-            data = await stream.receive_some(64 * 1024)
-            if not data:
-                raise BookieConnectionError("it closed the connection")
+            try:
+                data = await stream.receive(64 * 1024)
+            except anyio.EndOfStream:
+                raise BookieConnectionError("it closed the connection") from None
             buf += data
         response = answers[0]
-    except (trio.BrokenResourceError, BookieConnectionError, p.ProtocolError, OSError, IndexError) as e:
+    except (anyio.BrokenResourceError, BookieConnectionError, p.ProtocolError, OSError, IndexError) as e:
         cause = e.__cause__ or e
         hint = (
-            "does it require a client certificate? (give tls_cert and tls_key)"
-            if tls
-            else "does it require TLS? (give tls_ca)"
+            "does it require a client certificate? (give tls_cert and tls_key)" if tls else "does it require TLS? (give tls_ca)"
         )
         raise BookieConnectionError(f"bookie {address} refused the connection ({cause}): {hint}") from None
     if response.status == p.Status.UNAUTHORIZED:
@@ -512,10 +509,10 @@ async def connect_bookie(
     docstring), each retry reported to ``on_try_again``.
     """
     address = f"{host}:{port}"
-    stream: trio.abc.Stream | None = None
+    stream: anyio.abc.ByteStream | None = None
     try:
-        with trio.fail_after(connect_timeout_s):
-            tcp = await trio.open_tcp_stream(host, port)
+        with anyio.fail_after(connect_timeout_s):
+            tcp = await anyio.connect_tcp(host, port)
             stream = tcp
             if ssl_context is not None:
                 stream = await _secure(tcp, address, host, ssl_context)
@@ -523,7 +520,7 @@ async def connect_bookie(
     except OSError as e:
         await _close(stream)
         raise BookieConnectionError(f"cannot connect to bookie {address}: {e}") from e
-    except trio.TooSlowError:
+    except TimeoutError:
         await _close(stream)
         hint = "" if stream is None else " (hung, or a TLS mismatch: give tls_ca only for bookies with [tls] enabled)"
         raise BookieTimeoutError(f"cannot connect to bookie {address}: no answer in {connect_timeout_s} s{hint}") from None
@@ -536,40 +533,46 @@ async def connect_bookie(
     )
     client.features = used
     # The connection's own tasks; a failure ends them all, never the caller's block.
-    scopes: list[trio.CancelScope] = []
+    scopes: list[anyio.CancelScope] = []
 
     async def run(task: Any) -> None:
         try:
-            with trio.CancelScope() as scope:
+            with anyio.CancelScope() as scope:
                 scopes.append(scope)
                 await task()
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, p.ProtocolError, BookieConnectionError) as e:
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, p.ProtocolError, BookieConnectionError) as e:
             err = e if isinstance(e, BookieConnectionError) else BookieConnectionError(f"bookie {address}: {e!r}")
             client._fail_all(err)
             for other in scopes:
                 other.cancel()
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(run, client._send_loop)
-        nursery.start_soon(run, client._receive_loop)
-        nursery.start_soon(run, client._timeout_loop)
-        nursery.start_soon(run, client._resend_loop)
-        try:
-            yield client
-        finally:
-            client._fail_all(ClientClosedError(f"connection to bookie {address} was closed by the client"))
-            nursery.cancel_scope.cancel()
-            # Shielded: an unshielded await here would raise Cancelled (the scope was just
-            # cancelled) and replace whatever the body raised, which the nursery would
-            # then swallow: errors inside ``async with connect_bookie(...)`` would vanish.
-            with trio.CancelScope(shield=True):
-                # TLS sends close_notify first: bounded, so a hung bookie cannot hold us.
-                with trio.move_on_after(1.0):
+    try:
+        async with anyio.create_task_group() as nursery:
+            nursery.start_soon(run, client._send_loop)
+            nursery.start_soon(run, client._receive_loop)
+            nursery.start_soon(run, client._timeout_loop)
+            nursery.start_soon(run, client._resend_loop)
+            try:
+                yield client
+            finally:
+                client._fail_all(ClientClosedError(f"connection to bookie {address} was closed by the client"))
+                nursery.cancel_scope.cancel()
+    finally:
+        # Once the connection's tasks have ended: TLS's close reads the bookie's
+        # close_notify, which the receive loop must not be reading at the same time.
+        # Shielded: an unshielded await here would raise Cancelled (when the caller is
+        # cancelled) and replace whatever the body raised.
+        with anyio.CancelScope(shield=True):
+            # TLS sends close_notify first: bounded, so a hung bookie cannot hold us.
+            with anyio.move_on_after(1.0):
+                try:
                     await stream.aclose()
-                await trio.aclose_forcefully(stream)
+                except (OSError, anyio.BrokenResourceError):
+                    pass  # (ssl.SSLError is one) a close that fails has closed all the same
+            await anyio.aclose_forcefully(stream)
 
 
-async def _close(stream: trio.abc.Stream | None) -> None:
+async def _close(stream: anyio.abc.ByteStream | None) -> None:
     if stream is not None:
-        with trio.CancelScope(shield=True):
-            await trio.aclose_forcefully(stream)
+        with anyio.CancelScope(shield=True):
+            await anyio.aclose_forcefully(stream)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-import trio
+import anyio
 
 log = logging.getLogger("bkframe.client")
 
@@ -25,13 +25,13 @@ class BookieHealth:
         """Quarantine ``bookie_id`` (again) from now."""
         if bookie_id not in self._until or not self.quarantined(bookie_id):
             log.info("quarantining bookie %s for %.0f s: %s", bookie_id, self.quarantine_s, reason)
-        self._until[bookie_id] = trio.current_time() + self.quarantine_s
+        self._until[bookie_id] = anyio.current_time() + self.quarantine_s
 
     def quarantined(self, bookie_id: str) -> bool:
         until = self._until.get(bookie_id)
         if until is None:
             return False
-        if trio.current_time() >= until:
+        if anyio.current_time() >= until:
             del self._until[bookie_id]
             return False
         return True

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 
-import trio
+import anyio
 
 from bkframe.client.bookie_client import (
     DEFAULT_TRY_AGAIN_S,
@@ -39,7 +39,7 @@ class BookiePool:
 
     def __init__(
         self,
-        nursery: trio.Nursery,
+        nursery: anyio.abc.TaskGroup,
         metadata: MetadataStore,
         *,
         connect_timeout_s: float = 10.0,
@@ -76,7 +76,7 @@ class BookiePool:
         self._on_try_again = on_try_again
 
     @property
-    def nursery(self) -> trio.Nursery:
+    def nursery(self) -> anyio.abc.TaskGroup:
         """The client's nursery: connections, and what placement asks in the background."""
         return self._nursery
 
@@ -122,13 +122,13 @@ class BookiePool:
         client = self.connected(bookie_id)
         if client is not None:
             return submit(client)
-        relay = PendingResponse(trio.current_time() + timeout_s)
+        relay = PendingResponse(anyio.current_time() + timeout_s)
         self._nursery.start_soon(self._relay, bookie_id, submit, relay)
         return relay
 
     async def _relay(self, bookie_id: str, submit: Callable[[BookieClient], PendingResponse], relay: PendingResponse) -> None:
         try:
-            with trio.move_on_at(relay.deadline):
+            with anyio.CancelScope(deadline=relay.deadline):
                 try:
                     response = await submit(await self.get(bookie_id)).wait()
                 except (ConnectionError, BKError) as e:
@@ -174,11 +174,16 @@ class BookiePool:
             if self._attempts.get(bookie_id) is attempt:
                 del self._attempts[bookie_id]
 
-    async def _hold(self, bookie_id: str, host: str, port: int, *, task_status: trio.TaskStatus[BookieClient]) -> None:
+    async def _hold(self, bookie_id: str, host: str, port: int, *, task_status: anyio.abc.TaskStatus[BookieClient]) -> None:
         # A failed connect raises out of nursery.start to _connect.
         async with connect_bookie(
-            host, port, connect_timeout_s=self.connect_timeout_s, ssl_context=self._ssl_context, auth=self._auth,
-            try_again_s=self._try_again_s, on_try_again=self._on_try_again,
+            host,
+            port,
+            connect_timeout_s=self.connect_timeout_s,
+            ssl_context=self._ssl_context,
+            auth=self._auth,
+            try_again_s=self._try_again_s,
+            on_try_again=self._on_try_again,
         ) as client:
             self._clients[bookie_id] = client
             task_status.started(client)
@@ -189,7 +194,7 @@ class _Attempt:
     """One connect to a bookie under way, which any number of callers wait for."""
 
     def __init__(self) -> None:
-        self._done = trio.Event()
+        self._done = anyio.Event()
         self._client: BookieClient | None = None
         self._error: Exception | None = None
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+import anyio
 import attrs
-import trio
 
 from bkframe.core.metadata import BookieInfo, MetadataStore
 from bkframe.errors import BKError
@@ -45,12 +45,12 @@ class BookieView:
 class BookieSet:
     """``await bookie_set.view()``: the registered bookies, at most ``max_age_s`` old."""
 
-    def __init__(self, store: MetadataStore, nursery: trio.Nursery, max_age_s: float) -> None:
+    def __init__(self, store: MetadataStore, nursery: anyio.abc.TaskGroup, max_age_s: float) -> None:
         self._store = store
         self._nursery = nursery
         self.max_age_s = max_age_s
         self._view: BookieView | None = None
-        self._lock = trio.Lock()
+        self._lock = anyio.Lock()
         self._refreshing = False
         #: Listings read so far (a test and the scale benchmark count them).
         self.reads = 0
@@ -58,7 +58,7 @@ class BookieSet:
     async def view(self, *, fresh: bool = False) -> BookieView:
         """The bookies as listed at most ``max_age_s`` ago; with ``fresh``, as listed after
         this call began (a failure path that must see the bookies as they are now)."""
-        now = trio.current_time()
+        now = anyio.current_time()
         view = self._view
         if view is not None and view.read_at >= (now if fresh else now - self.max_age_s):
             if now - view.read_at > self.max_age_s / 2 and not self._refreshing:
@@ -72,7 +72,7 @@ class BookieSet:
             view = self._view
             if view is not None and view.read_at >= not_before:
                 return view  # another task read it meanwhile
-            started = trio.current_time()
+            started = anyio.current_time()
             # Writable first: a bookie registering in between is then in both lists.
             writable = await self._store.list_bookies(writable_only=True)
             bookies = await self._store.list_bookies()
@@ -82,7 +82,7 @@ class BookieSet:
 
     async def _refresh(self) -> None:
         try:
-            await self._read(trio.current_time())
+            await self._read(anyio.current_time())
         except (BKError, OSError) as e:
             # The next create past the view's age reads it again, and fails with the error.
             log.info("reading the registered bookies in the background failed: %s", e)

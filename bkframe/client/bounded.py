@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import trio
+import anyio
 
 from bkframe.errors import MetadataError
 
@@ -25,10 +25,10 @@ class MetadataTimeoutError(MetadataError):
     """The store did not answer in time; the call may still take effect."""
 
 
-async def bounded(nursery: trio.Nursery, timeout_s: float, what: str, call: Callable[[], Awaitable[T]]) -> T:
+async def bounded(nursery: anyio.abc.TaskGroup, timeout_s: float, what: str, call: Callable[[], Awaitable[T]]) -> T:
     """``await call()``, or :class:`MetadataTimeoutError` (naming ``what``) once
     ``timeout_s`` passed; the call then goes on in ``nursery``, its result dropped."""
-    done = trio.Event()
+    done = anyio.Event()
     results: list[T] = []
     errors: list[Exception] = []
 
@@ -41,7 +41,7 @@ async def bounded(nursery: trio.Nursery, timeout_s: float, what: str, call: Call
             done.set()
 
     nursery.start_soon(run)
-    with trio.move_on_after(timeout_s):
+    with anyio.move_on_after(timeout_s):
         await done.wait()
     if errors:
         raise errors[0]

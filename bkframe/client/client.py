@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import attrs
-import trio
 from prometheus_client import CollectorRegistry
 
 from bkframe.client.context import ClientContext
@@ -62,6 +62,10 @@ class Client:
 
     Its handles and recoveries share its :class:`~bkframe.client.context.ClientContext`.
     """
+
+    settings: ClientSettings
+    client_id: str
+    logs: Logs
 
     def __init__(self, context: ClientContext, metrics_registry: CollectorRegistry | None = None) -> None:
         self.context = context
@@ -184,7 +188,7 @@ class Client:
 async def _flush_cursors(client: Client) -> None:
     """Store the log cursor acks not stored yet, as the client closes (bounded, and never
     hiding the block's own error: a failure is logged, those entries come again)."""
-    with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_FLUSH_TIMEOUT_S):
+    with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_FLUSH_TIMEOUT_S):
         try:
             await client.logs.flush_cursors()
         except BKError as e:
@@ -224,15 +228,15 @@ async def open_client(
         raise
     store = plugins.metadata_store(metadata_uri)
     try:
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             client = Client(ClientContext.create(nursery, store, plugins, settings, placement), metrics_registry)
             try:
                 yield client
             finally:
                 await _flush_cursors(client)
-                with trio.CancelScope(shield=True):
+                with anyio.CancelScope(shield=True):
                     await client.context.tiers.aclose()
                 nursery.cancel_scope.cancel()
     finally:
-        with trio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):
             await store.aclose()

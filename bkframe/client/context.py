@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import uuid
 
+import anyio
 import attrs
-import trio
 
 from bkframe.client.bookie_health import BookieHealth
 from bkframe.client.bookie_pool import BookiePool
@@ -25,7 +25,7 @@ from bkframe.core.plugin_manager import LedgerTypes, PluginManager
 @attrs.frozen
 class ClientContext:
     #: Where the client's background tasks run (flushes, ensemble changes, explicit LACs).
-    nursery: trio.Nursery
+    nursery: anyio.abc.TaskGroup
     metadata: MetadataStore
     #: Connections to bookies, with their health (quarantine).
     pool: BookiePool
@@ -42,7 +42,7 @@ class ClientContext:
     @classmethod
     def create(
         cls,
-        nursery: trio.Nursery,
+        nursery: anyio.abc.TaskGroup,
         metadata: MetadataStore,
         plugins: PluginManager,
         settings: ClientSettings | None = None,
@@ -71,6 +71,11 @@ class ClientContext:
             on_try_again=tried_again,
         )
         return cls(
-            nursery=nursery, metadata=metadata, pool=pool, ledger_types=plugins.ledger_types(), settings=settings,
-            counters=counters, tiers=OpenTiers(plugins.tier, timeout_s=settings.tier_timeout_s),
+            nursery=nursery,
+            metadata=metadata,
+            pool=pool,
+            ledger_types=plugins.ledger_types(),
+            settings=settings,
+            counters=counters,
+            tiers=OpenTiers(plugins.tier, timeout_s=settings.tier_timeout_s),
         )

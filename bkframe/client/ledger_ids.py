@@ -12,7 +12,7 @@ not dense.
 
 from __future__ import annotations
 
-import trio
+import anyio
 
 from bkframe.core.metadata import MetadataStore
 
@@ -28,7 +28,7 @@ class LedgerIds:
         self.block = block
         self._next_size = first_block
         self._ids: range = range(0)
-        self._lock = trio.Lock()
+        self._lock = anyio.Lock()
 
     async def next(self) -> int:
         async with self._lock:  # concurrent creates share one refill

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-import trio
+import anyio
 
 from bkframe.client.bookie_pool import BookiePool
 from bkframe.client.bookie_set import BookieView
@@ -45,21 +45,21 @@ async def _with_load(pool: BookiePool, candidates: list[Candidate]) -> list[Cand
     now (a new bookie, or a client's first create); one older than ``LOAD_TTL_S`` is asked
     for again in the background while this choice uses it, so creates do not wait on the
     bookies once the client knows them."""
-    now = trio.current_time()
+    now = anyio.current_time()
     counts = pool.ledger_counts
 
     async def ask(bookie_id: str) -> None:
         try:
             conn = await pool.get(bookie_id)
             info = await conn.info(timeout_s=LOAD_TIMEOUT_S)
-            counts[bookie_id] = (int(info.get("ledgers", 0)), trio.current_time())
+            counts[bookie_id] = (int(info.get("ledgers", 0)), anyio.current_time())
         except ConnectionError as e:
             # Unknown load; quarantined, so that the next choices do not wait for it again.
             pool.health.failed(bookie_id, f"GET_BOOKIE_INFO failed: {e}")
         finally:
             pool.asking_counts.discard(bookie_id)
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
         for c in candidates:
             if c.quarantined or c.bookie_id in pool.asking_counts:
                 continue
@@ -87,9 +87,7 @@ def _placed(pool: BookiePool, bookie_ids: Sequence[str]) -> None:
 async def _candidates(pool: BookiePool, view: BookieView, exclude: Collection[str]) -> list[Candidate]:
     """The writable bookies of ``view`` not in ``exclude``, with rack, quarantine (and load)."""
     candidates = [
-        Candidate(b.bookie_id, b.rack, pool.health.quarantined(b.bookie_id))
-        for b in view.writable
-        if b.bookie_id not in exclude
+        Candidate(b.bookie_id, b.rack, pool.health.quarantined(b.bookie_id)) for b in view.writable if b.bookie_id not in exclude
     ]
     if pool.placement.wants_load:
         candidates = await _with_load(pool, candidates)
@@ -126,8 +124,11 @@ async def choose_ensemble(pool: BookiePool, size: int, *, write_quorum: int | No
             raise NotEnoughBookiesError(
                 f"ensemble of {size} needs {size} writable bookies, {len(candidates)} are reachable: {names} "
                 f"({registered} registered; unreachable: {'; '.join(unreachable.values()) or 'none'}); "
-                + (f"create the ledger with ensemble {len(candidates)} or fewer, or start more bookies" if candidates
-                   else "start bookies (bkframe bookie), or check that they can reach the metadata store")
+                + (
+                    f"create the ledger with ensemble {len(candidates)} or fewer, or start more bookies"
+                    if candidates
+                    else "start bookies (bkframe bookie), or check that they can reach the metadata store"
+                )
             )
         chosen = pool.placement.new_ensemble(candidates, ensemble_size=size, write_quorum=write_quorum or size)
         _checked(chosen, candidates, size, pool.placement)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 
-import trio
+import anyio
 
 from bkframe import proto as p
 from bkframe.client.bookie_client import BookieClient, PendingResponse
@@ -55,7 +55,7 @@ async def ask_bookies(
     answered: set[str] = set()
     decided = False
     error: BKError | None = None
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
 
         async def ask(bookie_id: str) -> None:
             nonlocal decided, error

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING
 
+import anyio
 import attrs
 import numpy as np
 import numpy.typing as npt
-import trio
 
 from bkframe import proto as p
 from bkframe.client.bookie_client import BookieClient, PendingResponse
@@ -129,11 +129,11 @@ async def _wait_any(pendings: list[PendingResponse], timeout_s: float | None) ->
     """Wait until one of ``pendings`` is done (True) or ``timeout_s`` passes (False)."""
     if any(pr.done() for pr in pendings):
         return True
-    event = trio.Event()
+    event = anyio.Event()
     for pr in pendings:
         pr.callback = lambda response, error: event.set()
     try:
-        with trio.move_on_after(timeout_s if timeout_s is not None else float("inf")):
+        with anyio.move_on_after(timeout_s if timeout_s is not None else float("inf")):
             await event.wait()
             return True
         return False
@@ -144,6 +144,9 @@ async def _wait_any(pendings: list[PendingResponse], timeout_s: float | None) ->
 
 class ReadHandle:
     """Made by :meth:`Client.open_ledger`; any number may read a ledger."""
+
+    ledger_id: int
+    metadata: LedgerMetadata
 
     def __init__(self, ctx: ClientContext, metadata: LedgerMetadata, master_key: bytes, digester: Digester) -> None:
         self._ctx = ctx
@@ -172,9 +175,7 @@ class ReadHandle:
         if last > self._lac and not self.closed:
             await self.read_lac()
         if last > self._lac:
-            raise NoSuchEntryError(
-                f"ledger {self.ledger_id}: entry {last} is beyond the last confirmed entry {self._lac}"
-            )
+            raise NoSuchEntryError(f"ledger {self.ledger_id}: entry {last} is beyond the last confirmed entry {self._lac}")
         return await self._read_range(first, last)
 
     async def read_unconfirmed(self, first: int, last: int) -> list[Entry]:
@@ -214,7 +215,7 @@ class ReadHandle:
             lo = stop
         results: list[EntryBlock | None] = [None for _ in chunks]
         errors: list[BaseException] = []
-        limiter = trio.Semaphore(BATCHES_IN_FLIGHT)
+        limiter = anyio.Semaphore(BATCHES_IN_FLIGHT)
 
         async def run(i: int, lo: int, hi: int) -> None:
             async with limiter:
@@ -223,7 +224,7 @@ class ReadHandle:
                 except BKError as e:
                     errors.append(e)
 
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             for i, (lo, hi) in enumerate(chunks):
                 nursery.start_soon(run, i, lo, hi)
         if errors:
@@ -242,7 +243,7 @@ class ReadHandle:
         if e == w:
             await self._batch_sequence(lo, hi, 1, i, got)
         else:
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 for start in range(lo, min(lo + e, hi + 1)):
                     nursery.start_soon(self._batch_sequence, start, hi, e, 0, got)
         have = np.concatenate([piece.ids for piece in got]) if got else np.empty(0, dtype=np.int64)
@@ -267,11 +268,16 @@ class ReadHandle:
         nxt = first
         try:
             conn = None
-            with trio.move_on_after(timeout_s):  # a connect as slow as that: read entry by entry
+            with anyio.move_on_after(timeout_s):  # a connect as slow as that: read entry by entry
                 conn = await self._ctx.pool.get(bookie_id)
             while conn is not None and nxt <= last:
                 response = await conn.submit_read_batch(
-                    self.ledger_id, nxt, last, step=step, max_bytes=BATCH_BYTES, master_key=self._master_key,
+                    self.ledger_id,
+                    nxt,
+                    last,
+                    step=step,
+                    max_bytes=BATCH_BYTES,
+                    master_key=self._master_key,
                     timeout_s=timeout_s,
                 ).wait()
                 batch = response.batch if response.status == p.Status.OK else None
@@ -452,7 +458,7 @@ class ReadHandle:
         heard: set[int] = set()
         timeout_ms = int(timeout_s * 1000)
         best = self._lac
-        started = trio.current_time()
+        started = anyio.current_time()
 
         def decide(bookie_id: str, response: p.Response | None) -> bool:
             nonlocal best
@@ -469,7 +475,9 @@ class ReadHandle:
             ensemble,
             # A long poll keeps its own deadline: the poll time plus a read's.
             lambda conn: conn.submit_read_lac(
-                self.ledger_id, previous_lac=previous, timeout_ms=timeout_ms,
+                self.ledger_id,
+                previous_lac=previous,
+                timeout_ms=timeout_ms,
                 timeout_s=timeout_s + self._ctx.settings.read_timeout_s,
             ),
             decide,
@@ -477,7 +485,7 @@ class ReadHandle:
         if best <= previous:
             # Every poll ended early with nothing new (a bookie over its long-poll cap answers
             # at once, a dead one refuses): pause a little, so a tail does not spin.
-            await trio.sleep_until(min(started + timeout_s, trio.current_time() + POLL_PAUSE_S))
+            await anyio.sleep_until(min(started + timeout_s, anyio.current_time() + POLL_PAUSE_S))
         self._lac = max(self._lac, best)
         return self._lac
 

@@ -44,8 +44,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import anyio
 import attrs
-import trio
 
 from bkframe import proto as p
 from bkframe.client.distribution import replicas
@@ -117,9 +117,7 @@ class Recovery:
         md = self.md
         while md.state == LedgerStateName.OPEN:
             try:
-                md = await self.ctx.metadata.update_ledger(
-                    attrs.evolve(md, state=LedgerStateName.IN_RECOVERY), md.version
-                )
+                md = await self.ctx.metadata.update_ledger(attrs.evolve(md, state=LedgerStateName.IN_RECOVERY), md.version)
             except BadVersionError:
                 md = await self.ctx.metadata.read_ledger(self.ledger_id)
         self.md = md
@@ -160,7 +158,10 @@ class Recovery:
             self.ctx.pool,
             ensemble,
             lambda conn: conn.submit_read(
-                self.ledger_id, p.LAST_ENTRY, master_key=self.master_key, fence=True,
+                self.ledger_id,
+                p.LAST_ENTRY,
+                master_key=self.master_key,
+                fence=True,
                 timeout_s=self.settings.read_timeout_s,
             ),
             decide,
@@ -223,7 +224,10 @@ class Recovery:
             # that lacks the entry now could take it from the old writer a moment later (a
             # seed-3 fault run lost entries 8..63 of a BYPASS E3 W2 A2 ledger so).
             lambda conn: conn.submit_read(
-                self.ledger_id, entry_id, master_key=self.master_key, fence=True,
+                self.ledger_id,
+                entry_id,
+                master_key=self.master_key,
+                fence=True,
                 timeout_s=self.settings.read_timeout_s,
             ),
             decide,
@@ -269,7 +273,7 @@ class Recovery:
             if batch:
                 _, length, _ = self.digester.decode(self.ledger_id, batch[-1][0], batch[-1][1])
                 short: list[tuple[int, bytes]] = []
-                async with trio.open_nursery() as nursery:
+                async with anyio.create_task_group() as nursery:
                     for entry, data in batch:
                         nursery.start_soon(self._first_write_back, entry, data, short)
                 for entry, data in sorted(short):
@@ -326,8 +330,13 @@ class Recovery:
                 self.ctx.pool,
                 [b for b in write_to if b not in acked],
                 lambda conn: conn.submit_add(
-                    self.ledger_id, entry_id, data, master_key=self.master_key, ledger_type=self.type_id,
-                    recovery=True, timeout_s=self.settings.add_timeout_s,
+                    self.ledger_id,
+                    entry_id,
+                    data,
+                    master_key=self.master_key,
+                    ledger_type=self.type_id,
+                    recovery=True,
+                    timeout_s=self.settings.add_timeout_s,
                 ),
                 decide,
                 send_late=True,
@@ -343,8 +352,11 @@ class Recovery:
             indices = [ensemble.index(b) for b in failed]
             try:
                 new = await choose_replacements(
-                    self.ctx.pool, ensemble, indices,
-                    what=f"recovery of ledger {self.ledger_id}", write_quorum=self.md.write_quorum,
+                    self.ctx.pool,
+                    ensemble,
+                    indices,
+                    what=f"recovery of ledger {self.ledger_id}",
+                    write_quorum=self.md.write_quorum,
                 )
             except BKError as e:
                 raise RecoveryError(
@@ -353,7 +365,10 @@ class Recovery:
                 ) from None
             log.warning(
                 "recovery of ledger %d: bookies %s failed writing back entry %d; replacing them with %s from there on",
-                self.ledger_id, sorted(failed), entry_id, [new[i] for i in indices],
+                self.ledger_id,
+                sorted(failed),
+                entry_id,
+                [new[i] for i in indices],
             )
             await self._fence_replacements([new[i] for i in indices])
             self.fragments = replace_from(self.fragments, entry_id, {i: new[i] for i in indices})
@@ -373,7 +388,10 @@ class Recovery:
             self.ctx.pool,
             bookies,
             lambda conn: conn.submit_read(
-                self.ledger_id, p.LAST_ENTRY, master_key=self.master_key, fence=True,
+                self.ledger_id,
+                p.LAST_ENTRY,
+                master_key=self.master_key,
+                fence=True,
                 timeout_s=self.settings.read_timeout_s,
             ),
             decide,
@@ -384,9 +402,7 @@ class Recovery:
         started_from = self.md.fragments
         while True:
             if md.state != LedgerStateName.IN_RECOVERY or md.fragments != started_from:
-                raise LedgerFencedError(
-                    f"ledger {self.ledger_id} changed during recovery (now {md.state.value}); open it again"
-                )
+                raise LedgerFencedError(f"ledger {self.ledger_id} changed during recovery (now {md.state.value}); open it again")
             # Recovery's own fragments past the end would hold nothing: leave them out.
             fragments = tuple(f for f in self.fragments if f in started_from or f[0] <= last)
             new = attrs.evolve(md, state=LedgerStateName.CLOSED, last_entry_id=last, length=length, fragments=fragments)

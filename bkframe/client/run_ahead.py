@@ -10,7 +10,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar, cast
 
-import trio
+import anyio
 
 from bkframe.errors import BKError
 
@@ -20,11 +20,13 @@ T = TypeVar("T")
 class RunAhead(Generic[T]):
     """Work started in the client's loop by :meth:`BlockingClient.run_ahead`."""
 
-    def __init__(self, token: trio.lowlevel.TrioToken, alive: Callable[[], bool]) -> None:
+    def __init__(self, token: anyio.lowlevel.EventLoopToken, alive: Callable[[], bool]) -> None:
         self._token = token
         #: Whether the loop still runs (a cancel then has something to cancel).
         self._alive = alive
-        self._scope = trio.CancelScope()
+        # Made in the loop, by _run (a cancel scope belongs to its event loop).
+        self._scope: anyio.CancelScope | None = None
+        self._cancelled = False
         self._done = threading.Event()
         self._value: T | None = None
         self._error: BaseException | None = None
@@ -32,7 +34,9 @@ class RunAhead(Generic[T]):
     async def _run(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> None:
         finished = False
         try:
-            with self._scope:
+            with anyio.CancelScope() as self._scope:
+                if self._cancelled:
+                    self._scope.cancel()
                 self._value = await fn(*args)
                 finished = True
         except Exception as e:  # noqa: BLE001 - handed to the caller of result()
@@ -53,6 +57,11 @@ class RunAhead(Generic[T]):
         """Cancel the work, if it still runs (its outcome is dropped)."""
         if not self._done.is_set() and self._alive():
             try:
-                trio.from_thread.run_sync(self._scope.cancel, trio_token=self._token)
-            except trio.RunFinishedError:
+                anyio.from_thread.run_sync(self._cancel_in_loop, token=self._token)
+            except RuntimeError:
                 pass  # the client closed meanwhile, and that cancelled the work
+
+    def _cancel_in_loop(self) -> None:
+        self._cancelled = True  # (if _run has not started yet, it cancels itself first thing)
+        if self._scope is not None:
+            self._scope.cancel()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import trio
+import anyio
 
 from bkframe import proto as p
 from bkframe.client.context import ClientContext
@@ -35,7 +35,7 @@ async def advise_write_close(ctx: ClientContext, ledger_id: int, master_key: byt
             return
         done += response.status == p.Status.OK
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
         for bookie_id in ensemble:
             nursery.start_soon(advise, bookie_id)
     log.debug("ledger %d: write close acknowledged by %d of %d bookies", ledger_id, done, len(ensemble))

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
+import anyio
 import attrs
-import trio
 
 from bkframe import proto as p
 from bkframe.client.bookie_client import ClientClosedError
@@ -71,14 +71,14 @@ class PendingAppend:
     acked: set[int] = attrs.Factory(set)
     error: BaseException | None = None
     _is_done: bool = False
-    _event: trio.Event | None = None
+    _event: anyio.Event | None = None
     #: When the append started (trio clock), for the client's add latency.
     started: float = 0.0
 
     async def wait(self) -> int:
         if not self._is_done:
             if self._event is None:
-                self._event = trio.Event()
+                self._event = anyio.Event()
             await self._event.wait()
         if self.error is not None:
             raise self.error
@@ -97,6 +97,9 @@ class PendingAppend:
 
 class WriteHandle:
     """Made by :meth:`Client.create_ledger` or :meth:`Client.open_writer`; the only writer of its ledger."""
+
+    ledger_id: int
+    metadata: LedgerMetadata
 
     def __init__(self, ctx: ClientContext, metadata: LedgerMetadata, master_key: bytes, digester: Digester) -> None:
         self._ctx = ctx
@@ -130,7 +133,7 @@ class WriteHandle:
         #: The close CAS succeeded: the metadata is final.
         self._closed = False
         self._changing = False
-        self._change_done = trio.Event()
+        self._change_done = anyio.Event()
         self._change_done.set()
         self._held: list[PendingAppend] = []
         #: Appends waiting for the next batch send (a task sends them once the appender yields).
@@ -143,9 +146,9 @@ class WriteHandle:
         self._max_payload = max_payload(ctx.settings.max_entry_size, metadata.digest_type)
         #: Add requests sent and not answered yet (any outcome), for close().
         self._outstanding = 0
-        self._all_answered = trio.Event()
+        self._all_answered = anyio.Event()
         self._all_answered.set()
-        self._idle = trio.Event()
+        self._idle = anyio.Event()
         self._idle.set()
         #: Highest LAC the bookies have been told (piggybacked on an add or explicit).
         self._lac_sent = metadata.last_entry_id
@@ -187,9 +190,9 @@ class WriteHandle:
         self._next_entry += 1
         self._length += len(payload)
         data = self._digester.encode(self.ledger_id, entry_id, self._lac, self._length, payload)
-        pending = PendingAppend(entry_id, data, self._length, started=trio.current_time())
+        pending = PendingAppend(entry_id, data, self._length, started=anyio.current_time())
         self._pending.append(pending)
-        self._idle = trio.Event() if self._idle.is_set() else self._idle
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
         if alone and self._send_lone and len(self._pending) == 1 and not self._unsent and not self._changing:
             # A synchronous writer's lone append joins no batch: it leaves now, not a
             # scheduler pass later in a flush task. Not for append_async: a pipelined
@@ -287,7 +290,7 @@ class WriteHandle:
                 self._connection_failed(bookie_id, err)
                 return
             if self._outstanding == 0:
-                self._all_answered = trio.Event()
+                self._all_answered = anyio.Event()
             self._outstanding += 1
             response.callback = partial(self._on_response, chunk, idx, bookie_id)
 
@@ -333,7 +336,7 @@ class WriteHandle:
         ack_quorum = self.metadata.ack_quorum
         pending = self._pending
         if pending and len(pending[0].acked) >= ack_quorum:
-            now = trio.current_time()
+            now = anyio.current_time()
             latency = self._ctx.counters.add_latency
             while pending and len(pending[0].acked) >= ack_quorum:
                 head = pending.popleft()
@@ -366,7 +369,7 @@ class WriteHandle:
         if not self._vd or self._lac >= self._lap:
             return self._lac
         target = self._lap
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
 
             async def sync_one(idx: int, bookie_id: str) -> None:
                 try:
@@ -396,7 +399,7 @@ class WriteHandle:
         acks = 0
         refused: BKError | None = None
         needed = self.metadata.ack_quorum
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
 
             async def write_one(bookie_id: str) -> None:
                 nonlocal acks, refused
@@ -429,7 +432,7 @@ class WriteHandle:
 
     async def _publish_lac_when_idle(self, interval: float) -> None:
         while not self._closing and self._error is None:
-            await trio.sleep(interval)
+            await anyio.sleep(interval)
             if self._lac > self._lac_sent and not self._closing and self._error is None:
                 try:
                     await self.write_lac()
@@ -465,8 +468,10 @@ class WriteHandle:
             # Every entry is confirmed; this bookie only missed some copies. The ledger is
             # closed without it (under-replicated until re-replicated), never changed.
             log.info(
-                "ledger %d: bookie %s failed while closing (%s); the entries it lacks keep their "
-                "other copies", self.ledger_id, bookie_id, reason,
+                "ledger %d: bookie %s failed while closing (%s); the entries it lacks keep their other copies",
+                self.ledger_id,
+                bookie_id,
+                reason,
             )
             return
         if not self._can_change_ensemble:
@@ -476,7 +481,7 @@ class WriteHandle:
         self._to_replace.add(bookie_id)
         if not self._changing:
             self._changing = True
-            self._change_done = trio.Event()
+            self._change_done = anyio.Event()
             self._ctx.nursery.start_soon(self._change_ensemble)
 
     async def _change_ensemble(self) -> None:
@@ -539,7 +544,7 @@ class WriteHandle:
             )
         # A closed ledger should be fully replicated when its bookies are healthy: let the
         # slower replicas answer too (their failure now changes nothing, see _bookie_failed).
-        with trio.move_on_after(self._settings.add_timeout_s):
+        with anyio.move_on_after(self._settings.add_timeout_s):
             while self._outstanding or self._changing:
                 if self._changing:
                     await self._change_done.wait()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import trio
+import anyio
 
 from bkframe.core.metadata import LAYOUT_VERSION, ClusterRecord, MetadataStore
 from bkframe.errors import MetadataError, NoClusterError
@@ -68,9 +68,9 @@ async def init_cluster(store: MetadataStore) -> tuple[ClusterRecord, bool]:
 def _in_time(uri: str) -> Iterator[None]:
     """A store that is down is one clear error naming it, not a hang."""
     try:
-        with trio.fail_after(CLUSTER_CHECK_TIMEOUT_S):
+        with anyio.fail_after(CLUSTER_CHECK_TIMEOUT_S):
             yield
-    except trio.TooSlowError:
+    except TimeoutError:
         raise MetadataError(
             f"metadata store {uri} did not answer within {CLUSTER_CHECK_TIMEOUT_S:.0f} s; is it running?"
         ) from None

@@ -13,7 +13,21 @@ import attrs
 
 #: Upper bounds (seconds) of the latency buckets: 100 us to 10 s.
 LATENCY_BUCKETS: tuple[float, ...] = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    10.0,
 )
 #: Upper bounds (bytes) of the size buckets: 1 KiB to 16 MiB.
 SIZE_BUCKETS: tuple[float, ...] = tuple(float(1024 * 4**i) for i in range(8))

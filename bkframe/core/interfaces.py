@@ -10,12 +10,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
+import anyio
 import attrs
 import trio
 
 from bkframe.errors import BKError
 
 Buffer = bytes | bytearray | memoryview
+
+
+#: Where a plugin starts a background task that must outlive the call starting it (a
+#: registration's heartbeat, a lock's keep-alive): a trio nursery (the bookie) or an anyio
+#: task group (the client, under asyncio or trio).
+Spawner = anyio.abc.TaskGroup | trio.Nursery
 
 
 @attrs.frozen(order=True)

@@ -24,9 +24,10 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import anyio
 import attrs
-import trio
 
+from bkframe.core.interfaces import Spawner
 from bkframe.core.ledger_keys import password_hash
 from bkframe.errors import (
     BadVersionError,
@@ -268,7 +269,7 @@ class Lock(Protocol):
     def name(self) -> str: ...
 
     @property
-    def lost(self) -> trio.Event:
+    def lost(self) -> anyio.Event:
         """Set if the store says the lock expired while held (e.g. a keep-alive failed for
         longer than the TTL, a ZooKeeper session was lost): the holder must stop what the
         lock protects."""
@@ -344,7 +345,7 @@ class MetadataStore(Protocol):
         ...
 
     async def register_bookie(
-        self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery, *, replace: BookieInfo | None = None
+        self, info: BookieInfo, ttl_s: float, nursery: Spawner, *, replace: BookieInfo | None = None
     ) -> BookieRegistration:
         """Register a bookie for as long as the returned registration lives; if the holder
         dies, the registration expires within about ``ttl_s``. A live registration of the
@@ -418,7 +419,7 @@ class MetadataStore(Protocol):
 
     # -- autorecovery: locks, under-replicated ledgers, decommissioned bookies ----------
 
-    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: trio.Nursery) -> Lock | None:
+    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: Spawner) -> Lock | None:
         """Take the lock ``name`` (e.g. ``"auditor"``, ``"ledger/123"``) for ``holder`` if nobody
         holds it, without waiting: the :class:`Lock`, or None if it is held. What keeps it
         alive runs in ``nursery`` (as for :meth:`register_bookie`); if the holder dies it

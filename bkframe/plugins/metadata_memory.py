@@ -12,10 +12,11 @@ import itertools
 import time
 from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 
+import anyio
 import attrs
-import trio
 
 from bkframe.core.hookspecs import hookimpl
+from bkframe.core.interfaces import Spawner
 from bkframe.core.metadata import (
     BadVersionError,
     BookieInfo,
@@ -51,11 +52,11 @@ class _State:
     decommissioned: set[str] = attrs.Factory(set)
     #: Ledger ids by each bookie their metadata names (ledgers_of_bookie).
     by_bookie: dict[str, set[int]] = attrs.Factory(dict)
-    changed: trio.Event = attrs.Factory(trio.Event)
+    changed: anyio.Event = attrs.Factory(anyio.Event)
 
     def notify(self) -> None:
         self.changed.set()
-        self.changed = trio.Event()
+        self.changed = anyio.Event()
 
 
 _SHARED: dict[str, _State] = {}
@@ -95,10 +96,10 @@ class MemoryLock:
         self._state = state
         self.name = name
         self.holder = holder
-        self.lost = trio.Event()
+        self.lost = anyio.Event()
 
     async def release(self) -> None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         # Only our own entry: after an expiry the name may belong to someone else.
         if self._state.locks.get(self.name) is self:
             del self._state.locks[self.name]
@@ -111,18 +112,18 @@ class MemoryMetadataStore:
         self._state = _SHARED.setdefault(name, _State()) if name else _State()
 
     async def init_cluster(self, record: ClusterRecord) -> bool:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         if self._state.cluster is not None:
             return False
         self._state.cluster = record
         return True
 
     async def read_cluster(self) -> ClusterRecord | None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         return self._state.cluster
 
     async def new_ledger_id(self) -> int:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         state = self._state
         while True:
             ledger_id = next(state.ids)
@@ -130,7 +131,7 @@ class MemoryMetadataStore:
                 return ledger_id
 
     async def new_ledger_ids(self, count: int) -> range:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         state = self._state
@@ -147,7 +148,7 @@ class MemoryMetadataStore:
             self._state.by_bookie.setdefault(bookie, set()).add(ledger_id)
 
     async def create_ledger(self, metadata: LedgerMetadata) -> LedgerMetadata:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         if (held := self._state.ledgers.get(metadata.ledger_id)) is not None:
             if held == attrs.evolve(metadata, version=1):
                 return held  # this very record: a create sent again
@@ -159,14 +160,14 @@ class MemoryMetadataStore:
         return stored
 
     async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         try:
             return self._state.ledgers[ledger_id]
         except KeyError:
             raise NoSuchLedgerError(ledger_id) from None
 
     async def update_ledger(self, metadata: LedgerMetadata, expected_version: int) -> LedgerMetadata:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         current = self._state.ledgers.get(metadata.ledger_id)
         if current is None:
             raise NoSuchLedgerError(metadata.ledger_id)
@@ -179,7 +180,7 @@ class MemoryMetadataStore:
         return stored
 
     async def delete_ledger(self, ledger_id: int) -> None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         gone = self._state.ledgers.pop(ledger_id, None)
         if gone is None:
             raise NoSuchLedgerError(ledger_id)
@@ -187,11 +188,11 @@ class MemoryMetadataStore:
         self._state.notify()
 
     async def list_ledgers(self, *, start: int = 0, limit: int | None = None) -> list[int]:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         return _page(self._state.ledgers, start, limit)
 
     async def ledgers_of_bookie(self, bookie_id: str, *, start: int = 0, limit: int | None = None) -> list[int]:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         return _page(self._state.by_bookie.get(bookie_id, ()), start, limit)
 
     async def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
@@ -207,9 +208,9 @@ class MemoryMetadataStore:
             await changed.wait()
 
     async def register_bookie(
-        self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery, *, replace: BookieInfo | None = None
+        self, info: BookieInfo, ttl_s: float, nursery: Spawner, *, replace: BookieInfo | None = None
     ) -> MemoryRegistration:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         held = self._state.bookies.get(info.bookie_id)
         if held is not None and not held.same_bookie(info) and held != replace:
             raise id_in_use(held, info)
@@ -221,7 +222,7 @@ class MemoryMetadataStore:
         self._state.bookies.pop(bookie_id, None)
 
     async def list_bookies(self, *, writable_only: bool = False) -> list[BookieInfo]:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         state = self._state
         return sorted(
             (b for b in state.bookies.values() if not (writable_only and (b.read_only or b.bookie_id in state.decommissioned))),
@@ -229,11 +230,11 @@ class MemoryMetadataStore:
         )
 
     async def read_cookie(self, bookie_id: str) -> Versioned | None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         return self._state.cookies.get(bookie_id)
 
     async def write_cookie(self, bookie_id: str, value: bytes, expected_version: int | None) -> int:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         current = self._state.cookies.get(bookie_id)
         found = None if current is None else current.version
         if found != expected_version:
@@ -245,21 +246,21 @@ class MemoryMetadataStore:
     # -- named logs ----------------------------------------------------------------------
 
     async def create_log(self, name: str, value: bytes) -> int:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         if name in self._state.logs:
             raise LogExistsError(name)
         self._state.logs[name] = Versioned(value, 1)
         return 1
 
     async def read_log(self, name: str) -> Versioned:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         try:
             return self._state.logs[name]
         except KeyError:
             raise NoSuchLogError(name) from None
 
     async def update_log(self, name: str, value: bytes, expected_version: int) -> int:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         current = self._state.logs.get(name)
         if current is None:
             raise NoSuchLogError(name)
@@ -271,7 +272,7 @@ class MemoryMetadataStore:
     async def update_logs(self, changes: Sequence[LogChange]) -> list[int]:
         """Every record checked, then every one written, with no checkpoint in between."""
         checked = check_log_changes(changes)
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         for name, _, expected_version in checked:
             current = self._state.logs.get(name)
             if current is None:
@@ -283,7 +284,7 @@ class MemoryMetadataStore:
         return [expected_version + 1 for _, _, expected_version in checked]
 
     async def delete_log(self, name: str, expected_version: int | None = None) -> None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         current = self._state.logs.get(name)
         if current is None:
             raise NoSuchLogError(name)
@@ -293,20 +294,20 @@ class MemoryMetadataStore:
         self._state.cursors.pop(name, None)
 
     async def list_logs(self, *, start: str = "", limit: int | None = None) -> list[str]:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         names = sorted(n for n in self._state.logs if n >= start)
         return names if limit is None else names[: max(limit, 0)]
 
     async def count_logs(self) -> int:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         return len(self._state.logs)
 
     async def read_cursor(self, log: str, cursor: str) -> Versioned | None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         return self._state.cursors.get(log, {}).get(cursor)
 
     async def write_cursor(self, log: str, cursor: str, value: bytes, expected_version: int | None) -> int:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         if log not in self._state.logs:
             raise NoSuchLogError(log)
         cursors = self._state.cursors.setdefault(log, {})
@@ -319,18 +320,18 @@ class MemoryMetadataStore:
         return version
 
     async def delete_cursor(self, log: str, cursor: str) -> bool:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         return self._state.cursors.get(log, {}).pop(cursor, None) is not None
 
     async def list_cursors(self, log: str) -> dict[str, Versioned]:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         return dict(sorted(self._state.cursors.get(log, {}).items()))
 
     # -- autorecovery -------------------------------------------------------------------
 
-    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: trio.Nursery) -> MemoryLock | None:
+    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: Spawner) -> MemoryLock | None:
         """Nothing to keep alive in one process: the lock lives until released or expired."""
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         if name in self._state.locks:
             return None
         lock = MemoryLock(self._state, name, holder)
@@ -344,7 +345,7 @@ class MemoryMetadataStore:
             lock.lost.set()
 
     async def lock_holder(self, name: str) -> str | None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         lock = self._state.locks.get(name)
         return None if lock is None else lock.holder
 
@@ -352,7 +353,7 @@ class MemoryMetadataStore:
         await self.mark_many_under_replicated([ledger_id], bookies)
 
     async def mark_many_under_replicated(self, ledger_ids: Collection[int], bookies: Collection[str]) -> int:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         marks, adding, now = self._state.under_replicated, frozenset(bookies), time.time()
         changed = 0
         for ledger_id in set(ledger_ids):
@@ -367,16 +368,16 @@ class MemoryMetadataStore:
         return changed
 
     async def list_under_replicated(self, *, start: int = 0, limit: int | None = None) -> list[UnderReplicated]:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         marks = self._state.under_replicated
         return [marks[i] for i in _page(marks, start, limit)]
 
     async def count_under_replicated(self) -> int:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         return len(self._state.under_replicated)
 
     async def clear_under_replicated(self, ledger_id: int, bookies: Collection[str]) -> None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         marks = self._state.under_replicated
         current = marks.get(ledger_id)
         if current is None:
@@ -388,18 +389,18 @@ class MemoryMetadataStore:
             del marks[ledger_id]
 
     async def set_decommissioned(self, bookie_id: str, decommissioned: bool) -> None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         if decommissioned:
             self._state.decommissioned.add(bookie_id)
         else:
             self._state.decommissioned.discard(bookie_id)
 
     async def list_decommissioned(self) -> set[str]:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         return set(self._state.decommissioned)
 
     async def aclose(self) -> None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
 
 
 def open_store(uri: str, *, create: bool) -> MemoryMetadataStore:

@@ -2,7 +2,7 @@
 
 SQLite in WAL mode with a busy timeout serialises writers across processes; every
 compare-and-set is one ``UPDATE ... WHERE version = ?``. All calls run in a worker thread
-(``trio.to_thread.run_sync`` with the store's own limiter of 1), so the event loop never
+(``anyio.to_thread.run_sync`` with the store's own limiter of 1), so the event loop never
 blocks on the database. A bookie registration is a row with an expiry time that a
 heartbeat task pushes forward; a dead bookie stops heartbeating and its row expires. A lock
 is the same: a row with its holder, a token of its own and an expiry, free to take once
@@ -21,9 +21,10 @@ from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-import trio
+import anyio
 
 from bkframe.core.hookspecs import hookimpl
+from bkframe.core.interfaces import Spawner
 from bkframe.core.metadata import (
     BadVersionError,
     BookieInfo,
@@ -110,18 +111,34 @@ class SqliteMetadataStore:
                     time.sleep(0.05)
         except (OSError, sqlite3.Error) as e:
             raise MetadataError(f"cannot open metadata store {uri!r}: {e}") from None
-        self._limiter = trio.CapacityLimiter(1)
+        self._limiter = anyio.CapacityLimiter(1)
+        # Lease renewals (heartbeats) have a connection and a thread of their own, opened on
+        # the first: behind the store's other calls, one waited 14.1 s under load (slow
+        # listings, fsyncs) and a registration with a TTL of 6 s expired meanwhile.
+        self._path = path
+        self._lease_db: sqlite3.Connection | None = None
+        self._lease_limiter = anyio.CapacityLimiter(1)
 
-    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _lease_connection(self) -> sqlite3.Connection:
+        """The renewals' connection (in the lease limiter's thread)."""
+        if self._lease_db is None:
+            self._lease_db = sqlite3.connect(self._path, timeout=30, isolation_level=None, check_same_thread=False)
+            self._lease_db.execute("PRAGMA busy_timeout=30000")
+            self._lease_db.execute("PRAGMA synchronous=FULL")
+        return self._lease_db
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T], *, lease: bool = False) -> T:
+        """``lease``: a lease renewal, on the renewals' connection."""
+
         def run() -> T:
             try:
-                return fn(self._db)
+                return fn(self._lease_connection() if lease else self._db)
             except sqlite3.Error as e:
                 raise MetadataError(f"metadata store {self.uri}: {e}") from None
 
-        return await trio.to_thread.run_sync(run, limiter=self._limiter)
+        return await anyio.to_thread.run_sync(run, limiter=self._lease_limiter if lease else self._limiter)
 
-    async def _transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _transaction(self, fn: Callable[[sqlite3.Connection], T], *, lease: bool = False) -> T:
         """Run ``fn`` inside BEGIN IMMEDIATE ... COMMIT (a write lock across processes)."""
 
         def run(db: sqlite3.Connection) -> T:
@@ -134,7 +151,7 @@ class SqliteMetadataStore:
             db.execute("COMMIT")
             return result
 
-        return await self._call(run)
+        return await self._call(run, lease=lease)
 
     # -- the cluster record --------------------------------------------------------------
 
@@ -258,11 +275,13 @@ class SqliteMetadataStore:
                     yield None
                     return
                 yield LedgerMetadata.deserialize(row[0], row[1])
-            await trio.sleep(WATCH_POLL_S)
+            await anyio.sleep(WATCH_POLL_S)
 
     # -- bookies -------------------------------------------------------------------------
 
-    async def _upsert_bookie(self, info: BookieInfo, ttl_s: float, replace: BookieInfo | None = None) -> None:
+    async def _upsert_bookie(
+        self, info: BookieInfo, ttl_s: float, replace: BookieInfo | None = None, *, lease: bool = False
+    ) -> None:
         """Write the registration unless another bookie's live one holds the id (one
         transaction: two bookies starting at once cannot both pass the check)."""
 
@@ -279,10 +298,10 @@ class SqliteMetadataStore:
                 {**expiry_params(ttl_s), "id": info.bookie_id, "data": info.serialize()},
             )
 
-        await self._transaction(upsert)
+        await self._transaction(upsert, lease=lease)
 
     async def register_bookie(
-        self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery, *, replace: BookieInfo | None = None
+        self, info: BookieInfo, ttl_s: float, nursery: Spawner, *, replace: BookieInfo | None = None
     ) -> SqliteRegistration:
         await self._upsert_bookie(info, ttl_s, replace)
         registration = SqliteRegistration(self, info, ttl_s)
@@ -419,7 +438,7 @@ class SqliteMetadataStore:
 
     # -- autorecovery -------------------------------------------------------------------
 
-    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: trio.Nursery) -> SqliteLock | None:
+    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: Spawner) -> SqliteLock | None:
         token = uuid.uuid4().hex
 
         def take(db: sqlite3.Connection) -> bool:
@@ -511,7 +530,9 @@ class SqliteMetadataStore:
         return {r[0] for r in rows}
 
     async def aclose(self) -> None:
-        await trio.to_thread.run_sync(self._db.close, limiter=self._limiter)
+        await anyio.to_thread.run_sync(self._db.close, limiter=self._limiter)
+        if self._lease_db is not None:
+            await anyio.to_thread.run_sync(self._lease_db.close, limiter=self._lease_limiter)
 
 
 def open_store(uri: str, *, create: bool) -> SqliteMetadataStore:

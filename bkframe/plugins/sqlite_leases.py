@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import anyio
 import attrs
-import trio
 
 from bkframe.core.metadata import BookieInfo
 
@@ -75,11 +75,13 @@ def add_lease_columns(db: sqlite3.Connection) -> None:
 
 
 class _Store(Protocol):
-    async def _call(self, fn: Any) -> Any: ...
+    async def _call(self, fn: Any, *, lease: bool = False) -> Any: ...
 
-    async def _transaction(self, fn: Any) -> Any: ...
+    async def _transaction(self, fn: Any, *, lease: bool = False) -> Any: ...
 
-    async def _upsert_bookie(self, info: BookieInfo, ttl_s: float, replace: BookieInfo | None = None) -> None: ...
+    async def _upsert_bookie(
+        self, info: BookieInfo, ttl_s: float, replace: BookieInfo | None = None, *, lease: bool = False
+    ) -> None: ...
 
 
 class SqliteRegistration:
@@ -89,17 +91,17 @@ class SqliteRegistration:
         self._store = store
         self.info = info
         self._ttl = ttl_s
-        self._scope = trio.CancelScope()
-        self._stopped = trio.Event()
+        self._scope = anyio.CancelScope()
+        self._stopped = anyio.Event()
 
     async def _heartbeat(self) -> None:
         renewed = time.monotonic()
         try:
             with self._scope:
                 while True:
-                    await trio.sleep(self._ttl / 3)
+                    await anyio.sleep(self._ttl / 3)
                     try:
-                        await self._store._upsert_bookie(self.info, self._ttl)
+                        await self._store._upsert_bookie(self.info, self._ttl, lease=True)
                     except Exception as e:  # noqa: BLE001 - never fatal: a lost heartbeat only expires the row
                         # Keep trying: the row comes back as soon as the store answers again.
                         log.warning("bookie %s: registration heartbeat failed: %s", self.info.bookie_id, e)
@@ -111,7 +113,9 @@ class SqliteRegistration:
                         log.warning(
                             "bookie %s: registration renewed %.1f s after the last one (TTL %.1f s): it "
                             "expired in between (the store or this process was too slow)",
-                            self.info.bookie_id, now - renewed, self._ttl,
+                            self.info.bookie_id,
+                            now - renewed,
+                            self._ttl,
                         )
                     renewed = now
         finally:
@@ -144,18 +148,18 @@ class SqliteLock:
         self.holder = holder
         self._token = token
         self._ttl = ttl_s
-        self.lost = trio.Event()
-        self._scope = trio.CancelScope()
-        self._stopped = trio.Event()
+        self.lost = anyio.Event()
+        self._scope = anyio.CancelScope()
+        self._stopped = anyio.Event()
 
     async def _heartbeat(self) -> None:
         renewed = time.monotonic()
         try:
             with self._scope:
                 while True:
-                    await trio.sleep(self._ttl / 3)
+                    await anyio.sleep(self._ttl / 3)
                     try:
-                        ours = await self._store._call(self._renew)
+                        ours = await self._store._call(self._renew, lease=True)
                     except Exception as e:  # noqa: BLE001 - retried until the TTL is over
                         log.warning("lock %s: heartbeat failed: %s", self.name, e)
                         if time.monotonic() - renewed < self._ttl:

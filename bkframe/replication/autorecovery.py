@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import trio
 
 from bkframe.bookie.bookie import Bookie
@@ -70,7 +71,7 @@ class AutorecoveryService:
         self.offloader: OffloadService | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             ctx = ClientContext.create(nursery, self.store, self.plugins, self.settings)
             self.auditor = Auditor(self.store, ctx.pool, self.holder, self.config)
             self.worker = ReplicationWorker(ctx, self.holder, self.config, key_for=self.key_for)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 
+import anyio
 import numpy as np
 import trio
 
@@ -54,7 +55,7 @@ class LimboRepair:
         if not pending:
             return
         log.info("repairing %d limbo ledger(s): %s", len(pending), pending)
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             settings = ClientSettings.for_bookie(self.bookie.config, self.bookie.own_credential())
             ctx = ClientContext.create(nursery, self.store, self.bookie.plugins, settings)
             delay = self.retry_s

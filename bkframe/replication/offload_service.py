@@ -47,6 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import anyio
 import trio
 
 from bkframe.client.client import Client
@@ -127,7 +128,7 @@ class OffloadService:
     ) -> None:
         """Passes until cancelled, with ``ctx`` (autorecovery shares its own) or a client
         context of its own."""
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             self.attach(ctx if ctx is not None else ClientContext.create(nursery, self.store, self.plugins, self.settings))
             task_status.started()
             log.info("offload service running as %s, a pass every %g s", self.holder, self.config.interval_s)
@@ -149,7 +150,7 @@ class OffloadService:
 
     async def run_once(self) -> None:
         """One pass with a client of its own (``bkframe offloader --once``)."""
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             self.attach(ClientContext.create(nursery, self.store, self.plugins, self.settings))
             try:
                 await self.run_pass()

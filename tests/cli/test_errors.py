@@ -101,3 +101,14 @@ def test_user_errors_in_groups_are_one_line_and_a_bug_says_so() -> None:
     lines = result.output.splitlines()
     assert "Traceback" in result.output and "KeyError: 'oops'" in result.output
     assert lines[-1] == "Error: this is a bug in bkframe (ExceptionGroup); please report it with the traceback above"
+
+
+def test_output_to_a_pipe_whose_reader_went_away() -> None:
+    """``bkframe plugins | head -1``: head exits after its line, and bkframe stops quietly as
+    cat(1) does (it printed a "bug" traceback for BrokenPipeError)."""
+    proc = subprocess.Popen([sys.executable, "-m", "bkframe", "plugins"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before it writes a byte (its imports take far longer)
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141 and stderr == "", stderr

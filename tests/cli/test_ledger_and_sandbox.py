@@ -1,4 +1,5 @@
-"""The ledger command line and the sandbox, run as real processes."""
+"""The ledger command line and the sandbox, run as real processes (the sandbox's demo:
+test_readme_walkthrough.py, the README's first command)."""
 
 from __future__ import annotations
 
@@ -80,32 +81,6 @@ def test_keep_open_then_recover_with_close(shared_cluster: Cluster) -> None:
     assert bk("ledger", "read", ledger_id, *meta, "--unconfirmed", "--to", "1").stdout == "one\ntwo\n"
     assert bk("ledger", "close", ledger_id, *meta).stdout.strip() == f"ledger {ledger_id} closed at entry 1"
     assert bk("ledger", "read", ledger_id, *meta).stdout == "one\ntwo\n"
-
-
-def test_sandbox_demo_is_the_main_job(tmp_path: Path) -> None:
-    """Ledgers, a named log and its offload to a tier (the Spark pipeline:
-    plugins/spark/tests/test_pipeline.py)."""
-    proc = bk("sandbox", "--bookies", "3", "--data-dir", str(tmp_path), "--demo", "--no-spark")
-    out = proc.stdout
-    assert "PD_JOURNAL on" in out and "BYPASS_JOURNAL on" in out and "sandbox stopped" in out
-    assert out.count("all match") == 5 and "MISMATCH" not in out
-    # The log: two writers in turn (the second fenced the first), 4 segments of 5000, a
-    # live consumer whose cursor ends with no lag, a batch read in order.
-    assert "created log 'demo'" in out and "fenced it (its next append: LogFencedError)" in out
-    assert "segments (number:entries): 0:5000 1:5000 2:5000 3:5000; end 3:5000" in out
-    assert "tailed 20000 entries" in out and "(lag now 0); all match" in out
-    assert "all match, in order" in out and "Spark" not in out
-    # Its closed segments (0-3, of 5000 each) offloaded to the sandbox's tier directory, and
-    # read back from the objects, the same as from the bookies before.
-    assert f"offloaded 4 closed segment(s) of log 'demo' (20000 entries) to {(tmp_path / 'tier').as_uri()}" in out
-    assert "read 20000 entries back from 'earliest'" in out and "20000 from the objects" in out
-    assert len(list((tmp_path / "tier").rglob("*.parquet"))) == 4
-    # Run again on the same data: the demo replaces its log of the earlier run.
-    again = bk("sandbox", "--bookies", "3", "--data-dir", str(tmp_path), "--demo", "--no-spark").stdout
-    assert "deleted log 'demo' of an earlier demo" in again and again.count("all match") == 5
-    state = json.loads((tmp_path / "sandbox.json").read_text())
-    assert state["metadata"] == f"sqlite://{tmp_path / 'metadata.db'}"
-    assert [b["id"] for b in state["bookies"]] == ["bookie-1", "bookie-2", "bookie-3"]
 
 
 def test_sandbox_runs_until_sigterm(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The blocking facade and the trio client are one API: every public method, property and
+"""The blocking facade and the async client are one API: every public method, property and
 attribute of an async class has a blocking twin of the same name and signature.
 
 A twin has the same parameters (names, order, kinds, defaults, annotations) and returns the
@@ -14,10 +14,13 @@ import ast
 import functools
 import inspect
 import operator
+import subprocess
+import sys
 import textwrap
 import types
 import typing
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow
@@ -87,12 +90,17 @@ BLOCKING_EXTRA_PARAMETERS = {
     "BlockingReadHandle.tail": {"idle_timeout_s": "a plain iterator cannot be cancelled from outside: it ends when idle"},
     "BlockingLogReader.tail": {"idle_timeout_s": "a plain iterator cannot be cancelled from outside: it ends when idle"},
     "BlockingLogReader.tail_chunks": {"idle_timeout_s": "(as tail)"},
-    "connect": {"timeout_s": "bounds opening the metadata store; `async with` is bounded by the caller's cancel scope"},
+    "connect": {
+        "timeout_s": "bounds opening the metadata store; `async with` is bounded by the caller's cancel scope",
+        "loop": "the event loop of the blocking client's thread; the async client runs in the caller's",
+    },
 }
 #: Twins that return another type than the rule gives, with the reason.
 BLOCKING_RETURNS = {
-    "BlockingWriteHandle.append_many": (list[int], "a list, as it always did (callers compare it with lists); "
-                                                   "the async one returns the ids as a range"),
+    "BlockingWriteHandle.append_many": (
+        list[int],
+        "a list, as it always did (callers compare it with lists); the async one returns the ids as a range",
+    ),
 }
 #: Parameters whose name starts with "_" are the callee's own (ReadHandle.read_lac's _retry), not API.
 
@@ -188,7 +196,7 @@ def differences(
             if parameters(b, extra) != want:
                 problems.append(f"{where} takes {parameters(b, extra)}, its async twin {want}")
             expected = BLOCKING_RETURNS.get(where, (blocking_type(hints(a).get("return")), ""))[0]
-            if (got := hints(b).get("return")) != expected:
+            if (got := hints(b).get("return")) != expected and not (got is typing.Self and expected is blocking_cls):
                 problems.append(f"{where} returns {got}, expected {expected}")
         elif inspect.isfunction(b):
             problems.append(f"{where} should be a property or attribute, as {async_cls.__name__}.{name} is")
@@ -312,3 +320,11 @@ def test_the_checker_notices_a_missing_twin() -> None:
         name = "n"
 
     assert "Missing.get is missing (the twin of _Async.get)" in differences(_Async, Missing)
+
+
+def test_the_blocking_twins_are_generated_from_the_async_classes() -> None:
+    """Signatures, defaults and docstrings live once, in the async classes: the generated
+    module is what scripts/gen_blocking.py writes from them today."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "scripts/gen_blocking.py", "--check"], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 import bkframe
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import PASSWORD
@@ -36,9 +38,10 @@ def test_a_blocking_vd_journal_writer_syncs(cluster_factory: Any) -> None:
         assert writer.close().last_entry_id == 4
 
 
-def test_blocking_ledger_handles(shared_cluster: Cluster) -> None:
+@pytest.mark.parametrize("loop", ["trio", "asyncio"])
+def test_blocking_ledger_handles(shared_cluster: Cluster, loop: str) -> None:
     cluster = shared_cluster
-    with bkframe.connect(cluster.metadata) as bk:
+    with bkframe.connect(cluster.metadata, loop=loop) as bk:
         assert bk.settings.add_timeout_s > 0 and bk.client_id == bk.client.client_id
         unclaimed = bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD, claim=False)
         writer = bk.open_writer(unclaimed.ledger_id, password=PASSWORD)

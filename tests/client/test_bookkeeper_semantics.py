@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
-import trio
 
 import bkframe
 from bkframe import DigestType
 from bkframe import proto as p
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
+from bkframe.testing.backends import on_backends, on_both_backends
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import FAST, PASSWORD, payload
 
@@ -23,11 +24,10 @@ gc_interval_s = 0.3
 """
 
 
+@on_backends("trio")  # slow (bookie restarts): once, the backends taking turns
 async def test_a_deleted_ledger_stays_deleted(cluster_factory: Any) -> None:
     cluster = cluster_factory(3, config=GC_FAST)
-    async with bkframe.open_client(cluster.metadata, **FAST) as client, bkframe.open_client(
-        cluster.metadata, **FAST
-    ) as other:
+    async with bkframe.open_client(cluster.metadata, **FAST) as client, bkframe.open_client(cluster.metadata, **FAST) as other:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
         for i in range(5):
             await writer.append(payload("entry", i))
@@ -35,13 +35,13 @@ async def test_a_deleted_ledger_stays_deleted(cluster_factory: Any) -> None:
         await other.open_ledger(lid, password=PASSWORD)  # recovery fences the old writer out...
         await other.delete_ledger(lid)  # ...and the ledger is deleted
         # Every bookie garbage-collects it: no trace of it, its fence included.
-        with trio.fail_after(30):
+        with anyio.fail_after(30):
             for b in cluster.bookies:
                 conn = await other.pool.get(b.bookie_id)
                 while (await conn.info())["counters"]["gc_ledgers_deleted"] < 1:
-                    await trio.sleep(0.1)
+                    await anyio.sleep(0.1)
         # The old writer appends: it must fail, and no bookie may store the entry.
-        with trio.fail_after(30), pytest.raises(bkframe.LedgerFencedError):
+        with anyio.fail_after(30), pytest.raises(bkframe.LedgerFencedError):
             await writer.append(b"orphan")
         for b in cluster.bookies:
             conn = await other.pool.get(b.bookie_id)
@@ -53,24 +53,23 @@ async def test_a_deleted_ledger_stays_deleted(cluster_factory: Any) -> None:
         b.kill()
         b.start(*cluster.bookie_args)
         data = Digester.for_ledger(DigestType.CRC32C, PASSWORD).encode(lid, 5, 4, 0, b"orphan")
-        with trio.fail_after(30):
+        with anyio.fail_after(30):
             while True:
                 try:
                     conn = await other.pool.get(b.bookie_id)
                     r = await conn.add(lid, 5, data, master_key=master_key(PASSWORD))
                     break
                 except ConnectionError:
-                    await trio.sleep(0.1)  # the connection to the killed process
+                    await anyio.sleep(0.1)  # the connection to the killed process
         assert r.status == p.Status.NO_LEDGER and "deleted" in r.message
         r = await conn.read(lid, p.LAST_ENTRY, master_key=master_key(PASSWORD), fence=True)
         assert r.status == p.Status.NO_LEDGER
 
 
+@on_both_backends
 async def test_a_reader_knows_the_lac_when_it_opens_and_reads_advance_it(shared_cluster: Cluster) -> None:
     cluster = shared_cluster
-    async with bkframe.open_client(cluster.metadata, **FAST) as client, bkframe.open_client(
-        cluster.metadata, **FAST
-    ) as other:
+    async with bkframe.open_client(cluster.metadata, **FAST) as client, bkframe.open_client(cluster.metadata, **FAST) as other:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
         for i in range(10):
             await writer.append(payload("entry", i))
@@ -86,6 +85,7 @@ async def test_a_reader_knows_the_lac_when_it_opens_and_reads_advance_it(shared_
         assert [e.payload for e in await reader.read(9, 18)] == [payload("entry", i) for i in range(9, 19)]
 
 
+@on_backends("asyncio")  # slow (bookie restarts): once, the backends taking turns
 async def test_length_counts_only_acknowledged_entries(cluster_factory: Any) -> None:
     cluster = cluster_factory(3)
     async with bkframe.open_client(cluster.metadata, **FAST) as client:
@@ -107,6 +107,7 @@ async def test_length_counts_only_acknowledged_entries(cluster_factory: Any) -> 
         assert writer.length == acked
 
 
+@on_both_backends
 async def test_a_closed_handle_refuses_sync_and_append(shared_cluster: Cluster) -> None:
     cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata, **FAST) as client:
@@ -122,11 +123,10 @@ async def test_a_closed_handle_refuses_sync_and_append(shared_cluster: Cluster) 
                 await writer.append(b"y")
 
 
+@on_backends("asyncio")  # slow (bookie restarts): once, the backends taking turns
 async def test_a_fenced_handle_says_fenced_after_its_bookies_restarted(cluster_factory: Any) -> None:
     cluster = cluster_factory(3)
-    async with bkframe.open_client(cluster.metadata, **FAST) as client, bkframe.open_client(
-        cluster.metadata, **FAST
-    ) as other:
+    async with bkframe.open_client(cluster.metadata, **FAST) as client, bkframe.open_client(cluster.metadata, **FAST) as other:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
         for i in range(5):
             await writer.append(payload("entry", i))
@@ -134,5 +134,5 @@ async def test_a_fenced_handle_says_fenced_after_its_bookies_restarted(cluster_f
         for b in cluster.bookies:
             b.kill()
             b.start(*cluster.bookie_args)
-        with trio.fail_after(30), pytest.raises(bkframe.LedgerFencedError):
+        with anyio.fail_after(30), pytest.raises(bkframe.LedgerFencedError):
             await writer.append(b"late")

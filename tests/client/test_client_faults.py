@@ -1,7 +1,7 @@
 """Client faults on real bookie processes: hung bookies, dead bookies in recovery, closing
 races, slow replicas at close, bookies that come back (issue 10, defects 1, 2, 3, 9, 10).
 
-Every wait has a deadline (``trio.fail_after``): before the fixes these tests hung or
+Every wait has a deadline (``anyio.fail_after``): before the fixes these tests hung or
 failed; a hang must show as a failure naming what hung, not as a stuck suite.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-import trio
+import anyio
 from click.testing import CliRunner
 
 import bkframe
@@ -20,6 +20,7 @@ from bkframe.cli.ledger import ledger as ledger_group
 from bkframe.client.distribution import write_set
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
+from bkframe.testing.backends import on_backends
 from bkframe.testing.kit import FAST, PASSWORD, payload
 
 #: Short timeouts so that a hung bookie costs the tests seconds.
@@ -46,11 +47,12 @@ T = TypeVar("T")
 async def _held(client: Any, bookie_id: str, ledger_id: int, last: int) -> set[int]:
     """Entry ids 0..last the bookie holds (LIST_ENTRIES)."""
     conn = await client.pool.get(bookie_id)
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         r = await conn.submit_list_entries(ledger_id, 0, last).wait()
     return {e for a, b in r.runs for e in range(a, b + 1)} if r.status == 0 else set()
 
 
+@on_backends("trio")  # slow (faults on real processes): once, the backends taking turns
 async def test_hung_bookie_append_changes_ensemble(cluster_factory: Any) -> None:
     cluster = cluster_factory(3)
     async with bkframe.open_client(cluster.metadata, **FAST) as client:
@@ -60,12 +62,12 @@ async def test_hung_bookie_append_changes_ensemble(cluster_factory: Any) -> None
         hung = cluster.by_id(writer.metadata.fragments[0][1][0])
         hung.hang()
         try:
-            with trio.fail_after(30):  # without an add timeout this waits forever
+            with anyio.fail_after(30):  # without an add timeout this waits forever
                 for i in range(5, 15):
                     assert await writer.append(payload("entry", i)) == i
             md = writer.metadata
             assert len(md.fragments) == 2 and hung.bookie_id not in md.fragments[-1][1]
-            with trio.fail_after(30):
+            with anyio.fail_after(30):
                 await writer.close()
         finally:
             hung.resume()
@@ -73,6 +75,7 @@ async def test_hung_bookie_append_changes_ensemble(cluster_factory: Any) -> None
         assert [e.payload for e in await reader.read(0, 14)] == [payload("entry", i) for i in range(15)]
 
 
+@on_backends("asyncio")  # slow (faults on real processes): once, the backends taking turns
 async def test_hung_bookie_does_not_stall_recovery_or_lac_reads(cluster_factory: Any) -> None:
     """With one bookie of an E3 W3 A2 ledger SIGSTOPped, fresh clients (no connection yet)
     close it from the CLI, read its LAC, long-poll it, recover it and read it back, each in
@@ -90,9 +93,9 @@ async def test_hung_bookie_does_not_stall_recovery_or_lac_reads(cluster_factory:
             await writer.append(payload("entry", i))
         for pa in pending:
             await pa.wait()
-        with trio.fail_after(10):  # every bookie answered: the writers have nothing left to time out
+        with anyio.fail_after(10):  # every bookie answered: the writers have nothing left to time out
             while writer._outstanding or left_open._outstanding:
-                await trio.sleep(0.01)
+                await anyio.sleep(0.01)
         hung = cluster.by_id(writer.metadata.fragments[0][1][2])
         hung.hang()
         try:
@@ -100,31 +103,40 @@ async def test_hung_bookie_does_not_stall_recovery_or_lac_reads(cluster_factory:
             # 10 s), in a thread: a process would add its imports, seconds on a loaded machine.
             runner = CliRunner()
             command = ["close", str(left_open.ledger_id), "--password", PASSWORD.decode()]
-            with trio.fail_after(60):
-                closed = await _within(0.4 * CONNECT_S, "bkframe ledger close", trio.to_thread.run_sync(
-                    lambda: runner.invoke(ledger_group, command, env={"BKFRAME_METADATA": cluster.metadata})
-                ))
+            with anyio.fail_after(60):
+                closed = await _within(
+                    0.4 * CONNECT_S,
+                    "bkframe ledger close",
+                    anyio.to_thread.run_sync(
+                        lambda: runner.invoke(ledger_group, command, env={"BKFRAME_METADATA": cluster.metadata})
+                    ),
+                )
             assert closed.output.strip() == f"ledger {left_open.ledger_id} closed at entry 9", closed.output
 
             async with bkframe.open_client(cluster.metadata, **fast) as other:
-                with trio.fail_after(3 * CONNECT_S):
-                    tailer = await _within(0.4 * CONNECT_S, "an open without recovery (LAC read)", other.open_ledger(
-                        writer.ledger_id, password=PASSWORD, recovery=False
-                    ))
+                with anyio.fail_after(3 * CONNECT_S):
+                    tailer = await _within(
+                        0.4 * CONNECT_S,
+                        "an open without recovery (LAC read)",
+                        other.open_ledger(writer.ledger_id, password=PASSWORD, recovery=False),
+                    )
                     assert tailer.lac >= 8
                     # A long poll with nothing new ends with the poll, not a hung bookie's connect.
                     await _within(0.4 * CONNECT_S, "a long poll", tailer.wait_for_lac(tailer.lac, timeout_s=0.5))
 
             async with bkframe.open_client(cluster.metadata, **fast) as fresh:
-                with trio.fail_after(3 * CONNECT_S):
-                    recovered = await _within(0.4 * CONNECT_S, "recovery (fence, read, write back, close)",
-                                              fresh.open_ledger(writer.ledger_id, password=PASSWORD))
+                with anyio.fail_after(3 * CONNECT_S):
+                    recovered = await _within(
+                        0.4 * CONNECT_S,
+                        "recovery (fence, read, write back, close)",
+                        fresh.open_ledger(writer.ledger_id, password=PASSWORD),
+                    )
                     assert recovered.metadata.state == LedgerStateName.CLOSED
                     assert recovered.lac == 9
                     entries = await _within(0.4 * CONNECT_S, "reading it back", recovered.read(0, 9))
                     assert [e.payload for e in entries] == [payload("entry", i) for i in range(10)]
                 # The old writer is fenced out by the two bookies that answered.
-                with trio.fail_after(20):
+                with anyio.fail_after(20):
                     try:
                         await writer.append(b"late")
                     except bkframe.LedgerFencedError:
@@ -134,21 +146,22 @@ async def test_hung_bookie_does_not_stall_recovery_or_lac_reads(cluster_factory:
                 # Nobody waited for the hung bookie's connect, but it went on: once the
                 # bookie runs again, the connection is there for later requests.
                 hung.resume()
-                with trio.fail_after(CONNECT_S):
+                with anyio.fail_after(CONNECT_S):
                     while fresh.pool.connected(hung.bookie_id) is None:
-                        await trio.sleep(0.05)
+                        await anyio.sleep(0.05)
         finally:
             hung.resume()
 
 
 async def _within(limit_s: float, what: str, call: Awaitable[T]) -> T:
-    started = trio.current_time()
+    started = anyio.current_time()
     result = await call
-    took = trio.current_time() - started
+    took = anyio.current_time() - started
     assert took < limit_s, f"{what} took {took:.1f} s with one bookie hung (connect timeout {CONNECT_S} s)"
     return result
 
 
+@on_backends("trio")  # slow (faults on real processes): once, the backends taking turns
 async def test_reads_fail_over_from_a_hung_first_replica(cluster_factory: Any) -> None:
     cluster = cluster_factory(3, config=LONG_REGISTRATION)
     async with bkframe.open_client(cluster.metadata, **FAST) as client:
@@ -166,13 +179,14 @@ async def test_reads_fail_over_from_a_hung_first_replica(cluster_factory: Any) -
         # rather than speculate past it.
         async with bkframe.open_client(cluster.metadata, **FAST, connect_timeout_s=CONNECT_S) as client:
             reader = await client.open_ledger(md.ledger_id, password=PASSWORD)
-            with trio.fail_after(30):  # without read timeouts this waits forever
+            with anyio.fail_after(30):  # without read timeouts this waits forever
                 entries = await _within(0.4 * CONNECT_S, "a read of a hung first replica", reader.read(0, 299))
             assert [e.payload for e in entries] == [payload("entry", i) for i in range(300)]
     finally:
         hung.resume()
 
 
+@on_backends("asyncio")  # slow (faults on real processes): once, the backends taking turns
 async def test_recovery_replaces_a_dead_bookie_of_the_tail(cluster_factory: Any) -> None:
     """W = A (E=3 W=2 A=2): one bookie of the tail entry's write set is gone for good.
     Recovery must write the tail back to a replacement instead of failing forever."""
@@ -187,13 +201,13 @@ async def test_recovery_replaces_a_dead_bookie_of_the_tail(cluster_factory: Any)
     dead = cluster.by_id(ensemble[write_set(19, 3, 2)[0]])
     dead.kill()
     async with bkframe.open_client(cluster.metadata, **FAST) as client:
-        with trio.fail_after(60):
+        with anyio.fail_after(60):
             reader = await client.open_ledger(writer.ledger_id, password=PASSWORD)
         md = reader.metadata
         assert md.state == LedgerStateName.CLOSED and md.last_entry_id == 19
         assert dead.bookie_id not in md.ensemble_at(19), md.fragments
         assert md.ensemble_at(0) == ensemble  # the writer's fragments are kept
-        with trio.fail_after(30):
+        with anyio.fail_after(30):
             assert [e.payload for e in await reader.read(0, 19)] == [payload("entry", i) for i in range(20)]
         # The tail is on two live bookies of its new write set, and the replacement is
         # fenced like the others: an ordinary add past the end is refused there too.
@@ -207,6 +221,7 @@ async def test_recovery_replaces_a_dead_bookie_of_the_tail(cluster_factory: Any)
         assert late.status == p.Status.FENCED, late
 
 
+@on_backends("trio")  # slow (faults on real processes): once, the backends taking turns
 async def test_vd_close_refuses_appends_once_started(cluster_factory: Any) -> None:
     cluster = cluster_factory(3, config=SLOW_SYNC)
     async with bkframe.open_client(cluster.metadata, **FAST) as client:
@@ -216,13 +231,13 @@ async def test_vd_close_refuses_appends_once_started(cluster_factory: Any) -> No
         acked: list[int] = []
         refused = 0
         closed: list[Any] = []
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
 
             async def close() -> None:
                 closed.append(await writer.close())
 
             nursery.start_soon(close)
-            await trio.sleep(0.2)  # close() is waiting for its SYNC (1.5 s group commit)
+            await anyio.sleep(0.2)  # close() is waiting for its SYNC (1.5 s group commit)
             for i in range(5, 10):
                 try:
                     pending = writer.append_async(payload("entry", i))
@@ -245,6 +260,7 @@ async def test_vd_close_refuses_appends_once_started(cluster_factory: Any) -> No
         assert [e.payload for e in await reader.read(0, 4)] == [payload("entry", i) for i in range(5)]
 
 
+@on_backends("asyncio")  # slow (faults on real processes): once, the backends taking turns
 async def test_close_retry_after_a_failed_cas(cluster_factory: Any) -> None:
     """A close whose metadata update fails raises and may be retried."""
     cluster = cluster_factory(3)
@@ -275,6 +291,7 @@ async def test_close_retry_after_a_failed_cas(cluster_factory: Any) -> None:
         assert (await client.ledger_metadata(writer.ledger_id)).state == LedgerStateName.CLOSED
 
 
+@on_backends("trio")  # slow (faults on real processes): once, the backends taking turns
 async def test_close_waits_for_the_slow_replica_and_never_changes_a_closed_ledger(cluster_factory: Any) -> None:
     cluster = cluster_factory(4)
     async with bkframe.open_client(cluster.metadata, add_timeout_s=20.0) as client:
@@ -286,16 +303,16 @@ async def test_close_waits_for_the_slow_replica_and_never_changes_a_closed_ledge
             pending = [writer.append_async(payload("entry", i)) for i in range(200)]
             for pa in pending:
                 await pa.wait()  # two bookies acknowledge; the third is stopped
-            close_done = trio.Event()
+            close_done = anyio.Event()
             closed: list[Any] = []
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
 
                 async def close() -> None:
                     closed.append(await writer.close())
                     close_done.set()
 
                 nursery.start_soon(close)
-                with trio.move_on_after(1.0):
+                with anyio.move_on_after(1.0):
                     await close_done.wait()
                 assert not close_done.is_set(), "close() returned while a replica had not answered"
                 slow.resume()
@@ -314,6 +331,7 @@ async def test_close_waits_for_the_slow_replica_and_never_changes_a_closed_ledge
     assert not any("changing ensemble" in b.log() for b in cluster.bookies)
 
 
+@on_backends("asyncio")  # slow (faults on real processes): once, the backends taking turns
 async def test_writer_returns_to_bookies_that_restarted(cluster_factory: Any) -> None:
     """Bookies restarted one after another: a failed bookie is quarantined, not banned, so
     the writer never runs out of bookies while they all come back."""
@@ -328,24 +346,23 @@ async def test_writer_returns_to_bookies_that_restarted(cluster_factory: Any) ->
             for b in cluster.bookies:
                 b.kill()
                 b.start(*cluster.bookie_args)
-                with trio.fail_after(60):
+                with anyio.fail_after(60):
                     for _ in range(20):
                         assert await writer.append(payload("entry", entry)) == entry
                         entry += 1
-        with trio.fail_after(60):
+        with anyio.fail_after(60):
             md = await writer.close()
         assert md.last_entry_id == entry - 1
         reader = await client.open_ledger(writer.ledger_id, password=PASSWORD)
         assert [e.payload for e in await reader.read(0, entry - 1)] == [payload("entry", i) for i in range(entry)]
 
 
+@on_backends("trio")  # slow (faults on real processes): once, the backends taking turns
 async def test_a_reader_follows_an_ensemble_change_it_did_not_see(cluster_factory: Any) -> None:
     """A no-recovery reader opened before the writer replaced every bookie it knows: its
     LAC read and its reads find the new bookies through the ledger's metadata."""
     cluster = cluster_factory(4)
-    async with bkframe.open_client(cluster.metadata, **FAST) as client, bkframe.open_client(
-        cluster.metadata, **FAST
-    ) as other:
+    async with bkframe.open_client(cluster.metadata, **FAST) as client, bkframe.open_client(cluster.metadata, **FAST) as other:
         writer = await client.create_ledger(ensemble=2, write_quorum=2, ack_quorum=2, password=PASSWORD)
         for i in range(10):
             await writer.append(payload("entry", i))
@@ -353,11 +370,11 @@ async def test_a_reader_follows_an_ensemble_change_it_did_not_see(cluster_factor
         first = writer.metadata.fragments[0][1]
         for k, victim in enumerate(first):
             cluster.by_id(victim).kill()
-            with trio.fail_after(30):
+            with anyio.fail_after(30):
                 for i in range(10 + 5 * k, 15 + 5 * k):
                     assert await writer.append(payload("entry", i)) == i
         assert not set(writer.metadata.fragments[-1][1]) & set(first)
-        with trio.fail_after(30):
+        with anyio.fail_after(30):
             assert await reader.read_lac() >= 18  # every bookie it knew of is gone
             entries = await reader.read(10, 18)
             assert [e.payload for e in entries] == [payload("entry", i) for i in range(10, 19)]
@@ -365,6 +382,7 @@ async def test_a_reader_follows_an_ensemble_change_it_did_not_see(cluster_factor
             assert unconfirmed[0].payload == payload("entry", 19)
 
 
+@on_backends("asyncio")  # slow (faults on real processes): once, the backends taking turns
 async def test_a_bookie_lost_under_a_full_ensemble_is_named_with_what_would_survive(cluster_factory: Any) -> None:
     """E=3 on three bookies: one dies during appends and no bookie can replace it. The
     error names it, says why each other bookie could not stand in, and what would have
@@ -376,7 +394,7 @@ async def test_a_bookie_lost_under_a_full_ensemble_is_named_with_what_would_surv
             await writer.append(payload("entry", i))
         ensemble = writer.metadata.fragments[0][1]
         cluster.by_id(ensemble[1]).kill()
-        with trio.fail_after(30):
+        with anyio.fail_after(30):
             try:
                 for i in range(10, 10_000):
                     await writer.append(payload("entry", i))
@@ -385,7 +403,7 @@ async def test_a_bookie_lost_under_a_full_ensemble_is_named_with_what_would_surv
             else:
                 raise AssertionError("the writer went on without a replacement for the dead bookie")
         # A new ledger of 3 now: the two bookies left are named, and so is the way out.
-        with trio.fail_after(30):
+        with anyio.fail_after(30):
             try:
                 await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
             except bkframe.NotEnoughBookiesError as e:

@@ -10,16 +10,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
-import trio
 
 import bkframe
 from bkframe import LedgerStateName
 from bkframe.core.ledger_keys import master_key
+from bkframe.testing.backends import on_backends, on_both_backends
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import PASSWORD, payload
 
 
+@on_both_backends
 async def test_striping_round_trip(shared_cluster: Cluster) -> None:
     cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client:
@@ -41,6 +43,7 @@ async def test_striping_round_trip(shared_cluster: Cluster) -> None:
         assert sorted(held.values()) == [20, 20, 20]
 
 
+@on_backends("asyncio")  # slow (a bookie killed or stopped): once, the backends taking turns
 async def test_bookie_killed_mid_write_changes_ensemble(cluster_factory: Any) -> None:
     cluster = cluster_factory(4)
     async with bkframe.open_client(cluster.metadata) as client:
@@ -67,9 +70,7 @@ async def test_bookie_killed_mid_write_changes_ensemble(cluster_factory: Any) ->
 def _spawn_writer(metadata: str, e: int, w: int, a: int, acks_wanted: int) -> tuple[int, list[int]]:
     """Run a writer process, SIGKILL it after ``acks_wanted`` acknowledgements."""
     script = Path(__file__).with_name("writer_process.py")
-    proc = subprocess.Popen(
-        [sys.executable, str(script), metadata, str(e), str(w), str(a)], stdout=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, str(script), metadata, str(e), str(w), str(a)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     ledger_id = int(proc.stdout.readline())
     acked = [int(proc.stdout.readline()) for _ in range(acks_wanted)]
@@ -78,11 +79,10 @@ def _spawn_writer(metadata: str, e: int, w: int, a: int, acks_wanted: int) -> tu
     return ledger_id, acked
 
 
+@on_both_backends
 async def test_writer_killed_then_recovery_keeps_every_acked_entry(shared_cluster: Cluster) -> None:
     cluster = shared_cluster
-    ledger_id, acked = await trio.to_thread.run_sync(
-        lambda: _spawn_writer(cluster.metadata, 3, 3, 2, 500)
-    )
+    ledger_id, acked = await anyio.to_thread.run_sync(lambda: _spawn_writer(cluster.metadata, 3, 3, 2, 500))
     async with bkframe.open_client(cluster.metadata) as client:
         md = await client.ledger_metadata(ledger_id)
         assert md.state == LedgerStateName.OPEN
@@ -98,9 +98,10 @@ async def test_writer_killed_then_recovery_keeps_every_acked_entry(shared_cluste
         assert again.lac == last
 
 
+@on_both_backends
 async def test_two_concurrent_recoveries_agree(shared_cluster: Cluster) -> None:
     cluster = shared_cluster
-    ledger_id, acked = await trio.to_thread.run_sync(lambda: _spawn_writer(cluster.metadata, 3, 2, 2, 300))
+    ledger_id, acked = await anyio.to_thread.run_sync(lambda: _spawn_writer(cluster.metadata, 3, 2, 2, 300))
     results: list[int] = []
 
     async def recover() -> None:
@@ -108,12 +109,13 @@ async def test_two_concurrent_recoveries_agree(shared_cluster: Cluster) -> None:
             reader = await client.open_ledger(ledger_id, password=PASSWORD, recovery=True)
             results.append(reader.lac)
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
         nursery.start_soon(recover)
         nursery.start_soon(recover)
     assert len(results) == 2 and results[0] == results[1] >= max(acked)
 
 
+@on_both_backends
 async def test_fenced_old_writer_fails(shared_cluster: Cluster) -> None:
     cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client, bkframe.open_client(cluster.metadata) as other:
@@ -130,6 +132,7 @@ async def test_fenced_old_writer_fails(shared_cluster: Cluster) -> None:
         assert [e.payload for e in await reader.read(0, 9)] == [payload("entry", i) for i in range(10)]
 
 
+@on_backends("asyncio")  # slow (a bookie killed or stopped): once, the backends taking turns
 async def test_corrupted_replica_is_read_from_another(cluster_factory: Any) -> None:
     cluster = cluster_factory(3)
     async with bkframe.open_client(cluster.metadata) as client:
@@ -154,6 +157,7 @@ async def test_corrupted_replica_is_read_from_another(cluster_factory: Any) -> N
         assert [e.payload for e in await reader.read(0, 0)] == [b"precious-payload-0123456789"]
 
 
+@on_backends("trio")  # slow (a bookie killed or stopped): once, the backends taking turns
 async def test_open_empty_ledger_with_a_bookie_down(cluster_factory: Any) -> None:
     cluster = cluster_factory(3)
     async with bkframe.open_client(cluster.metadata) as client:
@@ -165,6 +169,7 @@ async def test_open_empty_ledger_with_a_bookie_down(cluster_factory: Any) -> Non
         assert reader.closed and reader.lac == -1
 
 
+@on_both_backends
 async def test_wrong_password_and_unknown_type(shared_cluster: Cluster) -> None:
     cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client:
@@ -189,6 +194,7 @@ def test_blocking_facade(shared_cluster: Cluster) -> None:
         assert writer.ledger_id in bk.list_ledgers()
 
 
+@on_both_backends
 async def test_tailing_reader_follows_the_writer(shared_cluster: Cluster) -> None:
     cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client:
@@ -200,48 +206,50 @@ async def test_tailing_reader_follows_the_writer(shared_cluster: Cluster) -> Non
             async for entry in reader.tail(0, poll_timeout_s=0.5):
                 seen.append(entry.payload)
 
-        with trio.fail_after(30):
-            async with trio.open_nursery() as nursery:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(tail)
                 for i in range(20):
                     await writer.append(payload("entry", i))
-                    await trio.sleep(0.01)
+                    await anyio.sleep(0.01)
                 # The piggybacked LAC lags one entry behind the last add: the reader has seen
                 # entries up to 18 by now, without the writer closing anything.
                 while len(seen) < 19:
-                    await trio.sleep(0.01)
+                    await anyio.sleep(0.01)
                 assert seen == [payload("entry", i) for i in range(19)]
                 await writer.close()
         # After the close the tail delivered the last entry and ended by itself.
         assert seen == [payload("entry", i) for i in range(20)]
 
 
+@on_both_backends
 async def test_long_poll_waits_for_the_lac(shared_cluster: Cluster) -> None:
     cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
         await writer.append(b"a")
         # append() returns at A=2 acks: let the third replica (maybe bookie 0) have it too.
-        with trio.fail_after(10):
+        with anyio.fail_after(10):
             await writer._all_answered.wait()
         bookie = await client.pool.get(writer.metadata.fragments[0][1][0])
-        start = trio.current_time()
+        start = anyio.current_time()
         r = await bookie.read_lac(writer.ledger_id, previous_lac=-1, timeout_ms=200)
-        assert r.lac == -1 and trio.current_time() - start >= 0.15  # nothing moved: timed out
-        async with trio.open_nursery() as nursery:
+        assert r.lac == -1 and anyio.current_time() - start >= 0.15  # nothing moved: timed out
+        async with anyio.create_task_group() as nursery:
             got: list[int] = []
 
             async def poll() -> None:
                 got.append((await bookie.read_lac(writer.ledger_id, previous_lac=-1, timeout_ms=10_000)).lac)
 
             nursery.start_soon(poll)
-            await trio.sleep(0.1)
+            await anyio.sleep(0.1)
             assert got == []
             await writer.append(b"b")  # piggybacks LAC 0
         assert got == [0]
 
 
 @pytest.mark.parametrize("ledger_type", ["PD_JOURNAL", "BYPASS_JOURNAL"])
+@on_both_backends
 async def test_explicit_lac_lets_a_tailing_reader_see_the_last_entry(shared_cluster: Cluster, ledger_type: str) -> None:
     cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata, explicit_lac_interval_s=0.1) as client:
@@ -250,9 +258,9 @@ async def test_explicit_lac_lets_a_tailing_reader_see_the_last_entry(shared_clus
         for i in range(5):
             await writer.append(payload("entry", i))
         # No further add carries LAC 4; the handle publishes it on its own once idle.
-        with trio.fail_after(10):
+        with anyio.fail_after(10):
             while await reader.read_lac() < 4:
-                await trio.sleep(0.05)
+                await anyio.sleep(0.05)
         assert [e.payload for e in await reader.read(0, 4)] == [payload("entry", i) for i in range(5)]
         # And write_lac() does it at once.
         await writer.append(payload("entry", 5))
@@ -260,19 +268,21 @@ async def test_explicit_lac_lets_a_tailing_reader_see_the_last_entry(shared_clus
         assert await reader.read_lac() == 5
 
 
+@on_backends("trio")  # slow (a bookie killed or stopped): once, the backends taking turns
 async def test_close_sends_an_advisory_write_close(cluster_factory: Any) -> None:
     cluster = cluster_factory(3)
     async with bkframe.open_client(cluster.metadata) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PASSWORD)
         await writer.append(b"last")
         await writer.close()  # does not wait for the write closes
-        with trio.fail_after(10):
+        with anyio.fail_after(10):
             for bookie_id in writer.metadata.fragments[-1][1]:
                 conn = await client.pool.get(bookie_id)
                 while (await conn.info())["counters"]["write_closed_ledgers"] < 1:
-                    await trio.sleep(0.05)
+                    await anyio.sleep(0.05)
 
 
+@on_both_backends
 async def test_append_many_confirms_a_batch_in_order(shared_cluster: Cluster) -> None:
     cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client:
@@ -292,6 +302,7 @@ async def test_append_many_confirms_a_batch_in_order(shared_cluster: Cluster) ->
         assert [e.payload for e in await reader.read(0, 999)] == [payload("entry", i) for i in range(1000)]
 
 
+@on_both_backends
 async def test_append_many_fails_when_the_ledger_is_fenced(shared_cluster: Cluster) -> None:
     cluster = shared_cluster
     async with bkframe.open_client(cluster.metadata) as client:

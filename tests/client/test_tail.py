@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 
 from bkframe import Entry, EntryBlock, LedgerMetadata, LedgerStateName, ReadHandle
+from bkframe.testing.backends import on_both_backends
 
 
 class EndMovesWhileReading(ReadHandle):
@@ -34,6 +35,7 @@ class EndMovesWhileReading(ReadHandle):
         return self.metadata
 
 
+@on_both_backends
 async def test_a_tail_reads_past_an_end_that_moved_while_it_read() -> None:
     handle = EndMovesWhileReading()
     seen = [entry.entry_id async for entry in handle.tail(0)]

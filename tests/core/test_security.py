@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import trio
 import trustme
@@ -25,6 +26,7 @@ from bkframe.core.config import load_config
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.tls import client_context
 from bkframe.plugins.auth import TLSAuth, TLSAuthConfig, TokenAuth, TokenConfig
+from bkframe.testing.backends import on_both_backends
 
 TOKEN = "s3cret-token-for-tests-91d2"
 PASSWORD = b"ledger-password-7f3a"
@@ -85,7 +87,10 @@ require_client_cert = {str(client_cert).lower()}
 
 async def write_and_read(client: bkframe.Client, ensemble: int, ledger_type: str = "PD_JOURNAL") -> None:
     writer = await client.create_ledger(
-        ensemble=ensemble, write_quorum=ensemble, ack_quorum=max(1, ensemble - 1), password=PASSWORD,
+        ensemble=ensemble,
+        write_quorum=ensemble,
+        ack_quorum=max(1, ensemble - 1),
+        password=PASSWORD,
         ledger_type=ledger_type,
     )
     for i in range(20):
@@ -98,7 +103,7 @@ async def write_and_read(client: bkframe.Client, ensemble: int, ledger_type: str
 async def refused(cluster: Any, **settings: Any) -> BaseException:
     """The error a client with ``settings`` gets connecting to the cluster's first bookie."""
     async with bkframe.open_client(cluster.metadata, connect_timeout_s=60.0, **settings) as client:
-        with trio.fail_after(NO_HANG_S):
+        with anyio.fail_after(NO_HANG_S):
             try:
                 await client.pool.get(cluster.bookies[0].bookie_id)
             except (BookieConnectionError, UnauthorizedError) as e:
@@ -106,9 +111,8 @@ async def refused(cluster: Any, **settings: Any) -> BaseException:
     raise AssertionError("the bookie accepted the client")
 
 
-async def test_a_correct_client_writes_and_reads_over_tls_with_a_token(
-    cluster_factory: Callable[..., Any], certs: Certs
-) -> None:
+@on_both_backends  # TLS and AUTH are the loop's streams: asyncio's and trio's
+async def test_a_correct_client_writes_and_reads_over_tls_with_a_token(cluster_factory: Callable[..., Any], certs: Certs) -> None:
     cluster = cluster_factory(3, config=secure_config(certs))
     async with bkframe.open_client(cluster.metadata, **certs.client()) as client:
         await write_and_read(client, 3)
@@ -116,6 +120,7 @@ async def test_a_correct_client_writes_and_reads_over_tls_with_a_token(
     assert "authenticated as token #0" in log
 
 
+@on_both_backends  # TLS and AUTH are the loop's streams: asyncio's and trio's
 async def test_plaintext_client_against_a_tls_bookie_is_told_the_bookie_requires_tls(
     cluster_factory: Callable[..., Any], certs: Certs
 ) -> None:
@@ -126,6 +131,7 @@ async def test_plaintext_client_against_a_tls_bookie_is_told_the_bookie_requires
     assert "refused a plaintext connection" in cluster.bookies[0].log()
 
 
+@on_both_backends  # TLS and AUTH are the loop's streams: asyncio's and trio's
 async def test_tls_client_against_a_plaintext_bookie_is_told_to_check_tls(
     cluster_factory: Callable[..., Any], certs: Certs
 ) -> None:
@@ -136,14 +142,14 @@ async def test_tls_client_against_a_plaintext_bookie_is_told_to_check_tls(
     assert "refused a TLS connection" in cluster.bookies[0].log()
 
 
-async def test_a_bookie_certificate_from_an_unknown_ca_is_refused(
-    cluster_factory: Callable[..., Any], certs: Certs
-) -> None:
+@on_both_backends  # TLS and AUTH are the loop's streams: asyncio's and trio's
+async def test_a_bookie_certificate_from_an_unknown_ca_is_refused(cluster_factory: Callable[..., Any], certs: Certs) -> None:
     cluster = cluster_factory(1, config=secure_config(certs, client_cert=False))
     error = await refused(cluster, tls_ca=str(certs.other_ca), auth_token=TOKEN)
     assert "not signed by the CA given" in str(error), error
 
 
+@on_both_backends  # TLS and AUTH are the loop's streams: asyncio's and trio's
 async def test_a_client_without_certificate_is_refused_by_require_client_cert(
     cluster_factory: Callable[..., Any], certs: Certs
 ) -> None:
@@ -154,9 +160,8 @@ async def test_a_client_without_certificate_is_refused_by_require_client_cert(
 
 
 @pytest.mark.parametrize("token", ["wrong-token", ""], ids=["wrong", "none"])
-async def test_a_wrong_or_missing_token_is_unauthorized(
-    cluster_factory: Callable[..., Any], certs: Certs, token: str
-) -> None:
+@on_both_backends  # TLS and AUTH are the loop's streams: asyncio's and trio's
+async def test_a_wrong_or_missing_token_is_unauthorized(cluster_factory: Callable[..., Any], certs: Certs, token: str) -> None:
     cluster = cluster_factory(1, config=secure_config(certs))
     error = await refused(cluster, **certs.client(token=token))
     assert isinstance(error, UnauthorizedError)
@@ -169,6 +174,7 @@ async def test_a_wrong_or_missing_token_is_unauthorized(
             await client.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1)
 
 
+@on_both_backends  # TLS and AUTH are the loop's streams: asyncio's and trio's
 async def test_the_tls_provider_takes_the_principal_from_the_certificate(
     cluster_factory: Callable[..., Any], certs: Certs
 ) -> None:
@@ -297,8 +303,11 @@ async def test_the_command_line_takes_tls_and_the_token_from_the_environment(
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     env = {
-        **os.environ, "BKFRAME_TLS_CA": str(certs.ca), "BKFRAME_TLS_CERT": str(certs.client_cert),
-        "BKFRAME_TLS_KEY": str(certs.client_key), "BKFRAME_AUTH_TOKEN_FILE": str(token_file),
+        **os.environ,
+        "BKFRAME_TLS_CA": str(certs.ca),
+        "BKFRAME_TLS_CERT": str(certs.client_cert),
+        "BKFRAME_TLS_KEY": str(certs.client_key),
+        "BKFRAME_AUTH_TOKEN_FILE": str(token_file),
     }
     command = [sys.executable, "-m", "bkframe", "bookies", "info", "--metadata", cluster.metadata]
     shown = await trio.run_process(command, capture_stdout=True, env=env)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -81,4 +82,42 @@ async def test_leases_are_timed_by_the_monotonic_clock_of_this_boot(tmp_path: Pa
     assert await store.try_lock("other-boot", "heir", 30.0, nursery) is not None
     assert await store.try_lock("old", "heir", 30.0, nursery) is not None
     assert await store.try_lock("live", "heir", 30.0, nursery) is None
+    await store.aclose()
+
+
+async def test_leases_are_renewed_while_the_store_is_busy(tmp_path: Path, nursery: trio.Nursery) -> None:
+    """A registration's and a lock's heartbeats go through a connection of their own: a slow
+    call holding the store's connection (here until the renewals are seen) does not hold them
+    back. Behind such calls, a renewal once came 14.1 s late against a TTL of 6 s."""
+    uri = f"sqlite://{tmp_path / 'meta.db'}"
+    store = PluginManager().metadata_store(uri, create=True)
+    ttl = 0.6  # renewed every 0.2 s
+    await store.register_bookie(BookieInfo("b-1", "127.0.0.1:1"), ttl, nursery)
+    assert await store.try_lock("auditor", "holder", ttl, nursery) is not None
+
+    def expiries() -> tuple[float, float]:
+        with sqlite3.connect(tmp_path / "meta.db") as db:  # as another process sees the rows
+            (bookie,) = db.execute("SELECT expires_mono FROM bookies WHERE id = 'b-1'").fetchone()
+            (lock,) = db.execute("SELECT expires_mono FROM locks WHERE name = 'auditor'").fetchone()
+        return bookie, lock
+
+    first = expiries()
+    release = threading.Event()
+    busy = trio.Event()
+
+    async def slow_call() -> None:
+        def occupy(db: sqlite3.Connection) -> None:
+            trio.from_thread.run_sync(busy.set)
+            release.wait(60)
+
+        await store._call(occupy)
+
+    nursery.start_soon(slow_call)
+    await busy.wait()
+    try:
+        with trio.fail_after(30):  # without a connection of their own: never, until released
+            while not all(now > before for now, before in zip(await trio.to_thread.run_sync(expiries), first)):
+                await trio.sleep(0.05)
+    finally:
+        release.set()
     await store.aclose()

@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 import time
 
+import anyio
 import attrs
-import trio
 
 from bkframe.client.logs.model import Cursor, Position
 from bkframe.client.logs.records import LogRecords
@@ -42,11 +42,11 @@ class _Acked:
     stored: Cursor
     #: Where reading resumes by the acks so far (ahead of ``stored`` while a flush is due).
     position: Position
-    #: ``trio.current_time()`` before which no flush writes (one write per interval).
+    #: ``anyio.current_time()`` before which no flush writes (one write per interval).
     due: float = 0.0
     #: A background flush is scheduled.
     scheduled: bool = False
-    lock: trio.Lock = attrs.Factory(trio.Lock)
+    lock: anyio.Lock = attrs.Factory(anyio.Lock)
 
     @property
     def dirty(self) -> bool:
@@ -56,7 +56,7 @@ class _Acked:
 class CursorAcks:
     """The acks of every cursor one client moves (shared by the client's :class:`Logs`)."""
 
-    def __init__(self, records: LogRecords, interval_s: float, nursery: trio.Nursery) -> None:
+    def __init__(self, records: LogRecords, interval_s: float, nursery: anyio.abc.TaskGroup) -> None:
         self._records = records
         self._store = records.store
         self.interval_s = interval_s
@@ -114,7 +114,7 @@ class CursorAcks:
         name, cursor = key
         try:
             while acked.dirty and self._acked.get(key) is acked:
-                await trio.sleep_until(acked.due)
+                await anyio.sleep_until(acked.due)
                 try:
                     await self._write(name, cursor, acked)
                 except (NoSuchCursorError, NoSuchLogError) as e:
@@ -122,7 +122,7 @@ class CursorAcks:
                     self.forget(name, cursor)
                 except BKError as e:
                     log.warning("log %r: storing cursor %r failed (retried in %.3g s): %s", name, cursor, self.interval_s, e)
-                    acked.due = trio.current_time() + self.interval_s
+                    acked.due = anyio.current_time() + self.interval_s
         finally:
             acked.scheduled = False
 
@@ -142,10 +142,14 @@ class CursorAcks:
                 if latest.log_uid != acked.stored.log_uid or latest.position < acked.stored.position:
                     log.warning(
                         "log %r: cursor %r was moved back to %s (or made again) by another client; acks up to %s "
-                        "that were not stored yet are dropped", name, cursor, latest.position, acked.position,
+                        "that were not stored yet are dropped",
+                        name,
+                        cursor,
+                        latest.position,
+                        acked.position,
                     )
                     acked.stored, acked.position = latest, latest.position
                     break
                 acked.stored = current = latest
                 acked.position = max(acked.position, latest.position)
-            acked.due = trio.current_time() + self.interval_s
+            acked.due = anyio.current_time() + self.interval_s

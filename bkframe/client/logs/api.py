@@ -26,8 +26,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import anyio
 import attrs
-import trio
 
 from bkframe.client.logs import commits
 from bkframe.client.logs.acks import CursorAcks
@@ -103,6 +103,8 @@ class LogInfo:
 
 class Logs:
     """Named logs on a client: ``client.logs`` (or ``bkframe.Logs(client)``)."""
+
+    client: LedgerClient
 
     def __init__(self, client: LedgerClient) -> None:
         self.client = client
@@ -187,8 +189,12 @@ class Logs:
                         recovered[seg.number] = None
                 if first is None:
                     first = await self.client.create_ledger(
-                        ensemble=s.ensemble, write_quorum=s.write_quorum, ack_quorum=s.ack_quorum,
-                        ledger_type=s.ledger_type, digest=s.digest, password=password,
+                        ensemble=s.ensemble,
+                        write_quorum=s.write_quorum,
+                        ack_quorum=s.ack_quorum,
+                        ledger_type=s.ledger_type,
+                        digest=s.digest,
+                        password=password,
                         custom={"bkframe.log": name, **ENVELOPE_CUSTOM},
                     )
                 now = time.time()
@@ -224,7 +230,7 @@ class Logs:
                     record = latest
         except BaseException:
             if first is not None:
-                with trio.CancelScope(shield=True), trio.move_on_after(10):
+                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                     await self._records.delete_ledger_quietly(first.ledger_id)
             raise
         writer = LogWriter(self._records, stored, first, writer_id, password)
@@ -358,17 +364,13 @@ class Logs:
 
         return await self._records.update(name, change)
 
-    async def offload(
-        self, name: str, *, tier: str, until: Position | None = None, password: bytes = b""
-    ) -> OffloadResult:
+    async def offload(self, name: str, *, tier: str, until: Position | None = None, password: bytes = b"") -> OffloadResult:
         """Copy the log's closed segments (those wholly before ``until``; default: every
         closed one) not offloaded yet to the tier ``tier`` names (``file:///srv/tier``,
         ``s3://bucket/prefix?...``), each verified and then recorded on its segment. Safe to
         run again, or after a crash: see :mod:`bkframe.client.logs.offload`. The ledgers stay
         on the bookies; readers read the objects from then on (docs/tiered-storage.md)."""
-        return await offload(
-            self._records, self.client.context.tiers, name, password=password, tier=tier, until=until
-        )
+        return await offload(self._records, self.client.context.tiers, name, password=password, tier=tier, until=until)
 
     # -- retention ----------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Protocol
 
+import anyio
 import attrs
-import trio
 
 from bkframe.client.logs.model import LogMetadata, Position, Segment
 from bkframe.errors import BKError
@@ -63,10 +63,10 @@ class ActiveSegment:
     #: The smallest and largest timestamp appended here (recorded when it closes).
     min_ts: int = 1 << 62
     max_ts: int = -1
-    registered: trio.Event = attrs.Factory(trio.Event)
+    registered: anyio.Event = attrs.Factory(anyio.Event)
     #: Set once this segment's appends may complete: it is in the record and every append
     #: of the earlier segments is confirmed (or something failed: see ``error``).
-    gate: trio.Event = attrs.Factory(trio.Event)
+    gate: anyio.Event = attrs.Factory(anyio.Event)
     #: ``gate.is_set()``, as a plain attribute for the per-append checks.
     open: bool = False
     error: BaseException | None = None

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-import trio
+import anyio
 
 from bkframe.client.logs import columns
 from bkframe.client.logs.envelope import FORMAT_RAW, BadRecordError, decode, timestamp_of
@@ -64,6 +64,10 @@ class _SegmentGone(Exception):
 
 class LogReader:
     """Made by :meth:`Logs.reader`. Holds no resources; make as many as you like."""
+
+    name: str
+    tier_reads: TierReads
+    metadata: LogMetadata
 
     def __init__(self, records: LogRecords, record: LogMetadata, password: bytes) -> None:
         self._records = records
@@ -230,9 +234,7 @@ class LogReader:
             hi = confirmed if seg.number < stop.segment else min(confirmed, stop.entry_id - 1)
             if hi >= lo:
                 size = seg.length // seg.entries if seg.closed and seg.entries > 0 else 0
-                out.append(
-                    SegmentRange(seg.number, seg.ledger_id, lo, hi, seg.format, seg.min_ts, seg.max_ts, size, seg.offload)
-                )
+                out.append(SegmentRange(seg.number, seg.ledger_id, lo, hi, seg.format, seg.min_ts, seg.max_ts, size, seg.offload))
         return out
 
     async def advance(self, start: Where, max_entries: int, end: Position | None = None) -> Position:
@@ -371,7 +373,13 @@ class LogReader:
                     continue
                 try:
                     yield columns.block_batch(
-                        self.name, part.segment, part.ledger_id, block.entry_ids, block.data, block.starts, block.ends,
+                        self.name,
+                        part.segment,
+                        part.ledger_id,
+                        block.entry_ids,
+                        block.data,
+                        block.starts,
+                        block.ends,
                         enveloped=part.enveloped,
                     )
                 except BadRecordError as e:
@@ -419,9 +427,7 @@ class LogReader:
             for entry in chunk:
                 yield entry
 
-    async def tail_chunks(
-        self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0
-    ) -> AsyncIterator[list[LogEntry]]:
+    async def tail_chunks(self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0) -> AsyncIterator[list[LogEntry]]:
         """:meth:`tail`, a chunk of entries at a time."""
         pos = await self.resolve(start)
         wait = FIRST_WAIT_S
@@ -430,7 +436,7 @@ class LogReader:
             seg = await self._at_or_after(pos.segment)
             if seg is None:
                 # Nothing after the last segment yet: wait for the writer's next one.
-                await trio.sleep(wait)
+                await anyio.sleep(wait)
                 wait = min(wait * 2, poll_timeout_s)
                 await self.refresh()
                 continue
@@ -474,7 +480,7 @@ class LogReader:
                 # writer died, once the next writer opens the log). Only then is the next
                 # segment part of the log for sure: a writer that died with entries of this
                 # segment in flight leaves its next segment to be dropped.
-                await trio.sleep(wait)
+                await anyio.sleep(wait)
                 wait = min(wait * 2, poll_timeout_s)
                 await self.refresh()
                 continue

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-import trio
+import anyio
 
 from bkframe.client.logs.model import Segment
 from bkframe.client.tiering.open_tiers import OpenTiers
@@ -38,7 +38,7 @@ async def delete_objects(
         if seg.offload is not None:
             by_tier.setdefault(seg.offload.tier, []).append(seg.offload.key)
     deleted = 0
-    with trio.move_on_after(timeout_s) as scope:
+    with anyio.move_on_after(timeout_s) as scope:
         for uri, keys in by_tier.items():
             done = 0
             try:
@@ -49,13 +49,19 @@ async def delete_objects(
             except Exception as e:  # noqa: BLE001 - the metadata is committed: the sweep reclaims what is left
                 log.warning(
                     "log %r: deleting the objects of removed segments from tier %s failed; %d object(s) left to the "
-                    "orphan sweep: %s", name, uri, len(keys) - done, e,
+                    "orphan sweep: %s",
+                    name,
+                    uri,
+                    len(keys) - done,
+                    e,
                 )
             finally:
                 deleted += done
     if scope.cancelled_caught:
         log.warning(
             "log %r: deleting the objects of removed segments took over %g s; %d object(s) left to the orphan sweep",
-            name, timeout_s, sum(len(k) for k in by_tier.values()) - deleted,
+            name,
+            timeout_s,
+            sum(len(k) for k in by_tier.values()) - deleted,
         )
     return deleted

@@ -31,14 +31,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
+import anyio
 import attrs
-import trio
 
 from bkframe.client.bounded import MetadataTimeoutError, bounded
 from bkframe.client.entry_format import LIMIT_SOURCE, max_payload
 from bkframe.client.logs import envelope
 from bkframe.client.logs.envelope import Record
-from bkframe.client.logs.model import LogMetadata, Position
+from bkframe.client.logs.model import LogMetadata, LogSettings, Position
 from bkframe.client.logs.pending import ActiveSegment, PendingLogAppend, PendingLogBatch, SpareLedger, closed_segment, mark_closed
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.logs.retention import trim
@@ -61,10 +61,10 @@ class LogWriter:
     def __init__(self, records: LogRecords, record: LogMetadata, first: WriteHandle, writer_id: str, password: bytes) -> None:
         self._records = records
         self._client = records.ledgers
-        self.name = record.name
-        self.writer_id = writer_id
-        self.epoch = record.writer_epoch
-        self.settings = record.settings
+        self.name: str = record.name
+        self.writer_id: str = writer_id
+        self.epoch: int = record.writer_epoch
+        self.settings: LogSettings = record.settings
         self._max_entries = record.settings.rollover_entries
         self._max_bytes = record.settings.rollover_bytes
         self._password = password
@@ -74,20 +74,20 @@ class LogWriter:
         seg.open_gate()
         self._current = seg
         self._spare: SpareLedger | None = None
-        self._spare_ready = trio.Event()
+        self._spare_ready = anyio.Event()
         #: Why the last attempt to make a spare gave up (raised to a segment waiting for one).
         self._spare_failure: BaseException | None = None
         self._preparing = False
-        self._md_lock = trio.Lock()
+        self._md_lock = anyio.Lock()
         self._error: BaseException | None = None
         #: Why appends are refused (the first failure, or closing); None while they are not.
         self._refuse: BaseException | None = None
         self._closing = False
         self._closed = False
         self._tasks = 0
-        self._tasks_done = trio.Event()
+        self._tasks_done = anyio.Event()
         self._tasks_done.set()
-        self._timer = trio.CancelScope()
+        self._timer = anyio.CancelScope()
         #: Larger payloads are refused before they are sent (every segment has the log's digest).
         self._max_entry_size = self._client.context.settings.max_entry_size
         self._max_payload = max_payload(self._max_entry_size, record.settings.digest)
@@ -281,9 +281,7 @@ class LogWriter:
     def _should_roll(self, seg: ActiveSegment) -> bool:
         s = self.settings
         return seg.appended > 0 and (
-            seg.appended >= s.rollover_entries
-            or seg.size >= s.rollover_bytes
-            or time.monotonic() - seg.started >= s.rollover_s
+            seg.appended >= s.rollover_entries or seg.size >= s.rollover_bytes or time.monotonic() - seg.started >= s.rollover_s
         )
 
     def _switch(self) -> ActiveSegment:
@@ -291,7 +289,7 @@ class LogWriter:
         old = self._current
         spare, self._spare = self._spare, None
         if spare is not None:
-            self._spare_ready = trio.Event()
+            self._spare_ready = anyio.Event()
         new = ActiveSegment(self, spare.handle if spare is not None else None, spare)
         self._current = new
         # The next spare is made once ``old`` is closed: one CAS records both (see _roll).
@@ -308,7 +306,7 @@ class LogWriter:
                 self._spawn(self._prepare_spare)
             await self._spare_ready.wait()
         spare, self._spare = self._spare, None
-        self._spare_ready = trio.Event()
+        self._spare_ready = anyio.Event()
         return spare
 
     # -- errors and background work ----------------------------------------------------
@@ -327,7 +325,7 @@ class LogWriter:
 
     def _spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         if self._tasks == 0:
-            self._tasks_done = trio.Event()
+            self._tasks_done = anyio.Event()
         self._tasks += 1
 
         async def run() -> None:
@@ -358,7 +356,7 @@ class LogWriter:
                 raise
             except BKError as e:
                 log.warning("log %r: %s failed (attempt %d): %s", self.name, what, attempt + 1, e)
-            await trio.sleep(delay)
+            await anyio.sleep(delay)
             delay = min(delay * 2, 5.0)
         return False
 
@@ -401,8 +399,12 @@ class LogWriter:
                 s = self.settings
                 made.append(
                     await self._client.create_ledger(
-                        ensemble=s.ensemble, write_quorum=s.write_quorum, ack_quorum=s.ack_quorum,
-                        ledger_type=s.ledger_type, digest=s.digest, password=self._password,
+                        ensemble=s.ensemble,
+                        write_quorum=s.write_quorum,
+                        ack_quorum=s.ack_quorum,
+                        ledger_type=s.ledger_type,
+                        digest=s.digest,
+                        password=self._password,
                         custom={"bkframe.log": self.name, **envelope.ENVELOPE_CUSTOM},
                     )
                 )
@@ -440,7 +442,7 @@ class LogWriter:
             except MetadataTimeoutError:
                 raise  # the record may yet list the ledger: it stays (the next writer collects it)
             except BaseException:
-                with trio.CancelScope(shield=True), trio.move_on_after(10):
+                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                     await self._records.delete_ledger_quietly(ledger_id)
                 raise
             if self._error is not None:
@@ -457,11 +459,11 @@ class LogWriter:
             while not self._closing:
                 seg = self._current
                 left = self.settings.rollover_s - (time.monotonic() - seg.started)
-                await trio.sleep(max(left, 0.0) + 0.01)
+                await anyio.sleep(max(left, 0.0) + 0.01)
                 if self._current is seg and self._should_roll(seg) and not self._closing:
                     self._switch()
                 elif self._current is seg and seg.appended == 0:
-                    await trio.sleep(min(self.settings.rollover_s, 1.0))  # nothing to roll yet
+                    await anyio.sleep(min(self.settings.rollover_s, 1.0))  # nothing to roll yet
 
     async def _roll(self, old: ActiveSegment, new: ActiveSegment) -> None:
         """Make ``new`` the next segment in the record, open its gate once ``old``'s appends
@@ -471,7 +473,7 @@ class LogWriter:
             await old.registered.wait()  # segment numbers follow the order of appends
             if old.error is not None:
                 raise old.error
-            with trio.move_on_after(timeout_s) as rolling:  # the store calls in it give up on cancel
+            with anyio.move_on_after(timeout_s) as rolling:  # the store calls in it give up on cancel
                 spare = new.spare
                 if spare is None:
                     spare = new.spare = await self._take_spare()

@@ -17,8 +17,8 @@ from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import TypeVar
 
+import anyio
 import attrs
-import trio
 
 from bkframe.core.tier import ObjectInfo, Tier
 from bkframe.errors import TierError
@@ -32,7 +32,7 @@ class AsyncTier:
 
     tier: Tier
     #: Calls in flight at once (each holds a worker thread).
-    limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(8))
+    limiter: anyio.CapacityLimiter = attrs.field(factory=lambda: anyio.CapacityLimiter(8))
     timeout_s: float = 30.0
     #: The slowest transfer a call is allowed before it counts as hung.
     min_bytes_per_s: float = 1 << 20
@@ -78,6 +78,6 @@ class AsyncTier:
 
     async def _call(self, what: str, size: int, call: Callable[[], T]) -> T:
         deadline_s = self.timeout_s + size / self.min_bytes_per_s
-        with trio.move_on_after(deadline_s):
-            return await trio.to_thread.run_sync(call, limiter=self.limiter, abandon_on_cancel=True)
+        with anyio.move_on_after(deadline_s):
+            return await anyio.to_thread.run_sync(call, limiter=self.limiter, abandon_on_cancel=True)
         raise TierError(f"tier {self.tier.uri}: {what} did not finish in {deadline_s:g} s (abandoned)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-import trio
+import anyio
 
 from bkframe.client.tiering.async_tier import AsyncTier
 from bkframe.core.tier import Tier
@@ -33,15 +33,15 @@ class OpenTiers:
         self.timeout_s = timeout_s
         self._tiers: dict[str, AsyncTier] = {}
         #: Shared by every tier of the client: the worker threads its tier calls may hold.
-        self.limiter = trio.CapacityLimiter(8)
+        self.limiter = anyio.CapacityLimiter(8)
 
     async def get(self, uri: str) -> AsyncTier:
         found = self._tiers.get(uri)
         if found is None:
-            opened = await trio.to_thread.run_sync(self._open, uri)
+            opened = await anyio.to_thread.run_sync(self._open, uri)
             found = self._tiers.get(uri)  # another task opened it meanwhile: keep one
             if found is not None:
-                await trio.to_thread.run_sync(opened.close)
+                await anyio.to_thread.run_sync(opened.close)
                 return found
             found = AsyncTier(opened, limiter=self.limiter, timeout_s=self.timeout_s)
             # Cached under the URI asked for and the tier's own (normalized) one, which is
@@ -53,8 +53,8 @@ class OpenTiers:
         tiers = {id(t): t for t in self._tiers.values()}.values()
         self._tiers.clear()
         for tier in tiers:
-            with trio.move_on_after(CLOSE_TIMEOUT_S):
+            with anyio.move_on_after(CLOSE_TIMEOUT_S):
                 try:
-                    await trio.to_thread.run_sync(tier.tier.close, abandon_on_cancel=True)
+                    await anyio.to_thread.run_sync(tier.tier.close, abandon_on_cancel=True)
                 except Exception as e:  # noqa: BLE001 - one tier failing to close must not keep the others open
                     log.warning("closing tier %s failed: %s", tier.uri, e)

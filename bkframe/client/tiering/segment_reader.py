@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
 
+import anyio
 import numpy as np
 import pyarrow as pa
-import trio
 
 from bkframe.client.logs import columns as log_columns
 from bkframe.client.logs.envelope import NO_PROPERTIES
@@ -51,7 +51,12 @@ class SegmentObjectReader:
     record's) is checked before the footer is parsed."""
 
     def __init__(
-        self, tier: Tier, key: str, *, size: int | None = None, footer: ObjectFooter | None = None,
+        self,
+        tier: Tier,
+        key: str,
+        *,
+        size: int | None = None,
+        footer: ObjectFooter | None = None,
         footer_crc32c: int | None = None,
     ) -> None:
         self.tier, self.key = tier, key
@@ -117,7 +122,12 @@ class AsyncSegmentObjectReader:
     deadlines, decoding in worker threads."""
 
     def __init__(
-        self, tier: AsyncTier, key: str, *, size: int | None = None, footer: ObjectFooter | None = None,
+        self,
+        tier: AsyncTier,
+        key: str,
+        *,
+        size: int | None = None,
+        footer: ObjectFooter | None = None,
         footer_crc32c: int | None = None,
     ) -> None:
         self.tier, self.key = tier, key
@@ -135,7 +145,7 @@ class AsyncSegmentObjectReader:
             if start < offset:
                 tail, offset = await self._get(start, offset - start) + tail, start
             check_footer_crc(self.key, tail[start - offset :], self._footer_crc)
-            self._footer = await trio.to_thread.run_sync(ObjectFooter.parse, self.key, size, offset, tail)
+            self._footer = await anyio.to_thread.run_sync(ObjectFooter.parse, self.key, size, offset, tail)
         return self._footer
 
     async def batches(self, first: int, last: int, columns: Sequence[str] | None = None) -> AsyncIterator[pa.RecordBatch]:
@@ -145,7 +155,7 @@ class AsyncSegmentObjectReader:
             table = self._last.get(group, decoded)
             if table is None:
                 data = await self._get(group.start, group.size)
-                table = await trio.to_thread.run_sync(footer.decode, group, {group.start: data}, decoded)
+                table = await anyio.to_thread.run_sync(footer.decode, group, {group.start: data}, decoded)
                 self._last.put(group, decoded, table)
             for batch in _cut(table, group, first, last, columns).to_batches():
                 yield batch
@@ -156,7 +166,7 @@ class AsyncSegmentObjectReader:
 
     async def entries(self, first: int, last: int) -> list[LogEntry]:
         table = await self.read_table(first, last, [*connector_columns(), FLAGS])
-        return await trio.to_thread.run_sync(log_entries, table)
+        return await anyio.to_thread.run_sync(log_entries, table)
 
     async def entry_at_time(self, timestamp: int) -> int | None:
         footer = await self.footer()
@@ -165,7 +175,7 @@ class AsyncSegmentObjectReader:
             return None
         lo, hi = group.columns["timestamp"]
         data = await self._get(lo, hi - lo)
-        table = await trio.to_thread.run_sync(footer.decode, group, {lo: data}, ["timestamp"])
+        table = await anyio.to_thread.run_sync(footer.decode, group, {lo: data}, ["timestamp"])
         return _first_at(table, group, timestamp)
 
     async def _get(self, offset: int, length: int) -> bytes:
@@ -249,8 +259,13 @@ def log_entries(table: pa.Table) -> list[LogEntry]:
     events = event_times(table.column(FLAGS))
     return [
         LogEntry(
-            Position(segments[i], ids[i]), ledgers[i], payloads[i], keys[i], times[i],
-            dict(props[i]) if props is not None and has_props[i] else NO_PROPERTIES, events[i],
+            Position(segments[i], ids[i]),
+            ledgers[i],
+            payloads[i],
+            keys[i],
+            times[i],
+            dict(props[i]) if props is not None and has_props[i] else NO_PROPERTIES,
+            events[i],
         )
         for i in range(table.num_rows)
     ]

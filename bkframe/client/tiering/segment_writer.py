@@ -25,12 +25,12 @@ import os
 import tempfile
 from pathlib import Path
 
+import anyio
 import crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import trio
 
 from bkframe.client.logs import columns
 from bkframe.client.logs.envelope import BadRecordError
@@ -90,15 +90,15 @@ async def write_segment_object(
     spool = Path(name)
     os.close(fd)  # pyarrow writes the file by its name
     try:
-        builder = await trio.to_thread.run_sync(_Builder, spool, log, log_uid, segment, options)
+        builder = await anyio.to_thread.run_sync(_Builder, spool, log, log_uid, segment, options)
         try:
             await _copy_ledger(handle, segment, builder)
-            content = await trio.to_thread.run_sync(builder.finish)
+            content = await anyio.to_thread.run_sync(builder.finish)
         finally:
             builder.close()
         if content.entry_bytes != handle.metadata.length:  # end to end: the ledger's own count
             raise BKError(f"ledger {segment.ledger_id} is {handle.metadata.length} bytes long; {content.entry_bytes} were read")
-        size, object_crc, footer_crc = await trio.to_thread.run_sync(_file_crc32c, spool)
+        size, object_crc, footer_crc = await anyio.to_thread.run_sync(_file_crc32c, spool)
         summary = ObjectSummary(key, size, object_crc, builder.row_groups, content, footer_crc)
         try:
             info = await tier.put(key, spool, if_absent=True)
@@ -115,18 +115,18 @@ async def _copy_ledger(handle: ReadHandle, segment: Segment, builder: _Builder) 
     """Read the ledger a range ahead of the builder, which takes each range in a thread."""
     size = segment.length // segment.entries if segment.entries else 0
     chunk = READ_ENTRIES if size <= 0 else max(1, min(READ_ENTRIES, READ_BYTES // size))
-    send, receive = trio.open_memory_channel[EntryBlock](1)
+    send, receive = anyio.create_memory_object_stream[EntryBlock](1)
 
     async def read() -> None:
         async with send:
             for lo in range(0, segment.last_entry_id + 1, chunk):
                 await send.send(await handle.read_block(lo, min(lo + chunk - 1, segment.last_entry_id)))
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
         nursery.start_soon(read)
         async with receive:
             async for block in receive:
-                await trio.to_thread.run_sync(builder.add, block)
+                await anyio.to_thread.run_sync(builder.add, block)
 
 
 async def _adopt(tier: AsyncTier, key: str, content: SegmentContent, footer_crc32c: int) -> ObjectSummary:
@@ -178,7 +178,13 @@ class _Builder:
         self._checksum.add_block(block)
         try:
             batch = columns.block_batch(
-                self._log, seg.number, seg.ledger_id, block.entry_ids, block.data, block.starts, block.ends,
+                self._log,
+                seg.number,
+                seg.ledger_id,
+                block.entry_ids,
+                block.data,
+                block.starts,
+                block.ends,
                 enveloped=seg.enveloped,
             )
         except BadRecordError as e:
@@ -218,9 +224,19 @@ class _Builder:
             raise BKError(f"ledger {seg.ledger_id}: read {self._next} entries of {seg.last_entry_id + 1}")
         self._flush()
         content = SegmentContent(
-            self._log, self._log_uid, seg.number, seg.ledger_id, seg.format, 0, seg.last_entry_id, self._next,
-            self._entry_bytes, self._payload_bytes, self._checksum.value,
-            self._min_ts if self._min_ts is not None else -1, self._max_ts if self._max_ts is not None else -1,
+            self._log,
+            self._log_uid,
+            seg.number,
+            seg.ledger_id,
+            seg.format,
+            0,
+            seg.last_entry_id,
+            self._next,
+            self._entry_bytes,
+            self._payload_bytes,
+            self._checksum.value,
+            self._min_ts if self._min_ts is not None else -1,
+            self._max_ts if self._max_ts is not None else -1,
         )
         self._writer.add_key_value_metadata(content.footer())
         self._writer.close()

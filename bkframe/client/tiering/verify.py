@@ -18,12 +18,12 @@ naming the key and what differs. Decoding runs in worker threads, one row group 
 
 from __future__ import annotations
 
+import anyio
 import attrs
 import crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import trio
 
 from bkframe.client.logs.columns import offset_of
 from bkframe.client.tiering.async_tier import AsyncTier
@@ -51,7 +51,12 @@ class Verified:
 
 
 async def verify_object(
-    tier: AsyncTier, key: str, expected: SegmentContent, *, size: int | None = None, object_crc32c: int | None = None,
+    tier: AsyncTier,
+    key: str,
+    expected: SegmentContent,
+    *,
+    size: int | None = None,
+    object_crc32c: int | None = None,
     footer_crc32c: int | None = None,
 ) -> Verified:
     """Check object ``key`` against ``expected`` (what the ledger read found) and, when
@@ -77,7 +82,7 @@ async def verify_object(
         data = await _fetch(tier, key, at, group.end - at)
         if at == 0 and data[: len(MAGIC)] != MAGIC:
             raise CorruptObjectError(f"tier object {key!r} does not start with Parquet's magic bytes")
-        crc = await trio.to_thread.run_sync(_crc_and_check, check, group, at, data, crc)
+        crc = await anyio.to_thread.run_sync(_crc_and_check, check, group, at, data, crc)
         at = group.end
     if at < footer.start:  # nothing of ours writes between the row groups and the footer
         crc = crc32c.crc32c(await _fetch(tier, key, at, footer.start - at), crc)
@@ -91,7 +96,13 @@ async def verify_object(
     if wrong:
         raise CorruptObjectError(f"tier object {key!r}: its rows hold {'; '.join(wrong)}")
     return Verified(
-        key, info.size, crc, len(footer.groups), found, crc32c.crc32c(footer.raw), tier.gets - gets,
+        key,
+        info.size,
+        crc,
+        len(footer.groups),
+        found,
+        crc32c.crc32c(footer.raw),
+        tier.gets - gets,
         tier.bytes_read - bytes_read,
     )
 

@@ -28,12 +28,13 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
+import anyio
 import requests
-import trio
 from etcd3gw.client import Etcd3Client
 from etcd3gw.exceptions import Etcd3Exception
 from etcd3gw.lease import Lease
 
+from bkframe.core.interfaces import Spawner
 from bkframe.core.metadata import UnderReplicated
 from bkframe_metadata_etcd.kv import MAX_ID, count, id_items, prefix_end
 from bkframe_metadata_etcd.leases import keep_alive, revoke
@@ -65,9 +66,9 @@ class EtcdLock:
         self.holder = holder
         self._lease = lease
         self._ttl = ttl
-        self.lost = trio.Event()
-        self._scope = trio.CancelScope()
-        self._stopped = trio.Event()
+        self.lost = anyio.Event()
+        self._scope = anyio.CancelScope()
+        self._stopped = anyio.Event()
 
     async def _keep_alive(self) -> None:
         # The lease lasts at least a TTL from the last refresh that was *sent* and answered;
@@ -78,12 +79,12 @@ class EtcdLock:
         try:
             with self._scope:
                 while True:
-                    await trio.sleep(self._ttl / 3)
+                    await anyio.sleep(self._ttl / 3)
                     sent = time.monotonic()
                     left: int | None = None
                     # A hung request must not hide the lease's end: wait for it only as long
                     # as the lease can still be alive.
-                    with trio.move_on_after(max(0.0, alive_since + give_up_after - sent)):
+                    with anyio.move_on_after(max(0.0, alive_since + give_up_after - sent)):
                         try:
                             left = await self._store._call_once(lambda c: keep_alive(c, self._lease.id, self._ttl / 4))
                         except (Etcd3Exception, requests.RequestException, OSError) as e:
@@ -116,7 +117,7 @@ class EtcdAutorecovery:
     root: str
     _clients: list[Etcd3Client]
     _current: int
-    _limiter: trio.CapacityLimiter
+    _limiter: anyio.CapacityLimiter
 
     async def _call(self, fn: Callable[[Etcd3Client], T]) -> T:
         raise NotImplementedError
@@ -136,7 +137,7 @@ class EtcdAutorecovery:
                     self._current = (self._current + 1) % len(self._clients)
             return fn(self._clients[self._current])  # the last host's error is the caller's
 
-        return await trio.to_thread.run_sync(run, limiter=self._limiter, abandon_on_cancel=True)
+        return await anyio.to_thread.run_sync(run, limiter=self._limiter, abandon_on_cancel=True)
 
     def _lock_key(self, name: str) -> bytes:
         return f"{self.root}/locks/{name}".encode()
@@ -146,7 +147,7 @@ class EtcdAutorecovery:
 
     # -- locks -----------------------------------------------------------------------------
 
-    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: trio.Nursery) -> EtcdLock | None:
+    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: Spawner) -> EtcdLock | None:
         ttl = max(2, math.ceil(ttl_s))  # etcd's leases are whole seconds, at least 2
         key = self._lock_key(name)
 
@@ -230,9 +231,7 @@ class EtcdAutorecovery:
         prefix = self._marks_prefix()
         if limit == 0 or start > MAX_ID:
             return []
-        found = await self._call(
-            lambda c: id_items(c, prefix, max(start, 0), limit, self._ceiling(c), keys_only=False)
-        )
+        found = await self._call(lambda c: id_items(c, prefix, max(start, 0), limit, self._ceiling(c), keys_only=False))
         marks = []
         for ledger_id, value in found:
             record = json.loads(value)

@@ -20,7 +20,7 @@ import base64
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
-import trio
+import anyio
 from etcd3gw.client import Etcd3Client
 
 from bkframe.core.metadata import BadVersionError, LedgerExistsError, LedgerMetadata, NoSuchLedgerError
@@ -111,6 +111,7 @@ class EtcdLedgers:
             "success": [_put(key, data), *(_put(self._index(b, metadata.ledger_id)) for b in sorted(metadata.bookies()))],
             "failure": [],
         }
+
         def create(client: Etcd3Client) -> int:
             if client.transaction(txn).get("succeeded", False):
                 return 1
@@ -189,9 +190,7 @@ class EtcdLedgers:
     async def _ids(self, prefix: bytes, start: int, limit: int | None) -> list[int]:
         if limit == 0 or start > MAX_ID:
             return []
-        found = await self._call(
-            lambda c: id_items(c, prefix, max(start, 0), limit, self._ceiling(c), keys_only=True)
-        )
+        found = await self._call(lambda c: id_items(c, prefix, max(start, 0), limit, self._ceiling(c), keys_only=True))
         return [ledger_id for ledger_id, _ in found]
 
     async def list_ledgers(self, *, start: int = 0, limit: int | None = None) -> list[int]:
@@ -213,4 +212,4 @@ class EtcdLedgers:
                     yield None
                     return
                 yield found[0]
-            await trio.sleep(WATCH_POLL_S)
+            await anyio.sleep(WATCH_POLL_S)

@@ -24,12 +24,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import anyio
 import attrs
 import requests
-import trio
 from etcd3gw.client import Etcd3Client
 from etcd3gw.exceptions import Etcd3Exception
 
+from bkframe.core.interfaces import Spawner
 from bkframe.core.metadata import (
     BadVersionError,
     BookieIdInUseError,
@@ -84,8 +85,8 @@ class EtcdRegistration:
         self.replace = replace
         self._ttl = max(2, math.ceil(ttl_s))
         self._lease: Any = None
-        self._scope = trio.CancelScope()
-        self._stopped = trio.Event()
+        self._scope = anyio.CancelScope()
+        self._stopped = anyio.Event()
 
     def _key(self) -> bytes:
         return f"{self._store.root}/bookies/{self.info.bookie_id}".encode()
@@ -130,7 +131,7 @@ class EtcdRegistration:
         try:
             with self._scope:
                 while True:
-                    await trio.sleep(self._ttl / 3)
+                    await anyio.sleep(self._ttl / 3)
                     try:
                         await self._store._call(self._refresh)
                     except BookieIdInUseError as e:
@@ -189,7 +190,7 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
         self._clients = [Etcd3Client(host=h, port=p, timeout=REQUEST_TIMEOUT_S) for h, p in endpoints]
         self._current = 0
         self._counter = (0, 0)
-        self._limiter = trio.CapacityLimiter(4)
+        self._limiter = anyio.CapacityLimiter(4)
 
     async def _call(self, fn: Callable[[Etcd3Client], T]) -> T:
         def run() -> T:
@@ -213,7 +214,7 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
                     time.sleep(delay)
                     delay = min(delay * 2, 2.0)
 
-        return await trio.to_thread.run_sync(run, limiter=self._limiter)
+        return await anyio.to_thread.run_sync(run, limiter=self._limiter)
 
     @staticmethod
     def _cas_put(client: Etcd3Client, key: bytes, value: bytes, version: int) -> bool:
@@ -246,7 +247,7 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
     # -- bookies -------------------------------------------------------------------------
 
     async def register_bookie(
-        self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery, *, replace: BookieInfo | None = None
+        self, info: BookieInfo, ttl_s: float, nursery: Spawner, *, replace: BookieInfo | None = None
     ) -> EtcdRegistration:
         registration = EtcdRegistration(self, info, ttl_s, replace)
         await self._call(registration._put)
@@ -418,4 +419,4 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
         return dict(sorted(found.items()))
 
     async def aclose(self) -> None:
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()

@@ -32,11 +32,12 @@ from collections.abc import Callable, Collection
 from typing import TypeVar
 from urllib.parse import quote
 
-import trio
+import anyio
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError as ZkBadVersion
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
+from bkframe.core.interfaces import Spawner
 from bkframe.core.metadata import UnderReplicated
 from bkframe_metadata_zk.layout import leaf_path, lowest_buckets, walk
 
@@ -57,14 +58,14 @@ class ZkLock:
         self._path = path
         #: The session that owns the node: only that node is ours to delete.
         self._owner = owner
-        self.lost = trio.Event()
-        self._token = trio.lowlevel.current_trio_token()
+        self.lost = anyio.Event()
+        self._token = anyio.lowlevel.current_token()
 
     def session_lost(self) -> None:
         """From a kazoo thread: the session (and with it the node) is gone."""
         try:
-            self._token.run_sync_soon(self.lost.set)
-        except trio.RunFinishedError:
+            anyio.from_thread.run_sync(self.lost.set, token=self._token)
+        except RuntimeError:  # the event loop has finished
             pass
 
     async def release(self) -> None:
@@ -144,7 +145,7 @@ class ZkAutorecovery:
 
     # -- locks -----------------------------------------------------------------------------
 
-    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: trio.Nursery) -> ZkLock | None:
+    async def try_lock(self, name: str, holder: str, ttl_s: float, nursery: Spawner) -> ZkLock | None:
         """``ttl_s`` is bounded by the session timeout; kazoo keeps the session alive, so
         nothing runs in ``nursery``."""
         if name in self._locks:

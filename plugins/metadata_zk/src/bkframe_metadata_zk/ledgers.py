@@ -23,7 +23,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, TypeVar
 
-import trio
+import anyio
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import BadVersionError as ZkBadVersion
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -49,7 +49,7 @@ class ZkLedgers:
     uri: str
     zk: KazooClient
     _started: bool
-    _limiter: trio.CapacityLimiter
+    _limiter: anyio.CapacityLimiter
     #: Bucket paths known to exist (made or seen by this store; a hint, checked by the multi).
     _buckets: set[str]
     #: The id counter as last seen: (last id handed out, znode version), or None.
@@ -290,8 +290,8 @@ class ZkLedgers:
     async def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
         if not self._started:
             await self._start()
-        send, receive = trio.open_memory_channel[tuple[bytes, Any] | None](64)
-        token = trio.lowlevel.current_trio_token()
+        send, receive = anyio.create_memory_object_stream[tuple[bytes, Any] | None](64)
+        token = anyio.lowlevel.current_token()
         stopped = False
 
         def on_change(data: bytes | None, stat: Any, event: Any = None) -> bool:
@@ -299,12 +299,12 @@ class ZkLedgers:
                 return False
             value = None if data is None or stat is None else (data, stat.version)
             try:
-                trio.from_thread.run_sync(send.send_nowait, value, trio_token=token)
-            except (trio.RunFinishedError, trio.WouldBlock, trio.ClosedResourceError):
+                anyio.from_thread.run_sync(send.send_nowait, value, token=token)
+            except (RuntimeError, anyio.WouldBlock, anyio.ClosedResourceError):
                 return False
             return value is not None
 
-        await trio.to_thread.run_sync(lambda: self.zk.DataWatch(self._ledger(ledger_id), on_change), limiter=self._limiter)
+        await anyio.to_thread.run_sync(lambda: self.zk.DataWatch(self._ledger(ledger_id), on_change), limiter=self._limiter)
         try:
             async with receive:
                 async for item in receive:

@@ -21,7 +21,7 @@ the number of bookies; when it is not, the children are read again in one round 
 pipelined reads.
 
 kazoo is blocking and runs its own threads: every call goes through
-``trio.to_thread.run_sync`` with the store's limiter, and watch callbacks come back into
+``anyio.to_thread.run_sync`` with the store's limiter, and watch callbacks come back into
 trio through a memory channel. Ephemeral nodes vanish when the session expires (a dead
 bookie); a registration re-creates its node when a new session is established.
 """
@@ -32,14 +32,15 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+import anyio
 import attrs
-import trio
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError as ZkBadVersion
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
+from bkframe.core.interfaces import Spawner
 from bkframe.core.metadata import (
     BadVersionError,
     BookieIdInUseError,
@@ -172,9 +173,9 @@ class ZkMetadataStore(ZkLedgers, ZkAutorecovery):
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2.0),
             command_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2.0, deadline=DEADLINE_S),
         )
-        self._limiter = trio.CapacityLimiter(4)
+        self._limiter = anyio.CapacityLimiter(4)
         self._started = False
-        self._start_lock = trio.Lock()
+        self._start_lock = anyio.Lock()
         self._registrations: set[ZkRegistration] = set()
         self._locks: dict[str, ZkLock] = {}
         self._lost = False
@@ -226,7 +227,7 @@ class ZkMetadataStore(ZkLedgers, ZkAutorecovery):
                     raise MetadataError(f"ZooKeeper metadata store {self.uri}: {e!r}") from None
                 self._buckets.update(paths)
 
-            await trio.to_thread.run_sync(start, limiter=self._limiter)
+            await anyio.to_thread.run_sync(start, limiter=self._limiter)
             self._started = True
 
     async def _call(self, fn: Callable[[KazooClient], T]) -> T:
@@ -241,7 +242,7 @@ class ZkMetadataStore(ZkLedgers, ZkAutorecovery):
             except KazooException as e:
                 raise MetadataError(f"ZooKeeper metadata store {self.uri}: {e!r}") from None
 
-        return await trio.to_thread.run_sync(run, limiter=self._limiter)
+        return await anyio.to_thread.run_sync(run, limiter=self._limiter)
 
     # -- the cluster record --------------------------------------------------------------
 
@@ -262,7 +263,7 @@ class ZkMetadataStore(ZkLedgers, ZkAutorecovery):
     # -- bookies -------------------------------------------------------------------------
 
     async def register_bookie(
-        self, info: BookieInfo, ttl_s: float, nursery: trio.Nursery, *, replace: BookieInfo | None = None
+        self, info: BookieInfo, ttl_s: float, nursery: Spawner, *, replace: BookieInfo | None = None
     ) -> ZkRegistration:
         """``ttl_s`` is bounded by the ZooKeeper session timeout (``SESSION_TIMEOUT_S``);
         kazoo keeps the session alive, so nothing runs in ``nursery``."""
@@ -469,4 +470,4 @@ class ZkMetadataStore(ZkLedgers, ZkAutorecovery):
 
     async def aclose(self) -> None:
         if self._started:
-            await trio.to_thread.run_sync(lambda: (self.zk.stop(), self.zk.close()), limiter=self._limiter)
+            await anyio.to_thread.run_sync(lambda: (self.zk.stop(), self.zk.close()), limiter=self._limiter)

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import trio
+import anyio
 
 from bkframe import BlockingClient, Client, RunAhead, connect
 from bkframe.errors import BKError
@@ -54,8 +54,14 @@ def client_for(opts: Options) -> BlockingClient:
         bk = _clients.get(key)
         if bk is None or not bk.alive:
             try:
-                bk = connect(metadata, timeout_s=timeout_s, tls_ca=sec["tls_ca"], tls_cert=sec["tls_cert"],
-                             tls_key=sec["tls_key"], auth_token=token)
+                bk = connect(
+                    metadata,
+                    timeout_s=timeout_s,
+                    tls_ca=sec["tls_ca"],
+                    tls_cert=sec["tls_cert"],
+                    tls_key=sec["tls_key"],
+                    auth_token=token,
+                )
             except TimeoutError:
                 raise ConnectorTimeoutError(
                     f"bkframe: metadata store {metadata} did not open within {timeout_s:.0f} s (option timeoutSeconds)"
@@ -80,12 +86,12 @@ def call(bk: BlockingClient, what: str, timeout_s: float, fn: Callable[..., Awai
     """Run ``fn(*args)`` in the client's loop; :class:`ConnectorTimeoutError` after ``timeout_s``."""
 
     async def bounded() -> T:
-        with trio.fail_after(timeout_s):
+        with anyio.fail_after(timeout_s):
             return await fn(*args)
 
     try:
         return bk.run(bounded)
-    except trio.TooSlowError:
+    except TimeoutError:
         raise ConnectorTimeoutError(f"bkframe: {what} did not finish within {timeout_s:.0f} s (option timeoutSeconds)") from None
 
 
@@ -101,7 +107,7 @@ class Ahead(Generic[T]):
         """What :func:`call` would have returned or raised."""
         try:
             return self._ahead.result()
-        except trio.TooSlowError:
+        except TimeoutError:
             raise ConnectorTimeoutError(
                 f"bkframe: {self._what} did not finish within {self._timeout_s:.0f} s (option timeoutSeconds)"
             ) from None
@@ -115,7 +121,7 @@ def call_ahead(bk: BlockingClient, what: str, timeout_s: float, fn: Callable[...
     task does other work (Spark consumes a batch) while it runs."""
 
     async def bounded() -> T:
-        with trio.fail_after(timeout_s):
+        with anyio.fail_after(timeout_s):
             return await fn(*args)
 
     return Ahead(bk.run_ahead(bounded), what, timeout_s)

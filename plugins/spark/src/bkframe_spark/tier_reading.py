@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import anyio
 import pyarrow as pa
-import trio
 
 from bkframe import Client, SegmentRange
 from bkframe.errors import BKError, TierError
@@ -78,8 +78,12 @@ async def _footer(client: Client, part: EntryRange) -> ObjectFooter:
         tier, part.key, size=part.object_size, footer_crc32c=part.footer_crc32c or None
     ).footer()
     c = found.content
-    if (c.segment, c.ledger_id, c.entries, c.checksum) != (part.segment, part.ledger_id, part.object_entries,
-                                                            part.object_checksum):
+    if (c.segment, c.ledger_id, c.entries, c.checksum) != (
+        part.segment,
+        part.ledger_id,
+        part.object_entries,
+        part.object_checksum,
+    ):
         raise CorruptObjectError(
             f"tier object {part.key!r}: its footer says segment {c.segment} (ledger {c.ledger_id}), {c.entries} "
             f"entries, checksum {c.checksum}; the log's record says segment {part.segment} (ledger {part.ledger_id}), "
@@ -131,7 +135,7 @@ async def plan_objects(client: Client, parts: Sequence[EntryRange], bytes_per_pa
         except (BKError, OSError, ImportError, CorruptObjectError) as e:
             found[(part.tier, part.key)] = e
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
         for part in {(p.tier, p.key): p for p in parts if p.key}.values():
             nursery.start_soon(fetch, part)
     out: list[EntryRange] = []
@@ -146,8 +150,14 @@ async def plan_objects(client: Client, parts: Sequence[EntryRange], bytes_per_pa
                     f"log {part.log!r}: segment {part.segment} is only in tier {part.tier}, object {part.key!r}, and "
                     f"reading its footer failed: {footer}"
                 ) from footer
-            logger.warning("log %r: segment %s's object %r in tier %s failed (%s): reading it from the bookies",
-                           part.log, part.segment, part.key, part.tier, footer)
+            logger.warning(
+                "log %r: segment %s's object %r in tier %s failed (%s): reading it from the bookies",
+                part.log,
+                part.segment,
+                part.key,
+                part.tier,
+                footer,
+            )
             out.append(on_bookies(part))
             continue
         out += _cut(part, footer.groups_for(part.first, part.last), bytes_per_partition)
@@ -175,8 +185,9 @@ def read_object_partition(
     ahead: Ahead[pa.Table] | None = None
     try:
         footer = call(bk, what, opts.timeout_s, _footer, bk.client, part)
-        groups = [(max(part.first, g.first_entry_id), min(part.last, g.last_entry_id))
-                  for g in footer.groups_for(part.first, part.last)]
+        groups = [
+            (max(part.first, g.first_entry_id), min(part.last, g.last_entry_id)) for g in footer.groups_for(part.first, part.last)
+        ]
 
         async def fetch(lo: int, hi: int) -> pa.Table:
             tier = await bk.client.context.tiers.get(part.tier)

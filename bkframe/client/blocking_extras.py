@@ -1,0 +1,216 @@
+"""The hand-written part of the blocking facade: the client's loop thread, and the few twins
+that do something the async method does not (an iterator that ends when idle, a list where
+the async API gives a range, a pyarrow reader pulled synchronously).
+
+Everything else is generated into :mod:`bkframe.client.blocking_twins` by
+``scripts/gen_blocking.py`` from the async classes; each generated twin inherits from its
+class here, and a name defined here is not generated.
+
+The blocking client owns one thread that runs an event loop (trio, or asyncio with
+``loop="asyncio"``) with the async client in it; each blocking call hands its work to that
+loop with ``anyio.from_thread.run`` and waits. This is the one thread bkframe starts on its
+own, because synchronous callers have no loop to lend.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, Any, Self, TypeVar, TypeVarTuple, cast
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from prometheus_client import CollectorRegistry
+
+from bkframe.client.blocking_tail import BlockingTail, singly
+from bkframe.client.client import Client, open_client
+from bkframe.client.logs import columns
+from bkframe.client.logs.model import EARLIEST, LogEntry, Position, Where
+from bkframe.client.logs.reader import LogReader
+from bkframe.client.logs.writer import LogWriter
+from bkframe.client.read_handle import Entry, ReadHandle
+from bkframe.client.run_ahead import RunAhead
+from bkframe.client.settings import ClientSettings
+from bkframe.client.write_handle import WriteHandle
+from bkframe.core.plugin_manager import PluginManager
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+#: The event loops the blocking client can run its async client in (``connect(..., loop=)``).
+LOOPS = ("trio", "asyncio")
+
+
+class ClientBase:
+    """The blocking client's own machinery: its thread, its loop, and :meth:`run`."""
+
+    def __init__(
+        self,
+        metadata_uri: str,
+        *,
+        plugins: PluginManager | None = None,
+        settings: ClientSettings | None = None,
+        metrics_registry: CollectorRegistry | None = None,
+        timeout_s: float | None = None,
+        loop: str = "trio",
+        **overrides: Any,
+    ) -> None:
+        if loop not in LOOPS:
+            raise ValueError(f"loop={loop!r}: the blocking client runs its event loop on one of {', '.join(LOOPS)}")
+        self._loop = loop
+        self._uri = metadata_uri
+        self._options: dict[str, Any] = dict(overrides, plugins=plugins, settings=settings, metrics_registry=metrics_registry)
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._client: Client | None = None
+        self._token: anyio.lowlevel.EventLoopToken | None = None
+        self._stop: anyio.Event | None = None
+        self._nursery: anyio.abc.TaskGroup
+        self._thread = threading.Thread(target=self._thread_main, name="bkframe-client", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise TimeoutError(f"bkframe client: metadata store {metadata_uri} did not open within {timeout_s} s")
+        if self._error is not None:
+            raise self._error
+
+    def _thread_main(self) -> None:
+        try:
+            anyio.run(self._main, backend=self._loop)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller of __init__
+            if not self._ready.is_set():
+                self._error = e
+                self._ready.set()
+
+    async def _main(self) -> None:
+        async with open_client(self._uri, **self._options) as client, anyio.create_task_group() as nursery:
+            self._client = client
+            self._nursery = nursery
+            self._token = anyio.lowlevel.current_token()
+            self._stop = anyio.Event()
+            self._ready.set()
+            await self._stop.wait()
+            # Work run ahead and not collected ends with the client.
+            nursery.cancel_scope.cancel()
+
+    def _run(self, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
+        assert self._token is not None
+        # (every fn given here is a coroutine function: anyio's type says so, ours says Awaitable)
+        return anyio.from_thread.run(cast(Callable[[*Ts], Coroutine[Any, Any, T]], fn), *args, token=self._token)
+
+    @property
+    def client(self) -> Client:
+        """The async client inside, for async functions given to :meth:`run`."""
+        assert self._client is not None
+        return self._client
+
+    @property
+    def alive(self) -> bool:
+        """The client's event loop is still running (False after :meth:`close`)."""
+        return self._thread.is_alive() and self._stop is not None and not self._stop.is_set()
+
+    def run(self, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
+        """Run ``fn(*args)`` in the client's event loop and wait for its result: how
+        synchronous code (a Spark task) runs several client calls in one hop, e.g.
+        ``bk.run(partial(read_chunk, bk.client, ...))``. Put the timeout inside ``fn``
+        (``anyio.fail_after``), at the call site."""
+        return self._run(fn, *args)
+
+    def run_ahead(self, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> RunAhead[T]:
+        """Start ``fn(*args)`` in the client's loop and return at once: the caller does
+        other work meanwhile and collects the outcome with :meth:`RunAhead.result` (what
+        ``run`` would have returned or raised), or drops it with :meth:`RunAhead.cancel`.
+        How a Spark task reads its next chunk while Spark consumes the current one. Put the
+        timeout inside ``fn``; the work ends with the client at the latest."""
+        assert self._token is not None
+        ahead: RunAhead[T] = RunAhead(self._token, lambda: self.alive)
+        anyio.from_thread.run_sync(self._nursery.start_soon, ahead._run, fn, args, token=self._token)
+        return ahead
+
+    def close(self) -> None:
+        if self._stop is not None and self._thread.is_alive():
+            anyio.from_thread.run_sync(self._stop.set, token=self._token)
+        self._thread.join()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class WriteHandleExtras:
+    _owner: ClientBase
+    handle: WriteHandle
+
+    def append_many(self, payloads: Iterable[bytes]) -> list[int]:
+        """Append a batch pipelined; returns the entry ids once all are confirmed (a list, as
+        it always was: the async one returns a range)."""
+        data = list(payloads)
+
+        async def run() -> list[int]:
+            return list(await self.handle.append_many(data))
+
+        return self._owner._run(run)
+
+
+class ReadHandleExtras:
+    _owner: ClientBase
+    handle: ReadHandle
+
+    def tail(self, start: int = 0, *, poll_timeout_s: float = 1.0, idle_timeout_s: float | None = None) -> BlockingTail[Entry]:
+        """Entries from ``start`` as they are confirmed, until the ledger is closed and read;
+        with ``idle_timeout_s`` it ends once no entry came for that long (a plain iterator
+        cannot be cancelled from outside)."""
+        return BlockingTail(self._owner, singly(self.handle.tail(start, poll_timeout_s=poll_timeout_s)), idle_timeout_s)
+
+
+class LogsExtras:
+    pass
+
+
+class LogWriterExtras:
+    writer: LogWriter
+    _owner: ClientBase
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self._owner._run(self.writer.close)
+
+
+class LogReaderExtras:
+    _owner: ClientBase
+    reader: LogReader
+
+    def tail(
+        self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0, idle_timeout_s: float | None = None
+    ) -> BlockingTail[LogEntry]:
+        """A plain iterator over every confirmed entry from ``start`` on, waiting for new
+        ones; with ``idle_timeout_s`` it ends once no entry came for that long."""
+        # A chunk per hop to the client's thread, not an entry.
+        return BlockingTail(self._owner, self.reader.tail_chunks(start, poll_timeout_s=poll_timeout_s), idle_timeout_s)
+
+    def tail_chunks(
+        self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0, idle_timeout_s: float | None = None
+    ) -> BlockingTail[list[LogEntry]]:
+        """:meth:`tail` a chunk of entries at a time."""
+        chunks = self.reader.tail_chunks(start, poll_timeout_s=poll_timeout_s)
+        return BlockingTail(self._owner, singly(chunks), idle_timeout_s)
+
+    def record_batch_reader(self, start: Where = EARLIEST, end: Position | None = None) -> pa.RecordBatchReader:
+        """The snapshot as a ``pyarrow.RecordBatchReader`` read a chunk at a time as consumed (DuckDB, Polars
+        scan it lazily); ``end`` is fixed first (default: the end now): a repeatable prefix."""
+        first = self._owner._run(self.reader.resolve, start)
+        stop = end if end is not None else self._owner._run(self.reader.end)
+        schema = columns.schema().with_metadata(
+            {"bkframe.log": self.reader.name, "bkframe.start": str(first), "bkframe.end": str(max(stop, first))}
+        )
+        batches = iter(BlockingTail(self._owner, singly(self.reader.arrow_batches(first, stop)))) if stop > first else iter(())
+        return columns.pyarrow().RecordBatchReader.from_batches(schema, batches)
