@@ -13,6 +13,7 @@ import attrs
 import click
 import trio
 
+from bkframe.cli import interrupt
 from bkframe.cli.options import LOG_OVERRIDES, auth_token_option, client_security, metadata_option, missing_option
 from bkframe.cli.until_signal import run_until_signal
 from bkframe.client.settings import ClientSettings
@@ -89,7 +90,7 @@ def status(metadata: str, start: int, limit: int, as_json: bool) -> None:
         finally:
             await store.aclose()
 
-    got = trio.run(run)
+    got = interrupt.run(run)
     if as_json:
         click.echo(json.dumps(got, sort_keys=True))
         return

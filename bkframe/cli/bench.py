@@ -9,14 +9,14 @@ import tempfile
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import click
 import numpy as np
-import trio
 
 from bkframe import proto as p
+from bkframe.cli import interrupt
 from bkframe.cli.local_cluster import BookieProcess
 from bkframe.cli.options import AT_LEAST_ONE, BYTES, check_quorums, client_security
 from bkframe.client.bookie_client import PendingResponse, connect_bookie
@@ -126,11 +126,14 @@ async def bench_client(
     from bkframe.client.client import open_client
 
     async with open_client(metadata, **(settings or {})) as client:
-        result, _ = await append_timed(
-            client, entry_size=entry_size, count=count, window=window, ensemble=ensemble, write_quorum=write_quorum,
-            ack_quorum=ack_quorum, ledger_type=ledger_type, progress=progress, sync_every=sync_every,
-        )
-    return result
+        with interrupt.work():  # a signal stops the appends, not the client: the ledger is closed
+            result, _ = await append_timed(
+                client, entry_size=entry_size, count=count, window=window, ensemble=ensemble,
+                write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type, progress=progress,
+                sync_every=sync_every,
+            )
+            return result
+    return cast(BenchResult, None)  # stopped by a signal: interrupt.run exits
 
 
 async def append_timed(
@@ -157,56 +160,60 @@ async def append_timed(
         ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type, password=b"bench"
     )
     bookies = list(writer.metadata.fragments[0][1])
-    before = await _bookie_bytes(client, bookies)
-    bar = click.progressbar(length=count, file=sys.stderr, label="appending") if progress else None
-    inflight: deque[tuple[float, Any]] = deque()
-    start = time.perf_counter()
-    submitted = done = 0
-    while done < count:
-        while submitted < count and len(inflight) < window:
-            inflight.append((time.perf_counter(), writer.append_async(payload)))
-            submitted += 1
-            if sync_every and submitted % sync_every == 0:
-                break
-        await inflight[0][1].wait()
-        now = time.perf_counter()
-        finished = 0
-        while inflight and inflight[0][1].done():
-            sent, pending = inflight.popleft()
-            if pending.error is not None:
-                raise pending.error
-            latencies[done] = now - sent
-            done += 1
-            finished += 1
-        if bar is not None:
-            bar.update(finished)
-        if sync_every and done % sync_every == 0 and not inflight:
+    try:
+        before = await _bookie_bytes(client, bookies)
+        bar = click.progressbar(length=count, file=sys.stderr, label="appending") if progress else None
+        inflight: deque[tuple[float, Any]] = deque()
+        start = time.perf_counter()
+        submitted = done = 0
+        while done < count:
+            while submitted < count and len(inflight) < window:
+                inflight.append((time.perf_counter(), writer.append_async(payload)))
+                submitted += 1
+                if sync_every and submitted % sync_every == 0:
+                    break
+            await inflight[0][1].wait()
+            now = time.perf_counter()
+            finished = 0
+            while inflight and inflight[0][1].done():
+                sent, pending = inflight.popleft()
+                if pending.error is not None:
+                    raise pending.error
+                latencies[done] = now - sent
+                done += 1
+                finished += 1
+            if bar is not None:
+                bar.update(finished)
+            if sync_every and done % sync_every == 0 and not inflight:
+                await writer.sync()
+        if final_sync:
             await writer.sync()
-    if final_sync:
-        await writer.sync()
-    seconds = time.perf_counter() - start
-    await writer.close()
-    if bar is not None:
-        bar.render_finish()
-    written = await _bookie_bytes(client, list(writer.metadata.bookies())) - before
-    result = BenchResult(
-        mode=f"client {ledger_type} E={ensemble} W={write_quorum} A={ack_quorum}"
-        + (f" sync every {sync_every}" if sync_every else "")
-        + (" then sync" if final_sync else ""),
-        entry_size=entry_size,
-        count=count,
-        window=window,
-        seconds=seconds,
-        entries_per_s=count / seconds,
-        mb_per_s=count * entry_size / seconds / 1e6,
-        p50_ms=float(np.percentile(latencies, 50) * 1e3),
-        p99_ms=float(np.percentile(latencies, 99) * 1e3),
-        fsyncs_per_s=None,
-        entries_per_fsync=None,
-        payload_bytes=count * entry_size,
-        bookie_bytes_written=written,
-    )
-    return result, latencies
+        seconds = time.perf_counter() - start
+        await writer.close()
+        if bar is not None:
+            bar.render_finish()
+        written = await _bookie_bytes(client, list(writer.metadata.bookies())) - before
+        result = BenchResult(
+            mode=f"client {ledger_type} E={ensemble} W={write_quorum} A={ack_quorum}"
+            + (f" sync every {sync_every}" if sync_every else "")
+            + (" then sync" if final_sync else ""),
+            entry_size=entry_size,
+            count=count,
+            window=window,
+            seconds=seconds,
+            entries_per_s=count / seconds,
+            mb_per_s=count * entry_size / seconds / 1e6,
+            p50_ms=float(np.percentile(latencies, 50) * 1e3),
+            p99_ms=float(np.percentile(latencies, 99) * 1e3),
+            fsyncs_per_s=None,
+            entries_per_fsync=None,
+            payload_bytes=count * entry_size,
+            bookie_bytes_written=written,
+        )
+        return result, latencies
+    finally:
+        if interrupt.interrupted():  # stopped by a signal: closed at its last acknowledged entry
+            await interrupt.close_ledger(writer)
 
 
 @click.command()
@@ -260,7 +267,7 @@ def bench(
     if metadata:
         check_quorums(ensemble, write_quorum, ack_quorum)
         settings = client_security(tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, auth_token_file=auth_token_file)
-        result = trio.run(
+        result = interrupt.run(
             lambda: bench_client(
                 metadata, entry_size=entry_size, count=count, window=window, ensemble=ensemble,
                 write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type,
@@ -269,25 +276,28 @@ def bench(
         )
         click.echo(json.dumps(attrs.asdict(result)) if as_json else result.human())
         return
-    started = None
+    started: BookieProcess | None = None
     tmp = None
-    if address:
-        host, _, port_s = address.rpartition(":")
-        port = int(port_s)
-    else:
-        if data_dir is None:
-            tmp = tempfile.TemporaryDirectory(prefix="bkframe-bench-")
-            data_dir = Path(tmp.name) / "bookie"
-        extra = ("--config", str(config_path)) if config_path else ()
-        started = BookieProcess(data_dir).start(*extra)
-        host, port = started.host, started.port
     try:
-        result = trio.run(
+        if address:
+            host, _, port_s = address.rpartition(":")
+            port = int(port_s)
+        else:
+            if data_dir is None:
+                tmp = tempfile.TemporaryDirectory(prefix="bkframe-bench-")
+                data_dir = Path(tmp.name) / "bookie"
+            extra = ("--config", str(config_path)) if config_path else ()
+            # Made before it is spawned: a signal while it starts still stops it (finally).
+            started = BookieProcess(data_dir)
+            started.start(*extra)
+            host, port = started.host, started.port
+        result = interrupt.run(
             lambda: bench_bookie(host, port, entry_size=entry_size, count=count, window=window, ledger_id=ledger_id)
         )
     finally:
-        if started is not None:
+        if started is not None and started.proc is not None:
             started.stop()
+            interrupt.closed(f"the bookie it started (pid {started.proc.pid}) stopped")
         if tmp is not None:
             tmp.cleanup()
     out: dict[str, Any] = attrs.asdict(result)

@@ -19,6 +19,7 @@ import click
 import trio
 
 import bkframe
+from bkframe.cli import interrupt
 from bkframe.cli.local_cluster import Cluster
 from bkframe.cli.options import AT_LEAST_ONE
 
@@ -49,7 +50,7 @@ def bench_autorecovery(
     cluster = Cluster(data_dir, 5, bookie_args=("--config", str(data_dir / "bookie.toml")))
     cluster.start(parallel=True)
     try:
-        result = trio.run(_run, cluster, size_mb, ledgers, entry_size, foreground_writes)
+        result = interrupt.run(_run, cluster, size_mb, ledgers, entry_size, foreground_writes)
     finally:
         cluster.close()
         shutil.rmtree(data_dir, ignore_errors=True)

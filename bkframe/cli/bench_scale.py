@@ -28,6 +28,7 @@ import trio
 
 from bkframe import proto as p
 from bkframe.bookie.loop_lag import LoopLag
+from bkframe.cli import interrupt
 from bkframe.cli.bench_scale_metadata import metadata as bench_scale_metadata
 from bkframe.cli.local_cluster import BookieProcess
 from bkframe.cli.options import AT_LEAST_ONE
@@ -158,22 +159,22 @@ def bench_scale_bookie(
     result: dict[str, Any] = {"ledgers": ledgers, "entries_per_ledger": entries, "entry_size": entry_size}
     try:
         b.start()
-        result["load"] = trio.run(load, b, ledgers, entries, entry_size, in_flight)
+        result["load"] = interrupt.run(load, b, ledgers, entries, entry_size, in_flight)
         result["fds_after_load"] = open_fds(b)
         result["max_loop_lag_through_load_s"] = metric(b, "bkframe_event_loop_lag_max_seconds")
         b.kill()
         started = time.monotonic()
         b.start()
-        trio.run(first_read, b)
+        interrupt.run(first_read, b)
         result["restart_s"] = round(time.monotonic() - started, 2)
-        result["sample"] = trio.run(read_sample, b, ledgers, entries, entry_size, sample)
+        result["sample"] = interrupt.run(read_sample, b, ledgers, entries, entry_size, sample)
         result["fds_after_restart_and_reads"] = open_fds(b)
         result["max_loop_lag_through_restart_and_reads_s"] = metric(b, "bkframe_event_loop_lag_max_seconds")
         b.stop()
     finally:
         if b.running:
             b.kill()
-    result["offline_gc"] = trio.run(offline_gc, bookie_dir)
+    result["offline_gc"] = interrupt.run(offline_gc, bookie_dir)
     lag = max(
         result["max_loop_lag_through_load_s"],
         result["max_loop_lag_through_restart_and_reads_s"],

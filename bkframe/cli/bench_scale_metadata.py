@@ -57,6 +57,7 @@ from bkframe.admin.http import LIST_LIMIT
 from bkframe.admin.status import StatusPage
 from bkframe.bookie.bookie import Bookie
 from bkframe.bookie.garbage_collector import GarbageCollector
+from bkframe.cli import interrupt
 from bkframe.cli.options import AT_LEAST_ONE
 from bkframe.client.bookie_set import BookieSet
 from bkframe.client.client import Client
@@ -127,7 +128,7 @@ def ledger(ledger_id: int, ensemble: tuple[str, ...], *, closed: bool = True) ->
 
 
 def _fill_worker(uri: str, ledgers: int, logs: int, worker: int, bookies: int) -> tuple[int, int]:
-    return trio.run(_fill, uri, ledgers, logs, worker, bookie_ids(bookies))
+    return interrupt.run(_fill, uri, ledgers, logs, worker, bookie_ids(bookies))
 
 
 async def _fill(uri: str, ledgers: int, logs: int, worker: int, bookies: list[str]) -> tuple[int, int]:
@@ -176,7 +177,7 @@ async def _spread(fn: Callable[..., Awaitable[None]], total: int, *, with_first:
 
 def fill(uri: str, ledgers: int, logs: int, bookies: int, workers: int, say: Callable[[str], None]) -> dict[str, float]:
     store = PluginManager().metadata_store(uri, create=True)
-    trio.run(_init, store)
+    interrupt.run(_init, store)
     t = time.monotonic()
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         jobs = [
@@ -220,7 +221,7 @@ class CountingStore:
 
 
 def _create_worker(uri: str, start_at: float, seconds: float) -> tuple[int, dict[str, int]]:
-    return trio.run(_creates, uri, start_at, seconds)
+    return interrupt.run(_creates, uri, start_at, seconds)
 
 
 async def _creates(uri: str, start_at: float, seconds: float) -> tuple[int, dict[str, int]]:
@@ -519,11 +520,11 @@ def metadata(
         say(f"filling {uri} with {ledgers} ledgers over {bookies} bookie ids and {logs} logs ({fill_workers} processes)")
         result |= fill(uri, ledgers, logs, bookies, fill_workers, say)
     say("timing the listings, a GC round and the views")
-    result |= trio.run(measure, uri, bookies)
+    result |= interrupt.run(measure, uri, bookies)
     say("losing a bookie: timing its marks, then the views with them")
-    result |= trio.run(lost_bookie, uri, bookies)
+    result |= interrupt.run(lost_bookie, uri, bookies)
     say(f"creating from {clients} client processes for {seconds:.0f} s")
-    result |= trio.run(creates_per_second, uri, bookies, clients, seconds)
+    result |= interrupt.run(creates_per_second, uri, bookies, clients, seconds)
     if as_json:
         click.echo(json.dumps(result, sort_keys=True))
         return

@@ -30,6 +30,7 @@ import click
 import numpy as np
 import trio
 
+from bkframe.cli import interrupt
 from bkframe.cli.bench import append_timed
 from bkframe.cli.local_cluster import Cluster
 
@@ -123,7 +124,7 @@ def run_cells(root: Path, settings: SweepSettings) -> list[dict[str, Any]]:
         cluster = Cluster(cluster_root, 3).start(parallel=True)
         click.echo(f"bench-sweep: {size} B entries on a fresh cluster ({', '.join(types)})", err=True)
         try:
-            cells.extend(trio.run(_sweep_one_size, cluster.metadata, size, settings, types))
+            cells.extend(interrupt.run(_sweep_one_size, cluster.metadata, size, settings, types))
         finally:
             cluster.stop(timeout_s=30.0)
             cluster.close()

@@ -8,6 +8,7 @@ import json
 import click
 import trio
 
+from bkframe.cli import interrupt
 from bkframe.cli.options import auth_token_option, client_security, metadata_option
 from bkframe.client.settings import ClientSettings
 from bkframe.core.metadata import BookieInfo
@@ -34,7 +35,7 @@ def list_bookies(metadata: str, as_json: bool) -> None:
         finally:
             await store.aclose()
 
-    infos = trio.run(run)
+    infos = interrupt.run(run)
     racks = any(b.rack for b in infos)
     for b in infos:
         state = "read-only" if b.read_only else "writable"
@@ -76,7 +77,7 @@ def bookie_info(bookie_ids: tuple[str, ...], metadata: str) -> None:
                 out.append({"bookie_id": bookie_id, "error": str(e)})
         return out
 
-    infos = trio.run(run)
+    infos = interrupt.run(run)
     for info in infos:
         click.echo(json.dumps(info, sort_keys=True))
     if any("error" in info for info in infos):
@@ -117,4 +118,4 @@ def decommission(bookie_id: str, metadata: str, no_wait: bool, undo: bool, inter
         finally:
             await store.aclose()
 
-    trio.run(run)
+    interrupt.run(run)

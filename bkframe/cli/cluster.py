@@ -11,6 +11,7 @@ from typing import TypeVar
 import click
 import trio
 
+from bkframe.cli import interrupt
 from bkframe.cli.options import metadata_option
 from bkframe.core.cluster import init_cluster, require_cluster
 from bkframe.core.metadata import ClusterRecord, MetadataStore
@@ -33,7 +34,7 @@ def _run(metadata: str, fn: Callable[[MetadataStore], Awaitable[T]], *, create: 
             with trio.CancelScope(shield=True):
                 await store.aclose()
 
-    return trio.run(main)
+    return interrupt.run(main)
 
 
 @cluster.command()

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import trio
 
 from bkframe.bookie.cookies import Cookie, fix_cookies, read_local
+from bkframe.cli import interrupt
 from bkframe.cli.options import metadata_option
 from bkframe.core.directory_lock import DirectoryLocks
 from bkframe.core.metadata import MetadataStore, Versioned
@@ -45,7 +45,7 @@ def _run(metadata: str, fn: Callable[[MetadataStore], Awaitable[T]]) -> T:
         finally:
             await store.aclose()
 
-    return trio.run(main)
+    return interrupt.run(main)
 
 
 @cookie.command()

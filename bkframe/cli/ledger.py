@@ -6,11 +6,12 @@ import json
 import sys
 import tomllib
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
-import trio
 
+from bkframe.cli import interrupt
+from bkframe.cli.interrupt import close_ledger
 from bkframe.cli.options import ClientGroup, check_quorums, client_security, metadata_option, password_option
 from bkframe.cli.stdin_lines import append_lines
 from bkframe.client.client import Client, open_client
@@ -22,9 +23,11 @@ T = TypeVar("T")
 def _run(metadata: str, fn: Callable[[Client], Awaitable[T]], **settings: Any) -> T:
     async def main() -> T:
         async with open_client(metadata, **{**client_security(), **settings}) as client:
-            return await fn(client)
+            with interrupt.work():  # a signal cancels the command, never the client under it
+                return await fn(client)
+            return cast(T, None)  # stopped by a signal: interrupt.run exits
 
-    return trio.run(main)
+    return interrupt.run(main)
 
 
 def _option_value(text: str) -> Any:
@@ -89,7 +92,13 @@ def append(metadata: str, password: str, keep_open: bool, ledger_id: int) -> Non
 
     async def run(client: Client) -> None:
         writer = await client.open_writer(ledger_id, password=password.encode())
-        refused = await append_lines(writer.append_async)
+        try:
+            refused = await append_lines(writer.append_async)
+        finally:
+            if interrupt.interrupted():
+                await close_ledger(writer, keep_open=keep_open)
+        if interrupt.interrupted():
+            return
         if not keep_open:
             await writer.close()
         if refused is not None:

@@ -15,7 +15,9 @@ import select
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
@@ -31,6 +33,26 @@ START_TIMEOUT_S = 60.0
 #: cluster ``$BKFRAME_METADATA`` names (``bkframe bench``'s private bookie did: a stray
 #: bookie and cookie there, then "wrong master key" on that cluster's ledgers).
 SCRUBBED_ENV: tuple[str, ...] = (METADATA_ENV, PASSWORD_ENV, AUTH_TOKEN_ENV, *SECURITY_ENV.values())
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait for the end of the block (in the main thread; elsewhere they
+    do not interrupt Python code anyway): raised inside ``Popen``, after the fork, they would
+    leave a running bookie without the object that stops it (``bench`` left one)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        if caught:
+            signal.raise_signal(caught[0])  # now, to the handler the block held it from
 
 
 class BookieStartError(BKError):
@@ -101,7 +123,7 @@ class BookieProcess:
         if self.init_cluster:
             cmd += ["--init-cluster"]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "a") as log_file:
+        with open(self.log_path, "a") as log_file, _signals_held():
             self.proc = subprocess.Popen(
                 [*cmd, *self.args, *extra], stdout=subprocess.PIPE, stderr=log_file, text=True, env=environ
             )

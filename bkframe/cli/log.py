@@ -8,15 +8,17 @@ import re
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
 import click
 import trio
 
+from bkframe.cli import interrupt
 from bkframe.cli.durations import UNITS
 from bkframe.cli.durations import duration as _duration
 from bkframe.cli.durations import seconds as _seconds
+from bkframe.cli.interrupt import release_log
 from bkframe.cli.offload_options import offload_settings, offloaded_line, settings_line, with_offload_options
 from bkframe.cli.options import (
     AT_LEAST_ONE,
@@ -48,9 +50,11 @@ def _run(metadata: str, fn: Callable[[Logs], Awaitable[T]], *, explicit_lac_inte
         async with open_client(
             metadata, explicit_lac_interval_s=explicit_lac_interval_s, **client_security()
         ) as client:
-            return await fn(client.logs)
+            with interrupt.work():  # a signal cancels the command, never the client under it
+                return await fn(client.logs)
+            return cast(T, None)  # stopped by a signal: interrupt.run exits
 
-    return trio.run(main)
+    return interrupt.run(main)
 
 
 def _log_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -189,7 +193,13 @@ def append(
                 return writer.append_async(line, properties=properties or None)
             return writer.append_async(payload, key=record_key, properties=properties or None)
 
-        refused = await append_lines(append_line)
+        try:
+            refused = await append_lines(append_line)
+        finally:
+            if interrupt.interrupted():
+                await release_log(writer)
+        if interrupt.interrupted():
+            return
         await writer.close()
         if refused is not None:
             raise refused
@@ -317,14 +327,17 @@ async def _last_records(reader: LogReader, count: int, end: Position) -> Positio
 @click.option("--from", "start", default=None, help="POS (e.g. 3:41), earliest or latest: start there instead.")
 @click.option("--since", default=None, help="From the first record at or after this time (ISO 8601, ms, or 15m ago).")
 @click.option("-f", "--follow", is_flag=True, help="Keep waiting for new entries (until interrupted).")
+@click.option("--cursor", default=None, callback=lambda ctx, param, value: value and _log_name(ctx, param, value),
+              help="Consume on this durable cursor: start where it is (a new one: where the tail would) and "
+              "acknowledge each record once printed, so that the next run resumes after the last one.")
 @_show_options
 def tail(
     metadata: str, password: str, name: str, lines: int | None, start: str | None, since: str | None, follow: bool,
-    show_positions: bool, show_keys: bool, show_timestamps: bool, as_json: bool,
+    cursor: str | None, show_positions: bool, show_keys: bool, show_timestamps: bool, as_json: bool,
 ) -> None:
     """Print the last records of the log, as tail(1) and Kafka's console consumer do: the last
     10 (-n N), or from --from (earliest: every record) or --since on; with -f, then follow
-    the log across segments as it grows."""
+    the log across segments as it grows. Ctrl-C stops it (with --cursor, its acks stored)."""
     if lines is not None and (start is not None or since is not None):
         raise click.UsageError("give -n (the last N records) or --from/--since (a starting point), not both")
     first: Where | None = None if start is None and since is None else _start(start, since)
@@ -334,18 +347,30 @@ def tail(
         reader = await logs.reader(name, password=password.encode())
         # One end for both the start and a dump, so -n N prints N even while writers append.
         end = await reader.end()
-        begin = first if first is not None else await _last_records(reader, TAIL_LINES if lines is None else lines, end)
-        if not follow:
-            async for chunk in reader.chunks(begin, end):
+        if cursor is not None and cursor in {c.name for c in await logs.cursors(name)}:
+            if lines is not None or first is not None:
+                raise click.UsageError(
+                    f"cursor {cursor} exists and says where to start: give no -n, --from or --since "
+                    f"(move it with 'bkframe log cursor {name} {cursor} --to POS')"
+                )
+            begin: Where = (await logs.cursor(name, cursor)).position
+        else:
+            begin = first if first is not None else await _last_records(reader, TAIL_LINES if lines is None else lines, end)
+            if cursor is not None:
+                begin = (await logs.create_cursor(name, cursor, begin, password=password.encode())).position
+        try:
+            async for chunk in reader.tail_chunks(begin) if follow else reader.chunks(begin, end):
                 _print_entries(show, chunk)
-            return
-        async for chunk in reader.tail_chunks(begin):
-            _print_entries(show, chunk)
+                if cursor is not None and chunk:
+                    with trio.CancelScope(shield=True):  # printed, so acknowledged: never one without the other
+                        await logs.ack(name, cursor, chunk[-1].position)
+        finally:
+            if cursor is not None and interrupt.interrupted():
+                with interrupt.closing():
+                    stored = await logs.cursor(name, cursor)  # stores this run's acks first
+                    interrupt.closed(f"cursor {cursor} stored: it resumes at {stored.position}")
 
-    try:
-        _run(metadata, run)
-    except KeyboardInterrupt:
-        pass
+    _run(metadata, run)
 
 
 @log_group.command(name="list")

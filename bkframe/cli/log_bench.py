@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from bkframe.cli import interrupt
 from bkframe.client.logs.api import Logs
 
 
@@ -171,16 +172,21 @@ async def bench_ledger_vs_log(
         writer = await client.create_ledger(
             ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type
         )
-        if batch:
-            seconds, cpu, lat = await _drive_batches(
-                writer.append_many_async, _wait_ledger_batch, payload=payload, count=count, window=window, batch=batch
-            )
-        else:
-            seconds, cpu, lat = await _drive(
-                writer.append_async, _check_ledger_append, payload=payload, count=count, window=window
-            )
-        await writer.close()
-        await client.delete_ledger(writer.ledger_id)
+        try:
+            if batch:
+                seconds, cpu, lat = await _drive_batches(
+                    writer.append_many_async, _wait_ledger_batch, payload=payload, count=count, window=window,
+                    batch=batch,
+                )
+            else:
+                seconds, cpu, lat = await _drive(
+                    writer.append_async, _check_ledger_append, payload=payload, count=count, window=window
+                )
+            await writer.close()
+        finally:
+            with interrupt.closing():  # stopped by a signal too: the bench's ledger goes
+                await client.delete_ledger(writer.ledger_id)
+                interrupt.closed(f"its ledger {writer.ledger_id} deleted")
         return _result("ledger", entry_size, count, window, seconds, cpu, lat, 1)
 
     async def log_run() -> LogBenchResult:
@@ -189,17 +195,22 @@ async def bench_ledger_vs_log(
             name, ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type,
             rollover_entries=rollover_entries,
         )
-        writer = await logs.open_writer(name)
-        if batch:
-            seconds, cpu, lat = await _drive_batches(
-                writer.append_many_async, _wait_log_batch, payload=payload, count=count, window=window, batch=batch
-            )
-        else:
-            seconds, cpu, lat = await _drive(
-                writer.append_async, _check_log_append, payload=payload, count=count, window=window
-            )
-        md = await writer.close()
-        await logs.delete(name)
+        try:
+            writer = await logs.open_writer(name)
+            if batch:
+                seconds, cpu, lat = await _drive_batches(
+                    writer.append_many_async, _wait_log_batch, payload=payload, count=count, window=window,
+                    batch=batch,
+                )
+            else:
+                seconds, cpu, lat = await _drive(
+                    writer.append_async, _check_log_append, payload=payload, count=count, window=window
+                )
+            md = await writer.close()
+        finally:
+            with interrupt.closing():  # stopped by a signal too: the bench's log goes (its writer fails)
+                await logs.delete(name)
+                interrupt.closed(f"its log {name} deleted")
         return _result("log", entry_size, count, window, seconds, cpu, lat, len(md.segments))
 
     for i in range(rounds):

@@ -15,10 +15,12 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import click
 
 from bkframe.cli.errors import Group
+from bkframe.cli.interrupt import reported
 from bkframe.cli.options import LOG_OVERRIDES
 from bkframe.core.log_config import FORMATS, LoggingConfig, setup_logging
 
@@ -76,6 +78,10 @@ class LazyGroup(Group):
         module, attribute = target.split(":")
         command: click.Command = getattr(importlib.import_module(module), attribute)
         return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with reported():  # SIGINT and SIGTERM: one line, exit 130 or 143 (bkframe.cli.interrupt)
+            return super().invoke(ctx)
 
 
 @click.group(cls=LazyGroup)

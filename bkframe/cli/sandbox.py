@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
+import sys
 from functools import partial
 from pathlib import Path
 
 import click
 import trio
 
+from bkframe.cli import interrupt
 from bkframe.cli.demo import run_demo, run_spark_pipeline, spark_missing
 from bkframe.cli.local_cluster import Cluster
 from bkframe.cli.options import AT_LEAST_ONE, EnvOption, metadata_option
@@ -91,39 +92,42 @@ def _run(
 
     async def main() -> None:
         await check_store(metadata)
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            try:
-                await trio.to_thread.run_sync(partial(cluster.start, parallel=True))
-                state = {
-                    "metadata": metadata,
-                    "pid": os.getpid(),
-                    "bookies": [
-                        {"id": b.bookie_id, "address": b.address, "pid": b.proc.pid if b.proc else 0, "log": str(b.log_path),
-                         "rack": b.rack, "http": b.http_url}
-                        for b in cluster.bookies
-                    ],
-                }
-                (data_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
-                click.echo(f"sandbox: {bookies} bookies on {metadata}")
-                for b in cluster.bookies:
-                    rack = f", rack {b.rack}" if b.rack else ""
-                    click.echo(f"  {b.bookie_id} at {b.address}{rack} (log: {b.log_path}), admin http {b.http_url}")
-                click.echo(f"status page: {cluster.bookies[0].http_url}/")
-                click.echo(f"wrote {data_dir / STATE_FILE}")
-                if demo:
-                    await run_demo(metadata, bookies, click.echo, tier_dir=data_dir / "tier")
-                    if not no_spark:
-                        await run_spark_pipeline(metadata, data_dir, click.echo)
-                else:
-                    click.echo("running; Ctrl-C (SIGINT) or SIGTERM stops the cluster")
-                    async for _ in signals:
-                        break
-            finally:
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(partial(cluster.stop, timeout_s=30.0))
+        # Until SIGINT or SIGTERM (bkframe.cli.interrupt cancels it), or the demo's end.
+        try:
+            await trio.to_thread.run_sync(partial(cluster.start, parallel=True))
+            state = {
+                "metadata": metadata,
+                "pid": os.getpid(),
+                "bookies": [
+                    {"id": b.bookie_id, "address": b.address, "pid": b.proc.pid if b.proc else 0, "log": str(b.log_path),
+                     "rack": b.rack, "http": b.http_url}
+                    for b in cluster.bookies
+                ],
+            }
+            (data_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+            click.echo(f"sandbox: {bookies} bookies on {metadata}")
+            for b in cluster.bookies:
+                rack = f", rack {b.rack}" if b.rack else ""
+                click.echo(f"  {b.bookie_id} at {b.address}{rack} (log: {b.log_path}), admin http {b.http_url}")
+            click.echo(f"status page: {cluster.bookies[0].http_url}/")
+            click.echo(f"wrote {data_dir / STATE_FILE}")
+            if demo:
+                await run_demo(metadata, bookies, click.echo, tier_dir=data_dir / "tier")
+                if not no_spark:
+                    await run_spark_pipeline(metadata, data_dir, click.echo)
+            else:
+                click.echo("running; Ctrl-C (SIGINT) or SIGTERM stops the cluster")
+                sys.stdout.flush()
+                await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(partial(cluster.stop, timeout_s=30.0))
+            if interrupt.interrupted():
+                interrupt.closed(f"sandbox stopped ({len(cluster.bookies)} bookies)")
+            else:
                 click.echo("sandbox stopped")
 
-    trio.run(main)
+    interrupt.run(main)
 
 
 def _already_running(data_dir: Path, pid: int | None) -> str:

@@ -14,8 +14,8 @@ import json
 import logging
 
 import click
-import trio
 
+from bkframe.cli import interrupt
 from bkframe.cli.durations import duration, seconds
 from bkframe.cli.options import client_security, metadata_option
 from bkframe.client.client import open_client
@@ -63,7 +63,7 @@ def check(metadata: str, tier_uri: str, delete_orphans: bool, grace: str | None,
                     f"{e}; check the tier's URI, credentials and that the store is reachable, then run the check again"
                 ) from None
 
-    summary = trio.run(main)
+    summary = interrupt.run(main)
     if as_json:
         click.echo(json.dumps({"findings": [f.to_json() for f in findings], "summary": summary.to_json()}, indent=2))
     else:

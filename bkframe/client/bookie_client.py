@@ -37,6 +37,12 @@ class BookieConnectionError(BKError, ConnectionError):
     """The connection to a bookie failed or closed before the response came."""
 
 
+class ClientClosedError(BookieConnectionError):
+    """The client closed the connection itself (it is closing, or the task holding the
+    connection was cancelled): the request got no answer, but the bookie did not fail, and
+    nothing may count it as failed (quarantine, ensemble change)."""
+
+
 class BookieTimeoutError(BookieConnectionError):
     """A bookie did not answer a request in time: hung, overloaded or cut off. Callers
     treat it like a failed connection (the connection itself stays open: a late answer
@@ -168,7 +174,8 @@ class BookieClient:
 
     def _submit(self, request_id: int, parts: list[Buffer], timeout_s: float | None = None) -> PendingResponse:
         if self._closed is not None:
-            raise BookieConnectionError(f"connection to bookie {self.address} is closed: {self._closed}")
+            kind = ClientClosedError if isinstance(self._closed, ClientClosedError) else BookieConnectionError
+            raise kind(f"connection to bookie {self.address} is closed: {self._closed}")
         now = anyio.current_time()
         timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
         deadline = now + timeout_s
@@ -558,7 +565,7 @@ async def connect_bookie(
             try:
                 yield client
             finally:
-                client._fail_all(BookieConnectionError(f"connection to bookie {address} was closed"))
+                client._fail_all(ClientClosedError(f"connection to bookie {address} was closed by the client"))
                 nursery.cancel_scope.cancel()
     finally:
         # Once the connection's tasks have ended: TLS's close reads the bookie's

@@ -18,6 +18,7 @@ from bkframe.client.bookie_client import (
     BookieClient,
     BookieConnectionError,
     BookieTimeoutError,
+    ClientClosedError,
     PendingResponse,
     connect_bookie,
 )
@@ -138,7 +139,7 @@ class BookiePool:
             relay.complete(None, BookieTimeoutError(f"bookie {bookie_id} was not connected and answered in time"))
         finally:
             # Cancelled with the client: whoever still waits hears why.
-            relay.complete(None, BookieConnectionError(f"the client closed before bookie {bookie_id} answered"))
+            relay.complete(None, ClientClosedError(f"the client closed before bookie {bookie_id} answered"))
 
     async def _connect(self, bookie_id: str, attempt: _Attempt) -> None:
         try:
@@ -169,7 +170,7 @@ class BookiePool:
             attempt.failed(e)
         finally:
             # Cancelled with the client: nobody is left to connect for.
-            attempt.failed(BookieConnectionError(f"the client closed before bookie {bookie_id} was connected"))
+            attempt.failed(ClientClosedError(f"the client closed before bookie {bookie_id} was connected"))
             if self._attempts.get(bookie_id) is attempt:
                 del self._attempts[bookie_id]
 

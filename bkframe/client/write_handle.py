@@ -28,6 +28,7 @@ import anyio
 import attrs
 
 from bkframe import proto as p
+from bkframe.client.bookie_client import ClientClosedError
 from bkframe.client.distribution import write_set
 from bkframe.client.ensemble_change import check_still_open, commit_fragment, not_allowed, replacements
 from bkframe.client.entry_format import Digester, max_payload, too_large
@@ -286,7 +287,7 @@ class WriteHandle:
                     timeout_s=self._settings.add_timeout_s,
                 )
             except ConnectionError as err:
-                self._bookie_failed(bookie_id, str(err))
+                self._connection_failed(bookie_id, err)
                 return
             if self._outstanding == 0:
                 self._all_answered = anyio.Event()
@@ -326,8 +327,10 @@ class WriteHandle:
             # Only a bookie that deleted the ledger refuses an add this way (tombstone).
             self._fail(LedgerDeletedError(f"ledger {self.ledger_id} was deleted: {bookie_id}: {response.message}"))
             return
-        reason = str(error) if error is not None else f"{response.status.name}: {response.message}"  # type: ignore[union-attr]
-        self._bookie_failed(bookie_id, reason)
+        if error is not None:
+            self._connection_failed(bookie_id, error)
+            return
+        self._bookie_failed(bookie_id, f"{response.status.name}: {response.message}")  # type: ignore[union-attr]
 
     def _advance(self) -> None:
         ack_quorum = self.metadata.ack_quorum
@@ -444,6 +447,16 @@ class WriteHandle:
         self._idle.set()
 
     # -- ensemble change -----------------------------------------------------------------
+
+    def _connection_failed(self, bookie_id: str, error: BaseException) -> None:
+        if isinstance(error, ClientClosedError):
+            if self._closed:
+                return
+            # This client closed the connection itself (it is closing, or was cancelled): the
+            # bookie is fine, and an ensemble change could not even be recorded now.
+            self._fail(ClientClosedError(f"ledger {self.ledger_id}: the client closed ({error})"))
+            return
+        self._bookie_failed(bookie_id, str(error))
 
     def _bookie_failed(self, bookie_id: str, reason: str) -> None:
         if self._error is not None or self._closed:

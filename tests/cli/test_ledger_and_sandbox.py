@@ -88,7 +88,7 @@ def test_sandbox_runs_until_sigterm(tmp_path: Path) -> None:
     how to reach the running one; the running one goes on."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "bkframe", "sandbox", "--bookies", "3", "--data-dir", str(tmp_path)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
         deadline = time.monotonic() + 60
@@ -113,7 +113,8 @@ def test_sandbox_runs_until_sigterm(tmp_path: Path) -> None:
         bk("ledger", "append", ledger_id, *meta, stdin="hello\n")
         assert bk("ledger", "read", ledger_id, *meta).stdout == "hello\n"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143 and err.splitlines() == ["terminated: sandbox stopped (3 bookies)"], err
         pids = [b["pid"] for b in state["bookies"]]
         for pid in pids:
             assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()

@@ -1,0 +1,197 @@
+"""Ctrl-C and SIGTERM on commands that stream, as real signals to real processes on one
+cluster of real bookie processes: each closes what it opened (a ledger at its last
+acknowledged entry, a log writer released, a cursor's acks stored), prints one line on
+stderr, no traceback, and exits 130 (SIGINT) or 143 (SIGTERM). What the test sets up and
+checks goes through an in-process client: a process more would cost seconds of imports."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+import bkframe
+from bkframe.client.blocking import BlockingClient
+from bkframe.client.bookie_client import ClientClosedError
+from bkframe.client.logs.model import Position
+from bkframe.testing.cluster import Cluster
+
+#: How long a process may take to print what the test waits for, or to close what it
+#: opened and exit once stopped (the machine runs the suite at a load of 15).
+WAIT_S = 60
+
+
+@pytest.fixture(scope="module")
+def client(shared_cluster: Cluster) -> Iterator[BlockingClient]:
+    with bkframe.connect(shared_cluster.metadata) as bk:
+        yield bk
+
+
+class Command:
+    """``bkframe ARGS`` as a real process: its stdout lines collected as they come (a
+    thread), its stdin fed ``line-0``, ``line-1``, ... on :meth:`feed` (another)."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bkframe", *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.out: list[str] = []
+        #: The lines written to its stdin, in order.
+        self.written: list[str] = []
+        self._stop_feeding = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.out.append(line.rstrip("\n"))
+
+    def feed(self) -> None:
+        def run() -> None:
+            assert self.proc.stdin is not None
+            try:
+                while not self._stop_feeding.is_set():
+                    batch = [f"line-{len(self.written) + i}" for i in range(50)]
+                    self.proc.stdin.write("".join(f"{line}\n" for line in batch))
+                    self.proc.stdin.flush()
+                    self.written.extend(batch)
+                    time.sleep(0.01)
+            except (BrokenPipeError, ValueError, OSError):
+                pass  # it stopped reading: as a signal should make it
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def wait_for(self, count: int) -> None:
+        """Until it has printed ``count`` lines (it fails if the process ends first)."""
+        deadline = time.monotonic() + WAIT_S
+        while len(self.out) < count:
+            assert self.proc.poll() is None, f"it ended: {self.proc.stderr.read() if self.proc.stderr else ''}"
+            assert time.monotonic() < deadline, f"{len(self.out)} lines in {WAIT_S} s"
+            time.sleep(0.02)
+
+    def stop(self, signum: int) -> str:
+        """Send ``signum``, wait for the exit (and the rest of stdout); the one line it
+        printed on stderr, checked for what must not be there, and its exit status."""
+        self.proc.send_signal(signum)
+        try:
+            self.proc.wait(timeout=WAIT_S)
+        finally:
+            self._stop_feeding.set()
+            self.proc.kill()
+        self._reader.join(WAIT_S)
+        assert self.proc.stderr is not None
+        err = self.proc.stderr.read()
+        assert "Traceback" not in err and "changing ensemble" not in err and " failed " not in err, err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1, err
+        assert self.proc.returncode == 128 + signum, (self.proc.returncode, err)
+        return lines[0]
+
+
+def word(signum: int) -> str:
+    return "interrupted" if signum == signal.SIGINT else "terminated"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ledger_append_closes_its_ledger_at_the_last_acknowledged_entry(
+    shared_cluster: Cluster, client: BlockingClient, signum: int
+) -> None:
+    writer = client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw", claim=False)
+    ledger_id = writer.ledger_id
+    append = Command("ledger", "append", str(ledger_id), "--metadata", shared_cluster.metadata, "--password", "pw")
+    append.feed()
+    append.wait_for(500)  # well under way: acknowledgements flowing
+    line = append.stop(signum)
+    last = int(append.out[-1])
+    assert append.out == [str(i) for i in range(last + 1)]
+    assert line == f"{word(signum)}: ledger {ledger_id} closed at entry {last}"
+    # Closed by the command itself: opened without recovery, it is CLOSED at that entry, and
+    # holds the lines in order.
+    md = client.ledger_metadata(ledger_id)
+    assert (md.closed, md.last_entry_id) == (True, last)
+    entries = client.open_ledger(ledger_id, password=b"pw", recovery=False).read(0, last)
+    assert [e.payload.decode() for e in entries] == append.written[: last + 1]
+
+
+def test_a_log_writer_and_a_cursor_consumer_stop_cleanly(shared_cluster: Cluster, client: BlockingClient) -> None:
+    """SIGTERM to ``log append``: the log is given up (the next writer recovers nothing);
+    SIGINT to ``log tail -f --cursor``: a second run goes on after the last record the first
+    printed, none twice, none skipped."""
+    meta = ("--metadata", shared_cluster.metadata)
+    client.logs.create("signals", rollover_entries=400)
+    append = Command("log", "append", "signals", *meta)
+    append.feed()
+    append.wait_for(1)  # the log has its writer: the consumer starts where it writes
+    tail = Command("log", "tail", "signals", *meta, "-f", "--cursor", "c", "--from", "earliest", "--positions")
+    tail.wait_for(1000)  # across rollovers, while the writer goes on
+    line = tail.stop(signal.SIGINT)
+    first_run = [row.split("\t") for row in tail.out]
+    resume = Position.parse(first_run[-1][0]).next()
+    assert line == f"interrupted: cursor c stored: it resumes at {resume}"
+
+    line = append.stop(signal.SIGTERM)
+    assert line == f"terminated: log signals released (its last record {append.out[-1]})"
+    record = client.logs.metadata("signals")
+    assert record.writer == "" and all(s.closed for s in record.segments), record
+    started = time.monotonic()
+    client.logs.open_writer("signals").close()  # nothing to recover: at once
+    assert time.monotonic() - started < 10
+
+    rest = subprocess.run(
+        [sys.executable, "-m", "bkframe", "log", "tail", "signals", *meta, "--cursor", "c", "--positions"],
+        capture_output=True, text=True, timeout=WAIT_S,
+    )
+    assert rest.returncode == 0, rest.stderr
+    second_run = [row.split("\t") for row in rest.stdout.splitlines()]
+    assert [p for p, _ in first_run + second_run] == append.out
+    assert [text for _, text in first_run + second_run] == append.written[: len(append.out)]
+
+
+async def test_a_client_that_closes_with_appends_in_flight_blames_no_bookie(
+    shared_cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a cancelled command's client does to its connections is no bookie failure: no
+    warning, no quarantine, no ensemble change."""
+    caplog.set_level(logging.INFO, "bkframe")
+    async with bkframe.open_client(shared_cluster.metadata) as bk:
+        writer = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2)
+        await writer.append(b"connected")
+        pendings = [writer.append_async(b"x" * 4096) for _ in range(5000)]
+        await trio.sleep(0.02)  # sent, far from all acknowledged (20 MB)
+    in_flight = [pa for pa in pendings if isinstance(pa.error, ClientClosedError)]
+    assert in_flight, "every append was acknowledged before the client closed: nothing was tested"
+    assert not [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert bk.context.counters.ensemble_changes == 0
+    assert not any(bk.pool.health.quarantined(b) for b in writer.metadata.bookies())
+
+
+def cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""  # gone already
+
+
+def test_bench_stops_the_bookie_it_started(tmp_path: Path) -> None:
+    """SIGINT to ``bench`` while it starts its private bookie or while it appends (whichever
+    the signal meets): that bookie is stopped, no process is left."""
+    bench = Command("bench", "--count", "50000000", "--data-dir", str(tmp_path / "bookie"))
+    children = Path(f"/proc/{bench.proc.pid}/task/{bench.proc.pid}/children")
+    deadline = time.monotonic() + WAIT_S
+    while not (bookies := [pid for pid in children.read_text().split() if b"bookie" in cmdline(pid)]):
+        assert time.monotonic() < deadline and bench.proc.poll() is None, "no bookie started"
+        time.sleep(0.05)
+    bookie_pid = int(bookies[0])
+    line = bench.stop(signal.SIGINT)
+    assert line == f"interrupted: the bookie it started (pid {bookie_pid}) stopped"
+    assert not Path(f"/proc/{bookie_pid}").exists()
