@@ -306,6 +306,11 @@ async def test_a_tier_that_goes_away_is_backed_off_and_resumed(
                 with trio.fail_after(30):
                     while counters.ledgers_deleted < 4 or not counters.orphans_deleted:  # segments 0 to 2, and
                         await trio.sleep(0.05)  # the one the writer above closed; the old orphan
+                    # The lag is a whole pass's figure, set as the pass ends: wait for the end of
+                    # the pass that offloaded the last segment (else it is the pass before's).
+                    settled = counters.passes + 1
+                    while counters.passes < settled:
+                        await trio.sleep(0.05)
                 nursery.cancel_scope.cancel()
         finally:
             await store.aclose()
