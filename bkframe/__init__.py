@@ -1,6 +1,6 @@
 """bkframe: a replicated, durable log store in the model of Apache BookKeeper.
 
-``import bkframe`` gives the trio-native client (:func:`open_client`), the blocking facade
+``import bkframe`` gives the async client (:func:`open_client`, under asyncio or trio), the blocking facade
 (:func:`connect`), the handles and values they return, every error (one root,
 :class:`BKError`), and :data:`hookimpl` for plugin authors (whose API is ``bkframe.core``).
 """

@@ -60,7 +60,7 @@ class BookiePool:
         #: with the pool, as health does, so every caller of ``choose_*`` uses the client's.
         self.placement = placement
         #: Ledgers each bookie holds, as it last reported (GET_BOOKIE_INFO), with when
-        #: (trio time) and how many this client placed on it since: for ``least_used``.
+        #: (event-loop time) and how many this client placed on it since: for ``least_used``.
         self.ledger_counts: dict[str, tuple[int, float]] = {}
         #: Bookies whose ledger count is being asked for in the background.
         self.asking_counts: set[str] = set()

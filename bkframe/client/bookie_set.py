@@ -28,7 +28,7 @@ log = logging.getLogger("bkframe.client")
 
 @attrs.frozen
 class BookieView:
-    """The registered bookies as listed at ``read_at`` (trio time the listing started)."""
+    """The registered bookies as listed at ``read_at`` (event-loop time the listing started)."""
 
     #: Every live registration, read-only and decommissioned bookies included.
     bookies: tuple[BookieInfo, ...]

@@ -1,6 +1,6 @@
 """Metadata store calls bounded by the client's own ``metadata_timeout_s``.
 
-A store's call may block in a worker thread that cancelling its caller cannot stop (trio
+A store's call may block in a worker thread that cancelling its caller cannot stop (the loop
 waits for a thread it did not abandon): the etcd store tries each member for 5 s and goes
 on trying for 30 s, the ZooKeeper store's kazoo retries for 30 s. A caller that must fail
 within the client's own timeout runs the call in the client's nursery and stops waiting at

@@ -1,4 +1,4 @@
-"""The trio-native client: create, open (with recovery), delete and list ledgers.
+"""The async client (asyncio or trio, on anyio): create, open (with recovery), delete and list ledgers.
 
 ::
 

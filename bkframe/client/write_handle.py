@@ -72,7 +72,7 @@ class PendingAppend:
     error: BaseException | None = None
     _is_done: bool = False
     _event: anyio.Event | None = None
-    #: When the append started (trio clock), for the client's add latency.
+    #: When the append started (event-loop clock), for the client's add latency.
     started: float = 0.0
 
     async def wait(self) -> int:

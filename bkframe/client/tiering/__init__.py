@@ -11,7 +11,7 @@ This package holds the object side of it, one concept a module:
 - :mod:`~bkframe.client.tiering.keys`: where a segment's object lives in a tier (its key).
 - :mod:`~bkframe.client.tiering.object_format`: the object's columns, row groups,
   statistics and footer metadata, and its checksum over the segment's entries.
-- :mod:`~bkframe.client.tiering.async_tier`: a tier called from trio: worker threads, a
+- :mod:`~bkframe.client.tiering.async_tier`: a tier called from the event loop: worker threads, a
   limiter, a deadline per call.
 - :mod:`~bkframe.client.tiering.ranged_file`: a read-only file over byte ranges of an
   object, which pyarrow reads through.

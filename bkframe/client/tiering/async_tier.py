@@ -1,4 +1,4 @@
-"""A tier called from trio: each blocking call in a worker thread, through a limiter, under
+"""A tier called from the event loop: each blocking call in a worker thread, through a limiter, under
 a deadline of bkframe's own.
 
 A tier's methods block (:mod:`bkframe.core.tier`), and a plugin must time its calls out

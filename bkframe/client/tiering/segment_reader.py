@@ -118,7 +118,7 @@ class SegmentObjectReader:
 
 
 class AsyncSegmentObjectReader:
-    """:class:`SegmentObjectReader` for trio: tier calls through ``tier``'s limiter and
+    """:class:`SegmentObjectReader` for the event loop: tier calls through ``tier``'s limiter and
     deadlines, decoding in worker threads."""
 
     def __init__(
