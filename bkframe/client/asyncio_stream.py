@@ -88,8 +88,12 @@ class AsyncioStream(anyio.abc.ByteStream):
             p.readable.clear()
             await p.readable.wait()
         data = p.chunks.popleft()
-        while p.chunks and len(data) + len(p.chunks[0]) <= max_bytes:
-            data += p.chunks.popleft()
+        if p.chunks and len(data) + len(p.chunks[0]) <= max_bytes:
+            parts, size = [data], len(data)  # (joined once: += would copy the bytes so far each time)
+            while p.chunks and size + len(p.chunks[0]) <= max_bytes:
+                parts.append(p.chunks.popleft())
+                size += len(parts[-1])
+            data = b"".join(parts)
         if len(data) > max_bytes:
             data, rest = data[:max_bytes], data[max_bytes:]
             p.chunks.appendleft(rest)
