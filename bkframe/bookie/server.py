@@ -28,7 +28,6 @@ from functools import partial
 
 import trio
 
-from bkframe import proto as p
 from bkframe.bookie.access import Access
 from bkframe.bookie.bookie import Bookie
 from bkframe.bookie.connection_caps import ConnectionCaps
@@ -40,6 +39,11 @@ from bkframe.bookie.throttled_log import ThrottledWarning
 from bkframe.core.auth import Peer
 from bkframe.core.interfaces import Buffer
 from bkframe.core.tls import server_context
+from bkframe.proto.base import BadMessage
+from bkframe.proto.codes import MAX_FRAME_SIZE, Status
+from bkframe.proto.frames import FrameBuffer, FrameTooLarge, pack_frame
+from bkframe.proto.ops.connection_setup import AuthRequest
+from bkframe.proto.table import Request, decode_requests, encode_error_response
 
 log = logging.getLogger("bkframe.server")
 
@@ -205,7 +209,7 @@ class BookieServer:
         try:
             if self._tls is None:
                 with trio.move_on_after(REFUSAL_TIMEOUT_S):
-                    await raw.send_all(p.frame([p.encode_error_response(0, p.Status.TOO_MANY_REQUESTS, why)]))
+                    await raw.send_all(pack_frame([encode_error_response(0, Status.TOO_MANY_REQUESTS, why)]))
                     await raw.send_eof()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
@@ -248,7 +252,7 @@ class BookieServer:
     async def _close_with(
         self,
         send: trio.MemorySendChannel[ResponseBatch],
-        status: p.Status,
+        status: Status,
         message: str,
         peer: Peer | None = None,
         warning: ThrottledWarning | None = None,
@@ -258,7 +262,21 @@ class BookieServer:
         if peer is not None and warning is not None:
             warning.warn("closed the connection from %s: %s", peer.address, message)
         with trio.CancelScope(shield=True):
-            await send.send(ResponseBatch([p.encode_error_response(0, status, message)]))
+            await send.send(ResponseBatch([encode_error_response(0, status, message)]))
+
+    async def _refuse_frame(self, send: trio.MemorySendChannel[ResponseBatch], error: FrameTooLarge, gate: AuthGate) -> None:
+        """Answer a frame refused at its header (its body is never read), then close."""
+        if error.length > MAX_FRAME_SIZE:
+            self.bookie.counters.bad_requests += 1
+            msg = f"frame of {error.length} bytes exceeds the maximum {MAX_FRAME_SIZE}; closing"
+            await self._close_with(send, Status.BAD_REQUEST, msg)
+            return
+        msg = (
+            f"frame of {error.length} bytes before authentication (at most {MAX_FRAME_BEFORE_AUTH} "
+            f"until AUTH succeeds: send AUTH first); closing"
+        )
+        self.bookie.counters.connections_closed_unauthenticated += 1
+        await self._close_with(send, Status.UNAUTHORIZED, msg, gate.peer, self._early_frames)
 
     async def _read_requests(
         self,
@@ -273,9 +291,9 @@ class BookieServer:
         bookie = self.bookie
         limits = self.limits
         max_entry = bookie.config.bookie.max_entry_size
-        buf = bytearray()
-        #: Bytes of the budget this reader holds for ``buf``: at least its length and, once a
-        #: frame's header is in, the whole frame.
+        frames = FrameBuffer(MAX_FRAME_SIZE if gate.authenticated else MAX_FRAME_BEFORE_AUTH)
+        #: Bytes of the budget this reader holds for what ``frames`` buffers: at least that
+        #: and, once a frame's header is in, the whole frame.
         reading = 0
         with trio.CancelScope() as scope:
             self._readers.add(scope)
@@ -291,36 +309,24 @@ class BookieServer:
                     auth_deadline = trio.current_time() + limits.auth_timeout_s
                 frame_deadline = math.inf
                 while True:
-                    # Parse every whole frame in the buffer before reading more.
-                    while len(buf) >= 4:
-                        (length,) = p.FRAME_HEADER.unpack_from(buf)
-                        if length > p.MAX_FRAME_SIZE:
-                            msg = f"frame of {length} bytes exceeds the maximum {p.MAX_FRAME_SIZE}; closing"
-                            bookie.counters.bad_requests += 1
-                            await self._close_with(send, p.Status.BAD_REQUEST, msg)
+                    # Serve every whole frame received before reading more.
+                    while True:
+                        try:
+                            body = frames.next_frame()
+                        except FrameTooLarge as e:
+                            await self._refuse_frame(send, e, gate)
                             return
-                        if length > MAX_FRAME_BEFORE_AUTH and not gate.authenticated:
-                            msg = (
-                                f"frame of {length} bytes before authentication (at most {MAX_FRAME_BEFORE_AUTH} "
-                                f"until AUTH succeeds: send AUTH first); closing"
-                            )
-                            bookie.counters.connections_closed_unauthenticated += 1
-                            await self._close_with(send, p.Status.UNAUTHORIZED, msg, gate.peer, self._early_frames)
-                            return
-                        if len(buf) < 4 + length:
+                        if body is None:
                             break
-                        size = 4 + length
-                        with memoryview(buf) as view:  # one copy; released before the del below
-                            body = memoryview(bytes(view[4:size]))
-                        del buf[:size]
+                        size = 4 + len(body)
                         reading -= size  # the frame's memory goes with its answers now
                         frame_deadline = math.inf
-                        requests = p.decode_requests(body, max_entry)
+                        requests = decode_requests(body, max_entry)
                         if self._debug:
                             log.debug("%s: requests %s", gate.peer.address, _describe(requests))
                         frame = FrameMemory(conn.memory, size)
                         try:
-                            if not gate.authenticated or (requests and type(requests[0]) is p.AuthRequest):
+                            if not gate.authenticated or (requests and type(requests[0]) is AuthRequest):
                                 # Before AUTH succeeds nothing reaches the bookie's requests (and an
                                 # AUTH that starts a frame sets what the connection may read).
                                 answers, requests = gate.check(requests)
@@ -334,9 +340,10 @@ class BookieServer:
                                     return
                                 if gate.authenticated:
                                     auth_deadline = math.inf
-                            pending: Sequence[p.Request | p.BadMessage] = requests
+                                    frames.max_frame_size = MAX_FRAME_SIZE
+                            pending: Sequence[Request | BadMessage] = requests
                             while pending:
-                                pending = await self._serve_some(conn, pending, gate.access, frame, send, nursery, scope, buf)
+                                pending = await self._serve_some(conn, pending, gate.access, frame, send, nursery, scope, frames)
                                 if pending:
                                     # A frame of many large reads: the rest once there is room.
                                     reading = await conn.memory.wait_for_room(reading, RECEIVE_SIZE)
@@ -349,8 +356,8 @@ class BookieServer:
                     slow = False
                     # (Cancel scopes only where a deadline runs: they cost every frame otherwise.)
                     with _deadline(auth_deadline):
-                        if len(buf) >= 4:
-                            want = 4 + p.FRAME_HEADER.unpack_from(buf)[0]
+                        want = frames.frame_size()
+                        if want:
                             if reading < want:
                                 reading = await conn.memory.reserve(reading, want)
                             if frame_deadline == math.inf:
@@ -358,41 +365,41 @@ class BookieServer:
                         else:
                             reading = await conn.memory.wait_for_room(reading, RECEIVE_SIZE)
                         with _deadline(frame_deadline) as receiving:
-                            data = await stream.receive_some(max(RECEIVE_SIZE, _needed(buf)))
+                            data = await stream.receive_some(max(RECEIVE_SIZE, frames.missing()))
                         slow = receiving is not None and receiving.cancelled_caught
                     if slow:
                         msg = f"a frame of {want} bytes did not arrive whole in {limits.frame_timeout_s} s "
                         bookie.counters.connections_closed_slow += 1
                         await self._close_with(
-                            send, p.Status.BAD_REQUEST, msg + "([limits] frame_timeout_s); closing", gate.peer,
+                            send, Status.BAD_REQUEST, msg + "([limits] frame_timeout_s); closing", gate.peer,
                             self._slow_frames,
                         )
                         return
                     if data is None:
                         msg = f"not authenticated in {limits.auth_timeout_s} s ([limits] auth_timeout_s); closing"
                         bookie.counters.connections_closed_unauthenticated += 1
-                        await self._close_with(send, p.Status.UNAUTHORIZED, msg, gate.peer, self._unauthenticated)
+                        await self._close_with(send, Status.UNAUTHORIZED, msg, gate.peer, self._unauthenticated)
                         return
                     if not data:
                         return
-                    buf += data
-                    if len(buf) > reading:
-                        conn.memory.charge(len(buf) - reading)
-                        reading = len(buf)
+                    frames.feed(data)
+                    if frames.buffered > reading:
+                        conn.memory.charge(frames.buffered - reading)
+                        reading = frames.buffered
             finally:
                 self._readers.discard(scope)
 
     async def _serve_some(
         self,
         conn: _Connection,
-        requests: Sequence[p.Request | p.BadMessage],
+        requests: Sequence[Request | BadMessage],
         access: Access,
         frame: FrameMemory,
         send: trio.MemorySendChannel[ResponseBatch],
         nursery: trio.Nursery,
         scope: trio.CancelScope,
-        buf: bytearray,
-    ) -> Sequence[p.Request | p.BadMessage]:
+        frames: FrameBuffer,
+    ) -> Sequence[Request | BadMessage]:
         """Serve a frame's requests, up to about ANSWER_CHUNK_BYTES of answers or SERVE_STEP_S
         of work; hand the answers over (or send them at once); return the requests left to
         serve."""
@@ -409,12 +416,12 @@ class BookieServer:
         answer_size = sum(map(len, batch.parts))  # in C: a READ_BATCH answer has a part per entry
         conn.memory.charge(answer_size)
         batch.on_answered = frame.hold(answer_size)
-        if out.idle and not batch.waits and not scope.cancel_called and not _whole_frame(buf):
+        if out.idle and not batch.waits and not scope.cancel_called and not frames.has_frame():
             # Nothing to wait for, nothing queued before it and no further whole frame read
             # (those the writer answers with one send): answer now, not one scheduler pass
             # later in the writer (BYPASS and VD adds, reads). Not while draining: the
             # writer's send may outlive this task's cancel scope, this one may not (see _Outbox).
-            await out.send(p.frame(batch.parts))
+            await out.send(pack_frame(batch.parts))
             bookie.requests.answered((batch,))
             batch.on_answered()
         else:
@@ -451,7 +458,7 @@ class BookieServer:
                         break
                 parts = await requests.durable_answers(batches)
                 if parts:
-                    await out.send(p.frame(parts))
+                    await out.send(pack_frame(parts))
                 requests.answered(batches)
                 for b in batches:
                     if b.on_answered is not None:
@@ -522,22 +529,7 @@ def _peer_ip(raw: trio.SocketStream) -> str:
         return "?"
 
 
-def _whole_frame(buf: bytearray) -> bool:
-    """``buf`` starts with a whole frame (or a length no frame may have)."""
-    if len(buf) < 4:
-        return False
-    (length,) = p.FRAME_HEADER.unpack_from(buf)
-    return length > p.MAX_FRAME_SIZE or len(buf) >= 4 + length
-
-
-def _needed(buf: bytearray) -> int:
-    if len(buf) < 4:
-        return 0
-    (length,) = p.FRAME_HEADER.unpack_from(buf)
-    return min(4 + length - len(buf), p.MAX_FRAME_SIZE) if length <= p.MAX_FRAME_SIZE else 0
-
-
-def _describe(requests: Sequence[p.Request | p.BadMessage]) -> str:
+def _describe(requests: Sequence[Request | BadMessage]) -> str:
     """Requests as ``OP#id(ledger L)`` for debug logs: ids only, never keys, tokens or data."""
     out = []
     for r in requests:
