@@ -21,16 +21,18 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import anyio
 import sniffio
 from anyio.streams.tls import TLSStream
 
 from bkframe.client.asyncio_stream import connect_asyncio
+from bkframe.client.bookie_errors import BookieConnectionError, BookieTimeoutError, ClientClosedError
+from bkframe.client.pending_response import PendingResponse, R
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import BKError, ProtocolError, UnauthorizedError
-from bkframe.proto.base import ErrorResponse, Reply
+from bkframe.proto.base import Reply
 from bkframe.proto.codes import TARGET_FRAME_SIZE, Feature, Status
 from bkframe.proto.frames import FrameBuffer, pack_frame
 from bkframe.proto.ops.add import AddResponse, encode_add
@@ -46,23 +48,6 @@ from bkframe.proto.ops.write_close import WriteCloseResponse, encode_write_close
 from bkframe.proto.ops.write_lac import WriteLacResponse, encode_write_lac
 from bkframe.proto.table import Response, decode_responses
 
-
-class BookieConnectionError(BKError, ConnectionError):
-    """The connection to a bookie failed or closed before the response came."""
-
-
-class ClientClosedError(BookieConnectionError):
-    """The client closed the connection itself (it is closing, or the task holding the
-    connection was cancelled): the request got no answer, but the bookie did not fail, and
-    nothing may count it as failed (quarantine, ensemble change)."""
-
-
-class BookieTimeoutError(BookieConnectionError):
-    """A bookie did not answer a request in time: hung, overloaded or cut off. Callers
-    treat it like a failed connection (the connection itself stays open: a late answer
-    is dropped)."""
-
-
 #: Requests without a timeout of their own get this one: nothing waits on a bookie forever.
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 #: A request answered TRY_AGAIN is sent again this long after the answer (the bookie held
@@ -72,86 +57,8 @@ TRY_AGAIN_BACKOFF_S = 0.05
 DEFAULT_TRY_AGAIN_S = 15.0
 
 
-R = TypeVar("R", bound=Reply)
 #: Receive this much at a time (a frame larger than that arrives in several receives).
 RECEIVE_SIZE = 256 * 1024
-
-
-class PendingResponse(Generic[R]):
-    """A response that will come; ``await pending.wait()`` returns it, as its request's
-    response class (``kind``) whatever the bookie answered: an ERROR message (a request it
-    could not parse or serve) comes as that class with the ERROR's status and message."""
-
-    __slots__ = ("_error", "_event", "_response", "callback", "deadline", "kind", "parts", "submitted", "timeout_s")
-
-    def __init__(
-        self,
-        kind: type[R],
-        deadline: float = float("inf"),
-        parts: list[Buffer] | None = None,
-        submitted: float = 0.0,
-        timeout_s: float = 0.0,
-    ) -> None:
-        self.kind = kind
-        self._event = anyio.Event()
-        #: event loop clock time after which the request fails with :class:`BookieTimeoutError`.
-        self.deadline = deadline
-        #: What was sent, when, and each try's timeout: to send it again on TRY_AGAIN.
-        self.parts = parts
-        self.submitted = submitted
-        self.timeout_s = timeout_s
-        self._response: R | None = None
-        self._error: BaseException | None = None
-        #: Called synchronously with (response, None) or (None, error) when it completes;
-        #: lets a writer track thousands of adds without a task each.
-        self.callback: Callable[[R | None, BaseException | None], None] | None = None
-
-    def done(self) -> bool:
-        return self._event.is_set()
-
-    async def wait(self) -> R:
-        await self._event.wait()
-        if self._error is not None:
-            raise self._error
-        assert self._response is not None
-        return self._response
-
-    def result(self) -> R:
-        """The response of a done request (raises its error); no waiting, no checkpoint."""
-        if not self._event.is_set():
-            raise RuntimeError("the response has not come yet")
-        if self._error is not None:
-            raise self._error
-        assert self._response is not None
-        return self._response
-
-    def complete(self, response: Reply | None, error: BaseException | None = None) -> None:
-        """Complete it from outside a connection: a request relayed to a bookie still being
-        connected to (:meth:`~.bookie_pool.BookiePool.request`). The first completion wins."""
-        if self._event.is_set():
-            return
-        if response is not None:
-            self._set(response)
-        else:
-            self._fail(error if error is not None else BookieConnectionError("no answer"))
-
-    def _set(self, response: Reply) -> None:
-        if type(response) is not self.kind and self.kind is not Reply:
-            if type(response) is not ErrorResponse:
-                self._fail(ProtocolError(f"a {type(response).__name__} answered a request that expects a {self.kind.__name__}"))
-                return
-            response = self.kind(response.request_id, response.status, response.message)
-        self._response = typed = response  # type: ignore[assignment]
-        self._event.set()
-        if self.callback is not None:
-            self.callback(typed, None)
-
-    def _fail(self, error: BaseException) -> None:
-        if not self._event.is_set():
-            self._error = error
-            self._event.set()
-            if self.callback is not None:
-                self.callback(None, error)
 
 
 class BookieClient:

@@ -12,19 +12,11 @@ from collections.abc import Callable
 
 import anyio
 
-from bkframe.client.bookie_client import (
-    DEFAULT_TRY_AGAIN_S,
-    NO_AUTH,
-    BookieClient,
-    BookieConnectionError,
-    BookieTimeoutError,
-    ClientClosedError,
-    PendingResponse,
-    R,
-    connect_bookie,
-)
+from bkframe.client.bookie_client import DEFAULT_TRY_AGAIN_S, NO_AUTH, BookieClient, R, connect_bookie
+from bkframe.client.bookie_errors import BookieConnectionError, BookieTimeoutError, ClientClosedError
 from bkframe.client.bookie_health import BookieHealth
 from bkframe.client.bookie_set import BookieSet
+from bkframe.client.pending_response import PendingResponse
 from bkframe.core.metadata import MetadataStore
 from bkframe.core.placement import PlacementPolicy
 from bkframe.errors import BKError

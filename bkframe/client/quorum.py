@@ -19,8 +19,9 @@ from typing import TypeVar
 
 import anyio
 
-from bkframe.client.bookie_client import BookieClient, PendingResponse
+from bkframe.client.bookie_client import BookieClient
 from bkframe.client.bookie_pool import BookiePool
+from bkframe.client.pending_response import PendingResponse
 from bkframe.core.metadata import MetadataError
 from bkframe.errors import BKError
 from bkframe.proto.base import Reply

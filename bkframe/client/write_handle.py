@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
-from bkframe.client.bookie_client import ClientClosedError
-from bkframe.client.bookie_errors import error_for
+from bkframe.client.bookie_errors import ClientClosedError, error_for
 from bkframe.client.distribution import write_set
 from bkframe.client.ensemble_change import check_still_open, commit_fragment, not_allowed, replacements
 from bkframe.client.entry_format import Digester, max_payload, too_large

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import trio
 
-from bkframe.client.bookie_client import PendingResponse, connect_bookie
+from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.pending_response import PendingResponse
 from bkframe.proto.codes import Status
 from bkframe.testing.cluster import make_config, running_bookie
 
