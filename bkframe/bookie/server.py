@@ -286,108 +286,128 @@ class BookieServer:
         nursery: trio.Nursery,
         auth_deadline: float,
     ) -> None:
-        out = conn.outbox
-        stream = out.stream
-        bookie = self.bookie
+        """Read frames and serve them until the client leaves, breaks a bound, or the bookie
+        stops (the frames themselves: :class:`~bkframe.proto.frames.FrameBuffer`)."""
+        reader = _Reader(FrameBuffer(MAX_FRAME_SIZE if gate.authenticated else MAX_FRAME_BEFORE_AUTH), auth_deadline)
         limits = self.limits
-        max_entry = bookie.config.bookie.max_entry_size
-        frames = FrameBuffer(MAX_FRAME_SIZE if gate.authenticated else MAX_FRAME_BEFORE_AUTH)
-        #: Bytes of the budget this reader holds for what ``frames`` buffers: at least that
-        #: and, once a frame's header is in, the whole frame.
-        reading = 0
         with trio.CancelScope() as scope:
             self._readers.add(scope)
             try:
                 # Nothing is served before boot protection (BP-46 phase one) is durable.
-                await bookie.ready.wait()
+                await self.bookie.ready.wait()
                 if self._stop.is_set():
                     return
                 if gate.authenticated:
-                    auth_deadline = math.inf
-                elif auth_deadline < trio.current_time() + limits.auth_timeout_s:
+                    reader.auth_deadline = math.inf
+                elif reader.auth_deadline < trio.current_time() + limits.auth_timeout_s:
                     # Connected while the bookie was booting: the time counts from now.
-                    auth_deadline = trio.current_time() + limits.auth_timeout_s
-                frame_deadline = math.inf
+                    reader.auth_deadline = trio.current_time() + limits.auth_timeout_s
                 while True:
                     # Serve every whole frame received before reading more.
                     while True:
                         try:
-                            body = frames.next_frame()
+                            body = reader.frames.next_frame()
                         except FrameTooLarge as e:
                             await self._refuse_frame(send, e, gate)
                             return
                         if body is None:
                             break
-                        size = 4 + len(body)
-                        reading -= size  # the frame's memory goes with its answers now
-                        frame_deadline = math.inf
-                        requests = decode_requests(body, max_entry)
-                        if self._debug:
-                            log.debug("%s: requests %s", gate.peer.address, _describe(requests))
-                        frame = FrameMemory(conn.memory, size)
-                        try:
-                            if not gate.authenticated or (requests and type(requests[0]) is AuthRequest):
-                                # Before AUTH succeeds nothing reaches the bookie's requests (and an
-                                # AUTH that starts a frame sets what the connection may read).
-                                answers, requests = gate.check(requests)
-                                if answers:
-                                    out.idle = False  # handed over: later answers go after it
-                                    with trio.CancelScope(shield=True):
-                                        await send.send(ResponseBatch(list(answers), on_answered=frame.hold()))
-                                if gate.refused:
-                                    # One guess per connection: the answer goes, then the connection.
-                                    bookie.counters.connections_closed_unauthenticated += 1
-                                    return
-                                if gate.authenticated:
-                                    auth_deadline = math.inf
-                                    frames.max_frame_size = MAX_FRAME_SIZE
-                            pending: Sequence[Request | BadMessage] = requests
-                            while pending:
-                                pending = await self._serve_some(conn, pending, gate.access, frame, send, nursery, scope, frames)
-                                if pending:
-                                    # A frame of many large reads: the rest once there is room.
-                                    reading = await conn.memory.wait_for_room(reading, RECEIVE_SIZE)
-                        finally:
-                            frame.done()
-                    # Room in the budget before reading on: for a whole frame once its
-                    # header is in, else to read at all.
-                    data: bytes | bytearray | None = None
-                    want = 0
-                    slow = False
-                    # (Cancel scopes only where a deadline runs: they cost every frame otherwise.)
-                    with _deadline(auth_deadline):
-                        want = frames.frame_size()
-                        if want:
-                            if reading < want:
-                                reading = await conn.memory.reserve(reading, want)
-                            if frame_deadline == math.inf:
-                                frame_deadline = trio.current_time() + limits.frame_timeout_s
-                        else:
-                            reading = await conn.memory.wait_for_room(reading, RECEIVE_SIZE)
-                        with _deadline(frame_deadline) as receiving:
-                            data = await stream.receive_some(max(RECEIVE_SIZE, frames.missing()))
-                        slow = receiving is not None and receiving.cancelled_caught
-                    if slow:
-                        msg = f"a frame of {want} bytes did not arrive whole in {limits.frame_timeout_s} s "
-                        bookie.counters.connections_closed_slow += 1
-                        await self._close_with(
-                            send, Status.BAD_REQUEST, msg + "([limits] frame_timeout_s); closing", gate.peer,
-                            self._slow_frames,
-                        )
+                        if not await self._serve_frame(conn, gate, reader, body, send, nursery, scope):
+                            return
+                    if not await self._receive(conn, gate, reader, send):
                         return
-                    if data is None:
-                        msg = f"not authenticated in {limits.auth_timeout_s} s ([limits] auth_timeout_s); closing"
-                        bookie.counters.connections_closed_unauthenticated += 1
-                        await self._close_with(send, Status.UNAUTHORIZED, msg, gate.peer, self._unauthenticated)
-                        return
-                    if not data:
-                        return
-                    frames.feed(data)
-                    if frames.buffered > reading:
-                        conn.memory.charge(frames.buffered - reading)
-                        reading = frames.buffered
             finally:
                 self._readers.discard(scope)
+
+    async def _serve_frame(
+        self,
+        conn: _Connection,
+        gate: AuthGate,
+        reader: _Reader,
+        body: memoryview,
+        send: trio.MemorySendChannel[ResponseBatch],
+        nursery: trio.Nursery,
+        scope: trio.CancelScope,
+    ) -> bool:
+        """Serve one frame's requests (after the auth gate); False: close the connection."""
+        size = 4 + len(body)
+        reader.held -= size  # the frame's memory goes with its answers now
+        reader.frame_deadline = math.inf
+        requests = decode_requests(body, self.bookie.config.bookie.max_entry_size)
+        if self._debug:
+            log.debug("%s: requests %s", gate.peer.address, _describe(requests))
+        frame = FrameMemory(conn.memory, size)
+        try:
+            if not gate.authenticated or (requests and type(requests[0]) is AuthRequest):
+                # Before AUTH succeeds nothing reaches the bookie's requests (and an AUTH
+                # that starts a frame sets what the connection may read).
+                answers, requests = gate.check(requests)
+                if answers:
+                    conn.outbox.idle = False  # handed over: later answers go after it
+                    with trio.CancelScope(shield=True):
+                        await send.send(ResponseBatch(list(answers), on_answered=frame.hold()))
+                if gate.refused:
+                    # One guess per connection: the answer goes, then the connection.
+                    self.bookie.counters.connections_closed_unauthenticated += 1
+                    return False
+                if gate.authenticated:
+                    reader.auth_deadline = math.inf
+                    reader.frames.max_frame_size = MAX_FRAME_SIZE
+            pending: Sequence[Request | BadMessage] = requests
+            while pending:
+                pending = await self._serve_some(conn, pending, gate.access, frame, send, nursery, scope, reader.frames)
+                if pending:
+                    # A frame of many large reads: the rest once there is room.
+                    reader.held = await conn.memory.wait_for_room(reader.held, RECEIVE_SIZE)
+        finally:
+            frame.done()
+        return True
+
+    async def _receive(
+        self, conn: _Connection, gate: AuthGate, reader: _Reader, send: trio.MemorySendChannel[ResponseBatch]
+    ) -> bool:
+        """Receive more bytes, within the connection's budget and deadlines; False: close
+        the connection (the client left, or took too long to authenticate or to send a frame)."""
+        limits = self.limits
+        frames = reader.frames
+        data: bytes | bytearray | None = None
+        want = 0
+        slow = False
+        # Room in the budget before reading on: for a whole frame once its header is in,
+        # else to read at all. (Cancel scopes only where a deadline runs: they cost every
+        # frame otherwise.)
+        with _deadline(reader.auth_deadline):
+            want = frames.frame_size()
+            if want:
+                if reader.held < want:
+                    reader.held = await conn.memory.reserve(reader.held, want)
+                if reader.frame_deadline == math.inf:
+                    reader.frame_deadline = trio.current_time() + limits.frame_timeout_s
+            else:
+                reader.held = await conn.memory.wait_for_room(reader.held, RECEIVE_SIZE)
+            with _deadline(reader.frame_deadline) as receiving:
+                data = await conn.outbox.stream.receive_some(max(RECEIVE_SIZE, frames.missing()))
+            slow = receiving is not None and receiving.cancelled_caught
+        if slow:
+            msg = (
+                f"a frame of {want} bytes did not arrive whole in {limits.frame_timeout_s} s "
+                "([limits] frame_timeout_s); closing"
+            )
+            self.bookie.counters.connections_closed_slow += 1
+            await self._close_with(send, Status.BAD_REQUEST, msg, gate.peer, self._slow_frames)
+            return False
+        if data is None:
+            msg = f"not authenticated in {limits.auth_timeout_s} s ([limits] auth_timeout_s); closing"
+            self.bookie.counters.connections_closed_unauthenticated += 1
+            await self._close_with(send, Status.UNAUTHORIZED, msg, gate.peer, self._unauthenticated)
+            return False
+        if not data:
+            return False
+        frames.feed(data)
+        if frames.buffered > reader.held:
+            conn.memory.charge(frames.buffered - reader.held)
+            reader.held = frames.buffered
+        return True
 
     async def _serve_some(
         self,
@@ -479,6 +499,22 @@ class _Connection:
         self.cancel_scope = cancel_scope
         #: Closed because its client took no answer in ``send_timeout_s``.
         self.too_slow = False
+
+
+class _Reader:
+    """What a connection's reader keeps between frames."""
+
+    __slots__ = ("auth_deadline", "frame_deadline", "frames", "held")
+
+    def __init__(self, frames: FrameBuffer, auth_deadline: float) -> None:
+        self.frames = frames
+        #: Bytes of the in-flight budget held for what ``frames`` buffers: at least that
+        #: and, once a frame's header is in, the whole frame.
+        self.held = 0
+        #: Until AUTH succeeds (on a bookie that requires it), and until the frame under
+        #: way is whole.
+        self.auth_deadline = auth_deadline
+        self.frame_deadline = math.inf
 
 
 class _Outbox:
