@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Literal
 
-from bkframe import proto as p
 from bkframe.bookie import journal_records as jr
 from bkframe.bookie.context import BookieContext
 from bkframe.bookie.key_check import TIMEOUT_S, KeyCheckPending, Verdict
@@ -23,6 +22,10 @@ from bkframe.core.auth import INTERNAL_METHOD
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.interfaces import Buffer, JournalWriteError
 from bkframe.core.ledger_keys import keys_equal
+from bkframe.proto.codes import Status
+from bkframe.proto.ops.add import AddRequest, encode_add_response
+from bkframe.proto.ops.add_batch import AddBatchRequest, encode_add_batch_response
+from bkframe.proto.ops.sync import SyncRequest, encode_sync_response
 
 log = logging.getLogger("bkframe.bookie")
 
@@ -39,7 +42,7 @@ class Adds:
         self.types_by_id = context.types_by_id
         self.write_once = context.write_once
 
-    def add(self, adds: Sequence[p.AddRequest], batch: ResponseBatch) -> None:
+    def add(self, adds: Sequence[AddRequest], batch: ResponseBatch) -> None:
         """ADD: a run of adds to one ledger (a frame's consecutive adds are one run)."""
         admission = self._admission(adds[0], batch)
         if admission is True:
@@ -49,7 +52,7 @@ class Adds:
         else:
             batch.parts.extend(self.refused(a, *admission) for a in adds)
 
-    def add_batch(self, req: p.AddBatchRequest, batch: ResponseBatch) -> None:
+    def add_batch(self, req: AddBatchRequest, batch: ResponseBatch) -> None:
         """ADD_BATCH: many entries of one ledger in one request."""
         admission = self._admission(req, batch)
         if admission is True:
@@ -59,7 +62,7 @@ class Adds:
         else:
             batch.parts.append(self.refused(req, *admission))
 
-    def _admission(self, req: p.AddRequest | p.AddBatchRequest, batch: ResponseBatch) -> bool | tuple[p.Status, str]:
+    def _admission(self, req: AddRequest | AddBatchRequest, batch: ResponseBatch) -> bool | tuple[Status, str]:
         """Whether adds may be served now (True), only once the metadata store vouched for
         their key (False), or are refused (status, message). Only a ledger this bookie does
         not hold with a key is checked: its first add, or one after a lost disk or a keyless
@@ -67,7 +70,7 @@ class Adds:
         if is_copy(req):
             if batch.access.internal:
                 return True
-            return p.Status.UNAUTHORIZED, (
+            return Status.UNAUTHORIZED, (
                 f"a recovery add without a master key (a keyless copy) of ledger {req.ledger_id} is taken only from "
                 f"the cluster's own processes (AUTH {INTERNAL_METHOD}); add with the ledger's master key"
             )
@@ -88,16 +91,16 @@ class Adds:
 
     def vouched(
         self, ledger_id: int, master_key: bytes, ledger_type: int, verdict: Verdict, batch: ResponseBatch
-    ) -> Literal[True] | tuple[p.Status, str]:
+    ) -> Literal[True] | tuple[Status, str]:
         """True once the metadata vouched for the key -- a ledger held without a key adopts it
         (journaled; ``batch`` waits for it) -- else the refusal. Nothing is made for a refusal."""
         if verdict is Verdict.NO_LEDGER:
-            return p.Status.NO_LEDGER, (
+            return Status.NO_LEDGER, (
                 f"ledger {ledger_id} does not exist in the metadata store: a bookie takes a ledger only once it is "
                 f"created there (create it with the client first)"
             )
         if verdict is Verdict.WRONG_KEY:
-            return p.Status.UNAUTHORIZED, (
+            return Status.UNAUTHORIZED, (
                 f"wrong master key for ledger {ledger_id}: it does not match the password hash in the ledger's metadata"
             )
         state = self.storage.ledger_state(ledger_id)
@@ -106,24 +109,24 @@ class Adds:
             self.context.journal_master_key(ledger_id, state, batch)
         return True
 
-    def sync_request(self, req: p.SyncRequest, batch: ResponseBatch) -> None:
+    def sync_request(self, req: SyncRequest, batch: ResponseBatch) -> None:
         """SYNC: answered by its own task (:meth:`sync_ledger`) once the ledger is synced."""
         if self.storage.ledger_state(req.ledger_id) is None:
             batch.parts.append(
-                p.encode_sync_response(req.request_id, p.Status.NO_LEDGER, req.ledger_id, -1, "ledger not here")
+                encode_sync_response(req.request_id, Status.NO_LEDGER, req.ledger_id, -1, "ledger not here")
             )
         else:
             batch.deferred.append(partial(self.sync_ledger, req))
 
-    def refused(self, req: p.AddRequest | p.AddBatchRequest, status: p.Status, message: str) -> Buffer:
+    def refused(self, req: AddRequest | AddBatchRequest, status: Status, message: str) -> Buffer:
         """The answer to an add that is not acknowledged, with the ledger's LastAddSynced."""
         las = self.sync.last_add_synced(req.ledger_id)
-        if type(req) is p.AddBatchRequest:
-            return p.encode_add_batch_response(req.request_id, status, req.ledger_id, len(req.entry_ids), las, message)
-        assert type(req) is p.AddRequest
-        return p.encode_add_response(req.request_id, status, req.ledger_id, req.entry_id, las, message)
+        if type(req) is AddBatchRequest:
+            return encode_add_batch_response(req.request_id, status, req.ledger_id, len(req.entry_ids), las, message)
+        assert type(req) is AddRequest
+        return encode_add_response(req.request_id, status, req.ledger_id, req.entry_id, las, message)
 
-    def _add_run(self, adds: Sequence[p.AddRequest], batch: ResponseBatch) -> None:
+    def _add_run(self, adds: Sequence[AddRequest], batch: ResponseBatch) -> None:
         first = adds[0]
         # Requests of one run may still disagree on key, type or recovery flag: then
         # serve them one by one (rare, only from odd clients), each admitted on its own:
@@ -144,21 +147,21 @@ class Adds:
             [a.data for a in adds],
             batch,
         )
-        encode = p.encode_add_response
+        encode = encode_add_response
         las = self.sync.last_add_synced(first.ledger_id)
         batch.parts.extend(encode(a.request_id, status, a.ledger_id, a.entry_id, las, message) for a in adds)
 
-    def _add_batch(self, req: p.AddBatchRequest, batch: ResponseBatch) -> None:
+    def _add_batch(self, req: AddBatchRequest, batch: ResponseBatch) -> None:
         status, message = self._store(
             req.ledger_id, req.master_key, req.ledger_type, req.recovery, req.lac, req.entry_ids, req.entries, batch
         )
         batch.parts.append(
-            p.encode_add_batch_response(
+            encode_add_batch_response(
                 req.request_id, status, req.ledger_id, len(req.entry_ids), self.sync.last_add_synced(req.ledger_id), message
             )
         )
 
-    async def sync_ledger(self, req: p.SyncRequest) -> bytes:
+    async def sync_ledger(self, req: SyncRequest) -> bytes:
         """SYNC: make what this bookie holds of the ledger durable; answer LastAddSynced."""
         seq = self.sync.last_seq(req.ledger_id)
         try:
@@ -166,7 +169,7 @@ class Adds:
                 await self.journal.wait_durable(seq)
         except JournalWriteError as e:
             self.context.journal_write_failed(e)
-            return p.encode_sync_response(
+            return encode_sync_response(
                 req.request_id,
                 self.context.lost_status(),
                 req.ledger_id,
@@ -174,7 +177,7 @@ class Adds:
                 f"bookie {self.context.bookie_id}: entries of ledger {req.ledger_id} were not written to its journal ({e}); "
                 f"they are not synced here",
             )
-        return p.encode_sync_response(req.request_id, p.Status.OK, req.ledger_id, self.sync.last_add_synced(req.ledger_id))
+        return encode_sync_response(req.request_id, Status.OK, req.ledger_id, self.sync.last_add_synced(req.ledger_id))
 
     def _store(
         self,
@@ -186,23 +189,23 @@ class Adds:
         entry_ids: Sequence[int],
         datas: Sequence[Buffer],
         batch: ResponseBatch,
-    ) -> tuple[p.Status, str]:
+    ) -> tuple[Status, str]:
         """Store entries of one ledger (all or none); return the status for all of them."""
         context = self.context
         storage = self.storage
         policy = self.types_by_id.get(ledger_type)
         if policy is None:
-            return p.Status.BAD_REQUEST, (
+            return Status.BAD_REQUEST, (
                 f"unknown ledger type id {ledger_type}; this bookie serves "
                 + ", ".join(f"{t.name}={t.type_id}" for t in self.types_by_id.values())
             )
         if context.mode.read_only and not recovery:
             # As BookKeeper: recovery adds (its high-priority writes) still go through, so
             # that ledgers this bookie holds can be closed; they need little space.
-            return p.Status.READ_ONLY, context.read_only_refusal("adds")
+            return Status.READ_ONLY, context.read_only_refusal("adds")
         state = storage.ledger_state(ledger_id)
         if state is None and ledger_id in context.tombstones:
-            return p.Status.NO_LEDGER, (
+            return Status.NO_LEDGER, (
                 f"ledger {ledger_id} was deleted (this bookie garbage-collected it); it takes no more entries"
             )
         if state is None:
@@ -218,7 +221,7 @@ class Adds:
             if context.key_check is not None and not (recovery and not master_key):
                 # Known only from a lost disk's protection, replayed entries or a keyless
                 # fence: _add_after_key_check adopts a key once metadata vouches for it.
-                return p.Status.UNAUTHORIZED, (
+                return Status.UNAUTHORIZED, (
                     f"wrong master key for ledger {ledger_id}: it does not match the password hash in the ledger's metadata"
                 )
             # No metadata store to check against (a standalone bookie): adopt this key. A
@@ -228,9 +231,9 @@ class Adds:
             # A keyless copy (admitted only from the cluster's own processes, see
             # _admission) may also go where the ledger's key is held: the bookie holds
             # another fragment of it, and on a small cluster every candidate may.
-            return p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}"
+            return Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}"
         if state.fenced and not recovery:
-            return p.Status.FENCED, f"ledger {ledger_id} is fenced"
+            return Status.FENCED, f"ledger {ledger_id} is fenced"
         cursor = self.sync.cursor(ledger_id)
         if cursor is None and policy.lac_by_sync:
             # What the bookie held before this add survived a restart, so it is durable.
@@ -249,7 +252,7 @@ class Adds:
             if new_ids:
                 storage.add_entries(ledger_id, new_ids, new_datas)
         except ValueError as e:  # e.g. an entry id beyond what the storage can index
-            return p.Status.BAD_REQUEST, f"ledger storage refused the entries: {e}"
+            return Status.BAD_REQUEST, f"ledger storage refused the entries: {e}"
         except Exception as e:  # noqa: BLE001 - a write failed (a full disk, EIO): nothing of the batch is stored
             if is_disk_full(e):
                 return context.no_space(e, "to store the entries")
@@ -272,7 +275,7 @@ class Adds:
                 self.sync.journaled(ledger_id, cursor, seq, entry_ids, lac)
         self.counters.entries_added += len(entry_ids)
         context.timed(batch, self.counters.add_latency, ledger_type)
-        return p.Status.OK, ""
+        return Status.OK, ""
 
     async def sync_storage(self) -> None:
         """Make the entry-log writes of large entries durable (see ``sync_storage`` of batches)."""
@@ -286,14 +289,14 @@ class Adds:
             return None
 
     async def _add_after_key_check(
-        self, adds: Sequence[p.AddRequest] | p.AddBatchRequest, received: float, try_again: bool
+        self, adds: Sequence[AddRequest] | AddBatchRequest, received: float, try_again: bool
     ) -> bytes:
         """Adds to a ledger this bookie holds no master key for (their ledger's first adds
         here, or after a lost disk): served only once the ledger's metadata vouches for the
         key they carry; nothing is made otherwise. A client that understands TRY_AGAIN is
         answered so once the check took ``key_check_wait_s`` (see :mod:`.key_check`)."""
-        first = adds if isinstance(adds, p.AddBatchRequest) else adds[0]
-        requests = [adds] if isinstance(adds, p.AddBatchRequest) else adds
+        first = adds if isinstance(adds, AddBatchRequest) else adds[0]
+        requests = [adds] if isinstance(adds, AddBatchRequest) else adds
         check = self.context.key_check
         assert check is not None
         try:
@@ -301,16 +304,16 @@ class Adds:
         except KeyCheckPending as e:
             self.counters.key_checks_pending += 1
             msg = f"{e}: send this add again (the check goes on here)"
-            return b"".join(bytes(self.refused(a, p.Status.TRY_AGAIN, msg)) for a in requests)
+            return b"".join(bytes(self.refused(a, Status.TRY_AGAIN, msg)) for a in requests)
         except Exception as e:  # noqa: BLE001 - the store is down: say so; the client retries or moves on
             log.warning("cannot check the master key of ledger %d: %s", first.ledger_id, e)
             msg = f"this bookie cannot check the master key of ledger {first.ledger_id} now ({e!r}); retry"
-            return b"".join(bytes(self.refused(a, p.Status.IO_ERROR, msg)) for a in requests)
+            return b"".join(bytes(self.refused(a, Status.IO_ERROR, msg)) for a in requests)
         sub = ResponseBatch()
         admission = self.vouched(first.ledger_id, first.master_key, first.ledger_type, verdict, sub)
         if admission is not True:
             return b"".join(bytes(self.refused(a, *admission)) for a in requests)
-        if isinstance(adds, p.AddBatchRequest):
+        if isinstance(adds, AddBatchRequest):
             self._add_batch(adds, sub)
         else:
             self._add_run(adds, sub)
@@ -330,7 +333,7 @@ class Adds:
         self.context.observe(sub)
         return b"".join(bytes(part) for part in sub.parts)
 
-    def _storage_failed(self, ledger_id: int, entry_ids: Sequence[int], error: Exception) -> tuple[p.Status, str]:
+    def _storage_failed(self, ledger_id: int, entry_ids: Sequence[int], error: Exception) -> tuple[Status, str]:
         """IO_ERROR for adds the ledger storage could not store; the bookie keeps serving.
         TOO_MANY_REQUESTS if it only lacked a file descriptor (nothing is wrong with the disk)."""
         what = f"entries {ledger_id}:{entry_ids[0]}..{entry_ids[-1]}" if entry_ids else f"ledger {ledger_id}"
@@ -339,10 +342,10 @@ class Adds:
             return refusal
         self.counters.storage_write_errors += 1
         log.error("storing %s failed: %s", what, error)
-        return p.Status.IO_ERROR, f"this bookie could not store {what}: {error}; write them to another bookie"
+        return Status.IO_ERROR, f"this bookie could not store {what}: {error}; write them to another bookie"
 
 
-def is_copy(req: p.AddRequest | p.AddBatchRequest) -> bool:
+def is_copy(req: AddRequest | AddBatchRequest) -> bool:
     """A keyless recovery add: autorecovery copying a lost bookie's entries here. It knows
     no master key (only the hash is in the metadata), so the ledger is kept keyless here
     until an add whose key the metadata vouches for comes (:meth:`Adds.vouched`).

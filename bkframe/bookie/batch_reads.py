@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from bkframe import proto as p
 from bkframe.core.interfaces import RangeReadStorage
+from bkframe.proto.codes import Status
+from bkframe.proto.ops.read_batch import ReadBatchRequest, encode_read_batch_response
 
 if TYPE_CHECKING:
     from bkframe.core.counters import Counters
@@ -25,18 +26,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("bkframe.bookie")
 
 
-def read_batch(storage: LedgerStorage, counters: Counters, req: p.ReadBatchRequest) -> list[Buffer]:
+def read_batch(storage: LedgerStorage, counters: Counters, req: ReadBatchRequest) -> list[Buffer]:
     """The response parts for ``req``."""
     state = storage.ledger_state(req.ledger_id)
     if state is None:
-        return p.encode_read_batch_response(
-            req.request_id, p.Status.NO_LEDGER, req.ledger_id, -1, message=f"ledger {req.ledger_id} is not on this bookie"
+        return encode_read_batch_response(
+            req.request_id, Status.NO_LEDGER, req.ledger_id, -1, message=f"ledger {req.ledger_id} is not on this bookie"
         )
     if isinstance(storage, RangeReadStorage):
         got_ids, got = storage.get_entries(req.ledger_id, req.first, req.last, req.step, req.max_bytes)
         counters.entries_read += len(got)
         counters.entries_read_in_batches += len(got)
-        return p.encode_read_batch_response(req.request_id, p.Status.OK, req.ledger_id, state.lac, got_ids, got)
+        return encode_read_batch_response(req.request_id, Status.OK, req.ledger_id, state.lac, got_ids, got)
     ids: list[int] = []
     entries: list[Buffer] = []
     size = 0
@@ -53,4 +54,4 @@ def read_batch(storage: LedgerStorage, counters: Counters, req: p.ReadBatchReque
         size += len(data)
     counters.entries_read += len(ids)
     counters.entries_read_in_batches += len(ids)
-    return p.encode_read_batch_response(req.request_id, p.Status.OK, req.ledger_id, state.lac, ids, entries)
+    return encode_read_batch_response(req.request_id, Status.OK, req.ledger_id, state.lac, ids, entries)

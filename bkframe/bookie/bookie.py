@@ -18,7 +18,6 @@ from typing import Any
 
 import trio
 
-from bkframe import proto as p
 from bkframe.bookie.access import AccessPolicy
 from bkframe.bookie.checkpoint import Checkpointer
 from bkframe.bookie.context import BookieContext
@@ -36,6 +35,7 @@ from bkframe.core.directory_lock import DirectoryLocks
 from bkframe.core.interfaces import DurabilityPolicy, Journal, JournalPosition, LedgerStorage
 from bkframe.core.metadata import ClusterRecord
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.proto.codes import PROTOCOL_VERSION
 
 #: The directory in the data dir the bookie hands each component section's plugin.
 SECTION_DIRS = {"journal": "journal", "entry_log_manager": "entrylogs", "ledger_storage": "ledgers"}
@@ -219,7 +219,7 @@ class Bookie:
         usage = measure(self.data_dir)
         return {
             "bookie_id": self.bookie_id,
-            "protocol_version": p.PROTOCOL_VERSION,
+            "protocol_version": PROTOCOL_VERSION,
             "uptime_s": round(time.monotonic() - self.started_mono, 3),
             "free_disk_bytes": usage.free,
             "total_disk_bytes": usage.total,

@@ -15,7 +15,6 @@ from pathlib import Path
 import attrs
 import trio
 
-from bkframe import proto as p
 from bkframe.bookie import journal_records as jr
 from bkframe.bookie.disk_space import ReadOnlyMode
 from bkframe.bookie.key_check import KeyCheck
@@ -28,6 +27,7 @@ from bkframe.core.counters import Counters, Histogram
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.interfaces import DurabilityPolicy, Journal, LedgerState, LedgerStorage, WriteOnceStorage
 from bkframe.core.open_files import is_out_of_files
+from bkframe.proto.codes import Status
 
 #: One line per interval however many requests find no file descriptor.
 _OUT_OF_FILES = ThrottledWarning(logging.getLogger("bkframe.bookie"))
@@ -71,22 +71,22 @@ class BookieContext:
         if is_disk_full(error):
             self.mode.write_failed(error)
 
-    def lost_status(self) -> p.Status:
+    def lost_status(self) -> Status:
         """The status of a request whose journal record was lost."""
-        return p.Status.READ_ONLY if self.mode.read_only else p.Status.IO_ERROR
+        return Status.READ_ONLY if self.mode.read_only else Status.IO_ERROR
 
-    def lost_write(self, error: BaseException, what: str) -> tuple[p.Status, str]:
+    def lost_write(self, error: BaseException, what: str) -> tuple[Status, str]:
         """Status and message for requests whose write (``what``) failed: nothing of them
         is durable here (a full disk turns the bookie read-only)."""
         self.journal_write_failed(error)
         message = f"bookie {self.bookie_id}: {what} failed ({error}); nothing of this request is durable here"
         return self.lost_status(), message
 
-    def no_space(self, error: BaseException, what: str) -> tuple[p.Status, str]:
+    def no_space(self, error: BaseException, what: str) -> tuple[Status, str]:
         self.mode.write_failed(error)
-        return p.Status.READ_ONLY, f"bookie {self.bookie_id} has no space {what} ({error}); it is read-only now"
+        return Status.READ_ONLY, f"bookie {self.bookie_id} has no space {what} ({error}); it is read-only now"
 
-    def refusal_for(self, error: BaseException, what: str) -> tuple[p.Status, str] | None:
+    def refusal_for(self, error: BaseException, what: str) -> tuple[Status, str] | None:
         """TOO_MANY_REQUESTS for a request the storage failed for want of file descriptors
         (nothing is wrong with the data: try later, or another bookie); None for any other
         error. Logged as a throttled warning."""
@@ -96,7 +96,7 @@ class BookieContext:
         _OUT_OF_FILES.warn(
             "bookie %s: no file descriptor left for %s (%s); answered TOO_MANY_REQUESTS", self.bookie_id, what, error
         )
-        return p.Status.TOO_MANY_REQUESTS, f"bookie {self.bookie_id} has no file descriptor left for {what} now; retry"
+        return Status.TOO_MANY_REQUESTS, f"bookie {self.bookie_id} has no file descriptor left for {what} now; retry"
 
     def read_only_refusal(self, what: str) -> str:
         self.counters.read_only_refusals += 1

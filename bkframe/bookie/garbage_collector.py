@@ -36,13 +36,13 @@ from collections.abc import AsyncIterator, Sequence
 
 import trio
 
-from bkframe import proto as p
 from bkframe.bookie.background import run_periodically
 from bkframe.bookie.bookie import Bookie
 from bkframe.bookie.cookies import CookieCheck
 from bkframe.core.bounded import each_bounded
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.metadata import MetadataError, MetadataStore, NoSuchLedgerError, iter_ledgers_of_bookie
+from bkframe.proto.codes import MAX_LEDGER_ID
 
 log = logging.getLogger("bkframe.gc")
 
@@ -165,7 +165,7 @@ class GarbageCollector:
             state = storage.ledger_state(ledger_id)
             if state is None or state.limbo:
                 continue
-            if ledger_id > p.MAX_LEDGER_ID:
+            if ledger_id > MAX_LEDGER_ID:
                 # No metadata store can hold such an id (stored by a bookie that did not
                 # check ids on the wire yet): it is no ledger of this cluster.
                 doomed.append(ledger_id)

@@ -24,11 +24,15 @@ import ssl
 import attrs
 import trio
 
-from bkframe import proto as p
 from bkframe.bookie.access import ANONYMOUS, AccessPolicy
 from bkframe.bookie.throttled_log import ThrottledWarning
 from bkframe.core.auth import AuthenticationError, AuthProvider, Peer
 from bkframe.core.tls import TLS_HANDSHAKE, looks_like_tls, peer_principal
+from bkframe.proto.base import BadMessage
+from bkframe.proto.codes import Feature, Status
+from bkframe.proto.frames import pack_frame
+from bkframe.proto.ops.connection_setup import AuthRequest, FeaturesRequest, encode_auth_response, encode_features_response
+from bkframe.proto.table import Request, encode_error_response
 
 log = logging.getLogger("bkframe.server")
 
@@ -95,7 +99,7 @@ async def _refuse(raw: trio.SocketStream, message: str) -> None:
     """Answer in plaintext and close gently: a close with the client's bytes unread would
     reset the connection and the client might never read the answer."""
     try:
-        await raw.send_all(p.frame([p.encode_error_response(0, p.Status.BAD_REQUEST, message)]))
+        await raw.send_all(pack_frame([encode_error_response(0, Status.BAD_REQUEST, message)]))
         await raw.send_eof()
         with trio.move_on_after(REFUSAL_LINGER_S):
             while await raw.receive_some(64 * 1024):
@@ -121,7 +125,7 @@ class AuthGate:
     def principal(self) -> str:
         return self.access.principal
 
-    def check(self, requests: list[p.Request | p.BadMessage]) -> tuple[list[bytes], list[p.Request | p.BadMessage]]:
+    def check(self, requests: list[Request | BadMessage]) -> tuple[list[bytes], list[Request | BadMessage]]:
         """(responses to send now, requests to serve): AUTH requests that start the frame
         are answered here (also on an authenticated connection: the cluster's own processes
         authenticate on bookies whose provider requires nothing); requests before a
@@ -129,20 +133,20 @@ class AuthGate:
         after a failed AUTH."""
         answers: list[bytes] = []
         for i, req in enumerate(requests):
-            if type(req) is p.AuthRequest:
+            if type(req) is AuthRequest:
                 answers.append(self._authenticate(req))
                 if self.refused:
                     return answers, []
-            elif type(req) is p.FeaturesRequest and self.authenticated:
+            elif type(req) is FeaturesRequest and self.authenticated:
                 answers.append(self._features(req))
             elif self.authenticated:
                 return answers, requests[i:]
             else:
                 message = "not authenticated: a connection's first request must be AUTH (give the client its token)"
-                answers.append(p.encode_error_response(req.request_id, p.Status.UNAUTHORIZED, message))
+                answers.append(encode_error_response(req.request_id, Status.UNAUTHORIZED, message))
         return answers, []
 
-    def _authenticate(self, req: p.AuthRequest) -> bytes:
+    def _authenticate(self, req: AuthRequest) -> bytes:
         try_again = self.access.try_again  # a second AUTH changes who, not what the client understands
         try:
             self.access = self.policy.authenticate(self.provider, self.peer, req.method, req.credential)
@@ -152,15 +156,15 @@ class AuthGate:
                 req.method, e,
             )
             self.refused = True
-            return p.encode_auth_response(req.request_id, p.Status.UNAUTHORIZED, str(e))
+            return encode_auth_response(req.request_id, Status.UNAUTHORIZED, str(e))
         self.authenticated = True
         self.access = attrs.evolve(self.access, try_again=try_again)
         log.info("connection from %s authenticated as %s", self.peer.address, self.principal)
-        return p.encode_auth_response(req.request_id, p.Status.OK, self.principal)
+        return encode_auth_response(req.request_id, Status.OK, self.principal)
 
-    def _features(self, req: p.FeaturesRequest) -> bytes:
+    def _features(self, req: FeaturesRequest) -> bytes:
         """FEATURES (after AUTH, in its frame): what the client understands; the answer
         says which of those this bookie will use (bits it does not know are ignored)."""
-        try_again = bool(req.features & p.Feature.TRY_AGAIN)
+        try_again = bool(req.features & Feature.TRY_AGAIN)
         self.access = attrs.evolve(self.access, try_again=try_again)
-        return p.encode_features_response(req.request_id, int(p.Feature.TRY_AGAIN) if try_again else 0)
+        return encode_features_response(req.request_id, int(Feature.TRY_AGAIN) if try_again else 0)

@@ -23,9 +23,10 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
-from bkframe import proto as p
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import LedgerState, LedgerStorage
+from bkframe.proto.codes import Status
+from bkframe.proto.ops.read_lac import ReadLacRequest, encode_read_lac_response
 
 #: Breaks ties in the heaps (polls themselves do not compare).
 _sequence = itertools.count()
@@ -33,7 +34,7 @@ _sequence = itertools.count()
 
 @attrs.define(eq=False)
 class _Poll:
-    request: p.ReadLacRequest
+    request: ReadLacRequest
     connection: ConnectionPolls
     done: bool = False
 
@@ -58,16 +59,16 @@ class LacWaiters:
         """The long polls of a new connection, with its limits."""
         return ConnectionPolls(self, max_waiting=max_waiting, max_total=max_total, max_timeout_s=max_timeout_s)
 
-    def answer(self, req: p.ReadLacRequest) -> bytes:
+    def answer(self, req: ReadLacRequest) -> bytes:
         """The answer to ``req`` now: the ledger's LAC (NO_LEDGER once it is deleted)."""
         state = self.storage.ledger_state(req.ledger_id)
         return self._answer(req, state)
 
-    def _answer(self, req: p.ReadLacRequest, state: LedgerState | None) -> bytes:
+    def _answer(self, req: ReadLacRequest, state: LedgerState | None) -> bytes:
         if state is None:
-            return p.encode_read_lac_response(req.request_id, p.Status.NO_LEDGER, req.ledger_id, -1, -1, "ledger deleted")
+            return encode_read_lac_response(req.request_id, Status.NO_LEDGER, req.ledger_id, -1, -1, "ledger deleted")
         last = self.storage.last_entry_id(req.ledger_id)
-        return p.encode_read_lac_response(req.request_id, p.Status.OK, req.ledger_id, state.lac, last)
+        return encode_read_lac_response(req.request_id, Status.OK, req.ledger_id, state.lac, last)
 
     def moved(self, ledger_id: int) -> None:
         """The ledger's LAC moved, or the ledger is gone: answer the polls that waited for it."""
@@ -133,7 +134,7 @@ class ConnectionPolls:
         self._changed = trio.Event()
         self._closed = False
 
-    def wait(self, req: p.ReadLacRequest) -> bytes | None:
+    def wait(self, req: ReadLacRequest) -> bytes | None:
         """Let ``req`` wait for its ledger's LAC to pass ``req.previous_lac`` (None), or its
         answer now: the LAC passed it already (a later request of its frame moved it), or a
         cap is met."""

@@ -4,12 +4,14 @@ WRITE_CLOSE (BP-32: the writer is done).
 
 from __future__ import annotations
 
-from bkframe import proto as p
 from bkframe.bookie import journal_records as jr
 from bkframe.bookie.context import BookieContext
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.core.interfaces import LedgerState
 from bkframe.core.ledger_keys import keys_equal
+from bkframe.proto.codes import Status
+from bkframe.proto.ops.write_close import WriteCloseRequest, encode_write_close_response
+from bkframe.proto.ops.write_lac import WriteLacRequest, encode_write_lac_response
 
 
 class LedgerControl:
@@ -41,41 +43,41 @@ class LedgerControl:
         # A fence is acknowledged only once durable, also when an earlier request set it.
         batch.wait_seq = max(batch.wait_seq, self._fence_seq.get(ledger_id, 0))
 
-    def write_lac(self, req: p.WriteLacRequest, batch: ResponseBatch) -> None:
+    def write_lac(self, req: WriteLacRequest, batch: ResponseBatch) -> None:
         """Explicit LAC: journaled and synced for every ledger type (BYPASS ones included)."""
         state = self.storage.ledger_state(req.ledger_id)
 
-        def reply(status: p.Status, message: str = "") -> None:
+        def reply(status: Status, message: str = "") -> None:
             lac = state.lac if state is not None else -1
-            batch.parts.append(p.encode_write_lac_response(req.request_id, status, req.ledger_id, lac, message))
+            batch.parts.append(encode_write_lac_response(req.request_id, status, req.ledger_id, lac, message))
 
         if state is None:
-            reply(p.Status.NO_LEDGER, f"ledger {req.ledger_id} is not on this bookie; add an entry first")
+            reply(Status.NO_LEDGER, f"ledger {req.ledger_id} is not on this bookie; add an entry first")
             return
         if not keys_equal(state.master_key, req.master_key):
-            reply(p.Status.UNAUTHORIZED, f"wrong master key for ledger {req.ledger_id}")
+            reply(Status.UNAUTHORIZED, f"wrong master key for ledger {req.ledger_id}")
             return
         if state.fenced:
-            reply(p.Status.FENCED, f"ledger {req.ledger_id} is fenced")
+            reply(Status.FENCED, f"ledger {req.ledger_id} is fenced")
             return
         if self.context.mode.read_only:
-            reply(p.Status.READ_ONLY, self.context.read_only_refusal("explicit LACs"))
+            reply(Status.READ_ONLY, self.context.read_only_refusal("explicit LACs"))
             return
         if req.lac > state.lac:
             self.storage.set_lac(req.ledger_id, req.lac)
             batch.wait_seq = max(batch.wait_seq, self.journal.append(jr.lac_record(req.ledger_id, req.lac), req.ledger_id))
             self.context.lac_waiters.moved(req.ledger_id)
-        reply(p.Status.OK)
+        reply(Status.OK)
 
-    def write_close(self, req: p.WriteCloseRequest, batch: ResponseBatch) -> None:
+    def write_close(self, req: WriteCloseRequest, batch: ResponseBatch) -> None:
         """BP-32: advisory, so nothing is journaled; the storage keeps the flag."""
         state = self.storage.ledger_state(req.ledger_id)
-        status, message = p.Status.OK, ""
+        status, message = Status.OK, ""
         if state is None:
-            status, message = p.Status.NO_LEDGER, f"ledger {req.ledger_id} is not on this bookie"
+            status, message = Status.NO_LEDGER, f"ledger {req.ledger_id} is not on this bookie"
         elif not keys_equal(state.master_key, req.master_key):
-            status, message = p.Status.UNAUTHORIZED, f"wrong master key for ledger {req.ledger_id}"
+            status, message = Status.UNAUTHORIZED, f"wrong master key for ledger {req.ledger_id}"
         elif not state.write_closed:
             self.storage.set_write_closed(req.ledger_id)
             self.counters.write_closed_ledgers += 1
-        batch.parts.append(p.encode_write_close_response(req.request_id, status, req.ledger_id, message))
+        batch.parts.append(encode_write_close_response(req.request_id, status, req.ledger_id, message))

@@ -11,7 +11,6 @@ from functools import partial
 
 import numpy as np
 
-from bkframe import proto as p
 from bkframe.bookie.batch_reads import read_batch
 from bkframe.bookie.context import BookieContext
 from bkframe.bookie.key_check import TIMEOUT_S, KeyCheckPending, Verdict
@@ -20,6 +19,11 @@ from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.interfaces import Buffer, JournalWriteError, LedgerState
 from bkframe.core.ledger_keys import keys_equal
+from bkframe.proto.codes import LAST_ENTRY, MAX_LIST_SPAN, Status
+from bkframe.proto.ops.list_entries import ListEntriesRequest, encode_list_entries_response
+from bkframe.proto.ops.read import ReadRequest, encode_read_response
+from bkframe.proto.ops.read_batch import ReadBatchRequest, encode_read_batch_response
+from bkframe.proto.ops.read_lac import ReadLacRequest, encode_read_lac_response
 
 log = logging.getLogger("bkframe.bookie")
 
@@ -33,21 +37,21 @@ class Reads:
         self.storage = context.storage
         self.counters = context.counters
 
-    def read(self, req: p.ReadRequest, batch: ResponseBatch) -> None:
+    def read(self, req: ReadRequest, batch: ResponseBatch) -> None:
         """READ: the entry, to a connection with the ledger's key or a principal that reads
         every ledger (:mod:`.access`); a fencing read fences the ledger first."""
         ledger_id = req.ledger_id
         state = self.storage.ledger_state(ledger_id)
         if req.fence and not req.master_key:
-            self._reply(req, state, batch, p.Status.BAD_REQUEST, b"a fencing read must carry the ledger's master key")
+            self._reply(req, state, batch, Status.BAD_REQUEST, b"a fencing read must carry the ledger's master key")
             return
         if state is None and (not req.fence or ledger_id in self.context.tombstones or self.context.key_check is None):
             # Not held: nothing to read, and no fence without the metadata's word for the ledger.
-            self._reply(req, state, batch, p.Status.NO_LEDGER, _not_here(ledger_id, req.fence, self.context).encode())
+            self._reply(req, state, batch, Status.NO_LEDGER, _not_here(ledger_id, req.fence, self.context).encode())
             return
         if state is not None and state.master_key and req.master_key:
             if not keys_equal(req.master_key, state.master_key):
-                self._reply(req, state, batch, p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}".encode())
+                self._reply(req, state, batch, Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}".encode())
                 return
             self._serve_read(req, state, batch)
             return
@@ -56,7 +60,7 @@ class Reads:
             self._serve_read(req, state, batch)
             return
         if not req.master_key:
-            self._reply(req, state, batch, p.Status.UNAUTHORIZED, _needs_key(ledger_id, batch.access.principal).encode())
+            self._reply(req, state, batch, Status.UNAUTHORIZED, _needs_key(ledger_id, batch.access.principal).encode())
             return
         # A key for a ledger held without one, or a fence of one not held: the metadata decides.
         check = self.context.key_check
@@ -72,31 +76,31 @@ class Reads:
         self._read_vouched(req, verdict, batch)
 
     def _reply(
-        self, req: p.ReadRequest, state: LedgerState | None, batch: ResponseBatch, status: p.Status, payload: Buffer,
+        self, req: ReadRequest, state: LedgerState | None, batch: ResponseBatch, status: Status, payload: Buffer,
         entry_id: int | None = None,
     ) -> None:
         lac = state.lac if state is not None else -1
         entry = req.entry_id if entry_id is None else entry_id
-        batch.parts.extend(p.encode_read_response(req.request_id, status, req.ledger_id, entry, lac, payload))
+        batch.parts.extend(encode_read_response(req.request_id, status, req.ledger_id, entry, lac, payload))
 
-    def _read_vouched(self, req: p.ReadRequest, verdict: Verdict, batch: ResponseBatch) -> None:
+    def _read_vouched(self, req: ReadRequest, verdict: Verdict, batch: ResponseBatch) -> None:
         """Serve a read once the metadata said whether its key is the ledger's: a fence of a
         ledger not held makes it here, fenced; a ledger held without a key adopts this one."""
         ledger_id = req.ledger_id
         state = self.storage.ledger_state(ledger_id)
         if verdict is not Verdict.MATCH:
             status, message = (
-                (p.Status.NO_LEDGER, f"ledger {ledger_id} does not exist in the metadata store")
+                (Status.NO_LEDGER, f"ledger {ledger_id} does not exist in the metadata store")
                 if verdict is Verdict.NO_LEDGER
-                else (p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}: it does not match its metadata")
+                else (Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}: it does not match its metadata")
             )
             self._reply(req, state, batch, status, message.encode())
             return
         if state is None and not req.fence:
-            self._reply(req, state, batch, p.Status.NO_LEDGER, _not_here(ledger_id, False, self.context).encode())
+            self._reply(req, state, batch, Status.NO_LEDGER, _not_here(ledger_id, False, self.context).encode())
             return
         if state is None and ledger_id in self.context.tombstones:
-            self._reply(req, state, batch, p.Status.NO_LEDGER, f"ledger {ledger_id} was deleted".encode())
+            self._reply(req, state, batch, Status.NO_LEDGER, f"ledger {ledger_id} was deleted".encode())
             return
         if state is None or not state.master_key:
             # Fence even a ledger this bookie never saw (the metadata knows it), so the old
@@ -107,15 +111,15 @@ class Reads:
                 if not is_disk_full(e):
                     raise
                 message = self.context.no_space(e, f"to fence ledger {ledger_id}")[1]
-                self._reply(req, state, batch, p.Status.IO_ERROR, message.encode())
+                self._reply(req, state, batch, Status.IO_ERROR, message.encode())
                 return
             self.context.journal_master_key(ledger_id, state, batch)
         elif not keys_equal(req.master_key, state.master_key):
-            self._reply(req, state, batch, p.Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}".encode())
+            self._reply(req, state, batch, Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}".encode())
             return
         self._serve_read(req, state, batch)
 
-    async def _read_after_key_check(self, req: p.ReadRequest, received: float, try_again: bool) -> bytes:
+    async def _read_after_key_check(self, req: ReadRequest, received: float, try_again: bool) -> bytes:
         """A read whose key the metadata store must vouch for (see :meth:`read`); TRY_AGAIN
         to a client that understands it once the check took ``key_check_wait_s``."""
         check = self.context.key_check
@@ -125,12 +129,12 @@ class Reads:
             verdict = await check.check(req.ledger_id, req.master_key, wait_s=None if try_again else TIMEOUT_S)
         except KeyCheckPending as e:
             self.counters.key_checks_pending += 1
-            self._reply(req, None, sub, p.Status.TRY_AGAIN, f"{e}: send this read again (the check goes on here)".encode())
+            self._reply(req, None, sub, Status.TRY_AGAIN, f"{e}: send this read again (the check goes on here)".encode())
             return b"".join(bytes(part) for part in sub.parts)
         except Exception as e:  # noqa: BLE001 - the store cannot say: nothing is made; the client retries
             log.warning("cannot check the master key of ledger %d: %s", req.ledger_id, e)
             message = f"this bookie cannot check the master key of ledger {req.ledger_id} now ({e!r}); retry"
-            self._reply(req, None, sub, p.Status.IO_ERROR, message.encode())
+            self._reply(req, None, sub, Status.IO_ERROR, message.encode())
             return b"".join(bytes(part) for part in sub.parts)
         self._read_vouched(req, verdict, sub)
         if sub.wait_seq > self.context.journal.durable_seq:
@@ -138,28 +142,28 @@ class Reads:
                 await self.context.journal.wait_durable(sub.wait_seq)  # the fence, and the adopted key
             except JournalWriteError as e:
                 status, message = self.context.lost_write(e, "the fence's journal write")
-                return b"".join(p.encode_read_response(req.request_id, status, req.ledger_id, req.entry_id, -1, message.encode()))
+                return b"".join(encode_read_response(req.request_id, status, req.ledger_id, req.entry_id, -1, message.encode()))
         sub.received = received
         self.context.observe(sub)
         return b"".join(bytes(part) for part in sub.parts)
 
-    def _serve_read(self, req: p.ReadRequest, state: LedgerState, batch: ResponseBatch) -> None:
+    def _serve_read(self, req: ReadRequest, state: LedgerState, batch: ResponseBatch) -> None:
         """The entry (the key, or the connection, is allowed); a fencing read fences first."""
         storage = self.storage
         ledger_id = req.ledger_id
 
-        def reply(status: p.Status, entry_id: int, payload: Buffer) -> None:
+        def reply(status: Status, entry_id: int, payload: Buffer) -> None:
             self._reply(req, state, batch, status, payload, entry_id)
 
         if req.fence:
             self.control.fence(ledger_id, state, batch)
         entry_id = req.entry_id
         # In limbo this bookie may have lost what it acknowledged: never an explicit negative.
-        missing = p.Status.UNKNOWN if state.limbo else p.Status.NO_ENTRY
-        if entry_id == p.LAST_ENTRY:
+        missing = Status.UNKNOWN if state.limbo else Status.NO_ENTRY
+        if entry_id == LAST_ENTRY:
             entry_id = storage.last_entry_id(ledger_id)
             if entry_id < 0:
-                reply(missing, p.LAST_ENTRY, _missing(state, f"ledger {ledger_id} has no entries here"))
+                reply(missing, LAST_ENTRY, _missing(state, f"ledger {ledger_id} has no entries here"))
                 return
         try:
             data = storage.get_entry(ledger_id, entry_id)
@@ -170,7 +174,7 @@ class Reads:
                 return
             if not state.limbo:
                 log.error("read of entry %d:%d failed: %s", ledger_id, entry_id, e)
-                reply(p.Status.IO_ERROR, entry_id, f"reading entry {ledger_id}:{entry_id} failed here: {e}".encode())
+                reply(Status.IO_ERROR, entry_id, f"reading entry {ledger_id}:{entry_id} failed here: {e}".encode())
                 return
             data = None  # a torn write from before the crash; the repair task replaces it
         if data is None:
@@ -178,9 +182,9 @@ class Reads:
             return
         self.counters.entries_read += 1
         self.context.timed(batch, self.counters.read_latency, state.ledger_type)
-        reply(p.Status.OK, entry_id, data)
+        reply(Status.OK, entry_id, data)
 
-    def read_batch(self, req: p.ReadBatchRequest, batch: ResponseBatch) -> None:
+    def read_batch(self, req: ReadBatchRequest, batch: ResponseBatch) -> None:
         """READ_BATCH (see :mod:`.batch_reads`): as READ, only with the ledger's key or a
         principal that reads every ledger."""
         state = self.storage.ledger_state(req.ledger_id)
@@ -195,23 +199,23 @@ class Reads:
                 refusal = f"wrong master key for ledger {req.ledger_id}"
             if refusal is not None:
                 batch.parts.extend(
-                    p.encode_read_batch_response(req.request_id, p.Status.UNAUTHORIZED, req.ledger_id, -1, message=refusal)
+                    encode_read_batch_response(req.request_id, Status.UNAUTHORIZED, req.ledger_id, -1, message=refusal)
                 )
                 return
         batch.parts.extend(read_batch(self.storage, self.counters, req))
         if state is not None:
             self.context.timed(batch, self.counters.read_latency, state.ledger_type)
 
-    def list_entries(self, req: p.ListEntriesRequest, batch: ResponseBatch) -> None:
+    def list_entries(self, req: ListEntriesRequest, batch: ResponseBatch) -> None:
         state = self.storage.ledger_state(req.ledger_id)
         if state is None:
             batch.parts.append(
-                p.encode_list_entries_response(
-                    req.request_id, p.Status.NO_LEDGER, req.ledger_id, message=f"ledger {req.ledger_id} is not here"
+                encode_list_entries_response(
+                    req.request_id, Status.NO_LEDGER, req.ledger_id, message=f"ledger {req.ledger_id} is not here"
                 )
             )
             return
-        last = min(req.last, req.first + p.MAX_LIST_SPAN - 1)
+        last = min(req.last, req.first + MAX_LIST_SPAN - 1)
         held = np.asarray(self.storage.held_entries(req.ledger_id, req.first, last), dtype=np.int64)
         # Runs of consecutive ids: split where the step is not 1.
         breaks = np.flatnonzero(np.diff(held) != 1) + 1 if held.size else np.empty(0, dtype=np.int64)
@@ -219,9 +223,9 @@ class Reads:
         ends = np.concatenate((breaks - 1, [held.size - 1])) if held.size else breaks
         runs = list(zip(held[starts].tolist(), held[ends].tolist()))
         batch.parts.append(
-            p.encode_list_entries_response(
+            encode_list_entries_response(
                 req.request_id,
-                p.Status.OK,
+                Status.OK,
                 req.ledger_id,
                 limbo=state.limbo,
                 next_first=last + 1 if last < req.last else -1,
@@ -229,12 +233,12 @@ class Reads:
             )
         )
 
-    def read_lac(self, req: p.ReadLacRequest, batch: ResponseBatch) -> None:
+    def read_lac(self, req: ReadLacRequest, batch: ResponseBatch) -> None:
         state = self.storage.ledger_state(req.ledger_id)
         if state is None:
             batch.parts.append(
-                p.encode_read_lac_response(
-                    req.request_id, p.Status.NO_LEDGER, req.ledger_id, -1, -1, f"ledger {req.ledger_id} is not here"
+                encode_read_lac_response(
+                    req.request_id, Status.NO_LEDGER, req.ledger_id, -1, -1, f"ledger {req.ledger_id} is not here"
                 )
             )
             return
@@ -242,7 +246,7 @@ class Reads:
             batch.long_polls.append(req)  # the server registers it (see .lac_waiters)
             return
         last = self.storage.last_entry_id(req.ledger_id)
-        batch.parts.append(p.encode_read_lac_response(req.request_id, p.Status.OK, req.ledger_id, state.lac, last))
+        batch.parts.append(encode_read_lac_response(req.request_id, Status.OK, req.ledger_id, state.lac, last))
 
 
 def _not_here(ledger_id: int, fence: bool, context: BookieContext) -> str:

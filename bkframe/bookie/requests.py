@@ -22,7 +22,6 @@ from typing import Any
 
 import trio
 
-from bkframe import proto as p
 from bkframe.bookie.access import ANONYMOUS, Access
 from bkframe.bookie.adds import Adds
 from bkframe.bookie.context import BookieContext
@@ -30,6 +29,20 @@ from bkframe.bookie.ledger_control import LedgerControl
 from bkframe.bookie.reads import Reads
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.core.interfaces import Buffer, JournalWriteError
+from bkframe.proto.base import BadMessage
+from bkframe.proto.codes import Status
+from bkframe.proto.ops.add import AddRequest
+from bkframe.proto.ops.add_batch import AddBatchRequest
+from bkframe.proto.ops.bookie_info import BookieInfoRequest, encode_bookie_info_response
+from bkframe.proto.ops.connection_setup import AuthRequest, FeaturesRequest, encode_auth_response
+from bkframe.proto.ops.list_entries import ListEntriesRequest
+from bkframe.proto.ops.read import ReadRequest, encode_read_response
+from bkframe.proto.ops.read_batch import ReadBatchRequest
+from bkframe.proto.ops.read_lac import ReadLacRequest
+from bkframe.proto.ops.sync import SyncRequest
+from bkframe.proto.ops.write_close import WriteCloseRequest
+from bkframe.proto.ops.write_lac import WriteLacRequest, encode_write_lac_response
+from bkframe.proto.table import Request, encode_error_response
 
 log = logging.getLogger("bkframe.bookie")
 
@@ -48,6 +61,21 @@ class RequestHandler:
         self.adds = Adds(context)
         self.control = LedgerControl(context)
         self.reads = Reads(context, self.control)
+        #: Who serves each request (a run of ADDs to one ledger goes to ``adds.add`` whole).
+        self._handlers: dict[type, Callable[[Any, ResponseBatch], None]] = {
+            AddBatchRequest: self.adds.add_batch,
+            SyncRequest: self.adds.sync_request,
+            ReadRequest: self.reads.read,
+            ReadBatchRequest: self.reads.read_batch,
+            ReadLacRequest: self.reads.read_lac,
+            ListEntriesRequest: self.reads.list_entries,
+            WriteLacRequest: self.control.write_lac,
+            WriteCloseRequest: self.control.write_close,
+            BookieInfoRequest: self._bookie_info,
+            AuthRequest: self._late_auth,
+            FeaturesRequest: self._late_features,
+            BadMessage: self._bad_message,
+        }
 
     def forget(self, ledger_id: int) -> None:
         """A deleted ledger: drop its fence sequence; its long polls answer NO_LEDGER."""
@@ -56,7 +84,7 @@ class RequestHandler:
 
     def handle(
         self,
-        requests: Sequence[p.Request | p.BadMessage],
+        requests: Sequence[Request | BadMessage],
         access: Access = ANONYMOUS,
         *,
         answer_limit: int = 0,
@@ -78,10 +106,10 @@ class RequestHandler:
         while i < n:
             req = requests[i]
             j = i + 1
-            if type(req) is p.AddRequest:
+            if type(req) is AddRequest:
                 # Consecutive adds to one ledger are stored and journaled as one batch.
                 while (
-                    j < n and type(requests[j]) is p.AddRequest and requests[j].ledger_id == req.ledger_id  # type: ignore[union-attr]
+                    j < n and type(requests[j]) is AddRequest and requests[j].ledger_id == req.ledger_id  # type: ignore[union-attr]
                 ):
                     j += 1
             parts = len(batch.parts)
@@ -94,9 +122,9 @@ class RequestHandler:
                 refusal = self.context.refusal_for(e, type(req).__name__)
                 if refusal is None:
                     log.exception("serving %s failed", type(req).__name__)
-                status, message = refusal or (p.Status.IO_ERROR, f"this bookie failed to serve the request: {e}")
+                status, message = refusal or (Status.IO_ERROR, f"this bookie failed to serve the request: {e}")
                 for r in requests[i:j]:
-                    batch.parts.append(p.encode_error_response(r.request_id, status, message))
+                    batch.parts.append(encode_error_response(r.request_id, status, message))
             i = j
             if answer_limit:
                 answer_bytes += sum(map(len, islice(batch.parts, parts, None)))  # a part per entry read: in C
@@ -109,42 +137,31 @@ class RequestHandler:
         self.counters.requests += i
         return batch
 
-    def _serve(self, requests: Sequence[p.Request | p.BadMessage], batch: ResponseBatch) -> None:
+    def _serve(self, requests: Sequence[Request | BadMessage], batch: ResponseBatch) -> None:
         """One request, or a run of adds to one ledger."""
         req = requests[0]
-        if type(req) is p.AddRequest:
+        if type(req) is AddRequest:
             self.adds.add(requests, batch)  # type: ignore[arg-type]
-        elif type(req) is p.ReadRequest:
-            self.reads.read(req, batch)
-        elif type(req) is p.ReadBatchRequest:
-            self.reads.read_batch(req, batch)
-        elif type(req) is p.ReadLacRequest:
-            self.reads.read_lac(req, batch)
-        elif type(req) is p.AddBatchRequest:
-            self.adds.add_batch(req, batch)
-        elif type(req) is p.SyncRequest:
-            self.adds.sync_request(req, batch)
-        elif type(req) is p.WriteLacRequest:
-            self.control.write_lac(req, batch)
-        elif type(req) is p.ListEntriesRequest:
-            self.reads.list_entries(req, batch)
-        elif type(req) is p.WriteCloseRequest:
-            self.control.write_close(req, batch)
-        elif type(req) is p.BookieInfoRequest:
-            batch.parts.append(p.encode_bookie_info_response(req.request_id, self.info()))
-        elif type(req) is p.AuthRequest:
-            # After another request of its frame (the server's AuthGate answers an AUTH that
-            # starts a frame): the connection's access stays what it is.
-            message = "AUTH must start a frame: this one was not used; the connection's access is unchanged"
-            batch.parts.append(p.encode_auth_response(req.request_id, p.Status.BAD_REQUEST, message))
-        elif type(req) is p.FeaturesRequest:
-            # Not right after an AUTH that starts its frame (see AuthGate): not used.
-            message = "FEATURES must follow the AUTH that starts a frame: this one was not used"
-            batch.parts.append(p.encode_error_response(req.request_id, p.Status.BAD_REQUEST, message))
         else:
-            assert isinstance(req, p.BadMessage)
-            self.counters.bad_requests += 1
-            batch.parts.append(p.encode_error_response(req.request_id, p.Status.BAD_REQUEST, req.reason))
+            self._handlers[type(req)](req, batch)
+
+    def _bookie_info(self, req: BookieInfoRequest, batch: ResponseBatch) -> None:
+        batch.parts.append(encode_bookie_info_response(req.request_id, self.info()))
+
+    def _late_auth(self, req: AuthRequest, batch: ResponseBatch) -> None:
+        # After another request of its frame (the server's AuthGate answers an AUTH that
+        # starts a frame): the connection's access stays what it is.
+        message = "AUTH must start a frame: this one was not used; the connection's access is unchanged"
+        batch.parts.append(encode_auth_response(req.request_id, Status.BAD_REQUEST, message))
+
+    def _late_features(self, req: FeaturesRequest, batch: ResponseBatch) -> None:
+        # Not right after an AUTH that starts its frame (see AuthGate): not used.
+        message = "FEATURES must follow the AUTH that starts a frame: this one was not used"
+        batch.parts.append(encode_error_response(req.request_id, Status.BAD_REQUEST, message))
+
+    def _bad_message(self, req: BadMessage, batch: ResponseBatch) -> None:
+        self.counters.bad_requests += 1
+        batch.parts.append(encode_error_response(req.request_id, Status.BAD_REQUEST, req.reason))
 
     async def durable_answers(self, batches: Sequence[ResponseBatch]) -> list[Buffer]:
         """Wait until what these batches' answers acknowledge is durable -- their journal
@@ -220,17 +237,17 @@ class RequestHandler:
         """
         status, message = self.context.lost_write(error, what)
         parts: list[Buffer] = []
-        again: list[p.Request | p.BadMessage] = []
+        again: list[Request | BadMessage] = []
         for req in batch.requests:
-            if type(req) is p.AddRequest or type(req) is p.AddBatchRequest:
+            if type(req) is AddRequest or type(req) is AddBatchRequest:
                 parts.append(self.adds.refused(req, status, message))
-            elif type(req) is p.WriteLacRequest:
-                parts.append(p.encode_write_lac_response(req.request_id, status, req.ledger_id, -1, message))
-            elif type(req) is p.ReadRequest and req.fence:
+            elif type(req) is WriteLacRequest:
+                parts.append(encode_write_lac_response(req.request_id, status, req.ledger_id, -1, message))
+            elif type(req) is ReadRequest and req.fence:
                 parts.extend(
-                    p.encode_read_response(req.request_id, p.Status.IO_ERROR, req.ledger_id, req.entry_id, -1, message.encode())
+                    encode_read_response(req.request_id, Status.IO_ERROR, req.ledger_id, req.entry_id, -1, message.encode())
                 )
-            elif type(req) is p.SyncRequest or (type(req) is p.ReadLacRequest and req.previous_lac is not None):
+            elif type(req) is SyncRequest or (type(req) is ReadLacRequest and req.previous_lac is not None):
                 continue  # answered by their own task
             else:
                 again.append(req)

@@ -6,10 +6,12 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import attrs
 
-from bkframe import proto as p
 from bkframe.bookie.access import ANONYMOUS, Access
 from bkframe.core.counters import Histogram
 from bkframe.core.interfaces import Buffer
+from bkframe.proto.base import BadMessage
+from bkframe.proto.ops.read_lac import ReadLacRequest
+from bkframe.proto.table import Request
 
 
 @attrs.define
@@ -23,12 +25,12 @@ class ResponseBatch:
     deferred: list[Callable[[], Awaitable[bytes]]] = attrs.Factory(list)
     #: Long polls to register with the connection (:mod:`.lac_waiters`): they wait as records,
     #: not tasks, and end with their connection.
-    long_polls: list[p.ReadLacRequest] = attrs.Factory(list)
+    long_polls: list[ReadLacRequest] = attrs.Factory(list)
     #: Called once its answers are sent (or the connection is gone): the server gives back
     #: the in-flight memory they held (see :mod:`.inflight_memory`).
     on_answered: Callable[[], None] | None = None
     #: The frame's requests, to answer them again if the journal loses ``wait_seq``.
-    requests: Sequence[p.Request | p.BadMessage] = ()
+    requests: Sequence[Request | BadMessage] = ()
     #: Large entries were written once: the ack also waits for ledger storage's
     #: ``sync_entries`` (see :class:`WriteOnceStorage`).
     sync_storage: bool = False

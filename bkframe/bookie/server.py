@@ -28,7 +28,6 @@ from functools import partial
 
 import trio
 
-from bkframe import proto as p
 from bkframe.bookie.access import Access
 from bkframe.bookie.bookie import Bookie
 from bkframe.bookie.connection_caps import ConnectionCaps
@@ -40,6 +39,11 @@ from bkframe.bookie.throttled_log import ThrottledWarning
 from bkframe.core.auth import Peer
 from bkframe.core.interfaces import Buffer
 from bkframe.core.tls import server_context
+from bkframe.proto.base import BadMessage
+from bkframe.proto.codes import MAX_FRAME_SIZE, Status
+from bkframe.proto.frames import FrameBuffer, FrameTooLarge, pack_frame
+from bkframe.proto.ops.connection_setup import AuthRequest
+from bkframe.proto.table import Request, decode_requests, encode_error_response
 
 log = logging.getLogger("bkframe.server")
 
@@ -205,7 +209,7 @@ class BookieServer:
         try:
             if self._tls is None:
                 with trio.move_on_after(REFUSAL_TIMEOUT_S):
-                    await raw.send_all(p.frame([p.encode_error_response(0, p.Status.TOO_MANY_REQUESTS, why)]))
+                    await raw.send_all(pack_frame([encode_error_response(0, Status.TOO_MANY_REQUESTS, why)]))
                     await raw.send_eof()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
@@ -248,7 +252,7 @@ class BookieServer:
     async def _close_with(
         self,
         send: trio.MemorySendChannel[ResponseBatch],
-        status: p.Status,
+        status: Status,
         message: str,
         peer: Peer | None = None,
         warning: ThrottledWarning | None = None,
@@ -258,7 +262,21 @@ class BookieServer:
         if peer is not None and warning is not None:
             warning.warn("closed the connection from %s: %s", peer.address, message)
         with trio.CancelScope(shield=True):
-            await send.send(ResponseBatch([p.encode_error_response(0, status, message)]))
+            await send.send(ResponseBatch([encode_error_response(0, status, message)]))
+
+    async def _refuse_frame(self, send: trio.MemorySendChannel[ResponseBatch], error: FrameTooLarge, gate: AuthGate) -> None:
+        """Answer a frame refused at its header (its body is never read), then close."""
+        if error.length > MAX_FRAME_SIZE:
+            self.bookie.counters.bad_requests += 1
+            msg = f"frame of {error.length} bytes exceeds the maximum {MAX_FRAME_SIZE}; closing"
+            await self._close_with(send, Status.BAD_REQUEST, msg)
+            return
+        msg = (
+            f"frame of {error.length} bytes before authentication (at most {MAX_FRAME_BEFORE_AUTH} "
+            f"until AUTH succeeds: send AUTH first); closing"
+        )
+        self.bookie.counters.connections_closed_unauthenticated += 1
+        await self._close_with(send, Status.UNAUTHORIZED, msg, gate.peer, self._early_frames)
 
     async def _read_requests(
         self,
@@ -268,131 +286,140 @@ class BookieServer:
         nursery: trio.Nursery,
         auth_deadline: float,
     ) -> None:
-        out = conn.outbox
-        stream = out.stream
-        bookie = self.bookie
+        """Read frames and serve them until the client leaves, breaks a bound, or the bookie
+        stops (the frames themselves: :class:`~bkframe.proto.frames.FrameBuffer`)."""
+        reader = _Reader(FrameBuffer(MAX_FRAME_SIZE if gate.authenticated else MAX_FRAME_BEFORE_AUTH), auth_deadline)
         limits = self.limits
-        max_entry = bookie.config.bookie.max_entry_size
-        buf = bytearray()
-        #: Bytes of the budget this reader holds for ``buf``: at least its length and, once a
-        #: frame's header is in, the whole frame.
-        reading = 0
         with trio.CancelScope() as scope:
             self._readers.add(scope)
             try:
                 # Nothing is served before boot protection (BP-46 phase one) is durable.
-                await bookie.ready.wait()
+                await self.bookie.ready.wait()
                 if self._stop.is_set():
                     return
                 if gate.authenticated:
-                    auth_deadline = math.inf
-                elif auth_deadline < trio.current_time() + limits.auth_timeout_s:
+                    reader.auth_deadline = math.inf
+                elif reader.auth_deadline < trio.current_time() + limits.auth_timeout_s:
                     # Connected while the bookie was booting: the time counts from now.
-                    auth_deadline = trio.current_time() + limits.auth_timeout_s
-                frame_deadline = math.inf
+                    reader.auth_deadline = trio.current_time() + limits.auth_timeout_s
                 while True:
-                    # Parse every whole frame in the buffer before reading more.
-                    while len(buf) >= 4:
-                        (length,) = p.FRAME_HEADER.unpack_from(buf)
-                        if length > p.MAX_FRAME_SIZE:
-                            msg = f"frame of {length} bytes exceeds the maximum {p.MAX_FRAME_SIZE}; closing"
-                            bookie.counters.bad_requests += 1
-                            await self._close_with(send, p.Status.BAD_REQUEST, msg)
-                            return
-                        if length > MAX_FRAME_BEFORE_AUTH and not gate.authenticated:
-                            msg = (
-                                f"frame of {length} bytes before authentication (at most {MAX_FRAME_BEFORE_AUTH} "
-                                f"until AUTH succeeds: send AUTH first); closing"
-                            )
-                            bookie.counters.connections_closed_unauthenticated += 1
-                            await self._close_with(send, p.Status.UNAUTHORIZED, msg, gate.peer, self._early_frames)
-                            return
-                        if len(buf) < 4 + length:
-                            break
-                        size = 4 + length
-                        with memoryview(buf) as view:  # one copy; released before the del below
-                            body = memoryview(bytes(view[4:size]))
-                        del buf[:size]
-                        reading -= size  # the frame's memory goes with its answers now
-                        frame_deadline = math.inf
-                        requests = p.decode_requests(body, max_entry)
-                        if self._debug:
-                            log.debug("%s: requests %s", gate.peer.address, _describe(requests))
-                        frame = FrameMemory(conn.memory, size)
+                    # Serve every whole frame received before reading more.
+                    while True:
                         try:
-                            if not gate.authenticated or (requests and type(requests[0]) is p.AuthRequest):
-                                # Before AUTH succeeds nothing reaches the bookie's requests (and an
-                                # AUTH that starts a frame sets what the connection may read).
-                                answers, requests = gate.check(requests)
-                                if answers:
-                                    out.idle = False  # handed over: later answers go after it
-                                    with trio.CancelScope(shield=True):
-                                        await send.send(ResponseBatch(list(answers), on_answered=frame.hold()))
-                                if gate.refused:
-                                    # One guess per connection: the answer goes, then the connection.
-                                    bookie.counters.connections_closed_unauthenticated += 1
-                                    return
-                                if gate.authenticated:
-                                    auth_deadline = math.inf
-                            pending: Sequence[p.Request | p.BadMessage] = requests
-                            while pending:
-                                pending = await self._serve_some(conn, pending, gate.access, frame, send, nursery, scope, buf)
-                                if pending:
-                                    # A frame of many large reads: the rest once there is room.
-                                    reading = await conn.memory.wait_for_room(reading, RECEIVE_SIZE)
-                        finally:
-                            frame.done()
-                    # Room in the budget before reading on: for a whole frame once its
-                    # header is in, else to read at all.
-                    data: bytes | bytearray | None = None
-                    want = 0
-                    slow = False
-                    # (Cancel scopes only where a deadline runs: they cost every frame otherwise.)
-                    with _deadline(auth_deadline):
-                        if len(buf) >= 4:
-                            want = 4 + p.FRAME_HEADER.unpack_from(buf)[0]
-                            if reading < want:
-                                reading = await conn.memory.reserve(reading, want)
-                            if frame_deadline == math.inf:
-                                frame_deadline = trio.current_time() + limits.frame_timeout_s
-                        else:
-                            reading = await conn.memory.wait_for_room(reading, RECEIVE_SIZE)
-                        with _deadline(frame_deadline) as receiving:
-                            data = await stream.receive_some(max(RECEIVE_SIZE, _needed(buf)))
-                        slow = receiving is not None and receiving.cancelled_caught
-                    if slow:
-                        msg = f"a frame of {want} bytes did not arrive whole in {limits.frame_timeout_s} s "
-                        bookie.counters.connections_closed_slow += 1
-                        await self._close_with(
-                            send, p.Status.BAD_REQUEST, msg + "([limits] frame_timeout_s); closing", gate.peer,
-                            self._slow_frames,
-                        )
+                            body = reader.frames.next_frame()
+                        except FrameTooLarge as e:
+                            await self._refuse_frame(send, e, gate)
+                            return
+                        if body is None:
+                            break
+                        if not await self._serve_frame(conn, gate, reader, body, send, nursery, scope):
+                            return
+                    if not await self._receive(conn, gate, reader, send):
                         return
-                    if data is None:
-                        msg = f"not authenticated in {limits.auth_timeout_s} s ([limits] auth_timeout_s); closing"
-                        bookie.counters.connections_closed_unauthenticated += 1
-                        await self._close_with(send, p.Status.UNAUTHORIZED, msg, gate.peer, self._unauthenticated)
-                        return
-                    if not data:
-                        return
-                    buf += data
-                    if len(buf) > reading:
-                        conn.memory.charge(len(buf) - reading)
-                        reading = len(buf)
             finally:
                 self._readers.discard(scope)
+
+    async def _serve_frame(
+        self,
+        conn: _Connection,
+        gate: AuthGate,
+        reader: _Reader,
+        body: memoryview,
+        send: trio.MemorySendChannel[ResponseBatch],
+        nursery: trio.Nursery,
+        scope: trio.CancelScope,
+    ) -> bool:
+        """Serve one frame's requests (after the auth gate); False: close the connection."""
+        size = 4 + len(body)
+        reader.held -= size  # the frame's memory goes with its answers now
+        reader.frame_deadline = math.inf
+        requests = decode_requests(body, self.bookie.config.bookie.max_entry_size)
+        if self._debug:
+            log.debug("%s: requests %s", gate.peer.address, _describe(requests))
+        frame = FrameMemory(conn.memory, size)
+        try:
+            if not gate.authenticated or (requests and type(requests[0]) is AuthRequest):
+                # Before AUTH succeeds nothing reaches the bookie's requests (and an AUTH
+                # that starts a frame sets what the connection may read).
+                answers, requests = gate.check(requests)
+                if answers:
+                    conn.outbox.idle = False  # handed over: later answers go after it
+                    with trio.CancelScope(shield=True):
+                        await send.send(ResponseBatch(list(answers), on_answered=frame.hold()))
+                if gate.refused:
+                    # One guess per connection: the answer goes, then the connection.
+                    self.bookie.counters.connections_closed_unauthenticated += 1
+                    return False
+                if gate.authenticated:
+                    reader.auth_deadline = math.inf
+                    reader.frames.max_frame_size = MAX_FRAME_SIZE
+            pending: Sequence[Request | BadMessage] = requests
+            while pending:
+                pending = await self._serve_some(conn, pending, gate.access, frame, send, nursery, scope, reader.frames)
+                if pending:
+                    # A frame of many large reads: the rest once there is room.
+                    reader.held = await conn.memory.wait_for_room(reader.held, RECEIVE_SIZE)
+        finally:
+            frame.done()
+        return True
+
+    async def _receive(
+        self, conn: _Connection, gate: AuthGate, reader: _Reader, send: trio.MemorySendChannel[ResponseBatch]
+    ) -> bool:
+        """Receive more bytes, within the connection's budget and deadlines; False: close
+        the connection (the client left, or took too long to authenticate or to send a frame)."""
+        limits = self.limits
+        frames = reader.frames
+        data: bytes | bytearray | None = None
+        want = 0
+        slow = False
+        # Room in the budget before reading on: for a whole frame once its header is in,
+        # else to read at all. (Cancel scopes only where a deadline runs: they cost every
+        # frame otherwise.)
+        with _deadline(reader.auth_deadline):
+            want = frames.frame_size()
+            if want:
+                if reader.held < want:
+                    reader.held = await conn.memory.reserve(reader.held, want)
+                if reader.frame_deadline == math.inf:
+                    reader.frame_deadline = trio.current_time() + limits.frame_timeout_s
+            else:
+                reader.held = await conn.memory.wait_for_room(reader.held, RECEIVE_SIZE)
+            with _deadline(reader.frame_deadline) as receiving:
+                data = await conn.outbox.stream.receive_some(max(RECEIVE_SIZE, frames.missing()))
+            slow = receiving is not None and receiving.cancelled_caught
+        if slow:
+            msg = (
+                f"a frame of {want} bytes did not arrive whole in {limits.frame_timeout_s} s "
+                "([limits] frame_timeout_s); closing"
+            )
+            self.bookie.counters.connections_closed_slow += 1
+            await self._close_with(send, Status.BAD_REQUEST, msg, gate.peer, self._slow_frames)
+            return False
+        if data is None:
+            msg = f"not authenticated in {limits.auth_timeout_s} s ([limits] auth_timeout_s); closing"
+            self.bookie.counters.connections_closed_unauthenticated += 1
+            await self._close_with(send, Status.UNAUTHORIZED, msg, gate.peer, self._unauthenticated)
+            return False
+        if not data:
+            return False
+        frames.feed(data)
+        if frames.buffered > reader.held:
+            conn.memory.charge(frames.buffered - reader.held)
+            reader.held = frames.buffered
+        return True
 
     async def _serve_some(
         self,
         conn: _Connection,
-        requests: Sequence[p.Request | p.BadMessage],
+        requests: Sequence[Request | BadMessage],
         access: Access,
         frame: FrameMemory,
         send: trio.MemorySendChannel[ResponseBatch],
         nursery: trio.Nursery,
         scope: trio.CancelScope,
-        buf: bytearray,
-    ) -> Sequence[p.Request | p.BadMessage]:
+        frames: FrameBuffer,
+    ) -> Sequence[Request | BadMessage]:
         """Serve a frame's requests, up to about ANSWER_CHUNK_BYTES of answers or SERVE_STEP_S
         of work; hand the answers over (or send them at once); return the requests left to
         serve."""
@@ -409,12 +436,12 @@ class BookieServer:
         answer_size = sum(map(len, batch.parts))  # in C: a READ_BATCH answer has a part per entry
         conn.memory.charge(answer_size)
         batch.on_answered = frame.hold(answer_size)
-        if out.idle and not batch.waits and not scope.cancel_called and not _whole_frame(buf):
+        if out.idle and not batch.waits and not scope.cancel_called and not frames.has_frame():
             # Nothing to wait for, nothing queued before it and no further whole frame read
             # (those the writer answers with one send): answer now, not one scheduler pass
             # later in the writer (BYPASS and VD adds, reads). Not while draining: the
             # writer's send may outlive this task's cancel scope, this one may not (see _Outbox).
-            await out.send(p.frame(batch.parts))
+            await out.send(pack_frame(batch.parts))
             bookie.requests.answered((batch,))
             batch.on_answered()
         else:
@@ -451,7 +478,7 @@ class BookieServer:
                         break
                 parts = await requests.durable_answers(batches)
                 if parts:
-                    await out.send(p.frame(parts))
+                    await out.send(pack_frame(parts))
                 requests.answered(batches)
                 for b in batches:
                     if b.on_answered is not None:
@@ -472,6 +499,22 @@ class _Connection:
         self.cancel_scope = cancel_scope
         #: Closed because its client took no answer in ``send_timeout_s``.
         self.too_slow = False
+
+
+class _Reader:
+    """What a connection's reader keeps between frames."""
+
+    __slots__ = ("auth_deadline", "frame_deadline", "frames", "held")
+
+    def __init__(self, frames: FrameBuffer, auth_deadline: float) -> None:
+        self.frames = frames
+        #: Bytes of the in-flight budget held for what ``frames`` buffers: at least that
+        #: and, once a frame's header is in, the whole frame.
+        self.held = 0
+        #: Until AUTH succeeds (on a bookie that requires it), and until the frame under
+        #: way is whole.
+        self.auth_deadline = auth_deadline
+        self.frame_deadline = math.inf
 
 
 class _Outbox:
@@ -522,22 +565,7 @@ def _peer_ip(raw: trio.SocketStream) -> str:
         return "?"
 
 
-def _whole_frame(buf: bytearray) -> bool:
-    """``buf`` starts with a whole frame (or a length no frame may have)."""
-    if len(buf) < 4:
-        return False
-    (length,) = p.FRAME_HEADER.unpack_from(buf)
-    return length > p.MAX_FRAME_SIZE or len(buf) >= 4 + length
-
-
-def _needed(buf: bytearray) -> int:
-    if len(buf) < 4:
-        return 0
-    (length,) = p.FRAME_HEADER.unpack_from(buf)
-    return min(4 + length - len(buf), p.MAX_FRAME_SIZE) if length <= p.MAX_FRAME_SIZE else 0
-
-
-def _describe(requests: Sequence[p.Request | p.BadMessage]) -> str:
+def _describe(requests: Sequence[Request | BadMessage]) -> str:
     """Requests as ``OP#id(ledger L)`` for debug logs: ids only, never keys, tokens or data."""
     out = []
     for r in requests:

@@ -15,11 +15,12 @@ import attrs
 import click
 import numpy as np
 
-from bkframe import proto as p
 from bkframe.cli import interrupt
 from bkframe.cli.local_cluster import BookieProcess
 from bkframe.cli.options import AT_LEAST_ONE, BYTES, check_quorums, client_security
-from bkframe.client.bookie_client import PendingResponse, connect_bookie
+from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.pending_response import PendingResponse
+from bkframe.proto.codes import Status
 
 
 @attrs.frozen
@@ -73,7 +74,7 @@ async def bench_bookie(host: str, port: int, *, entry_size: int, count: int, win
                 in_window += room
             first, n, sent, pending = inflight.popleft()
             response = await pending.wait()
-            if response.status != p.Status.OK:
+            if response.status != Status.OK:
                 raise click.ClickException(f"adds from {first} failed: {response.status.name} {response.message}")
             latencies[done : done + n] = time.perf_counter() - sent
             done += n

@@ -26,7 +26,6 @@ from typing import Any
 import click
 import trio
 
-from bkframe import proto as p
 from bkframe.bookie.loop_lag import LoopLag
 from bkframe.cli import interrupt
 from bkframe.cli.bench_scale_metadata import metadata as bench_scale_metadata
@@ -36,6 +35,7 @@ from bkframe.client.bookie_client import connect_bookie
 from bkframe.core.counters import Counters
 from bkframe.plugins.entry_log_single import SingleEntryLogManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
+from bkframe.proto.codes import Status
 
 KEY = b"bench-scale"
 #: Targets of issue 27, item 1 (docs/scaling.md).
@@ -99,14 +99,14 @@ async def read_sample(b: BookieProcess, ledgers: int, entries: int, size: int, s
             for (lid, e), pend in zip(batch, pending):
                 r = await pend.wait()
                 statuses[r.status.name] = statuses.get(r.status.name, 0) + 1
-                good += r.status == p.Status.OK and bytes(r.data) == entry(lid, e, size)
+                good += r.status == Status.OK and bytes(r.data) == entry(lid, e, size)
     return {"read": len(keys), "byte_for_byte": good, "statuses": statuses}
 
 
 async def first_read(b: BookieProcess) -> None:
     async with connect_bookie(b.host, b.port) as bk:
         r = await bk.read(1, 0, master_key=KEY, timeout_s=120)
-        if r.status != p.Status.OK:
+        if r.status != Status.OK:
             raise click.ClickException(f"the restarted bookie answered {r.status.name} to a read of 1:0")
 
 

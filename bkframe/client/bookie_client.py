@@ -27,27 +27,26 @@ import anyio
 import sniffio
 from anyio.streams.tls import TLSStream
 
-from bkframe import proto as p
 from bkframe.client.asyncio_stream import connect_asyncio
+from bkframe.client.bookie_errors import BookieConnectionError, BookieTimeoutError, ClientClosedError
+from bkframe.client.pending_response import PendingResponse, R
 from bkframe.core.interfaces import Buffer
-from bkframe.errors import BKError, UnauthorizedError
-
-
-class BookieConnectionError(BKError, ConnectionError):
-    """The connection to a bookie failed or closed before the response came."""
-
-
-class ClientClosedError(BookieConnectionError):
-    """The client closed the connection itself (it is closing, or the task holding the
-    connection was cancelled): the request got no answer, but the bookie did not fail, and
-    nothing may count it as failed (quarantine, ensemble change)."""
-
-
-class BookieTimeoutError(BookieConnectionError):
-    """A bookie did not answer a request in time: hung, overloaded or cut off. Callers
-    treat it like a failed connection (the connection itself stays open: a late answer
-    is dropped)."""
-
+from bkframe.errors import BKError, ProtocolError, UnauthorizedError
+from bkframe.proto.base import Reply
+from bkframe.proto.codes import TARGET_FRAME_SIZE, Feature, Status
+from bkframe.proto.frames import FrameBuffer, pack_frame
+from bkframe.proto.ops.add import AddResponse, encode_add
+from bkframe.proto.ops.add_batch import AddBatchResponse, encode_add_batch
+from bkframe.proto.ops.bookie_info import BookieInfoResponse, encode_bookie_info
+from bkframe.proto.ops.connection_setup import AuthResponse, FeaturesResponse, encode_auth, encode_features
+from bkframe.proto.ops.list_entries import ListEntriesResponse, encode_list_entries
+from bkframe.proto.ops.read import ReadResponse, encode_read
+from bkframe.proto.ops.read_batch import ReadBatchResponse, encode_read_batch
+from bkframe.proto.ops.read_lac import ReadLacResponse, encode_read_lac
+from bkframe.proto.ops.sync import SyncResponse, encode_sync
+from bkframe.proto.ops.write_close import WriteCloseResponse, encode_write_close
+from bkframe.proto.ops.write_lac import WriteLacResponse, encode_write_lac
+from bkframe.proto.table import Response, decode_responses
 
 #: Requests without a timeout of their own get this one: nothing waits on a bookie forever.
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
@@ -58,68 +57,8 @@ TRY_AGAIN_BACKOFF_S = 0.05
 DEFAULT_TRY_AGAIN_S = 15.0
 
 
-class PendingResponse:
-    """A response that will come; ``await pending.wait()`` returns it."""
-
-    __slots__ = ("_error", "_event", "_response", "callback", "deadline", "parts", "submitted", "timeout_s")
-
-    def __init__(
-        self, deadline: float = float("inf"), parts: list[Buffer] | None = None, submitted: float = 0.0, timeout_s: float = 0.0
-    ) -> None:
-        self._event = anyio.Event()
-        #: event loop clock time after which the request fails with :class:`BookieTimeoutError`.
-        self.deadline = deadline
-        #: What was sent, when, and each try's timeout: to send it again on TRY_AGAIN.
-        self.parts = parts
-        self.submitted = submitted
-        self.timeout_s = timeout_s
-        self._response: p.Response | None = None
-        self._error: BaseException | None = None
-        #: Called synchronously with (response, None) or (None, error) when it completes;
-        #: lets a writer track thousands of adds without a task each.
-        self.callback: Callable[[p.Response | None, BaseException | None], None] | None = None
-
-    def done(self) -> bool:
-        return self._event.is_set()
-
-    async def wait(self) -> p.Response:
-        await self._event.wait()
-        if self._error is not None:
-            raise self._error
-        assert self._response is not None
-        return self._response
-
-    def result(self) -> p.Response:
-        """The response of a done request (raises its error); no waiting, no checkpoint."""
-        if not self._event.is_set():
-            raise RuntimeError("the response has not come yet")
-        if self._error is not None:
-            raise self._error
-        assert self._response is not None
-        return self._response
-
-    def complete(self, response: p.Response | None, error: BaseException | None = None) -> None:
-        """Complete it from outside a connection: a request relayed to a bookie still being
-        connected to (:meth:`~.bookie_pool.BookiePool.request`). The first completion wins."""
-        if self._event.is_set():
-            return
-        if response is not None:
-            self._set(response)
-        else:
-            self._fail(error if error is not None else BookieConnectionError("no answer"))
-
-    def _set(self, response: p.Response) -> None:
-        self._response = response
-        self._event.set()
-        if self.callback is not None:
-            self.callback(response, None)
-
-    def _fail(self, error: BaseException) -> None:
-        if not self._event.is_set():
-            self._error = error
-            self._event.set()
-            if self.callback is not None:
-                self.callback(None, error)
+#: Receive this much at a time (a frame larger than that arrives in several receives).
+RECEIVE_SIZE = 256 * 1024
 
 
 class BookieClient:
@@ -145,11 +84,11 @@ class BookieClient:
         #: The :class:`~bkframe.proto.Feature` bits the bookie said it uses here (FEATURES).
         self.features = 0
         #: (when, request id, pending) of requests to send again, in time order.
-        self._resends: deque[tuple[float, int, PendingResponse]] = deque()
+        self._resends: deque[tuple[float, int, PendingResponse[Any]]] = deque()
         self._resend_wake = anyio.Event()
         self._stream = stream
         self._ids = itertools.count(1)
-        self._pending: dict[int, PendingResponse] = {}
+        self._pending: dict[int, PendingResponse[Any]] = {}
         self._outgoing: list[Buffer] = []
         #: Bytes in ``_outgoing`` and the part indices where a frame may be cut.
         self._outgoing_size = 0
@@ -172,14 +111,14 @@ class BookieClient:
 
     # -- submission ----------------------------------------------------------------------
 
-    def _submit(self, request_id: int, parts: list[Buffer], timeout_s: float | None = None) -> PendingResponse:
+    def _submit(self, kind: type[R], request_id: int, parts: list[Buffer], timeout_s: float | None) -> PendingResponse[R]:
         if self._closed is not None:
-            kind = ClientClosedError if isinstance(self._closed, ClientClosedError) else BookieConnectionError
-            raise kind(f"connection to bookie {self.address} is closed: {self._closed}")
+            error = ClientClosedError if isinstance(self._closed, ClientClosedError) else BookieConnectionError
+            raise error(f"connection to bookie {self.address} is closed: {self._closed}")
         now = anyio.current_time()
         timeout_s = self.request_timeout_s if timeout_s is None else timeout_s
         deadline = now + timeout_s
-        pending = PendingResponse(deadline, parts, now, timeout_s)
+        pending = PendingResponse(kind, deadline, parts, now, timeout_s)
         self._pending[request_id] = pending
         deadlines = self._deadlines
         if not deadlines or deadline < deadlines[0][0]:
@@ -198,12 +137,12 @@ class BookieClient:
         outgoing.extend(parts)
         for part in parts:
             self._outgoing_size += len(part)
-        if self._outgoing_size >= p.TARGET_FRAME_SIZE:
+        if self._outgoing_size >= TARGET_FRAME_SIZE:
             self._cuts.append(len(outgoing))
             self._outgoing_size = 0
         self._wake_sender.set()
 
-    def _try_again(self, request_id: int, pending: PendingResponse) -> bool:
+    def _try_again(self, request_id: int, pending: PendingResponse[Any]) -> bool:
         """A TRY_AGAIN answer: schedule the request to be sent again (True), unless its
         ``try_again_s`` is spent (False: the caller gets the answer)."""
         resend_at = anyio.current_time() + TRY_AGAIN_BACKOFF_S
@@ -231,10 +170,11 @@ class BookieClient:
         ledger_type: int = 0,
         recovery: bool = False,
         timeout_s: float | None = None,
-    ) -> PendingResponse:
+    ) -> PendingResponse[AddResponse]:
+        """ADD (one entry; writers send ADD_BATCH, this is for the wire's tests and tools)."""
         rid = next(self._ids)
-        parts = p.encode_add(rid, ledger_id, entry_id, lac, ledger_type, master_key, data, recovery=recovery)
-        return self._submit(rid, parts, timeout_s)
+        parts = encode_add(rid, ledger_id, entry_id, lac, ledger_type, master_key, data, recovery=recovery)
+        return self._submit(AddResponse, rid, parts, timeout_s)
 
     def submit_add_batch(
         self,
@@ -247,22 +187,23 @@ class BookieClient:
         ledger_type: int = 0,
         recovery: bool = False,
         timeout_s: float | None = None,
-    ) -> PendingResponse:
+    ) -> PendingResponse[AddBatchResponse]:
         """Many entries of one ledger in one ADD_BATCH message; one status for all."""
         rid = next(self._ids)
-        parts = p.encode_add_batch(rid, ledger_id, lac, ledger_type, master_key, entry_ids, entries, recovery=recovery)
-        return self._submit(rid, parts, timeout_s)
+        parts = encode_add_batch(rid, ledger_id, lac, ledger_type, master_key, entry_ids, entries, recovery=recovery)
+        return self._submit(AddBatchResponse, rid, parts, timeout_s)
 
-    def submit_sync(self, ledger_id: int, *, timeout_s: float | None = None) -> PendingResponse:
+    def submit_sync(self, ledger_id: int, *, timeout_s: float | None = None) -> PendingResponse[SyncResponse]:
         """SYNC (BP-14 force): the bookie fsyncs what it holds of the ledger; answers LastAddSynced."""
         rid = next(self._ids)
-        return self._submit(rid, [p.encode_sync(rid, ledger_id)], timeout_s)
+        return self._submit(SyncResponse, rid, [encode_sync(rid, ledger_id)], timeout_s)
 
     def submit_read(
         self, ledger_id: int, entry_id: int, *, master_key: bytes = b"", fence: bool = False, timeout_s: float | None = None
-    ) -> PendingResponse:
+    ) -> PendingResponse[ReadResponse]:
         rid = next(self._ids)
-        return self._submit(rid, [p.encode_read(rid, ledger_id, entry_id, master_key=master_key, fence=fence)], timeout_s)
+        message = encode_read(rid, ledger_id, entry_id, master_key=master_key, fence=fence)
+        return self._submit(ReadResponse, rid, [message], timeout_s)
 
     def submit_read_batch(
         self,
@@ -271,57 +212,67 @@ class BookieClient:
         last: int,
         *,
         step: int = 1,
-        max_bytes: int = p.TARGET_FRAME_SIZE,
+        max_bytes: int = TARGET_FRAME_SIZE,
         master_key: bytes = b"",
         timeout_s: float | None = None,
-    ) -> PendingResponse:
+    ) -> PendingResponse[ReadBatchResponse]:
         """READ_BATCH: the entries the bookie holds from ``first`` on (see bookie/batch_reads.py)."""
         rid = next(self._ids)
-        message = p.encode_read_batch(rid, ledger_id, first, last, max_bytes, step, master_key=master_key)
-        return self._submit(rid, [message], timeout_s)
+        message = encode_read_batch(rid, ledger_id, first, last, max_bytes, step, master_key=master_key)
+        return self._submit(ReadBatchResponse, rid, [message], timeout_s)
 
     def submit_read_lac(
         self, ledger_id: int, *, previous_lac: int | None = None, timeout_ms: int = 0, timeout_s: float | None = None
-    ) -> PendingResponse:
+    ) -> PendingResponse[ReadLacResponse]:
         """READ_LAC; with ``previous_lac`` a long poll answered once the LAC passes it (the
         request's own ``timeout_s`` must then cover ``timeout_ms``)."""
         rid = next(self._ids)
-        message = p.encode_read_lac(rid, ledger_id, previous_lac=previous_lac, timeout_ms=timeout_ms)
-        return self._submit(rid, [message], timeout_s)
+        message = encode_read_lac(rid, ledger_id, previous_lac=previous_lac, timeout_ms=timeout_ms)
+        return self._submit(ReadLacResponse, rid, [message], timeout_s)
 
-    def submit_write_lac(self, ledger_id: int, lac: int, *, master_key: bytes, timeout_s: float | None = None) -> PendingResponse:
+    def submit_write_lac(
+        self, ledger_id: int, lac: int, *, master_key: bytes, timeout_s: float | None = None
+    ) -> PendingResponse[WriteLacResponse]:
         """WRITE_LAC: an explicit LAC, answered once the bookie journaled and synced it."""
         rid = next(self._ids)
-        return self._submit(rid, [p.encode_write_lac(rid, ledger_id, lac, master_key)], timeout_s)
+        return self._submit(WriteLacResponse, rid, [encode_write_lac(rid, ledger_id, lac, master_key)], timeout_s)
 
-    def submit_write_close(self, ledger_id: int, *, master_key: bytes, timeout_s: float | None = None) -> PendingResponse:
+    def submit_write_close(
+        self, ledger_id: int, *, master_key: bytes, timeout_s: float | None = None
+    ) -> PendingResponse[WriteCloseResponse]:
         """WRITE_CLOSE (BP-32): advisory; the writer is done with the ledger."""
         rid = next(self._ids)
-        return self._submit(rid, [p.encode_write_close(rid, ledger_id, master_key)], timeout_s)
+        return self._submit(WriteCloseResponse, rid, [encode_write_close(rid, ledger_id, master_key)], timeout_s)
 
-    def submit_list_entries(self, ledger_id: int, first: int, last: int, *, timeout_s: float | None = None) -> PendingResponse:
+    def submit_list_entries(
+        self, ledger_id: int, first: int, last: int, *, timeout_s: float | None = None
+    ) -> PendingResponse[ListEntriesResponse]:
         """LIST_ENTRIES: the runs of entries of ``first..last`` the bookie holds (one answer
-        covers at most ``protocol.MAX_LIST_SPAN`` ids; ``next_first`` says where to go on)."""
+        covers at most ``MAX_LIST_SPAN`` ids; ``next_first`` says where to go on)."""
         rid = next(self._ids)
-        return self._submit(rid, [p.encode_list_entries(rid, ledger_id, first, last)], timeout_s)
+        return self._submit(ListEntriesResponse, rid, [encode_list_entries(rid, ledger_id, first, last)], timeout_s)
 
-    def submit_raw(self, request_id: int, message: bytes, *, timeout_s: float | None = None) -> PendingResponse:
-        """Send a pre-encoded message (tests of malformed input use this)."""
-        return self._submit(request_id, [message], timeout_s)
+    def submit_raw(
+        self, request_id: int, message: bytes, *, kind: type[Any] = Reply, timeout_s: float | None = None
+    ) -> PendingResponse[Any]:
+        """Send a pre-encoded message (tests of malformed input); its answer comes as whatever
+        the bookie sent, or as ``kind`` when given."""
+        return self._submit(kind, request_id, [message], timeout_s)
 
-    async def add(self, ledger_id: int, entry_id: int, data: Buffer, **kw: Any) -> p.Response:
+    async def add(self, ledger_id: int, entry_id: int, data: Buffer, **kw: Any) -> AddResponse:
         return await self.submit_add(ledger_id, entry_id, data, **kw).wait()
 
-    async def read(self, ledger_id: int, entry_id: int, **kw: Any) -> p.Response:
+    async def read(self, ledger_id: int, entry_id: int, **kw: Any) -> ReadResponse:
         return await self.submit_read(ledger_id, entry_id, **kw).wait()
 
-    async def read_lac(self, ledger_id: int, **kw: Any) -> p.Response:
+    async def read_lac(self, ledger_id: int, **kw: Any) -> ReadLacResponse:
         return await self.submit_read_lac(ledger_id, **kw).wait()
 
     async def info(self, *, timeout_s: float | None = None) -> dict[str, Any]:
         rid = next(self._ids)
-        response = await self._submit(rid, [p.encode_bookie_info(rid)], timeout_s).wait()
-        assert response.info is not None
+        response = await self._submit(BookieInfoResponse, rid, [encode_bookie_info(rid)], timeout_s).wait()
+        if response.info is None:
+            raise BookieConnectionError(f"bookie {self.address} did not say what it is: {response.message}")
         return response.info
 
     # -- background tasks ----------------------------------------------------------------
@@ -345,7 +296,7 @@ class BookieClient:
             start = 0
             for cut in [*cuts, len(parts)]:
                 if cut > start:
-                    await self._stream.send(p.frame(parts[start:cut]))
+                    await self._stream.send(pack_frame(parts[start:cut]))
                 start = cut
 
     async def _resend_loop(self) -> None:
@@ -384,28 +335,24 @@ class BookieClient:
                 pending._fail(BookieTimeoutError(f"bookie {self.address} did not answer request {rid} in time"))
 
     async def _receive_loop(self) -> None:
-        buf = bytearray()
+        frames = FrameBuffer()
+        receive = self._stream.receive
+        pending_by_id = self._pending
         while True:
-            while len(buf) >= 4:
-                (length,) = p.FRAME_HEADER.unpack_from(buf)
-                if len(buf) < 4 + length:
-                    break
-                with memoryview(buf) as view:  # one copy; released before the del below
-                    body = bytes(view[4 : 4 + length])
-                del buf[: 4 + length]
-                for response in p.decode_responses(body):
-                    pending = self._pending.pop(response.request_id, None)
+            while (body := frames.next_frame()) is not None:
+                for response in decode_responses(body):
+                    rid = response.request_id
+                    pending = pending_by_id.pop(rid, None)
                     if pending is not None:
-                        if response.status == p.Status.TRY_AGAIN and self._try_again(response.request_id, pending):
+                        if response.status == Status.TRY_AGAIN and self._try_again(rid, pending):
                             continue
                         pending._set(response)
-                    elif response.request_id == 0 and response.status == p.Status.BAD_REQUEST:
+                    elif rid == 0 and response.status == Status.BAD_REQUEST:
                         raise BookieConnectionError(f"bookie {self.address} rejected the stream: {response.message}")
             try:
-                data = await self._stream.receive(256 * 1024)
+                frames.feed(await receive(RECEIVE_SIZE))
             except anyio.EndOfStream:
                 raise BookieConnectionError(f"bookie {self.address} closed the connection") from None
-            buf += data
 
     def _fail_all(self, error: BaseException) -> None:
         if self._closed is None:
@@ -444,43 +391,38 @@ async def _authenticate(stream: anyio.abc.ByteStream, address: str, auth: tuple[
     features the bookie uses. A bookie older than FEATURES answers it BAD_REQUEST (an
     unknown op), and uses none."""
     method, credential = auth
-    messages = [p.encode_auth(0, method, credential)]
+    messages = [encode_auth(0, method, credential)]
     if features:
-        messages.append(p.encode_features(0, features))
+        messages.append(encode_features(0, features))
     try:
-        await stream.send(p.frame(messages))
-        buf = bytearray()
-        answers: list[p.Response] = []
+        await stream.send(pack_frame(messages))
+        frames = FrameBuffer()
+        answers: list[Response] = []
         # All answered, or AUTH refused (then nothing after it is).
-        while not answers or (answers[0].status == p.Status.OK and len(answers) < len(messages)):
-            if len(buf) >= 4:
-                (length,) = p.FRAME_HEADER.unpack_from(buf)
-                if length > p.MAX_FRAME_SIZE:
-                    raise p.ProtocolError("the answer to AUTH is not a bkframe frame")
-                if len(buf) >= 4 + length:
-                    answers += p.decode_responses(bytes(buf[4 : 4 + length]))
-                    del buf[: 4 + length]
-                    continue
+        while not answers or (answers[0].status == Status.OK and len(answers) < len(messages)):
+            body = frames.next_frame()
+            if body is not None:
+                answers += decode_responses(body)
+                continue
             try:
-                data = await stream.receive(64 * 1024)
+                frames.feed(await stream.receive(64 * 1024))
             except anyio.EndOfStream:
                 raise BookieConnectionError("it closed the connection") from None
-            buf += data
         response = answers[0]
-    except (anyio.BrokenResourceError, BookieConnectionError, p.ProtocolError, OSError, IndexError) as e:
+    except (anyio.BrokenResourceError, BookieConnectionError, ProtocolError, OSError, IndexError) as e:
         cause = e.__cause__ or e
         hint = (
             "does it require a client certificate? (give tls_cert and tls_key)" if tls else "does it require TLS? (give tls_ca)"
         )
         raise BookieConnectionError(f"bookie {address} refused the connection ({cause}): {hint}") from None
-    if response.status == p.Status.UNAUTHORIZED:
+    if response.status == Status.UNAUTHORIZED:
         raise UnauthorizedError(
             f"bookie {address} refused authentication: {response.message}. Give the client a token the bookie "
             "accepts (open_client(..., auth_token=...), --auth-token-file) or the certificate it requires"
         )
-    if response.status != p.Status.OK or response.op != p.Op.AUTH:
+    if response.status != Status.OK or not isinstance(response, AuthResponse):
         raise BookieConnectionError(f"bookie {address} refused the connection: {response.message or response.status.name}")
-    return next((a.features for a in answers[1:] if a.op == p.Op.FEATURES), 0)
+    return next((a.features for a in answers[1:] if isinstance(a, FeaturesResponse)), 0)
 
 
 @asynccontextmanager
@@ -494,7 +436,7 @@ async def connect_bookie(
     auth: tuple[str, bytes] = NO_AUTH,
     try_again_s: float = DEFAULT_TRY_AGAIN_S,
     on_try_again: Callable[[], None] | None = None,
-    features: int = p.Feature.TRY_AGAIN,
+    features: int = Feature.TRY_AGAIN,
 ) -> AsyncIterator[BookieClient]:
     """Connect to a bookie; the connection lives for the ``async with`` block.
 
@@ -550,7 +492,7 @@ async def connect_bookie(
             with anyio.CancelScope() as scope:
                 scopes.append(scope)
                 await task()
-        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, p.ProtocolError, BookieConnectionError) as e:
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, ProtocolError, BookieConnectionError) as e:
             err = e if isinstance(e, BookieConnectionError) else BookieConnectionError(f"bookie {address}: {e!r}")
             client._fail_all(err)
             for other in scopes:

@@ -12,18 +12,11 @@ from collections.abc import Callable
 
 import anyio
 
-from bkframe.client.bookie_client import (
-    DEFAULT_TRY_AGAIN_S,
-    NO_AUTH,
-    BookieClient,
-    BookieConnectionError,
-    BookieTimeoutError,
-    ClientClosedError,
-    PendingResponse,
-    connect_bookie,
-)
+from bkframe.client.bookie_client import DEFAULT_TRY_AGAIN_S, NO_AUTH, BookieClient, R, connect_bookie
+from bkframe.client.bookie_errors import BookieConnectionError, BookieTimeoutError, ClientClosedError
 from bkframe.client.bookie_health import BookieHealth
 from bkframe.client.bookie_set import BookieSet
+from bkframe.client.pending_response import PendingResponse
 from bkframe.core.metadata import MetadataStore
 from bkframe.core.placement import PlacementPolicy
 from bkframe.errors import BKError
@@ -114,7 +107,9 @@ class BookiePool:
             self._nursery.start_soon(self._connect, bookie_id, attempt)
         return await attempt.wait()
 
-    def request(self, bookie_id: str, submit: Callable[[BookieClient], PendingResponse], *, timeout_s: float) -> PendingResponse:
+    def request(
+        self, bookie_id: str, submit: Callable[[BookieClient], PendingResponse[R]], kind: type[R], *, timeout_s: float
+    ) -> PendingResponse[R]:
         """``submit(connection)`` now if the bookie is connected; else a response that
         comes once it is and the request is answered, or fails after ``timeout_s`` (the
         connect goes on): a read then waits for a hung bookie's connect no longer than for
@@ -122,11 +117,13 @@ class BookiePool:
         client = self.connected(bookie_id)
         if client is not None:
             return submit(client)
-        relay = PendingResponse(anyio.current_time() + timeout_s)
+        relay = PendingResponse(kind, anyio.current_time() + timeout_s)
         self._nursery.start_soon(self._relay, bookie_id, submit, relay)
         return relay
 
-    async def _relay(self, bookie_id: str, submit: Callable[[BookieClient], PendingResponse], relay: PendingResponse) -> None:
+    async def _relay(
+        self, bookie_id: str, submit: Callable[[BookieClient], PendingResponse[R]], relay: PendingResponse[R]
+    ) -> None:
         try:
             with anyio.CancelScope(deadline=relay.deadline):
                 try:

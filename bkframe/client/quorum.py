@@ -15,28 +15,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Sequence
+from typing import TypeVar
 
 import anyio
 
-from bkframe import proto as p
-from bkframe.client.bookie_client import BookieClient, PendingResponse
+from bkframe.client.bookie_client import BookieClient
 from bkframe.client.bookie_pool import BookiePool
+from bkframe.client.pending_response import PendingResponse
 from bkframe.core.metadata import MetadataError
 from bkframe.errors import BKError
+from bkframe.proto.base import Reply
 
 log = logging.getLogger("bkframe.client")
 
 #: ``decide(bookie_id, response)``: ``response`` is ``None`` when the bookie could not be
 #: reached or did not answer in time. Return True once the outcome is decided.
-Decide = Callable[[str, p.Response | None], bool]
-Submit = Callable[[BookieClient], PendingResponse]
+R = TypeVar("R", bound=Reply)
 
 
 async def ask_bookies(
     pool: BookiePool,
     bookies: Sequence[str],
-    submit: Submit,
-    decide: Decide,
+    submit: Callable[[BookieClient], PendingResponse[R]],
+    decide: Callable[[str, R | None], bool],
     *,
     send_late: bool = False,
 ) -> None:
@@ -59,7 +60,7 @@ async def ask_bookies(
 
         async def ask(bookie_id: str) -> None:
             nonlocal decided, error
-            response: p.Response | None
+            response: R | None
             try:
                 conn = await pool.get(bookie_id)
                 pending = submit(conn)
@@ -88,7 +89,7 @@ async def ask_bookies(
                 pool.nursery.start_soon(_send_late, pool, bookie_id, submit)
 
 
-async def _send_late(pool: BookiePool, bookie_id: str, submit: Submit) -> None:
+async def _send_late(pool: BookiePool, bookie_id: str, submit: Callable[[BookieClient], PendingResponse[R]]) -> None:
     # A task of the client: bounded by the connect timeout, then the request is on its
     # way and its answer (or timeout) is the connection's business.
     try:

@@ -10,13 +10,17 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from bkframe import proto as p
-from bkframe.client.bookie_client import BookieClient, PendingResponse
+from bkframe.client.bookie_client import BookieClient
+from bkframe.client.bookie_errors import error_for
 from bkframe.client.distribution import replicas
 from bkframe.client.entry_format import Digester, DigestMismatchError
+from bkframe.client.pending_response import PendingResponse
 from bkframe.client.quorum import ask_bookies, covered
 from bkframe.core.metadata import LedgerMetadata
 from bkframe.errors import BKError, NoSuchEntryError
+from bkframe.proto.codes import Status
+from bkframe.proto.ops.read import ReadResponse
+from bkframe.proto.ops.read_lac import ReadLacResponse
 
 if TYPE_CHECKING:
     from bkframe.client.context import ClientContext
@@ -280,7 +284,7 @@ class ReadHandle:
                     master_key=self._master_key,
                     timeout_s=timeout_s,
                 ).wait()
-                batch = response.batch if response.status == p.Status.OK else None
+                batch = response.batch if response.status == Status.OK else None
                 if batch is None:
                     return
                 # The answer's entries as arrays: checked in bulk, cut without copies.
@@ -329,7 +333,7 @@ class ReadHandle:
         """Send the entry's read to its next replica; False when none is left."""
         timeout_s = self._ctx.settings.read_timeout_s
 
-        def read(conn: BookieClient) -> PendingResponse:
+        def read(conn: BookieClient) -> PendingResponse[ReadResponse]:
             return conn.submit_read(self.ledger_id, plan.entry_id, master_key=self._master_key, timeout_s=timeout_s)
 
         while plan.next < len(plan.replicas):
@@ -339,7 +343,7 @@ class ReadHandle:
                 # Never waits for a connect: a bookie still being connected to answers
                 # through the pool's relay, as slowly as it must, and speculation (or its
                 # failure) moves on to the next replica meanwhile.
-                pending = self._ctx.pool.request(bookie_id, read, timeout_s=timeout_s)
+                pending = self._ctx.pool.request(bookie_id, read, ReadResponse, timeout_s=timeout_s)
             except ConnectionError as e:
                 plan.errors.append(f"{bookie_id}: {e}")
                 continue
@@ -377,8 +381,8 @@ class ReadHandle:
                     health.failed(bookie_id, str(e))
                     plan.errors.append(f"{bookie_id}: {e}")
                     continue
-                if response.status != p.Status.OK:
-                    negatives += response.status in (p.Status.NO_ENTRY, p.Status.NO_LEDGER)
+                if response.status != Status.OK:
+                    negatives += response.status in (Status.NO_ENTRY, Status.NO_LEDGER)
                     plan.errors.append(f"{bookie_id}: {response.status.name}")
                     continue
                 try:
@@ -411,15 +415,15 @@ class ReadHandle:
         refused: BKError | None = None
         answered = 0
 
-        def decide(bookie_id: str, response: p.Response | None) -> bool:
+        def decide(bookie_id: str, response: ReadLacResponse | None) -> bool:
             nonlocal best, refused, answered
             if response is None:
                 return False
             answered += 1
-            if response.status == p.Status.OK:
+            if response.status == Status.OK:
                 best = max(best, response.lac)
-            elif response.status != p.Status.NO_LEDGER:
-                refused = p.error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id)
+            elif response.status != Status.NO_LEDGER:
+                refused = error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id)
                 return True
             heard.add(index[bookie_id])
             return covered(len(ensemble), w, a, heard)
@@ -460,11 +464,11 @@ class ReadHandle:
         best = self._lac
         started = anyio.current_time()
 
-        def decide(bookie_id: str, response: p.Response | None) -> bool:
+        def decide(bookie_id: str, response: ReadLacResponse | None) -> bool:
             nonlocal best
-            if response is None or response.status not in (p.Status.OK, p.Status.NO_LEDGER):
+            if response is None or response.status not in (Status.OK, Status.NO_LEDGER):
                 return False
-            if response.status == p.Status.OK and response.lac > previous:
+            if response.status == Status.OK and response.lac > previous:
                 best = max(best, response.lac)
                 return True  # one answer is enough
             heard.add(index[bookie_id])

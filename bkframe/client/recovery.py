@@ -47,20 +47,22 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
-from bkframe import proto as p
 from bkframe.client.distribution import replicas
 from bkframe.client.entry_format import Digester, DigestMismatchError
 from bkframe.client.placement import choose_replacements
 from bkframe.client.quorum import ask_bookies
 from bkframe.core.metadata import BadVersionError, Fragments, LedgerMetadata, LedgerStateName, ensemble_at
 from bkframe.errors import BKError, LedgerFencedError, RecoveryError, UnauthorizedError
+from bkframe.proto.codes import LAST_ENTRY, Status
+from bkframe.proto.ops.add import AddResponse
+from bkframe.proto.ops.read import ReadResponse
 
 if TYPE_CHECKING:
     from bkframe.client.context import ClientContext
 
 log = logging.getLogger("bkframe.recovery")
 
-NEGATIVE = (p.Status.NO_ENTRY, p.Status.NO_LEDGER)
+NEGATIVE = (Status.NO_ENTRY, Status.NO_LEDGER)
 #: Entries recovered (read, then written back concurrently) per round.
 WRITE_BACK_BATCH = 64
 
@@ -133,13 +135,13 @@ class Recovery:
         lac = -1
         refused: BKError | None = None
 
-        def decide(bookie_id: str, r: p.Response | None) -> bool:
+        def decide(bookie_id: str, r: ReadResponse | None) -> bool:
             nonlocal positives, answered, lac, refused
             answered += 1
-            if r is not None and r.status == p.Status.UNAUTHORIZED:
+            if r is not None and r.status == Status.UNAUTHORIZED:
                 refused = UnauthorizedError(f"{bookie_id}: wrong password for ledger {self.ledger_id}")
                 return True
-            if r is not None and r.status == p.Status.OK:
+            if r is not None and r.status == Status.OK:
                 positives += 1
                 lac = max(lac, r.lac)
                 try:
@@ -147,7 +149,7 @@ class Recovery:
                     lac = max(lac, entry_lac)
                 except DigestMismatchError:
                     pass  # a corrupt last entry says nothing about the LAC; its fence still counts
-            elif r is not None and r.status in (p.Status.NO_ENTRY, p.Status.UNKNOWN):
+            elif r is not None and r.status in (Status.NO_ENTRY, Status.UNKNOWN):
                 # Fenced, with nothing to tell (UNKNOWN: in limbo, fenced all the same).
                 positives += 1
                 lac = max(lac, r.lac)
@@ -159,7 +161,7 @@ class Recovery:
             ensemble,
             lambda conn: conn.submit_read(
                 self.ledger_id,
-                p.LAST_ENTRY,
+                LAST_ENTRY,
                 master_key=self.master_key,
                 fence=True,
                 timeout_s=self.settings.read_timeout_s,
@@ -201,10 +203,10 @@ class Recovery:
                 return True
             return answered == len(asked)
 
-        def decide(bookie_id: str, r: p.Response | None) -> bool:
+        def decide(bookie_id: str, r: ReadResponse | None) -> bool:
             nonlocal negatives, answered
             answered += 1
-            if r is not None and r.status == p.Status.OK:
+            if r is not None and r.status == Status.OK:
                 try:
                     self.digester.decode(self.ledger_id, entry_id, r.data)
                     copies.append(bytes(r.data))
@@ -312,11 +314,11 @@ class Recovery:
             failed: set[str] = set()
             refused: BKError | None = None
 
-            def decide(bookie_id: str, r: p.Response | None) -> bool:
+            def decide(bookie_id: str, r: AddResponse | None) -> bool:
                 nonlocal refused
-                if r is not None and r.status == p.Status.OK and (bookie_id in original or bookie_id in self._fenced):
+                if r is not None and r.status == Status.OK and (bookie_id in original or bookie_id in self._fenced):
                     acked.add(bookie_id)
-                elif r is not None and r.status == p.Status.UNAUTHORIZED:
+                elif r is not None and r.status == Status.UNAUTHORIZED:
                     refused = UnauthorizedError(f"{bookie_id}: wrong password for ledger {self.ledger_id}")
                     return True
                 else:
@@ -379,8 +381,8 @@ class Recovery:
         never knew the replacement, but a fenced ledger should be fenced everywhere it is.)
         A replacement that cannot be fenced is left out of the ack count below."""
 
-        def decide(bookie_id: str, r: p.Response | None) -> bool:
-            if r is not None and r.status in (p.Status.OK, p.Status.NO_ENTRY, p.Status.UNKNOWN):
+        def decide(bookie_id: str, r: ReadResponse | None) -> bool:
+            if r is not None and r.status in (Status.OK, Status.NO_ENTRY, Status.UNKNOWN):
                 self._fenced.add(bookie_id)
             return False
 
@@ -389,7 +391,7 @@ class Recovery:
             bookies,
             lambda conn: conn.submit_read(
                 self.ledger_id,
-                p.LAST_ENTRY,
+                LAST_ENTRY,
                 master_key=self.master_key,
                 fence=True,
                 timeout_s=self.settings.read_timeout_s,

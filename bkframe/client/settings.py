@@ -15,12 +15,12 @@ from typing import Any
 import attrs
 from attrs import validators as v
 
-from bkframe import proto as p
 from bkframe.core.auth import internal_credential
 from bkframe.core.config import DEFAULT_MAX_ENTRY_SIZE, Config
 from bkframe.core.placement import DEFAULT_POLICY
 from bkframe.core.tls import client_context
 from bkframe.errors import ConfigError
+from bkframe.proto.codes import MAX_ENTRY_SIZE
 
 
 def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -64,7 +64,7 @@ class ClientSettings:
     #: raises :class:`~bkframe.errors.EntryTooLargeError` before anything is sent, and the
     #: writer goes on; at most ``proto.MAX_ENTRY_SIZE`` (what one frame can carry).
     max_entry_size: int = attrs.field(
-        default=DEFAULT_MAX_ENTRY_SIZE, validator=[v.ge(1), v.le(p.MAX_ENTRY_SIZE)]
+        default=DEFAULT_MAX_ENTRY_SIZE, validator=[v.ge(1), v.le(MAX_ENTRY_SIZE)]
     )
     #: > 0: write handles send their LAC explicitly when it moved and no add carried it for
     #: this long, so tailing readers see the last entry without waiting for the next.

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import anyio
 
-from bkframe import proto as p
 from bkframe.client.context import ClientContext
+from bkframe.proto.codes import Status
 
 log = logging.getLogger("bkframe.client")
 
@@ -33,7 +33,7 @@ async def advise_write_close(ctx: ClientContext, ledger_id: int, master_key: byt
         except ConnectionError as e:
             log.debug("ledger %d: write close not delivered to %s: %s", ledger_id, bookie_id, e)
             return
-        done += response.status == p.Status.OK
+        done += response.status == Status.OK
 
     async with anyio.create_task_group() as nursery:
         for bookie_id in ensemble:

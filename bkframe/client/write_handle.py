@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
-from bkframe import proto as p
-from bkframe.client.bookie_client import ClientClosedError
+from bkframe.client.bookie_errors import ClientClosedError, error_for
 from bkframe.client.distribution import write_set
 from bkframe.client.ensemble_change import check_still_open, commit_fragment, not_allowed, replacements
 from bkframe.client.entry_format import Digester, max_payload, too_large
@@ -40,6 +39,8 @@ from bkframe.errors import (
     LedgerDeletedError,
     LedgerFencedError,
 )
+from bkframe.proto.codes import TARGET_FRAME_SIZE, Status
+from bkframe.proto.ops.add_batch import AddBatchResponse
 
 if TYPE_CHECKING:
     from bkframe.client.context import ClientContext
@@ -270,7 +271,7 @@ class WriteHandle:
             # Messages of about a frame each: big batches of big entries are cut.
             size = 0
             end = start
-            while end < len(pendings) and (end == start or size < p.TARGET_FRAME_SIZE):
+            while end < len(pendings) and (end == start or size < TARGET_FRAME_SIZE):
                 size += len(pendings[end].data)
                 end += 1
             chunk = pendings[start:end]
@@ -299,7 +300,7 @@ class WriteHandle:
         pendings: list[PendingAppend],
         idx: int,
         bookie_id: str,
-        response: p.Response | None,
+        response: AddBatchResponse | None,
         error: BaseException | None,
     ) -> None:
         self._outstanding -= 1
@@ -307,23 +308,23 @@ class WriteHandle:
             self._all_answered.set()
         if self._ensemble[idx] != bookie_id:
             return  # an answer from a bookie since replaced
-        if response is not None and response.status == p.Status.OK:
+        if response is not None and response.status == Status.OK:
             for pa in pendings:
                 pa.acked.add(idx)
-            if self._vd and response.lac > self._las[idx]:
-                self._las[idx] = response.lac
+            if self._vd and response.last_add_synced > self._las[idx]:
+                self._las[idx] = response.last_add_synced
             self._advance()
             return
-        if response is not None and response.status in (p.Status.FENCED, p.Status.UNAUTHORIZED):
-            self._fail(p.error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id))
+        if response is not None and response.status in (Status.FENCED, Status.UNAUTHORIZED):
+            self._fail(error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id))
             return
-        if response is not None and response.status == p.Status.BAD_REQUEST:
+        if response is not None and response.status == Status.BAD_REQUEST:
             # The bookie finds the add malformed (say an entry over its max_entry_size, when
             # the client's setting is larger): a replacement would refuse it too, so this is
             # the writer's error, not a dead bookie to change the ensemble for.
-            self._fail(p.error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id))
+            self._fail(error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id))
             return
-        if response is not None and response.status == p.Status.NO_LEDGER:
+        if response is not None and response.status == Status.NO_LEDGER:
             # Only a bookie that deleted the ledger refuses an add this way (tombstone).
             self._fail(LedgerDeletedError(f"ledger {self.ledger_id} was deleted: {bookie_id}: {response.message}"))
             return
@@ -379,8 +380,8 @@ class WriteHandle:
                 except ConnectionError as e:
                     log.info("ledger %d: sync on bookie %s failed: %s", self.ledger_id, bookie_id, e)
                     return
-                if response.status == p.Status.OK:
-                    self._las[idx] = max(self._las[idx], response.lac)
+                if response.status == Status.OK:
+                    self._las[idx] = max(self._las[idx], response.last_add_synced)
                     self._advance_lac_by_sync()
                     if self._lac >= target:
                         nursery.cancel_scope.cancel()
@@ -410,12 +411,12 @@ class WriteHandle:
                     ).wait()
                 except ConnectionError:
                     return
-                if response.status == p.Status.OK:
+                if response.status == Status.OK:
                     acks += 1
                     if acks >= needed:
                         nursery.cancel_scope.cancel()  # the ack quorum has it: done
-                elif response.status in (p.Status.FENCED, p.Status.UNAUTHORIZED):
-                    refused = p.error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id)
+                elif response.status in (Status.FENCED, Status.UNAUTHORIZED):
+                    refused = error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id)
                     nursery.cancel_scope.cancel()
 
             for bookie_id in self._ensemble:

@@ -1,14 +1,13 @@
-"""The wire protocol: :mod:`.messages` (op and status codes, flags, limits, requests and
-responses as values), :mod:`.codec` (frames and message headers), :mod:`.request_codec` and
-:mod:`.response_codec` (the bytes of each request and response). ``docs/protocol.md``
-documents every byte.
+"""The wire protocol, without I/O (``docs/protocol.md`` documents every byte):
 
-Callers write ``from bkframe import proto as p`` and use ``p.Status``, ``p.encode_add``
-and so on: the package is the protocol, its modules split it by concern, and each one's
-``__all__`` says what it gives.
+- :mod:`.codes`: op and status codes, flags, limits, the frame and message headers;
+- :mod:`.frames`: :class:`~.frames.FrameBuffer` (bytes in, whole frames out, with the
+  bounds a peer's bytes can hit) and the encoding of frames and message headers;
+- :mod:`.ops`: one module per operation -- its request and response classes and the
+  functions that turn each into bytes and back;
+- :mod:`.base`: what every response shares (:class:`~.base.Reply`), a request that does
+  not parse (:class:`~.base.BadMessage`);
+- :mod:`.table`: the operations by op code, and the decoders of a frame's messages.
+
+Callers import each name from the module that defines it.
 """
-
-from bkframe.proto.codec import *  # noqa: F403 - the package re-exports its modules' __all__
-from bkframe.proto.messages import *  # noqa: F403 - the package re-exports its modules' __all__
-from bkframe.proto.request_codec import *  # noqa: F403 - the package re-exports its modules' __all__
-from bkframe.proto.response_codec import *  # noqa: F403 - the package re-exports its modules' __all__

@@ -13,9 +13,9 @@ import logging
 
 import trio
 
-from bkframe import proto as p
 from bkframe.client.bookie_pool import BookiePool
 from bkframe.client.entry_format import Digester, DigestMismatchError
+from bkframe.proto.codes import Status
 
 log = logging.getLogger("bkframe.copying")
 
@@ -38,9 +38,9 @@ async def list_on_peers(
             first = lo
             while first != -1:
                 r = await conn.submit_list_entries(ledger_id, first, hi, timeout_s=PEER_TIMEOUT_S).wait()
-                if r.status == p.Status.NO_LEDGER:
+                if r.status == Status.NO_LEDGER:
                     break
-                if r.status != p.Status.OK or (skip_limbo and r.limbo):
+                if r.status != Status.OK or (skip_limbo and r.limbo):
                     return
                 for a, b in r.runs:
                     held.update(range(a, b + 1))
@@ -118,7 +118,7 @@ async def _fetch_from(
         pendings = [(entry_id, conn.submit_read(ledger_id, entry_id, timeout_s=PEER_TIMEOUT_S)) for entry_id in ids]
         for entry_id, pending in pendings:
             response = await pending.wait()
-            if response.status != p.Status.OK:
+            if response.status != Status.OK:
                 continue
             data = bytes(response.data)
             try:

@@ -19,10 +19,10 @@ import attrs
 import numpy as np
 import trio
 
-from bkframe import proto as p
 from bkframe.client.bookie_pool import BookiePool
 from bkframe.client.distribution import stored_at
 from bkframe.core.metadata import LedgerMetadata
+from bkframe.proto.codes import Status
 
 #: A bookie that does not answer one LIST_ENTRIES within this long is unreachable for the check.
 LIST_TIMEOUT_S = 10.0
@@ -171,9 +171,9 @@ async def list_held(pool: BookiePool, bookie_id: str, ledger_id: int, first: int
     start = first
     while start != -1:
         r = await conn.submit_list_entries(ledger_id, start, last, timeout_s=LIST_TIMEOUT_S).wait()
-        if r.status == p.Status.NO_LEDGER:
+        if r.status == Status.NO_LEDGER:
             break
-        if r.status != p.Status.OK:
+        if r.status != Status.OK:
             raise ConnectionError(f"LIST_ENTRIES answered {r.status.name}: {r.message}")
         limbo = limbo or r.limbo
         held.extend(np.arange(a, b + 1, dtype=np.int64) for a, b in r.runs)
@@ -193,7 +193,7 @@ async def _last_held(pool: BookiePool, md: LedgerMetadata) -> int:
             r = await conn.submit_read_lac(md.ledger_id, timeout_s=LIST_TIMEOUT_S).wait()
         except (ConnectionError, trio.TooSlowError):
             return  # reported as unreachable by the check itself
-        if r.status == p.Status.OK:
+        if r.status == Status.OK:
             last = max(last, r.last_entry)
 
     async with trio.open_nursery() as nursery:

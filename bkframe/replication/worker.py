@@ -53,7 +53,6 @@ import attrs
 import numpy as np
 import trio
 
-from bkframe import proto as p
 from bkframe.client.context import ClientContext
 from bkframe.client.distribution import replicas, stored_at
 from bkframe.client.entry_format import Digester
@@ -62,6 +61,7 @@ from bkframe.client.recovery import Recovery
 from bkframe.core.config import AutorecoveryConfig
 from bkframe.core.metadata import BadVersionError, LedgerMetadata, Lock, NoSuchLedgerError, UnderReplicated
 from bkframe.errors import BKError, NotEnoughBookiesError
+from bkframe.proto.codes import Status
 from bkframe.replication.copying import fetch_entries, list_on_peers
 from bkframe.replication.held_lock import release_quietly, while_held
 
@@ -430,7 +430,7 @@ class ReplicationWorker:
                         ledger_id, got_ids, [got[i] for i in got_ids], master_key=key, ledger_type=type_id,
                         recovery=True, timeout_s=timeout,
                     ).wait()
-                if r.status != p.Status.OK:
+                if r.status != Status.OK:
                     raise BKError(f"ledger {ledger_id}: {target} refused the copies: {r.status.name} {r.message}")
                 copied += len(got_ids)
         return copied

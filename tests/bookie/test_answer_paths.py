@@ -8,8 +8,9 @@ from pathlib import Path
 
 import trio
 
-from bkframe import proto as p
-from bkframe.client.bookie_client import PendingResponse, connect_bookie
+from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.pending_response import PendingResponse
+from bkframe.proto.codes import Status
 from bkframe.testing.cluster import make_config, running_bookie
 
 KEY = b"k" * 20
@@ -28,8 +29,8 @@ async def test_an_answer_that_waits_for_nothing_never_overtakes_one_that_waits(t
     the writer holds nothing."""
     async with running_bookie(make_config(tmp_path)) as (_, host, port):
         async with connect_bookie(host, port) as bk:
-            assert (await bk.add(1, 0, b"a", master_key=KEY, ledger_type=PD)).status == p.Status.OK
-            assert (await bk.add(2, 0, b"b", master_key=KEY, ledger_type=BYPASS)).status == p.Status.OK
+            assert (await bk.add(1, 0, b"a", master_key=KEY, ledger_type=PD)).status == Status.OK
+            assert (await bk.add(2, 0, b"b", master_key=KEY, ledger_type=BYPASS)).status == Status.OK
             order: list[str] = []
 
             def note(name: str, pending: PendingResponse) -> None:
@@ -46,7 +47,7 @@ async def test_an_answer_that_waits_for_nothing_never_overtakes_one_that_waits(t
                 bypass = bk.submit_add(2, round_ + 1, b"y", master_key=KEY, ledger_type=BYPASS)
                 note("bypass", bypass)
                 for pending in (pd, read, bypass):
-                    assert (await pending.wait()).status == p.Status.OK
+                    assert (await pending.wait()).status == Status.OK
                 assert order == ["pd", "read", "bypass"], f"round {round_}: {order}"
 
 
@@ -55,13 +56,13 @@ async def test_answers_at_once_and_long_polls_share_the_connection(tmp_path: Pat
     answered by the writer as the LAC moves: both send on one stream, never at once."""
     async with running_bookie(make_config(tmp_path)) as (_, host, port):
         async with connect_bookie(host, port) as bk:
-            assert (await bk.add(3, 0, b"z", master_key=KEY, ledger_type=BYPASS)).status == p.Status.OK
+            assert (await bk.add(3, 0, b"z", master_key=KEY, ledger_type=BYPASS)).status == Status.OK
             for i in range(1, 200):
                 poll = bk.submit_read_lac(3, previous_lac=i - 2, timeout_ms=10_000, timeout_s=30)
                 add = bk.submit_add(3, i, b"z" * 512, master_key=KEY, lac=i - 1, ledger_type=BYPASS)
                 with trio.fail_after(10):
-                    assert (await add.wait()).status == p.Status.OK
+                    assert (await add.wait()).status == Status.OK
                     r = await poll.wait()
-                assert r.status == p.Status.OK and r.lac >= i - 1
+                assert r.status == Status.OK and r.lac >= i - 1
             info = await bk.info()
             assert info["counters"]["entries_added"] == 200

@@ -11,12 +11,12 @@ import pytest
 import trio
 import trio.testing
 
-from bkframe import proto as p
 from bkframe.bookie.background import run_periodically
 from bkframe.client.bookie_client import connect_bookie
 from bkframe.core.counters import Counters
 from bkframe.plugins.entry_log_single import SingleEntryLogManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
+from bkframe.proto.codes import Status
 from bkframe.testing import write_faults
 from bkframe.testing.cluster import BookieProcess
 
@@ -101,7 +101,7 @@ async def test_a_failing_checkpoint_is_retried_and_loses_nothing(
     finished = False
     async with connect_bookie(b.host, b.port) as bk:
         for e in range(30):
-            assert (await bk.add(1, e, payloads[e], master_key=KEY)).status == p.Status.OK
+            assert (await bk.add(1, e, payloads[e], master_key=KEY)).status == Status.OK
         (control / write_faults.ENOSPC_FILE).write_text("lastmark")
         await trio.sleep(1.5)  # several failed checkpoints
         assert b.proc.poll() is None, b.log_path.read_text()[-3000:]
@@ -113,9 +113,9 @@ async def test_a_failing_checkpoint_is_retried_and_loses_nothing(
         # takes adds again once its disk check sees space.
         with trio.fail_after(30):
             for e in range(30, 60):
-                while (status := (await bk.add(1, e, payloads[e], master_key=KEY)).status) == p.Status.READ_ONLY:
+                while (status := (await bk.add(1, e, payloads[e], master_key=KEY)).status) == Status.READ_ONLY:
                     await trio.sleep(0.1)
-                assert status == p.Status.OK
+                assert status == Status.OK
         with trio.fail_after(30):  # the backoff is at most the interval
             while (await bk.info())["counters"]["checkpoints"] <= stuck:
                 await trio.sleep(0.1)
@@ -132,6 +132,6 @@ async def test_a_failing_checkpoint_is_retried_and_loses_nothing(
     async with connect_bookie(b2.host, b2.port) as bk:
         for e in payloads:
             r = await bk.read(1, e, master_key=KEY)
-            read_back[e] = r.data if r.status == p.Status.OK else None
+            read_back[e] = r.data if r.status == Status.OK else None
     assert read_back == payloads
     assert b2.stop() == 0

@@ -11,8 +11,10 @@ from typing import Any
 
 import trio
 
-from bkframe import proto as p
 from bkframe.client.bookie_client import connect_bookie
+from bkframe.proto.codes import Status
+from bkframe.proto.frames import pack_frame
+from bkframe.proto.ops.add import encode_add
 from bkframe.testing.cluster import BookieProcess
 
 KEY = b"k"
@@ -29,7 +31,7 @@ async def _add_all(b: BookieProcess, entries: dict[tuple[int, int], bytes]) -> s
         pending = [(key, bk.submit_add(key[0], key[1], data, master_key=KEY)) for key, data in entries.items()]
         for key, pend in pending:
             r = await pend.wait()
-            assert r.status == p.Status.OK
+            assert r.status == Status.OK
             acked.add(key)
     return acked
 
@@ -40,7 +42,7 @@ async def _read_all(b: BookieProcess, keys: list[tuple[int, int]]) -> dict[tuple
         pending = [(key, bk.submit_read(*key, master_key=KEY)) for key in keys]
         for key, pend in pending:
             r = await pend.wait()
-            out[key] = r.data if r.status == p.Status.OK else None
+            out[key] = r.data if r.status == Status.OK else None
     return out
 
 
@@ -75,7 +77,7 @@ async def test_sigterm_drains_and_exits_zero(tmp_path: Path, bookie_processes: l
                 statuses.append(None)
     assert b.proc.wait(timeout=60) == 0
     # Whatever was acknowledged before the stop is there after a restart.
-    acked = [i for i, s in enumerate(statuses) if s == p.Status.OK]
+    acked = [i for i, s in enumerate(statuses) if s == Status.OK]
     assert acked, "the bookie should have answered what it had read before draining"
     b2 = BookieProcess(tmp_path).start()
     bookie_processes.append(b2)
@@ -123,7 +125,7 @@ async def test_corrupt_journal_middle_refuses_to_start(tmp_path: Path, bookie_pr
     # Separate adds so that the journal holds many records.
     async with connect_bookie(b.host, b.port) as bk:
         for e in range(30):
-            assert (await bk.add(1, e, b"payload-%d" % e * 20, master_key=KEY)).status == p.Status.OK
+            assert (await bk.add(1, e, b"payload-%d" % e * 20, master_key=KEY)).status == Status.OK
     b.kill()
     journal = _journal_files(tmp_path)[-1]
     data = bytearray(journal.read_bytes())
@@ -184,15 +186,15 @@ async def test_power_cut_during_a_journal_fdatasync_boots_and_keeps_every_ack(
     acked = {(1, e): payload(1, e) for e in range(20)}
     async with connect_bookie(b.host, b.port) as bk:
         for (ledger, e), data in acked.items():
-            assert (await bk.add(ledger, e, data, master_key=KEY)).status == p.Status.OK
+            assert (await bk.add(ledger, e, data, master_key=KEY)).status == Status.OK
     journal = _journal_files(data_dir)[-1]
     synced_end = journal.stat().st_size
     # The disk stops answering fdatasync. One frame of adds to two other ledgers becomes
     # one group: written to the page cache, never synced, never acknowledged.
     (control / write_faults.HANG_SYNC_FILE).write_text("/journal/")
-    adds = [b"".join(p.encode_add(100 + i, 2 + i % 2, i // 2, -1, 0, KEY, b"unacked %d|" % i * 90)) for i in range(40)]
+    adds = [b"".join(encode_add(100 + i, 2 + i % 2, i // 2, -1, 0, KEY, b"unacked %d|" % i * 90)) for i in range(40)]
     stream = await trio.open_tcp_stream(b.host, b.port)
-    await stream.send_all(p.frame(adds))
+    await stream.send_all(pack_frame(adds))
     with trio.fail_after(30):
         while journal.stat().st_size < synced_end + 3 * 4096:
             await trio.sleep(0.05)

@@ -14,9 +14,9 @@ import pytest
 import trio
 
 import bkframe
-from bkframe import proto as p
 from bkframe.core.ledger_keys import master_key
 from bkframe.plugins.ledger_storage_default.ledger_index import HEADER_SIZE, RECORD_DTYPE
+from bkframe.proto.codes import Status
 from bkframe.testing import write_faults
 from bkframe.testing.kit import PASSWORD
 
@@ -124,9 +124,9 @@ async def test_compaction_after_a_power_cut_keeps_the_bookie_up(
         # the unclean shutdown (BP-46), so UNKNOWN, not an I/O error nor a false "no entry".
         for e in range(20):
             r = await conn.read(kept.ledger_id, e, master_key=master_key(PASSWORD))
-            assert (r.status, r.data[-len(payload(kept.ledger_id, e)) :]) == (p.Status.OK, payload(kept.ledger_id, e))
+            assert (r.status, r.data[-len(payload(kept.ledger_id, e)) :]) == (Status.OK, payload(kept.ledger_id, e))
         for e in range(20, 40):
-            assert (await conn.read(kept.ledger_id, e, master_key=master_key(PASSWORD))).status == p.Status.UNKNOWN
+            assert (await conn.read(kept.ledger_id, e, master_key=master_key(PASSWORD))).status == Status.UNKNOWN
         # Converged: after the bookie's checkpoints, what is on disk agrees -- another power
         # cut leaves no index record past its log, and the bookie starts and stays up.
         await wait_for(conn, "checkpoints", info["counters"]["checkpoints"])
@@ -137,4 +137,4 @@ async def test_compaction_after_a_power_cut_keeps_the_bookie_up(
         await trio.sleep(1.5)
         assert b.running, b.log()[-3000:]
         assert (await conn.info())["counters"]["storage_entries_dropped"] == 0
-        assert (await conn.read(kept.ledger_id, 19, master_key=master_key(PASSWORD))).status == p.Status.OK
+        assert (await conn.read(kept.ledger_id, 19, master_key=master_key(PASSWORD))).status == Status.OK

@@ -9,8 +9,9 @@ from typing import Any
 
 import trio
 
-from bkframe import proto as p
 from bkframe.client.bookie_client import connect_bookie
+from bkframe.proto.frames import pack_frame
+from bkframe.proto.ops.bookie_info import encode_bookie_info
 from bkframe.testing.cluster import BookieProcess
 
 
@@ -26,7 +27,7 @@ async def test_peer_reset_is_not_logged_as_a_failure(tmp_path: Path, bookie_proc
     # Resets while the bookie has a response to send, too.
     for _ in range(5):
         sock = socket.create_connection((bookie.host, bookie.port))
-        sock.sendall(p.frame([p.encode_bookie_info(1)]) * 50)
+        sock.sendall(pack_frame([encode_bookie_info(1)]) * 50)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.close()
     await trio.sleep(0.5)

@@ -24,10 +24,10 @@ import trio
 
 import bkframe
 from bkframe import Client, LedgerMetadata, WriteHandle
-from bkframe import proto as p
 from bkframe.client.distribution import write_set
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import key_hash, master_key
+from bkframe.proto.codes import LAST_ENTRY, Status
 from bkframe.testing.cluster import BookieProcess, Cluster
 from bkframe.testing.diskfull import used_bytes
 from bkframe.testing.kit import PASSWORD, payload
@@ -139,7 +139,7 @@ async def check_held(client: Client, md: LedgerMetadata, bookie_id: str, payload
             if me not in write_set(entry_id, len(ensemble), md.write_quorum):
                 continue
             r = await conn.read(md.ledger_id, entry_id, master_key=master_key(PASSWORD))
-            assert r.status == p.Status.OK, (entry_id, r.status, r.message)
+            assert r.status == Status.OK, (entry_id, r.status, r.message)
             assert digester.decode(md.ledger_id, entry_id, r.data)[2] == payloads[entry_id]
             checked += 1
     return checked
@@ -209,9 +209,9 @@ async def test_read_only_above_threshold_and_writable_again_below_lwm(cluster_fa
         # Adds are refused with READ_ONLY; reads of what it holds still work.
         conn = await client.pool.get(SMALL)
         refused = await conn.add(md.ledger_id + 1000, 0, b"x", master_key=b"k")
-        assert refused.status == p.Status.READ_ONLY
+        assert refused.status == Status.READ_ONLY
         lac = await conn.submit_write_lac(md.ledger_id, md.last_entry_id, master_key=master_key(PASSWORD)).wait()
-        assert lac.status == p.Status.READ_ONLY
+        assert lac.status == Status.READ_ONLY
         assert await read_all(client, md.ledger_id) == payloads
         assert await check_held(client, md, SMALL, payloads) > 0
         # New ledgers avoid it.
@@ -341,12 +341,12 @@ async def test_an_add_whose_journal_write_finds_no_space_is_not_acknowledged(tmp
         async with bkframe.open_client(metadata) as client:
             await known(client, [7], key, SMALL)
             conn = await client.pool.get(SMALL)
-            assert (await conn.add(7, 0, b"first", master_key=key)).status == p.Status.OK
+            assert (await conn.add(7, 0, b"first", master_key=key)).status == Status.OK
             # 100 KiB more fits once (the entry log's copy), not twice (the journal's); what
             # is left is under 10 %, so it stays read-only until it gets more space.
             small.set_disk_capacity(used_bytes(small.data_dir) + 110 * 1024)
             lost = await conn.add(7, 1, os.urandom(100 * 1024), master_key=key, lac=0)
-            assert lost.status == p.Status.READ_ONLY, (lost.status, lost.message)
+            assert lost.status == Status.READ_ONLY, (lost.status, lost.message)
             assert "journal" in lost.message and "No space left" in lost.message, lost.message
             assert small.running
             assert (await conn.read(7, 0, master_key=key)).data == b"first"
@@ -354,7 +354,7 @@ async def test_an_add_whose_journal_write_finds_no_space_is_not_acknowledged(tmp
             await wait_for(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration")
             small.set_disk_capacity(64 * MB)
             await wait_for(lambda: _is(registered_read_only(client, SMALL), False), "the writable registration")
-            assert (await conn.add(7, 1, b"second", master_key=key, lac=0)).status == p.Status.OK
+            assert (await conn.add(7, 1, b"second", master_key=key, lac=0)).status == Status.OK
         small.kill()
         small.start("--config", str(tmp_path / "b.toml"))
         async with bkframe.open_client(metadata) as client:
@@ -380,9 +380,9 @@ async def test_what_replay_finds_already_stored_survives_a_later_power_cut(tmp_p
             await known(client, [3, 4], key, "b")
             conn = await client.pool.get("b")
             for e in range(50):
-                assert (await conn.add(3, e, b"entry %d" % e, master_key=key, lac=e - 1)).status == p.Status.OK
-            fence = await conn.read(4, p.LAST_ENTRY, master_key=key, fence=True)
-            assert fence.status in (p.Status.OK, p.Status.NO_ENTRY)
+                assert (await conn.add(3, e, b"entry %d" % e, master_key=key, lac=e - 1)).status == Status.OK
+            fence = await conn.read(4, LAST_ENTRY, master_key=key, fence=True)
+            assert fence.status in (Status.OK, Status.NO_ENTRY)
         bookie.kill()  # the page cache (the data dir) keeps the entry logs and index headers
         bookie.start("--config", str(config), powerloss=True)  # replays, checkpoints, trims the journal
         bookie.lose_power()  # only what was fsynced stays
@@ -390,7 +390,7 @@ async def test_what_replay_finds_already_stored_survives_a_later_power_cut(tmp_p
         async with bkframe.open_client(metadata) as client:
             conn = await client.pool.get("b")
             assert [(await conn.read(3, e, master_key=key)).data for e in range(50)] == [b"entry %d" % e for e in range(50)]
-            assert (await conn.add(4, 0, b"late", master_key=key)).status == p.Status.FENCED
+            assert (await conn.add(4, 0, b"late", master_key=key)).status == Status.FENCED
     finally:
         if bookie.running:
             bookie.kill()
@@ -439,7 +439,7 @@ async def _full_disk_scenario(
         await wait_for(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration after restart")
         assert await check_held(client, md, SMALL, payloads) == held
         refused = await (await client.pool.get(SMALL)).add(md.ledger_id, 0, b"x", master_key=b"k")
-        assert refused.status == p.Status.READ_ONLY
+        assert refused.status == Status.READ_ONLY
         # Space comes back: writable again, without anyone deleting files.
         grow()
         await wait_for(lambda: _is(registered_read_only(client, SMALL), False), "the writable registration")

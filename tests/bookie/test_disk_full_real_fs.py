@@ -24,10 +24,10 @@ import pytest
 import trio
 
 import bkframe
-from bkframe import proto as p
 from bkframe.client.bookie_client import BookieClient
 from bkframe.core.mapped_file import PAGE, MappedFile
 from bkframe.plugins.ledger_storage_default.ledger_index import HEADER_SIZE, RECORD_DTYPE, LedgerIndex
+from bkframe.proto.codes import Status
 from bkframe.testing.cluster import BookieProcess
 from bkframe.testing.small_fs import SmallFilesystem
 from tests.bookie.test_disk_full import _is, known, registered_read_only, wait_for
@@ -84,8 +84,8 @@ async def add_all(conn: BookieClient, adds: list[tuple[int, int]], acked: dict[t
     ok = 0
     for ledger, entry, pending in sent:
         r = await pending.wait()
-        assert r.status in (p.Status.OK, p.Status.READ_ONLY), (ledger, entry, r.status, r.message)
-        if r.status == p.Status.OK:
+        assert r.status in (Status.OK, Status.READ_ONLY), (ledger, entry, r.status, r.message)
+        if r.status == Status.OK:
             acked[(ledger, entry)] = data(ledger, entry)
             ok += 1
     return ok
@@ -99,21 +99,21 @@ async def check_reads(conn: BookieClient, acked: dict[tuple[int, int], bytes], d
         by_ledger.setdefault(ledger, []).append(entry)
     for ledger, entries in by_ledger.items():
         if ledger in deleted:
-            assert (await conn.read(ledger, entries[0], master_key=KEY, timeout_s=60)).status == p.Status.NO_LEDGER
+            assert (await conn.read(ledger, entries[0], master_key=KEY, timeout_s=60)).status == Status.NO_LEDGER
             continue
         reads = [conn.submit_read(ledger, e, master_key=KEY, timeout_s=60) for e in entries]
         for e, pending in zip(entries, reads):
             r = await pending.wait()
-            assert r.status == p.Status.OK and bytes(r.data) == acked[(ledger, e)], (ledger, e, r.status, r.message)
+            assert r.status == Status.OK and bytes(r.data) == acked[(ledger, e)], (ledger, e, r.status, r.message)
         # The first run of consecutive ids, as one range.
         run = next((i for i, (a, b) in enumerate(pairwise(entries)) if b != a + 1), len(entries) - 1)
         batch = await conn.submit_read_batch(ledger, entries[0], entries[run], master_key=KEY, timeout_s=60).wait()
-        assert batch.status == p.Status.OK, (ledger, batch.status, batch.message)
+        assert batch.status == Status.OK, (ledger, batch.status, batch.message)
         got = [(e, bytes(d)) for e, d in batch.entries]
         assert got and got == [(e, acked[(ledger, e)]) for e in entries[: len(got)]]
         # What the bookie says it holds (LIST_ENTRIES, as repair asks): exactly those.
         listed = await conn.submit_list_entries(ledger, 0, FAR + 100, timeout_s=60).wait()
-        assert listed.status == p.Status.OK and listed.next_first == -1, (listed.status, listed.message)
+        assert listed.status == Status.OK and listed.next_first == -1, (listed.status, listed.message)
         assert [e for a, b in listed.runs for e in range(a, b + 1)] == entries
 
 
@@ -202,7 +202,7 @@ async def _fill_collect_reopen(small: BookieProcess, fs: SmallFilesystem, tmp_pa
         assert info["read_only"] is True, info
         await check_reads(conn, acked, deleted)  # opens every index: each is checked against its logs
         refused = await conn.add(GROWN[1], FAR, data(GROWN[1], FAR), master_key=KEY, timeout_s=60)
-        assert refused.status == p.Status.READ_ONLY, (refused.status, refused.message)
+        assert refused.status == Status.READ_ONLY, (refused.status, refused.message)
         await trio.sleep(1.0)  # GC passes and checkpoints on the full disk
         assert_alive(small)
 

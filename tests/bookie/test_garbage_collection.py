@@ -8,8 +8,8 @@ from typing import Any
 import trio
 
 import bkframe
-from bkframe import proto as p
 from bkframe.core.ledger_keys import master_key
+from bkframe.proto.codes import Status
 
 GC_FAST = """
 [bookie]
@@ -48,7 +48,7 @@ async def test_deleted_ledger_is_collected_on_every_bookie(cluster_factory: Any)
                     await trio.sleep(0.1)
                 assert info["ledgers"] == 1
                 assert info["counters"]["gc_ledgers_deleted"] == 1
-                assert (await conn.read(doomed.ledger_id, 0, master_key=master_key(b""))).status == p.Status.NO_LEDGER
+                assert (await conn.read(doomed.ledger_id, 0, master_key=master_key(b""))).status == Status.NO_LEDGER
         reader = await client.open_ledger(kept.ledger_id)
         assert [e.payload for e in await reader.read(0, 19)] == [b"k%d" % i for i in range(20)]
 
@@ -71,4 +71,4 @@ async def test_a_bookie_pointed_at_another_store_deletes_nothing(cluster_factory
         info = await conn.info()
         assert info["cookie_check"] == "STAMPED_METADATA"
         assert info["ledgers"] == 1 and info["counters"]["gc_ledgers_deleted"] == 0
-        assert (await conn.read(writer.ledger_id, 0, master_key=master_key(b""))).status == p.Status.OK
+        assert (await conn.read(writer.ledger_id, 0, master_key=master_key(b""))).status == Status.OK

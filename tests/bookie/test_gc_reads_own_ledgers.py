@@ -13,13 +13,13 @@ import attrs
 
 import bkframe
 from bkframe import LedgerMetadata
-from bkframe import proto as p
 from bkframe.bookie.garbage_collector import GarbageCollector
 from bkframe.bookie.unclean_marker import MARKER
 from bkframe.client.bookie_client import connect_bookie
 from bkframe.core.ledger_keys import master_key
 from bkframe.core.metadata import MetadataStore, password_hash
 from bkframe.plugins.metadata_memory import MemoryMetadataStore
+from bkframe.proto.codes import Status
 from bkframe.testing.cluster import make_config, running_bookie
 from bkframe.testing.counting_store import CountingStore
 from bkframe.testing.kit import PASSWORD
@@ -123,7 +123,7 @@ async def test_unclean_boot_reads_only_the_ledgers_indexed_for_this_bookie(tmp_p
         assert sorted(service.bookie.limbo_ledgers()) == [10, 11]
         async with connect_bookie(host, port) as conn:
             r = await conn.read(10, 0, master_key=master_key(PASSWORD))
-            assert r.status == p.Status.UNKNOWN, r
+            assert r.status == Status.UNKNOWN, r
     # Boot (and the repair it started) read this bookie's ledgers only, and listed none.
     assert set(read) <= {10, 11, 12} and {10, 11, 12} <= set(read)
     assert listed == []

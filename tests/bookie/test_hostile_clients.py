@@ -25,10 +25,15 @@ import trio
 import trustme
 
 import bkframe
-from bkframe import proto as p
 from bkframe.client.bookie_client import connect_bookie
 from bkframe.core.config import load_config
 from bkframe.core.ledger_keys import master_key
+from bkframe.proto.codes import FRAME_HEADER, Status
+from bkframe.proto.frames import pack_frame
+from bkframe.proto.ops.connection_setup import encode_auth
+from bkframe.proto.ops.read import encode_read
+from bkframe.proto.ops.read_lac import encode_read_lac
+from bkframe.proto.table import Response, decode_responses
 from bkframe.testing.cluster import BookieProcess, Cluster, running_bookie
 from bkframe.testing.kit import PASSWORD, payload
 
@@ -107,7 +112,7 @@ async def connect_raw(
     return stream
 
 
-async def read_until_closed(stream: trio.abc.Stream, timeout_s: float) -> tuple[list[p.Response], bool]:
+async def read_until_closed(stream: trio.abc.Stream, timeout_s: float) -> tuple[list[Response], bool]:
     """The responses the bookie sends and whether it closed the connection within ``timeout_s``."""
     buf = bytearray()
     closed = False
@@ -118,12 +123,12 @@ async def read_until_closed(stream: trio.abc.Stream, timeout_s: float) -> tuple[
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         closed = True
-    responses: list[p.Response] = []
+    responses: list[Response] = []
     while len(buf) >= 4:
-        (length,) = p.FRAME_HEADER.unpack_from(buf)
+        (length,) = FRAME_HEADER.unpack_from(buf)
         if len(buf) < 4 + length:
             break
-        responses.extend(p.decode_responses(bytes(buf[4 : 4 + length])))
+        responses.extend(decode_responses(bytes(buf[4 : 4 + length])))
         del buf[: 4 + length]
     return responses, closed
 
@@ -132,7 +137,7 @@ async def partial_frame(stream: trio.abc.Stream, send_for_s: float) -> bool:
     """Send the header of a 64 MiB frame and up to 60 MiB of its body (for at most
     ``send_for_s``), never the rest; whether the bookie closed the connection (within 10 s more)."""
     try:
-        await stream.send_all(p.FRAME_HEADER.pack(64 * MiB))
+        await stream.send_all(FRAME_HEADER.pack(64 * MiB))
         chunk = bytes(MiB)
         with trio.move_on_after(send_for_s):
             for _ in range(60):
@@ -205,23 +210,23 @@ async def test_unauthenticated_connections_are_bounded_on_a_tls_token_bookie(
 
         # What a refused client reads: why, then the close.
         stream = await connect_raw(bookie, tls=certs.context())
-        await stream.send_all(p.FRAME_HEADER.pack(64 * MiB))
+        await stream.send_all(FRAME_HEADER.pack(64 * MiB))
         responses, was_closed = await read_until_closed(stream, 5)
-        assert was_closed and [r.status for r in responses] == [p.Status.UNAUTHORIZED]
+        assert was_closed and [r.status for r in responses] == [Status.UNAUTHORIZED]
         assert "before authentication" in responses[0].message, responses[0].message
 
         # One wrong token per connection: UNAUTHORIZED, then the connection is closed.
         stream = await connect_raw(bookie, tls=certs.context())
-        await stream.send_all(p.frame([p.encode_auth(1, "token", b"a-guess")]))
+        await stream.send_all(pack_frame([encode_auth(1, "token", b"a-guess")]))
         responses, was_closed = await read_until_closed(stream, 5)
-        assert was_closed and [(r.request_id, r.status) for r in responses] == [(1, p.Status.UNAUTHORIZED)]
+        assert was_closed and [(r.request_id, r.status) for r in responses] == [(1, Status.UNAUTHORIZED)]
 
         # Silence: closed once auth_timeout_s is up, with TLS or without.
         start = time.monotonic()
         silent_tls = await connect_raw(bookie, tls=certs.context())
         silent_tcp = await connect_raw(bookie)
         responses, was_closed = await read_until_closed(silent_tls, 10)
-        assert was_closed and [r.status for r in responses] == [p.Status.UNAUTHORIZED]
+        assert was_closed and [r.status for r in responses] == [Status.UNAUTHORIZED]
         assert "auth_timeout_s" in responses[0].message
         assert (await read_until_closed(silent_tcp, 10))[1]
         assert 1.5 < time.monotonic() - start < 10
@@ -249,7 +254,7 @@ async def test_connections_are_capped_per_address_and_in_all(cluster_factory: Ca
         async def check(stream: trio.abc.Stream) -> None:
             responses, closed = await read_until_closed(stream, 2)
             if closed:
-                assert [r.status for r in responses] == [p.Status.TOO_MANY_REQUESTS], responses
+                assert [r.status for r in responses] == [Status.TOO_MANY_REQUESTS], responses
                 refused.append(responses[0].message)
                 await stream.aclose()
             else:
@@ -293,21 +298,21 @@ async def send_long_polls(stream: trio.abc.Stream, ledger_id: int, count: int, f
     timeout the protocol carries (~49 days), 1,000 a frame."""
     for start in range(first_id, first_id + count, 1000):
         polls = [
-            p.encode_read_lac(rid, ledger_id, previous_lac=1000, timeout_ms=2**32 - 1)
+            encode_read_lac(rid, ledger_id, previous_lac=1000, timeout_ms=2**32 - 1)
             for rid in range(start, min(start + 1000, first_id + count))
         ]
-        await stream.send_all(p.frame(polls))
+        await stream.send_all(pack_frame(polls))
 
 
-async def answers(stream: trio.abc.Stream, count: int, timeout_s: float) -> list[p.Response]:
+async def answers(stream: trio.abc.Stream, count: int, timeout_s: float) -> list[Response]:
     """The next ``count`` responses on ``stream`` (fewer if ``timeout_s`` ends first)."""
     buf = bytearray()
-    out: list[p.Response] = []
+    out: list[Response] = []
     with trio.move_on_after(timeout_s):
         while len(out) < count:
             buf += await stream.receive_some(256 * 1024)
-            while len(buf) >= 4 and len(buf) >= 4 + (length := p.FRAME_HEADER.unpack_from(buf)[0]):
-                out.extend(p.decode_responses(bytes(buf[4 : 4 + length])))
+            while len(buf) >= 4 and len(buf) >= 4 + (length := FRAME_HEADER.unpack_from(buf)[0]):
+                out.extend(decode_responses(bytes(buf[4 : 4 + length])))
                 del buf[: 4 + length]
     return out
 
@@ -349,7 +354,7 @@ async def test_long_polls_are_capped_and_end_with_their_connection(cluster_facto
                 attack.start_soon(send_long_polls, attacker, ledger_id, 100_000)
                 at_once = await answers(attacker, 100_000 - 1024, timeout_s=40)
             assert len(at_once) == 100_000 - 1024
-            assert {(r.status, r.lac) for r in at_once} == {(p.Status.OK, -1)}  # no add confirmed yet
+            assert {(r.status, r.lac) for r in at_once} == {(Status.OK, -1)}  # no add confirmed yet
             await wait_for(client, bookie, "long_polls_waiting", lambda n: n == 1024 + 1)  # and the tail's
             # Meanwhile the writer writes and the tail sees each entry once the next confirms it.
             for i in range(10):
@@ -401,7 +406,7 @@ send_timeout_s = 3.0
         async def never_reads() -> None:
             stream = await connect_raw(bookie, source="127.0.0.3")
             key = master_key(PASSWORD)
-            await stream.send_all(p.frame([p.encode_read(i, big.ledger_id, 0, master_key=key) for i in range(100)]))
+            await stream.send_all(pack_frame([encode_read(i, big.ledger_id, 0, master_key=key) for i in range(100)]))
             await trio.sleep_forever()  # reads nothing
 
         async with trio.open_nursery() as nursery:
@@ -432,15 +437,15 @@ async def test_long_poll_timeout_and_count_are_capped(tmp_path: Path) -> None:
     config = load_config(toml, {"data_dir": tmp_path / "data", "port": 0})
     async with running_bookie(config) as (_, host, port):
         async with connect_bookie(host, port) as bk:
-            assert (await bk.add(5, 0, b"x", master_key=KEY)).status == p.Status.OK
+            assert (await bk.add(5, 0, b"x", master_key=KEY)).status == Status.OK
             start = trio.current_time()
             waiting = [bk.submit_read_lac(5, previous_lac=0, timeout_ms=2**32 - 1, timeout_s=30) for _ in range(2)]
             await trio.sleep(0.2)
             third = await bk.read_lac(5, previous_lac=0, timeout_ms=2**32 - 1, timeout_s=30)
-            assert (third.status, third.lac) == (p.Status.OK, -1) and trio.current_time() - start < 0.9
+            assert (third.status, third.lac) == (Status.OK, -1) and trio.current_time() - start < 0.9
             for pending in waiting:
                 r = await pending.wait()
-                assert (r.status, r.lac) == (p.Status.OK, -1)
+                assert (r.status, r.lac) == (Status.OK, -1)
             assert 0.9 < trio.current_time() - start < 10
 
 

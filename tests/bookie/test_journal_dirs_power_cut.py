@@ -12,8 +12,10 @@ from typing import Any
 import trio
 
 import bkframe
-from bkframe import proto as p
 from bkframe.client.bookie_client import connect_bookie
+from bkframe.proto.codes import Status
+from bkframe.proto.frames import pack_frame
+from bkframe.proto.ops.add import encode_add
 from bkframe.testing import powerloss, write_faults
 from bkframe.testing.cluster import BookieProcess
 
@@ -36,7 +38,7 @@ async def add_all(b: BookieProcess, entries: dict[tuple[int, int], bytes]) -> No
     async with connect_bookie(b.host, b.port) as bk:
         pending = [(key, bk.submit_add(key[0], key[1], data, master_key=KEY)) for key, data in entries.items()]
         for _, pend in pending:
-            assert (await pend.wait()).status == p.Status.OK
+            assert (await pend.wait()).status == Status.OK
 
 
 async def read_all(b: BookieProcess, keys: list[tuple[int, int]]) -> dict[tuple[int, int], bytes | None]:
@@ -45,7 +47,7 @@ async def read_all(b: BookieProcess, keys: list[tuple[int, int]]) -> dict[tuple[
         pending = [(key, bk.submit_read(*key, master_key=KEY)) for key in keys]
         for key, pend in pending:
             r = await pend.wait()
-            out[key] = r.data if r.status == p.Status.OK else None
+            out[key] = r.data if r.status == Status.OK else None
     return out
 
 
@@ -120,9 +122,9 @@ async def test_a_torn_group_in_one_journal_loses_nothing_of_the_other(
     (control / write_faults.HANG_SYNC_FILE).write_text("/journal/j1/")
     # One frame of adds to ledgers 3 and 5 (journal 1), alternating so that they make many
     # records: one group, written, never synced or answered.
-    adds = [b"".join(p.encode_add(100 + i, 3 + 2 * (i % 2), 30 + i // 2, -1, 0, KEY, b"unacked %d|" % i * 90)) for i in range(40)]
+    adds = [b"".join(encode_add(100 + i, 3 + 2 * (i % 2), 30 + i // 2, -1, 0, KEY, b"unacked %d|" % i * 90)) for i in range(40)]
     stream = await trio.open_tcp_stream(b.host, b.port)
-    await stream.send_all(p.frame(adds))
+    await stream.send_all(pack_frame(adds))
     with trio.fail_after(30):
         while journal1.stat().st_size < synced1 + 3 * 4096:
             await trio.sleep(0.05)

@@ -13,13 +13,13 @@ import pytest
 import trio
 
 import bkframe
-from bkframe import proto as p
 from bkframe.bookie import journal_records as jr
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import WriteOnceStorage
 from bkframe.core.ledger_keys import master_key
 from bkframe.plugins.entry_log_single import SingleEntryLogManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
+from bkframe.proto.codes import Status
 from bkframe.testing.kit import PASSWORD, payload
 
 LARGE = 16384
@@ -63,7 +63,7 @@ async def held_everywhere(client: Any, cluster: Any, ledger_id: int, count: int)
         conn = await connection(client, b.bookie_id)
         for e in range(count):
             r = await conn.read(ledger_id, e, master_key=master_key(PASSWORD))
-            assert r.status == p.Status.OK, (b.bookie_id, e, r.status)
+            assert r.status == Status.OK, (b.bookie_id, e, r.status)
             assert r.data.endswith(payload(ledger_id, e, size=size_of(e))), (b.bookie_id, e)
 
 
@@ -133,7 +133,7 @@ async def test_compaction_after_a_restart_keeps_large_entries(cluster_factory: A
         conn = await connection(client, b.bookie_id)
         for e in range(count):
             r = await conn.read(kept.ledger_id, e, master_key=master_key(PASSWORD))
-            assert (r.status, r.data.endswith(payload(kept.ledger_id, e, size=size_of(e)))) == (p.Status.OK, True), e
+            assert (r.status, r.data.endswith(payload(kept.ledger_id, e, size=size_of(e)))) == (Status.OK, True), e
         assert b.running, b.log()[-3000:]
 
 

@@ -11,11 +11,14 @@ from pathlib import Path
 import pytest
 import trio
 
-from bkframe import proto as p
 from bkframe.bookie import python_gc
 from bkframe.bookie.loop_lag import LoopLag
 from bkframe.bookie.server import SERVE_STEP_S
 from bkframe.core.interfaces import Buffer
+from bkframe.proto.codes import Status
+from bkframe.proto.frames import pack_frame
+from bkframe.proto.ops.add import encode_add
+from bkframe.proto.table import Response, decode_responses
 from bkframe.testing.cluster import make_config, running_bookie
 
 
@@ -66,27 +69,27 @@ async def test_a_frame_of_many_adds_is_served_in_steps_other_tasks_run_between(
                 await trio.sleep(0)
 
         n = 100
-        frame = p.frame(
+        frame = pack_frame(
             part
             for i in range(n)
-            for part in p.encode_add(i, 1000 + i, 0, -1, 0, b"key", f"entry {i}".encode())
+            for part in encode_add(i, 1000 + i, 0, -1, 0, b"key", f"entry {i}".encode())
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ticker)
             stream = await trio.open_tcp_stream(host, port)
             async with stream:
                 await stream.send_all(frame)
-                answers: list[p.Response] = []
+                answers: list[Response] = []
                 buf = bytearray()
                 with trio.fail_after(30):
                     while len(answers) < n:
                         buf += await stream.receive_some()
                         while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "little"):
                             size = 4 + int.from_bytes(buf[:4], "little")
-                            answers += p.decode_responses(bytes(buf[4:size]))
+                            answers += decode_responses(bytes(buf[4:size]))
                             del buf[:size]
             nursery.cancel_scope.cancel()
-    assert [(a.request_id, a.status) for a in answers] == [(i, p.Status.OK) for i in range(n)]
+    assert [(a.request_id, a.status) for a in answers] == [(i, Status.OK) for i in range(n)]
     most_in_one_step = max(served_at_tick.count(t) for t in set(served_at_tick))
     # 10 ms of 2 ms adds: at most a handful per step (all 100 in one step without the limit).
     # Trio runs each runnable task once per batch in random order, so two steps may run

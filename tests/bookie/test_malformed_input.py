@@ -10,10 +10,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bkframe import LedgerMetadata
-from bkframe import proto as p
 from bkframe.client.bookie_client import connect_bookie
 from bkframe.core.ledger_keys import key_hash
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.proto.codes import MAX_FRAME_SIZE, Op, Status
+from bkframe.proto.frames import pack_frame
+from bkframe.proto.ops.add import encode_add
+from bkframe.proto.ops.add_batch import encode_add_batch
+from bkframe.proto.ops.list_entries import encode_list_entries
+from bkframe.proto.ops.read import encode_read
+from bkframe.proto.ops.read_lac import encode_read_lac
+from bkframe.proto.ops.sync import encode_sync
+from bkframe.proto.ops.write_close import encode_write_close
+from bkframe.proto.ops.write_lac import encode_write_lac
+from bkframe.proto.table import Response, decode_responses
 from bkframe.testing.cluster import make_config, running_bookie
 
 KEY = b"k"
@@ -27,7 +37,7 @@ message_header = st.builds(
     st.binary(max_size=64),
 )
 valid_add = st.builds(
-    lambda rid, led, ent, key, data: b"".join(p.encode_add(rid, led, ent, -1, 0, key, data)),
+    lambda rid, led, ent, key, data: b"".join(encode_add(rid, led, ent, -1, 0, key, data)),
     st.integers(1, 2**64 - 1),
     st.integers(100, 2**64 - 1),
     st.integers(-2, 2**63 - 1),
@@ -43,7 +53,7 @@ mangled_add = st.builds(
     st.one_of(st.none(), st.integers(0, 30)),
 )
 mangled_write_lac = st.builds(
-    lambda rid, led, lac, key, cut: p.encode_write_lac(rid, led, lac, key)[:cut],
+    lambda rid, led, lac, key, cut: encode_write_lac(rid, led, lac, key)[:cut],
     st.integers(1, 2**64 - 1),
     st.integers(0, 2**64 - 1),
     st.integers(-3, 2**63 - 1),
@@ -59,7 +69,7 @@ async def _probe_healthy(host: str, port: int) -> None:
     """Another connection still gets correct answers from the bookie."""
     with trio.fail_after(10):
         async with connect_bookie(host, port) as bk:
-            assert (await bk.add(1, 0, b"keep", master_key=KEY)).status == p.Status.OK
+            assert (await bk.add(1, 0, b"keep", master_key=KEY)).status == Status.OK
             assert (await bk.read(1, 0, master_key=KEY)).data == b"keep"
 
 
@@ -88,8 +98,8 @@ def _check_responses(received: bytes) -> None:
         frame = received[pos + 4 : pos + 4 + length]
         if len(frame) < length:
             break
-        for r in p.decode_responses(frame):
-            assert r.status in (p.Status.OK, p.Status.BAD_REQUEST, p.Status.NO_LEDGER, p.Status.NO_ENTRY, p.Status.UNAUTHORIZED)
+        for r in decode_responses(frame):
+            assert r.status in (Status.OK, Status.BAD_REQUEST, Status.NO_LEDGER, Status.NO_ENTRY, Status.UNAUTHORIZED)
         pos += 4 + length
 
 
@@ -117,29 +127,29 @@ async def test_random_bytes_and_oversized_frames(tmp_path: Path) -> None:
     async with running_bookie(make_config(tmp_path)) as (_, host, port):
         for size in (1, 3, 7, 100, 5000, 70000):
             await _send_and_collect(host, port, rng.randbytes(size))
-        received = await _send_and_collect(host, port, struct.pack("<I", p.MAX_FRAME_SIZE + 1) + b"x" * 10)
+        received = await _send_and_collect(host, port, struct.pack("<I", MAX_FRAME_SIZE + 1) + b"x" * 10)
         (length,) = struct.unpack_from("<I", received)
-        (r,) = p.decode_responses(received[4 : 4 + length])
-        assert r.status == p.Status.BAD_REQUEST and "exceeds the maximum" in r.message
+        (r,) = decode_responses(received[4 : 4 + length])
+        assert r.status == Status.BAD_REQUEST and "exceeds the maximum" in r.message
         await _probe_healthy(host, port)
 
 
 async def test_bad_message_among_good_ones(tmp_path: Path) -> None:
     async with running_bookie(make_config(tmp_path)) as (_, host, port):
-        good1 = b"".join(p.encode_add(1, 5, 0, -1, 0, KEY, b"first"))
+        good1 = b"".join(encode_add(1, 5, 0, -1, 0, KEY, b"first"))
         bad = struct.pack("<IBBQ", 10, 77, 0, 2)  # unknown op 77
-        good2 = p.encode_read(3, 5, 0, master_key=KEY)
-        received = await _send_and_collect(host, port, p.frame([good1, bad, good2]))
+        good2 = encode_read(3, 5, 0, master_key=KEY)
+        received = await _send_and_collect(host, port, pack_frame([good1, bad, good2]))
         responses = {}
         pos = 0
         while pos < len(received):
             (length,) = struct.unpack_from("<I", received, pos)
-            for r in p.decode_responses(received[pos + 4 : pos + 4 + length]):
+            for r in decode_responses(received[pos + 4 : pos + 4 + length]):
                 responses[r.request_id] = r
             pos += 4 + length
-        assert responses[1].status == p.Status.OK
-        assert responses[2].status == p.Status.BAD_REQUEST and "unknown op code 77" in responses[2].message
-        assert responses[3].status == p.Status.OK and responses[3].data == b"first"
+        assert responses[1].status == Status.OK
+        assert responses[2].status == Status.BAD_REQUEST and "unknown op code 77" in responses[2].message
+        assert responses[3].status == Status.OK and responses[3].data == b"first"
 
 
 # --- valid headers, extreme field values --------------------------------------------------
@@ -148,15 +158,15 @@ U64_MAX = 2**64 - 1
 I64_MAX = 2**63 - 1
 
 
-def _raw(op: p.Op, rid: int, fields: bytes, flags: int = 0) -> bytes:
+def _raw(op: Op, rid: int, fields: bytes, flags: int = 0) -> bytes:
     return struct.pack("<IBBQ", 10 + len(fields), op, flags, rid) + fields
 
 
-def _extreme_messages() -> list[tuple[bytes, set[p.Status], str]]:
+def _extreme_messages() -> list[tuple[bytes, set[Status], str]]:
     """(message, acceptable statuses, text a BAD_REQUEST message must hold)."""
-    bad = {p.Status.BAD_REQUEST}
-    add = p.encode_add
-    batch = p.encode_add_batch
+    bad = {Status.BAD_REQUEST}
+    add = encode_add
+    batch = encode_add_batch
     return [
         (b"".join(add(1, 2**63, 0, -1, 0, KEY, b"x")), bad, "ledger id 9223372036854775808 is out of range"),
         (b"".join(add(2, U64_MAX, 0, -1, 0, KEY, b"x")), bad, "out of range"),
@@ -166,30 +176,30 @@ def _extreme_messages() -> list[tuple[bytes, set[p.Status], str]]:
         (b"".join(add(6, 7, 0, -2, 0, KEY, b"x")), bad, "lac -2 is invalid"),
         (b"".join(add(7, 7, 0, -(2**63), 0, KEY, b"x")), bad, "is invalid"),
         (b"".join(add(8, 7, 0, -1, 65535, KEY, b"x")), bad, "unknown ledger type id 65535"),
-        (_raw(p.Op.ADD, 9, struct.pack("<QqqHH", 7, 0, -1, 0, 65535) + b"x" * 8), bad, "master key length 65535"),
+        (_raw(Op.ADD, 9, struct.pack("<QqqHH", 7, 0, -1, 0, 65535) + b"x" * 8), bad, "master key length 65535"),
         (b"".join(batch(10, 2**63, -1, 0, KEY, [0, 1], [b"a", b"b"])), bad, "out of range"),
         (b"".join(batch(11, 7, -1, 0, KEY, [0, I64_MAX], [b"a", b"b"])), bad, "entry ids must be in 0.."),
         (b"".join(batch(12, 7, -1, 0, KEY, [-2, 0], [b"a", b"b"])), bad, "negative"),
         (b"".join(batch(13, 7, -5, 0, KEY, [0], [b"a"])), bad, "lac -5 is invalid"),
-        (_raw(p.Op.ADD_BATCH, 14, struct.pack("<QqHHI", 7, -1, 0, 1, 2**32 - 1) + b"k"), bad, "does not fit"),
+        (_raw(Op.ADD_BATCH, 14, struct.pack("<QqHHI", 7, -1, 0, 1, 2**32 - 1) + b"k"), bad, "does not fit"),
         (
-            _raw(p.Op.ADD_BATCH, 15, struct.pack("<QqHHI", 7, -1, 0, 1, 1) + b"k" + struct.pack("<qI", 0, 2**32 - 1) + b"a"),
+            _raw(Op.ADD_BATCH, 15, struct.pack("<QqHHI", 7, -1, 0, 1, 1) + b"k" + struct.pack("<qI", 0, 2**32 - 1) + b"a"),
             bad,
             "do not add up",
         ),
-        (p.encode_read(16, 2**63, 0, master_key=KEY, fence=True), bad, "out of range"),
-        (p.encode_read(17, U64_MAX, 0, master_key=KEY), bad, "out of range"),
-        (p.encode_read(18, 7, -2, master_key=KEY), bad, "invalid"),
-        (p.encode_read(19, 7, I64_MAX, master_key=KEY), {p.Status.NO_ENTRY, p.Status.NO_LEDGER}, ""),
-        (p.encode_read_lac(20, U64_MAX), bad, "out of range"),
-        (p.encode_read_lac(21, 2**63, previous_lac=I64_MAX, timeout_ms=2**32 - 1), bad, "out of range"),
-        (p.encode_sync(22, 2**63), bad, "out of range"),
-        (p.encode_write_lac(23, U64_MAX, 5, KEY), bad, "out of range"),
-        (p.encode_write_lac(24, 7, -2, KEY), bad, "lac -2 is invalid"),
-        (p.encode_write_close(25, 2**63, KEY), bad, "out of range"),
-        (p.encode_list_entries(26, U64_MAX, 0, 10), bad, "out of range"),
-        (p.encode_list_entries(27, 7, 0, I64_MAX), {p.Status.OK, p.Status.NO_LEDGER}, ""),
-        (p.encode_list_entries(28, 7, -2, 5), bad, "invalid"),
+        (encode_read(16, 2**63, 0, master_key=KEY, fence=True), bad, "out of range"),
+        (encode_read(17, U64_MAX, 0, master_key=KEY), bad, "out of range"),
+        (encode_read(18, 7, -2, master_key=KEY), bad, "invalid"),
+        (encode_read(19, 7, I64_MAX, master_key=KEY), {Status.NO_ENTRY, Status.NO_LEDGER}, ""),
+        (encode_read_lac(20, U64_MAX), bad, "out of range"),
+        (encode_read_lac(21, 2**63, previous_lac=I64_MAX, timeout_ms=2**32 - 1), bad, "out of range"),
+        (encode_sync(22, 2**63), bad, "out of range"),
+        (encode_write_lac(23, U64_MAX, 5, KEY), bad, "out of range"),
+        (encode_write_lac(24, 7, -2, KEY), bad, "lac -2 is invalid"),
+        (encode_write_close(25, 2**63, KEY), bad, "out of range"),
+        (encode_list_entries(26, U64_MAX, 0, 10), bad, "out of range"),
+        (encode_list_entries(27, 7, 0, I64_MAX), {Status.OK, Status.NO_LEDGER}, ""),
+        (encode_list_entries(28, 7, -2, 5), bad, "invalid"),
     ]
 
 
@@ -214,22 +224,22 @@ async def test_extreme_field_values_are_refused_and_the_bookie_stays_up(tmp_path
         finally:
             await store.aclose()
 
-        async def answers(raw: bytes) -> dict[int, p.Response]:
+        async def answers(raw: bytes) -> dict[int, Response]:
             received = await _send_and_collect(host, port, raw)
             out = {}
             pos = 0
             while pos + 4 <= len(received):
                 (length,) = struct.unpack_from("<I", received, pos)
-                out.update((r.request_id, r) for r in p.decode_responses(received[pos + 4 : pos + 4 + length]))
+                out.update((r.request_id, r) for r in decode_responses(received[pos + 4 : pos + 4 + length]))
                 pos += 4 + length
             return out
 
         expected = _extreme_messages()
         # Each message in a frame of its own, then all of them in one frame.
-        together = await answers(p.frame([msg for msg, _, _ in expected]))
+        together = await answers(pack_frame([msg for msg, _, _ in expected]))
         for msg, allowed, text in expected:
             (rid,) = struct.unpack_from("<Q", msg, 6)
-            for r in ((await answers(p.frame([msg])))[rid], together[rid]):
+            for r in ((await answers(pack_frame([msg])))[rid], together[rid]):
                 assert r.status in allowed, r
                 assert text in r.message, r
         # Garbage collection runs several times over what was stored: the bookie stays up.

@@ -11,8 +11,8 @@ import os
 import time
 from pathlib import Path
 
-from bkframe import proto as p
 from bkframe.client.bookie_client import connect_bookie
+from bkframe.proto.codes import Status
 from bkframe.testing.cluster import BookieProcess
 
 NOFILE = 256
@@ -46,8 +46,8 @@ def start(data_dir: Path, config: Path) -> BookieProcess:
     return b.wait_started()
 
 
-async def add_all(b: BookieProcess, entries: dict[tuple[int, int], bytes]) -> list[p.Status]:
-    statuses: list[p.Status] = []
+async def add_all(b: BookieProcess, entries: dict[tuple[int, int], bytes]) -> list[Status]:
+    statuses: list[Status] = []
     items = list(entries.items())
     async with connect_bookie(b.host, b.port) as bk:
         # Entry by entry across all ledgers: every ledger's index and log are opened again
@@ -58,14 +58,14 @@ async def add_all(b: BookieProcess, entries: dict[tuple[int, int], bytes]) -> li
     return statuses
 
 
-async def read_all(b: BookieProcess, keys: list[tuple[int, int]]) -> dict[tuple[int, int], tuple[p.Status, bytes]]:
+async def read_all(b: BookieProcess, keys: list[tuple[int, int]]) -> dict[tuple[int, int], tuple[Status, bytes]]:
     async with connect_bookie(b.host, b.port) as bk:
         out = {}
         for at in range(0, len(keys), WINDOW):
             pending = [(key, bk.submit_read(*key, master_key=KEY)) for key in keys[at : at + WINDOW]]
             for key, pend in pending:
                 r = await pend.wait()
-                out[key] = (r.status, bytes(r.data) if r.status == p.Status.OK else b"")
+                out[key] = (r.status, bytes(r.data) if r.status == Status.OK else b"")
         return out
 
 
@@ -78,10 +78,10 @@ async def test_a_bookie_holds_eight_times_more_ledgers_than_fds_across_a_sigkill
     bookie_processes.append(b)
     entries = {(lid, e): entry(lid, e) for e in range(ENTRIES) for lid in range(1, LEDGERS + 1)}
     statuses = await add_all(b, entries)
-    assert set(statuses) == {p.Status.OK}, f"answers other than OK: {sorted(set(statuses) - {p.Status.OK})}"
+    assert set(statuses) == {Status.OK}, f"answers other than OK: {sorted(set(statuses) - {Status.OK})}"
     async with connect_bookie(b.host, b.port) as bk:
         fenced = await bk.read(7, 0, master_key=KEY, fence=True)
-        assert fenced.status == p.Status.OK
+        assert fenced.status == Status.OK
     assert open_fds(b) < NOFILE // 2, "the caches keep the bookie well under its limit"
 
     b.kill()  # unclean: the restart replays the journal into storage
@@ -90,13 +90,13 @@ async def test_a_bookie_holds_eight_times_more_ledgers_than_fds_across_a_sigkill
     bookie_processes.append(b2)
     restart_s = time.monotonic() - started
     got = await read_all(b2, sorted(entries))
-    bad = {key: status for key, (status, _) in got.items() if status != p.Status.OK}
+    bad = {key: status for key, (status, _) in got.items() if status != Status.OK}
     assert not bad, f"{len(bad)} reads not OK, e.g. {list(bad.items())[:5]}"
     assert all(got[key][1] == data for key, data in entries.items())
     async with connect_bookie(b2.host, b2.port) as bk:
         late = await bk.add(7, ENTRIES, b"late", master_key=KEY)
         info = await bk.info()
-    assert late.status == p.Status.FENCED, "the fence survived the SIGKILL"
+    assert late.status == Status.FENCED, "the fence survived the SIGKILL"
     assert info["ledgers"] == LEDGERS
     assert open_fds(b2) < NOFILE // 2
     assert restart_s < 60, f"restart took {restart_s:.1f} s"

@@ -15,18 +15,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
 
 import bkframe
-from bkframe import proto as p
 from bkframe.bookie.key_check import KeyCheck
 from bkframe.client.bookie_client import connect_bookie
 from bkframe.core.ledger_keys import master_key
 from bkframe.core.metadata import LedgerMetadata, MetadataStore
-from bkframe.proto import request_codec
+from bkframe.proto import table
+from bkframe.proto.codes import LAST_ENTRY, Feature, Op, Status
+from bkframe.proto.ops.connection_setup import encode_features
 from bkframe.testing.cluster import make_config, running_bookie
 from bkframe.testing.kit import PASSWORD
 
@@ -71,21 +71,21 @@ async def test_a_slow_key_check_is_answered_try_again_and_the_client_retries_on_
             # The wire: TRY_AGAIN within the wait, nothing made; the same requests once the
             # store answered: served, from the one read each.
             async with connect_bookie(host, port, try_again_s=0) as conn:
-                assert conn.features == p.Feature.TRY_AGAIN
+                assert conn.features == Feature.TRY_AGAIN
                 started = trio.current_time()
                 add = conn.submit_add(added, 0, b"entry 0", master_key=key)
-                fence = conn.submit_read(fenced, p.LAST_ENTRY, master_key=key, fence=True)
+                fence = conn.submit_read(fenced, LAST_ENTRY, master_key=key, fence=True)
                 first = [await add.wait(), await fence.wait()]
-                assert [r.status for r in first] == [p.Status.TRY_AGAIN] * 2, first
+                assert [r.status for r in first] == [Status.TRY_AGAIN] * 2, first
                 assert trio.current_time() - started < DELAY_S  # before the store answered
                 assert bookie.storage.ledger_state(added) is None and bookie.storage.ledger_state(fenced) is None
                 assert bookie.counters.key_checks_pending == 2
                 with trio.fail_after(DELAY_S + 30):
                     while slow.answered < 2:
                         await trio.sleep(0.05)
-                assert (await conn.add(added, 0, b"entry 0", master_key=key)).status == p.Status.OK
-                again = await conn.read(fenced, p.LAST_ENTRY, master_key=key, fence=True)
-                assert again.status == p.Status.NO_ENTRY and bookie.storage.ledger_state(fenced).fenced  # type: ignore[union-attr]
+                assert (await conn.add(added, 0, b"entry 0", master_key=key)).status == Status.OK
+                again = await conn.read(fenced, LAST_ENTRY, master_key=key, fence=True)
+                assert again.status == Status.NO_ENTRY and bookie.storage.ledger_state(fenced).fenced  # type: ignore[union-attr]
                 assert sorted(slow.reads) == sorted([added, fenced])
 
             # At once (the three wait for the store side by side): a client that sent no
@@ -97,7 +97,7 @@ async def test_a_slow_key_check_is_answered_try_again_and_the_client_retries_on_
                     assert conn.features == 0
                     started = trio.current_time()
                     r = await conn.add(old_client, 0, b"entry 0", master_key=key)
-                    assert r.status == p.Status.OK and trio.current_time() - started >= DELAY_S - 0.1, r
+                    assert r.status == Status.OK and trio.current_time() - started >= DELAY_S - 0.1, r
 
             async def recover() -> None:
                 reader = await client.open_ledger(recovered, password=PASSWORD, recovery=True)
@@ -120,21 +120,14 @@ async def test_a_bookie_older_than_features_still_serves_a_new_client(tmp_path: 
     """A bookie of protocol version 1 does not know op 12: it answers FEATURES BAD_REQUEST and
     serves the rest; the client reads both answers, uses no feature, and works as before. A
     FEATURES anywhere but right after an AUTH that starts a frame changes nothing."""
-    decode_fields = request_codec._decode_fields
-
-    def without_features(body: memoryview, op: int, *rest: Any) -> p.Request:
-        if op == p.Op.FEATURES:
-            raise p.ProtocolError(f"unknown op code {op}")
-        return decode_fields(body, op, *rest)
-
     async with running_bookie(make_config(tmp_path / "bookie")) as (service, host, port):
         assert service.bookie is not None
-        monkeypatch.setattr(request_codec, "_decode_fields", without_features)
+        monkeypatch.delitem(table._REQUEST_DECODERS, Op.FEATURES)  # a bookie older than FEATURES
         async with connect_bookie(host, port) as old:
             assert old.features == 0
-            assert (await old.add(1, 0, b"entry", master_key=b"k")).status == p.Status.OK
+            assert (await old.add(1, 0, b"entry", master_key=b"k")).status == Status.OK
         assert service.bookie.counters.bad_requests == 1
         monkeypatch.undo()
         async with connect_bookie(host, port, features=0) as conn:
-            late = await conn.submit_raw(7, p.encode_features(7, p.Feature.TRY_AGAIN)).wait()
-            assert (late.op, late.status) == (p.Op.ERROR, p.Status.BAD_REQUEST) and "FEATURES" in late.message
+            late = await conn.submit_raw(7, encode_features(7, Feature.TRY_AGAIN)).wait()
+            assert (late.op, late.status) == (Op.ERROR, Status.BAD_REQUEST) and "FEATURES" in late.message

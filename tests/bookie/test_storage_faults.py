@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from bkframe import proto as p
 from bkframe.client.bookie_client import connect_bookie
+from bkframe.proto.codes import Status
 from bkframe.testing import write_faults
 from bkframe.testing.cluster import BookieProcess
 
@@ -28,7 +28,7 @@ async def _read_back(b: BookieProcess, entries: dict[tuple[int, int], bytes]) ->
     async with connect_bookie(b.host, b.port) as bk:
         for (ledger, entry), want in sorted(entries.items()):
             r = await bk.read(ledger, entry, master_key=KEY)
-            if r.status == p.Status.OK and r.data == want:
+            if r.status == Status.OK and r.data == want:
                 del wrong[(ledger, entry)]
             else:
                 wrong[(ledger, entry)] = f"{r.status.name} {r.message}"
@@ -39,10 +39,10 @@ async def _read_back(b: BookieProcess, entries: dict[tuple[int, int], bytes]) ->
     "fault, status, says",
     [
         # A failing disk: the add fails, the bookie stays writable.
-        (write_faults.EIO_FILE, p.Status.IO_ERROR, "Input/output error"),
+        (write_faults.EIO_FILE, Status.IO_ERROR, "Input/output error"),
         # A full disk: the add fails and the bookie turns read-only until its disk check
         # sees space again (see test_disk_full.py for the whole story).
-        (write_faults.ENOSPC_FILE, p.Status.READ_ONLY, "No space left on device"),
+        (write_faults.ENOSPC_FILE, Status.READ_ONLY, "No space left on device"),
     ],
 )
 async def test_entry_log_write_failure_fails_the_add_and_later_entries_read_back(
@@ -50,7 +50,7 @@ async def test_entry_log_write_failure_fails_the_add_and_later_entries_read_back
     bookie_processes: list[BookieProcess],
     monkeypatch: pytest.MonkeyPatch,
     fault: str,
-    status: p.Status,
+    status: Status,
     says: str,
 ) -> None:
     control = tmp_path / "faults"
@@ -66,14 +66,14 @@ async def test_entry_log_write_failure_fails_the_add_and_later_entries_read_back
     async with connect_bookie(b.host, b.port) as bk:
         for e in range(10):
             for ledger in (1, 2):
-                assert (await bk.add(ledger, e, payload(ledger, e), master_key=KEY)).status == p.Status.OK
+                assert (await bk.add(ledger, e, payload(ledger, e), master_key=KEY)).status == Status.OK
                 acked[(ledger, e)] = payload(ledger, e)
         # The disk fails: a short write, then an error. The add fails, clearly.
         (control / fault).write_text("/entrylogs/")
         r = await bk.add(1, 10, payload(1, 10), master_key=KEY)
         assert r.status == status, r
         assert says in r.message
-        if status == p.Status.IO_ERROR:
+        if status == Status.IO_ERROR:
             assert "1:10" in r.message
             r = await bk.add(1, 11, payload(1, 11), master_key=KEY)
             assert r.status == status, r
@@ -82,14 +82,14 @@ async def test_entry_log_write_failure_fails_the_add_and_later_entries_read_back
         with trio.fail_after(30):
             for e in range(12, 40):
                 for ledger in (1, 2):
-                    while (got := (await bk.add(ledger, e, payload(ledger, e), master_key=KEY)).status) == p.Status.READ_ONLY:
+                    while (got := (await bk.add(ledger, e, payload(ledger, e), master_key=KEY)).status) == Status.READ_ONLY:
                         await trio.sleep(0.1)  # until the disk check sees the space
-                    assert got == p.Status.OK
+                    assert got == Status.OK
                     acked[(ledger, e)] = payload(ledger, e)
         info = await bk.info()
-        if status == p.Status.IO_ERROR:
+        if status == Status.IO_ERROR:
             assert info["counters"]["storage_write_errors"] == 2
-        assert (await bk.read(1, 10, master_key=KEY)).status == p.Status.NO_ENTRY
+        assert (await bk.read(1, 10, master_key=KEY)).status == Status.NO_ENTRY
         finished = True
     # (The block finished: the bookie answered it all on one connection.)
     assert finished, b.log_path.read_text()[-3000:]

@@ -11,9 +11,9 @@ import pytest
 
 import bkframe
 from bkframe import DigestType
-from bkframe import proto as p
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
+from bkframe.proto.codes import LAST_ENTRY, Status
 from bkframe.testing.backends import on_backends, on_both_backends
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import FAST, PASSWORD, payload
@@ -46,7 +46,7 @@ async def test_a_deleted_ledger_stays_deleted(cluster_factory: Any) -> None:
         for b in cluster.bookies:
             conn = await other.pool.get(b.bookie_id)
             r = await conn.read(lid, 5)
-            assert r.status == p.Status.NO_LEDGER, (b.bookie_id, r.status)
+            assert r.status == Status.NO_LEDGER, (b.bookie_id, r.status)
             assert (await conn.info())["ledgers"] == 0
         # Tombstones are durable: a restarted bookie still refuses the ledger.
         b = cluster.bookies[0]
@@ -61,9 +61,9 @@ async def test_a_deleted_ledger_stays_deleted(cluster_factory: Any) -> None:
                     break
                 except ConnectionError:
                     await anyio.sleep(0.1)  # the connection to the killed process
-        assert r.status == p.Status.NO_LEDGER and "deleted" in r.message
-        r = await conn.read(lid, p.LAST_ENTRY, master_key=master_key(PASSWORD), fence=True)
-        assert r.status == p.Status.NO_LEDGER
+        assert r.status == Status.NO_LEDGER and "deleted" in r.message
+        r = await conn.read(lid, LAST_ENTRY, master_key=master_key(PASSWORD), fence=True)
+        assert r.status == Status.NO_LEDGER
 
 
 @on_both_backends

@@ -15,11 +15,11 @@ from click.testing import CliRunner
 
 import bkframe
 from bkframe import DigestType, LedgerStateName
-from bkframe import proto as p
 from bkframe.cli.ledger import ledger as ledger_group
 from bkframe.client.distribution import write_set
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
+from bkframe.proto.codes import Status
 from bkframe.testing.backends import on_backends
 from bkframe.testing.kit import FAST, PASSWORD, payload
 
@@ -218,7 +218,7 @@ async def test_recovery_replaces_a_dead_bookie_of_the_tail(cluster_factory: Any)
         data = Digester.for_ledger(DigestType.CRC32C, PASSWORD).encode(md.ledger_id, 20, 19, 0, b"late")
         conn = await client.pool.get(replacement)
         late = await conn.add(md.ledger_id, 20, data, master_key=master_key(PASSWORD))
-        assert late.status == p.Status.FENCED, late
+        assert late.status == Status.FENCED, late
 
 
 @on_backends("trio")  # slow (faults on real processes): once, the backends taking turns

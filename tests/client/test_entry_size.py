@@ -11,7 +11,7 @@ import pytest
 
 import bkframe
 from bkframe import BookieError, EntryTooLargeError, LedgerStateName
-from bkframe import proto as p
+from bkframe.proto.codes import MAX_ENTRY_SIZE, Status
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import FAST, PASSWORD
 
@@ -61,7 +61,7 @@ async def test_the_client_setting_bounds_entries(shared_cluster: Cluster) -> Non
         assert client.context.counters.ensemble_changes == 0
         await writer.close()
     with pytest.raises(ValueError, match="max_entry_size"):
-        bkframe.ClientSettings(max_entry_size=p.MAX_ENTRY_SIZE + 1)
+        bkframe.ClientSettings(max_entry_size=MAX_ENTRY_SIZE + 1)
 
 
 async def test_an_oversized_log_append_leaves_the_writer_usable(shared_cluster: Cluster) -> None:
@@ -104,7 +104,7 @@ async def test_a_bookie_with_a_smaller_maximum_is_no_dead_bookie(module_cluster_
         assert await writer.append(b"small") == 0
         with pytest.raises(BookieError) as refused:
             await writer.append(b"z" * 3000)
-        assert refused.value.status == p.Status.BAD_REQUEST and "max_entry_size" in str(refused.value)
+        assert refused.value.status == Status.BAD_REQUEST and "max_entry_size" in str(refused.value)
         assert client.context.counters.ensemble_changes == 0
         md = await client.ledger_metadata(writer.ledger_id)
         assert len(md.fragments) == 1 and md.state == LedgerStateName.OPEN

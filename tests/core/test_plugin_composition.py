@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from bkframe import ConfigError, PluginError, UnknownLedgerTypeError, hookimpl
-from bkframe import proto as p
 from bkframe.client.bookie_client import connect_bookie
 from bkframe.core.config import NoConfig, load_config
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import Buffer, DurabilityPolicy, EntryLogManager, LedgerState, LedgerStorage, LedgerType
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.registry import ComponentRegistry
+from bkframe.proto.codes import Status
 from bkframe.testing.cluster import running_bookie
 
 
@@ -101,7 +101,7 @@ async def test_test_plugin_replaces_ledger_storage(tmp_path: Path) -> None:
     async with running_bookie(config, pm) as (service, host, port):
         assert service.bookie is not None and service.bookie.storage is plugin.storage
         async with connect_bookie(host, port) as bk:
-            assert (await bk.add(4, 0, b"via plugin", master_key=b"k")).status == p.Status.OK
+            assert (await bk.add(4, 0, b"via plugin", master_key=b"k")).status == Status.OK
             assert (await bk.read(4, 0, master_key=b"k")).data == b"via plugin"
     assert plugin.storage.entries[(4, 0)] == b"via plugin"
     assert plugin.storage.checkpoints >= 1  # the clean stop flushed through the plugin

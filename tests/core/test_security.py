@@ -19,13 +19,19 @@ import trustme
 
 import bkframe
 from bkframe import ClientSettings, ConfigError, UnauthorizedError
-from bkframe import proto as p
-from bkframe.client.bookie_client import BookieConnectionError, connect_bookie
+from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookie_errors import BookieConnectionError
 from bkframe.core.auth import AuthenticationError, Peer
 from bkframe.core.config import load_config
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.tls import client_context
 from bkframe.plugins.auth import TLSAuth, TLSAuthConfig, TokenAuth, TokenConfig
+from bkframe.proto.codes import FRAME_HEADER, Status
+from bkframe.proto.frames import pack_frame
+from bkframe.proto.ops.add import encode_add
+from bkframe.proto.ops.connection_setup import AuthRequest
+from bkframe.proto.ops.read import encode_read
+from bkframe.proto.table import Response, decode_responses
 from bkframe.testing.backends import on_both_backends
 
 TOKEN = "s3cret-token-for-tests-91d2"
@@ -188,33 +194,33 @@ async def test_the_tls_provider_takes_the_principal_from_the_certificate(
 async def test_requests_before_auth_are_unauthorized_and_touch_no_ledger(cluster_factory: Callable[..., Any]) -> None:
     cluster = cluster_factory(1, config=f'[auth]\nprovider = "token"\ntokens = ["{TOKEN}"]\n')
     bookie = cluster.bookies[0]
-    add = p.encode_add(1, 77, 0, -1, 0, b"k" * 20, b"payload")
+    add = encode_add(1, 77, 0, -1, 0, b"k" * 20, b"payload")
     stream = await trio.open_tcp_stream(bookie.host, bookie.port)
     async with stream:
-        await stream.send_all(p.frame([*add, p.encode_read(2, 77, 0, fence=True)]))
+        await stream.send_all(pack_frame([*add, encode_read(2, 77, 0, fence=True)]))
         responses = await read_responses(stream, 2)
-    assert [(r.request_id, r.status) for r in responses] == [(1, p.Status.UNAUTHORIZED), (2, p.Status.UNAUTHORIZED)]
+    assert [(r.request_id, r.status) for r in responses] == [(1, Status.UNAUTHORIZED), (2, Status.UNAUTHORIZED)]
     assert "AUTH" in responses[0].message
     # Authenticated now: the ledger does not exist (the refused add did not create it, nor
     # did the refused fence).
     async with connect_bookie(bookie.host, bookie.port, auth=("token", TOKEN.encode())) as conn:
         got = await conn.read(77, 0)
-        assert got.status == p.Status.NO_LEDGER
+        assert got.status == Status.NO_LEDGER
         info = await conn.info()
         assert info["ledgers"] == 0
 
 
-async def read_responses(stream: trio.SocketStream, count: int) -> list[p.Response]:
+async def read_responses(stream: trio.SocketStream, count: int) -> list[Response]:
     buf = bytearray()
-    out: list[p.Response] = []
+    out: list[Response] = []
     with trio.fail_after(NO_HANG_S):
         while len(out) < count:
             data = await stream.receive_some(65536)
             assert data, "the bookie closed the connection"
             buf += data
-            while len(buf) >= 4 and len(buf) >= 4 + p.FRAME_HEADER.unpack_from(buf)[0]:
-                (length,) = p.FRAME_HEADER.unpack_from(buf)
-                out += p.decode_responses(bytes(buf[4 : 4 + length]))
+            while len(buf) >= 4 and len(buf) >= 4 + FRAME_HEADER.unpack_from(buf)[0]:
+                (length,) = FRAME_HEADER.unpack_from(buf)
+                out += decode_responses(bytes(buf[4 : 4 + length]))
                 del buf[: 4 + length]
     return out
 
@@ -252,7 +258,7 @@ def test_token_provider_compares_every_token_and_names_none() -> None:
     assert provider.client_credential() == ("token", b"a" * 16)
     assert "aaaa" not in repr(TokenConfig(tokens=("a" * 16,)))
     assert TOKEN not in repr(ClientSettings(auth_token=TOKEN))
-    assert "aaaa" not in repr(p.AuthRequest(1, "token", b"a" * 16))
+    assert "aaaa" not in repr(AuthRequest(1, "token", b"a" * 16))
 
 
 def test_token_file_and_tls_principals(tmp_path: Path) -> None:

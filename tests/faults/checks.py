@@ -36,10 +36,10 @@ import attrs
 import trio
 
 import bkframe
-from bkframe import proto as p
 from bkframe.client.distribution import write_set
 from bkframe.client.entry_format import Digester, DigestMismatchError
 from bkframe.core.ledger_keys import master_key
+from bkframe.proto.codes import Status
 from tests.faults.payloads import PASSWORD, digest, expected_from_custom
 
 if TYPE_CHECKING:
@@ -378,10 +378,10 @@ async def check_replicas(client: bkframe.Client, md: Any, end: int, result: Chec
         except ConnectionError as e:
             problems["unreadable", bookie_id, f"connection failed: {e}"].append(entry_id)
             continue
-        if response.status in (p.Status.NO_ENTRY, p.Status.NO_LEDGER):
+        if response.status in (Status.NO_ENTRY, Status.NO_LEDGER):
             result.stats["copies_missing"] += 1
             continue
-        if response.status != p.Status.OK:
+        if response.status != Status.OK:
             message = (response.message or bytes(response.data[:300]).decode(errors="replace"))[:300]
             problems["unreadable", bookie_id, f"{response.status.name} although every bookie is up and out of "
                                               f"limbo; the first says: {message}"].append(entry_id)
@@ -425,7 +425,7 @@ async def probe_fence(
             )
         except ConnectionError:
             continue
-        if response.status == p.Status.OK:
+        if response.status == Status.OK:
             accepted.append(bookie_id)
     result.stats["fence_probes"] += 1
     if len(accepted) >= md.ack_quorum:

@@ -17,10 +17,10 @@ import trio
 
 import bkframe
 from bkframe import Client, DigestType, LedgerMetadata
-from bkframe import proto as p
 from bkframe.client.distribution import replicas
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
+from bkframe.proto.codes import Status
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import PASSWORD
 
@@ -138,7 +138,7 @@ async def check_replicas(client: Client, ledger_ids: list[int]) -> None:
                 for bookie_id in replicas(ensemble, entry_id, md.write_quorum):
                     conn = await client.pool.get(bookie_id)
                     r = await conn.read(ledger_id, entry_id, timeout_s=10, master_key=master_key(PASSWORD))
-                    assert r.status == p.Status.OK, f"ledger {ledger_id} entry {entry_id} on {bookie_id}: {r.status.name}"
+                    assert r.status == Status.OK, f"ledger {ledger_id} entry {entry_id} on {bookie_id}: {r.status.name}"
                     copies[bookie_id] = bytes(r.data)
                 assert len(set(copies.values())) == 1, f"ledger {ledger_id} entry {entry_id}: replicas differ"
                 _, _, data = digester.decode(ledger_id, entry_id, next(iter(copies.values())))

@@ -14,8 +14,8 @@ import trio
 
 import bkframe
 from bkframe import Client, LedgerMetadata
-from bkframe import proto as p
 from bkframe.client.distribution import replicas
+from bkframe.proto.codes import Status
 from bkframe.testing.kit import PASSWORD
 from tests.replication.test_autorecovery import autorecovery_config, metadata_uri, payload
 
@@ -56,7 +56,7 @@ async def missing_replicas(client: Client, md: LedgerMetadata, skip: set[str]) -
         for bookie_id in set(ensemble) - skip:
             conn = await client.pool.get(bookie_id)
             r = await conn.submit_list_entries(md.ledger_id, first, max(first, end - 1), timeout_s=10).wait()
-            held = {i for a, b in r.runs for i in range(a, b + 1)} if r.status == p.Status.OK else set()
+            held = {i for a, b in r.runs for i in range(a, b + 1)} if r.status == Status.OK else set()
             want = [i for i in range(first, end) if bookie_id in replicas(ensemble, i, md.write_quorum)]
             if any(i not in held for i in want):
                 bad.append(f"ledger {md.ledger_id} fragment {first}: {bookie_id} lacks entries")

@@ -15,9 +15,9 @@ import trio
 
 import bkframe
 from bkframe import Client, DigestType
-from bkframe import proto as p
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
+from bkframe.proto.codes import Status
 from bkframe.testing.kit import PASSWORD
 
 KEY = master_key(PASSWORD)
@@ -56,7 +56,7 @@ def judge(lost: str, protection: bool) -> None:
 
 async def add_direct(
     client: Client, bookie_id: str, ledger_id: int, entry_id: int, payload: bytes, lac: int, length: int
-) -> p.Status:
+) -> Status:
     """One ADD as a writer sends it, to one bookie; its status."""
     data = Digester.for_ledger(DigestType.CRC32C, PASSWORD).encode(ledger_id, entry_id, lac, length, payload)
     conn = await client.pool.get(bookie_id)
@@ -115,8 +115,8 @@ async def test_bp46_scenario_1_lost_fence_lets_a_closed_ledger_take_writes(clust
         b2.start(*cluster.bookie_args)  # auto_fix_cookies re-stamps the new disk
         # C1 wakes up and writes E2 (entry 1) to all bookies.
         statuses = [await add_direct(c1, b.bookie_id, ledger, 1, b"E2", 0, 4) for b in (b1, b2, b3)]
-        assert statuses[0] == p.Status.FENCED
-        acks = statuses.count(p.Status.OK)
+        assert statuses[0] == Status.FENCED
+        acks = statuses.count(Status.OK)
         if acks >= 2:
             lost = f"closed ledger {ledger} acknowledged a new entry on {acks} bookies: {statuses}"
         else:
@@ -127,7 +127,7 @@ async def test_bp46_scenario_1_lost_fence_lets_a_closed_ledger_take_writes(clust
             # B2 repaired what it lost with its disk: entry 0 is back, limbo is cleared.
             after = await wait_out_of_limbo(c2, b2.bookie_id)
             assert after["cookie_check"] == "FIXED" and after["repair"]["entries_copied"] >= 1
-            assert (await (await c2.pool.get(b2.bookie_id)).read(ledger, 0, master_key=KEY)).status == p.Status.OK
+            assert (await (await c2.pool.get(b2.bookie_id)).read(ledger, 0, master_key=KEY)).status == Status.OK
     judge(lost, protection)
 
 
@@ -142,7 +142,7 @@ async def test_bp46_scenario_2_recovery_truncates_an_acknowledged_entry(cluster_
         # C1 adds E0 to B1, B2, B3. B2 fails to respond (it is down); B1 and B3 confirm,
         # and C1 confirms the write to its client.
         b2.stop()
-        assert [await add_direct(c1, b.bookie_id, ledger, 0, b"E0", -1, 2) for b in (b1, b3)] == [p.Status.OK] * 2
+        assert [await add_direct(c1, b.bookie_id, ledger, 0, b"E0", -1, 2) for b in (b1, b3)] == [Status.OK] * 2
         b2.start(*cluster.bookie_args, powerloss=True)  # back, without E0
         # B1 crashes and restarts, having lost E0 (a bypass add is not fsynced before its ack).
         b1.lose_power()
@@ -166,7 +166,7 @@ async def test_bp46_scenario_2_recovery_truncates_an_acknowledged_entry(cluster_
             assert [e.payload for e in await reader.read(0, 0)] == [b"E0"]
             # B1 left limbo, and holds E0 again.
             await wait_out_of_limbo(c2, b1.bookie_id)
-            assert (await (await c2.pool.get(b1.bookie_id)).read(ledger, 0, master_key=KEY)).status == p.Status.OK
+            assert (await (await c2.pool.get(b1.bookie_id)).read(ledger, 0, master_key=KEY)).status == Status.OK
     judge(lost, protection)
 
 
@@ -234,7 +234,7 @@ async def test_crash_loop_loses_no_acknowledged_entry(cluster_factory: Any) -> N
         for ledger in acked:
             md = await client.metadata.read_ledger(ledger)
             for i in range(md.last_entry_id + 1):
-                assert (await conn.read(ledger, i, master_key=KEY)).status == p.Status.OK, f"victim lacks {ledger}:{i}"
+                assert (await conn.read(ledger, i, master_key=KEY)).status == Status.OK, f"victim lacks {ledger}:{i}"
 
 
 async def test_replaced_disk_is_refilled_for_every_ledger_type(cluster_factory: Any) -> None:
@@ -281,4 +281,4 @@ async def test_replaced_disk_is_refilled_for_every_ledger_type(cluster_factory: 
         for ledger, count in ((pd.ledger_id, 50), (open_bypass.ledger_id, 30)):
             for i in range(count):
                 r = await conn.read(ledger, i, master_key=KEY)
-                assert (r.status, r.data[-len(crash_payload(ledger, i)):]) == (p.Status.OK, crash_payload(ledger, i))
+                assert (r.status, r.data[-len(crash_payload(ledger, i)):]) == (Status.OK, crash_payload(ledger, i))

@@ -14,10 +14,10 @@ import trio
 
 import bkframe
 from bkframe import DigestType, LedgerMetadata, LedgerStateName
-from bkframe import proto as p
 from bkframe.client.entry_format import Digester
 from bkframe.core.interfaces import LedgerState
 from bkframe.core.ledger_keys import master_key
+from bkframe.proto.codes import Status
 from bkframe.replication.data_integrity import LimboRepair
 from bkframe.testing.kit import PASSWORD
 from tests.replication.test_bypass_journal import bypass_config, info, recover, wait_out_of_limbo
@@ -65,7 +65,7 @@ async def test_repair_never_spreads_a_corrupt_copy(cluster_factory: Any) -> None
         bad = good[:-1] + bytes([good[-1] ^ 0xFF])
         conn = await client.pool.get(ensemble[0])
         r = await conn.add(lid, 9, bad, master_key=master_key(PASSWORD), ledger_type=BYPASS_TYPE_ID)
-        assert r.status == p.Status.OK
+        assert r.status == Status.OK
     # The writer is gone; another replica crashes and repairs the open ledger at boot.
     crashed = cluster.by_id(ensemble[1])
     crashed.kill()
@@ -83,7 +83,7 @@ async def test_repair_never_spreads_a_corrupt_copy(cluster_factory: Any) -> None
         check = Digester.for_ledger(DigestType.HMAC_SHA256, PASSWORD)
         for bookie_id in ensemble[1:]:
             r = await (await client.pool.get(bookie_id)).read(lid, 9, master_key=master_key(PASSWORD))
-            assert r.status == p.Status.OK
+            assert r.status == Status.OK
             assert check.decode(lid, 9, bytes(r.data))[2] == payload(lid, 9), bookie_id
         await wait_out_of_limbo(client, crashed.bookie_id)
 
@@ -113,7 +113,7 @@ async def test_repair_recopies_a_torn_payload(cluster_factory: Any) -> None:
     async with bkframe.open_client(cluster.metadata) as client:
         await wait_out_of_limbo(client, victim.bookie_id)
         r = await (await client.pool.get(victim.bookie_id)).read(lid, 7, master_key=master_key(PASSWORD))
-        assert r.status == p.Status.OK
+        assert r.status == Status.OK
         assert Digester.for_ledger(DigestType.CRC32C, PASSWORD).decode(lid, 7, bytes(r.data))[2] == payload(lid, 7)
 
 
@@ -139,10 +139,10 @@ async def test_lost_disk_bookie_adopts_only_the_key_metadata_vouches_for(cluster
         data = Digester.for_ledger(DigestType.CRC32C, PASSWORD).encode(lid, 4, 3, 0, payload(lid, 4))
         conn = await client.pool.get(lost.bookie_id)
         wrong = await conn.add(lid, 4, data, master_key=master_key(b"not the password"), recovery=True)
-        assert wrong.status == p.Status.UNAUTHORIZED, wrong
+        assert wrong.status == Status.UNAUTHORIZED, wrong
         right = await conn.add(lid, 4, data, master_key=master_key(PASSWORD), recovery=True)
-        assert right.status == p.Status.OK, right
-        assert (await conn.read(lid, 4, master_key=master_key(PASSWORD))).status == p.Status.OK
+        assert right.status == Status.OK, right
+        assert (await conn.read(lid, 4, master_key=master_key(PASSWORD))).status == Status.OK
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import bkframe
-from bkframe import proto as p
 from bkframe.core.ledger_keys import master_key
+from bkframe.proto.codes import Status
 from bkframe.testing.kit import PASSWORD
 from tests.core.test_security import Certs, secure_config
 from tests.replication.test_bypass_journal import crash_payload, info, wait_out_of_limbo
@@ -45,7 +45,7 @@ async def test_a_replaced_disk_is_refilled_over_tls(cluster_factory: Any, tmp_pa
         for ledger, count in ledgers.items():
             for i in range(count):
                 r = await conn.read(ledger, i, master_key=master_key(PASSWORD))
-                assert (r.status, r.data[-len(crash_payload(ledger, i)) :]) == (p.Status.OK, crash_payload(ledger, i))
+                assert (r.status, r.data[-len(crash_payload(ledger, i)) :]) == (Status.OK, crash_payload(ledger, i))
         assert (await info(client, lost.bookie_id))["limbo_ledgers"] == []
     # The peers saw the repairing bookie authenticate as the cluster's own over TLS.
     peers_log = "".join(b.log() for b in cluster.bookies if b is not lost)

@@ -13,13 +13,13 @@ from bkframe_entrylog_per_ledger.manager import PerLedgerEntryLogManager
 from bkframe_entrylog_per_ledger.plugin import PerLedgerConfig
 
 from bkframe import ConfigError
-from bkframe import proto as p
 from bkframe.client.bookie_client import connect_bookie
 from bkframe.core.config import load_config, parse_section
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import EntryLogManager
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
+from bkframe.proto.codes import Status
 from bkframe.testing.storage_contract import LedgerStorageContract, StorageFactory
 
 
@@ -134,9 +134,9 @@ async def test_a_bookie_seals_a_ledgers_log_when_its_writer_closes(tmp_path: Pat
         assert isinstance(logs, PerLedgerEntryLogManager)
         async with connect_bookie(host, port) as bk:
             for lid in (1, 2):
-                assert (await bk.add(lid, 0, b"e", master_key=b"k")).status == p.Status.OK
+                assert (await bk.add(lid, 0, b"e", master_key=b"k")).status == Status.OK
             assert logs.active_ledgers() == [1, 2]
-            assert (await bk.submit_write_close(1, master_key=b"k").wait()).status == p.Status.OK
+            assert (await bk.submit_write_close(1, master_key=b"k").wait()).status == Status.OK
             await service.bookie.checkpoint()  # type: ignore[union-attr]
             assert logs.active_ledgers() == [2]
             assert (await bk.read(1, 0, master_key=b"k")).data == b"e"

@@ -1,0 +1,94 @@
+"""A request's answer to come: what a connection to a bookie hands back for each request
+it sends (:mod:`.bookie_client`), awaited by one task or delivered to a callback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar, cast
+
+import anyio
+
+from bkframe.client.bookie_errors import BookieConnectionError
+from bkframe.core.interfaces import Buffer
+from bkframe.errors import ProtocolError
+from bkframe.proto.base import ErrorResponse, Reply
+
+R = TypeVar("R", bound=Reply)
+
+
+class PendingResponse(Generic[R]):
+    """A response that will come; ``await pending.wait()`` returns it, as its request's
+    response class (``kind``) whatever the bookie answered: an ERROR message (a request it
+    could not parse or serve) comes as that class with the ERROR's status and message."""
+
+    __slots__ = ("_error", "_event", "_response", "callback", "deadline", "kind", "parts", "submitted", "timeout_s")
+
+    def __init__(
+        self,
+        kind: type[R],
+        deadline: float = float("inf"),
+        parts: list[Buffer] | None = None,
+        submitted: float = 0.0,
+        timeout_s: float = 0.0,
+    ) -> None:
+        self.kind = kind
+        self._event = anyio.Event()
+        #: event loop clock time after which the request fails with :class:`BookieTimeoutError`.
+        self.deadline = deadline
+        #: What was sent, when, and each try's timeout: to send it again on TRY_AGAIN.
+        self.parts = parts
+        self.submitted = submitted
+        self.timeout_s = timeout_s
+        self._response: R | None = None
+        self._error: BaseException | None = None
+        #: Called synchronously with (response, None) or (None, error) when it completes;
+        #: lets a writer track thousands of adds without a task each.
+        self.callback: Callable[[R | None, BaseException | None], None] | None = None
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> R:
+        await self._event.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._response is not None
+        return self._response
+
+    def result(self) -> R:
+        """The response of a done request (raises its error); no waiting, no checkpoint."""
+        if not self._event.is_set():
+            raise RuntimeError("the response has not come yet")
+        if self._error is not None:
+            raise self._error
+        assert self._response is not None
+        return self._response
+
+    def complete(self, response: Reply | None, error: BaseException | None = None) -> None:
+        """Complete it from outside a connection: a request relayed to a bookie still being
+        connected to (:meth:`~.bookie_pool.BookiePool.request`). The first completion wins."""
+        if self._event.is_set():
+            return
+        if response is not None:
+            self._set(response)
+        else:
+            self._fail(error if error is not None else BookieConnectionError("no answer"))
+
+    def _set(self, response: Reply) -> None:
+        if type(response) is not self.kind and self.kind is not Reply:
+            if type(response) is not ErrorResponse:
+                self._fail(ProtocolError(f"a {type(response).__name__} answered a request that expects a {self.kind.__name__}"))
+                return
+            response = self.kind(response.request_id, response.status, response.message)
+        typed = cast(R, response)
+        self._response = typed
+        self._event.set()
+        if self.callback is not None:
+            self.callback(typed, None)
+
+    def _fail(self, error: BaseException) -> None:
+        if not self._event.is_set():
+            self._error = error
+            self._event.set()
+            if self.callback is not None:
+                self.callback(None, error)
