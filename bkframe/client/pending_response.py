@@ -21,7 +21,7 @@ class PendingResponse(Generic[R]):
     response class (``kind``) whatever the bookie answered: an ERROR message (a request it
     could not parse or serve) comes as that class with the ERROR's status and message."""
 
-    __slots__ = ("_error", "_event", "_response", "callback", "deadline", "kind", "parts", "submitted", "timeout_s")
+    __slots__ = ("_done", "_error", "_event", "_response", "callback", "deadline", "kind", "parts", "submitted", "timeout_s")
 
     def __init__(
         self,
@@ -32,7 +32,10 @@ class PendingResponse(Generic[R]):
         timeout_s: float = 0.0,
     ) -> None:
         self.kind = kind
-        self._event = anyio.Event()
+        self._done = False
+        # Made by the first waiter only: a writer's adds are followed by callbacks, and an
+        # event per request would be made for nobody.
+        self._event: anyio.Event | None = None
         #: event loop clock time after which the request fails with :class:`BookieTimeoutError`.
         self.deadline = deadline
         #: What was sent, when, and each try's timeout: to send it again on TRY_AGAIN.
@@ -46,10 +49,13 @@ class PendingResponse(Generic[R]):
         self.callback: Callable[[R | None, BaseException | None], None] | None = None
 
     def done(self) -> bool:
-        return self._event.is_set()
+        return self._done
 
     async def wait(self) -> R:
-        await self._event.wait()
+        if not self._done:
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
         if self._error is not None:
             raise self._error
         assert self._response is not None
@@ -57,7 +63,7 @@ class PendingResponse(Generic[R]):
 
     def result(self) -> R:
         """The response of a done request (raises its error); no waiting, no checkpoint."""
-        if not self._event.is_set():
+        if not self._done:
             raise RuntimeError("the response has not come yet")
         if self._error is not None:
             raise self._error
@@ -67,7 +73,7 @@ class PendingResponse(Generic[R]):
     def complete(self, response: Reply | None, error: BaseException | None = None) -> None:
         """Complete it from outside a connection: a request relayed to a bookie still being
         connected to (:meth:`~.bookie_pool.BookiePool.request`). The first completion wins."""
-        if self._event.is_set():
+        if self._done:
             return
         if response is not None:
             self._set(response)
@@ -82,13 +88,17 @@ class PendingResponse(Generic[R]):
             response = self.kind(response.request_id, response.status, response.message)
         typed = cast(R, response)
         self._response = typed
-        self._event.set()
+        self._done = True
+        if self._event is not None:
+            self._event.set()
         if self.callback is not None:
             self.callback(typed, None)
 
     def _fail(self, error: BaseException) -> None:
-        if not self._event.is_set():
+        if not self._done:
             self._error = error
-            self._event.set()
+            self._done = True
+            if self._event is not None:
+                self._event.set()
             if self.callback is not None:
                 self.callback(None, error)
