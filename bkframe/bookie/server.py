@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
@@ -288,7 +289,8 @@ class BookieServer:
     ) -> None:
         """Read frames and serve them until the client leaves, breaks a bound, or the bookie
         stops (the frames themselves: :class:`~bkframe.proto.frames.FrameBuffer`)."""
-        reader = _Reader(FrameBuffer(MAX_FRAME_SIZE if gate.authenticated else MAX_FRAME_BEFORE_AUTH), auth_deadline)
+        frames = FrameBuffer(MAX_FRAME_SIZE if gate.authenticated else MAX_FRAME_BEFORE_AUTH)
+        reader = _Reader(frames, auth_deadline, conn.outbox.stream)
         limits = self.limits
         with trio.CancelScope() as scope:
             self._readers.add(scope)
@@ -386,7 +388,7 @@ class BookieServer:
             else:
                 reader.held = await conn.memory.wait_for_room(reader.held, RECEIVE_SIZE)
             with _deadline(reader.frame_deadline) as receiving:
-                data = await conn.outbox.stream.receive_some(max(RECEIVE_SIZE, frames.missing()))
+                data = await reader.receive(max(RECEIVE_SIZE, frames.missing()))
             slow = receiving is not None and receiving.cancelled_caught
         if slow:
             msg = (
@@ -502,11 +504,21 @@ class _Connection:
 
 
 class _Reader:
-    """What a connection's reader keeps between frames."""
+    """What a connection's reader keeps between frames, and how it receives.
 
-    __slots__ = ("auth_deadline", "frame_deadline", "frames", "held")
+    On a plaintext connection it waits until the socket is readable, then reads it: trio's
+    ``receive_some`` tries the socket first, and when nothing is there yet (one request
+    in flight: the usual case) that costs a failed ``recv``, an exception and a second
+    scheduler pass for every frame. After a read that filled its buffer, more is likely
+    waiting: then it reads first."""
 
-    def __init__(self, frames: FrameBuffer, auth_deadline: float) -> None:
+    __slots__ = ("_fd", "_full", "_socket", "_stream", "auth_deadline", "frame_deadline", "frames", "held")
+
+    def __init__(self, frames: FrameBuffer, auth_deadline: float, stream: trio.abc.Stream) -> None:
+        self._stream = stream
+        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self._fd = self._socket.fileno() if self._socket is not None else -1
+        self._full = False
         self.frames = frames
         #: Bytes of the in-flight budget held for what ``frames`` buffers: at least that
         #: and, once a frame's header is in, the whole frame.
@@ -515,6 +527,24 @@ class _Reader:
         #: way is whole.
         self.auth_deadline = auth_deadline
         self.frame_deadline = math.inf
+
+    async def receive(self, size: int) -> bytes | bytearray:
+        """Up to ``size`` bytes; empty once the client closed its side."""
+        sock = self._socket
+        if sock is None:
+            return await self._stream.receive_some(size)
+        while True:
+            if not self._full:
+                await trio.lowlevel.wait_readable(sock)
+            try:
+                data = os.read(self._fd, size)  # (a connected socket's read is its recv)
+            except BlockingIOError:
+                self._full = False  # (woken with nothing to read after all)
+                continue
+            except OSError as e:
+                raise trio.BrokenResourceError(f"the connection failed: {e}") from e
+            self._full = len(data) == size
+            return data
 
 
 class _Outbox:
