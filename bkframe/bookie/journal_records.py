@@ -22,6 +22,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Sequence
+from typing import Final
 
 import attrs
 import numpy as np
@@ -38,8 +39,14 @@ class RecordType(enum.IntEnum):
     STORED = 5
 
 
-_ENTRIES_HEAD = struct.Struct("<BQIq")
+#: The ENTRIES type as a plain int: packed per add, without the enum's attribute lookup.
+_ENTRIES: Final = int(RecordType.ENTRIES)
+
+
+_ENTRIES_HEAD: Final = struct.Struct("<BQIq")
 _ENTRY_DIR = np.dtype([("entry_id", "<i8"), ("length", "<u4")])
+#: One row of the ENTRIES directory (the same bytes as a row of ``_ENTRY_DIR``).
+_ENTRY_ROW: Final = struct.Struct("<qI")
 _MASTER = struct.Struct("<BQH")
 _FENCE = struct.Struct("<BQ")
 _LAC = struct.Struct("<BQq")
@@ -53,10 +60,14 @@ def entries_record(
     ledger_id: int, entry_ids: Sequence[int], entries: Sequence[Buffer], lac: int
 ) -> list[Buffer]:
     """The parts of one ENTRIES record (pass to ``Journal.append``; no data is copied)."""
+    head = _ENTRIES_HEAD.pack(_ENTRIES, ledger_id, len(entry_ids), lac)
+    if len(entry_ids) == 1:
+        # One append in flight: a struct, not numpy's per-call cost of arrays.
+        return [head, _ENTRY_ROW.pack(entry_ids[0], len(entries[0])), entries[0]]
     directory = np.empty(len(entry_ids), dtype=_ENTRY_DIR)
     directory["entry_id"] = entry_ids
     directory["length"] = [len(e) for e in entries]
-    return [_ENTRIES_HEAD.pack(RecordType.ENTRIES, ledger_id, len(entry_ids), lac), directory.tobytes(), *entries]
+    return [head, directory.tobytes(), *entries]
 
 
 def master_record(ledger_id: int, ledger_type: int, master_key: bytes) -> list[Buffer]:

@@ -33,6 +33,7 @@ import os
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Final
 
 import crc32c
 import numpy as np
@@ -47,10 +48,13 @@ INDEX_VERSION = 1
 MAX_MASTER_KEY = 64
 HEADER_SIZE = 128
 #: magic, version, ledger id, key length, key, fenced, limbo, write_closed, pad, lac, type.
-_HEADER = struct.Struct("<4sIQI64sBBBxqI")  # 100 bytes; the rest up to the CRC is reserved
-_CRC_AT = HEADER_SIZE - 4
+_HEADER: Final = struct.Struct("<4sIQI64sBBBxqI")  # 100 bytes; the rest up to the CRC is reserved
+_CRC_AT: Final = HEADER_SIZE - 4
+#: The header and its reserved zeros up to the CRC, packed at once (one call per state change).
+_PADDED_HEADER: Final = struct.Struct(_HEADER.format + f"{_CRC_AT - _HEADER.size}x")
+_CRC: Final = struct.Struct("<I")
 RECORD_DTYPE = np.dtype([("offset", "<u8"), ("log_id", "<u4"), ("length", "<u4")])
-_RECORD = struct.Struct("<QII")
+_RECORD: Final = struct.Struct("<QII")
 #: How far ahead of the records in use :meth:`LedgerIndex.reserve` allocates the table.
 RESERVE_AHEAD = 1 << 20
 #: Records a scan of the table reads at once (1 MiB): a table may be gigabytes, mostly holes.
@@ -66,7 +70,7 @@ def index_path(directory: Path, ledger_id: int) -> Path:
 
 
 def encode_header(state: LedgerState) -> bytes:
-    body = _HEADER.pack(
+    body = _PADDED_HEADER.pack(
         INDEX_MAGIC,
         INDEX_VERSION,
         state.ledger_id,
@@ -77,8 +81,8 @@ def encode_header(state: LedgerState) -> bytes:
         state.write_closed,
         state.lac,
         state.ledger_type,
-    ).ljust(_CRC_AT, b"\0")
-    return body + struct.pack("<I", crc32c.crc32c(body))
+    )
+    return body + _CRC.pack(crc32c.crc32c(body))
 
 
 def decode_header(raw: bytes, path: Path, where: str = "") -> LedgerState:
@@ -329,9 +333,12 @@ class LedgerIndex:
         self._table[np.asarray(entry_ids, dtype=np.int64)] = records
 
     def store_one(self, entry_id: int, offset: int, log_id: int, length: int) -> None:
-        """:meth:`store` for one entry, without numpy's per-call cost of arrays."""
+        """:meth:`store` for one entry, without numpy's per-call cost of arrays: packed into
+        the mapping the table views."""
         self.reserve(entry_id, entry_id)
-        self._table[entry_id] = (offset, log_id, length)
+        if not 0 <= entry_id < self.capacity:
+            raise IndexError(f"entry {entry_id} is outside the index's {self.capacity} slots")
+        _RECORD.pack_into(self._file.mapping, HEADER_SIZE + entry_id * _RECORD.size, offset, log_id, length)
 
     def _allocate_records(self, entry_ids: npt.NDArray[np.int64]) -> None:
         """Allocate the pages of the records of ``entry_ids`` (ascending) -- already there
