@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
@@ -32,6 +31,7 @@ import trio
 from bkframe.bookie.access import Access
 from bkframe.bookie.bookie import Bookie
 from bkframe.bookie.connection_caps import ConnectionCaps
+from bkframe.bookie.connection_reader import ConnectionReader
 from bkframe.bookie.handshake import MAX_FRAME_BEFORE_AUTH, AuthGate, open_connection
 from bkframe.bookie.inflight_memory import ConnectionMemory, FrameMemory, InflightMemory
 from bkframe.bookie.lac_waiters import ConnectionPolls
@@ -290,7 +290,7 @@ class BookieServer:
         """Read frames and serve them until the client leaves, breaks a bound, or the bookie
         stops (the frames themselves: :class:`~bkframe.proto.frames.FrameBuffer`)."""
         frames = FrameBuffer(MAX_FRAME_SIZE if gate.authenticated else MAX_FRAME_BEFORE_AUTH)
-        reader = _Reader(frames, auth_deadline, conn.outbox.stream)
+        reader = ConnectionReader(frames, auth_deadline, conn.outbox.stream)
         limits = self.limits
         with trio.CancelScope() as scope:
             self._readers.add(scope)
@@ -325,7 +325,7 @@ class BookieServer:
         self,
         conn: _Connection,
         gate: AuthGate,
-        reader: _Reader,
+        reader: ConnectionReader,
         body: memoryview,
         send: trio.MemorySendChannel[ResponseBatch],
         nursery: trio.Nursery,
@@ -366,7 +366,7 @@ class BookieServer:
         return True
 
     async def _receive(
-        self, conn: _Connection, gate: AuthGate, reader: _Reader, send: trio.MemorySendChannel[ResponseBatch]
+        self, conn: _Connection, gate: AuthGate, reader: ConnectionReader, send: trio.MemorySendChannel[ResponseBatch]
     ) -> bool:
         """Receive more bytes, within the connection's budget and deadlines; False: close
         the connection (the client left, or took too long to authenticate or to send a frame)."""
@@ -501,50 +501,6 @@ class _Connection:
         self.cancel_scope = cancel_scope
         #: Closed because its client took no answer in ``send_timeout_s``.
         self.too_slow = False
-
-
-class _Reader:
-    """What a connection's reader keeps between frames, and how it receives.
-
-    On a plaintext connection it waits until the socket is readable, then reads it: trio's
-    ``receive_some`` tries the socket first, and when nothing is there yet (one request
-    in flight: the usual case) that costs a failed ``recv``, an exception and a second
-    scheduler pass for every frame. After a read that filled its buffer, more is likely
-    waiting: then it reads first."""
-
-    __slots__ = ("_fd", "_full", "_socket", "_stream", "auth_deadline", "frame_deadline", "frames", "held")
-
-    def __init__(self, frames: FrameBuffer, auth_deadline: float, stream: trio.abc.Stream) -> None:
-        self._stream = stream
-        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
-        self._fd = self._socket.fileno() if self._socket is not None else -1
-        self._full = False
-        self.frames = frames
-        #: Bytes of the in-flight budget held for what ``frames`` buffers: at least that
-        #: and, once a frame's header is in, the whole frame.
-        self.held = 0
-        #: Until AUTH succeeds (on a bookie that requires it), and until the frame under
-        #: way is whole.
-        self.auth_deadline = auth_deadline
-        self.frame_deadline = math.inf
-
-    async def receive(self, size: int) -> bytes | bytearray:
-        """Up to ``size`` bytes; empty once the client closed its side."""
-        sock = self._socket
-        if sock is None:
-            return await self._stream.receive_some(size)
-        while True:
-            if not self._full:
-                await trio.lowlevel.wait_readable(sock)
-            try:
-                data = os.read(self._fd, size)  # (a connected socket's read is its recv)
-            except BlockingIOError:
-                self._full = False  # (woken with nothing to read after all)
-                continue
-            except OSError as e:
-                raise trio.BrokenResourceError(f"the connection failed: {e}") from e
-            self._full = len(data) == size
-            return data
 
 
 class _Outbox:
