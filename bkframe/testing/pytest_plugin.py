@@ -104,12 +104,21 @@ def module_cluster_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     factory.close()
 
 
+#: The shared cluster's registration TTL (the default is 6 s).
+SHARED_CLUSTER_TTL_S = 60.0
+
+
 @pytest.fixture(scope="session")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Three bookies on sqlite metadata for the whole session, for tests that only write and
     read ledgers and logs of their own: never stop, hang or restart its bookies (use
     ``cluster_factory`` for that). ``shared_cluster.metadata`` is its URI."""
-    cluster = Cluster(tmp_path_factory.mktemp("shared-cluster"), 3).start(parallel=True)
+    root = tmp_path_factory.mktemp("shared-cluster")
+    # Nobody tests failure detection on it, and a registration that expires while the
+    # machine stalls (a suite at load 15-30 saw renewals 9-10 s apart) would leave a test
+    # "2 registered" of 3: a long TTL keeps the bookies listed through a stall.
+    (root / "bookie.toml").write_text(f"[bookie]\nregistration_ttl_s = {SHARED_CLUSTER_TTL_S}\n")
+    cluster = Cluster(root / "cluster", 3, bookie_args=("--config", str(root / "bookie.toml"))).start(parallel=True)
     yield cluster
     cluster.close()
 
