@@ -6,7 +6,7 @@ of ``cpu_per_add.py``, which this adds the counts to).
     cd CHECKOUT && .venv/bin/python scripts/latency/passes_per_add.py LABEL [--asyncio] [--wakes]
 
 The bookies run with ``scripts/latency/trio_passes`` on ``PYTHONPATH`` (its sitecustomize
-counts every trio run loop's passes; see there); the client runs under trio with the same
+counts every trio run loop's passes with ``bkframe.testing.scheduler_passes``); the client runs under trio with the same
 instrument, or with ``--asyncio`` under asyncio, where a pass is one turn of the event loop
 (``_run_once``). ``--wakes`` prints each ``waker -> woken`` edge seen at least 0.05 times
 per add. The instrument costs CPU: take CPU per add from ``cpu_per_add.py``, not from here.
@@ -18,10 +18,8 @@ import asyncio, glob, json, os, resource, signal, subprocess, sys, tempfile, tim
 from collections import Counter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "trio_passes"))
-os.environ.pop("BKFRAME_PASS_COUNTS", None)
-import sitecustomize as counting  # noqa: E402  (its trio hook stays off: no BKFRAME_PASS_COUNTS here)
-import anyio, trio, bkframe  # noqa: E402
+import anyio, trio, bkframe
+from bkframe.testing.scheduler_passes import PassCounter
 
 label = sys.argv[1]
 use_asyncio = "--asyncio" in sys.argv
@@ -155,7 +153,7 @@ try:
         counter = LoopCounter()
         anyio.run(main, counter, backend="asyncio")
     else:
-        counter = counting.PassCounter()
+        counter = PassCounter()
         trio.run(main, counter, instruments=[counter])
 finally:
     sb.send_signal(signal.SIGTERM)
