@@ -25,7 +25,7 @@ label = sys.argv[1]
 use_asyncio = "--asyncio" in sys.argv
 show_wakes = "--wakes" in sys.argv
 N, WARM = 2000, 300
-d = f"/tmp/passes-{label}"
+d = f"/tmp/passes-data-{label}"
 counts_dir = tempfile.mkdtemp(prefix="passes-counts-")
 subprocess.run(["rm", "-rf", d])
 log = open(d + ".log", "w")

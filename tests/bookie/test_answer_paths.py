@@ -75,7 +75,9 @@ READER = "_highlevel_serve_listeners._run_handler"  # (the connection's task: it
 WRITER = "BookieServer._answer"
 
 
-async def _per_add(bk: BookieClient, counter: PassCounter, ledger: int, ledger_type: int, n: int = 100) -> tuple[Counter[str], Counter[str]]:
+async def _per_add(
+    bk: BookieClient, counter: PassCounter, ledger: int, ledger_type: int, n: int = 100
+) -> tuple[Counter[str], Counter[str]]:
     """Task steps and wakeups per add, one add in flight (after 20 untimed ones)."""
     for entry in range(20):
         assert (await bk.add(ledger, entry, b"w" * 1024, master_key=KEY, ledger_type=ledger_type)).status == Status.OK
@@ -132,7 +134,7 @@ async def test_answers_larger_than_the_socket_takes_at_once_arrive_whole_in_orde
                 order: list[int] = []
                 reads = [bk.submit_read(7, i, master_key=KEY) for i in range(4)]
                 for i, read in enumerate(reads):
-                    read.callback = lambda r, e, i=i: order.append(i)
+                    read.callback = lambda r, e, i=i, order=order: order.append(i)
                 with trio.fail_after(30):
                     for i, read in enumerate(reads):
                         r = await read.wait()
