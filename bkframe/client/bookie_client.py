@@ -30,8 +30,8 @@ from anyio.streams.tls import TLSStream
 
 from bkframe.client.asyncio_stream import connect_asyncio
 from bkframe.client.bookie_errors import BookieConnectionError, BookieTimeoutError, ClientClosedError
-from bkframe.client.pending_response import PendingResponse, R
 from bkframe.client.direct_send import nonblocking_send
+from bkframe.client.pending_response import PendingResponse, R
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import BKError, ProtocolError, UnauthorizedError
 from bkframe.proto.base import Reply
@@ -326,7 +326,7 @@ class BookieClient:
     async def _send_taken(self) -> None:
         """One turn of the send loop: the tail of a frame sent directly, then what is queued."""
         if self._rest is not None:
-            await self._stream.send(self._rest)
+            await self._stream.send(bytes(self._rest))  # (a copy, but rare: the socket was full)
             self._rest = None
             if not self._outgoing:
                 return
