@@ -98,9 +98,8 @@ class BookieClient:
         #: Requests in ``_outgoing``: if they are all that is pending, nothing is on the wire.
         self._queued = 0
         self._wake_sender = anyio.Event()
-        #: A non-blocking send on the stream (None: TLS, anyio's asyncio stream); the send
-        #: loop holds what it took (``_sending``), and the unsent tail of a frame sent
-        #: directly goes before anything queued after it (``_rest``).
+        #: A non-blocking send (None: TLS, anyio's asyncio stream), whether the send loop holds
+        #: frames, and the unsent tail of a frame sent directly (the loop sends it first).
         self._send_now = nonblocking_send(stream)
         self._sending = False
         self._rest: memoryview | None = None
@@ -140,14 +139,7 @@ class BookieClient:
         return pending
 
     def _enqueue(self, parts: list[Buffer]) -> None:
-        if (
-            self._send_now is not None
-            and len(self._pending) <= 2
-            and not self._outgoing
-            and not self._sending
-            and self._rest is None
-            and self._send_direct(parts)
-        ):
+        if self._send_direct(parts):
             return
         self._queued += 1
         outgoing = self._outgoing
@@ -160,12 +152,12 @@ class BookieClient:
         self._wake_sender.set()
 
     def _send_direct(self, parts: list[Buffer]) -> bool:
-        """Send a request from the submitting task, not a scheduler pass later from the send
-        loop: taken when the loop holds nothing (so the frame keeps its place on the wire)
-        and at most one earlier request is unanswered (as Nagle's rule: a connection with
-        more is a pipeline, whose submissions share frames in the loop). What the socket
-        does not take now, the loop sends first; False: nothing was sent, queue it."""
-        assert self._send_now is not None
+        """Send a request from the submitting task, not a pass later from the send loop: when
+        the loop holds nothing (the frame keeps its place on the wire) and at most one earlier
+        request is unanswered (more: a pipeline, whose requests share the loop's frames, as
+        Nagle's rule). False: nothing was sent, queue it."""
+        if self._send_now is None or len(self._pending) > 2 or self._outgoing or self._sending or self._rest is not None:
+            return False
         frame = pack_frame(parts)
         try:
             sent = self._send_now(frame)
@@ -317,36 +309,30 @@ class BookieClient:
         while True:
             await self._wake_sender.wait()
             self._wake_sender = anyio.Event()
-            self._sending = True
+            self._sending = True  # (nothing goes directly meanwhile: it would overtake these)
             try:
-                await self._send_taken()
+                if self._rest is not None:  # the tail of a frame sent directly goes first
+                    await self._stream.send(bytes(self._rest))  # (a copy, but rare: the socket was full)
+                    self._rest = None
+                # Let tasks that are ready submit more first, so that pipelined requests share
+                # frames (and the bookie's journal records) instead of going one per frame.
+                # Only while earlier requests are on the wire, though (as Nagle's rule): with
+                # none, the bookie is idle and a pass spent waiting is latency of a lone request.
+                before = -1 if len(self._pending) > self._queued else len(self._outgoing)
+                while before != len(self._outgoing) and not self._cuts:
+                    before = len(self._outgoing)
+                    await anyio.lowlevel.checkpoint()
+                parts, self._outgoing = self._outgoing, []
+                self._queued = 0
+                cuts, self._cuts = self._cuts, []
+                self._outgoing_size = 0 if not cuts or cuts[-1] == len(parts) else sum(map(len, parts[cuts[-1] :]))
+                start = 0
+                for cut in [*cuts, len(parts)]:
+                    if cut > start:
+                        await self._stream.send(pack_frame(parts[start:cut]))
+                    start = cut
             finally:
                 self._sending = False
-
-    async def _send_taken(self) -> None:
-        """One turn of the send loop: the tail of a frame sent directly, then what is queued."""
-        if self._rest is not None:
-            await self._stream.send(bytes(self._rest))  # (a copy, but rare: the socket was full)
-            self._rest = None
-            if not self._outgoing:
-                return
-        # Let tasks that are ready submit more first, so that pipelined requests share
-        # frames (and the bookie's journal records) instead of going one per frame.
-        # Only while earlier requests are on the wire, though (as Nagle's rule): with
-        # none, the bookie is idle and a pass spent waiting is latency of a lone request.
-        before = -1 if len(self._pending) > self._queued else len(self._outgoing)
-        while before != len(self._outgoing) and not self._cuts:
-            before = len(self._outgoing)
-            await anyio.lowlevel.checkpoint()
-        parts, self._outgoing = self._outgoing, []
-        self._queued = 0
-        cuts, self._cuts = self._cuts, []
-        self._outgoing_size = 0 if not cuts or cuts[-1] == len(parts) else sum(map(len, parts[cuts[-1] :]))
-        start = 0
-        for cut in [*cuts, len(parts)]:
-            if cut > start:
-                await self._stream.send(pack_frame(parts[start:cut]))
-            start = cut
 
     async def _resend_loop(self) -> None:
         """Send again, after their backoff, the requests answered TRY_AGAIN."""
