@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
