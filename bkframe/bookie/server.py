@@ -35,6 +35,7 @@ from bkframe.bookie.connection_reader import ConnectionReader
 from bkframe.bookie.handshake import MAX_FRAME_BEFORE_AUTH, AuthGate, open_connection
 from bkframe.bookie.inflight_memory import ConnectionMemory, FrameMemory, InflightMemory
 from bkframe.bookie.lac_waiters import ConnectionPolls
+from bkframe.bookie.outbox import Outbox
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.bookie.throttled_log import ThrottledWarning
 from bkframe.core.auth import Peer
@@ -154,7 +155,7 @@ class BookieServer:
             )
             send, receive = trio.open_memory_channel[ResponseBatch](self.bookie.config.bookie.max_pending_batches)
             async with trio.open_nursery() as nursery:
-                conn = _Connection(ConnectionMemory(self.memory, address), _Outbox(stream), polls, nursery.cancel_scope)
+                conn = _Connection(ConnectionMemory(self.memory, address), Outbox(stream), polls, nursery.cancel_scope)
                 self._open.add(conn)
                 nursery.start_soon(self._answer, conn, receive)
                 nursery.start_soon(self._answer_polls, conn, send.clone())
@@ -442,16 +443,20 @@ class BookieServer:
             # Nothing to wait for, nothing queued before it and no further whole frame read
             # (those the writer answers with one send): answer now, not one scheduler pass
             # later in the writer (BYPASS and VD adds, reads). Not while draining: the
-            # writer's send may outlive this task's cancel scope, this one may not (see _Outbox).
+            # writer's send may outlive this task's cancel scope, this one may not (see .outbox).
             await out.send(pack_frame(batch.parts))
             bookie.requests.answered((batch,))
             batch.on_answered()
         else:
-            # Shield the hand-off: a frame that was served (written to the journal) must also
-            # be answered, even while draining.
+            # Hand it over at once when the queue has room (the channel's send would take a
+            # scheduler pass of its own), else wait shielded: a frame that was served
+            # (written to the journal) must also be answered, even while draining.
             out.idle = False  # handed over: later answers go after it
-            with trio.CancelScope(shield=True):
-                await send.send(batch)
+            try:
+                send.send_nowait(batch)
+            except trio.WouldBlock:
+                with trio.CancelScope(shield=True):
+                    await send.send(batch)
         return requests[len(batch.requests) :]
 
     async def _answer(self, conn: _Connection, receive: trio.MemoryReceiveChannel[ResponseBatch]) -> None:
@@ -492,7 +497,7 @@ class _Connection:
     the in-flight budget it holds."""
 
     def __init__(
-        self, memory: ConnectionMemory, outbox: _Outbox, polls: ConnectionPolls, cancel_scope: trio.CancelScope
+        self, memory: ConnectionMemory, outbox: Outbox, polls: ConnectionPolls, cancel_scope: trio.CancelScope
     ) -> None:
         self.memory = memory
         self.outbox = outbox
@@ -501,38 +506,6 @@ class _Connection:
         self.cancel_scope = cancel_scope
         #: Closed because its client took no answer in ``send_timeout_s``.
         self.too_slow = False
-
-
-class _Outbox:
-    """A connection's sending side, shared by its writer task and its reader.
-
-    The reader answers a frame itself when the writer is idle (parked on an empty queue)
-    and the answer waits for nothing: then no earlier answer is pending on this connection,
-    so answers keep their order. The lock keeps the two from sending at once (a deferred
-    answer may wake the writer while the reader sends). The reader's send is not shielded
-    from stop(): a drain that catches it blocked on a full socket buffer ends the
-    connection with that answer unsent, and an unanswered request acknowledged nothing."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        #: The writer waits for a batch and holds none.
-        self.idle = False
-        #: When the send under way started (inf: none is): the server closes a connection
-        #: whose client takes nothing for ``send_timeout_s``.
-        self.sending_since = math.inf
-        self._lock = trio.Lock()
-
-    async def send(self, data: Buffer) -> None:
-        try:
-            self._lock.acquire_nowait()  # the usual case: no extra scheduler pass
-        except trio.WouldBlock:
-            await self._lock.acquire()
-        try:
-            self.sending_since = trio.current_time()
-            await self.stream.send_all(data)
-        finally:
-            self.sending_since = math.inf
-            self._lock.release()
 
 
 _NO_DEADLINE = contextlib.nullcontext()

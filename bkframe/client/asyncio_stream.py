@@ -20,6 +20,8 @@ from collections import deque
 import anyio
 import anyio.abc
 
+from bkframe.core.interfaces import Buffer
+
 #: Bytes read and not yet taken by the receive loop above which reading pauses.
 HIGH_WATER = 4 * 1024 * 1024
 
@@ -114,6 +116,16 @@ class AsyncioStream(anyio.abc.ByteStream):
             await p.writable.wait()
             if p.lost.is_set():
                 raise anyio.BrokenResourceError from p.error
+
+    def send_nowait(self, item: Buffer) -> int:
+        """Write ``item`` to the transport now, unless its buffer is over the high-water mark
+        or the connection is closing: return ``len(item)``, or 0 (then nothing was written,
+        and :meth:`send` waits or says what failed)."""
+        p = self._protocol
+        if self._closed or p.lost.is_set() or self._transport.is_closing() or not p.writable.is_set():
+            return 0
+        self._transport.write(item)
+        return len(item)
 
     async def send_eof(self) -> None:
         self._transport.write_eof()

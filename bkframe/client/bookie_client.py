@@ -30,6 +30,7 @@ from anyio.streams.tls import TLSStream
 
 from bkframe.client.asyncio_stream import connect_asyncio
 from bkframe.client.bookie_errors import BookieConnectionError, BookieTimeoutError, ClientClosedError
+from bkframe.client.direct_send import nonblocking_send
 from bkframe.client.pending_response import PendingResponse, R
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import BKError, ProtocolError, UnauthorizedError
@@ -97,6 +98,11 @@ class BookieClient:
         #: Requests in ``_outgoing``: if they are all that is pending, nothing is on the wire.
         self._queued = 0
         self._wake_sender = anyio.Event()
+        #: A non-blocking send (None: TLS, anyio's asyncio stream), whether the send loop holds
+        #: frames, and the unsent tail of a frame sent directly (the loop sends it first).
+        self._send_now = nonblocking_send(stream)
+        self._sending = False
+        self._rest: memoryview | None = None
         self._closed: BaseException | None = None
         self._closed_event = anyio.Event()
         #: (deadline, request id) of requests in flight; answered ones are dropped lazily.
@@ -133,6 +139,8 @@ class BookieClient:
         return pending
 
     def _enqueue(self, parts: list[Buffer]) -> None:
+        if self._send_direct(parts):
+            return
         self._queued += 1
         outgoing = self._outgoing
         outgoing.extend(parts)
@@ -142,6 +150,25 @@ class BookieClient:
             self._cuts.append(len(outgoing))
             self._outgoing_size = 0
         self._wake_sender.set()
+
+    def _send_direct(self, parts: list[Buffer]) -> bool:
+        """Send a request from the submitting task, not a pass later from the send loop: when
+        the loop holds nothing (the frame keeps its place on the wire) and at most one earlier
+        request is unanswered (more: a pipeline, whose requests share the loop's frames, as
+        Nagle's rule). False: nothing was sent, queue it."""
+        if self._send_now is None or len(self._pending) > 2 or self._outgoing or self._sending or self._rest is not None:
+            return False
+        frame = pack_frame(parts)
+        try:
+            sent = self._send_now(frame)
+        except OSError:
+            return False  # (BlockingIOError too) the send loop tries, and reports a failure
+        if sent == 0:
+            return False
+        if sent < len(frame):
+            self._rest = memoryview(frame)[sent:]
+            self._wake_sender.set()
+        return True
 
     def _try_again(self, request_id: int, pending: PendingResponse[Any]) -> bool:
         """A TRY_AGAIN answer: schedule the request to be sent again (True), unless its
@@ -282,23 +309,30 @@ class BookieClient:
         while True:
             await self._wake_sender.wait()
             self._wake_sender = anyio.Event()
-            # Let tasks that are ready submit more first, so that pipelined requests share
-            # frames (and the bookie's journal records) instead of going one per frame.
-            # Only while earlier requests are on the wire, though (as Nagle's rule): with
-            # none, the bookie is idle and a pass spent waiting is latency of a lone request.
-            before = -1 if len(self._pending) > self._queued else len(self._outgoing)
-            while before != len(self._outgoing) and not self._cuts:
-                before = len(self._outgoing)
-                await anyio.lowlevel.checkpoint()
-            parts, self._outgoing = self._outgoing, []
-            self._queued = 0
-            cuts, self._cuts = self._cuts, []
-            self._outgoing_size = 0 if not cuts or cuts[-1] == len(parts) else sum(map(len, parts[cuts[-1] :]))
-            start = 0
-            for cut in [*cuts, len(parts)]:
-                if cut > start:
-                    await self._stream.send(pack_frame(parts[start:cut]))
-                start = cut
+            self._sending = True  # (nothing goes directly meanwhile: it would overtake these)
+            try:
+                if self._rest is not None:  # the tail of a frame sent directly goes first
+                    await self._stream.send(bytes(self._rest))  # (a copy, but rare: the socket was full)
+                    self._rest = None
+                # Let tasks that are ready submit more first, so that pipelined requests share
+                # frames (and the bookie's journal records) instead of going one per frame.
+                # Only while earlier requests are on the wire, though (as Nagle's rule): with
+                # none, the bookie is idle and a pass spent waiting is latency of a lone request.
+                before = -1 if len(self._pending) > self._queued else len(self._outgoing)
+                while before != len(self._outgoing) and not self._cuts:
+                    before = len(self._outgoing)
+                    await anyio.lowlevel.checkpoint()
+                parts, self._outgoing = self._outgoing, []
+                self._queued = 0
+                cuts, self._cuts = self._cuts, []
+                self._outgoing_size = 0 if not cuts or cuts[-1] == len(parts) else sum(map(len, parts[cuts[-1] :]))
+                start = 0
+                for cut in [*cuts, len(parts)]:
+                    if cut > start:
+                        await self._stream.send(pack_frame(parts[start:cut]))
+                    start = cut
+            finally:
+                self._sending = False
 
     async def _resend_loop(self) -> None:
         """Send again, after their backoff, the requests answered TRY_AGAIN."""

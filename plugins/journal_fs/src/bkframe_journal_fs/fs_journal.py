@@ -25,6 +25,7 @@ import logging
 import mmap
 import os
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -46,6 +47,7 @@ from bkframe_journal_fs.file_format import (
 )
 from bkframe_journal_fs.group_buffer import GroupBuffer
 from bkframe_journal_fs.replay import replay_journal
+from bkframe_journal_fs.worker_hop import run_in_worker
 
 log = logging.getLogger("bkframe.journal_fs")
 
@@ -326,8 +328,23 @@ class FsJournal:
         # happen too, or waiters would never learn their records are durable.
         with trio.CancelScope(shield=True):
             started = trio.current_time()
+
+            def written(syncs: int) -> None:
+                # On the loop, as the thread's result comes back: the waiters run in the
+                # next scheduler pass, not one after this task's (see worker_hop).
+                self._counters.journal_bytes_written += size
+                self._counters.journal_fsyncs += syncs
+                # Write and fsync, with any wait for the previous group's thread (what a waiter sees).
+                self._counters.journal_fsync_latency.observe(trio.current_time() - started)
+                self._counters.journal_group_bytes.observe(size)
+                # Groups reach the thread in limiter (FIFO) order, but max() keeps this
+                # monotonic even if a concurrent aclose flush finished first.
+                self._durable = max(self._durable, seq)
+                done, self._group_done = self._group_done, trio.Event()
+                done.set()
+
             try:
-                syncs = await trio.to_thread.run_sync(self._write_group, segments, limiter=self._limiter)
+                await run_in_worker(partial(self._write_group, segments), self._limiter, written)
             except OSError as e:
                 if e.errno not in DISK_FULL_ERRNOS or isinstance(e, JournalFailedError):
                     self._failure = e
@@ -341,16 +358,6 @@ class FsJournal:
                 self._failure = e
                 self._group_done.set()
                 raise JournalFailedError(f"journal write to {self.directory} failed: {e}") from e
-            self._counters.journal_bytes_written += size
-            self._counters.journal_fsyncs += syncs
-            # Write and fsync, with any wait for the previous group's thread (what a waiter sees).
-            self._counters.journal_fsync_latency.observe(trio.current_time() - started)
-            self._counters.journal_group_bytes.observe(size)
-            # Groups reach the thread in limiter (FIFO) order, but max() keeps this
-            # monotonic even if a concurrent aclose flush finished first.
-            self._durable = max(self._durable, seq)
-            done, self._group_done = self._group_done, trio.Event()
-            done.set()
 
     def _lose_unwritten(self, error: OSError) -> None:
         """After a group was cut off for want of space: it, and every record appended while it
