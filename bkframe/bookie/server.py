@@ -360,8 +360,11 @@ class BookieServer:
             while pending:
                 pending = await self._serve_some(conn, pending, gate.access, frame, send, nursery, scope, reader.frames)
                 if pending:
-                    # A frame of many large reads: the rest once there is room.
+                    # A frame served in steps (many large reads, or adds that took long): the
+                    # rest once there is room, and after the other tasks had their turn (the
+                    # hand-over of the step's answers may have taken no pass at all).
                     reader.held = await conn.memory.wait_for_room(reader.held, RECEIVE_SIZE)
+                    await trio.lowlevel.checkpoint()
         finally:
             frame.done()
         return True

@@ -92,7 +92,7 @@ class Auditor:
         self.holder = holder
         self.config = config
         self.status = AuditorStatus()
-        #: Bookie id -> when it was last seen registered (or first seen missing), on the
+        #: Bookie id -> when it was last seen registered, or first seen missing, on the
         #: monotonic clock: a step of the wall clock must neither call a live bookie lost nor
         #: keep a dead one for an hour.
         self.last_seen: dict[str, float] = {}
@@ -132,11 +132,15 @@ class Auditor:
 
     async def watch_bookies(self) -> None:
         """Look at the bookie set: note when each bookie was last seen registered."""
+        before = self.registered
         with trio.fail_after(self.config.request_timeout_s):
             self.registered = {b.bookie_id for b in await self.store.list_bookies()}
             self.decommissioned = await self.store.list_decommissioned()
         now = time.monotonic()
-        for bookie_id in self.registered:
+        # The grace runs from the look that first finds a bookie gone, not from the last
+        # that found it there: after a slow look (a stalled auditor, a slow store) the
+        # bookie may have been there all along, and it gets its whole grace from now.
+        for bookie_id in self.registered | (before - self.registered):
             self.last_seen[bookie_id] = now
         for bookie_id in self.decommissioned:
             self.last_seen.setdefault(bookie_id, now)
