@@ -21,12 +21,11 @@ class ConnectionReader:
     scheduler pass for every frame. After a read that filled its buffer, more is likely
     waiting: then it reads first."""
 
-    __slots__ = ("_fd", "_full", "_socket", "_stream", "auth_deadline", "frame_deadline", "frames", "held")
+    __slots__ = ("_full", "_socket", "_stream", "auth_deadline", "frame_deadline", "frames", "held")
 
     def __init__(self, frames: FrameBuffer, auth_deadline: float, stream: trio.abc.Stream) -> None:
         self._stream = stream
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
-        self._fd = self._socket.fileno() if self._socket is not None else -1
         self._full = False
         self.frames = frames
         #: Bytes of the in-flight budget held for what ``frames`` buffers: at least that
@@ -46,7 +45,9 @@ class ConnectionReader:
             if not self._full:
                 await trio.lowlevel.wait_readable(sock)
             try:
-                data = os.read(self._fd, size)  # (a connected socket's read is its recv)
+                # (a connected socket's read is its recv; the number each time, as the outbox
+                # takes it: -1 once closed, never another connection's reused one)
+                data = os.read(sock.fileno(), size)
             except BlockingIOError:
                 self._full = False  # (woken with nothing to read after all)
                 continue

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import socket
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -30,7 +29,7 @@ from anyio.streams.tls import TLSStream
 
 from bkframe.client.asyncio_stream import connect_asyncio
 from bkframe.client.bookie_errors import BookieConnectionError, BookieTimeoutError, ClientClosedError
-from bkframe.client.direct_send import nonblocking_send
+from bkframe.client.direct_socket import nonblocking_send, readable_receiver
 from bkframe.client.pending_response import PendingResponse, R
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import BKError, ProtocolError, UnauthorizedError
@@ -371,7 +370,7 @@ class BookieClient:
 
     async def _receive_loop(self) -> None:
         frames = FrameBuffer()
-        receive = _socket_receiver(self._stream) or self._stream.receive
+        receive = readable_receiver(self._stream) or self._stream.receive
         pending_by_id = self._pending
         while True:
             while (body := frames.next_frame()) is not None:
@@ -396,36 +395,6 @@ class BookieClient:
         pending, self._pending = self._pending, {}
         for waiter in pending.values():
             waiter._fail(error)
-
-
-def _socket_receiver(stream: anyio.abc.ByteStream) -> Callable[[int], Awaitable[bytes]] | None:
-    """Under trio, a plaintext connection's receive that waits until the socket is readable,
-    then reads it (None for other streams: asyncio's transport waits so already, TLS reads
-    through its stream). anyio's receive on trio tries the socket first; with one request in
-    flight nothing is there yet, and that costs a failed ``recv``, an exception and a second
-    scheduler pass for every answer. After a read that filled its buffer, more is likely
-    waiting: then it reads first."""
-    if not isinstance(stream, anyio.abc.SocketStream) or sniffio.current_async_library() != "trio":
-        return None
-    sock: socket.socket = stream.extra(anyio.abc.SocketAttribute.raw_socket)
-    full = False
-
-    async def receive(size: int) -> bytes:
-        nonlocal full
-        while True:
-            if not full:
-                await anyio.wait_readable(sock)
-            try:
-                data = sock.recv(size)
-            except BlockingIOError:
-                full = False  # (woken with nothing to read after all)
-                continue
-            if not data:
-                raise anyio.EndOfStream
-            full = len(data) == size
-            return data
-
-    return receive
 
 
 #: Under asyncio, plaintext connections run on asyncio's transport directly

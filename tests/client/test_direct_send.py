@@ -1,4 +1,4 @@
-"""How a request leaves a bookie connection (client/direct_send.py): to a nearly idle bookie
+"""How a request leaves a bookie connection (client/direct_socket.py): to a nearly idle bookie
 from the task that submits it, before that task yields, on asyncio's transport and on trio's
 socket alike; a burst still shares frames in the send loop, the part of a large frame the
 socket does not take at once goes before anything submitted after it, and answers come in

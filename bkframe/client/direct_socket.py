@@ -1,0 +1,73 @@
+"""A bookie connection's socket used directly, beside its stream, where that saves a
+scheduler pass per message: a send from the task that submits a request
+(:meth:`BookieClient._enqueue <bkframe.client.bookie_client.BookieClient._enqueue>`) and a
+receive that waits until the socket is readable (the connection's receive loop).
+
+anyio's ``send`` is a checkpoint: on trio a successful socket send ends with a scheduler pass
+of its own, and the connection's send loop, woken by an event, costs one more before that. A
+request to an idle bookie need not wait for either: the socket takes it at once, or takes
+part of it and the send loop sends the rest. anyio's receive on trio tries the socket first;
+with one request in flight nothing is there yet, and that costs a failed ``recv``, an
+exception and a second pass for every answer.
+
+Only plaintext streams have a socket to use: on TLS the bytes must go through the TLS
+object, and anyio's asyncio stream buffers in a transport of its own (the client uses
+:mod:`.asyncio_stream` there, which has a send without waiting and waits for data already).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Awaitable, Callable
+
+import anyio
+import anyio.abc
+import sniffio
+
+from bkframe.client.asyncio_stream import AsyncioStream
+from bkframe.core.interfaces import Buffer
+
+
+def _trio_socket(stream: anyio.abc.ByteStream) -> socket.socket | None:
+    """The non-blocking socket under anyio's plaintext stream on trio (None for others)."""
+    if isinstance(stream, anyio.abc.SocketStream) and sniffio.current_async_library() == "trio":
+        sock: socket.socket = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        return sock
+    return None
+
+
+def nonblocking_send(stream: anyio.abc.ByteStream) -> Callable[[Buffer], int] | None:
+    """A function that sends what it can of its argument now and returns how many bytes that
+    was (0, or BlockingIOError, when the socket takes nothing; OSError when it is broken);
+    None when ``stream`` has none."""
+    if isinstance(stream, AsyncioStream):
+        return stream.send_nowait
+    sock = _trio_socket(stream)
+    return sock.send if sock is not None else None
+
+
+def readable_receiver(stream: anyio.abc.ByteStream) -> Callable[[int], Awaitable[bytes]] | None:
+    """Under trio, a receive that waits until the socket is readable, then reads it; after a
+    read that filled its buffer, more is likely waiting, and the next read goes first. None
+    for other streams (they receive through the stream)."""
+    sock = _trio_socket(stream)
+    if sock is None:
+        return None
+    full = False
+
+    async def receive(size: int) -> bytes:
+        nonlocal full
+        while True:
+            if not full:
+                await anyio.wait_readable(sock)
+            try:
+                data = sock.recv(size)
+            except BlockingIOError:
+                full = False  # (woken with nothing to read after all)
+                continue
+            if not data:
+                raise anyio.EndOfStream
+            full = len(data) == size
+            return data
+
+    return receive
