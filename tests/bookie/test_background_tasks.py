@@ -47,6 +47,12 @@ def test_run_periodically_backs_off_and_recovers(caplog: pytest.LogCaptureFixtur
     assert "succeeded again after 4 failure(s)" in text
 
 
+#: The bookie leaves read-only mode once its disk check finds usage below ``disk_usage_lwm``.
+#: These tests fill no real disk (they inject ENOSPC), so the thresholds are set where the
+#: machine's own disk usage (a CI disk may be over 90% used) cannot keep the bookie read-only.
+REAL_DISK_ANY_USAGE = "disk_usage_threshold = 1.0\ndisk_usage_lwm = 0.999\n"
+
+
 def _config(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "bookie.toml"
     path.write_text(text)
@@ -94,7 +100,7 @@ async def test_a_failing_checkpoint_is_retried_and_loses_nothing(
     control.mkdir()
     monkeypatch.setenv(write_faults.CONTROL_ENV, str(control))
     data_dir = tmp_path / "bookie"
-    config = _config(tmp_path, "[bookie]\ncheckpoint_interval_s = 0.2\ndisk_check_interval_s = 0.2\n")
+    config = _config(tmp_path, "[bookie]\ncheckpoint_interval_s = 0.2\ndisk_check_interval_s = 0.2\n" + REAL_DISK_ANY_USAGE)
     b = BookieProcess(data_dir).start("--config", str(config))
     bookie_processes.append(b)
     payloads = {e: b"entry %d " % e * 50 for e in range(60)}

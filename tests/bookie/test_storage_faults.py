@@ -58,7 +58,9 @@ async def test_entry_log_write_failure_fails_the_add_and_later_entries_read_back
     monkeypatch.setenv(write_faults.CONTROL_ENV, str(control))
     data_dir = tmp_path / "bookie"
     config = tmp_path / "bookie.toml"
-    config.write_text("[bookie]\ndisk_check_interval_s = 0.2\n")
+    # The injected ENOSPC is the only full disk here: with the default thresholds a real
+    # disk over 90% used (as a CI machine's may be) would keep the bookie read-only.
+    config.write_text("[bookie]\ndisk_check_interval_s = 0.2\ndisk_usage_threshold = 1.0\ndisk_usage_lwm = 0.999\n")
     b = BookieProcess(data_dir).start("--config", str(config))
     bookie_processes.append(b)
     acked: dict[tuple[int, int], bytes] = {}
