@@ -185,7 +185,7 @@ def cmdline(pid: str) -> bytes:
 def test_bench_stops_the_bookie_it_started(tmp_path: Path) -> None:
     """SIGINT to ``bench`` while it starts its private bookie or while it appends (whichever
     the signal meets): that bookie is stopped, no process is left."""
-    bench = Command("bench", "--count", "50000000", "--data-dir", str(tmp_path / "bookie"))
+    bench = Command("bench", "appends", "--count", "50000000", "--data-dir", str(tmp_path / "bookie"))
     children = Path(f"/proc/{bench.proc.pid}/task/{bench.proc.pid}/children")
     deadline = time.monotonic() + WAIT_S
     while not (bookies := [pid for pid in children.read_text().split() if b"bookie" in cmdline(pid)]):
