@@ -37,7 +37,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # and keeps the command line's own variables ($BKFRAME_METADATA...) from the bookies.
     "bkframe.launcher": ("bkframe.cli",),
     # The benchmarks: what the command line may use, and its option types and signal
-    # handling; `bkframe bench` names their commands as strings, so nothing imports them
+    # handling; the `bench` group names their commands as strings, so nothing imports them
     # but tests.
     "bkframe.bench": (
         "bkframe.core", "bkframe.proto", "bkframe.bookie", "bkframe.client", "bkframe.replication", "bkframe.admin",

@@ -5,9 +5,9 @@ shared machine:
     python3 benchmarks/latency/aims.py [--rounds N] [--spark] before=/tmp/before after=$PWD
 
 Each checkout needs its own ``.venv`` (``uv sync --all-packages`` in it). Per round, in
-alternating order: ``benchmarks/latency/cpu_per_add.py`` from the checkout (CPU per add per
-bookie and of the client, p50 of one append in flight, PD/VD/BYPASS) and
-``../shared/bench/peers.py`` (1 KiB PD against Redis AOF-always, 64 KiB PD against
+alternating order: ``benchmarks/latency/cpu_per_add.py`` from the checkout (``benchmarks/latency/``
+before issue 39: CPU per add per bookie and of the client, p50 of one append in flight,
+PD/VD/BYPASS) and ``../shared/bench/peers.py`` (1 KiB PD against Redis AOF-always, 64 KiB PD against
 disk-group / 3); once per round the floors (``../shared/bench/floor.py``, bare and with
 fsync, 1 KiB); with ``--spark`` the Spark connector's bench (1 KiB rows, read against
 Parquet). Prints each round's figures, then the medians against the aims.
@@ -64,8 +64,15 @@ def floors() -> dict[str, float]:
     return out
 
 
+def own_script(checkout: Path, path: str, before_issue_39: list[str]) -> list[str]:
+    """How ``checkout`` runs one of its benchmarks: ``path`` where it is, else the command of a
+    checkout older than issue 39 (scripts/ and the Spark connector's bench module)."""
+    return [path] if (checkout / path).exists() else before_issue_39
+
+
 def per_add(label: str, checkout: Path) -> dict[str, dict[str, float]]:
-    text = run([str(checkout / ".venv" / "bin" / "python"), "benchmarks/latency/cpu_per_add.py", label], checkout)
+    script = own_script(checkout, "benchmarks/latency/cpu_per_add.py", ["benchmarks/latency/cpu_per_add.py"])
+    text = run([str(checkout / ".venv" / "bin" / "python"), *script, label], checkout)
     return {
         m["type"]: {"p50": float(m["p50"]), "bookie": float(m["bookie"]), "client": float(m["client"])}
         for m in LINE.finditer(text)
@@ -86,8 +93,9 @@ def peers(checkout: Path) -> dict[tuple[str, int], float]:
 
 
 def spark(checkout: Path) -> float:
-    text = run([str(checkout / ".venv" / "bin" / "python"), "-m", "bkframe_spark.bench", "--sizes", "1024", "--mb", "50",
-                "--rounds", "1"], checkout)
+    script = own_script(checkout, "benchmarks/spark/loads_and_reads.py", ["-m", "bkframe_spark.bench"])
+    text = run([str(checkout / ".venv" / "bin" / "python"), *script, "--sizes", "1024", "--mb", "50", "--rounds", "1"],
+               checkout)
     match = SPARK.search(text)
     assert match, text
     return float(match["ratio"])

@@ -2,7 +2,7 @@
 bookie's event loop spends on an add outside the protocol and the scheduler.
 
     cd CHECKOUT && .venv/bin/python benchmarks/latency/storage_costs.py
-    cd BEFORE && .venv/bin/python CHECKOUT/scripts/latency/storage_costs.py   # any checkout
+    cd BEFORE && .venv/bin/python CHECKOUT/benchmarks/latency/storage_costs.py   # any checkout
 
 Each figure is the best of seven rounds of 20,000 calls, in CPU time (real files under a temporary
 directory; nothing is fsynced).

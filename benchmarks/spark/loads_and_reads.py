@@ -1,5 +1,6 @@
-"""``python benchmarks/spark/loads_and_reads.py``: Spark bulk loads and reads of a log, against Parquet on
-the local disk and against the direct client, measured side by side in one run.
+"""``.venv/bin/python benchmarks/spark/loads_and_reads.py``: Spark bulk loads and reads of a
+log, against Parquet on the local disk and against the direct client, measured side by side
+in one run (it was ``python -m bkframe_spark.bench`` inside the connector before issue 39).
 
 For each row size: one DataFrame of random payloads (generated and cached first, so the
 timings are of writing and reading only) is bulk-loaded into a new log, written as Parquet,
@@ -28,7 +29,7 @@ from bkframe_spark.writing import CHUNK, WINDOW
 
 import bkframe
 from bkframe import PendingAppend
-from bkframe.testing.cluster import BOOKIE_COMMAND, Cluster
+from bkframe.launcher import Cluster
 
 
 def _direct(metadata: str, payloads: list[bytes], ledger_type: str, e: int, w: int, a: int) -> float:
@@ -56,7 +57,7 @@ def _direct(metadata: str, payloads: list[bytes], ledger_type: str, e: int, w: i
         return bk.run(run)
 
 
-def _spark_load(df: Any, metadata: str, log: str) -> None:
+def spark_load(df: Any, metadata: str, log: str) -> None:
     df.write.format("bkframe").option("metadata", metadata).option("log", log).mode("append").save()
 
 
@@ -112,13 +113,13 @@ def bench(metadata: str, work: Path, sizes: list[int], total_mb: int, rounds: in
             sample = [r.payload for r in df.limit(1000).collect()]
             payloads = [sample[i % len(sample)] for i in range(rows)]
             # Not counted: the first jobs start Spark's Python workers and the tasks' clients.
-            _spark_load(df.limit(1000), metadata, f"bench-{size}-warmup")
+            spark_load(df.limit(1000), metadata, f"bench-{size}-warmup")
             _spark_read(spark, metadata, f"bench-{size}-warmup")
             for r in range(rounds):
                 log_name = f"bench-{size}-{r}"
                 parquet = work / f"parquet-{size}-{r}"
                 steps: list[tuple[str, Callable[[], Any]]] = [
-                    ("spark_load", partial(_spark_load, df, metadata, log_name)),
+                    ("spark_load", partial(spark_load, df, metadata, log_name)),
                     ("parquet_write", partial(_parquet_write, df, parquet)),
                     ("direct", partial(_direct, metadata, payloads, ledger_type, e, w, a)),
                 ]
@@ -199,7 +200,7 @@ def with_cluster(prefix: str, metadata: str | None, run: Callable[[str, Path], s
     cluster = None
     try:
         if metadata is None:
-            cluster = Cluster(work / "cluster", 3, command=BOOKIE_COMMAND).start(parallel=True)
+            cluster = Cluster(work / "cluster", 3).start(parallel=True)
             metadata = cluster.metadata
         print(run(metadata, work))
     finally:

@@ -1,5 +1,6 @@
-"""``python benchmarks/spark/tier_reads.py``: Spark reads of an offloaded log against a plain
-``spark.read.parquet`` of the same Parquet files, measured in one run.
+"""``.venv/bin/python benchmarks/spark/tier_reads.py``: Spark reads of an offloaded log against
+a plain ``spark.read.parquet`` of the same Parquet files, measured in one run (it was
+``python -m bkframe_spark.bench_tiers`` inside the connector before issue 39).
 
 A DataFrame of random 1 KiB payloads (cached first) is bulk-loaded into a log (a segment
 per task) and every segment offloaded by hand to a ``file://`` tier; the same again into a
@@ -29,10 +30,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bkframe_spark.bench import _spark_load, with_cluster
 from bkframe_spark.connection import close_all
 from bkframe_spark.parquet_reads import read_log
 from bkframe_spark.session import local_session
+from loads_and_reads import spark_load, with_cluster  # beside this script: sys.path[0]
 
 import bkframe
 from bkframe.testing.servers import S3Server
@@ -77,7 +78,7 @@ def bench(metadata: str, work: Path, size: int, total_mb: int, rounds: int, part
         tier_root = work / "tier"
         tier_root.mkdir()
         started = time.perf_counter()
-        _spark_load(df, metadata, "tiered")
+        spark_load(df, metadata, "tiered")
         keys = _offload(metadata, "tiered", tier_root.as_uri())
         print(f"loaded and offloaded {rows:,} rows of {size:,} B in {time.perf_counter() - started:.1f} s "
               f"({len(keys)} objects, {sum((tier_root / k).stat().st_size for k in keys) / 1e6:.0f} MB)", flush=True)
@@ -92,7 +93,7 @@ def bench(metadata: str, work: Path, size: int, total_mb: int, rounds: int, part
         if s3_server is not None:
             creds = s3_server.credentials_file(work / "s3.ini")
             tier = f"s3://{s3_server.bucket()}/lake?endpoint={s3_server.endpoint}&region=us-east-1&credentials={creds}"
-            _spark_load(df, metadata, "tiered-s3")
+            spark_load(df, metadata, "tiered-s3")
             _offload(metadata, "tiered-s3", tier)
             steps["s3"] = partial(_connector, spark, metadata, "tiered-s3")
             steps["s3_payload"] = partial(_connector, spark, metadata, "tiered-s3", True)
