@@ -5,7 +5,7 @@ throughput with 256 appends in flight. Prints the medians over the rounds.
 
     .venv/bin/python benchmarks/asyncio_stream.py [ROUNDS]
 
-Why: :mod:`bkframe.client.asyncio_stream` (docs/benchmarks.md, "asyncio vs trio").
+Why: :mod:`bkframe.client.asyncio_stream` (docs/benchmarks/event-loops.md, "asyncio vs trio").
 """
 
 from __future__ import annotations

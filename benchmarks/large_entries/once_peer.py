@@ -1,5 +1,5 @@
 """A peers.py plugin: bkframe-pd next to bkframe-pd-once (the same sandbox started with
-``[ledger_storage] large_entry_bytes`` on) in one run; docs/benchmarks.md, "Large entries
+``[ledger_storage] large_entry_bytes`` on) in one run; docs/benchmarks/large-entries.md, "Large entries
 written once".
 
     LE_PEERS=bkframe-pd,bkframe-pd-once,bkframe-bypass BKFRAME_CHECKOUT=$PWD python3 \\

@@ -1,5 +1,5 @@
 """Is PD throughput steady? 64 KiB PD appends through the client (E3 W3 A2, 256 in flight) on
-a running cluster; prints overall MB/s and MB/s per slice (docs/benchmarks.md, "Large
+a running cluster; prints overall MB/s and MB/s per slice (docs/benchmarks/large-entries.md, "Large
 entries written once").
 
     bkframe sandbox --data-dir /tmp/sb [--config on.toml] &

@@ -1,6 +1,6 @@
 """``.venv/bin/python benchmarks/spark/loads_and_reads.py``: Spark bulk loads and reads of a
 log, against Parquet on the local disk and against the direct client, measured side by side
-in one run (it was ``python -m bkframe_spark.bench`` inside the connector before issue 39).
+in one run (before issue 39 this was the module ``bkframe_spark.bench`` inside the connector).
 
 For each row size: one DataFrame of random payloads (generated and cached first, so the
 timings are of writing and reading only) is bulk-loaded into a new log, written as Parquet,

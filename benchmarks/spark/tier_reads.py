@@ -1,6 +1,6 @@
 """``.venv/bin/python benchmarks/spark/tier_reads.py``: Spark reads of an offloaded log against
 a plain ``spark.read.parquet`` of the same Parquet files, measured in one run (it was
-``python -m bkframe_spark.bench_tiers`` inside the connector before issue 39).
+the module ``bkframe_spark.bench_tiers`` inside the connector before issue 39).
 
 A DataFrame of random 1 KiB payloads (cached first) is bulk-loaded into a log (a segment
 per task) and every segment offloaded by hand to a ``file://`` tier; the same again into a

@@ -1,5 +1,5 @@
 """``bkframe bench autorecovery``: how fast autorecovery re-replicates a lost bookie's
-closed ledgers (docs/benchmarks.md), with or without a writer appending meanwhile.
+closed ledgers (docs/benchmarks/autorecovery.md), with or without a writer appending meanwhile.
 
 Starts five bookie processes (``bkframe bookie``, sqlite metadata, autorecovery enabled in
 each), writes ``--size-mb`` of closed ledgers (E=3 W=3 A=2), kills the bookie in most of

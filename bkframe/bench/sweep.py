@@ -231,7 +231,7 @@ def run_sweep(settings: SweepSettings, *, peer_bench: Path | None, notes: tuple[
 
 
 def markdown_tables(sweep: dict[str, Any]) -> str:
-    """The cells, the floors and the peers as markdown tables (for docs/benchmarks.md)."""
+    """The cells, the floors and the peers as markdown tables (for docs/benchmarks/sweep.md)."""
     lines = ["| entry B | type | window | count | entries/s | MB/s | p50 ms | p99 ms |", "|---|---|---|---|---|---|---|---|"]
     for c in sorted(sweep["cells"], key=lambda c: (c["entry_size"], TYPES.index(c["ledger_type"]), c["window"])):
         lines.append(

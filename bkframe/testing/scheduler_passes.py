@@ -1,5 +1,5 @@
 """Counting trio's scheduler passes, task steps and wakeups: how the per-message costs of
-docs/benchmarks.md ("Third round: one pass per message") are counted, in tests
+docs/benchmarks/latency.md ("Third round: one pass per message") are counted, in tests
 (``trio.lowlevel.add_instrument(PassCounter())``) and in the sandbox's processes
 (``benchmarks/latency/passes_per_add.py``).
 

@@ -1,5 +1,5 @@
 """``bkframe bench backends``, small, as a real process on three real bookies: both event
-loops measured in one run, alternating, and the ratios printed (docs/benchmarks.md's
+loops measured in one run, alternating, and the ratios printed (docs/benchmarks/event-loops.md's
 figures come from the same command at full size)."""
 
 from __future__ import annotations

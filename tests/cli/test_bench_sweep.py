@@ -50,7 +50,7 @@ def test_sweep_writes_every_cell_and_the_plots(tmp_path: Path) -> None:
     assert sweep["command"].startswith("bkframe bench sweep")
     assert sweep["peers"]["results"] == [] and sweep["floors"] == []
     assert_pngs(out_dir)
-    # It prints the cells as a markdown table for docs/benchmarks.md: a row per cell.
+    # It prints the cells as a markdown table for docs/benchmarks/sweep.md: a row per cell.
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "JOURNAL" in line]
     assert len(rows) == len(cells)
 
