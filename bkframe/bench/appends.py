@@ -40,6 +40,29 @@ class BenchResult:
     payload_bytes: int
     bookie_bytes_written: int
 
+    @classmethod
+    def measured(
+        cls, mode: str, *, entry_size: int, count: int, window: int, seconds: float, latencies: np.ndarray,
+        written: int, fsyncs: int | None = None,
+    ) -> BenchResult:
+        """The figures of ``count`` appends that took ``seconds`` (each's latency in seconds);
+        ``fsyncs``: of one bookie's journal meanwhile (bookie mode only)."""
+        return cls(
+            mode=mode,
+            entry_size=entry_size,
+            count=count,
+            window=window,
+            seconds=seconds,
+            entries_per_s=count / seconds,
+            mb_per_s=count * entry_size / seconds / 1e6,
+            p50_ms=float(np.percentile(latencies, 50) * 1e3),
+            p99_ms=float(np.percentile(latencies, 99) * 1e3),
+            fsyncs_per_s=None if fsyncs is None else fsyncs / seconds,
+            entries_per_fsync=None if fsyncs is None else (count / fsyncs if fsyncs else float("inf")),
+            payload_bytes=count * entry_size,
+            bookie_bytes_written=written,
+        )
+
     def human(self) -> str:
         return (
             f"{self.mode}: {self.count} entries of {self.entry_size} B, window {self.window}, {self.seconds:.2f} s\n"
@@ -83,20 +106,9 @@ async def bench_bookie(host: str, port: int, *, entry_size: int, count: int, win
         after = (await bookie.info())["counters"]
     fsyncs = after["journal_fsyncs"] - before["journal_fsyncs"]
     written = sum(after[k] - before[k] for k in ("journal_bytes_written", "storage_bytes_written"))
-    return BenchResult(
-        mode="bookie",
-        entry_size=entry_size,
-        count=count,
-        window=window,
-        seconds=seconds,
-        entries_per_s=count / seconds,
-        mb_per_s=count * entry_size / seconds / 1e6,
-        p50_ms=float(np.percentile(latencies, 50) * 1e3),
-        p99_ms=float(np.percentile(latencies, 99) * 1e3),
-        fsyncs_per_s=fsyncs / seconds,
-        entries_per_fsync=count / fsyncs if fsyncs else float("inf"),
-        payload_bytes=count * entry_size,
-        bookie_bytes_written=written,
+    return BenchResult.measured(
+        "bookie", entry_size=entry_size, count=count, window=window, seconds=seconds, latencies=latencies,
+        written=written, fsyncs=fsyncs,
     )
 
 
@@ -194,22 +206,14 @@ async def append_timed(
         if bar is not None:
             bar.render_finish()
         written = await _bookie_bytes(client, list(writer.metadata.bookies())) - before
-        result = BenchResult(
-            mode=f"client {ledger_type} E={ensemble} W={write_quorum} A={ack_quorum}"
+        mode = (
+            f"client {ledger_type} E={ensemble} W={write_quorum} A={ack_quorum}"
             + (f" sync every {sync_every}" if sync_every else "")
-            + (" then sync" if final_sync else ""),
-            entry_size=entry_size,
-            count=count,
-            window=window,
-            seconds=seconds,
-            entries_per_s=count / seconds,
-            mb_per_s=count * entry_size / seconds / 1e6,
-            p50_ms=float(np.percentile(latencies, 50) * 1e3),
-            p99_ms=float(np.percentile(latencies, 99) * 1e3),
-            fsyncs_per_s=None,
-            entries_per_fsync=None,
-            payload_bytes=count * entry_size,
-            bookie_bytes_written=written,
+            + (" then sync" if final_sync else "")
+        )
+        result = BenchResult.measured(
+            mode, entry_size=entry_size, count=count, window=window, seconds=seconds, latencies=latencies,
+            written=written,
         )
         return result, latencies
     finally:
