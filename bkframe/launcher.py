@@ -1,5 +1,5 @@
-"""Starting bookie processes: ``bkframe sandbox``, the benchmarks and the tests run their
-bookies through this one launcher.
+"""Starting bookie processes on this machine: ``bkframe sandbox``, the benchmarks and the
+tests run their bookies through this one launcher.
 
 A :class:`BookieProcess` runs ``bkframe bookie`` on port 0 and waits for the ``listening on
 HOST:PORT`` line it prints; a :class:`Cluster` is several of them on one metadata store. A
