@@ -31,11 +31,21 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "bkframe.admin": ("bkframe.core", "bkframe.proto", "bkframe.bookie", "bkframe.client", "bkframe.plugins"),
     "bkframe.cli": (
         "bkframe.core", "bkframe.proto", "bkframe.bookie", "bkframe.client", "bkframe.replication", "bkframe.admin",
-        "bkframe.plugins",
+        "bkframe.plugins", "bkframe.launcher",
+    ),
+    # The launcher of bookie processes (sandbox, benchmarks, tests): it runs `bkframe bookie`
+    # and keeps the command line's own variables ($BKFRAME_METADATA...) from the bookies.
+    "bkframe.launcher": ("bkframe.cli",),
+    # The benchmarks: what the command line may use, and its option types and signal
+    # handling; the `bench` group names their commands as strings, so nothing imports them
+    # but tests.
+    "bkframe.bench": (
+        "bkframe.core", "bkframe.proto", "bkframe.bookie", "bkframe.client", "bkframe.replication", "bkframe.admin",
+        "bkframe.plugins", "bkframe.cli", "bkframe.launcher",
     ),
     "bkframe.testing": (
         "bkframe.core", "bkframe.proto", "bkframe.bookie", "bkframe.client", "bkframe.replication", "bkframe.admin",
-        "bkframe.plugins", "bkframe.cli",
+        "bkframe.plugins", "bkframe.cli", "bkframe.launcher",
     ),
 }
 #: The distributions under plugins/ (third-party style), with the bkframe parts they may use:
