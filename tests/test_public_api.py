@@ -79,10 +79,11 @@ def test_built_in_plugins_need_nothing_beyond_bkframe_and_distributed_ones_do() 
     required = {Requirement(r).name.lower() for r in importlib.metadata.requires("bkframe") or [] if "extra ==" not in r}
     builtin = _third_party_imports(list((root / "builtin").rglob("*.py")))
     assert builtin and {_distribution_of(m) for m in builtin} <= required, sorted(builtin)
-    for src in sorted(p for p in (root.parent / "plugins").glob("*/src/*") if (p / "__init__.py").exists()):
-        imports = _third_party_imports(list(src.rglob("*.py"))) - {src.name}
+    ours = {p.name for p in (root.parent / "plugins").glob("*/src/*")}
+    for distribution in sorted((root.parent / "plugins").glob("*/src")):
+        imports = _third_party_imports(list(distribution.rglob("*.py"))) - ours
         extra = {_distribution_of(m) for m in imports} - required
-        assert extra, f"{src.name} needs nothing beyond bkframe: by the rule it belongs in bkframe/builtin"
+        assert extra, f"{distribution.parent.name} needs nothing beyond bkframe: by the rule it belongs in bkframe/builtin"
 
 
 def test_every_distribution_ships_py_typed() -> None:
