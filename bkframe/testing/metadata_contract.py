@@ -469,7 +469,7 @@ class SharedMetadataStoreContract(MetadataStoreContract, SharedAutorecoveryContr
             f"""
             import sys
             import trio
-            from bkframe.core.metadata import BadVersionError
+            from bkframe.errors import BadVersionError
             from bkframe.core.plugin_manager import PluginManager
             async def bump(read, write):
                 while True:

@@ -123,7 +123,7 @@ class SharedMultiLogContract(MultiLogContract):
             f"""
             import sys
             import trio
-            from bkframe.core.metadata import BadVersionError
+            from bkframe.errors import BadVersionError
             from bkframe.core.plugin_manager import PluginManager
             async def main(me):
                 s = PluginManager().metadata_store({store_uri!r})

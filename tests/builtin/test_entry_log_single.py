@@ -99,7 +99,7 @@ def test_registered_as_single_and_other_names_are_errors(tmp_path: Path) -> None
     pm = PluginManager(load_entry_points=False)
     mgr = pm.entry_log_manager(config={"plugin": "single", "max_log_size": 4096}, directory=tmp_path, counters=Counters())
     assert isinstance(mgr, SingleEntryLogManager)
-    with pytest.raises(ConfigError, match=r"plugin = 'other': no installed plugin provides it \(installed: single\)"):
+    with pytest.raises(ConfigError, match=r"plugin = 'other': no installed plugin provides it \(installed: per_ledger, single\)"):
         pm.entry_log_manager(config={"plugin": "other"}, directory=tmp_path, counters=Counters())
 
 

@@ -109,7 +109,7 @@ async def test_test_plugin_replaces_ledger_storage(tmp_path: Path) -> None:
     assert plugin.storage.entries[(4, 0)] == b"via plugin"
     assert plugin.storage.checkpoints >= 1  # the clean stop flushed through the plugin
     names = {info.name for info in pm.plugins()}
-    assert "journal_fs" in names  # the separately distributed journal came in by entry point
+    assert "bkframe.builtin.journal_fs.plugin" in names  # the built-in journal, beside the test's storage
 
 
 def test_unknown_plugin_name_is_a_clear_error(tmp_path: Path) -> None:
@@ -179,14 +179,15 @@ def test_plugins_command_lists_plugins_and_components_by_kind() -> None:
     result = CliRunner().invoke(main, ["plugins"])
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "journal_fs  [bkframe-journal-fs]  hooks: bkframe_register_components" in out
+    assert "bkframe.builtin.journal_fs.plugin  [bkframe]  hooks: bkframe_register_components" in out
+    assert "metadata_zk  [bkframe-metadata-zk]  hooks: bkframe_register_components" in out
     assert "bkframe.builtin.ledger_storage_default  [bkframe]" in out
     kinds = ["journal:", "entry_log_manager:", "ledger_storage:", "metadata_store:", "ledger_type:", "tier:"]
     assert [out.index(f"  {k}\n") for k in kinds] == sorted(out.index(f"  {k}\n") for k in kinds)
     for line in [
-        "journal_fs  [journal_fs, bkframe-journal-fs]",
+        "journal_fs  [bkframe.builtin.journal_fs.plugin, bkframe]",
         "single  [bkframe.builtin.entry_log_single, bkframe]",
-        "per_ledger  [entrylog_per_ledger, bkframe-entrylog-per-ledger]",
+        "per_ledger  [bkframe.builtin.entrylog_per_ledger.plugin, bkframe]",
         "default  [bkframe.builtin.ledger_storage_default, bkframe]",
         "sqlite://  [bkframe.builtin.metadata_sqlite, bkframe]",
         "zk://  [metadata_zk, bkframe-metadata-zk]",
