@@ -34,7 +34,11 @@ for size, n, reps in ((65536, 256, 30), (1024, 1024, 200), (100, 1024, 400)):
         best = None
         for _trial in range(3):
             d = Path(tempfile.mkdtemp(dir=os.environ.get("TMPDIR", "/tmp")))
-            j = mod.FsJournal(d, Counters(), preallocate_bytes=0, fsync=False, max_file_size=1 << 40)
+            opts = {"preallocate_bytes": 0, "fsync": False, "max_file_size": 1 << 40}
+            if hasattr(mod, "FsJournalConfig"):  # after issue 39 the keys are one value
+                j = mod.FsJournal(d, Counters(), mod.FsJournalConfig(**opts))
+            else:
+                j = mod.FsJournal(d, Counters(), **opts)
             j._open_file(j._file_id)
             loop = work = 0.0
             for _ in range(reps):

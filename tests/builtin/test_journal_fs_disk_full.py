@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import trio
 
+from bkframe.builtin.journal_fs.config import FsJournalConfig
 from bkframe.builtin.journal_fs.fs_journal import FsJournal
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces.journal import JournalPosition, JournalWriteError
@@ -54,7 +55,7 @@ async def test_a_group_that_finds_no_space_is_lost_and_the_journal_goes_on(
 ) -> None:
     disk = FullDisk(tmp_path, monkeypatch)
     counters = Counters()
-    journal = FsJournal(tmp_path, counters, preallocate_bytes=0)
+    journal = FsJournal(tmp_path, counters, FsJournalConfig(preallocate_bytes=0))
     durable: list[tuple[JournalPosition, bytes]] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run)
@@ -104,7 +105,7 @@ async def test_a_group_that_finds_no_space_is_lost_and_the_journal_goes_on(
 async def test_no_space_for_a_new_file_at_start_or_at_a_roll(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     disk = FullDisk(tmp_path, monkeypatch)
     disk.fill()
-    journal = FsJournal(tmp_path, Counters(), preallocate_bytes=0, max_file_size=4096)
+    journal = FsJournal(tmp_path, Counters(), FsJournalConfig(preallocate_bytes=0, max_file_size=4096))
     durable: list[bytes] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run)  # starts although it cannot create its file

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import trio
 
+from bkframe.builtin.journal_fs.config import FsJournalConfig
 from bkframe.builtin.journal_fs.file_format import (
     FILE_HEADER,
     FILE_MAGIC,
@@ -58,7 +59,9 @@ class JournalFailedError(BKError, OSError):
 
 
 class FsJournal:
-    """A :class:`~bkframe.core.interfaces.journal.Journal` in ``directory``; see the plugin's config keys.
+    """A :class:`~bkframe.core.interfaces.journal.Journal` in ``directory``, made with the
+    plugin's ``[journal]`` keys (:class:`~bkframe.builtin.journal_fs.config.FsJournalConfig`;
+    ``dirs`` is :class:`~bkframe.builtin.journal_fs.multi_journal.MultiJournal`'s).
 
     ``max_wait_ms``: how long a group may wait for more records. ``buffered_bytes_threshold``:
     flush at once when this much is buffered. ``flush_when_queue_empty``: flush as soon as no
@@ -77,28 +80,22 @@ class FsJournal:
         self,
         directory: Path,
         counters: Counters,
+        config: FsJournalConfig | None = None,
         *,
-        max_wait_ms: float = 1.0,
-        max_lazy_wait_ms: float = 5.0,
-        buffered_bytes_threshold: int = 512 * 1024,
-        flush_when_queue_empty: bool = True,
-        preallocate_bytes: int = 16 * 1024 * 1024,
-        max_file_size: int = 256 * 1024 * 1024,
-        fsync: bool = True,
         new_file_id: Callable[[], int] | None = None,
-        drop_synced_pages: bool = False,
     ) -> None:
+        config = config or FsJournalConfig()
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._counters = counters
-        self._max_wait = max_wait_ms / 1000.0
-        self._lazy_wait = max_lazy_wait_ms / 1000.0
-        self._threshold = buffered_bytes_threshold
-        self._flush_when_empty = flush_when_queue_empty
-        self._prealloc = preallocate_bytes
-        self._max_file_size = max_file_size
-        self._fsync = fsync
-        self._drop_pages = drop_synced_pages
+        self._max_wait = config.max_wait_ms / 1000.0
+        self._lazy_wait = config.max_lazy_wait_ms / 1000.0
+        self._threshold = config.buffered_bytes_threshold
+        self._flush_when_empty = config.flush_when_queue_empty
+        self._prealloc = config.preallocate_bytes
+        self._max_file_size = config.max_file_size
+        self._fsync = config.fsync
+        self._drop_pages = config.drop_synced_pages
         self._limiter = trio.CapacityLimiter(1)
         #: Appended records not yet written, a group per file: a record's file
         #: is decided when it is appended, so positions are exact across rolls.

@@ -33,10 +33,10 @@ import json
 from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import trio
 
+from bkframe.builtin.journal_fs.config import FsJournalConfig
 from bkframe.builtin.journal_fs.file_format import FILE_HEADER, journal_file_ids
 from bkframe.builtin.journal_fs.fs_journal import FsJournal
 from bkframe.core.counters import Counters
@@ -77,9 +77,9 @@ def check_dirs(first: Path, others: Sequence[Path]) -> None:
 
 class MultiJournal:
     """A :class:`~bkframe.core.interfaces.journal.Journal` over several directories; see the module
-    docstring. ``options`` are :class:`FsJournal`'s, for every directory."""
+    docstring. ``config`` is every directory's journal's (its ``dirs`` are ``directories``)."""
 
-    def __init__(self, directories: Sequence[Path], counters: Counters, **options: Any) -> None:
+    def __init__(self, directories: Sequence[Path], counters: Counters, config: FsJournalConfig | None = None) -> None:
         dirs = [Path(d) for d in directories]
         last = 0
         for d in dirs:
@@ -89,7 +89,7 @@ class MultiJournal:
         # that could not create a file asks for the next id there).
         ids = itertools.count(last + 1)
         self.directory = dirs[0]
-        self._journals = [FsJournal(d, counters, new_file_id=ids.__next__, **options) for d in dirs]
+        self._journals = [FsJournal(d, counters, config, new_file_id=ids.__next__) for d in dirs]
         self._seq = 0
         #: Per journal, its records not yet settled: (sequence, its own sequence), in order.
         self._pending: list[deque[tuple[int, int]]] = [deque() for _ in dirs]

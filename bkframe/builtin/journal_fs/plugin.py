@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import attrs
-
 from bkframe import hookimpl
+from bkframe.builtin.journal_fs.config import FsJournalConfig
 from bkframe.builtin.journal_fs.fs_journal import FsJournal
 from bkframe.builtin.journal_fs.multi_journal import MultiJournal, check_dirs
-from bkframe.core.config import at_least, directory_field
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces.journal import Journal
 from bkframe.core.registry import ComponentRegistry
@@ -17,40 +15,12 @@ from bkframe.core.registry import ComponentRegistry
 NAME = "journal_fs"
 
 
-@attrs.frozen
-class FsJournalConfig:
-    """``[journal]`` keys (see conf/bookie.toml for what each does)."""
-
-    #: A group waits at most this long for more records before its fsync...
-    max_wait_ms: float = attrs.field(default=1.0, validator=at_least(0))
-    #: ...or is flushed at once when this many bytes are buffered...
-    buffered_bytes_threshold: int = attrs.field(default=512 * 1024, validator=at_least(0))
-    #: ...or as soon as no more appends are arriving.
-    flush_when_queue_empty: bool = True
-    #: With it, a group nobody waits for yet (VD entries, acknowledged before their fsync)
-    #: first waits at most this long for a waiter or more records.
-    max_lazy_wait_ms: float = attrs.field(default=5.0, validator=at_least(0))
-    #: Files are extended ahead of the write position in chunks of this size.
-    preallocate_bytes: int = attrs.field(default=16 * 1024 * 1024, validator=at_least(0))
-    #: A new file is started once the current one is larger than this.
-    max_file_size: int = attrs.field(default=256 * 1024 * 1024, validator=at_least(4096))
-    #: fsync each group (off only for benchmarks: acknowledged adds could be lost).
-    fsync: bool = True
-    #: More journal directories (absolute, or relative to the bookie's journal directory,
-    #: which is always the first), each with its own writer; ledgers are spread by id.
-    #: Declared as directories: the bookie locks each before the journal is made.
-    dirs: tuple[str, ...] = directory_field(())
-    #: After each fsync, drop the synced pages from the page cache (read only at replay).
-    drop_synced_pages: bool = False
-
-
 def make_journal(config: FsJournalConfig, directory: Path, counters: Counters) -> Journal:
-    options = attrs.asdict(config)
-    others = [directory / d for d in options.pop("dirs")]  # an absolute d stays itself
+    others = [directory / d for d in config.dirs]  # an absolute d stays itself
     check_dirs(directory, others)
     if not others:
-        return FsJournal(directory, counters, **options)
-    return MultiJournal([directory, *others], counters, **options)
+        return FsJournal(directory, counters, config)
+    return MultiJournal([directory, *others], counters, config)
 
 
 @hookimpl
