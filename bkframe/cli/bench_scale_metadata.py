@@ -65,7 +65,7 @@ from bkframe.client.context import ClientContext
 from bkframe.client.ledger_ids import LedgerIds
 from bkframe.client.logs.model import LogMetadata, LogSettings, Segment
 from bkframe.common.bounded import each_bounded
-from bkframe.common.cluster import init_cluster
+from bkframe.common.cluster_record import init_cluster
 from bkframe.core.config import AutorecoveryConfig
 from bkframe.core.interfaces.ledger_storage import LedgerState
 from bkframe.core.interfaces.metadata_store import MetadataStore, iter_ledger_ids, iter_ledgers_of_bookie, iter_under_replicated

@@ -1,5 +1,5 @@
 """``bkframe cluster init|info``: make a metadata store a bkframe cluster (BookKeeper's
-``initnewcluster``), and show what it holds. See :mod:`bkframe.common.cluster`."""
+``initnewcluster``), and show what it holds. See :mod:`bkframe.common.cluster_record`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import trio
 
 from bkframe.cli import interrupt
 from bkframe.cli.options import metadata_option
-from bkframe.common.cluster import init_cluster, require_cluster
+from bkframe.common.cluster_record import init_cluster, require_cluster
 from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.metadata import ClusterRecord
 from bkframe.core.plugin_manager import PluginManager

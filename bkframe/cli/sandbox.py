@@ -15,7 +15,7 @@ from bkframe.cli import interrupt
 from bkframe.cli.demo import run_demo, run_spark_pipeline, spark_missing
 from bkframe.cli.local_cluster import Cluster
 from bkframe.cli.options import AT_LEAST_ONE, EnvOption, metadata_option
-from bkframe.common.cluster import init_cluster
+from bkframe.common.cluster_record import init_cluster
 from bkframe.core.metadata import ClusterRecord
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.storage_kit.directory_lock import DirectoryLockedError, DirectoryLocks

@@ -31,7 +31,7 @@ from bkframe.client.read_handle import ReadHandle
 from bkframe.client.recovery import Recovery
 from bkframe.client.settings import ClientSettings
 from bkframe.client.write_handle import WriteHandle
-from bkframe.common.cluster import require_cluster
+from bkframe.common.cluster_record import require_cluster
 from bkframe.core.ledger_keys import master_key, password_hash
 from bkframe.core.metadata import ClusterRecord, DigestType, LedgerMetadata, LedgerStateName
 from bkframe.core.plugin_manager import PluginManager

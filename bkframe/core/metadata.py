@@ -9,7 +9,7 @@ Named logs (:mod:`bkframe.client.logs.model`) keep one record per log and one pe
 stores hold them as opaque bytes with a version, compared-and-set like ledger metadata.
 
 A store is a bkframe cluster once it holds a :class:`ClusterRecord` (made on purpose by
-``bkframe cluster init``; :mod:`bkframe.common.cluster` checks it for bookies and clients).
+``bkframe cluster init``; :mod:`bkframe.common.cluster_record` checks it for bookies and clients).
 
 The metadata errors (:class:`~bkframe.errors.MetadataError`,
 :class:`~bkframe.errors.NoSuchLedgerError`, ...) are defined in :mod:`bkframe.errors`, and

@@ -32,7 +32,7 @@ import attrs
 import pytest
 import trio
 
-from bkframe.common.cluster import init_cluster, require_cluster
+from bkframe.common.cluster_record import init_cluster, require_cluster
 from bkframe.core.interfaces.metadata_store import MetadataStore, iter_ledger_ids, iter_ledgers_of_bookie
 from bkframe.core.metadata import LAYOUT_VERSION, BookieInfo, ClusterRecord, LedgerMetadata, LedgerStateName
 from bkframe.core.plugin_manager import PluginManager
