@@ -188,7 +188,10 @@ def test_bench_stops_the_bookie_it_started(tmp_path: Path) -> None:
     bench = Command("bench", "--count", "50000000", "--data-dir", str(tmp_path / "bookie"))
     children = Path(f"/proc/{bench.proc.pid}/task/{bench.proc.pid}/children")
     deadline = time.monotonic() + WAIT_S
-    while not (bookies := [pid for pid in children.read_text().split() if b"bookie" in cmdline(pid)]):
+    # The bookie's argv has the word "bookie" (`bkframe bookie`); a child forked but not yet
+    # exec'd (ctypes runs ldconfig while bench imports) still shows bench's argv, whose
+    # data dir ends in "bookie": a substring match took it for the bookie.
+    while not (bookies := [pid for pid in children.read_text().split() if b"bookie" in cmdline(pid).split(b"\0")]):
         assert time.monotonic() < deadline and bench.proc.poll() is None, "no bookie started"
         time.sleep(0.05)
     bookie_pid = int(bookies[0])
