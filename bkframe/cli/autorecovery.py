@@ -14,9 +14,9 @@ import click
 import trio
 
 from bkframe.cli import interrupt
+from bkframe.cli.interrupt import run_until_signal
 from bkframe.cli.logging_setup import setup_logging
 from bkframe.cli.options import LOG_OVERRIDES, auth_token_option, client_security, metadata_option, missing_option
-from bkframe.cli.until_signal import run_until_signal
 from bkframe.client.settings import ClientSettings
 from bkframe.common.cluster_record import require_cluster
 from bkframe.core.config import load_config
