@@ -1,8 +1,9 @@
 """Event-loop CPU per MB of FsJournal.append (before vs after: two fs_journal.py files), and the worker's CPU per
 MB to write the group (fsync off, to leave the disk out), by thread CPU time.
 
-    git show COMMIT:plugins/journal_fs/src/bkframe_journal_fs/fs_journal.py > /tmp/before.py
-    python benchmarks/scaling/loop_cost.py /tmp/before.py plugins/journal_fs/src/bkframe_journal_fs/fs_journal.py
+    git show COMMIT:bkframe/builtin/journal_fs/fs_journal.py > /tmp/before.py
+    (before issue 39 the file was plugins/journal_fs/src/bkframe_journal_fs/fs_journal.py)
+    python benchmarks/scaling/loop_cost.py /tmp/before.py bkframe/builtin/journal_fs/fs_journal.py
 """
 
 import importlib.util
@@ -34,7 +35,11 @@ for size, n, reps in ((65536, 256, 30), (1024, 1024, 200), (100, 1024, 400)):
         best = None
         for _trial in range(3):
             d = Path(tempfile.mkdtemp(dir=os.environ.get("TMPDIR", "/tmp")))
-            j = mod.FsJournal(d, Counters(), preallocate_bytes=0, fsync=False, max_file_size=1 << 40)
+            opts = {"preallocate_bytes": 0, "fsync": False, "max_file_size": 1 << 40}
+            if hasattr(mod, "FsJournalConfig"):  # after issue 39 the keys are one value
+                j = mod.FsJournal(d, Counters(), mod.FsJournalConfig(**opts))
+            else:
+                j = mod.FsJournal(d, Counters(), **opts)
             j._open_file(j._file_id)
             loop = work = 0.0
             for _ in range(reps):

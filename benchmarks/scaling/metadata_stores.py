@@ -29,7 +29,9 @@ from typing import Any
 
 import trio
 
-from bkframe.core.metadata import BookieInfo, LedgerMetadata, iter_ledger_ids, iter_ledgers_of_bookie, password_hash
+from bkframe.core.interfaces.metadata_store import iter_ledger_ids, iter_ledgers_of_bookie
+from bkframe.core.ledger_keys import password_hash
+from bkframe.core.metadata import BookieInfo, LedgerMetadata
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.testing.servers import EtcdServer, ZooKeeperServer
 

@@ -64,23 +64,14 @@ from bkframe.client.client import Client
 from bkframe.client.context import ClientContext
 from bkframe.client.ledger_ids import LedgerIds
 from bkframe.client.logs.model import LogMetadata, LogSettings, Segment
-from bkframe.core.bounded import each_bounded
-from bkframe.core.cluster import init_cluster
+from bkframe.common.bounded import each_bounded
+from bkframe.common.cluster_record import init_cluster
 from bkframe.core.config import AutorecoveryConfig
-from bkframe.core.interfaces import LedgerState
-from bkframe.core.metadata import (
-    LEDGER_PAGE,
-    BookieInfo,
-    LedgerMetadata,
-    LedgerStateName,
-    MetadataStore,
-    UnderReplicated,
-    iter_ledger_ids,
-    iter_ledgers_of_bookie,
-    iter_under_replicated,
-    password_hash,
-)
-from bkframe.core.placement import Candidate
+from bkframe.core.interfaces.ledger_storage import LedgerState
+from bkframe.core.interfaces.metadata_store import MetadataStore, iter_ledger_ids, iter_ledgers_of_bookie, iter_under_replicated
+from bkframe.core.interfaces.placement import Candidate
+from bkframe.core.ledger_keys import password_hash
+from bkframe.core.metadata import LEDGER_PAGE, BookieInfo, LedgerMetadata, LedgerStateName, UnderReplicated
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.replication.auditor import Auditor
 from bkframe.replication.autorecovery import cluster_status

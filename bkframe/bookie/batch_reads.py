@@ -6,7 +6,7 @@ for each. Here the bookie walks ``first..last`` and answers with the entries it 
 order, up to the first it lacks or about ``max_bytes``. It never answers "missing" for an
 entry: it just stops, and the client reads what is left one entry at a time, where every
 case (limbo, torn records, I/O errors, missing entries) already has its precise answer.
-A storage that reads ranges (:class:`~bkframe.core.interfaces.RangeReadStorage`, as the
+A storage that reads ranges (:class:`~bkframe.core.interfaces.ledger_storage.RangeReadStorage`, as the
 default one does) answers with one read per run of adjacent records instead of one per entry.
 """
 
@@ -15,13 +15,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from bkframe.core.interfaces import RangeReadStorage
+from bkframe.core.interfaces.ledger_storage import RangeReadStorage
 from bkframe.proto.codes import Status
 from bkframe.proto.ops.read_batch import ReadBatchRequest, encode_read_batch_response
 
 if TYPE_CHECKING:
     from bkframe.core.counters import Counters
-    from bkframe.core.interfaces import Buffer, LedgerStorage
+    from bkframe.core.interfaces import Buffer
+    from bkframe.core.interfaces.ledger_storage import LedgerStorage
 
 log = logging.getLogger("bkframe.bookie")
 

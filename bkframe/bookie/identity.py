@@ -23,7 +23,8 @@ import trio
 from bkframe.bookie.address import Advertised
 from bkframe.bookie.cookies import read_local
 from bkframe.core.config import split_address
-from bkframe.core.metadata import BookieInfo, MetadataStore, id_in_use
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.metadata import BookieInfo, id_in_use
 
 log = logging.getLogger("bkframe.bookie")
 

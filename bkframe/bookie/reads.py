@@ -16,14 +16,16 @@ from bkframe.bookie.context import BookieContext
 from bkframe.bookie.key_check import TIMEOUT_S, KeyCheckPending, Verdict
 from bkframe.bookie.ledger_control import LedgerControl
 from bkframe.bookie.response_batch import ResponseBatch
-from bkframe.core.disk_full import is_disk_full
-from bkframe.core.interfaces import Buffer, JournalWriteError, LedgerState
+from bkframe.core.interfaces import Buffer
+from bkframe.core.interfaces.journal import JournalWriteError
+from bkframe.core.interfaces.ledger_storage import LedgerState
 from bkframe.core.ledger_keys import keys_equal
 from bkframe.proto.codes import LAST_ENTRY, MAX_LIST_SPAN, Status
 from bkframe.proto.ops.list_entries import ListEntriesRequest, encode_list_entries_response
 from bkframe.proto.ops.read import ReadRequest, encode_read_response
 from bkframe.proto.ops.read_batch import ReadBatchRequest, encode_read_batch_response
 from bkframe.proto.ops.read_lac import ReadLacRequest, encode_read_lac_response
+from bkframe.storage_kit.disk_full import is_disk_full
 
 log = logging.getLogger("bkframe.bookie")
 

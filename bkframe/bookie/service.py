@@ -27,10 +27,11 @@ from bkframe.bookie.loop_lag import LoopLag
 from bkframe.bookie.preflight import check_data_dir, check_ports
 from bkframe.bookie.protection import protect_at_boot
 from bkframe.bookie.server import BookieServer
-from bkframe.core.cluster import init_cluster, require_cluster
+from bkframe.common.cluster_record import init_cluster, require_cluster
 from bkframe.core.config import Config
-from bkframe.core.interfaces import BackgroundStorage
-from bkframe.core.metadata import BookieInfo, BookieRegistration, ClusterRecord, MetadataStore
+from bkframe.core.interfaces.ledger_storage import BackgroundStorage
+from bkframe.core.interfaces.metadata_store import BookieRegistration, MetadataStore
+from bkframe.core.metadata import BookieInfo, ClusterRecord
 from bkframe.core.plugin_manager import PluginManager
 
 log = logging.getLogger("bkframe.bookie")
@@ -87,7 +88,7 @@ class BookieService:
     :param autorecovery: makes the autorecovery service, run if ``[autorecovery] enabled``.
     :param init_cluster: make the metadata store a cluster if it is none (``bkframe bookie
         --init-cluster``); without it, a bookie refuses to start on a store that holds no
-        cluster (:mod:`bkframe.core.cluster`), and nothing is stamped.
+        cluster (:mod:`bkframe.common.cluster_record`), and nothing is stamped.
     :param settle_python_gc: once the storage is loaded, collect and freeze the heap and
         raise the young collections' threshold (:mod:`.python_gc`), so that no collection
         walks every ledger's state; for a process that runs nothing but this bookie

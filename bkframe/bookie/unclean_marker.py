@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bkframe.core.disk_full import DISK_FULL_ERRNOS
-from bkframe.core.fsync import remove_durably, write_durably
+from bkframe.storage_kit.disk_full import DISK_FULL_ERRNOS
+from bkframe.storage_kit.fsync import remove_durably, write_durably
 
 MARKER = "UNCLEAN_SHUTDOWN"
 

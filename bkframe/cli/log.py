@@ -15,17 +15,17 @@ import click
 import trio
 
 from bkframe.cli import interrupt
-from bkframe.cli.durations import UNITS
-from bkframe.cli.durations import duration as _duration
-from bkframe.cli.durations import seconds as _seconds
 from bkframe.cli.interrupt import release_log
 from bkframe.cli.offload_options import offload_settings, offloaded_line, settings_line, with_offload_options
 from bkframe.cli.options import (
+    UNITS,
     ClientGroup,
     client_security,
     metadata_option,
     password_option,
 )
+from bkframe.cli.options import duration as _duration
+from bkframe.cli.options import seconds as _seconds
 from bkframe.cli.stdin_lines import append_lines
 from bkframe.client.client import open_client
 from bkframe.client.logs.api import CursorInfo, Logs

@@ -19,8 +19,9 @@ import click
 
 from bkframe.cli.errors import Group
 from bkframe.cli.interrupt import reported
+from bkframe.cli.logging_setup import setup_logging
 from bkframe.cli.options import LOG_OVERRIDES
-from bkframe.core.log_config import FORMATS, LoggingConfig, setup_logging
+from bkframe.core.config import FORMATS, LoggingConfig
 
 #: Commands that run until stopped and log as services do: their libraries' warnings stay.
 SERVICES = ("bookie", "autorecovery", "offloader")

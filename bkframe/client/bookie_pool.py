@@ -17,8 +17,8 @@ from bkframe.client.bookie_errors import BookieConnectionError, BookieTimeoutErr
 from bkframe.client.bookie_health import BookieHealth
 from bkframe.client.bookie_set import BookieSet
 from bkframe.client.pending_response import PendingResponse
-from bkframe.core.metadata import MetadataStore
-from bkframe.core.placement import PlacementPolicy
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.interfaces.placement import PlacementPolicy
 from bkframe.errors import BKError
 
 

@@ -22,8 +22,7 @@ import anyio
 from bkframe.client.bookie_client import BookieClient
 from bkframe.client.bookie_pool import BookiePool
 from bkframe.client.pending_response import PendingResponse
-from bkframe.core.metadata import MetadataError
-from bkframe.errors import BKError
+from bkframe.errors import BKError, MetadataError
 from bkframe.proto.base import Reply
 
 log = logging.getLogger("bkframe.client")
