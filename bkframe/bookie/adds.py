@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Literal
 
-from bkframe.bookie import journal_records as jr
 from bkframe.bookie.context import BookieContext
+from bkframe.bookie.durability import journal_records as jr
+from bkframe.bookie.durability.write_once import journal_written_once
 from bkframe.bookie.key_check import TIMEOUT_S, KeyCheckPending, Verdict
 from bkframe.bookie.response_batch import ResponseBatch
-from bkframe.bookie.write_once import journal_written_once
 from bkframe.core.auth import INTERNAL_METHOD
 from bkframe.core.disk_full import is_disk_full
 from bkframe.core.interfaces import Buffer, JournalWriteError
@@ -349,6 +349,6 @@ def is_copy(req: AddRequest | AddBatchRequest) -> bool:
     """A keyless recovery add: autorecovery copying a lost bookie's entries here. It knows
     no master key (only the hash is in the metadata), so the ledger is kept keyless here
     until an add whose key the metadata vouches for comes (:meth:`Adds.vouched`).
-    It is taken only from the cluster's own processes (:mod:`.access`), also where the
+    It is taken only from the cluster's own processes (:mod:`bkframe.bookie.access`), also where the
     bookie holds the ledger's key (for another fragment of it), which it then keeps."""
     return req.recovery and not req.master_key

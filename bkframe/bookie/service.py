@@ -14,19 +14,17 @@ from typing import Protocol
 
 import trio
 
-from bkframe.bookie import python_gc
-from bkframe.bookie.address import Advertised
-from bkframe.bookie.address import advertised as advertised_address
 from bkframe.bookie.bookie import Bookie
-from bkframe.bookie.cookies import check_cookies, read_local
-from bkframe.bookie.disk_space import measure
-from bkframe.bookie.garbage_collector import GarbageCollector
-from bkframe.bookie.identity import claim_id, default_bookie_id
+from bkframe.bookie.durability.protection import protect_at_boot
 from bkframe.bookie.key_check import KeyCheck
-from bkframe.bookie.loop_lag import LoopLag
-from bkframe.bookie.preflight import check_data_dir, check_ports
-from bkframe.bookie.protection import protect_at_boot
-from bkframe.bookie.server import BookieServer
+from bkframe.bookie.runtime.garbage_collector import GarbageCollector
+from bkframe.bookie.runtime.loop_lag import LoopLag, settle_python_gc
+from bkframe.bookie.runtime.read_only_mode import measure
+from bkframe.bookie.serving.server import BookieServer
+from bkframe.bookie.startup.cookies import check_cookies, read_local
+from bkframe.bookie.startup.identity import Advertised, claim_id, default_bookie_id
+from bkframe.bookie.startup.identity import advertised as advertised_address
+from bkframe.bookie.startup.preflight import check_data_dir, check_ports
 from bkframe.core.cluster import init_cluster, require_cluster
 from bkframe.core.config import Config
 from bkframe.core.interfaces import BackgroundStorage
@@ -89,7 +87,7 @@ class BookieService:
         --init-cluster``); without it, a bookie refuses to start on a store that holds no
         cluster (:mod:`bkframe.core.cluster`), and nothing is stamped.
     :param settle_python_gc: once the storage is loaded, collect and freeze the heap and
-        raise the young collections' threshold (:mod:`.python_gc`), so that no collection
+        raise the young collections' threshold (:mod:`bkframe.bookie.runtime.loop_lag`), so that no collection
         walks every ledger's state; for a process that runs nothing but this bookie
         (``bkframe bookie``), since it changes the garbage collector of the whole process.
     """
@@ -107,7 +105,7 @@ class BookieService:
     ) -> None:
         self.config = config
         self.init_cluster = init_cluster
-        #: Freeze the heap once loaded (:mod:`.python_gc`): for a process that is only a bookie.
+        #: Freeze the heap once loaded (:mod:`bkframe.bookie.runtime.loop_lag`): for a process that is only a bookie.
         self.settle_python_gc = settle_python_gc
         #: The metadata store's cluster record, once checked (None without a store).
         self.cluster: ClusterRecord | None = None
@@ -155,7 +153,7 @@ class BookieService:
             bookie.check_disk()
             bookie.checkpointer.replay()
             if self.settle_python_gc:
-                python_gc.settle()
+                settle_python_gc()
         except BaseException:
             if self.bookie is not None:
                 self.bookie.directory_locks.release()  # what a restart in this process needs

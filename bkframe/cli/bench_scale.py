@@ -26,12 +26,12 @@ from typing import Any
 import click
 import trio
 
-from bkframe.bookie.loop_lag import LoopLag
+from bkframe.bookie.runtime.loop_lag import LoopLag
 from bkframe.cli import interrupt
 from bkframe.cli.bench_scale_metadata import metadata as bench_scale_metadata
 from bkframe.cli.local_cluster import BookieProcess
 from bkframe.cli.options import AT_LEAST_ONE
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.counters import Counters
 from bkframe.plugins.entry_log_single import SingleEntryLogManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bkframe_journal_fs.group_buffer import GroupBuffer
 
-from bkframe.bookie import journal_records
+from bkframe.bookie.durability import journal_records
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import LedgerState
 from bkframe.plugins.entry_log_single import SingleEntryLogManager

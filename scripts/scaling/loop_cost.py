@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bkframe.bookie import journal_records as jr
+from bkframe.bookie.durability import journal_records as jr
 from bkframe.core.counters import Counters
 
 

@@ -11,8 +11,8 @@ import pytest
 import trio
 import trio.testing
 
-from bkframe.bookie.background import run_periodically
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.bookie.runtime.periodic import run_periodically
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.counters import Counters
 from bkframe.plugins.entry_log_single import SingleEntryLogManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage

@@ -25,7 +25,7 @@ import attrs
 import pytest
 
 import bkframe
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.config import directory_field, load_config
 from bkframe.core.directory_lock import LOCK_FILE, DirectoryLockedError, DirectoryLocks, holder_pid
 from bkframe.core.metadata import MetadataStore

@@ -161,7 +161,7 @@ def journaled(data_dir: Path, md: LedgerMetadata) -> set[int]:
     their digests."""
     from bkframe_journal_fs.fs_journal import FsJournal
 
-    from bkframe.bookie import journal_records as jr
+    from bkframe.bookie.durability import journal_records as jr
     from bkframe.core.counters import Counters
 
     digester = Digester.for_ledger(md.digest_type, PASSWORD)

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 import bkframe
-from bkframe.bookie import journal_records as jr
+from bkframe.bookie.durability import journal_records as jr
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import WriteOnceStorage
 from bkframe.core.ledger_keys import master_key

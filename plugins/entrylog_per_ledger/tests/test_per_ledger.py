@@ -13,7 +13,7 @@ from bkframe_entrylog_per_ledger.manager import PerLedgerEntryLogManager
 from bkframe_entrylog_per_ledger.plugin import PerLedgerConfig
 
 from bkframe import ConfigError
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.config import load_config, parse_section
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import EntryLogManager
