@@ -148,6 +148,8 @@ class BookieService:
             server.stop()
         registration: BookieRegistration | None = None
         try:
+            # Two nurseries for the order of the stop: serving ends first (stop() drains the
+            # server), then the background tasks are cancelled, then everything is closed.
             async with trio.open_nursery() as background:
                 await self._start_background(bookie, background)
                 async with trio.open_nursery() as serving:
@@ -164,12 +166,7 @@ class BookieService:
                     task_status.started((host, port))
                 background.cancel_scope.cancel()
         finally:
-            with trio.CancelScope(shield=True):
-                if registration is not None:
-                    await registration.aclose()
-                if store is not None:
-                    await store.aclose()
-                await bookie.aclose()
+            await self._close(bookie, store, registration)
         log.info("bookie stopped cleanly")
 
     async def _open(self) -> tuple[Bookie, MetadataStore | None]:
@@ -270,6 +267,17 @@ class BookieService:
         if self.config.autorecovery.enabled and self.autorecovery is not None:
             background.start_soon(self._run_autorecovery, bookie, store, bookie_id)
         return registration
+
+    @staticmethod
+    async def _close(bookie: Bookie, store: MetadataStore | None, registration: BookieRegistration | None) -> None:
+        """Unregister, close the store, then the bookie (flushed, marked clean), whatever
+        cancels the service."""
+        with trio.CancelScope(shield=True):
+            if registration is not None:
+                await registration.aclose()
+            if store is not None:
+                await store.aclose()
+            await bookie.aclose()
 
     async def _check_cluster(self, store: MetadataStore) -> ClusterRecord:
         if not self.init_cluster:
