@@ -3,6 +3,7 @@ from the distribution; what a plain install brings."""
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import inspect
 import subprocess
@@ -33,7 +34,7 @@ def test_every_public_name_is_there_eagerly() -> None:
 def test_one_error_root_and_one_no_such_ledger() -> None:
     errors = [obj for obj in vars(bkframe.errors).values() if isinstance(obj, type) and issubclass(obj, Exception)]
     assert errors and all(issubclass(e, bkframe.BKError) for e in errors)
-    assert bkframe.core.metadata.NoSuchLedgerError is bkframe.NoSuchLedgerError
+    assert bkframe.errors.NoSuchLedgerError is bkframe.NoSuchLedgerError
     assert issubclass(bkframe.ConfigError, ValueError) and issubclass(bkframe.LedgerDeletedError, bkframe.LedgerFencedError)
 
 
@@ -45,15 +46,44 @@ def test_version_is_the_installed_distributions() -> None:
 
 
 def test_a_plain_install_runs_a_bookie_on_its_defaults() -> None:
-    """Every plugin a default bookie config names comes with ``pip install bkframe``:
-    from bkframe itself or a distribution it depends on (the journal: bkframe-journal-fs)."""
-    required = {Requirement(r).name for r in importlib.metadata.requires("bkframe") or [] if "extra ==" not in r}
-    assert "bkframe-journal-fs" in required
+    """Every plugin a default bookie config names comes with ``pip install bkframe``: it is
+    built in (``bkframe.builtin``), so no distribution beyond bkframe is needed."""
     components = PluginManager().components
     for section, kind in SECTION_KINDS.items():
         component = components.get(kind, DEFAULT_SECTIONS[section]["plugin"])
         assert component is not None, section
-        assert component.distribution == "bkframe" or component.distribution in required, (section, component)
+        assert component.distribution == "bkframe" and component.plugin.startswith("bkframe.builtin."), (section, component)
+
+
+def _third_party_imports(paths: list[Path]) -> set[str]:
+    """The top-level names of what ``paths`` import that is neither stdlib nor bkframe."""
+    found: set[str] = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            found.update(n.split(".")[0] for n in names)
+    return {n for n in found if n not in sys.stdlib_module_names and n not in ("bkframe", "__future__")}
+
+
+def _distribution_of(module: str) -> str:
+    return importlib.metadata.packages_distributions()[module][0].lower().replace("_", "-")
+
+
+def test_built_in_plugins_need_nothing_beyond_bkframe_and_distributed_ones_do() -> None:
+    """docs/plugins.md's rule: a plugin that needs no dependency beyond bkframe's own is built
+    in (``bkframe/builtin``); one that does (kazoo, etcd3gw, botocore, pyspark) is a
+    distribution of its own under ``plugins/``, so that ``pip install bkframe`` stays lean."""
+    root = Path(bkframe.__file__).parent
+    required = {Requirement(r).name.lower() for r in importlib.metadata.requires("bkframe") or [] if "extra ==" not in r}
+    builtin = _third_party_imports(list((root / "builtin").rglob("*.py")))
+    assert builtin and {_distribution_of(m) for m in builtin} <= required, sorted(builtin)
+    ours = {p.name for p in (root.parent / "plugins").glob("*/src/*")}
+    for distribution in sorted((root.parent / "plugins").glob("*/src")):
+        imports = _third_party_imports(list(distribution.rglob("*.py"))) - ours
+        extra = {_distribution_of(m) for m in imports} - required
+        assert extra, f"{distribution.parent.name} needs nothing beyond bkframe: by the rule it belongs in bkframe/builtin"
 
 
 def test_every_distribution_ships_py_typed() -> None:

@@ -30,8 +30,10 @@ from bkframe.admin.status import StatusPage
 from bkframe.bookie.bookie import Bookie
 from bkframe.bookie.service import BookieService
 from bkframe.client.client import Client, open_client
-from bkframe.core.auth import AuthenticationError, AuthProvider, Peer
-from bkframe.core.metadata import LEDGER_PAGE, MetadataError, MetadataStore, NoSuchLedgerError
+from bkframe.core.interfaces.auth import AuthenticationError, AuthProvider, Peer
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.metadata import LEDGER_PAGE
+from bkframe.errors import MetadataError, NoSuchLedgerError
 
 log = logging.getLogger("bkframe.admin")
 

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from bkframe.core.counters import Histogram
-from bkframe.core.directory_lock import LOCK_FILE
+from bkframe.storage_kit.directory_lock import LOCK_FILE
 
 if TYPE_CHECKING:
     from bkframe.bookie.service import BookieService

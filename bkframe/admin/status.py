@@ -26,8 +26,9 @@ from starlette.responses import HTMLResponse, Response
 from bkframe.bookie.bookie import Bookie
 from bkframe.client.client import Client
 from bkframe.client.logs.model import LogMetadata
-from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore
-from bkframe.errors import BKError
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.metadata import LedgerMetadata
+from bkframe.errors import BKError, MetadataError
 
 #: How long the page waits for one bookie's info, and for the metadata store.
 INFO_TIMEOUT_S = 2.0

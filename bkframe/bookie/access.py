@@ -24,7 +24,7 @@ from collections.abc import Collection
 
 import attrs
 
-from bkframe.core.auth import INTERNAL_METHOD, INTERNAL_PRINCIPAL, AuthenticationError, AuthProvider, Peer
+from bkframe.core.interfaces.auth import INTERNAL_METHOD, INTERNAL_PRINCIPAL, AuthenticationError, AuthProvider, Peer
 
 
 @attrs.frozen

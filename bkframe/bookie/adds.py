@@ -21,14 +21,17 @@ from bkframe.bookie.durability.sync_cursor import SyncCursor
 from bkframe.bookie.durability.write_once import journal_written_once
 from bkframe.bookie.key_check import TIMEOUT_S, KeyCheckPending, Verdict
 from bkframe.bookie.response_batch import ResponseBatch
-from bkframe.core.auth import INTERNAL_METHOD
-from bkframe.core.disk_full import is_disk_full
-from bkframe.core.interfaces import Buffer, DurabilityPolicy, JournalWriteError, LedgerState
+from bkframe.core.interfaces import Buffer
+from bkframe.core.interfaces.auth import INTERNAL_METHOD
+from bkframe.core.interfaces.durability import DurabilityPolicy
+from bkframe.core.interfaces.journal import JournalWriteError
+from bkframe.core.interfaces.ledger_storage import LedgerState
 from bkframe.core.ledger_keys import keys_equal
 from bkframe.proto.codes import Status
 from bkframe.proto.ops.add import AddRequest, encode_add_response
 from bkframe.proto.ops.add_batch import AddBatchRequest, encode_add_batch_response
 from bkframe.proto.ops.sync import SyncRequest, encode_sync_response
+from bkframe.storage_kit.disk_full import is_disk_full
 
 log = logging.getLogger("bkframe.bookie")
 

@@ -28,14 +28,16 @@ from bkframe.bookie.key_check import KeyCheck
 from bkframe.bookie.requests import RequestHandler
 from bkframe.bookie.runtime.read_only_mode import DiskUsage, ReadOnlyMode, measure
 from bkframe.bookie.startup.cookies import CookieCheck, mark_clean, mark_running
-from bkframe.core.auth import AuthProvider, internal_credential, readers_of
 from bkframe.core.config import Config
 from bkframe.core.counters import Counters
-from bkframe.core.directory_lock import DirectoryLocks
-from bkframe.core.interfaces import DurabilityPolicy, Journal, JournalPosition, LedgerStorage
+from bkframe.core.interfaces.auth import AuthProvider, internal_credential, readers_of
+from bkframe.core.interfaces.durability import DurabilityPolicy
+from bkframe.core.interfaces.journal import Journal, JournalPosition
+from bkframe.core.interfaces.ledger_storage import LedgerStorage
 from bkframe.core.metadata import ClusterRecord
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.proto.codes import PROTOCOL_VERSION
+from bkframe.storage_kit.directory_lock import DirectoryLocks
 
 #: The directory in the data dir the bookie hands each component section's plugin.
 SECTION_DIRS = {"journal": "journal", "entry_log_manager": "entrylogs", "ledger_storage": "ledgers"}
@@ -78,7 +80,7 @@ class Bookie:
             readers_of(config.auth, source=f"{config.source}: [auth]"),
         )
         #: One process per directory: every directory this bookie and its plugins write,
-        #: locked before anything in them is read or written (see :mod:`bkframe.core.directory_lock`).
+        #: locked before anything in them is read or written (see :mod:`bkframe.storage_kit.directory_lock`).
         self.directory_locks = DirectoryLocks.acquire(directories(config, plugins))
         try:
             self._compose(config, plugins)

@@ -24,10 +24,12 @@ from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.bookie.runtime.read_only_mode import ReadOnlyMode
 from bkframe.bookie.runtime.throttled_log import ThrottledWarning
 from bkframe.core.counters import Counters, Histogram
-from bkframe.core.disk_full import is_disk_full
-from bkframe.core.interfaces import DurabilityPolicy, Journal, LedgerState, LedgerStorage, WriteOnceStorage
-from bkframe.core.open_files import is_out_of_files
+from bkframe.core.interfaces.durability import DurabilityPolicy
+from bkframe.core.interfaces.journal import Journal
+from bkframe.core.interfaces.ledger_storage import LedgerState, LedgerStorage, WriteOnceStorage
 from bkframe.proto.codes import Status
+from bkframe.storage_kit.disk_full import is_disk_full
+from bkframe.storage_kit.open_files import is_out_of_files
 
 #: One line per interval however many requests find no file descriptor.
 _OUT_OF_FILES = ThrottledWarning(logging.getLogger("bkframe.bookie"))

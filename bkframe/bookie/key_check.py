@@ -32,8 +32,9 @@ from collections import OrderedDict
 import attrs
 import trio
 
+from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.ledger_keys import key_matches
-from bkframe.core.metadata import MetadataError, MetadataStore, NoSuchLedgerError
+from bkframe.errors import MetadataError, NoSuchLedgerError
 
 #: Key hashes kept (one per ledger: about 100 bytes each).
 CACHE_SIZE = 100_000

@@ -24,7 +24,7 @@ import attrs
 import trio
 
 from bkframe.core.counters import Counters
-from bkframe.core.interfaces import LedgerState, LedgerStorage
+from bkframe.core.interfaces.ledger_storage import LedgerState, LedgerStorage
 from bkframe.proto.codes import Status
 from bkframe.proto.ops.read_lac import ReadLacRequest, encode_read_lac_response
 

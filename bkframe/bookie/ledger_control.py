@@ -7,7 +7,7 @@ from __future__ import annotations
 from bkframe.bookie.context import BookieContext
 from bkframe.bookie.durability import journal_records as jr
 from bkframe.bookie.response_batch import ResponseBatch
-from bkframe.core.interfaces import LedgerState
+from bkframe.core.interfaces.ledger_storage import LedgerState
 from bkframe.core.ledger_keys import keys_equal
 from bkframe.proto.codes import Status
 from bkframe.proto.ops.write_close import WriteCloseRequest, encode_write_close_response

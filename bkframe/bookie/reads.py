@@ -10,7 +10,7 @@ for each. Here the bookie walks ``first..last`` and answers with the entries it 
 order, up to the first it lacks or about ``max_bytes``. It never answers "missing" for an
 entry: it just stops, and the client reads what is left one entry at a time, where every
 case (limbo, torn records, I/O errors, missing entries) already has its precise answer.
-A storage that reads ranges (:class:`~bkframe.core.interfaces.RangeReadStorage`, as the
+A storage that reads ranges (:class:`~bkframe.core.interfaces.ledger_storage.RangeReadStorage`, as the
 default one does) answers with one read per run of adjacent records instead of one per entry.
 """
 
@@ -26,14 +26,16 @@ from bkframe.bookie.key_check import TIMEOUT_S, KeyCheckPending, Verdict
 from bkframe.bookie.ledger_control import LedgerControl
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.core.counters import Counters
-from bkframe.core.disk_full import is_disk_full
-from bkframe.core.interfaces import Buffer, JournalWriteError, LedgerState, LedgerStorage, RangeReadStorage
+from bkframe.core.interfaces import Buffer
+from bkframe.core.interfaces.journal import JournalWriteError
+from bkframe.core.interfaces.ledger_storage import LedgerState, LedgerStorage, RangeReadStorage
 from bkframe.core.ledger_keys import keys_equal
 from bkframe.proto.codes import LAST_ENTRY, MAX_LIST_SPAN, Status
 from bkframe.proto.ops.list_entries import ListEntriesRequest, encode_list_entries_response
 from bkframe.proto.ops.read import ReadRequest, encode_read_response
 from bkframe.proto.ops.read_batch import ReadBatchRequest, encode_read_batch_response
 from bkframe.proto.ops.read_lac import ReadLacRequest, encode_read_lac_response
+from bkframe.storage_kit.disk_full import is_disk_full
 
 log = logging.getLogger("bkframe.bookie")
 

@@ -28,7 +28,8 @@ from bkframe.bookie.context import BookieContext
 from bkframe.bookie.ledger_control import LedgerControl
 from bkframe.bookie.reads import Reads
 from bkframe.bookie.response_batch import ResponseBatch
-from bkframe.core.interfaces import Buffer, JournalWriteError
+from bkframe.core.interfaces import Buffer
+from bkframe.core.interfaces.journal import JournalWriteError
 from bkframe.proto.base import BadMessage
 from bkframe.proto.codes import Status
 from bkframe.proto.ops.add import AddRequest

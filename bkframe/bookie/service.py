@@ -25,10 +25,11 @@ from bkframe.bookie.startup.cookies import check_cookies, read_local
 from bkframe.bookie.startup.identity import Advertised, claim_id, default_bookie_id
 from bkframe.bookie.startup.identity import advertised as advertised_address
 from bkframe.bookie.startup.preflight import check_data_dir, check_ports
-from bkframe.core.cluster import init_cluster, require_cluster
+from bkframe.common.cluster_record import init_cluster, require_cluster
 from bkframe.core.config import Config
-from bkframe.core.interfaces import BackgroundStorage
-from bkframe.core.metadata import BookieInfo, BookieRegistration, ClusterRecord, MetadataStore
+from bkframe.core.interfaces.ledger_storage import BackgroundStorage
+from bkframe.core.interfaces.metadata_store import BookieRegistration, MetadataStore
+from bkframe.core.metadata import BookieInfo, ClusterRecord
 from bkframe.core.plugin_manager import PluginManager
 
 log = logging.getLogger("bkframe.bookie")
@@ -85,7 +86,7 @@ class BookieService:
     :param autorecovery: makes the autorecovery service, run if ``[autorecovery] enabled``.
     :param init_cluster: make the metadata store a cluster if it is none (``bkframe bookie
         --init-cluster``); without it, a bookie refuses to start on a store that holds no
-        cluster (:mod:`bkframe.core.cluster`), and nothing is stamped.
+        cluster (:mod:`bkframe.common.cluster_record`), and nothing is stamped.
     :param settle_python_gc: once the storage is loaded, collect and freeze the heap and
         raise the young collections' threshold (:mod:`bkframe.bookie.runtime.loop_lag`), so that no collection
         walks every ledger's state; for a process that runs nothing but this bookie

@@ -1,305 +1,51 @@
-"""``bkframe bench``: drive a bookie with pipelined adds and report throughput and latency."""
+"""``bkframe bench ...``: the benchmarks' command group. The commands live in
+:mod:`bkframe.bench`, one module per subject, and are imported only when one runs (or
+``--help`` lists them), as the root group's are."""
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import tempfile
-import time
-from collections import deque
-from pathlib import Path
-from typing import Any, cast
+import importlib
 
-import attrs
 import click
-import numpy as np
 
-from bkframe.cli import interrupt
-from bkframe.cli.local_cluster import BookieProcess
-from bkframe.cli.options import AT_LEAST_ONE, BYTES, check_quorums, client_security
-from bkframe.client.bookies.connection import connect_bookie
-from bkframe.client.bookies.pending_response import PendingResponse
-from bkframe.proto.codes import Status
-
-
-@attrs.frozen
-class BenchResult:
-    mode: str
-    entry_size: int
-    count: int
-    window: int
-    seconds: float
-    entries_per_s: float
-    mb_per_s: float
-    p50_ms: float
-    p99_ms: float
-    #: Only in bookie mode (one bookie's journal); None through the client.
-    fsyncs_per_s: float | None
-    entries_per_fsync: float | None
-    payload_bytes: int
-    bookie_bytes_written: int
-
-    def human(self) -> str:
-        return (
-            f"{self.mode}: {self.count} entries of {self.entry_size} B, window {self.window}, {self.seconds:.2f} s\n"
-            f"  {self.entries_per_s:,.0f} entries/s  {self.mb_per_s:,.1f} MB/s\n"
-            f"  latency p50 {self.p50_ms:.3f} ms  p99 {self.p99_ms:.3f} ms\n"
-            + (f"  {self.fsyncs_per_s:,.0f} fsyncs/s  {self.entries_per_fsync:,.1f} entries per fsync\n"
-               if self.fsyncs_per_s is not None and self.entries_per_fsync is not None else "")
-            + f"  bookie wrote {self.bookie_bytes_written:,} bytes for {self.payload_bytes:,} payload bytes"
-        )
+#: Each subcommand as ``module:attribute``; a dict is a group of its own (``bench scale ...``).
+SUBCOMMANDS: dict[str, str | dict[str, str]] = {
+    "appends": "bkframe.bench.appends:appends",
+    "autorecovery": "bkframe.bench.autorecovery:autorecovery",
+    "backends": "bkframe.bench.backends:backends",
+    "log": "bkframe.bench.logs:log",
+    "scale": {
+        "bookie": "bkframe.bench.scale_bookie:bench_scale_bookie",
+        "metadata": "bkframe.bench.scale_metadata:metadata",
+    },
+    "sweep": "bkframe.bench.sweep:sweep",
+}
+HELP = {
+    "scale": "Measure the scale targets of docs/scaling.md (a million ledgers).",
+}
 
 
-async def bench_bookie(host: str, port: int, *, entry_size: int, count: int, window: int, ledger_id: int) -> BenchResult:
-    """Append ``count`` entries to one ledger of one bookie with ``window`` in flight."""
-    payload = os.urandom(entry_size)
-    key = b"bench-key"
-    latencies = np.empty(count, dtype=np.float64)
-    async with connect_bookie(host, port) as bookie:
-        before = (await bookie.info())["counters"]
-        # Each refill of the window goes out as one ADD_BATCH, as the client library does.
-        inflight: deque[tuple[int, int, float, PendingResponse]] = deque()
-        start = time.perf_counter()
-        next_entry = 0
-        done = 0
-        in_window = 0
-        while done < count:
-            room = min(window - in_window, count - next_entry)
-            if room > 0:
-                ids = list(range(next_entry, next_entry + room))
-                pending = bookie.submit_add_batch(ledger_id, ids, [payload] * room, master_key=key, lac=done - 1)
-                inflight.append((next_entry, room, time.perf_counter(), pending))
-                next_entry += room
-                in_window += room
-            first, n, sent, pending = inflight.popleft()
-            response = await pending.wait()
-            if response.status != Status.OK:
-                raise click.ClickException(f"adds from {first} failed: {response.status.name} {response.message}")
-            latencies[done : done + n] = time.perf_counter() - sent
-            done += n
-            in_window -= n
-        seconds = time.perf_counter() - start
-        after = (await bookie.info())["counters"]
-    fsyncs = after["journal_fsyncs"] - before["journal_fsyncs"]
-    written = sum(after[k] - before[k] for k in ("journal_bytes_written", "storage_bytes_written"))
-    return BenchResult(
-        mode="bookie",
-        entry_size=entry_size,
-        count=count,
-        window=window,
-        seconds=seconds,
-        entries_per_s=count / seconds,
-        mb_per_s=count * entry_size / seconds / 1e6,
-        p50_ms=float(np.percentile(latencies, 50) * 1e3),
-        p99_ms=float(np.percentile(latencies, 99) * 1e3),
-        fsyncs_per_s=fsyncs / seconds,
-        entries_per_fsync=count / fsyncs if fsyncs else float("inf"),
-        payload_bytes=count * entry_size,
-        bookie_bytes_written=written,
-    )
+class LazyCommands(click.Group):
+    """A group whose commands are imported from ``targets`` when asked for."""
+
+    def __init__(self, *args: object, targets: dict[str, str | dict[str, str]], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.targets = targets
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(self.targets)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self.targets.get(cmd_name)
+        if target is None:
+            return None
+        if isinstance(target, dict):
+            return LazyCommands(name=cmd_name, targets=dict(target), help=HELP.get(cmd_name))
+        module, attribute = target.split(":")
+        command: click.Command = getattr(importlib.import_module(module), attribute)
+        return command
 
 
-async def _bookie_bytes(client: Any, bookie_ids: list[str]) -> int:
-    total = 0
-    for bookie_id in bookie_ids:
-        c = (await (await client.pool.get(bookie_id)).info())["counters"]
-        total += c["journal_bytes_written"] + c["storage_bytes_written"]
-    return total
-
-
-async def bench_client(
-    metadata: str,
-    *,
-    entry_size: int,
-    count: int,
-    window: int,
-    ensemble: int,
-    write_quorum: int,
-    ack_quorum: int,
-    ledger_type: str,
-    progress: bool,
-    sync_every: int = 0,
-    settings: dict[str, Any] | None = None,
-) -> BenchResult:
-    """Append through the client library to a new ledger with ``window`` appends in flight;
-    ``settings``: more ``open_client`` keywords (TLS, token)."""
-    from bkframe.client.client import open_client
-
-    async with open_client(metadata, **(settings or {})) as client:
-        with interrupt.work():  # a signal stops the appends, not the client: the ledger is closed
-            result, _ = await append_timed(
-                client, entry_size=entry_size, count=count, window=window, ensemble=ensemble,
-                write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type, progress=progress,
-                sync_every=sync_every,
-            )
-            return result
-    return cast(BenchResult, None)  # stopped by a signal: interrupt.run exits
-
-
-async def append_timed(
-    client: Any,
-    *,
-    entry_size: int,
-    count: int,
-    window: int,
-    ensemble: int,
-    write_quorum: int,
-    ack_quorum: int,
-    ledger_type: str,
-    progress: bool = False,
-    sync_every: int = 0,
-    final_sync: bool = False,
-) -> tuple[BenchResult, np.ndarray]:
-    """Append ``count`` entries to a new ledger of an open client, ``window`` in flight; return
-    the figures and each append's latency in seconds (in completion order). ``final_sync``
-    times a ``sync()`` after the last append, so that VD_JOURNAL's figures include making
-    its entries durable."""
-    payload = os.urandom(entry_size)
-    latencies = np.empty(count, dtype=np.float64)
-    writer = await client.create_ledger(
-        ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type, password=b"bench"
-    )
-    bookies = list(writer.metadata.fragments[0][1])
-    try:
-        before = await _bookie_bytes(client, bookies)
-        bar = click.progressbar(length=count, file=sys.stderr, label="appending") if progress else None
-        inflight: deque[tuple[float, Any]] = deque()
-        start = time.perf_counter()
-        submitted = done = 0
-        while done < count:
-            while submitted < count and len(inflight) < window:
-                inflight.append((time.perf_counter(), writer.append_async(payload)))
-                submitted += 1
-                if sync_every and submitted % sync_every == 0:
-                    break
-            await inflight[0][1].wait()
-            now = time.perf_counter()
-            finished = 0
-            while inflight and inflight[0][1].done():
-                sent, pending = inflight.popleft()
-                if pending.error is not None:
-                    raise pending.error
-                latencies[done] = now - sent
-                done += 1
-                finished += 1
-            if bar is not None:
-                bar.update(finished)
-            if sync_every and done % sync_every == 0 and not inflight:
-                await writer.sync()
-        if final_sync:
-            await writer.sync()
-        seconds = time.perf_counter() - start
-        await writer.close()
-        if bar is not None:
-            bar.render_finish()
-        written = await _bookie_bytes(client, list(writer.metadata.bookies())) - before
-        result = BenchResult(
-            mode=f"client {ledger_type} E={ensemble} W={write_quorum} A={ack_quorum}"
-            + (f" sync every {sync_every}" if sync_every else "")
-            + (" then sync" if final_sync else ""),
-            entry_size=entry_size,
-            count=count,
-            window=window,
-            seconds=seconds,
-            entries_per_s=count / seconds,
-            mb_per_s=count * entry_size / seconds / 1e6,
-            p50_ms=float(np.percentile(latencies, 50) * 1e3),
-            p99_ms=float(np.percentile(latencies, 99) * 1e3),
-            fsyncs_per_s=None,
-            entries_per_fsync=None,
-            payload_bytes=count * entry_size,
-            bookie_bytes_written=written,
-        )
-        return result, latencies
-    finally:
-        if interrupt.interrupted():  # stopped by a signal: closed at its last acknowledged entry
-            await interrupt.close_ledger(writer)
-
-
-@click.command()
-@click.option(
-    "--bookie", "address",
-    help="HOST:PORT of a running bookie without a metadata store (bookie mode writes raw adds, which a bookie with a "
-    "store takes only for ledgers its store knows). Default: start one in a subprocess.",
-)
-@click.option("--data-dir", type=click.Path(path_type=Path), help="Data dir of the bookie started for the run.")
-@click.option("--config", "config_path", type=click.Path(path_type=Path), help="Config of the bookie started for the run.")
-@click.option("--entry-size", type=BYTES, default=1024, show_default=True)
-@click.option("--count", type=AT_LEAST_ONE, default=100_000, show_default=True)
-@click.option("--window", type=AT_LEAST_ONE, default=256, show_default=True, help="Adds in flight at most.")
-@click.option("--ledger", "ledger_id", type=int, default=1, show_default=True, help="Ledger id (bookie mode).")
-@click.option("--metadata", help="Client mode: append through the client library on this cluster.")
-@click.option("-e", "--ensemble", type=int, default=3, show_default=True, help="Client mode.")
-@click.option("-w", "--write-quorum", type=int, default=3, show_default=True, help="Client mode.")
-@click.option("-a", "--ack-quorum", type=int, default=2, show_default=True, help="Client mode.")
-@click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True, help="Client mode: ledger type.")
-@click.option("--sync-every", type=int, default=0, help="Client mode: call sync() after every N appends.")
-@click.option("--tls-ca", help="Client mode: CA of the bookies' certificates (or $BKFRAME_TLS_CA).")
-@click.option("--tls-cert", help="Client mode: client certificate, for require_client_cert (or $BKFRAME_TLS_CERT).")
-@click.option("--tls-key", help="Client mode: the client certificate's key (or $BKFRAME_TLS_KEY).")
-@click.option(
-    "--auth-token-file", type=click.Path(path_type=Path),
-    help="Client mode: file holding the token, for token auth (or $BKFRAME_AUTH_TOKEN_FILE, or $BKFRAME_AUTH_TOKEN).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON line instead of text.")
-def bench(
-    address: str | None,
-    data_dir: Path | None,
-    config_path: Path | None,
-    entry_size: int,
-    count: int,
-    window: int,
-    ledger_id: int,
-    metadata: str | None,
-    ensemble: int,
-    write_quorum: int,
-    ack_quorum: int,
-    ledger_type: str,
-    sync_every: int,
-    tls_ca: str | None,
-    tls_cert: str | None,
-    tls_key: str | None,
-    auth_token_file: Path | None,
-    as_json: bool,
-) -> None:
-    """Benchmark pipelined adds: against one bookie directly (default, no metadata store
-    needed), or through the client library on a cluster (--metadata)."""
-    if metadata:
-        check_quorums(ensemble, write_quorum, ack_quorum)
-        settings = client_security(tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key, auth_token_file=auth_token_file)
-        result = interrupt.run(
-            lambda: bench_client(
-                metadata, entry_size=entry_size, count=count, window=window, ensemble=ensemble,
-                write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type,
-                progress=count >= 50_000 and sys.stderr.isatty(), sync_every=sync_every, settings=settings,
-            )
-        )
-        click.echo(json.dumps(attrs.asdict(result)) if as_json else result.human())
-        return
-    started: BookieProcess | None = None
-    tmp = None
-    try:
-        if address:
-            host, _, port_s = address.rpartition(":")
-            port = int(port_s)
-        else:
-            if data_dir is None:
-                tmp = tempfile.TemporaryDirectory(prefix="bkframe-bench-")
-                data_dir = Path(tmp.name) / "bookie"
-            extra = ("--config", str(config_path)) if config_path else ()
-            # Made before it is spawned: a signal while it starts still stops it (finally).
-            started = BookieProcess(data_dir)
-            started.start(*extra)
-            host, port = started.host, started.port
-        result = interrupt.run(
-            lambda: bench_bookie(host, port, entry_size=entry_size, count=count, window=window, ledger_id=ledger_id)
-        )
-    finally:
-        if started is not None and started.proc is not None:
-            started.stop()
-            interrupt.closed(f"the bookie it started (pid {started.proc.pid}) stopped")
-        if tmp is not None:
-            tmp.cleanup()
-    out: dict[str, Any] = attrs.asdict(result)
-    click.echo(json.dumps(out) if as_json else result.human())
+@click.group(cls=LazyCommands, targets=SUBCOMMANDS)
+def bench() -> None:
+    """Benchmarks: appends, the sweep, event loops, logs, scale, autorecovery (docs/benchmarks/)."""

@@ -14,9 +14,9 @@ import trio
 
 from bkframe.admin import AdminServer
 from bkframe.bookie.service import BookieService
+from bkframe.cli.logging_setup import setup_logging
 from bkframe.cli.options import LOG_OVERRIDES, metadata_option
 from bkframe.core.config import Config, load_config
-from bkframe.core.log_config import setup_logging
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.replication.autorecovery import in_bookie
 from bkframe.replication.data_integrity import LimboRepair

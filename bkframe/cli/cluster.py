@@ -1,5 +1,5 @@
 """``bkframe cluster init|info``: make a metadata store a bkframe cluster (BookKeeper's
-``initnewcluster``), and show what it holds. See :mod:`bkframe.core.cluster`."""
+``initnewcluster``), and show what it holds. See :mod:`bkframe.common.cluster_record`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import trio
 
 from bkframe.cli import interrupt
 from bkframe.cli.options import metadata_option
-from bkframe.core.cluster import init_cluster, require_cluster
-from bkframe.core.metadata import ClusterRecord, MetadataStore
+from bkframe.common.cluster_record import init_cluster, require_cluster
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.metadata import ClusterRecord
 from bkframe.core.plugin_manager import PluginManager
 
 T = TypeVar("T")

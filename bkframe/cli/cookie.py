@@ -12,9 +12,10 @@ import click
 from bkframe.bookie.startup.cookies import Cookie, fix_cookies, read_local
 from bkframe.cli import interrupt
 from bkframe.cli.options import metadata_option
-from bkframe.core.directory_lock import DirectoryLocks
-from bkframe.core.metadata import MetadataStore, Versioned
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.metadata import Versioned
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.storage_kit.directory_lock import DirectoryLocks
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])

@@ -204,8 +204,8 @@ async def run_demo(metadata: str, bookies: int, out: Out, tier_dir: Path | None 
     """The ledgers, then the named log, then (with ``tier_dir``) its offload to a tier."""
     # Each part is one run of a fraction of a second: its time says the demo worked, not how
     # fast bkframe is (such runs swung 60-79k entries/s from one demo to the next).
-    out("the demo's times are of single short runs, not a benchmark: 'bkframe bench' and "
-        "'bkframe bench-sweep' measure (docs/benchmarks.md)")
+    out("the demo's times are of single short runs, not a benchmark: 'bkframe bench appends' and "
+        "'bkframe bench sweep' measure (docs/benchmarks/README.md)")
     async with open_client(metadata) as client:
         report = await demo_ledgers(client, bookies, out)
     report["log"] = await demo_log(metadata, bookies, out)

@@ -22,12 +22,13 @@ a dead bookie cannot hold the exit; :data:`GRACE_S` after the first signal, what
 running is cancelled too.
 
 The services (``bookie``, ``autorecovery``, ``offloader``) stop on a signal by design and exit
-0 (:mod:`.until_signal`): a supervisor's stop is their normal end, and systemd counts an
+0 (:func:`run_until_signal`): a supervisor's stop is their normal end, and systemd counts an
 exit status of 143 as a failure.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -255,3 +256,18 @@ def run(main: Callable[..., Awaitable[T]], *args: Any) -> T:
     if state.signum is not None:
         raise Interrupted(state)
     return cast(T, result)
+
+
+# -- a service command (bookie, autorecovery, offloader): run until SIGTERM or SIGINT --
+
+async def run_until_signal(start: Callable[..., Awaitable[Any]], started: str, logger: logging.Logger) -> None:
+    """``await nursery.start(start)``, print ``started`` on stderr, then run until SIGTERM or
+    SIGINT (logged), which cancels the service."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(start)
+            click.echo(started, err=True)
+            async for signum in signals:
+                logger.info("received %s; stopping", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break

@@ -15,7 +15,8 @@ from bkframe.cli.interrupt import close_ledger
 from bkframe.cli.options import ClientGroup, check_quorums, client_security, metadata_option, password_option
 from bkframe.cli.stdin_lines import append_lines
 from bkframe.client.client import Client, open_client
-from bkframe.core.metadata import LEDGER_PAGE, iter_ledger_ids
+from bkframe.core.interfaces.metadata_store import iter_ledger_ids
+from bkframe.core.metadata import LEDGER_PAGE
 
 T = TypeVar("T")
 

@@ -15,20 +15,17 @@ import click
 import trio
 
 from bkframe.cli import interrupt
-from bkframe.cli.durations import UNITS
-from bkframe.cli.durations import duration as _duration
-from bkframe.cli.durations import seconds as _seconds
 from bkframe.cli.interrupt import release_log
 from bkframe.cli.offload_options import offload_settings, offloaded_line, settings_line, with_offload_options
 from bkframe.cli.options import (
-    AT_LEAST_ONE,
-    BYTES,
+    UNITS,
     ClientGroup,
-    check_quorums,
     client_security,
     metadata_option,
     password_option,
 )
+from bkframe.cli.options import duration as _duration
+from bkframe.cli.options import seconds as _seconds
 from bkframe.cli.stdin_lines import append_lines
 from bkframe.client.client import open_client
 from bkframe.client.logs.api import CursorInfo, Logs
@@ -45,7 +42,9 @@ LIST_PAGE = 1000
 APPEND_LAC_INTERVAL_S = 0.2
 
 
-def _run(metadata: str, fn: Callable[[Logs], Awaitable[T]], *, explicit_lac_interval_s: float = 0.0) -> T:
+def run_on_logs(metadata: str, fn: Callable[[Logs], Awaitable[T]], *, explicit_lac_interval_s: float = 0.0) -> T:
+    """Run ``fn`` on the logs of a client of ``metadata`` (TLS and token from the command line or
+    the environment); a signal stops ``fn``, never the client under it."""
     async def main() -> T:
         async with open_client(
             metadata, explicit_lac_interval_s=explicit_lac_interval_s, **client_security()
@@ -121,7 +120,7 @@ def create(
         )
     except ValueError as e:
         raise click.ClickException(str(e)) from None
-    _run(metadata, lambda logs: logs.create(name, settings, password=password.encode()))
+    run_on_logs(metadata, lambda logs: logs.create(name, settings, password=password.encode()))
     click.echo(f"created log {name}")
 
 
@@ -204,7 +203,7 @@ def append(
         if refused is not None:
             raise refused
 
-    _run(metadata, run, explicit_lac_interval_s=APPEND_LAC_INTERVAL_S)
+    run_on_logs(metadata, run, explicit_lac_interval_s=APPEND_LAC_INTERVAL_S)
 
 
 @attrs.frozen
@@ -300,7 +299,7 @@ def read(
         async for chunk in reader.chunks(first, end):
             _print_entries(show, chunk)
 
-    _run(metadata, run)
+    run_on_logs(metadata, run)
 
 
 #: ``log tail`` without --from or --since prints this many of the last records, as tail(1) does.
@@ -370,7 +369,7 @@ def tail(
                     stored = await logs.cursor(name, cursor)  # stores this run's acks first
                     interrupt.closed(f"cursor {cursor} stored: it resumes at {stored.position}")
 
-    _run(metadata, run)
+    run_on_logs(metadata, run)
 
 
 @log_group.command(name="list")
@@ -388,7 +387,7 @@ def list_logs(metadata: str) -> None:
                 break
             start = page[-1] + "\0"
 
-    _run(metadata, run)
+    run_on_logs(metadata, run)
 
 
 @log_group.command()
@@ -399,7 +398,7 @@ def list_logs(metadata: str) -> None:
 def info(metadata: str, password: str, name: str, as_json: bool) -> None:
     """Settings, segments (entries, bytes, state: open, closed or offloaded to a tier), what is
     offloaded, the confirmed end and cursors with their lag."""
-    result = _run(metadata, lambda logs: logs.info(name, password=password.encode()))
+    result = run_on_logs(metadata, lambda logs: logs.info(name, password=password.encode()))
     md = result.metadata
     if as_json:
         out = json.loads(md.serialize())
@@ -460,7 +459,7 @@ def cursors(metadata: str, password: str, name: str) -> None:
     """Each cursor: NAME, POSITION, LAG (confirmed entries it has not acknowledged), IDLE (since
     it last moved), TTL and whether it is active or expired (no longer holding retention back),
     tab-separated."""
-    for c in _run(metadata, lambda logs: logs.cursor_infos(name, password=password.encode())):
+    for c in run_on_logs(metadata, lambda logs: logs.cursor_infos(name, password=password.encode())):
         click.echo(
             f"{c.cursor.name}\t{c.cursor.position}\t{c.lag}\t{_seconds(c.idle_s)}\t{_seconds(c.ttl_s)}\t{_cursor_state(c)}"
         )
@@ -503,7 +502,7 @@ def cursor(
             return f"{cursor}\t{moved.position}"
         return f"{cursor}\t{(await logs.cursor(name, cursor)).position}"
 
-    click.echo(_run(metadata, run))
+    click.echo(run_on_logs(metadata, run))
 
 
 @log_group.command()
@@ -518,7 +517,7 @@ def trim(metadata: str, name: str, before: str | None, retention: bool, force: b
     if before is None and not retention:
         raise click.UsageError("say what to trim: --before POS and/or --retention")
     until = _position(before, "--before") if before is not None else None
-    result = _run(metadata, lambda logs: logs.trim(name, before=until, retention=retention, force=force))
+    result = run_on_logs(metadata, lambda logs: logs.trim(name, before=until, retention=retention, force=force))
     removed = ", ".join(f"{s.number} (ledger {s.ledger_id}, {s.entries} entries)" for s in result.removed)
     click.echo(f"removed segments: {removed or 'none'}; the log starts at {result.start}")
     if result.moved_cursors:
@@ -530,44 +529,5 @@ def trim(metadata: str, name: str, before: str | None, retention: bool, force: b
 @click.argument("name", callback=_log_name)
 def delete(metadata: str, name: str) -> None:
     """Delete the log, its cursors and all its ledgers."""
-    record = _run(metadata, lambda logs: logs.delete(name))
+    record = run_on_logs(metadata, lambda logs: logs.delete(name))
     click.echo(f"deleted log {name} ({record.segment_count} segment(s))")
-
-
-@log_group.command()
-@metadata_option()
-@click.option("--entry-size", type=BYTES, default=1024, show_default=True)
-@click.option("--count", type=AT_LEAST_ONE, default=100_000, show_default=True)
-@click.option("--window", type=AT_LEAST_ONE, default=256, show_default=True, help="Appends in flight at most.")
-@click.option("-e", "--ensemble", type=int, default=3, show_default=True)
-@click.option("-w", "--write-quorum", type=int, default=3, show_default=True)
-@click.option("-a", "--ack-quorum", type=int, default=2, show_default=True)
-@click.option("--type", "ledger_type", default="PD_JOURNAL", show_default=True)
-@click.option("--rollover-entries", type=AT_LEAST_ONE, default=10_000, show_default=True)
-@click.option("--rounds", type=AT_LEAST_ONE, default=2, show_default=True, help="Rounds of (one ledger, one log).")
-@click.option("--batch", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Append with append_many of this many entries (0: append_async per entry).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON line per run.")
-def bench(
-    metadata: str, entry_size: int, count: int, window: int, ensemble: int, write_quorum: int, ack_quorum: int,
-    ledger_type: str, rollover_entries: int, rounds: int, batch: int, as_json: bool,
-) -> None:
-    """Appends through a log that rolls over every --rollover-entries vs the same load into
-    one ledger, alternating, in one run; prints both and the ratio."""
-    from bkframe.cli.log_bench import bench_ledger_vs_log, ratios
-
-    check_quorums(ensemble, write_quorum, ack_quorum)
-
-    rows = _run(
-        metadata,
-        lambda logs: bench_ledger_vs_log(
-            logs, entry_size=entry_size, count=count, window=window, ensemble=ensemble, write_quorum=write_quorum,
-            ack_quorum=ack_quorum, ledger_type=ledger_type, rollover_entries=rollover_entries, rounds=rounds,
-            batch=batch,
-        ),
-    )
-    for row in rows:
-        click.echo(json.dumps(attrs.asdict(row)) if as_json else row.human())
-    if rows and not as_json:
-        median, total = ratios(rows)
-        click.echo(f"log / ledger entries/s: median of {rounds} round(s) {median:.3f}, all runs together {total:.3f}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from bkframe.cli.log import _log_name, _position, _run
+from bkframe.cli.log import _log_name, _position, run_on_logs
 from bkframe.cli.offload_options import offload_settings, settings_line, with_offload_options
 from bkframe.cli.options import metadata_option, password_option
 from bkframe.client.logs.model import LogSettings
@@ -32,7 +32,7 @@ def offload(metadata: str, password: str, name: str, tier: str, until: str | Non
     against its ledger, then recorded on the segment; readers read it from the tier from
     then on. The ledgers stay on the bookies (a tier that fails falls back to them)."""
     stop = _position(until, "--until") if until is not None else None
-    result = _run(metadata, lambda logs: logs.offload(name, tier=tier, until=stop, password=password.encode()))
+    result = run_on_logs(metadata, lambda logs: logs.offload(name, tier=tier, until=stop, password=password.encode()))
     for seg in result.offloaded:
         assert seg.offload is not None
         click.echo(f"segment {seg.number}: {seg.entries} entries -> {seg.offload.key} ({seg.offload.size} bytes)")
@@ -60,5 +60,5 @@ def configure(
         LogSettings(**changes)  # validated before any request
     except ValueError as e:
         raise click.ClickException(str(e)) from None
-    record = _run(metadata, lambda logs: logs.configure(name, password=password.encode(), **changes))
+    record = run_on_logs(metadata, lambda logs: logs.configure(name, password=password.encode(), **changes))
     click.echo(f"log {name}: {settings_line(record.settings)}")

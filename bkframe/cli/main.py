@@ -1,9 +1,7 @@
 """The ``bkframe`` command line: the root group and its commands, one module per group.
 
 ``bookie`` (:mod:`.bookie`), ``plugins`` (:mod:`.plugins`), ``sandbox`` (:mod:`.sandbox`),
-``bench`` (:mod:`.bench`), ``bench-backends`` (:mod:`.bench_backends`: asyncio vs trio),
-``bench-sweep`` (:mod:`.bench_sweep`, plots in :mod:`.bench_plots`), ``bench-autorecovery``
-(:mod:`.bench_autorecovery`), ``bench-scale metadata`` (:mod:`.bench_scale_metadata`),
+``bench ...`` (:mod:`.bench`: the benchmarks of :mod:`bkframe.bench`),
 ``ledger ...`` (:mod:`.ledger`), ``log ...`` (:mod:`.log`), ``bookies ...`` (:mod:`.bookies`),
 ``cluster ...`` (:mod:`.cluster`), ``cookie ...`` (:mod:`.cookie`), ``autorecovery ...`` (:mod:`.autorecovery`),
 ``tier ...`` (:mod:`.tier`), ``offloader`` (:mod:`.offloader`).
@@ -21,8 +19,9 @@ import click
 
 from bkframe.cli.errors import Group
 from bkframe.cli.interrupt import reported
+from bkframe.cli.logging_setup import setup_logging
 from bkframe.cli.options import LOG_OVERRIDES
-from bkframe.core.log_config import FORMATS, LoggingConfig, setup_logging
+from bkframe.core.config import FORMATS, LoggingConfig
 
 #: Commands that run until stopped and log as services do: their libraries' warnings stay.
 SERVICES = ("bookie", "autorecovery", "offloader")
@@ -46,10 +45,6 @@ def _log_group() -> click.Command:
 COMMANDS: dict[str, str | Callable[[], click.Command]] = {
     "autorecovery": "bkframe.cli.autorecovery:autorecovery",
     "bench": "bkframe.cli.bench:bench",
-    "bench-autorecovery": "bkframe.cli.bench_autorecovery:bench_autorecovery",
-    "bench-backends": "bkframe.cli.bench_backends:bench_backends_command",
-    "bench-scale": "bkframe.cli.bench_scale:bench_scale",
-    "bench-sweep": "bkframe.cli.bench_sweep:bench_sweep",
     "bookie": "bkframe.cli.bookie:bookie",
     "bookies": "bkframe.cli.bookies:bookies",
     "cluster": "bkframe.cli.cluster:cluster",

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from bkframe.cli.durations import duration as _duration
-from bkframe.cli.durations import seconds as _seconds
+from bkframe.cli.options import duration as _duration
+from bkframe.cli.options import seconds as _seconds
 from bkframe.client.logs.api import LogInfo
 from bkframe.client.logs.model import LogSettings
 

@@ -15,12 +15,12 @@ import click
 import trio
 from prometheus_client import start_http_server
 
+from bkframe.cli.interrupt import run_until_signal
+from bkframe.cli.logging_setup import setup_logging
 from bkframe.cli.options import LOG_OVERRIDES, auth_token_option, client_security, metadata_option, missing_option
-from bkframe.cli.until_signal import run_until_signal
 from bkframe.client.settings import ClientSettings
-from bkframe.core.cluster import require_cluster
+from bkframe.common.cluster_record import require_cluster
 from bkframe.core.config import load_config
-from bkframe.core.log_config import setup_logging
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.replication.offload_metrics import OffloadCounters, offload_registry
 from bkframe.replication.offload_service import OffloadService

@@ -13,12 +13,12 @@ import trio
 
 from bkframe.cli import interrupt
 from bkframe.cli.demo import run_demo, run_spark_pipeline, spark_missing
-from bkframe.cli.local_cluster import Cluster
 from bkframe.cli.options import AT_LEAST_ONE, EnvOption, metadata_option
-from bkframe.core.cluster import init_cluster
-from bkframe.core.directory_lock import DirectoryLockedError, DirectoryLocks
+from bkframe.common.cluster_record import init_cluster
 from bkframe.core.metadata import ClusterRecord
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.launcher import Cluster
+from bkframe.storage_kit.directory_lock import DirectoryLockedError, DirectoryLocks
 
 #: In the sandbox's data dir: its metadata URI and its bookies, written once they are up.
 STATE_FILE = "sandbox.json"

@@ -16,8 +16,7 @@ import logging
 import click
 
 from bkframe.cli import interrupt
-from bkframe.cli.durations import duration, seconds
-from bkframe.cli.options import client_security, metadata_option
+from bkframe.cli.options import client_security, duration, metadata_option, seconds
 from bkframe.client.client import open_client
 from bkframe.client.logs.tier_sweep import DEFAULT_GRACE_S, TierFinding, TierSummary, sweep_tier
 from bkframe.errors import TierError

@@ -121,7 +121,7 @@ class BlockingClient(ClientBase):
 
     def list_ledgers(self, *, start: int = 0, limit: int | None = None) -> list[int]:
         """Ledger ids ``>= start``, ascending, at most ``limit`` (every one if None: a large
-        cluster is better paged, as :func:`bkframe.core.metadata.iter_ledger_ids` does)."""
+        cluster is better paged, as :func:`bkframe.core.interfaces.metadata_store.iter_ledger_ids` does)."""
         return self._run(lambda: self.client.list_ledgers(start=start, limit=limit))
 
 
@@ -324,7 +324,7 @@ class BlockingLogs(LogsExtras):
         :meth:`commit_ledgers`. Returns each log's :class:`CommitResult` by name.
 
         Several logs need a store that implements
-        :class:`~bkframe.core.metadata.MultiLogStore` (every built-in one does); another gets
+        :class:`~bkframe.core.interfaces.metadata_store.MultiLogStore` (every built-in one does); another gets
         :class:`~bkframe.errors.UnsupportedError` before anything is changed."""
         return self._owner._run(lambda: self._logs.commit_many(ledgers, token, password=password, time_bounds=time_bounds))
 

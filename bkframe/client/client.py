@@ -31,22 +31,16 @@ from bkframe.client.read_handle import ReadHandle
 from bkframe.client.recovery import Recovery
 from bkframe.client.settings import ClientSettings
 from bkframe.client.write_handle import WriteHandle
-from bkframe.core.cluster import require_cluster
-from bkframe.core.ledger_keys import master_key
-from bkframe.core.metadata import (
-    BadVersionError,
-    ClusterRecord,
-    DigestType,
-    LedgerExistsError,
-    LedgerMetadata,
-    LedgerStateName,
-    password_hash,
-)
+from bkframe.common.cluster_record import require_cluster
+from bkframe.core.ledger_keys import master_key, password_hash
+from bkframe.core.metadata import ClusterRecord, DigestType, LedgerMetadata, LedgerStateName
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import (
+    BadVersionError,
     BKError,
     ConfigError,
     LedgerClosedError,
+    LedgerExistsError,
     LedgerFencedError,
     UnauthorizedError,
     UnsupportedError,
@@ -181,7 +175,7 @@ class Client:
 
     async def list_ledgers(self, *, start: int = 0, limit: int | None = None) -> list[int]:
         """Ledger ids ``>= start``, ascending, at most ``limit`` (every one if None: a large
-        cluster is better paged, as :func:`bkframe.core.metadata.iter_ledger_ids` does)."""
+        cluster is better paged, as :func:`bkframe.core.interfaces.metadata_store.iter_ledger_ids` does)."""
         return await self.metadata.list_ledgers(start=start, limit=limit)
 
 

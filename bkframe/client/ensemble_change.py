@@ -15,8 +15,8 @@ import attrs
 
 from bkframe.client.context import ClientContext
 from bkframe.client.placement import choose_replacements
-from bkframe.core.metadata import BadVersionError, LedgerMetadata, LedgerStateName
-from bkframe.errors import LedgerDeletedError, LedgerFencedError, NoSuchLedgerError, UnsupportedError
+from bkframe.core.metadata import LedgerMetadata, LedgerStateName
+from bkframe.errors import BadVersionError, LedgerDeletedError, LedgerFencedError, NoSuchLedgerError, UnsupportedError
 
 
 def not_allowed(ledger_id: int, ledger_type: str, bookie_id: str, reason: str) -> UnsupportedError:

@@ -3,7 +3,7 @@
 One counter shared by every client of a cluster is a hot key: each create would update it
 (a round trip, and a conflict with every other client's create). As BookKeeper's id ranges
 do, a client takes a block of consecutive ids in one round trip
-(:meth:`~bkframe.core.metadata.MetadataStore.new_ledger_ids`) and hands them out itself.
+(:meth:`~bkframe.core.interfaces.metadata_store.MetadataStore.new_ledger_ids`) and hands them out itself.
 Blocks grow from 1 id to ``block`` ids, doubling: a command that creates one ledger takes
 one id (ids stay small and dense for scripts), a busy writer reaches full blocks after a
 few creates. Ids a client took and did not use are skipped for good: ids are unique,
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import anyio
 
-from bkframe.core.metadata import MetadataStore
+from bkframe.core.interfaces.metadata_store import MetadataStore
 
 
 class LedgerIds:

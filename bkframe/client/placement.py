@@ -1,7 +1,7 @@
 """Choosing bookies: a new ledger's ensemble, and replacements for bookies that failed (an
 ensemble change, recovery's write-back, or re-replication of a lost bookie's fragments).
 
-The choice itself is the client's placement policy's (:mod:`bkframe.core.placement`; it
+The choice itself is the client's placement policy's (:mod:`bkframe.core.interfaces.placement`; it
 travels with the pool). Here are the rules no policy can change: candidates are the
 registered *writable* bookies (read-only and decommissioned ones are never listed by
 ``list_bookies(writable_only=True)``), minus the ensemble and ``exclude``, flagged when in
@@ -21,7 +21,7 @@ import anyio
 
 from bkframe.client.bookies.listing import BookieView
 from bkframe.client.bookies.pool import BookiePool
-from bkframe.core.placement import Candidate
+from bkframe.core.interfaces.placement import Candidate
 from bkframe.errors import NotEnoughBookiesError, PluginError
 
 #: How long a bookie's reported ledger count is trusted (least-used placement).

@@ -22,8 +22,7 @@ import anyio
 from bkframe.client.bookies.connection import BookieClient
 from bkframe.client.bookies.pending_response import PendingResponse
 from bkframe.client.bookies.pool import BookiePool
-from bkframe.core.metadata import MetadataError
-from bkframe.errors import BKError
+from bkframe.errors import BKError, MetadataError
 from bkframe.proto.base import Reply
 
 log = logging.getLogger("bkframe.client")

@@ -51,8 +51,8 @@ from bkframe.client.distribution import replicas
 from bkframe.client.entry_format import Digester, DigestMismatchError
 from bkframe.client.placement import choose_replacements
 from bkframe.client.quorum import ask_bookies
-from bkframe.core.metadata import BadVersionError, Fragments, LedgerMetadata, LedgerStateName, ensemble_at
-from bkframe.errors import BKError, LedgerFencedError, RecoveryError, UnauthorizedError
+from bkframe.core.metadata import Fragments, LedgerMetadata, LedgerStateName, ensemble_at
+from bkframe.errors import BadVersionError, BKError, LedgerFencedError, RecoveryError, UnauthorizedError
 from bkframe.proto.codes import LAST_ENTRY, Status
 from bkframe.proto.ops.add import AddResponse
 from bkframe.proto.ops.read import ReadResponse

@@ -15,12 +15,12 @@ from typing import Any
 import attrs
 from attrs import validators as v
 
-from bkframe.core.auth import internal_credential
 from bkframe.core.config import DEFAULT_MAX_ENTRY_SIZE, Config
-from bkframe.core.placement import DEFAULT_POLICY
-from bkframe.core.tls import client_context
+from bkframe.core.interfaces.auth import internal_credential
+from bkframe.core.interfaces.placement import DEFAULT_POLICY
 from bkframe.errors import ConfigError
 from bkframe.proto.codes import MAX_ENTRY_SIZE
+from bkframe.proto.tls import client_context
 
 
 def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:

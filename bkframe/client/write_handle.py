@@ -32,8 +32,9 @@ from bkframe.client.distribution import write_set
 from bkframe.client.ensemble_change import check_still_open, commit_fragment, not_allowed, replacements
 from bkframe.client.entry_format import Digester, max_payload, too_large
 from bkframe.client.write_close import advise_write_close
-from bkframe.core.metadata import BadVersionError, LedgerMetadata, LedgerStateName
+from bkframe.core.metadata import LedgerMetadata, LedgerStateName
 from bkframe.errors import (
+    BadVersionError,
     BKError,
     LedgerClosedError,
     LedgerDeletedError,

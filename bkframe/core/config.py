@@ -19,10 +19,8 @@ from typing import Any, TypeVar, cast
 
 import attrs
 
-from bkframe.core.auth import DEFAULT_PROVIDER as DEFAULT_AUTH_PROVIDER
-from bkframe.core.log_config import LoggingConfig
-from bkframe.core.placement import DEFAULT_POLICY
-from bkframe.core.tls import TLSConfig
+from bkframe.core.interfaces.auth import DEFAULT_PROVIDER as DEFAULT_AUTH_PROVIDER
+from bkframe.core.interfaces.placement import DEFAULT_POLICY
 from bkframe.errors import ConfigError
 
 T = TypeVar("T")
@@ -31,6 +29,56 @@ PLUGIN_SECTIONS = ("journal", "ledger_storage", "entry_log_manager")
 
 #: ``[bookie] max_entry_size`` and the client's ``max_entry_size`` by default: 5 MiB.
 DEFAULT_MAX_ENTRY_SIZE = 5 * 1024 * 1024
+
+LEVELS = ("debug", "info", "warning", "error")
+FORMATS = ("text", "json")
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[Any, attrs.Attribute[str], str], None]:
+    def check(instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
+        if value not in choices:
+            raise ValueError(f"{attribute.name} = {value!r} should be one of {', '.join(choices)}")
+
+    return check
+
+
+@attrs.frozen
+class LoggingConfig:
+    """``[logging]``: ``level`` (debug, info, warning, error) and ``format`` (text, json)."""
+
+    level: str = attrs.field(default="info", validator=_one_of(LEVELS))
+    format: str = attrs.field(default="text", validator=_one_of(FORMATS))
+
+
+@attrs.frozen
+class TLSConfig:
+    """``[tls]``: a bookie's certificate for its server and for its own client connections."""
+
+    #: Serve TLS only: plaintext clients are refused with a clear error.
+    enabled: bool = False
+    #: PEM certificate chain of this bookie (the server certificate; also presented as the
+    #: client certificate when this bookie connects to other bookies).
+    cert: Path = attrs.field(default=Path(), converter=Path)
+    #: PEM private key of ``cert``.
+    key: Path = attrs.field(default=Path(), converter=Path)
+    #: PEM CA bundle that signs clients' certificates (with ``require_client_cert``) and the
+    #: other bookies' certificates (for this bookie's own client connections).
+    ca: Path = attrs.field(default=Path(), converter=Path)
+    #: Refuse clients that present no certificate signed by ``ca`` (mutual TLS; needed by
+    #: the ``tls`` auth provider, which takes the principal from that certificate).
+    require_client_cert: bool = False
+
+    def check(self, where: str) -> None:
+        """Clear errors for a section that cannot work, before the bookie starts."""
+        if not self.enabled:
+            return
+        for name in ("cert", "key", "ca"):
+            path: Path = getattr(self, name)
+            if path == Path():
+                raise ConfigError(f"{where}: enabled = true needs {name} (a PEM file)")
+            if not path.is_file():
+                raise ConfigError(f"{where}: {name} = {str(path)!r} is not a file")
+
 
 DEFAULT_SECTIONS: dict[str, dict[str, Any]] = {
     "journal": {"plugin": "journal_fs"},
@@ -135,7 +183,7 @@ def parse_section(cls: type[T], raw: Mapping[str, Any], *, where: str) -> T:
 # -- directories a component writes ------------------------------------------------------------
 
 #: attrs field metadata of a component's config key that names directories it writes: True
-#: (the bookie locks them, see :mod:`bkframe.core.directory_lock`) or False (it only reads them).
+#: (the bookie locks them, see :mod:`bkframe.storage_kit.directory_lock`) or False (it only reads them).
 DIRECTORY = "bkframe_directory"
 
 #: Key names that look like directories: a storage component's config class must declare

@@ -1,4 +1,4 @@
-"""Bookie counters, reported by GET_BOOKIE_INFO and ``bkframe bench``.
+"""Bookie counters, reported by GET_BOOKIE_INFO and ``bkframe bench appends``.
 
 One mutable object per bookie, handed to every plugin factory so that storage plugins
 count their own bytes and fsyncs. Plain ints: the bookie is one trio thread, and the

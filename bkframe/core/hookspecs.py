@@ -29,9 +29,9 @@ def bkframe_register_components(registry: ComponentRegistry) -> None:
         which is validated against ``ConfigClass``, an attrs class, before ``factory`` gets
         it), ``add_metadata_store(scheme, factory)`` (picked by URI scheme),
         ``add_tier(scheme, factory)`` (an object-store tier, picked by URI scheme:
-        ``factory(uri)`` returns a blocking :class:`~bkframe.core.tier.Tier`; opened with
+        ``factory(uri)`` returns a blocking :class:`~bkframe.core.interfaces.tier.Tier`; opened with
         ``PluginManager.tier(uri)``) and ``add_ledger_type(policy)`` (a
-        :class:`~bkframe.core.interfaces.DurabilityPolicy`).
+        :class:`~bkframe.core.interfaces.durability.DurabilityPolicy`).
     :return: nothing. A name (or ledger-type wire id) registered twice is a
         :class:`~bkframe.errors.PluginError` naming both plugins and distributions.
 
@@ -45,7 +45,7 @@ def bkframe_placement_policy(registry: ComponentRegistry) -> None:
 
     :param registry: the same :class:`~bkframe.core.registry.ComponentRegistry` as
         :func:`bkframe_register_components` gets. ``factory(options: C)`` returns a
-        :class:`~bkframe.core.placement.PlacementPolicy`; ``C`` is the attrs class the
+        :class:`~bkframe.core.interfaces.placement.PlacementPolicy`; ``C`` is the attrs class the
         policy's options (``[placement]`` keys, ``open_client`` keywords) are validated
         against. A client picks a policy by name (``placement = "rack_aware"``).
     :return: nothing. A name registered twice is a :class:`~bkframe.errors.PluginError`
@@ -62,7 +62,7 @@ def bkframe_auth_provider(registry: ComponentRegistry) -> None:
 
     :param registry: the same :class:`~bkframe.core.registry.ComponentRegistry` as
         :func:`bkframe_register_components` gets. ``factory(options: C)`` returns an
-        :class:`~bkframe.core.auth.AuthProvider`; ``C`` is the attrs class the bookie's
+        :class:`~bkframe.core.interfaces.auth.AuthProvider`; ``C`` is the attrs class the bookie's
         ``[auth]`` keys (all but ``provider``) are validated against. A bookie picks a
         provider by name (``[auth] provider = "token"``); built-ins: ``none``, ``token``, ``tls``.
     :return: nothing. A name registered twice is a :class:`~bkframe.errors.PluginError`

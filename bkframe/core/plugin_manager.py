@@ -23,29 +23,34 @@ import attrs
 import pluggy
 
 from bkframe.core import hookspecs
-from bkframe.core.auth import DEFAULT_PROVIDER as DEFAULT_AUTH_PROVIDER
-from bkframe.core.auth import READERS_KEY, AuthProvider, readers_of
 from bkframe.core.config import Config, declared_directories, parse_section
 from bkframe.core.counters import Counters
-from bkframe.core.interfaces import DurabilityPolicy, EntryLogManager, Journal, LedgerStorage
-from bkframe.core.metadata import MetadataStore
-from bkframe.core.placement import PlacementPolicy
+from bkframe.core.interfaces.auth import DEFAULT_PROVIDER as DEFAULT_AUTH_PROVIDER
+from bkframe.core.interfaces.auth import READERS_KEY, AuthProvider, readers_of
+from bkframe.core.interfaces.durability import DurabilityPolicy
+from bkframe.core.interfaces.entry_log import EntryLogManager
+from bkframe.core.interfaces.journal import Journal
+from bkframe.core.interfaces.ledger_storage import LedgerStorage
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.interfaces.placement import PlacementPolicy
+from bkframe.core.interfaces.tier import Tier
 from bkframe.core.registry import Component, ComponentKind, ComponentRegistry, LedgerTypes, PluginDefectError
-from bkframe.core.tier import Tier
 from bkframe.errors import ConfigError, MetadataError, PluginError
 
 log = logging.getLogger("bkframe.plugins")
 
 #: Built-in plugins, registered before any entry point, in this order.
 BUILTIN_PLUGINS: tuple[str, ...] = (
-    "bkframe.plugins.durability",
-    "bkframe.plugins.entry_log_single",
-    "bkframe.plugins.ledger_storage_default",
-    "bkframe.plugins.metadata_memory",
-    "bkframe.plugins.metadata_sqlite",
-    "bkframe.plugins.placement",
-    "bkframe.plugins.auth",
-    "bkframe.plugins.tier_filesystem",
+    "bkframe.builtin.durability",
+    "bkframe.builtin.entry_log_single",
+    "bkframe.builtin.ledger_storage_default",
+    "bkframe.builtin.metadata_memory",
+    "bkframe.builtin.metadata_sqlite",
+    "bkframe.builtin.placement",
+    "bkframe.builtin.auth",
+    "bkframe.builtin.tier_filesystem",
+    "bkframe.builtin.journal_fs.plugin",
+    "bkframe.builtin.entrylog_per_ledger.plugin",
 )
 
 #: Tier schemes served by distributions of this repository, for the error that names what to install.
@@ -225,7 +230,7 @@ class PluginManager:
         """Every directory the component a ``section`` names writes: ``directory`` (what the
         bookie hands it), then those its config keys declare
         (:func:`~bkframe.core.config.directory_field`). The bookie locks them all before it
-        makes the component (:mod:`bkframe.core.directory_lock`)."""
+        makes the component (:mod:`bkframe.storage_kit.directory_lock`)."""
         _, settings = self._component(SECTION_KINDS[section], section, config, source)
         return [directory, *declared_directories(settings, directory)]
 
@@ -308,7 +313,7 @@ class PluginManager:
         options = dict(section)
         name = options.pop("provider", DEFAULT_AUTH_PROVIDER)
         readers_of(options, source=source)
-        options.pop(READERS_KEY, None)  # the bookie's, not the provider's (see bkframe.core.auth)
+        options.pop(READERS_KEY, None)  # the bookie's, not the provider's (see bkframe.core.interfaces.auth)
         component = self.components.get(ComponentKind.AUTH_PROVIDER, name) if isinstance(name, str) else None
         if component is None:
             raise ConfigError(

@@ -21,16 +21,19 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import attrs
 
-from bkframe.core.auth import AuthProvider
 from bkframe.core.config import DIRECTORY, DIRECTORY_KEY_NAMES
 from bkframe.core.counters import Counters
-from bkframe.core.interfaces import DurabilityPolicy, EntryLogManager, Journal, LedgerStorage
-from bkframe.core.placement import PlacementPolicy
+from bkframe.core.interfaces.auth import AuthProvider
+from bkframe.core.interfaces.durability import DurabilityPolicy
+from bkframe.core.interfaces.entry_log import EntryLogManager
+from bkframe.core.interfaces.journal import Journal
+from bkframe.core.interfaces.ledger_storage import LedgerStorage
+from bkframe.core.interfaces.placement import PlacementPolicy
 from bkframe.errors import PluginError, UnknownLedgerTypeError
 
 if TYPE_CHECKING:
-    from bkframe.core.metadata import MetadataStore
-    from bkframe.core.tier import Tier
+    from bkframe.core.interfaces.metadata_store import MetadataStore
+    from bkframe.core.interfaces.tier import Tier
 
 C = TypeVar("C")
 
@@ -67,7 +70,7 @@ class PluginDefectError(PluginError):
 def _check_directory_keys(config: type, component: str) -> None:
     """:class:`PluginError` unless every key of ``config`` named like a directory says whether
     the bookie locks it: a storage plugin cannot forget a directory it writes, which a second
-    bookie process could then write as well (see :mod:`bkframe.core.directory_lock`)."""
+    bookie process could then write as well (see :mod:`bkframe.storage_kit.directory_lock`)."""
     for field in attrs.fields(attrs.resolve_types(cast(Any, config))):
         type_name = getattr(field.type, "__name__", None) if isinstance(field.type, type) else str(field.type)
         if DIRECTORY in field.metadata:
@@ -215,7 +218,7 @@ class ComponentRegistry:
 
     def add_tier(self, scheme: str, factory: TierFactory, *, description: str = "") -> None:
         """``factory(uri)`` opens the object-store tiers of ``scheme`` (``"s3"`` for
-        ``s3://BUCKET/...``): a :class:`~bkframe.core.tier.Tier`."""
+        ``s3://BUCKET/...``): a :class:`~bkframe.core.interfaces.tier.Tier`."""
         self._add(ComponentKind.TIER, scheme, factory, None, description)
 
     def add_ledger_type(self, policy: DurabilityPolicy) -> None:
@@ -235,14 +238,14 @@ class ComponentRegistry:
     def add_placement_policy(
         self, name: str, factory: Callable[[C], PlacementPolicy], *, config: type[C], description: str = ""
     ) -> None:
-        """``factory(options)``: a :class:`~bkframe.core.placement.PlacementPolicy`; ``options``
+        """``factory(options)``: a :class:`~bkframe.core.interfaces.placement.PlacementPolicy`; ``options``
         is an instance of ``config`` made from the client's placement options."""
         self._add(ComponentKind.PLACEMENT_POLICY, name, factory, config, description)
 
     def add_auth_provider(
         self, name: str, factory: Callable[[C], AuthProvider], *, config: type[C], description: str = ""
     ) -> None:
-        """``factory(options)``: an :class:`~bkframe.core.auth.AuthProvider`; ``options`` is
+        """``factory(options)``: an :class:`~bkframe.core.interfaces.auth.AuthProvider`; ``options`` is
         an instance of ``config`` made from the bookie's ``[auth]`` keys (but ``provider``)."""
         self._add(ComponentKind.AUTH_PROVIDER, name, factory, config, description)
 

@@ -42,7 +42,7 @@ class Op(enum.IntEnum):
     LIST_ENTRIES = 8
     WRITE_CLOSE = 9
     READ_BATCH = 10
-    #: The first message of a connection: who the client is (see bkframe.core.auth).
+    #: The first message of a connection: who the client is (see bkframe.core.interfaces.auth).
     AUTH = 11
     #: Right after AUTH, in its frame: what the client understands (see :class:`Feature`).
     FEATURES = 12

@@ -15,14 +15,14 @@ periodic reads every ledger (BookKeeper's auditor, driven by bookie-set watches)
   what an old one did not);
 * a bookie gone longer than ``lost_bookie_grace_s``, and a decommissioned one at once, is
   *lost*: every ledger the store indexes for it
-  (:meth:`~bkframe.core.metadata.MetadataStore.ledgers_of_bookie`, paged) is marked
+  (:meth:`~bkframe.core.interfaces.metadata_store.MetadataStore.ledgers_of_bookie`, paged) is marked
   under-replicated with that bookie, :data:`MARK_PAGE` ledgers per store call, with no
   read of any ledger's metadata. Its index is swept again every :data:`RESWEEP_S` (a
   ledger that named it after the sweep passed: a client with an old bookie set) until it is
   empty; an unregistered bookie with an empty index is then forgotten.
 
 *Full checks* run beside the rounds, throttled: every ledger id, a page at a time
-(:func:`~bkframe.core.metadata.iter_ledger_ids`), and the metadata of each, at most
+(:func:`~bkframe.core.interfaces.metadata_store.iter_ledger_ids`), and the metadata of each, at most
 ``full_check_reads_per_s`` reads a second. Each ledger's ensembles are checked against the
 live bookies (a bookie named but not registered becomes known, its grace starting then,
 and its ledgers are marked by the rounds once it is lost), and, every ``audit_interval_s``, each registered
@@ -46,9 +46,11 @@ import trio
 
 from bkframe.client.bookies.pool import BookiePool
 from bkframe.client.distribution import stored_at
-from bkframe.core.bounded import each_bounded
+from bkframe.common.bounded import each_bounded
 from bkframe.core.config import AutorecoveryConfig
-from bkframe.core.metadata import LEDGER_PAGE, LedgerMetadata, Lock, MetadataStore, NoSuchLedgerError
+from bkframe.core.interfaces.metadata_store import Lock, MetadataStore
+from bkframe.core.metadata import LEDGER_PAGE, LedgerMetadata
+from bkframe.errors import NoSuchLedgerError
 from bkframe.replication.copying import list_on_peers
 
 log = logging.getLogger("bkframe.autorecovery.auditor")
@@ -56,7 +58,7 @@ log = logging.getLogger("bkframe.autorecovery.auditor")
 #: Entry ids asked of a replica at a time by the full check.
 CHECK_WINDOW = 65536
 #: Ledgers marked under-replicated per store call when a bookie is lost
-#: (:meth:`~bkframe.core.metadata.MetadataStore.mark_many_under_replicated`: one sqlite
+#: (:meth:`~bkframe.core.interfaces.metadata_store.MetadataStore.mark_many_under_replicated`: one sqlite
 #: transaction, pipelined ZooKeeper requests, a few etcd transactions).
 MARK_PAGE = 1_000
 #: Such calls at once (hides a remote store's round trips; sqlite takes them in turn).

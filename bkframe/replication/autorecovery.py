@@ -22,9 +22,10 @@ import trio
 from bkframe.bookie.bookie import Bookie
 from bkframe.client.context import ClientContext
 from bkframe.client.settings import ClientSettings
-from bkframe.core.bounded import each_bounded
+from bkframe.common.bounded import each_bounded
 from bkframe.core.config import AutorecoveryConfig, OffloadConfig
-from bkframe.core.metadata import LEDGER_PAGE, MetadataStore
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.metadata import LEDGER_PAGE
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.replication.auditor import Auditor
 from bkframe.replication.offload_service import OffloadService

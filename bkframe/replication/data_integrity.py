@@ -27,8 +27,9 @@ from bkframe.client.distribution import replicas, stored_at
 from bkframe.client.entry_format import Digester
 from bkframe.client.recovery import Recovery
 from bkframe.client.settings import ClientSettings
-from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore, NoSuchLedgerError
-from bkframe.errors import BKError
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.metadata import LedgerMetadata
+from bkframe.errors import BKError, MetadataError, NoSuchLedgerError
 from bkframe.replication.copying import fetch_entries, list_on_peers
 
 log = logging.getLogger("bkframe.data_integrity")

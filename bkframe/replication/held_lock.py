@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import trio
 
-from bkframe.core.metadata import Lock
+from bkframe.core.interfaces.metadata_store import Lock
 
 T = TypeVar("T")
 

@@ -62,7 +62,8 @@ from bkframe.client.logs.tier_sweep import sweep_tier
 from bkframe.client.read_handle import ReadHandle
 from bkframe.client.settings import ClientSettings
 from bkframe.core.config import OffloadConfig
-from bkframe.core.metadata import DigestType, MetadataStore
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.metadata import DigestType
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import BKError, ConfigError, NoSuchLogError, TierError, UnauthorizedError
 from bkframe.replication.held_lock import release_quietly, while_held

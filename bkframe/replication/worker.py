@@ -59,8 +59,9 @@ from bkframe.client.entry_format import Digester
 from bkframe.client.placement import choose_replacements
 from bkframe.client.recovery import Recovery
 from bkframe.core.config import AutorecoveryConfig
-from bkframe.core.metadata import BadVersionError, LedgerMetadata, Lock, NoSuchLedgerError, UnderReplicated
-from bkframe.errors import BKError, NotEnoughBookiesError
+from bkframe.core.interfaces.metadata_store import Lock
+from bkframe.core.metadata import LedgerMetadata, UnderReplicated
+from bkframe.errors import BadVersionError, BKError, NoSuchLedgerError, NotEnoughBookiesError
 from bkframe.proto.codes import Status
 from bkframe.replication.copying import fetch_entries, list_on_peers
 from bkframe.replication.held_lock import release_quietly, while_held

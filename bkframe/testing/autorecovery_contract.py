@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 import trio
 
-from bkframe.core.metadata import BookieInfo, Lock, MetadataStore, UnderReplicated, iter_under_replicated
+from bkframe.core.interfaces.metadata_store import Lock, MetadataStore, iter_under_replicated
+from bkframe.core.metadata import BookieInfo, UnderReplicated
 
 
 async def _marks(store: MetadataStore) -> dict[int, set[str]]:

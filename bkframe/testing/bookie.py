@@ -2,7 +2,7 @@
 layers the environment asks for installed first -- the power-loss layer
 (``BKFRAME_POWERLOSS_*``, :mod:`.powerloss`), injected write failures
 (``BKFRAME_WRITE_FAULTS``, :mod:`.write_faults`) and a disk of limited size
-(``BKFRAME_DISKFULL_*``, :mod:`.diskfull`), libfaketime's clock faults made usable for
+(``BKFRAME_DISKFULL_*``, :mod:`.disk_full`), libfaketime's clock faults made usable for
 Python (:mod:`.clocks`) -- and a small ``ulimit -n``
 (``BKFRAME_RLIMIT_NOFILE``: the soft limit on open files, set before anything is opened).
 ``bkframe bookie`` itself never installs them.
@@ -15,7 +15,7 @@ import os
 import resource
 import sys
 
-from bkframe.testing import clocks, diskfull, powerloss, write_faults
+from bkframe.testing import clocks, disk_full, powerloss, write_faults
 
 
 def limit_open_files_from_env() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     limit_open_files_from_env()
     powerloss.install_from_env()
     write_faults.install_from_env()
-    diskfull.install_from_env()
+    disk_full.install_from_env()
     clocks.install_from_env()
     from bkframe.cli.main import main as cli
 

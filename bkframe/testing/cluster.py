@@ -1,4 +1,4 @@
-"""Bookies for tests: the process launcher of :mod:`bkframe.cli.local_cluster` with the test
+"""Bookies for tests: the process launcher of :mod:`bkframe.launcher` with the test
 fault layers, and an in-process bookie for the length of an ``async with``.
 
 By default a :class:`BookieProcess` here runs the *test* entry point
@@ -20,13 +20,13 @@ from typing import Any, Self
 
 import trio
 
+from bkframe import launcher
 from bkframe.bookie.service import BookieService
-from bkframe.cli import local_cluster
 from bkframe.cli.bookie import compose_bookie
-from bkframe.cli.local_cluster import BOOKIE_COMMAND, START_TIMEOUT_S, BookieStartError
 from bkframe.core.config import Config, load_config
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.testing.diskfull import set_capacity
+from bkframe.launcher import BOOKIE_COMMAND, START_TIMEOUT_S, BookieStartError
+from bkframe.testing.disk_full import set_capacity
 from bkframe.testing.hosts import Host
 from bkframe.testing.link_control import LinkProxyProcess
 from bkframe.testing.powerloss import lose_power
@@ -68,7 +68,7 @@ async def running_bookie(config: Config, plugins: PluginManager | None = None) -
             service.stop()
 
 
-class BookieProcess(local_cluster.BookieProcess):
+class BookieProcess(launcher.BookieProcess):
     """One bookie process: ``BookieProcess(data_dir, metadata=uri).start()``, by default
     through the test entry point (see the module's docstring) and with ``--init-cluster``
     (a test's fresh metadata store becomes a cluster; ``init_cluster=False`` to test a
@@ -128,7 +128,7 @@ class BookieProcess(local_cluster.BookieProcess):
         set_capacity(self.capacity_file, capacity)
 
 
-class Cluster(local_cluster.Cluster):
+class Cluster(launcher.Cluster):
     """``Cluster(tmp_path, 3).start()``: bookies ``bookie-0`` ... on one metadata store
     (``sqlite://ROOT/metadata.db`` unless given), through the test entry point;
     ``powerloss=True`` starts each with the power-loss layer."""
@@ -152,7 +152,7 @@ class Cluster(local_cluster.Cluster):
     def new_bookie(self, data_dir: Path, **options: Any) -> BookieProcess:
         return BookieProcess(data_dir, **options)
 
-    def spawn(self, bookie: local_cluster.BookieProcess) -> None:
+    def spawn(self, bookie: launcher.BookieProcess) -> None:
         assert isinstance(bookie, BookieProcess)
         bookie.spawn(*self.bookie_args, powerloss=self.powerloss)
 

@@ -7,12 +7,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, cast
 
-from bkframe.core.metadata import MetadataStore
+from bkframe.core.interfaces.metadata_store import MetadataStore
 
 
 class CountingStore:
     """Every attribute of ``inner``; each method call is counted by name in :attr:`calls`.
-    Pass it where a :class:`~bkframe.core.metadata.MetadataStore` is expected with
+    Pass it where a :class:`~bkframe.core.interfaces.metadata_store.MetadataStore` is expected with
     :meth:`as_store`."""
 
     def __init__(self, inner: MetadataStore) -> None:

@@ -319,18 +319,6 @@ class Network:
             raise ValueError(f"mode {mode!r}: 'drop' (packets vanish) or 'reject' (the sender gets an error)")
         self._cuts.add((src.name, dst.name, mode))
 
-    def cut_from_harness(self, a: str | Host, *, mode: str = "drop") -> None:
-        """``a`` and the harness (the test process's namespace) can no longer reach each other."""
-        host = self.host(a)
-        with self._guard:
-            if mode == "drop":
-                ip("neigh", "replace", self.harness_address, "lladdr", NOWHERE_MAC, "nud", "permanent", "dev", "eth0",
-                   netns=host.netns)
-                ip("neigh", "replace", host.address, "lladdr", NOWHERE_MAC, "nud", "permanent", "dev", self.bridge)
-            else:
-                ip("route", "replace", "prohibit", f"{self.harness_address}/32", netns=host.netns)
-            self._cuts.add((host.name, "", mode))
-
     def partition(self, *groups: Sequence[str | Host], mode: str = "drop") -> None:
         """Cut every host of each group from every host of the other groups."""
         named = [[self.host(h) for h in g] for g in groups]
@@ -359,11 +347,9 @@ class Network:
                 if pair is not None and {src, dst} != pair:
                     continue
                 s = self.hosts[src]
-                target = self.hosts[dst].address if dst else self.harness_address
+                target = self.hosts[dst].address
                 if mode == "drop":
                     ip("neigh", "del", target, "dev", "eth0", netns=s.netns, check=False)
-                    if not dst:
-                        ip("neigh", "del", s.address, "dev", self.bridge, check=False)
                 else:
                     ip("route", "del", "prohibit", f"{target}/32", netns=s.netns, check=False)
                 self._cuts.discard((src, dst, mode))
@@ -374,7 +360,7 @@ class Network:
 
     @property
     def cuts(self) -> set[tuple[str, str, str]]:
-        """(from, to, mode) of each cut in place ("" as ``to``: the harness)."""
+        """(from, to, mode) of each cut in place."""
         return set(self._cuts)
 
     # -- teardown ----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The contract every journal keeps (:class:`~bkframe.core.interfaces.Journal`), as a test
+"""The contract every journal keeps (:class:`~bkframe.core.interfaces.journal.Journal`), as a test
 suite a journal plugin runs on its own implementation.
 
 Subclass in a test module of your plugin and provide the ``journal_factory`` fixture: a
@@ -25,7 +25,7 @@ import pytest
 import trio
 
 from bkframe.core.counters import Counters
-from bkframe.core.interfaces import Journal, JournalPosition
+from bkframe.core.interfaces.journal import Journal, JournalPosition
 
 JournalFactory = Callable[[Path, Counters], Journal]
 

@@ -32,25 +32,19 @@ import attrs
 import pytest
 import trio
 
-from bkframe.core.cluster import init_cluster, require_cluster
-from bkframe.core.metadata import (
-    LAYOUT_VERSION,
+from bkframe.common.cluster_record import init_cluster, require_cluster
+from bkframe.core.interfaces.metadata_store import MetadataStore, iter_ledger_ids, iter_ledgers_of_bookie
+from bkframe.core.metadata import LAYOUT_VERSION, BookieInfo, ClusterRecord, LedgerMetadata, LedgerStateName
+from bkframe.core.plugin_manager import PluginManager
+from bkframe.errors import (
     BadVersionError,
     BookieIdInUseError,
-    BookieInfo,
-    ClusterRecord,
     LedgerExistsError,
-    LedgerMetadata,
-    LedgerStateName,
     LogExistsError,
-    MetadataStore,
+    NoClusterError,
     NoSuchLedgerError,
     NoSuchLogError,
-    iter_ledger_ids,
-    iter_ledgers_of_bookie,
 )
-from bkframe.core.plugin_manager import PluginManager
-from bkframe.errors import NoClusterError
 from bkframe.testing.autorecovery_contract import AutorecoveryContract, SharedAutorecoveryContract
 from bkframe.testing.multilog_contract import MultiLogContract, SharedMultiLogContract
 
@@ -60,7 +54,7 @@ def ledger(ledger_id: int, **kw: object) -> LedgerMetadata:
 
 
 class MetadataStoreContract(AutorecoveryContract, MultiLogContract):
-    """What every :class:`~bkframe.core.metadata.MetadataStore` does; see the module docstring."""
+    """What every :class:`~bkframe.core.interfaces.metadata_store.MetadataStore` does; see the module docstring."""
 
     @pytest.fixture
     def store_uri(self) -> str:
@@ -475,7 +469,7 @@ class SharedMetadataStoreContract(MetadataStoreContract, SharedAutorecoveryContr
             f"""
             import sys
             import trio
-            from bkframe.core.metadata import BadVersionError
+            from bkframe.errors import BadVersionError
             from bkframe.core.plugin_manager import PluginManager
             async def bump(read, write):
                 while True:

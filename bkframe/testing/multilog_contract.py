@@ -5,7 +5,7 @@ log records compared-and-set in one atomic step (what ``Logs.commit_many`` build
 :class:`MultiLogContract` and :class:`~bkframe.testing.metadata_contract.SharedMetadataStoreContract`
 inherits :class:`SharedMultiLogContract`, so a store plugin runs these cases with the rest;
 the fixtures (``store``, ``open_store``, ``store_uri``) are theirs. ``update_logs`` is optional
-for a store (:class:`~bkframe.core.metadata.MultiLogStore`): a plugin without it overrides
+for a store (:class:`~bkframe.core.interfaces.metadata_store.MultiLogStore`): a plugin without it overrides
 :attr:`MultiLogContract.multi_log` with False, and these cases are skipped.
 """
 
@@ -19,7 +19,9 @@ from collections.abc import Callable
 import pytest
 import trio
 
-from bkframe.core.metadata import BadVersionError, MetadataStore, MultiLogStore, NoSuchLogError, Versioned
+from bkframe.core.interfaces.metadata_store import MetadataStore, MultiLogStore
+from bkframe.core.metadata import Versioned
+from bkframe.errors import BadVersionError, NoSuchLogError
 
 
 def _multi(store: MetadataStore) -> MultiLogStore:
@@ -34,7 +36,7 @@ async def _records(store: MetadataStore, *names: str) -> list[Versioned]:
 class MultiLogContract:
     """What a store with ``update_logs`` does; see the module docstring."""
 
-    #: Whether the store implements :class:`~bkframe.core.metadata.MultiLogStore` (every
+    #: Whether the store implements :class:`~bkframe.core.interfaces.metadata_store.MultiLogStore` (every
     #: built-in one does); False skips these cases.
     multi_log = True
 
@@ -121,7 +123,7 @@ class SharedMultiLogContract(MultiLogContract):
             f"""
             import sys
             import trio
-            from bkframe.core.metadata import BadVersionError
+            from bkframe.errors import BadVersionError
             from bkframe.core.plugin_manager import PluginManager
             async def main(me):
                 s = PluginManager().metadata_store({store_uri!r})

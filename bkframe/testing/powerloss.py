@@ -113,7 +113,7 @@ def install_from_env() -> bool:
     os.fsync = fsync  # type: ignore[assignment]
     os.fdatasync = fdatasync  # type: ignore[assignment]
     # A syncfs would make everything durable unseen: sync file by file, through the wrapper.
-    from bkframe.core import fsync as fsync_module
+    from bkframe.storage_kit import fsync as fsync_module
 
     fsync_module.sync_tree = fsync_module.fsync_tree  # type: ignore[assignment]
     return True

@@ -1,7 +1,7 @@
 """Counting trio's scheduler passes, task steps and wakeups: how the per-message costs of
-docs/benchmarks.md ("Third round: one pass per message") are counted, in tests
+docs/benchmarks/latency.md ("Third round: one pass per message") are counted, in tests
 (``trio.lowlevel.add_instrument(PassCounter())``) and in the sandbox's processes
-(``scripts/latency/passes_per_add.py``).
+(``benchmarks/latency/passes_per_add.py``).
 
 A *pass* is one turn of trio's run loop, one ``epoll_wait`` (``before_io_wait``); a *busy*
 pass is one taken while tasks were still runnable (timeout 0: a checkpoint's). Each wakeup

@@ -1,4 +1,4 @@
-"""The contract every ledger storage keeps (:class:`~bkframe.core.interfaces.LedgerStorage`),
+"""The contract every ledger storage keeps (:class:`~bkframe.core.interfaces.ledger_storage.LedgerStorage`),
 as a test suite a storage plugin runs on its own implementation.
 
 Subclass in a test module of your plugin and provide the ``storage_factory`` fixture: a
@@ -12,7 +12,7 @@ crash)::
             return lambda directory, counters: MyStorage(directory, counters)
 
 A storage that writes through an entry-log manager makes one over a subdirectory of
-``directory`` (see ``tests/plugins/test_ledger_storage_default.py``). Garbage collection,
+``directory`` (see ``tests/builtin/test_ledger_storage_default.py``). Garbage collection,
 compaction and crash damage are each storage's own business, for its own tests.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from bkframe.core.counters import Counters
-from bkframe.core.interfaces import LedgerStorage
+from bkframe.core.interfaces.ledger_storage import LedgerStorage
 
 StorageFactory = Callable[[Path, Counters], LedgerStorage]
 

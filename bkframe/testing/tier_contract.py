@@ -31,11 +31,11 @@ from pathlib import Path
 
 import pytest
 
+from bkframe.core.interfaces.tier import InvalidKeyError, Tier
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.core.tier import InvalidKeyError, Tier
 from bkframe.errors import NoSuchObjectError, ObjectExistsError, TierError
 
-#: Keys no tier accepts (bkframe.core.tier.check_key).
+#: Keys no tier accepts (bkframe.core.interfaces.tier.check_key).
 BAD_KEYS = ("", "/abs", "a//b", "a/", "a/../b", "..", ".", "a/./b", "a\0b", "k" * 1025)
 
 
@@ -66,7 +66,7 @@ class BreakingStream(io.RawIOBase):
 
 
 class TierContract:
-    """What every :class:`~bkframe.core.tier.Tier` does; see the module docstring."""
+    """What every :class:`~bkframe.core.interfaces.tier.Tier` does; see the module docstring."""
 
     #: A put larger than this is split into parts by the tier (as the URI asks); the suite
     #: writes 2.5 of it. Tiers that do not split take the default.

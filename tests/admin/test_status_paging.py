@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from bkframe.admin.status import MAX_ROWS, StatusPage
-from bkframe.cli.bench_scale_metadata import Admin
+from bkframe.bench.scale_metadata import Admin
 from bkframe.core.metadata import LedgerMetadata
 from bkframe.core.plugin_manager import PluginManager
 

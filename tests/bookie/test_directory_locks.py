@@ -27,11 +27,11 @@ import pytest
 import bkframe
 from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.config import directory_field, load_config
-from bkframe.core.directory_lock import LOCK_FILE, DirectoryLockedError, DirectoryLocks, holder_pid
-from bkframe.core.metadata import MetadataStore
+from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.registry import ComponentRegistry
 from bkframe.errors import PluginError
+from bkframe.storage_kit.directory_lock import LOCK_FILE, DirectoryLockedError, DirectoryLocks, holder_pid
 from bkframe.testing.cluster import BOOKIE_COMMAND, BookieProcess
 from bkframe.testing.kit import FAST, PASSWORD, payload
 

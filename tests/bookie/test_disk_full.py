@@ -3,7 +3,7 @@
 and fences, and comes back below ``disk_usage_lwm``), a write that fails with ENOSPC, and
 a bookie that (re)starts on a full disk.
 
-The small bookie's disk is the disk-full layer (:mod:`bkframe.testing.diskfull`) or, where
+The small bookie's disk is the disk-full layer (:mod:`bkframe.testing.disk_full`) or, where
 this machine lets the test mount one, a real size-limited filesystem (tmpfs: the
 ``small_filesystem`` fixture of :mod:`bkframe.testing.pytest_plugin`).
 """
@@ -29,7 +29,7 @@ from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import key_hash, master_key
 from bkframe.proto.codes import LAST_ENTRY, Status
 from bkframe.testing.cluster import BookieProcess, Cluster
-from bkframe.testing.diskfull import used_bytes
+from bkframe.testing.disk_full import used_bytes
 from bkframe.testing.kit import PASSWORD, payload
 
 MB = 1 << 20
@@ -159,9 +159,8 @@ def placed(md: LedgerMetadata, bookie_id: str) -> set[int]:
 def journaled(data_dir: Path, md: LedgerMetadata) -> set[int]:
     """The entries of the ledger in the journal files of a stopped bookie, checked against
     their digests."""
-    from bkframe_journal_fs.fs_journal import FsJournal
-
     from bkframe.bookie.durability import journal_records as jr
+    from bkframe.builtin.journal_fs.fs_journal import FsJournal
     from bkframe.core.counters import Counters
 
     digester = Digester.for_ledger(md.digest_type, PASSWORD)

@@ -24,10 +24,10 @@ import pytest
 import trio
 
 import bkframe
+from bkframe.builtin.ledger_storage_default.ledger_index import HEADER_SIZE, RECORD_DTYPE, LedgerIndex
 from bkframe.client.bookies.connection import BookieClient
-from bkframe.core.mapped_file import PAGE, MappedFile
-from bkframe.plugins.ledger_storage_default.ledger_index import HEADER_SIZE, RECORD_DTYPE, LedgerIndex
 from bkframe.proto.codes import Status
+from bkframe.storage_kit.mapped_file import PAGE, MappedFile
 from bkframe.testing.cluster import BookieProcess
 from bkframe.testing.small_fs import SmallFilesystem
 from tests.bookie.test_disk_full import _is, known, registered_read_only, wait_for
@@ -241,7 +241,7 @@ def test_index_pages_are_allocated_before_they_are_written(tmp_path: Path, small
     """The unit under the scenarios above, on a full filesystem: a new index is allocated
     whole (st_blocks), growth allocates nothing, a write to a grown table fails with ENOSPC
     before it touches a page, and reads of its holes allocate nothing."""
-    from bkframe.core.interfaces import LedgerState
+    from bkframe.core.interfaces.ledger_storage import LedgerState
 
     fs = small_filesystem(kind, tmp_path / kind, 4 * MB)
     # Whole pages: with ext4's 1 KiB blocks, a page written through a mapping needs all four.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bkframe import LedgerMetadata
 from bkframe.client.bookies.connection import connect_bookie
-from bkframe.core.auth import internal_credential
+from bkframe.core.interfaces.auth import internal_credential
 from bkframe.core.ledger_keys import master_key, password_hash
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.proto.codes import Status

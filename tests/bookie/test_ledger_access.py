@@ -27,7 +27,7 @@ import bkframe
 from bkframe import LedgerStateName
 from bkframe.bookie.key_check import KeyCheck
 from bkframe.client.bookies.connection import BookieClient, connect_bookie
-from bkframe.core.auth import internal_credential
+from bkframe.core.interfaces.auth import internal_credential
 from bkframe.core.ledger_keys import master_key, password_hash
 from bkframe.core.metadata import ClusterRecord
 from bkframe.core.plugin_manager import PluginManager

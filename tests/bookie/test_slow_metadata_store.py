@@ -22,8 +22,9 @@ import trio
 import bkframe
 from bkframe.bookie.key_check import KeyCheck
 from bkframe.client.bookies.connection import connect_bookie
+from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.ledger_keys import master_key
-from bkframe.core.metadata import LedgerMetadata, MetadataStore
+from bkframe.core.metadata import LedgerMetadata
 from bkframe.proto import table
 from bkframe.proto.codes import LAST_ENTRY, Feature, Op, Status
 from bkframe.proto.ops.connection_setup import encode_features

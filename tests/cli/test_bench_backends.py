@@ -1,5 +1,5 @@
-"""``bkframe bench-backends``, small, as a real process on three real bookies: both event
-loops measured in one run, alternating, and the ratios printed (docs/benchmarks.md's
+"""``bkframe bench backends``, small, as a real process on three real bookies: both event
+loops measured in one run, alternating, and the ratios printed (docs/benchmarks/event-loops.md's
 figures come from the same command at full size)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from bkframe.testing.cluster import Cluster
 
 def test_bench_backends_alternates_asyncio_and_trio(shared_cluster: Cluster) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "bkframe", "bench-backends", "--metadata", shared_cluster.metadata, "--rounds", "2",
+        [sys.executable, "-m", "bkframe", "bench", "backends", "--metadata", shared_cluster.metadata, "--rounds", "2",
          "--count", "300", "--latency-count", "20", "--entry-size", "100", "--json"],
         capture_output=True, text=True, timeout=180,
     )

@@ -1,4 +1,4 @@
-"""``bkframe bench`` starts a private bookie: with ``$BKFRAME_METADATA`` set (a user's shell
+"""``bkframe bench appends`` starts a private bookie: with ``$BKFRAME_METADATA`` set (a user's shell
 that works with a cluster), that bookie must not join the cluster it names -- it used to,
 leaving a bookie registration and a cookie there. Real processes: a real (sqlite) cluster
 store made by ``bkframe cluster init``, the bench with its bookie."""
@@ -35,7 +35,7 @@ def test_bench_leaves_the_cluster_of_the_environment_alone(tmp_path: Path) -> No
     before = snapshot(store)
 
     env = {**os.environ, "BKFRAME_METADATA": uri}
-    bench = bk("bench", "--count", "200", "--entry-size", "100", env=env, cwd=tmp_path)
+    bench = bk("bench", "appends", "--count", "200", "--entry-size", "100", env=env, cwd=tmp_path)
     assert bench.returncode == 0, bench.stderr
     assert "entries/s" in bench.stdout, bench.stdout
 

@@ -1,4 +1,4 @@
-"""``bkframe bench-scale metadata`` at a small size: it fills the store as asked and times
+"""``bkframe bench scale metadata`` at a small size: it fills the store as asked and times
 every target (docs/scaling.md has the figures at 10^6 ledgers)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ def test_bench_scale_metadata_fills_and_times_a_small_store(tmp_path: Path) -> N
     uri = f"sqlite://{tmp_path / 'meta.db'}"
     args = ["--metadata", uri, "--ledgers", "500", "--logs", "50", "--fill-workers", "1", "--clients", "1", "--seconds", "1"]
     proc = subprocess.run(
-        [sys.executable, "-m", "bkframe", "bench-scale", "metadata", *args, "--json"],
+        [sys.executable, "-m", "bkframe", "bench", "scale", "metadata", *args, "--json"],
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
@@ -35,7 +35,7 @@ def test_bench_scale_metadata_fills_and_times_a_small_store(tmp_path: Path) -> N
 
     # Without a fill, the same store is timed again, with the ledgers the clients made; the table.
     proc = subprocess.run(
-        [sys.executable, "-m", "bkframe", "bench-scale", "metadata", "--no-fill", "--metadata", uri, "--clients", "1",
+        [sys.executable, "-m", "bkframe", "bench", "scale", "metadata", "--no-fill", "--metadata", uri, "--clients", "1",
          "--seconds", "0.5"],
         capture_output=True, text=True, timeout=300,
     )

@@ -1,4 +1,4 @@
-"""``bkframe bench-sweep`` with tiny counts, run as a real process on real 3-bookie clusters:
+"""``bkframe bench sweep`` with tiny counts, run as a real process on real 3-bookie clusters:
 every cell is there with positive figures, and the plots are PNG files. No speed is asserted."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bkframe.cli.bench_plots import write_plots
-from bkframe.cli.bench_sweep import SIZES, TYPES, WINDOWS, markdown_tables
+from bkframe.bench.plots import write_plots
+from bkframe.bench.sweep import SIZES, TYPES, WINDOWS, markdown_tables
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOTS = ("throughput-window256.png", "latency-cdf-window1.png", "latency-by-window.png")
@@ -28,7 +28,7 @@ def test_sweep_writes_every_cell_and_the_plots(tmp_path: Path) -> None:
     # Without --out-dir: a new folder in the current directory, named on stderr (it used to be
     # docs/benchmarks, over the committed figures).
     proc = subprocess.run(
-        [sys.executable, "-m", "bkframe", "bench-sweep", "--scale", "0.001", "--note", "a test"],
+        [sys.executable, "-m", "bkframe", "bench", "sweep", "--scale", "0.001", "--note", "a test"],
         capture_output=True, text=True, timeout=240, cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
@@ -47,10 +47,10 @@ def test_sweep_writes_every_cell_and_the_plots(tmp_path: Path) -> None:
             cdf = cell["latency_cdf_ms"]
             assert len(cdf) == 201 and cdf == sorted(cdf) and cdf[0] > 0, key
     assert sweep["notes"] == ["a test"] and sweep["machine"]["cpus"] >= 1 and sweep["date"].endswith("Z")
-    assert sweep["command"].startswith("bkframe bench-sweep")
+    assert sweep["command"].startswith("bkframe bench sweep")
     assert sweep["peers"]["results"] == [] and sweep["floors"] == []
     assert_pngs(out_dir)
-    # It prints the cells as a markdown table for docs/benchmarks.md: a row per cell.
+    # It prints the cells as a markdown table for docs/benchmarks/sweep.md: a row per cell.
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "JOURNAL" in line]
     assert len(rows) == len(cells)
 

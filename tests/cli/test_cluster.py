@@ -15,7 +15,8 @@ import trio
 
 import bkframe
 from bkframe import NoClusterError
-from bkframe.core.metadata import ClusterRecord, MetadataStore
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.metadata import ClusterRecord
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.testing.cluster import BOOKIE_COMMAND, BookieProcess
 

@@ -42,6 +42,6 @@ def test_every_help_text_is_plain() -> None:
             if len(opts) != len(set(opts)):
                 twice[path] = sorted({o for o in opts if opts.count(o) > 1})
     # The walk must reach the nested groups, or it would prove nothing about them.
-    assert {"bkframe ledger metadata", "bkframe bookies list", "bkframe log offload"} <= set(seen)
+    assert {"bkframe ledger metadata", "bkframe bookies list", "bkframe log offload", "bkframe bench scale metadata"} <= set(seen)
     assert not marked, f"--help shows reStructuredText markup: {marked}"
     assert not twice, f"options declared twice: {twice}"

@@ -12,7 +12,7 @@ What this test changes, and why (every other command runs as written):
   plugins/spark/tests/test_pipeline.py's, which runs it on the suite's SparkSession.
 - ``./scripts/test`` is not run: it is the suite this test is part of.
 - ``/tmp/`` is a folder of this test's own, so that runs side by side do not share one.
-- ``bench`` and ``bench-sweep`` get smaller counts appended (the last option wins); their
+- ``bench appends`` and ``bench sweep`` get smaller counts appended (the last option wins); their
   figures are tests/cli/test_bench_sweep.py's and test_bench_private.py's to check.
 - The library example's ``/path/to/metadata.db`` is the README's sandbox's store.
 
@@ -45,7 +45,7 @@ MARKER = "<!-- walk-through"
 #: What a long-running command prints once it is up, by its bkframe subcommand.
 READY = {"bookie": "listening on", "sandbox": "running;"}
 #: Appended to these bkframe subcommands: the same command on less work.
-SMALLER = {"bench": "--count 5000", "bench-sweep": "--scale 0.001 --sizes 100 --windows 1 --no-plots"}
+SMALLER = {"bench appends": "--count 5000", "bench sweep": "--scale 0.001 --sizes 100 --windows 1 --no-plots"}
 STEP_TIMEOUT_S = 120.0
 #: The README's sandbox's store, in the clone: the library example's ``/path/to/metadata.db``.
 SANDBOX_DB = "sandbox-data/metadata.db"
@@ -66,8 +66,11 @@ class Step:
 
     @property
     def subcommand(self) -> str:
+        """The bkframe subcommand; a benchmark's with its group's (``bench sweep``)."""
         words = self.command.split()
-        return words[1] if words[0].endswith("/bkframe") and len(words) > 1 else ""
+        if not (words[0].endswith("/bkframe") and len(words) > 1):
+            return ""
+        return " ".join(words[1:3]) if words[1] == "bench" else words[1]
 
 
 def walkthrough_steps(readme: str) -> list[Step]:

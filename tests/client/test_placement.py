@@ -17,8 +17,8 @@ import trio
 import bkframe
 from bkframe import ConfigError, PluginError
 from bkframe.core.config import NoConfig
+from bkframe.core.interfaces.placement import Candidate, PlacementError, racks_spanned
 from bkframe.core.metadata import BookieInfo
-from bkframe.core.placement import Candidate, PlacementError, racks_spanned
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.registry import ComponentRegistry
 from bkframe.testing.kit import FAST, PASSWORD

@@ -13,7 +13,7 @@ import trio
 
 import bkframe
 from bkframe.testing.kit import PASSWORD, payload
-from tests.client.test_replication import _spawn_writer
+from tests.client.test_replicated_ledgers import _spawn_writer
 
 
 @pytest.fixture(params=["zookeeper", "etcd"])

@@ -12,15 +12,15 @@ from bkframe.core.config import (
     BookieConfig,
     HttpConfig,
     LimitsConfig,
+    LoggingConfig,
     OffloadConfig,
     PluginsConfig,
+    TLSConfig,
     load_config,
     parse_section,
 )
-from bkframe.core.log_config import LoggingConfig
 from bkframe.core.plugin_manager import SECTION_KINDS, PluginManager
 from bkframe.core.registry import ComponentKind
-from bkframe.core.tls import TLSConfig
 
 SAMPLE = Path(__file__).resolve().parents[2] / "conf" / "bookie.toml"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bkframe import ConfigError
+from bkframe import MetadataError
 from bkframe.core.config import load_config
 from bkframe.core.plugin_manager import DISABLE_ENV, PluginManager
 from bkframe.core.registry import ComponentKind
@@ -33,7 +33,7 @@ def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     (site / "odd_good.py").write_text(textwrap.dedent('''
         import bkframe
-        from bkframe.core.interfaces import LedgerType
+        from bkframe.core.interfaces.durability import LedgerType
 
         @bkframe.hookimpl
         def bkframe_register_components(registry):
@@ -48,7 +48,7 @@ def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         '''))
     (site / "odd_raising.py").write_text(textwrap.dedent('''
         import bkframe
-        from bkframe.core.interfaces import LedgerType
+        from bkframe.core.interfaces.durability import LedgerType
 
         @bkframe.hookimpl
         def bkframe_register_components(registry):
@@ -94,9 +94,16 @@ def test_an_external_plugin_can_be_disabled(third_party: Path, monkeypatch: pyte
 
 def test_the_bookie_config_disables_plugins_too(tmp_path: Path) -> None:
     config_file = tmp_path / "bookie.toml"
-    config_file.write_text('[plugins]\ndisable = ["entrylog_per_ledger"]\n\n[entry_log_manager]\nplugin = "per_ledger"\n')
+    config_file.write_text('[plugins]\ndisable = ["metadata_zk"]\n')
     config = load_config(config_file, {"data_dir": tmp_path / "data"})
-    assert config.plugins.disable == ("entrylog_per_ledger",)
-    with pytest.raises(ConfigError, match=r"\[entry_log_manager\] plugin = 'per_ledger': no installed plugin provides it"):
-        PluginManager(disabled=config.plugins.disable).check_config(config)
-    PluginManager().check_config(config)  # installed and not disabled: fine
+    assert config.plugins.disable == ("metadata_zk",)
+    with pytest.raises(MetadataError, match=r"no installed plugin serves metadata URI 'zk://.*'"):
+        PluginManager(disabled=config.plugins.disable).metadata_store("zk://127.0.0.1:1/x")
+    assert "zk" in PluginManager().components.names(ComponentKind.METADATA_STORE)  # installed and not disabled
+
+
+def test_built_in_plugins_cannot_be_disabled(tmp_path: Path) -> None:
+    """What a default bookie needs is built in, not an entry point: ``disable`` names entry
+    points only, so a bookie's own journal cannot be switched off by a typo'd config."""
+    pm = PluginManager(disabled=["journal_fs", "bkframe.builtin.journal_fs.plugin"])
+    assert "journal_fs" in pm.components.names(ComponentKind.JOURNAL)

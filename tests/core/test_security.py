@@ -19,19 +19,19 @@ import trustme
 
 import bkframe
 from bkframe import ClientSettings, ConfigError, UnauthorizedError
+from bkframe.builtin.auth import TLSAuth, TLSAuthConfig, TokenAuth, TokenConfig
 from bkframe.client.bookies.connection import connect_bookie
 from bkframe.client.bookies.errors import BookieConnectionError
-from bkframe.core.auth import AuthenticationError, Peer
 from bkframe.core.config import load_config
+from bkframe.core.interfaces.auth import AuthenticationError, Peer
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.core.tls import client_context
-from bkframe.plugins.auth import TLSAuth, TLSAuthConfig, TokenAuth, TokenConfig
 from bkframe.proto.codes import FRAME_HEADER, Status
 from bkframe.proto.frames import pack_frame
 from bkframe.proto.ops.add import encode_add
 from bkframe.proto.ops.connection_setup import AuthRequest
 from bkframe.proto.ops.read import encode_read
 from bkframe.proto.table import Response, decode_responses
+from bkframe.proto.tls import client_context
 from bkframe.testing.backends import on_both_backends
 
 TOKEN = "s3cret-token-for-tests-91d2"

@@ -27,7 +27,7 @@ import attrs
 import trio
 
 from bkframe.testing.cluster import BookieProcess, Cluster
-from bkframe.testing.diskfull import used_bytes
+from bkframe.testing.disk_full import used_bytes
 from tests.faults.checks import CheckResult, check_cluster
 from tests.faults.clock_faults import CLOCK_ACTIONS, FaultClocks
 from tests.faults.network import NETWORK_ACTIONS, FaultNetwork, FaultNetworkError
@@ -238,7 +238,7 @@ class Run:
         bookie.proc.send_signal(signal.SIGCONT)
 
     def fill_disk(self, bookie: BookieProcess) -> None:
-        """DISK FULL (bkframe.testing.diskfull): the disk shrinks to what the bookie uses, so
+        """DISK FULL (bkframe.testing.disk_full): the disk shrinks to what the bookie uses, so
         every write that grows a file fails with ENOSPC and the disk check sees 100 %: it
         turns read-only; PD writers change ensemble, VD and BYPASS writers fail and their
         ledgers are recovered. Healed ("disk_free") after RunConfig.disk_full_s; nothing

@@ -208,7 +208,7 @@ async def test_rereplication_keeps_write_sets_on_three_racks(cluster_factory: An
     """Six bookies in three racks, every bookie's [placement] rack-aware with min_racks = 3:
     the copies of a lost bookie's fragments go where every write set still spans three racks
     (the other bookie of its rack: a random choice would be right one time in four)."""
-    from bkframe.core.placement import racks_spanned
+    from bkframe.core.interfaces.placement import racks_spanned
 
     racks_by_index = ("rack-a", "rack-b", "rack-c")
     config = autorecovery_config() + '\n[placement]\npolicy = "rack_aware"\nmin_racks = 3\n'

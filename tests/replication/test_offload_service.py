@@ -30,7 +30,7 @@ from bkframe import Record
 from bkframe.client.logs.model import LogEntry, Segment
 from bkframe.client.settings import ClientSettings
 from bkframe.client.tiering.keys import segment_key
-from bkframe.core.cluster import require_cluster
+from bkframe.common.cluster_record import require_cluster
 from bkframe.core.config import AutorecoveryConfig, OffloadConfig
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import NoSuchLedgerError

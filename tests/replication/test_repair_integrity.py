@@ -15,7 +15,7 @@ import trio
 import bkframe
 from bkframe import DigestType, LedgerMetadata, LedgerStateName
 from bkframe.client.entry_format import Digester
-from bkframe.core.interfaces import LedgerState
+from bkframe.core.interfaces.ledger_storage import LedgerState
 from bkframe.core.ledger_keys import master_key
 from bkframe.proto.codes import Status
 from bkframe.replication.data_integrity import LimboRepair

@@ -52,7 +52,7 @@ def test_a_file_replaced_durably_survives_with_its_new_content(tmp_path: Path) -
         f"""
         from pathlib import Path
         from bkframe.testing.powerloss import install_from_env
-        from bkframe.core.fsync import write_durably
+        from bkframe.storage_kit.fsync import write_durably
         assert install_from_env()
         for n in range(3):
             write_durably(Path({str(data)!r}) / "lastmark", b"mark %d" % n)

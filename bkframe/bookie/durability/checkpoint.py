@@ -19,11 +19,12 @@ from bkframe.bookie.durability import journal_records as jr
 from bkframe.bookie.durability.write_once import apply_stored
 from bkframe.bookie.runtime.periodic import run_periodically
 from bkframe.bookie.runtime.read_only_mode import NoSpaceToStartError
-from bkframe.core import fsync
-from bkframe.core.disk_full import is_disk_full
-from bkframe.core.fsync import write_durably
-from bkframe.core.interfaces import Buffer, JournalPosition
+from bkframe.core.interfaces import Buffer
+from bkframe.core.interfaces.journal import JournalPosition
 from bkframe.errors import BKError
+from bkframe.storage_kit import fsync
+from bkframe.storage_kit.disk_full import is_disk_full
+from bkframe.storage_kit.fsync import write_durably
 
 log = logging.getLogger("bkframe.bookie")
 

@@ -16,7 +16,7 @@ ones included: a closed ledger must stay closed to its old writer (scenario 1) a
 entries here must be restored too. Without a metadata store only local ledgers are known.
 
 The store is asked for this bookie's ledgers only: the ids it indexes for this bookie
-(:meth:`~bkframe.core.metadata.MetadataStore.ledgers_of_bookie`, paged), then the metadata
+(:meth:`~bkframe.core.interfaces.metadata_store.MetadataStore.ledgers_of_bookie`, paged), then the metadata
 of each, :data:`READS_IN_FLIGHT` at a time -- never the cluster's listing. A local ledger
 the index does not name has metadata that does not name this bookie either (the index is
 kept with each update), so it would not be chosen: it is not read.
@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING
 import trio
 
 from bkframe.bookie.startup.cookies import clear_data_loss, data_loss_marked
-from bkframe.core.bounded import each_bounded
-from bkframe.core.metadata import LedgerMetadata, MetadataError, MetadataStore, NoSuchLedgerError, iter_ledgers_of_bookie
+from bkframe.common.bounded import each_bounded
+from bkframe.core.interfaces.metadata_store import MetadataStore, iter_ledgers_of_bookie
+from bkframe.core.metadata import LedgerMetadata
+from bkframe.errors import MetadataError, NoSuchLedgerError
 
 if TYPE_CHECKING:
     from bkframe.bookie.bookie import Bookie

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import trio
 
-from bkframe.core.interfaces import Journal, JournalWriteError
+from bkframe.core.interfaces.journal import Journal, JournalWriteError
 
 
 class SyncCursor:

@@ -28,8 +28,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from bkframe.core.disk_full import is_disk_full
-from bkframe.core.fsync import append_durably, keep_room, write_durably
+from bkframe.storage_kit.disk_full import is_disk_full
+from bkframe.storage_kit.fsync import append_durably, keep_room, write_durably
 
 log = logging.getLogger("bkframe.bookie")
 

@@ -29,7 +29,9 @@ import crc32c
 
 from bkframe.bookie.durability import journal_records as jr
 from bkframe.core.counters import Counters
-from bkframe.core.interfaces import Buffer, Journal, LedgerStorage, WriteOnceStorage
+from bkframe.core.interfaces import Buffer
+from bkframe.core.interfaces.journal import Journal
+from bkframe.core.interfaces.ledger_storage import LedgerStorage, WriteOnceStorage
 from bkframe.errors import BKError
 
 log = logging.getLogger("bkframe.bookie")

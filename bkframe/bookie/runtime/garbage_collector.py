@@ -2,7 +2,7 @@
 
 A client deletes a ledger from the metadata store only; each bookie notices on its own.
 Every ``gc_interval_s`` the collector compares the ledgers it holds with the ledgers the
-store indexes for *this* bookie (:meth:`~bkframe.core.metadata.MetadataStore.ledgers_of_bookie`,
+store indexes for *this* bookie (:meth:`~bkframe.core.interfaces.metadata_store.MetadataStore.ledgers_of_bookie`,
 paged), never with the cluster's: a pass costs the store about one id per ledger held
 here, however many ledgers the cluster has (BookKeeper's scan-and-compare, by range). A
 local ledger the index does not name is confirmed with a read of its metadata before
@@ -39,10 +39,11 @@ import trio
 from bkframe.bookie.bookie import Bookie
 from bkframe.bookie.runtime.periodic import run_periodically
 from bkframe.bookie.startup.cookies import CookieCheck
-from bkframe.core.bounded import each_bounded
-from bkframe.core.disk_full import is_disk_full
-from bkframe.core.metadata import MetadataError, MetadataStore, NoSuchLedgerError, iter_ledgers_of_bookie
+from bkframe.common.bounded import each_bounded
+from bkframe.core.interfaces.metadata_store import MetadataStore, iter_ledgers_of_bookie
+from bkframe.errors import MetadataError, NoSuchLedgerError
 from bkframe.proto.codes import MAX_LEDGER_ID
+from bkframe.storage_kit.disk_full import is_disk_full
 
 log = logging.getLogger("bkframe.gc")
 
@@ -56,7 +57,7 @@ READS_IN_FLIGHT = 16
 
 async def not_indexed(local: Sequence[int], pages: AsyncIterator[list[int]]) -> list[int]:
     """The ids of ``local`` (ascending) that no page of ``pages`` (ascending pages of
-    ascending ids, as :func:`~bkframe.core.metadata.iter_ledgers_of_bookie` yields) holds:
+    ascending ids, as :func:`~bkframe.core.interfaces.metadata_store.iter_ledgers_of_bookie` yields) holds:
     a merge, one page in memory at a time."""
     out: list[int] = []
     i = 0

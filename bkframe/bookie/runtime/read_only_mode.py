@@ -1,5 +1,5 @@
 """BookKeeper's read-only mode, and what switches it: how full the data dir's filesystem
-is, or a write that found no space (recognized by :mod:`bkframe.core.disk_full`).
+is, or a write that found no space (recognized by :mod:`bkframe.storage_kit.disk_full`).
 
 Read-only mode (BookKeeper's ``diskUsageThreshold`` / ``diskUsageLwm``): once the used
 fraction of the filesystem reaches the threshold, or a write fails for want of space, the

@@ -26,13 +26,13 @@ import trio
 
 from bkframe.bookie.access import ANONYMOUS, AccessPolicy
 from bkframe.bookie.runtime.throttled_log import ThrottledWarning
-from bkframe.core.auth import AuthenticationError, AuthProvider, Peer
-from bkframe.core.tls import TLS_HANDSHAKE, looks_like_tls, peer_principal
+from bkframe.core.interfaces.auth import AuthenticationError, AuthProvider, Peer
 from bkframe.proto.base import BadMessage
 from bkframe.proto.codes import Feature, Status
 from bkframe.proto.frames import pack_frame
 from bkframe.proto.ops.connection_setup import AuthRequest, FeaturesRequest, encode_auth_response, encode_features_response
 from bkframe.proto.table import Request, encode_error_response
+from bkframe.proto.tls import TLS_HANDSHAKE, looks_like_tls, peer_principal
 
 log = logging.getLogger("bkframe.server")
 

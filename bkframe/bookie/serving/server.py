@@ -37,14 +37,14 @@ from bkframe.bookie.serving.connection import ConnectionReader, Outbox
 from bkframe.bookie.serving.connection_caps import ConnectionCaps
 from bkframe.bookie.serving.handshake import MAX_FRAME_BEFORE_AUTH, AuthGate, open_connection
 from bkframe.bookie.serving.inflight_memory import ConnectionMemory, FrameMemory, InflightMemory
-from bkframe.core.auth import Peer
 from bkframe.core.interfaces import Buffer
-from bkframe.core.tls import server_context
+from bkframe.core.interfaces.auth import Peer
 from bkframe.proto.base import BadMessage
 from bkframe.proto.codes import MAX_FRAME_SIZE, Status
 from bkframe.proto.frames import FrameBuffer, FrameTooLarge, pack_frame
 from bkframe.proto.ops.connection_setup import AuthRequest
 from bkframe.proto.table import Request, decode_requests, encode_error_response
+from bkframe.proto.tls import server_context
 
 log = logging.getLogger("bkframe.server")
 

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import attrs
 
-from bkframe.core.disk_full import DISK_FULL_ERRNOS
-from bkframe.core.fsync import remove_durably, write_durably
-from bkframe.core.metadata import MetadataStore
+from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.errors import BKError
+from bkframe.storage_kit.disk_full import DISK_FULL_ERRNOS
+from bkframe.storage_kit.fsync import remove_durably, write_durably
 
 COOKIE_FILE = "cookie.json"
 #: Present while a re-stamped data dir still needs boot protection (see mark_data_loss).

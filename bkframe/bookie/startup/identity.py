@@ -36,7 +36,8 @@ import trio
 
 from bkframe.bookie.startup.cookies import read_local
 from bkframe.core.config import is_wildcard, split_address
-from bkframe.core.metadata import BookieInfo, MetadataStore, id_in_use
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.metadata import BookieInfo, id_in_use
 from bkframe.errors import ConfigError
 
 #: An address of TEST-NET-1 (RFC 5737): connecting a UDP socket to it sends nothing and

@@ -8,7 +8,7 @@ stops) and sends whole frames from one task, so this stream keeps the socket rea
 buffers what arrives up to :data:`HIGH_WATER` (then pauses reading: the bookie waits, the
 client's memory stays bounded), and writes a frame straight to the transport, waiting only
 while the transport's own buffer is over its high-water mark. Measured by
-``bkframe bench-backends`` (docs/benchmarks.md). Under trio, and for TLS, the connection
+``bkframe bench backends`` (docs/benchmarks/event-loops.md). Under trio, and for TLS, the connection
 uses anyio's streams.
 """
 

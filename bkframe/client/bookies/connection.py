@@ -399,7 +399,7 @@ class BookieClient:
 
 #: Under asyncio, plaintext connections run on asyncio's transport directly
 #: (:mod:`bkframe.client.bookies.asyncio_stream`); False uses anyio's stream, as trio and TLS do
-#: (scripts/bench_asyncio_stream.py compares the two).
+#: (benchmarks/asyncio_stream.py compares the two).
 USE_ASYNCIO_TRANSPORT = True
 
 #: What a client sends in its AUTH request without a token: "nobody in particular".

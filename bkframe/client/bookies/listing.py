@@ -20,7 +20,8 @@ from collections.abc import Mapping
 import anyio
 import attrs
 
-from bkframe.core.metadata import BookieInfo, MetadataStore
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.metadata import BookieInfo
 from bkframe.errors import BKError
 
 log = logging.getLogger("bkframe.client")

@@ -17,8 +17,8 @@ from bkframe.client.bookies.errors import BookieConnectionError, BookieTimeoutEr
 from bkframe.client.bookies.health import BookieHealth
 from bkframe.client.bookies.listing import BookieSet
 from bkframe.client.bookies.pending_response import PendingResponse
-from bkframe.core.metadata import MetadataStore
-from bkframe.core.placement import PlacementPolicy
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.interfaces.placement import PlacementPolicy
 from bkframe.errors import BKError
 
 

@@ -56,7 +56,8 @@ from bkframe.client.logs.retention import trim
 from bkframe.client.logs.tier_deletes import delete_objects
 from bkframe.client.logs.writer import LogWriter
 from bkframe.client.write_handle import WriteHandle
-from bkframe.core.metadata import LedgerMetadata, password_hash
+from bkframe.core.ledger_keys import password_hash
+from bkframe.core.metadata import LedgerMetadata
 from bkframe.errors import (
     BadVersionError,
     CursorExistsError,
@@ -287,7 +288,7 @@ class Logs:
         :meth:`commit_ledgers`. Returns each log's :class:`CommitResult` by name.
 
         Several logs need a store that implements
-        :class:`~bkframe.core.metadata.MultiLogStore` (every built-in one does); another gets
+        :class:`~bkframe.core.interfaces.metadata_store.MultiLogStore` (every built-in one does); another gets
         :class:`~bkframe.errors.UnsupportedError` before anything is changed."""
         return await commits.commit(self._records, ledgers, token, password=password, time_bounds=time_bounds)
 

@@ -3,7 +3,7 @@ or to several at once (:meth:`~bkframe.client.logs.api.Logs.commit_many`).
 
 A commit reads every log record it touches, checks the ledgers (closed, the log's password,
 in no log already), then stores every record with its new segments in **one** step: one
-compare-and-set for one log, :meth:`~bkframe.core.metadata.MultiLogStore.update_logs` (all or
+compare-and-set for one log, :meth:`~bkframe.core.interfaces.metadata_store.MultiLogStore.update_logs` (all or
 nothing) for several. If a record moved meanwhile, it reads them all again and retries. Each
 record remembers the commit's token, so a commit retried after a crash or a timeout finds it
 and changes nothing; since the records are stored together, a token is in all of a commit's

@@ -13,7 +13,8 @@ from typing import Protocol
 from bkframe.client.context import ClientContext
 from bkframe.client.read_handle import ReadHandle
 from bkframe.client.write_handle import WriteHandle
-from bkframe.core.metadata import DigestType, LedgerMetadata, MetadataStore
+from bkframe.core.interfaces.metadata_store import MetadataStore
+from bkframe.core.metadata import DigestType, LedgerMetadata
 
 
 class LedgerClient(Protocol):

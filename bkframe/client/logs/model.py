@@ -3,7 +3,7 @@
 One metadata record per log holds its settings, its ordered segments, who writes it, and
 the tokens of its recent commits; every change is a compare-and-set on the record's
 version (the metadata store keeps the record as opaque bytes, see
-:class:`~bkframe.core.metadata.MetadataStore`). Cursors are records of their own, so a
+:class:`~bkframe.core.interfaces.metadata_store.MetadataStore`). Cursors are records of their own, so a
 consumer moving its cursor never contends with the writer.
 
 Positions are in :mod:`bkframe.client.logs.positions` (and importable from here).

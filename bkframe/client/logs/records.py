@@ -17,7 +17,8 @@ import attrs
 from bkframe.client.logs import chunks
 from bkframe.client.logs.ledgers import LedgerClient
 from bkframe.client.logs.model import Chunk, Cursor, LogMetadata, Position, Segment
-from bkframe.core.metadata import MultiLogStore, password_hash
+from bkframe.core.interfaces.metadata_store import MultiLogStore
+from bkframe.core.ledger_keys import password_hash
 from bkframe.errors import (
     BadVersionError,
     BKError,
@@ -61,7 +62,7 @@ class LogRecords:
         """Store each ``(record, expected_version, spill_before)`` -- all of them if every
         stored record is still at its expected version, else none (:class:`BadVersionError`
         names the log): one ``update_log`` for one record, one ``update_logs`` of a
-        :class:`~bkframe.core.metadata.MultiLogStore` for several. Each record's chunk records
+        :class:`~bkframe.core.interfaces.metadata_store.MultiLogStore` for several. Each record's chunk records
         are written first (:meth:`cas`); with ``spill_before``, only segments numbered below
         it move to chunks."""
         spilled: list[tuple[LogMetadata, int]] = []

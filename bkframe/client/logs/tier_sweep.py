@@ -44,7 +44,7 @@ from bkframe.client.logs.model import Segment
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.tiering.async_tier import AsyncTier
 from bkframe.client.tiering.keys import SEGMENTS, parse_segment_key
-from bkframe.core.tier import ObjectInfo
+from bkframe.core.interfaces.tier import ObjectInfo
 from bkframe.errors import BKError, NoSuchLogError
 
 log = logging.getLogger("bkframe.tiering")

@@ -1,7 +1,7 @@
 """Tiered storage: a log's closed segments as Parquet objects in an object-store tier.
 
 A closed segment never changes, so it can leave the bookies: it is written once as a
-Parquet object in a *tier* (:class:`bkframe.core.tier.Tier`, a plugin: a directory, S3, ...),
+Parquet object in a *tier* (:class:`bkframe.core.interfaces.tier.Tier`, a plugin: a directory, S3, ...),
 checked against the ledger it copies, and then read with ranged reads -- the footer, then
 only the row groups a read needs -- by the client and by query engines (Spark, DuckDB,
 Polars) that read Parquet themselves. docs/tiered-storage.md describes it for users.

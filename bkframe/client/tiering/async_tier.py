@@ -1,7 +1,7 @@
 """A tier called from the event loop: each blocking call in a worker thread, through a limiter, under
 a deadline of bkframe's own.
 
-A tier's methods block (:mod:`bkframe.core.tier`), and a plugin must time its calls out
+A tier's methods block (:mod:`bkframe.core.interfaces.tier`), and a plugin must time its calls out
 itself; bkframe does not rely on that alone. A call that outlives its deadline is
 *abandoned*: its caller gets :class:`~bkframe.errors.TierError` at once, while the thread
 runs on and keeps its limiter token until the SDK returns, so calls that hang can never
@@ -20,7 +20,7 @@ from typing import TypeVar
 import anyio
 import attrs
 
-from bkframe.core.tier import ObjectInfo, Tier
+from bkframe.core.interfaces.tier import ObjectInfo, Tier
 from bkframe.errors import TierError
 
 T = TypeVar("T")

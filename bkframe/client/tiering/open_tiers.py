@@ -16,7 +16,7 @@ from collections.abc import Callable
 import anyio
 
 from bkframe.client.tiering.async_tier import AsyncTier
-from bkframe.core.tier import Tier
+from bkframe.core.interfaces.tier import Tier
 
 log = logging.getLogger("bkframe.tiering")
 

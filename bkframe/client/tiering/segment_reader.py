@@ -36,7 +36,7 @@ from bkframe.client.tiering.footer import (
 )
 from bkframe.client.tiering.object_format import FLAGS, event_times, object_schema
 from bkframe.client.tiering.ranged_file import Fetches
-from bkframe.core.tier import ObjectInfo, Tier
+from bkframe.core.interfaces.tier import ObjectInfo, Tier
 from bkframe.errors import NoSuchEntryError, NoSuchObjectError
 
 

@@ -1,5 +1,5 @@
 """The messages that open a connection: AUTH (who the client is: an auth method and its
-credential; see bkframe.core.auth) and FEATURES (what the client understands beyond
+credential; see bkframe.core.interfaces.auth) and FEATURES (what the client understands beyond
 protocol version 1, :class:`~bkframe.proto.codes.Feature`, sent right after AUTH in its
 frame)."""
 

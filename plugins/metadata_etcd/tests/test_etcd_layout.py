@@ -13,7 +13,8 @@ import pytest
 from bkframe_metadata_etcd import kv
 from bkframe_metadata_etcd.store import EtcdMetadataStore
 
-from bkframe.core.metadata import LedgerMetadata, iter_ledger_ids
+from bkframe.core.interfaces.metadata_store import iter_ledger_ids
+from bkframe.core.metadata import LedgerMetadata
 from bkframe.testing.servers import EtcdServer
 
 

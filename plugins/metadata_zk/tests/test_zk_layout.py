@@ -20,7 +20,7 @@ from bkframe_metadata_zk.layout import MAX_ID, leaf_path, walk
 from bkframe_metadata_zk.store import ZkMetadataStore
 from kazoo.client import KazooClient
 
-from bkframe.core.cluster import init_cluster
+from bkframe.common.cluster_record import init_cluster
 from bkframe.core.metadata import BookieInfo, ClusterRecord, LedgerMetadata
 from bkframe.testing.servers import ZooKeeperServer
 

@@ -20,8 +20,8 @@ from bkframe_tier_s3.options import MiB, parse_uri
 from bkframe_tier_s3.tier import S3Tier
 from botocore.config import Config
 
+from bkframe.core.interfaces.tier import Tier
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.core.tier import Tier
 from bkframe.errors import ConfigError, ObjectExistsError, TierError
 from bkframe.testing.servers import S3Server, free_port
 from bkframe.testing.tier_contract import TierContract, pattern

@@ -13,7 +13,7 @@ import trio
 
 import bkframe
 from bkframe import Logs, Position
-from bkframe.core.metadata import LogChange, MetadataStore, MultiLogStore
+from bkframe.core.interfaces.metadata_store import LogChange, MetadataStore, MultiLogStore
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import PASSWORD, payload
 

@@ -31,7 +31,7 @@ import trio
 import bkframe
 from bkframe import Position, Record
 from bkframe.admin.status import StatusPage
-from bkframe.cli.bench_scale_metadata import Admin
+from bkframe.bench.scale_metadata import Admin
 from bkframe.client.logs.api import LogInfo
 from bkframe.client.logs.model import LogEntry
 from bkframe.client.tiering import segment_writer

@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 import anyio
 from etcd3gw.client import Etcd3Client
 
-from bkframe.core.metadata import BadVersionError, LedgerExistsError, LedgerMetadata, NoSuchLedgerError
+from bkframe.core.metadata import LedgerMetadata
+from bkframe.errors import BadVersionError, LedgerExistsError, NoSuchLedgerError
 from bkframe_metadata_etcd.kv import MAX_ID, b64, id_items
 
 T = TypeVar("T")

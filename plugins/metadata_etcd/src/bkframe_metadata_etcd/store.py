@@ -31,20 +31,16 @@ from etcd3gw.client import Etcd3Client
 from etcd3gw.exceptions import Etcd3Exception
 
 from bkframe.core.interfaces import Spawner
-from bkframe.core.metadata import (
+from bkframe.core.interfaces.metadata_store import LogChange, check_log_changes
+from bkframe.core.metadata import BookieInfo, ClusterRecord, Versioned, id_in_use
+from bkframe.errors import (
     BadVersionError,
     BookieIdInUseError,
-    BookieInfo,
-    ClusterRecord,
     LedgerExistsError,
-    LogChange,
     LogExistsError,
     MetadataError,
     NoSuchLedgerError,
     NoSuchLogError,
-    Versioned,
-    check_log_changes,
-    id_in_use,
 )
 from bkframe_metadata_etcd.autorecovery import TXN_OPS, EtcdAutorecovery
 from bkframe_metadata_etcd.kv import b64 as _b64

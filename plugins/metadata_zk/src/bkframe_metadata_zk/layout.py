@@ -8,7 +8,7 @@ zero-padded to 19 digits (every id up to 2^63 - 1) and split 3+4+4+4+4 into a pa
     ledger 123456789  ->  BASE/000/0000/0001/2345/L6789
 
 so no node holds more than 10^4 children and walking the buckets in order lists ids in
-order. The bookie index (:meth:`~bkframe.core.metadata.MetadataStore.ledgers_of_bookie`)
+order. The bookie index (:meth:`~bkframe.core.interfaces.metadata_store.MetadataStore.ledgers_of_bookie`)
 uses the same paths under a base per bookie.
 """
 

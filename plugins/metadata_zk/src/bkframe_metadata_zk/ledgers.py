@@ -28,7 +28,8 @@ from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import BadVersionError as ZkBadVersion
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from bkframe.core.metadata import BadVersionError, LedgerExistsError, LedgerMetadata, MetadataError, NoSuchLedgerError
+from bkframe.core.metadata import LedgerMetadata
+from bkframe.errors import BadVersionError, LedgerExistsError, MetadataError, NoSuchLedgerError
 from bkframe_metadata_zk.layout import leaf_path, walk
 
 log = logging.getLogger("bkframe.metadata.zk")

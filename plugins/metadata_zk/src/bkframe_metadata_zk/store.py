@@ -41,19 +41,9 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
 from bkframe.core.interfaces import Spawner
-from bkframe.core.metadata import (
-    BadVersionError,
-    BookieIdInUseError,
-    BookieInfo,
-    ClusterRecord,
-    LogChange,
-    LogExistsError,
-    MetadataError,
-    NoSuchLogError,
-    Versioned,
-    check_log_changes,
-    id_in_use,
-)
+from bkframe.core.interfaces.metadata_store import LogChange, check_log_changes
+from bkframe.core.metadata import BookieInfo, ClusterRecord, Versioned, id_in_use
+from bkframe.errors import BadVersionError, BookieIdInUseError, LogExistsError, MetadataError, NoSuchLogError
 from bkframe_metadata_zk.autorecovery import PATHS, ZkAutorecovery, ZkLock
 from bkframe_metadata_zk.ledgers import ZkLedgers
 

@@ -208,100 +208,19 @@ class Options:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
-        opts = {str(k).lower(): v for k, v in options.items()}
-        unknown = sorted(set(opts) - set(NAMES))
-        if unknown:
-            raise OptionError(
-                f"unknown option(s) {unknown} for format 'bkframe'; the options are: "
-                + ", ".join(k for k in KNOWN if k not in ("path", "checkpointLocation"))
-            )
-        metadata = opts.get("metadata") or os.environ.get("BKFRAME_METADATA", "")
-        if not metadata:
-            raise OptionError(
-                "format 'bkframe' needs option 'metadata' (the metadata store URI, e.g. sqlite:///path/metadata.db) "
-                "or $BKFRAME_METADATA"
-            )
-        logs = _log_names(opts["log"]) if opts.get("log") is not None else ()
-        log_pattern = _pattern(str(opts["logpattern"])) if opts.get("logpattern") is not None else None
-        ledgers: tuple[int, ...] = ()
-        if opts.get("ledgers") is not None:
-            try:
-                ledgers = tuple(int(x) for x in str(opts["ledgers"]).split(",") if x.strip())
-            except ValueError:
-                ledgers = ()
-            if not ledgers or any(i < 0 for i in ledgers):
-                raise OptionError(f"option 'ledgers' must list ledger ids, e.g. '1,2,7', got {opts['ledgers']!r}")
-        given = [name for name, value in (("log", logs), ("logPattern", log_pattern), ("ledgers", ledgers)) if value]
-        if len(given) > 1:
-            raise OptionError(f"give one of options 'log', 'logPattern' and 'ledgers', not {' and '.join(map(repr, given))}")
-        starting = _where(opts, "startingposition")
-        ending = _where(opts, "endingposition")
-        if ending == EARLIEST:
-            raise OptionError("option 'endingPosition' must be 'latest' or SEGMENT:ENTRY, not 'earliest'")
-        if (len(logs) > 1 or log_pattern is not None) and (isinstance(starting, Position) or isinstance(ending, Position)):
-            raise OptionError(
-                "a position SEGMENT:ENTRY names a place in one log; with several logs ('log' with commas, or "
-                "'logPattern') options 'startingPosition' and 'endingPosition' take 'earliest' / 'latest' (or use "
-                "'startingTimestamp' / 'endingTimestamp', which apply to each log)"
-            )
-        if ledgers and (starting is not None or ending is not None):
-            raise OptionError("options 'startingPosition' and 'endingPosition' are for logs, not with 'ledgers'")
-        cursor = opts.get("cursor")
-        if cursor is not None:
-            try:
-                check_name(cursor, "cursor")
-            except ValueError as e:
-                raise OptionError(f"option 'cursor': {e}") from None
-        starting_ts = _int(opts, "startingtimestamp", None, minimum=0)
-        ending_ts = _int(opts, "endingtimestamp", None, minimum=0)
-        if starting_ts is not None and starting is not None:
-            raise OptionError("give option 'startingPosition' or option 'startingTimestamp', not both")
-        if ending_ts is not None and ending is not None:
-            raise OptionError("give option 'endingPosition' or option 'endingTimestamp', not both")
-        if ledgers and (starting_ts is not None or ending_ts is not None):
-            raise OptionError(
-                "options 'startingTimestamp' and 'endingTimestamp' are for logs, not with 'ledgers' (ledgers have no "
-                "time index; filter on the 'timestamp' column instead)"
-            )
-        if starting_ts is not None and ending_ts is not None and ending_ts < starting_ts:
-            raise OptionError(f"option 'endingTimestamp' ({ending_ts}) is before 'startingTimestamp' ({starting_ts})")
-        max_entries = _int(opts, "maxentriespertrigger", None)
-        min_entries = _int(opts, "minentriespertrigger", None)
-        if min_entries is not None and max_entries is not None and min_entries > max_entries:
-            raise OptionError(
-                f"option 'minEntriesPerTrigger' ({min_entries}) is more than 'maxEntriesPerTrigger' ({max_entries}): "
-                "no micro-batch could satisfy both"
-            )
-        if "maxtriggerdelay" in opts and min_entries is None:
-            raise OptionError("option 'maxTriggerDelay' bounds how long 'minEntriesPerTrigger' waits: give that too")
-        tls_ca, tls_cert, tls_key = _file(opts, "tlsca"), _file(opts, "tlscert"), _file(opts, "tlskey")
-        if bool(tls_cert) != bool(tls_key):
-            raise OptionError("options 'tlsCert' and 'tlsKey' go together: give both (certificate and key) or neither")
-        if tls_cert and not tls_ca:
-            raise OptionError("option 'tlsCert' needs option 'tlsCa' (the CA that signs the bookies' certificates)")
-        auth_token = str(opts.get("authtoken", "")).strip()
-        auth_token_file = _file(opts, "authtokenfile")
-        if "authtoken" in opts and not auth_token:
-            raise OptionError("option 'authToken' is empty")
-        if auth_token and auth_token_file:
-            raise OptionError("give option 'authToken' or option 'authTokenFile', not both")
-        if auth_token_file:
-            read_token_file(auth_token_file)  # an empty or unreadable file fails here, on the driver
-        offloaded = str(opts.get("offloaded", "tier")).strip().lower()
-        if offloaded not in ("tier", "bookies"):
-            raise OptionError(
-                f"option 'offloaded' is 'tier' (read offloaded segments from their objects, the default) or 'bookies' "
-                f"(from their ledgers, while the bookies still hold them), not {opts['offloaded']!r}"
-            )
-        raw_timeout = opts.get("timeoutseconds")
-        try:
-            timeout_s = float(raw_timeout) if raw_timeout is not None else DEFAULT_TIMEOUT_S
-        except ValueError:
-            timeout_s = -1.0
-        if not timeout_s > 0:
-            raise OptionError(f"option 'timeoutSeconds' must be a number of seconds > 0, got {raw_timeout!r}")
+        """The options Spark hands over, checked one group at a time (the first error found is raised)."""
+        opts = _known(options)
+        metadata = _metadata(opts)
+        logs, log_pattern, ledgers = _source(opts)
+        starting, ending = _positions(opts, several_logs=len(logs) > 1 or log_pattern is not None, ledgers=ledgers)
+        cursor = _cursor(opts)
+        starting_ts, ending_ts = _timestamps(opts, starting, ending, ledgers=ledgers)
+        max_entries, min_entries = _entries_per_trigger(opts)
+        tls_ca, tls_cert, tls_key, auth_token, auth_token_file = _security(opts)
+        offloaded = _offloaded(opts)
+        timeout_s = _timeout_s(opts)
         return cls(
-            metadata=str(metadata),
+            metadata=metadata,
             log=logs[0] if len(logs) == 1 else None,
             ledgers=ledgers,
             password=str(opts.get("password", "")).encode(),
@@ -348,6 +267,156 @@ class Options:
                 f"{what} needs option 'log' (the name of a bkframe log), or a string column 'log' naming each row's log"
             )
         return self.log
+
+
+# -- the steps of Options.parse, one per group of options, in the order it checks them --------
+
+
+def _known(options: Mapping[str, str]) -> dict[str, str]:
+    """The options by lower-cased name (as Spark hands them over); an unknown one is an error."""
+    opts = {str(k).lower(): v for k, v in options.items()}
+    unknown = sorted(set(opts) - set(NAMES))
+    if unknown:
+        raise OptionError(
+            f"unknown option(s) {unknown} for format 'bkframe'; the options are: "
+            + ", ".join(k for k in KNOWN if k not in ("path", "checkpointLocation"))
+        )
+    return opts
+
+
+def _metadata(opts: Mapping[str, str]) -> str:
+    """Option ``metadata``, else ``$BKFRAME_METADATA``: one of them is needed."""
+    metadata = opts.get("metadata") or os.environ.get("BKFRAME_METADATA", "")
+    if not metadata:
+        raise OptionError(
+            "format 'bkframe' needs option 'metadata' (the metadata store URI, e.g. sqlite:///path/metadata.db) "
+            "or $BKFRAME_METADATA"
+        )
+    return str(metadata)
+
+
+def _source(opts: Mapping[str, str]) -> tuple[tuple[str, ...], str | None, tuple[int, ...]]:
+    """What is read or written: options ``log``, ``logPattern`` or ``ledgers``, one of them at most."""
+    logs = _log_names(opts["log"]) if opts.get("log") is not None else ()
+    log_pattern = _pattern(str(opts["logpattern"])) if opts.get("logpattern") is not None else None
+    ledgers: tuple[int, ...] = ()
+    if opts.get("ledgers") is not None:
+        try:
+            ledgers = tuple(int(x) for x in str(opts["ledgers"]).split(",") if x.strip())
+        except ValueError:
+            ledgers = ()
+        if not ledgers or any(i < 0 for i in ledgers):
+            raise OptionError(f"option 'ledgers' must list ledger ids, e.g. '1,2,7', got {opts['ledgers']!r}")
+    given = [name for name, value in (("log", logs), ("logPattern", log_pattern), ("ledgers", ledgers)) if value]
+    if len(given) > 1:
+        raise OptionError(f"give one of options 'log', 'logPattern' and 'ledgers', not {' and '.join(map(repr, given))}")
+    return logs, log_pattern, ledgers
+
+
+def _positions(
+    opts: Mapping[str, str], *, several_logs: bool, ledgers: tuple[int, ...]
+) -> tuple[Position | str | None, Position | str | None]:
+    """Options ``startingPosition`` and ``endingPosition``: places in one log, or earliest / latest."""
+    starting = _where(opts, "startingposition")
+    ending = _where(opts, "endingposition")
+    if ending == EARLIEST:
+        raise OptionError("option 'endingPosition' must be 'latest' or SEGMENT:ENTRY, not 'earliest'")
+    if several_logs and (isinstance(starting, Position) or isinstance(ending, Position)):
+        raise OptionError(
+            "a position SEGMENT:ENTRY names a place in one log; with several logs ('log' with commas, or "
+            "'logPattern') options 'startingPosition' and 'endingPosition' take 'earliest' / 'latest' (or use "
+            "'startingTimestamp' / 'endingTimestamp', which apply to each log)"
+        )
+    if ledgers and (starting is not None or ending is not None):
+        raise OptionError("options 'startingPosition' and 'endingPosition' are for logs, not with 'ledgers'")
+    return starting, ending
+
+
+def _cursor(opts: Mapping[str, str]) -> str | None:
+    """Option ``cursor``: a durable cursor's name."""
+    cursor = opts.get("cursor")
+    if cursor is not None:
+        try:
+            check_name(cursor, "cursor")
+        except ValueError as e:
+            raise OptionError(f"option 'cursor': {e}") from None
+    return cursor
+
+
+def _timestamps(
+    opts: Mapping[str, str], starting: Position | str | None, ending: Position | str | None, *, ledgers: tuple[int, ...]
+) -> tuple[int | None, int | None]:
+    """Options ``startingTimestamp`` and ``endingTimestamp``: instead of the positions, for logs only."""
+    starting_ts = _int(opts, "startingtimestamp", None, minimum=0)
+    ending_ts = _int(opts, "endingtimestamp", None, minimum=0)
+    if starting_ts is not None and starting is not None:
+        raise OptionError("give option 'startingPosition' or option 'startingTimestamp', not both")
+    if ending_ts is not None and ending is not None:
+        raise OptionError("give option 'endingPosition' or option 'endingTimestamp', not both")
+    if ledgers and (starting_ts is not None or ending_ts is not None):
+        raise OptionError(
+            "options 'startingTimestamp' and 'endingTimestamp' are for logs, not with 'ledgers' (ledgers have no "
+            "time index; filter on the 'timestamp' column instead)"
+        )
+    if starting_ts is not None and ending_ts is not None and ending_ts < starting_ts:
+        raise OptionError(f"option 'endingTimestamp' ({ending_ts}) is before 'startingTimestamp' ({starting_ts})")
+    return starting_ts, ending_ts
+
+
+def _entries_per_trigger(opts: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """Options ``maxEntriesPerTrigger`` and ``minEntriesPerTrigger`` (which ``maxTriggerDelay`` needs)."""
+    max_entries = _int(opts, "maxentriespertrigger", None)
+    min_entries = _int(opts, "minentriespertrigger", None)
+    if min_entries is not None and max_entries is not None and min_entries > max_entries:
+        raise OptionError(
+            f"option 'minEntriesPerTrigger' ({min_entries}) is more than 'maxEntriesPerTrigger' ({max_entries}): "
+            "no micro-batch could satisfy both"
+        )
+    if "maxtriggerdelay" in opts and min_entries is None:
+        raise OptionError("option 'maxTriggerDelay' bounds how long 'minEntriesPerTrigger' waits: give that too")
+    return max_entries, min_entries
+
+
+def _security(opts: Mapping[str, str]) -> tuple[str, str, str, str, str]:
+    """TLS files and the token: ``(tlsCa, tlsCert, tlsKey, authToken, authTokenFile)``, each file
+    readable here and the token file not empty."""
+    tls_ca, tls_cert, tls_key = _file(opts, "tlsca"), _file(opts, "tlscert"), _file(opts, "tlskey")
+    if bool(tls_cert) != bool(tls_key):
+        raise OptionError("options 'tlsCert' and 'tlsKey' go together: give both (certificate and key) or neither")
+    if tls_cert and not tls_ca:
+        raise OptionError("option 'tlsCert' needs option 'tlsCa' (the CA that signs the bookies' certificates)")
+    auth_token = str(opts.get("authtoken", "")).strip()
+    auth_token_file = _file(opts, "authtokenfile")
+    if "authtoken" in opts and not auth_token:
+        raise OptionError("option 'authToken' is empty")
+    if auth_token and auth_token_file:
+        raise OptionError("give option 'authToken' or option 'authTokenFile', not both")
+    if auth_token_file:
+        read_token_file(auth_token_file)  # an empty or unreadable file fails here, on the driver
+    return tls_ca, tls_cert, tls_key, auth_token, auth_token_file
+
+
+def _offloaded(opts: Mapping[str, str]) -> str:
+    """Option ``offloaded``: ``tier`` or ``bookies``."""
+    offloaded = str(opts.get("offloaded", "tier")).strip().lower()
+    if offloaded not in ("tier", "bookies"):
+        raise OptionError(
+            f"option 'offloaded' is 'tier' (read offloaded segments from their objects, the default) or 'bookies' "
+            f"(from their ledgers, while the bookies still hold them), not {opts['offloaded']!r}"
+        )
+    return offloaded
+
+
+def _timeout_s(opts: Mapping[str, str]) -> float:
+    """Option ``timeoutSeconds``: a number of seconds > 0."""
+    raw_timeout = opts.get("timeoutseconds")
+    try:
+        timeout_s = float(raw_timeout) if raw_timeout is not None else DEFAULT_TIMEOUT_S
+    except ValueError:
+        timeout_s = -1.0
+    if not timeout_s > 0:
+        raise OptionError(f"option 'timeoutSeconds' must be a number of seconds > 0, got {raw_timeout!r}")
+    return timeout_s
 
 
 __all__ = ["EARLIEST", "KNOWN", "LATEST", "NAMES", "OptionError", "Options"]

@@ -3,7 +3,7 @@ Parquet reader reads the offloaded segments.
 
 A Python data source hands Spark Arrow batches that the JVM turns into rows one by one;
 for small records that costs about as much as Spark's whole vectorised Parquet read
-(docs/benchmarks.md). When a log's offloaded segments are objects in a ``file://`` tier --
+(docs/benchmarks/spark.md). When a log's offloaded segments are objects in a ``file://`` tier --
 a directory every Spark process sees at the same path (a local disk for ``local[N]``, a
 shared mount on a cluster) -- Spark can read them as the Parquet files they are. This
 plans a snapshot of the log on the driver, as the data source does (what is confirmed now,

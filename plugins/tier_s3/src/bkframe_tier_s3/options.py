@@ -34,7 +34,7 @@ from pathlib import Path
 
 import attrs
 
-from bkframe.core.tier import check_key, query_options
+from bkframe.core.interfaces.tier import check_key, query_options
 from bkframe.errors import ConfigError
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30

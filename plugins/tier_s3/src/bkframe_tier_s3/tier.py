@@ -1,4 +1,4 @@
-"""The S3 tier: a :class:`~bkframe.core.tier.Tier` on a bucket (and a key prefix in it), through
+"""The S3 tier: a :class:`~bkframe.core.interfaces.tier.Tier` on a bucket (and a key prefix in it), through
 the AWS SDK's S3 client -- the one ``boto3.client("s3")`` returns, made from botocore (boto3's
 core) directly, so that every tier a process opens shares one parsed S3 model: a boto3
 Session parses it again each time, ~0.1 s of CPU per tier.
@@ -32,7 +32,7 @@ import botocore.loaders
 import botocore.session
 from botocore.config import Config
 
-from bkframe.core.tier import ObjectInfo, Source, check_key, check_prefix, open_source, read_full
+from bkframe.core.interfaces.tier import ObjectInfo, Source, check_key, check_prefix, open_source, read_full
 from bkframe.errors import NoSuchObjectError, ObjectExistsError, TierError
 from bkframe_tier_s3.options import MAX_PART_SIZE, MAX_PARTS, Credentials, S3Options, read_credentials
 
