@@ -5,7 +5,7 @@ throughput with 256 appends in flight. Prints the medians over the rounds.
 
     .venv/bin/python benchmarks/asyncio_stream.py [ROUNDS]
 
-Why: :mod:`bkframe.client.asyncio_stream` (docs/benchmarks/event-loops.md, "asyncio vs trio").
+Why: :mod:`bkframe.client.bookies.asyncio_stream` (docs/benchmarks/event-loops.md, "asyncio vs trio").
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import anyio
 
 import bkframe
-from bkframe.client import bookie_client
+from bkframe.client.bookies import connection as bookie_client
 from bkframe.testing.cluster import Cluster
 
 WINDOW_1 = 2000

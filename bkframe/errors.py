@@ -18,7 +18,7 @@ families, each importable from here:
   :class:`PositionTrimmedError`, :class:`CommitError`, ...).
 
 Errors that belong to one part stay in its module and derive from :class:`BKError` too
-(for example ``CookieError`` in :mod:`bkframe.bookie.cookies`,
+(for example ``CookieError`` in :mod:`bkframe.bookie.startup.cookies`,
 ``JournalCorruptError`` in :mod:`bkframe.core.interfaces`).
 """
 

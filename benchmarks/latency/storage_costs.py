@@ -16,7 +16,7 @@ import time
 import timeit
 from pathlib import Path
 
-from bkframe.bookie import journal_records
+from bkframe.bookie.durability import journal_records
 from bkframe.builtin.entry_log_single import SingleEntryLogManager
 from bkframe.builtin.journal_fs.group_buffer import GroupBuffer
 from bkframe.builtin.ledger_storage_default import DefaultLedgerStorage

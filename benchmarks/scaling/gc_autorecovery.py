@@ -26,8 +26,8 @@ from typing import Any
 import trio
 
 from bkframe import LedgerMetadata
-from bkframe.bookie.garbage_collector import GarbageCollector
-from bkframe.bookie.protection import read_own_metadata
+from bkframe.bookie.durability.protection import read_own_metadata
+from bkframe.bookie.runtime.garbage_collector import GarbageCollector
 from bkframe.builtin.metadata_sqlite import SqliteMetadataStore
 from bkframe.client.context import ClientContext
 from bkframe.core.config import AutorecoveryConfig

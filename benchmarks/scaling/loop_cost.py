@@ -2,7 +2,7 @@
 MB to write the group (fsync off, to leave the disk out), by thread CPU time.
 
     git show COMMIT:bkframe/builtin/journal_fs/fs_journal.py > /tmp/before.py
-    (before issue 39 the file was plugins/journal_fs/src/bkframe_journal_fs/fs_journal.py)
+    (before issue 39 the file was bkframe/builtin/journal_fs/fs_journal.py)
     python benchmarks/scaling/loop_cost.py /tmp/before.py bkframe/builtin/journal_fs/fs_journal.py
 """
 
@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bkframe.bookie import journal_records as jr
+from bkframe.bookie.durability import journal_records as jr
 from bkframe.core.counters import Counters
 
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from bkframe.cli import interrupt
 from bkframe.cli.options import AT_LEAST_ONE, BYTES, check_quorums, client_security
-from bkframe.client.bookie_client import connect_bookie
-from bkframe.client.pending_response import PendingResponse
+from bkframe.client.bookies.connection import connect_bookie
+from bkframe.client.bookies.pending_response import PendingResponse
 from bkframe.launcher import BookieProcess
 from bkframe.proto.codes import Status
 

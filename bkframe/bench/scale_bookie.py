@@ -27,12 +27,12 @@ from typing import Any
 import click
 import trio
 
-from bkframe.bookie.loop_lag import LoopLag
+from bkframe.bookie.runtime.loop_lag import LoopLag
 from bkframe.builtin.entry_log_single import SingleEntryLogManager
 from bkframe.builtin.ledger_storage_default import DefaultLedgerStorage
 from bkframe.cli import interrupt
 from bkframe.cli.options import AT_LEAST_ONE
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.counters import Counters
 from bkframe.launcher import BookieProcess
 from bkframe.proto.codes import Status

@@ -14,10 +14,10 @@ this process unless said:
   round and of its boot after an unclean stop: time and peak memory;
 * creates/s from ``--clients`` processes for ``--seconds``, each creating as a client
   does -- ids from :class:`~bkframe.client.ledger_ids.LedgerIds`, candidates from
-  :class:`~bkframe.client.bookie_set.BookieSet` (the simulated bookies are registered
+  :class:`~bkframe.client.bookies.listing.BookieSet` (the simulated bookies are registered
   meanwhile), the random placement policy, one ``create_ledger`` -- without the bookie
   connections a real create opens, with the store calls per create counted;
-* a GC round's metadata work: a real :class:`~bkframe.bookie.garbage_collector.GarbageCollector`
+* a GC round's metadata work: a real :class:`~bkframe.bookie.runtime.garbage_collector.GarbageCollector`
   pass (``deleted_from_store``) of a simulated bookie holding the ledgers the store indexes
   for it plus 100 the store does not have: time (best and worst of 3) and peak memory;
 * the operators' views' first page (median of 3): the status page's body
@@ -56,10 +56,10 @@ import trio
 from bkframe.admin.http import LIST_LIMIT
 from bkframe.admin.status import StatusPage
 from bkframe.bookie.bookie import Bookie
-from bkframe.bookie.garbage_collector import GarbageCollector
+from bkframe.bookie.runtime.garbage_collector import GarbageCollector
 from bkframe.cli import interrupt
 from bkframe.cli.options import AT_LEAST_ONE
-from bkframe.client.bookie_set import BookieSet
+from bkframe.client.bookies.listing import BookieSet
 from bkframe.client.client import Client
 from bkframe.client.context import ClientContext
 from bkframe.client.ledger_ids import LedgerIds

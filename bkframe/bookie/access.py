@@ -1,7 +1,7 @@
 """Who may read a ledger on this bookie, and who may copy entries into it without its key.
 
 Every connection has an :class:`Access`, set when its AUTH request is accepted
-(:class:`~bkframe.bookie.handshake.AuthGate`):
+(:class:`~bkframe.bookie.serving.handshake.AuthGate`):
 
 - the cluster's own processes authenticate with ``bkframe-internal`` and the cluster-internal
   secret of the metadata store's cluster record (whatever ``[auth]`` provider the bookie

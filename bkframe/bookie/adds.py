@@ -13,14 +13,19 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Literal
 
-from bkframe.bookie import journal_records as jr
+import attrs
+
 from bkframe.bookie.context import BookieContext
+from bkframe.bookie.durability import journal_records as jr
+from bkframe.bookie.durability.sync_cursor import SyncCursor
+from bkframe.bookie.durability.write_once import journal_written_once
 from bkframe.bookie.key_check import TIMEOUT_S, KeyCheckPending, Verdict
 from bkframe.bookie.response_batch import ResponseBatch
-from bkframe.bookie.write_once import journal_written_once
 from bkframe.core.interfaces import Buffer
 from bkframe.core.interfaces.auth import INTERNAL_METHOD
+from bkframe.core.interfaces.durability import DurabilityPolicy
 from bkframe.core.interfaces.journal import JournalWriteError
+from bkframe.core.interfaces.ledger_storage import LedgerState
 from bkframe.core.ledger_keys import keys_equal
 from bkframe.proto.codes import Status
 from bkframe.proto.ops.add import AddRequest, encode_add_response
@@ -29,6 +34,40 @@ from bkframe.proto.ops.sync import SyncRequest, encode_sync_response
 from bkframe.storage_kit.disk_full import is_disk_full
 
 log = logging.getLogger("bkframe.bookie")
+
+
+@attrs.define
+class Entries:
+    """Entries of one ledger that one add request carries, or a run of ADDs to one ledger
+    (one key, type and recovery flag: :meth:`Adds._add_run` serves odd runs one by one):
+    what :meth:`Adds._store` stores, all or none. Not frozen: one is made per run on the
+    add path, and attrs' frozen ``__init__`` costs about three times as much."""
+
+    ledger_id: int
+    master_key: bytes
+    ledger_type: int
+    recovery: bool
+    #: The highest LAC the requests piggyback.
+    lac: int
+    entry_ids: Sequence[int]
+    datas: Sequence[Buffer]
+
+    @classmethod
+    def of_run(cls, adds: Sequence[AddRequest]) -> Entries:
+        first = adds[0]
+        return cls(
+            first.ledger_id,
+            first.master_key,
+            first.ledger_type,
+            first.recovery,
+            max(a.lac for a in adds),
+            [a.entry_id for a in adds],
+            [a.data for a in adds],
+        )
+
+    @classmethod
+    def of_batch(cls, req: AddBatchRequest) -> Entries:
+        return cls(req.ledger_id, req.master_key, req.ledger_type, req.recovery, req.lac, req.entry_ids, req.entries)
 
 
 class Adds:
@@ -138,24 +177,13 @@ class Adds:
             for a in adds:
                 self.add([a], batch)
             return
-        status, message = self._store(
-            first.ledger_id,
-            first.master_key,
-            first.ledger_type,
-            first.recovery,
-            max(a.lac for a in adds),
-            [a.entry_id for a in adds],
-            [a.data for a in adds],
-            batch,
-        )
+        status, message = self._store(Entries.of_run(adds), batch)
         encode = encode_add_response
         las = self.sync.last_add_synced(first.ledger_id)
         batch.parts.extend(encode(a.request_id, status, a.ledger_id, a.entry_id, las, message) for a in adds)
 
     def _add_batch(self, req: AddBatchRequest, batch: ResponseBatch) -> None:
-        status, message = self._store(
-            req.ledger_id, req.master_key, req.ledger_type, req.recovery, req.lac, req.entry_ids, req.entries, batch
-        )
+        status, message = self._store(Entries.of_batch(req), batch)
         batch.parts.append(
             encode_add_batch_response(
                 req.request_id, status, req.ledger_id, len(req.entry_ids), self.sync.last_add_synced(req.ledger_id), message
@@ -180,26 +208,38 @@ class Adds:
             )
         return encode_sync_response(req.request_id, Status.OK, req.ledger_id, self.sync.last_add_synced(req.ledger_id))
 
-    def _store(
-        self,
-        ledger_id: int,
-        master_key: bytes,
-        ledger_type: int,
-        recovery: bool,
-        lac: int,
-        entry_ids: Sequence[int],
-        datas: Sequence[Buffer],
-        batch: ResponseBatch,
-    ) -> tuple[Status, str]:
+    def _store(self, e: Entries, batch: ResponseBatch) -> tuple[Status, str]:
         """Store entries of one ledger (all or none); return the status for all of them."""
-        context = self.context
-        storage = self.storage
-        policy = self.types_by_id.get(ledger_type)
+        policy = self.types_by_id.get(e.ledger_type)
         if policy is None:
             return Status.BAD_REQUEST, (
-                f"unknown ledger type id {ledger_type}; this bookie serves "
+                f"unknown ledger type id {e.ledger_type}; this bookie serves "
                 + ", ".join(f"{t.name}={t.type_id}" for t in self.types_by_id.values())
             )
+        state = self._admit(e, batch)
+        if isinstance(state, tuple):
+            return state
+        cursor = self.sync.cursor(e.ledger_id)
+        if cursor is None and policy.lac_by_sync:
+            # What the bookie held before this add survived a restart, so it is durable.
+            cursor = self.sync.start(e.ledger_id, self.storage.last_entry_id(e.ledger_id))
+        datas, new_ids, new_datas = self._kept_copies(e) if e.recovery else (e.datas, e.entry_ids, e.datas)
+        refusal = self._write(e, new_ids, new_datas)
+        if refusal is not None:
+            return refusal
+        if policy.journal_data or e.recovery:
+            self._journal(e, datas, policy, cursor, batch)
+        self.counters.entries_added += len(e.entry_ids)
+        self.context.timed(batch, self.counters.add_latency, e.ledger_type)
+        return Status.OK, ""
+
+    def _admit(self, e: Entries, batch: ResponseBatch) -> LedgerState | tuple[Status, str]:
+        """The ledger's state, made if new (its master record journaled: ``batch`` waits for
+        it), once the adds may go in: the bookie is writable (or they are recovery adds),
+        the ledger was not deleted here, their key is the ledger's and it is not fenced."""
+        context = self.context
+        storage = self.storage
+        ledger_id, master_key, recovery = e.ledger_id, e.master_key, e.recovery
         if context.mode.read_only and not recovery:
             # As BookKeeper: recovery adds (its high-priority writes) still go through, so
             # that ledgers this bookie holds can be closed; they need little space.
@@ -211,12 +251,12 @@ class Adds:
             )
         if state is None:
             try:
-                state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
-            except Exception as e:  # noqa: BLE001 - e.g. no space for the ledger's index
-                if is_disk_full(e):
-                    return context.no_space(e, f"to store ledger {ledger_id}")
-                return self._storage_failed(ledger_id, entry_ids, e)
-            seq = self.journal.append(jr.master_record(ledger_id, ledger_type, master_key), ledger_id)
+                state = storage.ensure_ledger(ledger_id, master_key, e.ledger_type)
+            except Exception as error:  # noqa: BLE001 - e.g. no space for the ledger's index
+                if is_disk_full(error):
+                    return context.no_space(error, f"to store ledger {ledger_id}")
+                return self._storage_failed(ledger_id, e.entry_ids, error)
+            seq = self.journal.append(jr.master_record(ledger_id, e.ledger_type, master_key), ledger_id)
             batch.wait_seq = max(batch.wait_seq, seq)
         elif not state.master_key:
             if context.key_check is not None and not (recovery and not master_key):
@@ -227,7 +267,7 @@ class Adds:
                 )
             # No metadata store to check against (a standalone bookie): adopt this key. A
             # keyless copy (autorecovery, see is_copy) adopts none: the ledger stays keyless.
-            state = storage.ensure_ledger(ledger_id, master_key, ledger_type)
+            state = storage.ensure_ledger(ledger_id, master_key, e.ledger_type)
         if not keys_equal(state.master_key, master_key) and not (recovery and not master_key):
             # A keyless copy (admitted only from the cluster's own processes, see
             # _admission) may also go where the ledger's key is held: the bookie holds
@@ -235,48 +275,56 @@ class Adds:
             return Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}"
         if state.fenced and not recovery:
             return Status.FENCED, f"ledger {ledger_id} is fenced"
-        cursor = self.sync.cursor(ledger_id)
-        if cursor is None and policy.lac_by_sync:
-            # What the bookie held before this add survived a restart, so it is durable.
-            cursor = self.sync.start(ledger_id, storage.last_entry_id(ledger_id))
-        new_ids, new_datas = entry_ids, datas
-        if recovery:
-            # A recovery-add never overwrites a copy this bookie can read: the copy it
-            # brings is one replica's, which may be the corrupt one. The journal gets the
-            # copy kept here, so that what is acknowledged is durable (below).
-            held = [self._readable(ledger_id, entry_id) for entry_id in entry_ids]
-            if any(h is not None for h in held):
-                datas = [h if h is not None else d for h, d in zip(held, datas)]
-                new_ids = [e for e, h in zip(entry_ids, held) if h is None]
-                new_datas = [d for d, h in zip(datas, held) if h is None]
+        return state
+
+    def _kept_copies(self, e: Entries) -> tuple[Sequence[Buffer], Sequence[int], Sequence[Buffer]]:
+        """Recovery adds: what to journal, and the ids and data of the entries to store.
+
+        A recovery add never overwrites a copy this bookie can read: the copy it brings is
+        one replica's, which may be the corrupt one. The journal gets the copy kept here,
+        so that what is acknowledged is durable; only the entries it lacks are stored."""
+        held = [self._readable(e.ledger_id, entry_id) for entry_id in e.entry_ids]
+        if all(h is None for h in held):
+            return e.datas, e.entry_ids, e.datas
+        datas = [h if h is not None else d for h, d in zip(held, e.datas)]
+        new_ids = [i for i, h in zip(e.entry_ids, held) if h is None]
+        new_datas = [d for d, h in zip(datas, held) if h is None]
+        return datas, new_ids, new_datas
+
+    def _write(self, e: Entries, new_ids: Sequence[int], new_datas: Sequence[Buffer]) -> tuple[Status, str] | None:
+        """Write the new entries to ledger storage and move the ledger's LAC; the refusal if
+        the storage refused them (nothing of them is stored then)."""
         try:
             if new_ids:
-                storage.add_entries(ledger_id, new_ids, new_datas)
-        except ValueError as e:  # e.g. an entry id beyond what the storage can index
-            return Status.BAD_REQUEST, f"ledger storage refused the entries: {e}"
-        except Exception as e:  # noqa: BLE001 - a write failed (a full disk, EIO): nothing of the batch is stored
-            if is_disk_full(e):
-                return context.no_space(e, "to store the entries")
-            return self._storage_failed(ledger_id, entry_ids, e)
-        storage.set_lac(ledger_id, lac)
-        context.lac_waiters.moved(ledger_id)
-        if policy.journal_data or recovery:
-            if self.write_once is not None and policy.sync_before_ack and not recovery:
-                seq, once = journal_written_once(self.journal, self.write_once, ledger_id, entry_ids, datas, lac)
-                if once:
-                    batch.sync_storage = True
-                    self.counters.entries_written_once += once
-            else:
-                seq = self.journal.append(jr.entries_record(ledger_id, entry_ids, datas, lac), ledger_id)
-            # Recovery closes the ledger on what recovery-adds acknowledge, so those are
-            # synced whatever the ledger type promises its writer.
-            if policy.sync_before_ack or recovery:
-                batch.wait_seq = max(batch.wait_seq, seq)
-            if cursor is not None:
-                self.sync.journaled(ledger_id, cursor, seq, entry_ids, lac)
-        self.counters.entries_added += len(entry_ids)
-        context.timed(batch, self.counters.add_latency, ledger_type)
-        return Status.OK, ""
+                self.storage.add_entries(e.ledger_id, new_ids, new_datas)
+        except ValueError as error:  # e.g. an entry id beyond what the storage can index
+            return Status.BAD_REQUEST, f"ledger storage refused the entries: {error}"
+        except Exception as error:  # noqa: BLE001 - a write failed (a full disk, EIO): nothing of the batch is stored
+            if is_disk_full(error):
+                return self.context.no_space(error, "to store the entries")
+            return self._storage_failed(e.ledger_id, e.entry_ids, error)
+        self.storage.set_lac(e.ledger_id, e.lac)
+        self.context.lac_waiters.moved(e.ledger_id)
+        return None
+
+    def _journal(
+        self, e: Entries, datas: Sequence[Buffer], policy: DurabilityPolicy, cursor: SyncCursor | None, batch: ResponseBatch
+    ) -> None:
+        """Journal the entries (a large PD entry: its location, written once) and say what
+        their answers wait for."""
+        if self.write_once is not None and policy.sync_before_ack and not e.recovery:
+            seq, once = journal_written_once(self.journal, self.write_once, e.ledger_id, e.entry_ids, datas, e.lac)
+            if once:
+                batch.sync_storage = True
+                self.counters.entries_written_once += once
+        else:
+            seq = self.journal.append(jr.entries_record(e.ledger_id, e.entry_ids, datas, e.lac), e.ledger_id)
+        # Recovery closes the ledger on what recovery-adds acknowledge, so those are
+        # synced whatever the ledger type promises its writer.
+        if policy.sync_before_ack or e.recovery:
+            batch.wait_seq = max(batch.wait_seq, seq)
+        if cursor is not None:
+            self.sync.journaled(e.ledger_id, cursor, seq, e.entry_ids, e.lac)
 
     async def sync_storage(self) -> None:
         """Make the entry-log writes of large entries durable (see ``sync_storage`` of batches)."""
@@ -350,6 +398,6 @@ def is_copy(req: AddRequest | AddBatchRequest) -> bool:
     """A keyless recovery add: autorecovery copying a lost bookie's entries here. It knows
     no master key (only the hash is in the metadata), so the ledger is kept keyless here
     until an add whose key the metadata vouches for comes (:meth:`Adds.vouched`).
-    It is taken only from the cluster's own processes (:mod:`.access`), also where the
+    It is taken only from the cluster's own processes (:mod:`bkframe.bookie.access`), also where the
     bookie holds the ledger's key (for another fragment of it), which it then keeps."""
     return req.recovery and not req.master_key

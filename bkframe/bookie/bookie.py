@@ -1,12 +1,13 @@
 """The bookie: journal + ledger storage + ledger types, composed from config by plugins.
 
 :class:`Bookie` holds one bookie's parts and state; its concerns live in their own modules:
-:mod:`.requests` (answering requests: :mod:`.adds`, :mod:`.reads`, :mod:`.ledger_control`),
-:mod:`.checkpoint` (journal replay, checkpoints), both handed a :mod:`.context` of what they use,
-:mod:`.sync_cursor` (BP-14 LastAddSynced), :mod:`.protection` (BP-46 phase one),
-:mod:`.garbage_collector`, :mod:`.disk_space` (read-only mode), :mod:`.cookies`,
-:mod:`.tombstones`, :mod:`.access` (who reads without a key) and :mod:`.key_check` (the
-metadata's word on a key). :mod:`.service` runs it all; :mod:`.server` is the network side.
+:mod:`.requests` answers requests (:mod:`.adds`, :mod:`.reads`, :mod:`.ledger_control`),
+who may read without a key is :mod:`.access`, the metadata's word on a key :mod:`.key_check`;
+the request handlers and the checkpointer are handed a :mod:`.context` of what they use.
+Beside them, by concern: :mod:`bkframe.bookie.durability` (journal replay and checkpoints,
+the BP-14 sync cursor, tombstones, BP-46 protection), :mod:`bkframe.bookie.runtime`
+(garbage collector, read-only mode), :mod:`bkframe.bookie.startup` (cookies, identity).
+:mod:`.service` runs it all; :mod:`bkframe.bookie.serving` is the network side.
 """
 
 from __future__ import annotations
@@ -19,15 +20,14 @@ from typing import Any
 import trio
 
 from bkframe.bookie.access import AccessPolicy
-from bkframe.bookie.checkpoint import Checkpointer
 from bkframe.bookie.context import BookieContext
-from bkframe.bookie.cookies import CookieCheck
-from bkframe.bookie.disk_space import DiskUsage, ReadOnlyMode, measure
+from bkframe.bookie.durability.checkpoint import Checkpointer
+from bkframe.bookie.durability.sync_cursor import SyncTracker
+from bkframe.bookie.durability.tombstones import Tombstones
 from bkframe.bookie.key_check import KeyCheck
 from bkframe.bookie.requests import RequestHandler
-from bkframe.bookie.sync_cursor import SyncTracker
-from bkframe.bookie.tombstones import Tombstones
-from bkframe.bookie.unclean_marker import mark_clean, mark_running
+from bkframe.bookie.runtime.read_only_mode import DiskUsage, ReadOnlyMode, measure
+from bkframe.bookie.startup.cookies import CookieCheck, mark_clean, mark_running
 from bkframe.core.config import Config
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces.auth import AuthProvider, internal_credential, readers_of
@@ -72,9 +72,9 @@ class Bookie:
         #: Who may use this bookie (``[auth]``): asked once per connection by the server.
         self.auth: AuthProvider = plugins.auth_provider_from_section(config.auth, source=f"{config.source}: [auth]")
         #: The metadata store's cluster record (None without a store): its secret is what
-        #: the cluster's own processes authenticate with (see :mod:`.access`).
+        #: the cluster's own processes authenticate with (see :mod:`bkframe.bookie.access`).
         self.cluster = cluster
-        #: Who may read any ledger and copy without a key, per connection (see :mod:`.access`).
+        #: Who may read any ledger and copy without a key, per connection (see :mod:`bkframe.bookie.access`).
         self.access = AccessPolicy(
             cluster.secret if cluster is not None else b"",
             readers_of(config.auth, source=f"{config.source}: [auth]"),

@@ -1,9 +1,9 @@
 """What answering requests and checkpointing need of a bookie -- and nothing more.
 
 A :class:`BookieContext` is made once per bookie by :class:`~bkframe.bookie.bookie.Bookie`
-and shared by the request handlers (:mod:`.requests` and the :mod:`.adds`, :mod:`.reads`
-and :mod:`.ledger_control` it dispatches to) and the
-:class:`~bkframe.bookie.checkpoint.Checkpointer`. They never see the Bookie itself, so the
+and shared by the request handlers (:mod:`bkframe.bookie.requests` and the :mod:`bkframe.bookie.adds`, :mod:`bkframe.bookie.reads`
+and :mod:`bkframe.bookie.ledger_control` it dispatches to) and the
+:class:`~bkframe.bookie.durability.checkpoint.Checkpointer`. They never see the Bookie itself, so the
 bookie module imports them and nothing of them imports it back.
 """
 
@@ -15,14 +15,14 @@ from pathlib import Path
 import attrs
 import trio
 
-from bkframe.bookie import journal_records as jr
-from bkframe.bookie.disk_space import ReadOnlyMode
+from bkframe.bookie.durability import journal_records as jr
+from bkframe.bookie.durability.sync_cursor import SyncTracker
+from bkframe.bookie.durability.tombstones import Tombstones
 from bkframe.bookie.key_check import KeyCheck
 from bkframe.bookie.lac_waiters import LacWaiters
 from bkframe.bookie.response_batch import ResponseBatch
-from bkframe.bookie.sync_cursor import SyncTracker
-from bkframe.bookie.throttled_log import ThrottledWarning
-from bkframe.bookie.tombstones import Tombstones
+from bkframe.bookie.runtime.read_only_mode import ReadOnlyMode
+from bkframe.bookie.runtime.throttled_log import ThrottledWarning
 from bkframe.core.counters import Counters, Histogram
 from bkframe.core.interfaces.durability import DurabilityPolicy
 from bkframe.core.interfaces.journal import Journal

@@ -4,8 +4,8 @@ WRITE_CLOSE (BP-32: the writer is done).
 
 from __future__ import annotations
 
-from bkframe.bookie import journal_records as jr
 from bkframe.bookie.context import BookieContext
+from bkframe.bookie.durability import journal_records as jr
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.core.interfaces.ledger_storage import LedgerState
 from bkframe.core.ledger_keys import keys_equal

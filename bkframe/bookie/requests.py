@@ -3,9 +3,9 @@
 ``RequestHandler.handle`` turns a frame's requests into a :class:`ResponseBatch`: the encoded
 responses plus what must be durable before they may be sent (a journal sequence, the
 entry-log fsync of large entries written once). It does all its work synchronously on the
-event loop (page-cache writes, memory copies), by concern: :mod:`.adds` (ADD, ADD_BATCH,
-SYNC), :mod:`.reads` (READ, READ_BATCH, READ_LAC, LIST_ENTRIES), :mod:`.ledger_control`
-(fences, WRITE_LAC, WRITE_CLOSE), each given the connection's :class:`~.access.Access` in
+event loop (page-cache writes, memory copies), by concern: :mod:`bkframe.bookie.adds` (ADD, ADD_BATCH,
+SYNC), :mod:`bkframe.bookie.reads` (READ, READ_BATCH, READ_LAC, LIST_ENTRIES), :mod:`bkframe.bookie.ledger_control`
+(fences, WRITE_LAC, WRITE_CLOSE), each given the connection's :class:`~bkframe.bookie.access.Access` in
 the batch. ``RequestHandler.durable_answers`` is the only wait on the add path (apart from
 a ledger's first adds here, which wait for the metadata's word on their key, :mod:`.key_check`):
 the server's connection writer hands it the batches it holds and sends what it returns.
@@ -49,7 +49,7 @@ log = logging.getLogger("bkframe.bookie")
 
 
 class RequestHandler:
-    """One bookie's request semantics (the network server is :mod:`.server`).
+    """One bookie's request semantics (the network server is :mod:`bkframe.bookie.serving.server`).
 
     :param info: what GET_BOOKIE_INFO answers (:meth:`Bookie.info <bkframe.bookie.bookie.Bookie.info>`).
     """
@@ -200,7 +200,7 @@ class RequestHandler:
 
     async def _durable_and_synced(self, wait: int) -> tuple[JournalWriteError | None, Exception | None]:
         """Wait for the journal up to ``wait`` and, at the same time, for the entry-log fsync
-        that large entries written once need (see :mod:`.write_once`); return what failed."""
+        that large entries written once need (see :mod:`bkframe.bookie.durability.write_once`); return what failed."""
         journal = self.journal
         lost: JournalWriteError | None = None
         unsynced: Exception | None = None

@@ -23,11 +23,11 @@ class ResponseBatch:
     #: Responses that must wait for something (a sync, a key check): the server runs each
     #: as a task and sends what it returns.
     deferred: list[Callable[[], Awaitable[bytes]]] = attrs.Factory(list)
-    #: Long polls to register with the connection (:mod:`.lac_waiters`): they wait as records,
+    #: Long polls to register with the connection (:mod:`bkframe.bookie.lac_waiters`): they wait as records,
     #: not tasks, and end with their connection.
     long_polls: list[ReadLacRequest] = attrs.Factory(list)
     #: Called once its answers are sent (or the connection is gone): the server gives back
-    #: the in-flight memory they held (see :mod:`.inflight_memory`).
+    #: the in-flight memory they held (see :mod:`bkframe.bookie.serving.inflight_memory`).
     on_answered: Callable[[], None] | None = None
     #: The frame's requests, to answer them again if the journal loses ``wait_seq``.
     requests: Sequence[Request | BadMessage] = ()
@@ -38,7 +38,7 @@ class ResponseBatch:
     #: one per kind (add, read) and ledger type in the frame, observed once when it is sent.
     received: float = 0.0
     timed: list[Histogram] = attrs.Factory(list)
-    #: What the frame's connection may do beyond what a ledger's key allows (see :mod:`.access`).
+    #: What the frame's connection may do beyond what a ledger's key allows (see :mod:`bkframe.bookie.access`).
     access: Access = ANONYMOUS
 
     @property

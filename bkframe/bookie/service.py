@@ -14,19 +14,17 @@ from typing import Protocol
 
 import trio
 
-from bkframe.bookie import python_gc
-from bkframe.bookie.address import Advertised
-from bkframe.bookie.address import advertised as advertised_address
 from bkframe.bookie.bookie import Bookie
-from bkframe.bookie.cookies import check_cookies, read_local
-from bkframe.bookie.disk_space import measure
-from bkframe.bookie.garbage_collector import GarbageCollector
-from bkframe.bookie.identity import claim_id, default_bookie_id
+from bkframe.bookie.durability.protection import protect_at_boot
 from bkframe.bookie.key_check import KeyCheck
-from bkframe.bookie.loop_lag import LoopLag
-from bkframe.bookie.preflight import check_data_dir, check_ports
-from bkframe.bookie.protection import protect_at_boot
-from bkframe.bookie.server import BookieServer
+from bkframe.bookie.runtime.garbage_collector import GarbageCollector
+from bkframe.bookie.runtime.loop_lag import LoopLag, settle_python_gc
+from bkframe.bookie.runtime.read_only_mode import measure
+from bkframe.bookie.serving.server import BookieServer
+from bkframe.bookie.startup.cookies import check_cookies, read_local
+from bkframe.bookie.startup.identity import Advertised, claim_id, default_bookie_id
+from bkframe.bookie.startup.identity import advertised as advertised_address
+from bkframe.bookie.startup.preflight import check_data_dir, check_ports
 from bkframe.common.cluster_record import init_cluster, require_cluster
 from bkframe.core.config import Config
 from bkframe.core.interfaces.ledger_storage import BackgroundStorage
@@ -90,7 +88,7 @@ class BookieService:
         --init-cluster``); without it, a bookie refuses to start on a store that holds no
         cluster (:mod:`bkframe.common.cluster_record`), and nothing is stamped.
     :param settle_python_gc: once the storage is loaded, collect and freeze the heap and
-        raise the young collections' threshold (:mod:`.python_gc`), so that no collection
+        raise the young collections' threshold (:mod:`bkframe.bookie.runtime.loop_lag`), so that no collection
         walks every ledger's state; for a process that runs nothing but this bookie
         (``bkframe bookie``), since it changes the garbage collector of the whole process.
     """
@@ -108,7 +106,7 @@ class BookieService:
     ) -> None:
         self.config = config
         self.init_cluster = init_cluster
-        #: Freeze the heap once loaded (:mod:`.python_gc`): for a process that is only a bookie.
+        #: Freeze the heap once loaded (:mod:`bkframe.bookie.runtime.loop_lag`): for a process that is only a bookie.
         self.settle_python_gc = settle_python_gc
         #: The metadata store's cluster record, once checked (None without a store).
         self.cluster: ClusterRecord | None = None
@@ -137,11 +135,46 @@ class BookieService:
             self.server.stop()
 
     async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start in order -- open the store and the storage (replay), start the background
+        tasks, serve, then (with a store) claim the id and check the cookies, protect ledgers,
+        join the cluster -- and on the way out stop serving, then the background, then close."""
         cfg = self.config.bookie
         # Before anything is made or stamped: a port in use fails here, leaving no journal,
         # cookie or registration behind (a data dir that is a file, or a store that is no
-        # cluster, below).
+        # cluster, in _open).
         await check_ports(self.config, http=self.config.http.enabled and self.admin is not None)
+        bookie, store = await self._open()
+        server = self.server = BookieServer(bookie, cfg.host, cfg.port)
+        if self._stop_requested:
+            server.stop()
+        registration: BookieRegistration | None = None
+        try:
+            # Two nurseries for the order of the stop: serving ends first (stop() drains the
+            # server), then the background tasks are cancelled, then everything is closed.
+            async with trio.open_nursery() as background:
+                await self._start_background(bookie, background)
+                async with trio.open_nursery() as serving:
+                    host, port = await serving.start(server.run)
+                    bookie_id = self._identify(bookie, host, port)
+                    stale = await self._check_in(bookie, store, bookie_id, background) if store is not None else None
+                    await protect_at_boot(bookie, store, bookie_id)
+                    bookie.ready.set()
+                    if store is not None:
+                        registration = await self._join_cluster(bookie, store, bookie_id, stale, background)
+                    background.start_soon(self._watch_disk, bookie, registration)
+                    if self.config.http.enabled and self.admin is not None:
+                        self.admin_url = await background.start(self.admin(self).run)  # cancelled with the rest, after serving
+                    task_status.started((host, port))
+                background.cancel_scope.cancel()
+        finally:
+            await self._close(bookie, store, registration)
+        log.info("bookie stopped cleanly")
+
+    async def _open(self) -> tuple[Bookie, MetadataStore | None]:
+        """The metadata store (checked to be this bookie's cluster) and the bookie, its journal
+        replayed into its storage. What failed half-way is closed again: its directory locks
+        released (what a restart in this process needs), the store closed."""
+        cfg = self.config.bookie
         store: MetadataStore | None = None
         try:
             if cfg.metadata:
@@ -156,88 +189,96 @@ class BookieService:
             bookie.check_disk()
             bookie.checkpointer.replay()
             if self.settle_python_gc:
-                python_gc.settle()
+                settle_python_gc()
         except BaseException:
             if self.bookie is not None:
-                self.bookie.directory_locks.release()  # what a restart in this process needs
+                self.bookie.directory_locks.release()
             if store is not None:
                 with trio.CancelScope(shield=True):
                     await store.aclose()
             raise
-        server = self.server = BookieServer(bookie, cfg.host, cfg.port)
-        if self._stop_requested:
-            server.stop()
-        registration: BookieRegistration | None = None
-        try:
-            async with trio.open_nursery() as background:
-                await background.start(self.loop_lag.run)
-                await background.start(bookie.journal.run)
-                if bookie.checkpointer.replayed_records:
-                    await bookie.checkpoint()  # on a full disk: read-only, the old mark stays
-                await background.start(bookie.checkpointer.run)
-                await background.start(bookie.sync.run)
-                if isinstance(bookie.storage, BackgroundStorage):
-                    await background.start(bookie.storage.run)
-                async with trio.open_nursery() as serving:
-                    host, port = await serving.start(server.run)
-                    advertised = self.advertised = advertised_address(host, port, cfg.advertised_address)
-                    bookie_id = cfg.bookie_id or default_bookie_id(bookie.data_dir, advertised)
-                    bookie.bookie_id = bookie_id
-                    log.info("bookie %s: listening on %s:%d, advertised as %s (%s)",
-                             bookie_id, host, port, advertised, advertised.source)
-                    stale: BookieInfo | None = None
-                    if store is not None:
-                        # Before anything is stamped: no other live bookie may hold this id.
-                        stale = await claim_id(
-                            store, bookie_id, bookie.data_dir, advertised, wait_s=cfg.registration_ttl_s + ID_WAIT_MARGIN_S
-                        )
-                        bookie.cookie_check = await check_cookies(
-                            store,
-                            bookie.data_dir,
-                            bookie_id,
-                            str(advertised),
-                            auto_fix=cfg.auto_fix_cookies,
-                            metadata_uri=cfg.metadata,
-                        )
-                        log.info("bookie %s: %s", bookie_id, bookie.cookie_check.value)
-                    if store is not None:
-                        # Reads in the background: a request waits key_check_wait_s at most.
-                        bookie.key_check = KeyCheck(store, nursery=background, wait_s=cfg.key_check_wait_s)
-                    await protect_at_boot(bookie, store, bookie_id)
-                    bookie.ready.set()
-                    if store is not None:
-                        if bookie.limbo_ledgers():
-                            background.start_soon(self.repair(bookie, store, bookie_id).run)
-                        self.gc = GarbageCollector(bookie, store, cfg.gc_interval_s)
-                        background.start_soon(self.gc.run)
-                        cookie = read_local(bookie.data_dir)
-                        info = BookieInfo(
-                            bookie_id=bookie_id,
-                            address=str(advertised),
-                            read_only=bookie.read_only,
-                            pid=os.getpid(),
-                            rack=cfg.rack,
-                            instance=cookie.instance_id if cookie is not None else "",
-                        )
-                        registration = await store.register_bookie(
-                            info, cfg.registration_ttl_s, background, replace=stale
-                        )
-                        background.start_soon(self._watch_decommission, bookie, store, bookie_id)
-                        if self.config.autorecovery.enabled and self.autorecovery is not None:
-                            background.start_soon(self._run_autorecovery, bookie, store, bookie_id)
-                    background.start_soon(self._watch_disk, bookie, registration)
-                    if self.config.http.enabled and self.admin is not None:
-                        self.admin_url = await background.start(self.admin(self).run)  # cancelled with the rest, after serving
-                    task_status.started((host, port))
-                background.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                if registration is not None:
-                    await registration.aclose()
-                if store is not None:
-                    await store.aclose()
-                await bookie.aclose()
-        log.info("bookie stopped cleanly")
+        return bookie, store
+
+    async def _start_background(self, bookie: Bookie, background: trio.Nursery) -> None:
+        """The tasks that run before and after serving: loop lag, the journal, the
+        checkpoint of what was replayed, the checkpointer, the sync cursors, the storage's own."""
+        await background.start(self.loop_lag.run)
+        await background.start(bookie.journal.run)
+        if bookie.checkpointer.replayed_records:
+            await bookie.checkpoint()  # on a full disk: read-only, the old mark stays
+        await background.start(bookie.checkpointer.run)
+        await background.start(bookie.sync.run)
+        if isinstance(bookie.storage, BackgroundStorage):
+            await background.start(bookie.storage.run)
+
+    def _identify(self, bookie: Bookie, host: str, port: int) -> str:
+        """The address to advertise for where the server listens, and the bookie's id."""
+        cfg = self.config.bookie
+        advertised = self.advertised = advertised_address(host, port, cfg.advertised_address)
+        bookie_id = bookie.bookie_id = cfg.bookie_id or default_bookie_id(bookie.data_dir, advertised)
+        log.info("bookie %s: listening on %s:%d, advertised as %s (%s)", bookie_id, host, port, advertised, advertised.source)
+        return bookie_id
+
+    async def _check_in(
+        self, bookie: Bookie, store: MetadataStore, bookie_id: str, background: trio.Nursery
+    ) -> BookieInfo | None:
+        """Before anything is stamped, no other live bookie may hold this id; then the cookies
+        are compared (or stamped), and the key checks may read the store. Returns a stale
+        registration of this id (a dead process of this machine) for registering to replace."""
+        cfg = self.config.bookie
+        assert self.advertised is not None
+        stale = await claim_id(
+            store, bookie_id, bookie.data_dir, self.advertised, wait_s=cfg.registration_ttl_s + ID_WAIT_MARGIN_S
+        )
+        bookie.cookie_check = await check_cookies(
+            store,
+            bookie.data_dir,
+            bookie_id,
+            str(self.advertised),
+            auto_fix=cfg.auto_fix_cookies,
+            metadata_uri=cfg.metadata,
+        )
+        log.info("bookie %s: %s", bookie_id, bookie.cookie_check.value)
+        # Reads in the background: a request waits key_check_wait_s at most.
+        bookie.key_check = KeyCheck(store, nursery=background, wait_s=cfg.key_check_wait_s)
+        return stale
+
+    async def _join_cluster(
+        self, bookie: Bookie, store: MetadataStore, bookie_id: str, stale: BookieInfo | None, background: trio.Nursery
+    ) -> BookieRegistration:
+        """Once the bookie is ready: the repair of limbo ledgers, the garbage collector, the
+        registration (what clients find), the decommission watch and autorecovery."""
+        cfg = self.config.bookie
+        assert self.advertised is not None
+        if bookie.limbo_ledgers():
+            background.start_soon(self.repair(bookie, store, bookie_id).run)
+        self.gc = GarbageCollector(bookie, store, cfg.gc_interval_s)
+        background.start_soon(self.gc.run)
+        cookie = read_local(bookie.data_dir)
+        info = BookieInfo(
+            bookie_id=bookie_id,
+            address=str(self.advertised),
+            read_only=bookie.read_only,
+            pid=os.getpid(),
+            rack=cfg.rack,
+            instance=cookie.instance_id if cookie is not None else "",
+        )
+        registration = await store.register_bookie(info, cfg.registration_ttl_s, background, replace=stale)
+        background.start_soon(self._watch_decommission, bookie, store, bookie_id)
+        if self.config.autorecovery.enabled and self.autorecovery is not None:
+            background.start_soon(self._run_autorecovery, bookie, store, bookie_id)
+        return registration
+
+    @staticmethod
+    async def _close(bookie: Bookie, store: MetadataStore | None, registration: BookieRegistration | None) -> None:
+        """Unregister, close the store, then the bookie (flushed, marked clean), whatever
+        cancels the service."""
+        with trio.CancelScope(shield=True):
+            if registration is not None:
+                await registration.aclose()
+            if store is not None:
+                await store.aclose()
+            await bookie.aclose()
 
     async def _check_cluster(self, store: MetadataStore) -> ClusterRecord:
         if not self.init_cluster:

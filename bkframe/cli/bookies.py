@@ -52,8 +52,8 @@ def bookie_info(bookie_ids: tuple[str, ...], metadata: str) -> None:
     """GET_BOOKIE_INFO of the given bookies (default: every registered one), one JSON line
     each: counters, last_shutdown_clean, cookie_check, limbo_ledgers, repair progress, and
     read_only / read_only_reason / disk_usage (read-only mode on a full disk)."""
-    from bkframe.client.bookie_client import connect_bookie
-    from bkframe.client.bookie_errors import BookieConnectionError
+    from bkframe.client.bookies.connection import connect_bookie
+    from bkframe.client.bookies.errors import BookieConnectionError
 
     security = ClientSettings(**client_security())
 

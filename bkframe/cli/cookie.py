@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from bkframe.bookie.cookies import Cookie, fix_cookies, read_local
+from bkframe.bookie.startup.cookies import Cookie, fix_cookies, read_local
 from bkframe.cli import interrupt
 from bkframe.cli.options import metadata_option
 from bkframe.core.interfaces.metadata_store import MetadataStore

@@ -12,8 +12,8 @@ import uuid
 import anyio
 import attrs
 
-from bkframe.client.bookie_health import BookieHealth
-from bkframe.client.bookie_pool import BookiePool
+from bkframe.client.bookies.health import BookieHealth
+from bkframe.client.bookies.pool import BookiePool
 from bkframe.client.settings import ClientSettings
 from bkframe.client.tiering.open_tiers import OpenTiers
 from bkframe.core.counters import ClientCounters

@@ -5,10 +5,10 @@ The choice itself is the client's placement policy's (:mod:`bkframe.core.interfa
 travels with the pool). Here are the rules no policy can change: candidates are the
 registered *writable* bookies (read-only and decommissioned ones are never listed by
 ``list_bookies(writable_only=True)``), minus the ensemble and ``exclude``, flagged when in
-quarantine (:mod:`.bookie_health`), with their rack label; and a chosen bookie is taken only
+quarantine (:mod:`bkframe.client.bookies.health`), with their rack label; and a chosen bookie is taken only
 once a connection to it is open -- an unreachable one is dropped and the policy asked again.
 
-A new ledger takes its candidates from the client's cached listing (:mod:`.bookie_set`), so
+A new ledger takes its candidates from the client's cached listing (:mod:`bkframe.client.bookies.listing`), so
 a create reads no bookie list; with too few there, it lists them afresh once before giving
 up. Replacements (ensemble change, recovery, re-replication) always list them afresh.
 """
@@ -19,8 +19,8 @@ from collections.abc import Collection, Sequence
 
 import anyio
 
-from bkframe.client.bookie_pool import BookiePool
-from bkframe.client.bookie_set import BookieView
+from bkframe.client.bookies.listing import BookieView
+from bkframe.client.bookies.pool import BookiePool
 from bkframe.core.interfaces.placement import Candidate
 from bkframe.errors import NotEnoughBookiesError, PluginError
 

@@ -4,7 +4,7 @@ A quorum decision (fencing, a recovery read or write-back, a LAC read, a long po
 not wait for the slowest bookie: :func:`ask_bookies` asks each bookie in a task of its own
 -- its connect, then its request -- and hands every answer, as it arrives, to a ``decide``
 callback that says when enough is known. The other asks are then abandoned: a connect
-under way goes on in the pool (:mod:`.bookie_pool`), ready for later requests, and a late
+under way goes on in the pool (:mod:`bkframe.client.bookies.pool`), ready for later requests, and a late
 answer is dropped. Each request carries its own timeout, so a hung bookie yields ``None``
 after it, not never.
 
@@ -19,9 +19,9 @@ from typing import TypeVar
 
 import anyio
 
-from bkframe.client.bookie_client import BookieClient
-from bkframe.client.bookie_pool import BookiePool
-from bkframe.client.pending_response import PendingResponse
+from bkframe.client.bookies.connection import BookieClient
+from bkframe.client.bookies.pending_response import PendingResponse
+from bkframe.client.bookies.pool import BookiePool
 from bkframe.errors import BKError, MetadataError
 from bkframe.proto.base import Reply
 

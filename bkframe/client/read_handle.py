@@ -10,11 +10,11 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from bkframe.client.bookie_client import BookieClient
-from bkframe.client.bookie_errors import error_for
+from bkframe.client.bookies.connection import BookieClient
+from bkframe.client.bookies.errors import error_for
+from bkframe.client.bookies.pending_response import PendingResponse
 from bkframe.client.distribution import replicas
 from bkframe.client.entry_format import Digester, DigestMismatchError
-from bkframe.client.pending_response import PendingResponse
 from bkframe.client.quorum import ask_bookies, covered
 from bkframe.core.metadata import LedgerMetadata
 from bkframe.errors import BKError, NoSuchEntryError

@@ -6,7 +6,7 @@ LAC advances over the head of the queue while it has A acknowledgements, so comp
 are always in entry order. When a bookie fails (an error, or no answer within
 ``add_timeout_s``), a PD_JOURNAL writer replaces it in a new fragment (metadata CAS) and
 re-sends everything not yet confirmed that it should hold; the failed bookie is
-quarantined (avoided, not banned: see :mod:`bkframe.client.bookie_health`). Whether it
+quarantined (avoided, not banned: see :mod:`bkframe.client.bookies.health`). Whether it
 may, with whom and the fragment's CAS are :mod:`bkframe.client.ensemble_change`.
 
 Closing: once ``close()`` starts, new appends fail; close waits for every pending append,
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
-from bkframe.client.bookie_errors import ClientClosedError, error_for
+from bkframe.client.bookies.errors import ClientClosedError, error_for
 from bkframe.client.distribution import write_set
 from bkframe.client.ensemble_change import check_still_open, commit_fragment, not_allowed, replacements
 from bkframe.client.entry_format import Digester, max_payload, too_large

@@ -136,5 +136,5 @@ class ClientCounters:
     recoveries: int = 0
     recovery_failures: int = 0
     #: Requests sent again to the same bookie after it answered TRY_AGAIN (its metadata
-    #: store had not vouched for a new ledger's key yet; see bkframe/client/bookie_client.py).
+    #: store had not vouched for a new ledger's key yet; see bkframe/client/bookies/connection.py).
     tries_again: int = 0

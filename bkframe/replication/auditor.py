@@ -44,7 +44,7 @@ import attrs
 import numpy as np
 import trio
 
-from bkframe.client.bookie_pool import BookiePool
+from bkframe.client.bookies.pool import BookiePool
 from bkframe.client.distribution import stored_at
 from bkframe.common.bounded import each_bounded
 from bkframe.core.config import AutorecoveryConfig

@@ -13,7 +13,7 @@ import logging
 
 import trio
 
-from bkframe.client.bookie_pool import BookiePool
+from bkframe.client.bookies.pool import BookiePool
 from bkframe.client.entry_format import Digester, DigestMismatchError
 from bkframe.proto.codes import Status
 

@@ -1,5 +1,5 @@
 """BP-46 phase two: repair the ledgers a bookie put in limbo at boot (phase one is
-:mod:`bkframe.bookie.protection`).
+:mod:`bkframe.bookie.durability.protection`).
 
 For each limbo ledger, an open one is recovered (fence, find the end, close) when this
 bookie holds its master key; without the key (a replaced disk) the repair waits until a
@@ -21,7 +21,7 @@ import numpy as np
 import trio
 
 from bkframe.bookie.bookie import Bookie
-from bkframe.client.bookie_pool import BookiePool
+from bkframe.client.bookies.pool import BookiePool
 from bkframe.client.context import ClientContext
 from bkframe.client.distribution import replicas, stored_at
 from bkframe.client.entry_format import Digester

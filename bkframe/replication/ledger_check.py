@@ -19,7 +19,7 @@ import attrs
 import numpy as np
 import trio
 
-from bkframe.client.bookie_pool import BookiePool
+from bkframe.client.bookies.pool import BookiePool
 from bkframe.client.distribution import stored_at
 from bkframe.core.metadata import LedgerMetadata
 from bkframe.proto.codes import Status

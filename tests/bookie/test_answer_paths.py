@@ -10,8 +10,8 @@ from pathlib import Path
 
 import trio
 
-from bkframe.client.bookie_client import BookieClient, connect_bookie
-from bkframe.client.pending_response import PendingResponse
+from bkframe.client.bookies.connection import BookieClient, connect_bookie
+from bkframe.client.bookies.pending_response import PendingResponse
 from bkframe.proto.codes import Status
 from bkframe.testing.cluster import make_config, running_bookie
 from bkframe.testing.scheduler_passes import PassCounter

@@ -11,10 +11,10 @@ import pytest
 import trio
 import trio.testing
 
-from bkframe.bookie.background import run_periodically
+from bkframe.bookie.runtime.periodic import run_periodically
 from bkframe.builtin.entry_log_single import SingleEntryLogManager
 from bkframe.builtin.ledger_storage_default import DefaultLedgerStorage
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.counters import Counters
 from bkframe.proto.codes import Status
 from bkframe.testing import write_faults

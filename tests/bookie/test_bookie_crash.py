@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.proto.codes import Status
 from bkframe.proto.frames import pack_frame
 from bkframe.proto.ops.add import encode_add

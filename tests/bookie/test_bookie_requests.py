@@ -6,7 +6,7 @@ from pathlib import Path
 
 import trio
 
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.proto.codes import LAST_ENTRY, Status
 from bkframe.testing.cluster import make_config, running_bookie
 
@@ -177,7 +177,7 @@ async def test_a_connection_closed_by_the_bookie_fails_requests_not_the_callers_
     """The bookie goes away: pending requests fail with BookieConnectionError where they are
     awaited, and the caller's block goes on (it used to be cancelled silently, so code
     after the failure never ran and its asserts could not fail)."""
-    from bkframe.client.bookie_errors import BookieConnectionError
+    from bkframe.client.bookies.errors import BookieConnectionError
     from bkframe.testing.cluster import BookieProcess
 
     b = BookieProcess(tmp_path / "b").start()

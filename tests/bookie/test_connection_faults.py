@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.proto.frames import pack_frame
 from bkframe.proto.ops.bookie_info import encode_bookie_info
 from bkframe.testing.cluster import BookieProcess

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bkframe.bookie.cookies import DATA_LOSS_MARKER
+from bkframe.bookie.startup.cookies import DATA_LOSS_MARKER
 
 
 def start(data_dir: Path, meta: str, bookie_id: str, *extra: str) -> subprocess.Popen[str]:

@@ -25,7 +25,7 @@ import attrs
 import pytest
 
 import bkframe
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.config import directory_field, load_config
 from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.plugin_manager import PluginManager

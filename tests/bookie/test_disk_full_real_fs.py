@@ -25,7 +25,7 @@ import trio
 
 import bkframe
 from bkframe.builtin.ledger_storage_default.ledger_index import HEADER_SIZE, RECORD_DTYPE, LedgerIndex
-from bkframe.client.bookie_client import BookieClient
+from bkframe.client.bookies.connection import BookieClient
 from bkframe.proto.codes import Status
 from bkframe.storage_kit.mapped_file import PAGE, MappedFile
 from bkframe.testing.cluster import BookieProcess
@@ -287,7 +287,7 @@ def test_index_pages_are_allocated_before_they_are_written(tmp_path: Path, small
 def test_deletions_are_recorded_on_a_full_disk(tmp_path: Path, small_filesystem: Any, kind: str) -> None:
     """Deleting ledgers is how a full disk gets space back, and their tombstones come first:
     the file keeps room allocated past its end for thousands of them."""
-    from bkframe.bookie.tombstones import Tombstones
+    from bkframe.bookie.durability.tombstones import Tombstones
 
     fs = small_filesystem(kind, tmp_path / kind, 4 * MB)
     tombstones = Tombstones(fs.path, retention_s=3600)  # a bookie starting: the room is made

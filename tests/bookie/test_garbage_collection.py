@@ -54,7 +54,7 @@ async def test_deleted_ledger_is_collected_on_every_bookie(cluster_factory: Any)
 
 
 async def test_a_bookie_pointed_at_another_store_deletes_nothing(cluster_factory: Any, tmp_path: Any) -> None:
-    from bkframe.client.bookie_client import connect_bookie
+    from bkframe.client.bookies.connection import connect_bookie
 
     cluster = cluster_factory(3, config=GC_FAST)
     async with bkframe.open_client(cluster.metadata) as client:

@@ -13,10 +13,10 @@ import attrs
 
 import bkframe
 from bkframe import LedgerMetadata
-from bkframe.bookie.garbage_collector import GarbageCollector
-from bkframe.bookie.unclean_marker import MARKER
+from bkframe.bookie.runtime.garbage_collector import GarbageCollector
+from bkframe.bookie.startup.cookies import UNCLEAN_MARKER
 from bkframe.builtin.metadata_memory import MemoryMetadataStore
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.ledger_keys import master_key, password_hash
 from bkframe.proto.codes import Status
@@ -102,7 +102,7 @@ async def test_unclean_boot_reads_only_the_ledgers_indexed_for_this_bookie(tmp_p
                 password_hash=password_hash(PASSWORD),
             )
             await store.create_ledger(md)
-    (tmp_path / "bookie" / MARKER).write_text("pid 0\n")  # what a SIGKILL leaves behind
+    (tmp_path / "bookie" / UNCLEAN_MARKER).write_text("pid 0\n")  # what a SIGKILL leaves behind
     read: list[int] = []
     listed: list[int] = []
     read_ledger, list_ledgers = MemoryMetadataStore.read_ledger, MemoryMetadataStore.list_ledgers

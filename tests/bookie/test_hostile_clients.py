@@ -25,7 +25,7 @@ import trio
 import trustme
 
 import bkframe
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.config import load_config
 from bkframe.core.ledger_keys import master_key
 from bkframe.proto.codes import FRAME_HEADER, Status

@@ -15,7 +15,7 @@ import trio
 
 import bkframe
 from bkframe import ConfigError
-from bkframe.bookie.address import advertised
+from bkframe.bookie.startup.identity import advertised
 from bkframe.core.config import WILDCARD_HOSTS, load_config
 from bkframe.testing.cluster import BookieProcess, BookieStartError
 from bkframe.testing.kit import PASSWORD

@@ -10,7 +10,7 @@ from functools import partial
 import trio
 import trio.testing
 
-from bkframe.bookie.inflight_memory import ConnectionMemory, FrameMemory, InflightMemory
+from bkframe.bookie.serving.inflight_memory import ConnectionMemory, FrameMemory, InflightMemory
 from bkframe.core.counters import Counters
 
 

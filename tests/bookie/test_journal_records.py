@@ -1,4 +1,4 @@
-"""Journal records (bkframe.bookie.journal_records) as bytes: each type written and read back,
+"""Journal records (bkframe.bookie.durability.journal_records) as bytes: each type written and read back,
 and the ENTRIES layout byte for byte, whichever path (one entry or many) wrote it -- the
 module is compiled, and scripts/test runs this again on its Python source."""
 
@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from bkframe.bookie import journal_records as jr
+from bkframe.bookie.durability import journal_records as jr
 
 
 def test_entries_records_keep_their_layout_and_read_back() -> None:

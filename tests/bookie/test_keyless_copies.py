@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bkframe import LedgerMetadata
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.interfaces.auth import internal_credential
 from bkframe.core.ledger_keys import master_key, password_hash
 from bkframe.core.plugin_manager import PluginManager

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 import bkframe
-from bkframe.bookie import journal_records as jr
+from bkframe.bookie.durability import journal_records as jr
 from bkframe.builtin.entry_log_single import SingleEntryLogManager
 from bkframe.builtin.ledger_storage_default import DefaultLedgerStorage
 from bkframe.core.counters import Counters

@@ -26,7 +26,7 @@ import trio
 import bkframe
 from bkframe import LedgerStateName
 from bkframe.bookie.key_check import KeyCheck
-from bkframe.client.bookie_client import BookieClient, connect_bookie
+from bkframe.client.bookies.connection import BookieClient, connect_bookie
 from bkframe.core.interfaces.auth import internal_credential
 from bkframe.core.ledger_keys import master_key, password_hash
 from bkframe.core.metadata import ClusterRecord

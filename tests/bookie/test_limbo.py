@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from bkframe.bookie import reads
-from bkframe.bookie.protection import protect
-from bkframe.bookie.unclean_marker import MARKER
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.bookie.durability.protection import protect
+from bkframe.bookie.startup.cookies import UNCLEAN_MARKER
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.proto.codes import LAST_ENTRY, Status
 from bkframe.proto.ops.list_entries import encode_list_entries
 from bkframe.testing.cluster import make_config, running_bookie
@@ -40,7 +40,7 @@ async def test_bypass_adds_write_no_journal_data(tmp_path: Path) -> None:
 
 def crash_marker(data_dir: Path) -> None:
     """What a SIGKILL leaves behind (the bookie process itself stops cleanly here)."""
-    (data_dir / MARKER).write_text("pid 0\n")
+    (data_dir / UNCLEAN_MARKER).write_text("pid 0\n")
 
 
 async def test_unclean_restart_puts_bypass_ledgers_in_limbo(tmp_path: Path) -> None:

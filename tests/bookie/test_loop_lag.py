@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from bkframe.bookie import python_gc
-from bkframe.bookie.loop_lag import LoopLag
-from bkframe.bookie.server import SERVE_STEP_S
+from bkframe.bookie.runtime.loop_lag import GC_YOUNG_THRESHOLD, LoopLag, settle_python_gc
+from bkframe.bookie.serving.server import SERVE_STEP_S
 from bkframe.core.interfaces import Buffer
 from bkframe.proto.codes import Status
 from bkframe.proto.frames import pack_frame
@@ -101,9 +100,9 @@ def test_settling_the_python_gc_freezes_what_is_loaded() -> None:
     thresholds = gc.get_threshold()
     loaded = [object() for _ in range(1000)]  # e.g. the ledger table's states
     try:
-        python_gc.settle()
+        settle_python_gc()
         assert gc.get_freeze_count() >= len(loaded)
-        assert gc.get_threshold()[0] == python_gc.YOUNG_THRESHOLD
+        assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD
     finally:
         gc.unfreeze()
         gc.set_threshold(*thresholds)

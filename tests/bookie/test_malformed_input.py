@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bkframe import LedgerMetadata
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.ledger_keys import key_hash
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.proto.codes import MAX_FRAME_SIZE, Op, Status

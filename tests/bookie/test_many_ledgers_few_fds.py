@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.proto.codes import Status
 from bkframe.testing.cluster import BookieProcess
 

@@ -21,7 +21,7 @@ import trio
 
 import bkframe
 from bkframe.bookie.key_check import KeyCheck
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.ledger_keys import master_key
 from bkframe.core.metadata import LedgerMetadata

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.proto.codes import Status
 from bkframe.testing import write_faults
 from bkframe.testing.cluster import BookieProcess

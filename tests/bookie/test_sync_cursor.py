@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bkframe.bookie.sync_cursor import SyncCursor
+from bkframe.bookie.durability.sync_cursor import SyncCursor
 
 
 def test_in_order_and_out_of_order() -> None:

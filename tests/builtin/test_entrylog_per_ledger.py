@@ -14,7 +14,7 @@ from bkframe import ConfigError
 from bkframe.builtin.entrylog_per_ledger.manager import PerLedgerEntryLogManager
 from bkframe.builtin.entrylog_per_ledger.plugin import PerLedgerConfig
 from bkframe.builtin.ledger_storage_default import DefaultLedgerStorage
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.config import load_config, parse_section
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces.entry_log import EntryLogManager

@@ -20,7 +20,7 @@ import trio
 
 import bkframe
 from bkframe.client.blocking import BlockingClient
-from bkframe.client.bookie_errors import ClientClosedError
+from bkframe.client.bookies.errors import ClientClosedError
 from bkframe.client.logs.model import Position
 from bkframe.testing.cluster import Cluster
 

@@ -10,7 +10,7 @@ import os
 import anyio
 import pytest
 
-from bkframe.client.asyncio_stream import HIGH_WATER, connect_asyncio
+from bkframe.client.bookies.asyncio_stream import HIGH_WATER, connect_asyncio
 
 
 async def serve(payload: bytes) -> tuple[asyncio.Server, int, asyncio.Event]:

@@ -10,7 +10,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from bkframe.client.bookie_set import BookieSet, BookieView
+from bkframe.client.bookies.listing import BookieSet, BookieView
 from bkframe.client.client import Client
 from bkframe.client.context import ClientContext
 from bkframe.client.ledger_ids import LedgerIds

@@ -1,4 +1,4 @@
-"""How a request leaves a bookie connection (client/direct_socket.py): to a nearly idle bookie
+"""How a request leaves a bookie connection (client/bookies/direct_socket.py): to a nearly idle bookie
 from the task that submits it, before that task yields, on asyncio's transport and on trio's
 socket alike; a burst still shares frames in the send loop, the part of a large frame the
 socket does not take at once goes before anything submitted after it, and answers come in
@@ -16,8 +16,8 @@ import anyio
 import anyio.abc
 import pytest
 
-from bkframe.client.asyncio_stream import AsyncioStream
-from bkframe.client.bookie_client import BookieClient, connect_bookie
+from bkframe.client.bookies.asyncio_stream import AsyncioStream
+from bkframe.client.bookies.connection import BookieClient, connect_bookie
 from bkframe.proto.codes import Op, Status
 from bkframe.testing.cluster import BookieProcess
 

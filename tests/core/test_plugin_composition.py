@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bkframe import ConfigError, PluginError, UnknownLedgerTypeError, hookimpl
-from bkframe.client.bookie_client import connect_bookie
+from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.config import NoConfig, load_config
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import Buffer

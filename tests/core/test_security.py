@@ -20,8 +20,8 @@ import trustme
 import bkframe
 from bkframe import ClientSettings, ConfigError, UnauthorizedError
 from bkframe.builtin.auth import TLSAuth, TLSAuthConfig, TokenAuth, TokenConfig
-from bkframe.client.bookie_client import connect_bookie
-from bkframe.client.bookie_errors import BookieConnectionError
+from bkframe.client.bookies.connection import connect_bookie
+from bkframe.client.bookies.errors import BookieConnectionError
 from bkframe.core.config import load_config
 from bkframe.core.interfaces.auth import AuthenticationError, Peer
 from bkframe.core.plugin_manager import PluginManager

@@ -193,7 +193,7 @@ class Run:
         return True
 
     def bookie_info(self, bookie: BookieProcess) -> dict[str, Any]:
-        from bkframe.client.bookie_client import connect_bookie
+        from bkframe.client.bookies.connection import connect_bookie
 
         async def ask() -> dict[str, Any]:
             host, _, port = bookie.address.rpartition(":")

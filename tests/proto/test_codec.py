@@ -3,7 +3,7 @@ in docs/protocol.md; malformed input is tests/bookie/test_malformed_input.py).""
 
 from __future__ import annotations
 
-from bkframe.client.bookie_errors import error_for
+from bkframe.client.bookies.errors import error_for
 from bkframe.proto.base import BadMessage
 from bkframe.proto.codes import LAST_ENTRY, MAX_READ_BATCH, Feature, Op, Status
 from bkframe.proto.frames import pack_frame

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkframe.bookie.handshake import MAX_FRAME_BEFORE_AUTH
+from bkframe.bookie.serving.handshake import MAX_FRAME_BEFORE_AUTH
 from bkframe.proto.codes import MAX_FRAME_SIZE
 from bkframe.proto.frames import FrameBuffer, FrameTooLarge, pack_frame
 

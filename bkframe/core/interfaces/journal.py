@@ -29,7 +29,7 @@ class JournalPosition:
 class Journal(Protocol):
     """An append-only, group-committed write-ahead log of opaque records.
 
-    Records are opaque bytes to the journal; :mod:`bkframe.bookie.journal_records` says what
+    Records are opaque bytes to the journal; :mod:`bkframe.bookie.durability.journal_records` says what
     the bookie puts in them. The journal frames each record (length + CRC) so that a torn
     tail is detected at replay.
 

@@ -37,7 +37,7 @@ class Candidate:
     bookie_id: str
     #: Its registered rack label; "" (no label) is one rack of its own, the default rack.
     rack: str = ""
-    #: It failed a request lately (see ``bkframe.client.bookie_health``): take it last.
+    #: It failed a request lately (see ``bkframe.client.bookies.health``): take it last.
     quarantined: bool = False
     #: Ledgers it holds, as it last reported (GET_BOOKIE_INFO), plus those this client has
     #: placed on it since; None when unknown (filled only for policies with ``wants_load``).

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from bkframe.bookie.cookies import clear_data_loss, data_loss_marked
+from bkframe.bookie.startup.cookies import clear_data_loss, data_loss_marked
 from bkframe.common.bounded import each_bounded
 from bkframe.core.interfaces.metadata_store import MetadataStore, iter_ledgers_of_bookie
 from bkframe.core.metadata import LedgerMetadata

@@ -8,7 +8,7 @@ at once, with a message saying so). Neither side hangs.
 :class:`AuthGate` holds a connection's authentication: until the provider accepts an AUTH
 request, every other request gets UNAUTHORIZED, before any ledger is touched. It is asked
 for a frame while the connection is not authenticated, and for a frame that starts with
-AUTH (what the connection may read and copy, :mod:`.access`, follows the AUTH accepted).
+AUTH (what the connection may read and copy, :mod:`bkframe.bookie.access`, follows the AUTH accepted).
 A failed AUTH ends the connection (the server sends its UNAUTHORIZED answer, then closes):
 one guess per connection. Until AUTH succeeds, a frame may be at most
 :data:`MAX_FRAME_BEFORE_AUTH` bytes, and the connection has ``[limits] auth_timeout_s`` to
@@ -25,7 +25,7 @@ import attrs
 import trio
 
 from bkframe.bookie.access import ANONYMOUS, AccessPolicy
-from bkframe.bookie.throttled_log import ThrottledWarning
+from bkframe.bookie.runtime.throttled_log import ThrottledWarning
 from bkframe.core.interfaces.auth import AuthenticationError, AuthProvider, Peer
 from bkframe.proto.base import BadMessage
 from bkframe.proto.codes import Feature, Status

@@ -6,7 +6,7 @@ The client keeps the last listing for at most ``max_age_s`` (``bookie_set_max_ag
 creates use it as it is, a listing past half its age is read again in the background (so
 creates seldom wait for it), and one past its age is read again before use. A new bookie is
 therefore chosen within seconds; a dead one, still in a listing, fails its connection and is
-quarantined at once (:mod:`.bookie_health`). Paths where a stale view would cost more than a
+quarantined at once (:mod:`bkframe.client.bookies.health`). Paths where a stale view would cost more than a
 round trip -- an ensemble change, recovery's write-back, re-replication, too few bookies
 for a create, a bookie that is not in the listing -- ask for a view read after they asked
 (``fresh=True``); concurrent askers share one read.

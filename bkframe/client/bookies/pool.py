@@ -1,8 +1,8 @@
 """Connections to bookies by bookie id, opened on demand and reopened after a failure; the
-registered bookies (:mod:`.bookie_set`) they are found in.
+registered bookies (:mod:`bkframe.client.bookies.listing`) they are found in.
 
 A connect runs as a task of the client, never of the caller that asked for it: a quorum
-decision that no longer needs a hung bookie stops waiting for it (:mod:`.quorum`) while its
+decision that no longer needs a hung bookie stops waiting for it (:mod:`bkframe.client.quorum`) while its
 connect goes on, bounded by ``connect_timeout_s``, and is ready for later requests."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import anyio
 
-from bkframe.client.bookie_client import DEFAULT_TRY_AGAIN_S, NO_AUTH, BookieClient, R, connect_bookie
-from bkframe.client.bookie_errors import BookieConnectionError, BookieTimeoutError, ClientClosedError
-from bkframe.client.bookie_health import BookieHealth
-from bkframe.client.bookie_set import BookieSet
-from bkframe.client.pending_response import PendingResponse
+from bkframe.client.bookies.connection import DEFAULT_TRY_AGAIN_S, NO_AUTH, BookieClient, R, connect_bookie
+from bkframe.client.bookies.errors import BookieConnectionError, BookieTimeoutError, ClientClosedError
+from bkframe.client.bookies.health import BookieHealth
+from bkframe.client.bookies.listing import BookieSet
+from bkframe.client.bookies.pending_response import PendingResponse
 from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.interfaces.placement import PlacementPolicy
 from bkframe.errors import BKError
@@ -25,7 +25,7 @@ from bkframe.errors import BKError
 class BookiePool:
     """Holds one connection per bookie inside the client's nursery.
 
-    A failed connect quarantines the bookie in ``health`` (see :mod:`bookie_health`).
+    A failed connect quarantines the bookie in ``health`` (see :mod:`bkframe.client.bookies.health`).
     It carries the client's placement policy and its view of the registered bookies
     (``bookies``), which choosing bookies needs with it.
     """
@@ -49,7 +49,7 @@ class BookiePool:
         self.bookies = BookieSet(metadata, nursery, bookie_set_max_age_s)
         self.connect_timeout_s = connect_timeout_s
         self.health = health if health is not None else BookieHealth(0.0)
-        #: How ensembles and replacements are chosen (see :mod:`.placement`): it travels
+        #: How ensembles and replacements are chosen (see :mod:`bkframe.client.placement`): it travels
         #: with the pool, as health does, so every caller of ``choose_*`` uses the client's.
         self.placement = placement
         #: Ledgers each bookie holds, as it last reported (GET_BOOKIE_INFO), with when

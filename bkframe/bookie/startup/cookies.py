@@ -1,16 +1,23 @@
-"""Cookies (BP-46): a bookie's identity stamped on its data dir and in the metadata store.
+"""Cookies and the data dir's marks (BP-46): a bookie's identity stamped on its data dir and
+in the metadata store, and the marks that tell the next start what the last run may have lost.
 
-At boot the two are compared. A new bookie stamps both. A data dir without a cookie (or
-with another bookie's, or another instance's) while the metadata store has one means the
+At boot the two cookies are compared. A new bookie stamps both. A data dir without a cookie
+(or with another bookie's, or another instance's) while the metadata store has one means the
 disk was lost or replaced, so entries this bookie acknowledged may be gone: the bookie
-refuses to start unless ``auto_fix_cookies`` is on (then it re-stamps), and says which
-command fixes it by hand. See BP-46's table of cookie cases.
+refuses to start unless ``auto_fix_cookies`` is on (then it re-stamps, and marks the data
+dir as possibly missing data until boot protection is durable), and says which command
+fixes it by hand. See BP-46's table of cookie cases.
+
+Unclean-shutdown detection: a marker file (:data:`UNCLEAN_MARKER`) set at start, cleared on
+a clean stop. A crash, SIGKILL or power cut leaves it behind, so the next start knows the
+last shutdown was not clean and that writes not yet fsynced may be gone.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import os
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,11 +26,14 @@ import attrs
 
 from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.errors import BKError
+from bkframe.storage_kit.disk_full import DISK_FULL_ERRNOS
 from bkframe.storage_kit.fsync import remove_durably, write_durably
 
 COOKIE_FILE = "cookie.json"
 #: Present while a re-stamped data dir still needs boot protection (see mark_data_loss).
 DATA_LOSS_MARKER = "DATA_LOSS_SUSPECTED"
+#: Present while a bookie runs: left behind, it says the last shutdown was not clean.
+UNCLEAN_MARKER = "UNCLEAN_SHUTDOWN"
 
 
 class CookieError(BKError):
@@ -141,3 +151,24 @@ async def fix_cookies(store: MetadataStore, data_dir: Path, bookie_id: str, addr
     write_local(data_dir, cookie)
     await store.write_cookie(bookie_id, cookie.serialize(), remote.version if remote else None)
     return cookie
+
+
+def mark_running(data_dir: Path) -> bool:
+    """Set the marker durably; return whether the previous shutdown was clean."""
+    path = data_dir / UNCLEAN_MARKER
+    clean = not path.exists()
+    try:
+        write_durably(path, f"pid {os.getpid()}\n".encode())
+    except OSError as e:
+        # The marker is its existence; the pid only helps people. On a full disk (a
+        # bookie must still start there, read-only) an empty marker, which needs no
+        # data block, does.
+        if e.errno not in DISK_FULL_ERRNOS:
+            raise
+        write_durably(path, b"")
+    return clean
+
+
+def mark_clean(data_dir: Path) -> None:
+    """Clear the marker durably, after everything else is flushed."""
+    remove_durably(data_dir / UNCLEAN_MARKER)

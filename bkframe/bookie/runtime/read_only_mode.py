@@ -1,5 +1,5 @@
-"""A bookie's disk space: how full the data dir's filesystem is, and BookKeeper's read-only
-mode that it (or a write that found no space, see :mod:`bkframe.storage_kit.disk_full`) switches on.
+"""BookKeeper's read-only mode, and what switches it: how full the data dir's filesystem
+is, or a write that found no space (recognized by :mod:`bkframe.storage_kit.disk_full`).
 
 Read-only mode (BookKeeper's ``diskUsageThreshold`` / ``diskUsageLwm``): once the used
 fraction of the filesystem reaches the threshold, or a write fails for want of space, the

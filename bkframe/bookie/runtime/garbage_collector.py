@@ -21,7 +21,7 @@ storage removes entry logs no index points into any more and compacts the mostly
 The comparison yields to the event loop every :data:`YIELD_EVERY` ids.
 
 A failed pass (the metadata store is away, a disk error while compacting) is logged and
-retried with backoff (:mod:`bkframe.bookie.background`); it never stops the bookie.
+retried with backoff (:mod:`bkframe.bookie.runtime.periodic`); it never stops the bookie.
 
 Ledgers in limbo are left alone: the repair task decides about them. A bookie whose
 cookie the metadata store did not have at boot deletes no ledgers until restarted: the
@@ -36,9 +36,9 @@ from collections.abc import AsyncIterator, Sequence
 
 import trio
 
-from bkframe.bookie.background import run_periodically
 from bkframe.bookie.bookie import Bookie
-from bkframe.bookie.cookies import CookieCheck
+from bkframe.bookie.runtime.periodic import run_periodically
+from bkframe.bookie.startup.cookies import CookieCheck
 from bkframe.common.bounded import each_bounded
 from bkframe.core.interfaces.metadata_store import MetadataStore, iter_ledgers_of_bookie
 from bkframe.errors import MetadataError, NoSuchLedgerError

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import trio
 
-from bkframe.bookie import journal_records as jr
-from bkframe.bookie.background import run_periodically
 from bkframe.bookie.context import BookieContext
-from bkframe.bookie.disk_space import NoSpaceToStartError
-from bkframe.bookie.write_once import apply_stored
+from bkframe.bookie.durability import journal_records as jr
+from bkframe.bookie.durability.write_once import apply_stored
+from bkframe.bookie.runtime.periodic import run_periodically
+from bkframe.bookie.runtime.read_only_mode import NoSpaceToStartError
 from bkframe.core.interfaces import Buffer
 from bkframe.core.interfaces.journal import JournalPosition
 from bkframe.errors import BKError

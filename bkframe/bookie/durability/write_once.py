@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import crc32c
 
-from bkframe.bookie import journal_records as jr
+from bkframe.bookie.durability import journal_records as jr
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import Buffer
 from bkframe.core.interfaces.journal import Journal

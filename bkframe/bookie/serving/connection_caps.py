@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from bkframe.bookie.throttled_log import ThrottledWarning
+from bkframe.bookie.runtime.throttled_log import ThrottledWarning
 from bkframe.core.config import LimitsConfig
 from bkframe.core.counters import Counters
 

@@ -1,6 +1,6 @@
 """A bookie connection's socket used directly, beside its stream, where that saves a
 scheduler pass per message: a send from the task that submits a request
-(:meth:`BookieClient._enqueue <bkframe.client.bookie_client.BookieClient._enqueue>`) and a
+(:meth:`BookieClient._enqueue <bkframe.client.bookies.connection.BookieClient._enqueue>`) and a
 receive that waits until the socket is readable (the connection's receive loop).
 
 anyio's ``send`` is a checkpoint: on trio a successful socket send ends with a scheduler pass
@@ -12,7 +12,7 @@ exception and a second pass for every answer.
 
 Only plaintext streams have a socket to use: on TLS the bytes must go through the TLS
 object, and anyio's asyncio stream buffers in a transport of its own (the client uses
-:mod:`.asyncio_stream` there, which has a send without waiting and waits for data already).
+:mod:`bkframe.client.bookies.asyncio_stream` there, which has a send without waiting and waits for data already).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import anyio
 import anyio.abc
 import sniffio
 
-from bkframe.client.asyncio_stream import AsyncioStream
+from bkframe.client.bookies.asyncio_stream import AsyncioStream
 from bkframe.core.interfaces import Buffer
 
 

@@ -9,12 +9,12 @@ client can pipeline many frames while earlier ones wait for their fsync, and res
 of all batches made durable by one fsync go out in one send.
 
 What one client, or many, may make the server hold is bounded (``[limits]``; docs/security.md,
-"Hostile clients"): connections in all and per peer address (:mod:`.connection_caps`,
+"Hostile clients"): connections in all and per peer address (:mod:`bkframe.bookie.serving.connection_caps`,
 refused at accept); before AUTH succeeds, frames of at most
-:data:`~bkframe.bookie.handshake.MAX_FRAME_BEFORE_AUTH` bytes, one AUTH guess and
-``auth_timeout_s``; the bytes of frames in flight and their answers (:mod:`.inflight_memory`:
+:data:`~bkframe.bookie.serving.handshake.MAX_FRAME_BEFORE_AUTH` bytes, one AUTH guess and
+``auth_timeout_s``; the bytes of frames in flight and their answers (:mod:`bkframe.bookie.serving.inflight_memory`:
 the reader waits for room before it reads a frame's body); the long polls of a connection,
-which wait as records and end with it (:mod:`.lac_waiters`); a frame must arrive whole in
+which wait as records and end with it (:mod:`bkframe.bookie.lac_waiters`); a frame must arrive whole in
 ``frame_timeout_s`` and an answer be taken in ``send_timeout_s``.
 """
 
@@ -30,14 +30,13 @@ import trio
 
 from bkframe.bookie.access import Access
 from bkframe.bookie.bookie import Bookie
-from bkframe.bookie.connection_caps import ConnectionCaps
-from bkframe.bookie.connection_reader import ConnectionReader
-from bkframe.bookie.handshake import MAX_FRAME_BEFORE_AUTH, AuthGate, open_connection
-from bkframe.bookie.inflight_memory import ConnectionMemory, FrameMemory, InflightMemory
 from bkframe.bookie.lac_waiters import ConnectionPolls
-from bkframe.bookie.outbox import Outbox
 from bkframe.bookie.response_batch import ResponseBatch
-from bkframe.bookie.throttled_log import ThrottledWarning
+from bkframe.bookie.runtime.throttled_log import ThrottledWarning
+from bkframe.bookie.serving.connection import ConnectionReader, Outbox
+from bkframe.bookie.serving.connection_caps import ConnectionCaps
+from bkframe.bookie.serving.handshake import MAX_FRAME_BEFORE_AUTH, AuthGate, open_connection
+from bkframe.bookie.serving.inflight_memory import ConnectionMemory, FrameMemory, InflightMemory
 from bkframe.core.interfaces import Buffer
 from bkframe.core.interfaces.auth import Peer
 from bkframe.proto.base import BadMessage
@@ -75,7 +74,7 @@ class BookieServer:
         self._idle = trio.Event()
         self._idle.set()
         tls = bookie.config.tls
-        #: ``[tls] enabled``: every connection must be TLS (see :mod:`.handshake`).
+        #: ``[tls] enabled``: every connection must be TLS (see :mod:`bkframe.bookie.serving.handshake`).
         self._tls = server_context(tls) if tls.enabled else None
         self._debug = log.isEnabledFor(logging.DEBUG)
         limits = self.limits = bookie.config.limits

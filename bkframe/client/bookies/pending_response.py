@@ -1,5 +1,5 @@
 """A request's answer to come: what a connection to a bookie hands back for each request
-it sends (:mod:`.bookie_client`), awaited by one task or delivered to a callback."""
+it sends (:mod:`bkframe.client.bookies.connection`), awaited by one task or delivered to a callback."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Generic, TypeVar, cast
 
 import anyio
 
-from bkframe.client.bookie_errors import BookieConnectionError
+from bkframe.client.bookies.errors import BookieConnectionError
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import ProtocolError
 from bkframe.proto.base import ErrorResponse, Reply
@@ -72,7 +72,7 @@ class PendingResponse(Generic[R]):
 
     def complete(self, response: Reply | None, error: BaseException | None = None) -> None:
         """Complete it from outside a connection: a request relayed to a bookie still being
-        connected to (:meth:`~.bookie_pool.BookiePool.request`). The first completion wins."""
+        connected to (:meth:`~bkframe.client.bookies.pool.BookiePool.request`). The first completion wins."""
         if self._done:
             return
         if response is not None:

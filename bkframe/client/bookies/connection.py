@@ -27,10 +27,10 @@ import anyio
 import sniffio
 from anyio.streams.tls import TLSStream
 
-from bkframe.client.asyncio_stream import connect_asyncio
-from bkframe.client.bookie_errors import BookieConnectionError, BookieTimeoutError, ClientClosedError
-from bkframe.client.direct_socket import nonblocking_send, readable_receiver
-from bkframe.client.pending_response import PendingResponse, R
+from bkframe.client.bookies.asyncio_stream import connect_asyncio
+from bkframe.client.bookies.direct_socket import nonblocking_send, readable_receiver
+from bkframe.client.bookies.errors import BookieConnectionError, BookieTimeoutError, ClientClosedError
+from bkframe.client.bookies.pending_response import PendingResponse, R
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import BKError, ProtocolError, UnauthorizedError
 from bkframe.proto.base import Reply
@@ -243,7 +243,7 @@ class BookieClient:
         master_key: bytes = b"",
         timeout_s: float | None = None,
     ) -> PendingResponse[ReadBatchResponse]:
-        """READ_BATCH: the entries the bookie holds from ``first`` on (see bookie/batch_reads.py)."""
+        """READ_BATCH: the entries the bookie holds from ``first`` on (see bookie/reads.py)."""
         rid = next(self._ids)
         message = encode_read_batch(rid, ledger_id, first, last, max_bytes, step, master_key=master_key)
         return self._submit(ReadBatchResponse, rid, [message], timeout_s)
@@ -398,7 +398,7 @@ class BookieClient:
 
 
 #: Under asyncio, plaintext connections run on asyncio's transport directly
-#: (:mod:`bkframe.client.asyncio_stream`); False uses anyio's stream, as trio and TLS do
+#: (:mod:`bkframe.client.bookies.asyncio_stream`); False uses anyio's stream, as trio and TLS do
 #: (benchmarks/asyncio_stream.py compares the two).
 USE_ASYNCIO_TRANSPORT = True
 
