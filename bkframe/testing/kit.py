@@ -13,6 +13,8 @@ Plugin authors' tests use them as bkframe's own do::
 from __future__ import annotations
 
 import hashlib
+import subprocess
+from collections.abc import Sequence
 from typing import Final
 
 #: The ledger (and log) password of tests that do not test passwords.
@@ -41,3 +43,23 @@ def payload(*key: object, size: int = 0) -> bytes:
     block = hashlib.sha256(name).digest()
     fill = (block * (size // len(block) + 1))[: size - len(name) - 1]
     return name + b":" + fill
+
+
+def release_together(procs: Sequence[subprocess.Popen[str]], timeout_s: float = 120) -> list[int]:
+    """Start the work of several processes at one moment, so that what they do overlaps (two
+    writers racing compare-and-sets): each prints ``ready`` once connected, then waits for a
+    line on stdin. Blocking (run it with ``trio.to_thread.run_sync``); the exit statuses, in
+    order; a process still running when this fails is killed."""
+    try:
+        for p in procs:  # all connected before any starts
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        return [p.wait(timeout=timeout_s) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

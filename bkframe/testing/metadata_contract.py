@@ -46,6 +46,7 @@ from bkframe.errors import (
     NoSuchLogError,
 )
 from bkframe.testing.autorecovery_contract import AutorecoveryContract, SharedAutorecoveryContract
+from bkframe.testing.kit import release_together
 from bkframe.testing.multilog_contract import MultiLogContract, SharedMultiLogContract
 
 
@@ -502,22 +503,7 @@ class SharedMetadataStoreContract(MetadataStoreContract, SharedAutorecoveryContr
             for _ in range(2)
         ]
 
-        def run_together() -> list[int]:
-            try:
-                for p in procs:  # both connected before either starts: their CAS loops overlap
-                    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-                for p in procs:
-                    assert p.stdin is not None
-                    p.stdin.write("go\n")
-                    p.stdin.flush()
-                return [p.wait(timeout=120) for p in procs]
-            finally:
-                for p in procs:
-                    if p.poll() is None:
-                        p.kill()
-                        p.wait()
-
-        assert await trio.to_thread.run_sync(run_together) == [0, 0]
+        assert await trio.to_thread.run_sync(release_together, procs) == [0, 0]
         assert (await store.read_log("counter")).value == str(2 * rounds).encode()
         cursor = await store.read_cursor("counter", "c")
         assert cursor is not None and cursor.value == str(2 * rounds).encode()

@@ -22,6 +22,7 @@ import trio
 from bkframe.core.interfaces.metadata_store import MetadataStore, MultiLogStore
 from bkframe.core.metadata import Versioned
 from bkframe.errors import BadVersionError, NoSuchLogError
+from bkframe.testing.kit import release_together
 
 
 def _multi(store: MetadataStore) -> MultiLogStore:
@@ -148,22 +149,7 @@ class SharedMultiLogContract(MultiLogContract):
             for me in ("p", "q")
         ]
 
-        def run_together() -> list[int]:
-            try:
-                for p in procs:  # both connected before either starts: their updates overlap
-                    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-                for p in procs:
-                    assert p.stdin is not None
-                    p.stdin.write("go\n")
-                    p.stdin.flush()
-                return [p.wait(timeout=120) for p in procs]
-            finally:
-                for p in procs:
-                    if p.poll() is None:
-                        p.kill()
-                        p.wait()
-
-        assert await trio.to_thread.run_sync(run_together) == [0, 0]
+        assert await trio.to_thread.run_sync(release_together, procs) == [0, 0]
         left, right = await _records(store, "left", "right")
         marks = left.value.decode().rstrip(",").split(",")
         assert left.value == right.value
