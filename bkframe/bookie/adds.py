@@ -25,7 +25,6 @@ from bkframe.core.interfaces import Buffer
 from bkframe.core.interfaces.auth import INTERNAL_METHOD
 from bkframe.core.interfaces.durability import DurabilityPolicy
 from bkframe.core.interfaces.journal import JournalWriteError
-from bkframe.core.interfaces.ledger_storage import LedgerState
 from bkframe.core.ledger_keys import keys_equal
 from bkframe.proto.codes import Status
 from bkframe.proto.ops.add import AddRequest, encode_add_response
@@ -216,9 +215,9 @@ class Adds:
                 f"unknown ledger type id {e.ledger_type}; this bookie serves "
                 + ", ".join(f"{t.name}={t.type_id}" for t in self.types_by_id.values())
             )
-        state = self._admit(e, batch)
-        if isinstance(state, tuple):
-            return state
+        refusal = self._admit(e, batch)
+        if refusal is not None:
+            return refusal
         cursor = self.sync.cursor(e.ledger_id)
         if cursor is None and policy.lac_by_sync:
             # What the bookie held before this add survived a restart, so it is durable.
@@ -233,10 +232,11 @@ class Adds:
         self.context.timed(batch, self.counters.add_latency, e.ledger_type)
         return Status.OK, ""
 
-    def _admit(self, e: Entries, batch: ResponseBatch) -> LedgerState | tuple[Status, str]:
-        """The ledger's state, made if new (its master record journaled: ``batch`` waits for
-        it), once the adds may go in: the bookie is writable (or they are recovery adds),
-        the ledger was not deleted here, their key is the ledger's and it is not fenced."""
+    def _admit(self, e: Entries, batch: ResponseBatch) -> tuple[Status, str] | None:
+        """The refusal, if the adds may not go in; None once they may: the bookie is writable
+        (or they are recovery adds), the ledger was not deleted here, their key is the
+        ledger's and it is not fenced. A new ledger is made here (its master record
+        journaled: ``batch`` waits for it)."""
         context = self.context
         storage = self.storage
         ledger_id, master_key, recovery = e.ledger_id, e.master_key, e.recovery
@@ -275,7 +275,7 @@ class Adds:
             return Status.UNAUTHORIZED, f"wrong master key for ledger {ledger_id}"
         if state.fenced and not recovery:
             return Status.FENCED, f"ledger {ledger_id} is fenced"
-        return state
+        return None
 
     def _kept_copies(self, e: Entries) -> tuple[Sequence[Buffer], Sequence[int], Sequence[Buffer]]:
         """Recovery adds: what to journal, and the ids and data of the entries to store.
