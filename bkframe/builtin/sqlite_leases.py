@@ -74,6 +74,15 @@ def add_lease_columns(db: sqlite3.Connection) -> None:
                         raise
 
 
+def next_renewal_in(started: float, ttl_s: float) -> float:
+    """Seconds until the next renewal of a lease whose last renewal started at ``started``.
+
+    Renewals start every third of the TTL from the start of the last one, not its end: one
+    that took long (a write lock held behind a slow disk) is followed by the next at once
+    rather than a third of a TTL later, when the row may have expired."""
+    return max(0.0, started + ttl_s / 3 - time.monotonic())
+
+
 class _Store(Protocol):
     async def _call(self, fn: Any, *, lease: bool = False) -> Any: ...
 
@@ -95,11 +104,12 @@ class SqliteRegistration:
         self._stopped = anyio.Event()
 
     async def _heartbeat(self) -> None:
-        renewed = time.monotonic()
+        renewed = started = time.monotonic()
         try:
             with self._scope:
                 while True:
-                    await anyio.sleep(self._ttl / 3)
+                    await anyio.sleep(next_renewal_in(started, self._ttl))
+                    started = time.monotonic()
                     try:
                         await self._store._upsert_bookie(self.info, self._ttl, lease=True)
                     except Exception as e:  # noqa: BLE001 - never fatal: a lost heartbeat only expires the row
@@ -153,11 +163,12 @@ class SqliteLock:
         self._stopped = anyio.Event()
 
     async def _heartbeat(self) -> None:
-        renewed = time.monotonic()
+        renewed = started = time.monotonic()
         try:
             with self._scope:
                 while True:
-                    await anyio.sleep(self._ttl / 3)
+                    await anyio.sleep(next_renewal_in(started, self._ttl))
+                    started = time.monotonic()
                     try:
                         ours = await self._store._call(self._renew, lease=True)
                     except Exception as e:  # noqa: BLE001 - retried until the TTL is over

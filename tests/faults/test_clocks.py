@@ -42,11 +42,12 @@ from bkframe.testing.cluster import Cluster
 REPO = Path(__file__).resolve().parents[2]
 
 #: Short TTLs so that a lease moved by a clock step (an hour) would show within seconds; not
-#: so short that a heartbeat late on a loaded machine drops a registration: 2 s did once, and
-#: 4 s in one of two full-suite runs on a machine loaded far past its two cores (bookie-0's
-#: row missing, then marked lost; not reproduced alone, under CPU and fsync load, or with the
-#: clock stepped back and forth every 3 s -- a bookie now logs a heartbeat that came later
-#: than its TTL, and a failure here prints the processes' logs).
+#: so short that a heartbeat late on a loaded machine drops a registration: 2 s and 4 s did
+#: in loaded full-suite runs, and 6 s once in CI, where two bookies' renewals came 10.8 s
+#: apart (each commit waited on a disk stalled by the suite's fsyncs, and the next renewal
+#: came a third of a TTL after the slow one ended). Renewals now commit without an fsync and
+#: follow a slow one at once (tests/builtin/test_metadata_sqlite.py); a bookie logs a
+#: heartbeat later than its TTL, and a failure here prints the processes' logs.
 REGISTRATION_TTL_S = 6.0
 LOST_GRACE_S = 6.0
 BOOKIE_TOML = f"""
