@@ -17,8 +17,10 @@ import pytest
 pytest_plugins = ("bkframe.testing.pytest_plugin", "tests.faults.options")
 
 
-#: Groups that take minutes: handed out first (xdist hands groups out in collection order), so
-#: the longest ones run alongside everything else instead of alone at the end.
+#: Groups that take minutes: handed out first (xdist hands groups out in collection order
+#: with ``--no-loadscope-reorder``, pyproject.toml; by default it sorts them by their number of
+#: tests, which sent every one-test group, the long fault runs among them, to the end), so the
+#: longest ones run alongside everything else instead of alone at the end.
 LONG_FIRST = ("spark", "tests/faults/", "tests/partitions/", "plugins/spark/", "tests/replication/")
 
 

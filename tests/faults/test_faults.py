@@ -26,7 +26,7 @@ from bkframe import LedgerStateName
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
 from tests.faults.checks import check_cluster
-from tests.faults.harness import REPO, run_faults
+from tests.faults.harness import REPO, open_ledgers_tagged, run_faults
 from tests.faults.payloads import BIG_KEY, PASSWORD, SEED_KEY, WRITER_KEY, digest, payload
 from tests.faults.records import read_record_file
 from tests.faults.schedule import (
@@ -206,6 +206,26 @@ async def test_the_checks_catch_each_kind_of_failure(cluster_factory: Any) -> No
     assert not any(f"ledger {honest.ledger_id} " in f for f in result.failures)
     assert not any(f"ledger {quiet.ledger_id} " in f for f in result.failures)
     assert result.stats["fence_probes"] == 2  # "lost" and "unfenced": closed by a recovery, no close() recorded
+
+
+async def test_a_ledger_its_writer_died_before_recording_is_found_for_recovery(cluster_factory: Any) -> None:
+    """A writer killed between create_ledger's return and its "created" record leaves an open
+    ledger no record names; the harness finds it by its tag (CI once saw one stay in a
+    restarted bookie's limbo for good), and leaves closed ones and other writers' alone."""
+    cluster = cluster_factory(1)
+    async with bkframe.open_client(cluster.metadata) as client:
+
+        async def create(writer: str) -> Any:
+            custom = {WRITER_KEY: writer, SEED_KEY: "0", BIG_KEY: "0"}
+            return await client.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1, password=PASSWORD, custom=custom)
+
+        recorded = await create("w0")
+        closed = await create("w0")
+        await closed.close()
+        await create("w1")
+        unrecorded = await create("w0")
+        assert await open_ledgers_tagged(client, "w0", after=recorded.ledger_id) == [unrecorded.ledger_id]
+        assert await open_ledgers_tagged(client, "w0", after=unrecorded.ledger_id) == []
 
 
 async def test_a_call_that_never_returns_becomes_a_clear_failure(cluster_factory: Any, tmp_path: Path) -> None:
