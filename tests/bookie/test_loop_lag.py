@@ -32,6 +32,35 @@ async def test_a_held_loop_shows_as_lag() -> None:
     assert 0.15 <= lag.recent_max == lag.max_since_start
 
 
+def compute(seconds: float) -> None:
+    """Hold the loop computing (a hold that sleeps uses no CPU, which the idle rule watches)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+async def test_an_idle_loop_is_sampled_seldom_and_work_brings_the_short_period_back() -> None:
+    """Sleeping 10 ms was 94% of an idle bookie's CPU: an idle loop is sampled at the longer
+    period; work on the loop brings back the short one, and a hold is measured as before."""
+    lag = LoopLag(period_s=0.005, window_s=60, idle_period_s=0.1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lag.run)
+        assert not lag.idle
+        with trio.fail_after(5):
+            while not lag.idle:
+                await trio.sleep(0.05)
+        end = trio.current_time() + 0.3
+        while trio.current_time() < end:  # a busy loop: many short steps
+            compute(0.002)
+            await trio.sleep(0)
+        assert not lag.idle
+        await trio.sleep(0.02)
+        compute(0.2)
+        await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    assert 0.15 <= lag.max_since_start
+
+
 def test_the_recent_maximum_covers_one_to_two_windows() -> None:
     lag = LoopLag(window_s=10)
     lag.observe(0.3, now=1)
