@@ -12,8 +12,7 @@ import attrs
 import click
 import trio
 
-from bkframe.admin import AdminServer
-from bkframe.bookie.service import BookieService
+from bkframe.bookie.service import AdminHttp, BookieService
 from bkframe.cli.logging_setup import setup_logging
 from bkframe.cli.options import LOG_OVERRIDES, metadata_option
 from bkframe.core.config import Config, load_config
@@ -89,13 +88,21 @@ def bookie(
     trio.run(run)
 
 
+def admin_server(service: BookieService) -> AdminHttp:
+    """:class:`bkframe.admin.AdminServer`, imported when a bookie starts one ([http] enabled):
+    hypercorn and prometheus_client were a quarter of every bookie's start (~0.25 CPU-s)."""
+    from bkframe.admin.http import AdminServer
+
+    return AdminServer(service)
+
+
 def compose_bookie(config: Config, plugins: PluginManager, *, init_cluster: bool = False) -> BookieService:
     """A whole bookie as ``bkframe bookie`` runs it: the service with BP-46 limbo repair,
     the admin HTTP service and the in-bookie autorecovery (the parts that need more than
     :mod:`bkframe.bookie` are handed to it here, where every part may be imported).
     ``init_cluster``: ``--init-cluster`` (see :class:`BookieService`)."""
     return BookieService(
-        config, plugins, repair=LimboRepair, admin=AdminServer, autorecovery=in_bookie, init_cluster=init_cluster,
+        config, plugins, repair=LimboRepair, admin=admin_server, autorecovery=in_bookie, init_cluster=init_cluster,
         settle_python_gc=True,
     )
 

@@ -12,9 +12,7 @@ tests/client/test_api_parity.py checks the two APIs against each other.
 
 from __future__ import annotations
 
-from typing import Any
-
-from prometheus_client import CollectorRegistry
+from typing import TYPE_CHECKING, Any
 
 from bkframe.client.blocking_tail import BlockingTail
 from bkframe.client.blocking_twins import (
@@ -28,6 +26,9 @@ from bkframe.client.blocking_twins import (
 from bkframe.client.run_ahead import RunAhead
 from bkframe.client.settings import ClientSettings
 from bkframe.core.plugin_manager import PluginManager
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 __all__ = [
     "BlockingClient",

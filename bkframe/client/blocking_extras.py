@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, TypeVarTuple, cast
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
-from prometheus_client import CollectorRegistry
 
 from bkframe.client.blocking_tail import BlockingTail, singly
 from bkframe.client.client import Client, open_client
@@ -37,6 +36,7 @@ from bkframe.core.plugin_manager import PluginManager
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from prometheus_client import CollectorRegistry
 
 
 T = TypeVar("T")

@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry
-
 from bkframe.client.blocking_extras import (
     ClientBase,
     LogReaderExtras,
@@ -49,6 +47,7 @@ from bkframe.core.metadata import DigestType, LedgerMetadata
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as ds
+    from prometheus_client import CollectorRegistry
 
 
 class BlockingClient(ClientBase):

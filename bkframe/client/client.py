@@ -15,17 +15,15 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
-from prometheus_client import CollectorRegistry
 
 from bkframe.client.context import ClientContext
 from bkframe.client.entry_format import Digester
 from bkframe.client.ledger_ids import LedgerIds
 from bkframe.client.logs.api import Logs
-from bkframe.client.metrics import client_registry
 from bkframe.client.placement import choose_ensemble
 from bkframe.client.read_handle import ReadHandle
 from bkframe.client.recovery import Recovery
@@ -45,6 +43,9 @@ from bkframe.errors import (
     UnauthorizedError,
     UnsupportedError,
 )
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("bkframe.client")
 #: How long a closing client tries to store its log cursors' pending acks.
@@ -67,7 +68,7 @@ class Client:
         self.pool = context.pool
         self.settings = context.settings
         self.client_id = context.client_id
-        self._registry = None if metrics_registry is None else client_registry(context.counters, self.client_id, metrics_registry)
+        self._registry = None if metrics_registry is None else self._registered(metrics_registry)
         #: Named logs on this client (see :class:`~bkframe.client.logs.api.Logs`).
         self.logs = Logs(self)
         #: The store's cluster record, read at the first create (a store that is no cluster
@@ -81,8 +82,15 @@ class Client:
         """The Prometheus registry with this client's metrics (add latency, ensemble changes,
         recoveries): the one given to :func:`open_client`, else one of its own, made here."""
         if self._registry is None:
-            self._registry = client_registry(self.context.counters, self.client_id)
+            self._registry = self._registered(None)
         return self._registry
+
+    def _registered(self, registry: CollectorRegistry | None) -> CollectorRegistry:
+        # Imported at first use: prometheus_client was ~0.08 CPU-s of every process that
+        # imports bkframe, and most never read a client's metrics.
+        from bkframe.client.metrics import client_registry
+
+        return client_registry(self.context.counters, self.client_id, registry)
 
     async def create_ledger(
         self,

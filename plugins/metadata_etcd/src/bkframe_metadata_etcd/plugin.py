@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bkframe import hookimpl
 from bkframe.core.registry import ComponentRegistry
-from bkframe_metadata_etcd.store import EtcdMetadataStore
+
+if TYPE_CHECKING:
+    from bkframe_metadata_etcd.store import EtcdMetadataStore
 
 
 def open_store(uri: str, *, create: bool) -> EtcdMetadataStore:
     """``create`` makes no difference: etcd is a server; keys under ROOT are made as they
     are first written."""
+    # Imported here, not at the top: every plugin manager (each bookie, client and CLI
+    # command) imports this module, and etcd3gw and requests took 150 ms of every such start.
+    from bkframe_metadata_etcd.store import EtcdMetadataStore
+
     return EtcdMetadataStore(uri)
 
 
