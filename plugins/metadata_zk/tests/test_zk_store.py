@@ -173,3 +173,20 @@ async def test_a_create_after_buckets_pruned_two_levels_deep(zk_server: ZooKeepe
         assert created.ledger_id == 8 and (await store.read_ledger(8)).ledger_id == 8
     finally:
         await store.aclose()
+
+
+def test_a_missing_kazoo_is_a_clear_error_when_a_store_is_opened(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kazoo is imported when a zk:// store is opened (not by every process that loads the
+    plugin); without it, opening says what to reinstall instead of a traceback."""
+    import sys
+
+    from bkframe import MetadataError
+    from bkframe.core.plugin_manager import PluginManager
+
+    pm = PluginManager()  # loads the plugin: nothing of kazoo is needed for that
+    monkeypatch.delitem(sys.modules, "bkframe_metadata_zk.store", raising=False)
+    for name in [m for m in sys.modules if m == "kazoo" or m.startswith("kazoo.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if kazoo were not installed
+    reinstall = r"cannot import its client library.*pip install --force-reinstall bkframe-metadata-zk"
+    with pytest.raises(MetadataError, match=reinstall):
+        pm.metadata_store("zk://127.0.0.1:1/x")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bkframe import hookimpl
+from bkframe import MetadataError, hookimpl
 from bkframe.core.registry import ComponentRegistry
 
 if TYPE_CHECKING:
@@ -16,7 +16,13 @@ def open_store(uri: str, *, create: bool) -> EtcdMetadataStore:
     are first written."""
     # Imported here, not at the top: every plugin manager (each bookie, client and CLI
     # command) imports this module, and etcd3gw and requests took 150 ms of every such start.
-    from bkframe_metadata_etcd.store import EtcdMetadataStore
+    try:
+        from bkframe_metadata_etcd.store import EtcdMetadataStore
+    except ImportError as e:
+        raise MetadataError(
+            f"{uri!r}: the etcd metadata plugin cannot import its client library ({e}); "
+            f"reinstall it: pip install --force-reinstall bkframe-metadata-etcd"
+        ) from None
 
     return EtcdMetadataStore(uri)
 

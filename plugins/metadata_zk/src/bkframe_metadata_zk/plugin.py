@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bkframe import hookimpl
+from bkframe import MetadataError, hookimpl
 from bkframe.core.registry import ComponentRegistry
 
 if TYPE_CHECKING:
@@ -16,7 +16,13 @@ def open_store(uri: str, *, create: bool) -> ZkMetadataStore:
     are made as they are first written."""
     # Imported here, not at the top: every plugin manager (each bookie, client and CLI
     # command) imports this module, and kazoo took 80 ms of every such start.
-    from bkframe_metadata_zk.store import ZkMetadataStore
+    try:
+        from bkframe_metadata_zk.store import ZkMetadataStore
+    except ImportError as e:
+        raise MetadataError(
+            f"{uri!r}: the zk metadata plugin cannot import its client library ({e}); "
+            f"reinstall it: pip install --force-reinstall bkframe-metadata-zk"
+        ) from None
 
     return ZkMetadataStore(uri)
 
