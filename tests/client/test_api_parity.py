@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import prometheus_client
 import pyarrow
 import pyarrow.dataset
 import pytest
@@ -121,8 +122,10 @@ def blocking_type(hint: Any) -> Any:
 
 def hints(fn: Callable[..., Any]) -> dict[str, Any]:
     # Names a module imports only for type checking are found among bkframe's public ones.
-    # Annotations name pyarrow as `pa` (and pyarrow.dataset as `ds`) under TYPE_CHECKING (an optional dependency).
-    return typing.get_type_hints(fn, localns={**vars(bkframe), "pa": pyarrow, "ds": pyarrow.dataset})
+    # Annotations name pyarrow as `pa` (and pyarrow.dataset as `ds`) under TYPE_CHECKING (an optional dependency),
+    # and prometheus_client's CollectorRegistry (imported when a client's metrics are first read).
+    localns = {**vars(bkframe), "pa": pyarrow, "ds": pyarrow.dataset, "CollectorRegistry": prometheus_client.CollectorRegistry}
+    return typing.get_type_hints(fn, localns=localns)
 
 
 def instance_attributes(cls: type) -> set[str]:
