@@ -26,7 +26,8 @@ from bkframe.bookie.durability.sync_cursor import SyncTracker
 from bkframe.bookie.durability.tombstones import Tombstones
 from bkframe.bookie.key_check import KeyCheck
 from bkframe.bookie.requests import RequestHandler
-from bkframe.bookie.runtime.read_only_mode import DiskUsage, ReadOnlyMode, measure
+from bkframe.bookie.runtime.read_only_mode import ReadOnlyMode
+from bkframe.bookie.runtime.space_reserve import DiskUsage, SpaceReserve
 from bkframe.bookie.startup.cookies import CookieCheck, mark_clean, mark_running
 from bkframe.core.config import Config
 from bkframe.core.counters import Counters
@@ -81,8 +82,12 @@ class Bookie:
         )
         #: One process per directory: every directory this bookie and its plugins write,
         #: locked before anything in them is read or written (see :mod:`bkframe.storage_kit.directory_lock`).
-        self.directory_locks = DirectoryLocks.acquire(directories(config, plugins))
+        dirs = directories(config, plugins)
+        self.directory_locks = DirectoryLocks.acquire(dirs)
         try:
+            #: Space kept back on each of those filesystems for fences and recovery adds on a
+            #: full disk (see :mod:`bkframe.bookie.runtime.space_reserve`).
+            self.reserve = SpaceReserve(dirs, config.bookie.reserved_space_bytes, config.bookie.disk_usage_threshold)
             self._compose(config, plugins)
         except BaseException:
             self.directory_locks.release()
@@ -117,7 +122,9 @@ class Bookie:
         #: What the limbo repair task reports in GET_BOOKIE_INFO.
         self.repair_status: dict[str, Any] = {"repaired_ledgers": 0, "entries_copied": 0, "last_error": ""}
         #: BookKeeper's read-only mode: on a full disk, no adds (reads, fences and recovery go on).
-        self.mode = ReadOnlyMode(self.data_dir, config.bookie.disk_usage_threshold, config.bookie.disk_usage_lwm)
+        self.mode = ReadOnlyMode(
+            self.data_dir, config.bookie.disk_usage_threshold, config.bookie.disk_usage_lwm, self.reserve
+        )
         #: BP-14 sync cursors of the ledgers acknowledged before their fsync.
         self.sync = SyncTracker(self.journal, self.journal_write_failed)
         #: What request handling and checkpoints use of this bookie.
@@ -171,10 +178,15 @@ class Bookie:
     def read_only(self) -> bool:
         return self.mode.read_only
 
+    def measure_disk(self) -> DiskUsage:
+        """Take back missing reserved space where there is room, and measure the fullest of
+        the bookie's filesystems (blocking: statvfs, fallocate; off the event loop)."""
+        return self.reserve.measure_and_refill()
+
     def check_disk(self) -> DiskUsage:
-        """Measure the data dir's filesystem and enter or leave read-only mode (blocking:
-        a statvfs; the service runs it off the event loop, except once at start)."""
-        usage = measure(self.data_dir)
+        """:meth:`measure_disk`, then enter or leave read-only mode (blocking: the service
+        runs it off the event loop, except once at start)."""
+        usage = self.measure_disk()
         self.mode.disk_checked(usage)
         return usage
 
@@ -218,7 +230,7 @@ class Bookie:
         ]
 
     def info(self) -> dict[str, Any]:
-        usage = measure(self.data_dir)
+        usage = self.reserve.measure()
         return {
             "bookie_id": self.bookie_id,
             "protocol_version": PROTOCOL_VERSION,
@@ -228,6 +240,7 @@ class Bookie:
             "disk_usage": round(usage.fraction, 4),
             "disk_usage_threshold": self.mode.threshold,
             "disk_usage_lwm": self.mode.lwm,
+            "reserved_space_bytes": self.reserve.held(),
             "read_only": self.mode.read_only,
             "read_only_reason": self.mode.reason,
             "ledgers": sum(1 for _ in self.storage.ledgers()),

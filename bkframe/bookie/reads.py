@@ -117,8 +117,15 @@ class Reads:
         if state is None or not state.master_key:
             # Fence even a ledger this bookie never saw (the metadata knows it), so the old
             # writer cannot start writing to it after recovery has read around it.
+            ledger_type = state.ledger_type if state else 0
             try:
-                state = self.storage.ensure_ledger(ledger_id, req.master_key, state.ledger_type if state else 0)
+                try:
+                    state = self.storage.ensure_ledger(ledger_id, req.master_key, ledger_type)
+                except OSError as e:
+                    if not (is_disk_full(e) and self.context.mode.write_failed(e)):
+                        raise
+                    # Into the reserved space the failure released: a full bookie still fences.
+                    state = self.storage.ensure_ledger(ledger_id, req.master_key, ledger_type)
             except OSError as e:
                 if not is_disk_full(e):
                     raise

@@ -44,6 +44,7 @@ from bkframe.proto.ops.sync import SyncRequest
 from bkframe.proto.ops.write_close import WriteCloseRequest
 from bkframe.proto.ops.write_lac import WriteLacRequest, encode_write_lac_response
 from bkframe.proto.table import Request, encode_error_response
+from bkframe.storage_kit.disk_full import is_disk_full
 
 log = logging.getLogger("bkframe.bookie")
 
@@ -164,11 +165,12 @@ class RequestHandler:
         self.counters.bad_requests += 1
         batch.parts.append(encode_error_response(req.request_id, Status.BAD_REQUEST, req.reason))
 
-    async def durable_answers(self, batches: Sequence[ResponseBatch]) -> list[Buffer]:
+    async def durable_answers(self, batches: Sequence[ResponseBatch], *, again: bool = True) -> list[Buffer]:
         """Wait until what these batches' answers acknowledge is durable -- their journal
         records and, for large entries written once, the entry-log fsync -- and return the
         answers to send, in order: a batch whose records were lost answers with errors
-        (:meth:`lost_write_responses`). Never raises for a failed write."""
+        (:meth:`lost_write_responses`; with ``again``, its fences and recovery adds are
+        served once more first, into the reserved space). Never raises for a failed write."""
         journal = self.journal
         wait = 0
         sync_storage = False
@@ -191,9 +193,9 @@ class RequestHandler:
             # together: its highest sequence tells for all of them.
             if b.wait_seq and journal.is_lost(b.wait_seq):
                 error = lost or JournalWriteError(None, f"journal record {b.wait_seq} was not written")
-                parts.extend(self.lost_write_responses(b, error))
+                parts.extend(await self.lost_write_responses(b, error, again=again))
             elif b.sync_storage and unsynced is not None:
-                parts.extend(self.lost_write_responses(b, unsynced, "the entry-log fsync"))
+                parts.extend(await self.lost_write_responses(b, unsynced, "the entry-log fsync", again=again))
             else:
                 parts.extend(b.parts)
         return parts
@@ -228,18 +230,29 @@ class RequestHandler:
             for histogram in b.timed:
                 histogram.observe(now - b.received)
 
-    def lost_write_responses(self, batch: ResponseBatch, error: BaseException, what: str = "the journal write") -> list[Buffer]:
+    async def lost_write_responses(
+        self, batch: ResponseBatch, error: BaseException, what: str = "the journal write", *, again: bool = True
+    ) -> list[Buffer]:
         """Answers for a frame whose journal records were lost (a write found no space).
 
         Whatever needed those records to be durable (adds, explicit LACs, fences) gets an
         error; nothing of it may be acknowledged. The rest of the frame (plain reads, LAC
         reads, info, ...) journals nothing and is served again. SYNC and long polls answer
-        on their own.
+        on their own. With ``again``, when the write found no space, the frame's read-only
+        duties -- fences and recovery adds, which a full bookie must still take so that its
+        ledgers can be closed -- are served once more, into the reserved space the failed
+        write released (:mod:`bkframe.bookie.runtime.space_reserve`); the answers of that
+        second try are sent.
         """
         status, message = self.context.lost_write(error, what)
+        duties: list[Request | BadMessage] = []
+        if again and is_disk_full(error):
+            duties = [req for req in batch.requests if _is_duty(req)]
         parts: list[Buffer] = []
-        again: list[Request | BadMessage] = []
+        redo: list[Request | BadMessage] = []
         for req in batch.requests:
+            if duties and _is_duty(req):
+                continue
             if type(req) is AddRequest or type(req) is AddBatchRequest:
                 parts.append(self.adds.refused(req, status, message))
             elif type(req) is WriteLacRequest:
@@ -251,7 +264,22 @@ class RequestHandler:
             elif type(req) is SyncRequest or (type(req) is ReadLacRequest and req.previous_lac is not None):
                 continue  # answered by their own task
             else:
-                again.append(req)
-        if again:
-            parts.extend(self.handle(again, batch.access).parts)
+                redo.append(req)
+        if redo:
+            parts.extend(self.handle(redo, batch.access).parts)
+        if duties:
+            self.counters.duties_served_again += len(duties)
+            second = self.handle(duties, batch.access)
+            parts.extend(await self.durable_answers([second], again=False))
+            for deferred in second.deferred:  # a fence of a ledger new here waits for its key check
+                parts.append(await deferred())
         return parts
+
+
+def _is_duty(req: Request | BadMessage) -> bool:
+    """What a read-only bookie still writes for: a fencing read, a recovery add."""
+    if type(req) is ReadRequest:
+        return req.fence
+    if type(req) is AddRequest or type(req) is AddBatchRequest:
+        return req.recovery
+    return False

@@ -19,7 +19,6 @@ from bkframe.bookie.durability.protection import protect_at_boot
 from bkframe.bookie.key_check import KeyCheck
 from bkframe.bookie.runtime.garbage_collector import GarbageCollector
 from bkframe.bookie.runtime.loop_lag import LoopLag, settle_python_gc
-from bkframe.bookie.runtime.read_only_mode import measure
 from bkframe.bookie.serving.server import BookieServer
 from bkframe.bookie.startup.cookies import check_cookies, read_local
 from bkframe.bookie.startup.identity import Advertised, claim_id, default_bookie_id
@@ -334,7 +333,7 @@ class BookieService:
                 continue  # publish the change now; the disk check follows at the interval
             try:
                 # statvfs may hang on a sick disk: off the loop, and a hung check blocks only this task.
-                usage = await trio.to_thread.run_sync(measure, bookie.data_dir, limiter=limiter, abandon_on_cancel=True)
+                usage = await trio.to_thread.run_sync(bookie.measure_disk, limiter=limiter, abandon_on_cancel=True)
             except OSError as e:
                 log.warning("disk check of %s failed: %s", bookie.data_dir, e)
                 continue

@@ -316,6 +316,11 @@ class BookieConfig:
     disk_usage_lwm: float = attrs.field(default=0.90)
     #: Seconds between disk usage checks (diskCheckInterval).
     disk_check_interval_s: float = attrs.field(default=10.0, validator=above(0))
+    #: Space kept back on each filesystem the bookie writes (a file ``.reserved-space``), for
+    #: fences, recovery adds and the LastLogMark once a write finds the disk full; at most
+    #: 2.5 % of the filesystem and half the room ``disk_usage_threshold`` leaves (see
+    #: docs/reliability.md).
+    reserved_space_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=at_least(0))
     #: The rack (failure domain) label the bookie registers with, for rack-aware placement.
     rack: str = ""
 

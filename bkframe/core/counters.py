@@ -80,6 +80,9 @@ class Counters:
     journal_write_failures: int = 0
     #: Adds refused because the bookie is read-only.
     read_only_refusals: int = 0
+    #: Fences and recovery adds served a second time because their first write found no
+    #: space (it released the reserved space they were then written into).
+    duties_served_again: int = 0
     #: Adds and fencing reads answered TRY_AGAIN: the metadata store had not vouched for the
     #: key of a ledger new here within ``key_check_wait_s`` (the client sends them again).
     key_checks_pending: int = 0

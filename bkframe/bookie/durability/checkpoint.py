@@ -61,16 +61,20 @@ class Checkpointer:
     def replay(self) -> int:
         """Apply the journal after the last checkpoint's LastLogMark to ledger storage."""
         mark = self._read_lastmark()
-        count = 0
         try:
-            for _, record in self.journal.replay(mark):
-                self._apply(jr.decode(record))
-                count += 1
+            try:
+                count = self._replay_from(mark)
+            except OSError as e:
+                if not (is_disk_full(e) and self.mode.write_failed(e)):
+                    raise
+                # The reserved space is the bookie's to use now. Replay writes only what
+                # storage still lacks, so going again from the mark writes nothing twice.
+                count = self._replay_from(mark)
         except OSError as e:
             if not is_disk_full(e):
                 raise
-            # Only what ledger storage lacks is written (see _not_stored): after a power
-            # cut that can be more than a full disk holds.
+            # Only what ledger storage lacks is written (see _not_stored): after a power cut
+            # that can be more than a full disk (and the reserved space) holds.
             raise NoSpaceToStartError(
                 e.errno,
                 f"cannot start: replaying the journal into ledger storage needs space in {self.data_dir} "
@@ -88,6 +92,13 @@ class Checkpointer:
             self.counters.storage_fsyncs += syncs
         self.replayed_records = count
         log.info("replayed %d journal records after %s", count, mark)
+        return count
+
+    def _replay_from(self, mark: JournalPosition | None) -> int:
+        count = 0
+        for _, record in self.journal.replay(mark):
+            self._apply(jr.decode(record))
+            count += 1
         return count
 
     def _apply(self, rec: jr.Record) -> None:
@@ -168,8 +179,14 @@ class Checkpointer:
         turns read-only; the old mark stays and the journal keeps everything after it, so a
         restart replays more -- which needs no space, see :meth:`_not_stored`)."""
         data = json.dumps({"file_id": mark.file_id, "offset": mark.offset}).encode()
+        path = self.data_dir / LASTMARK_FILE
         try:
-            await trio.to_thread.run_sync(write_durably, self.data_dir / LASTMARK_FILE, data)
+            try:
+                await trio.to_thread.run_sync(write_durably, path, data)
+            except OSError as e:
+                if not is_disk_full(e) or not self.mode.write_failed(e):
+                    raise
+                await trio.to_thread.run_sync(write_durably, path, data)  # into the reserved space just released
         except OSError as e:
             if not is_disk_full(e):
                 raise

@@ -7,18 +7,18 @@ bookie takes no more adds (they get ``READ_ONLY``, so writers change ensemble) a
 registers read-only (new ledgers avoid it). It keeps serving reads, fences and recovery
 adds, so that ledgers it holds can still be read and closed. It takes adds again once the
 used fraction is below the low-water mark; the gap between the two marks keeps it from
-flapping.
+flapping. A write that found no space also releases the bookie's reserved space
+(:mod:`.space_reserve`) for those duties; until it is taken back, it counts as used.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 
-import attrs
 import trio
 
+from bkframe.bookie.runtime.space_reserve import DiskUsage, SpaceReserve
 from bkframe.errors import BKError
 
 log = logging.getLogger("bkframe.bookie")
@@ -28,28 +28,10 @@ class NoSpaceToStartError(BKError, OSError):
     """The bookie cannot start: something it must write before serving found no space."""
 
 
-@attrs.frozen
-class DiskUsage:
-    """One measurement of a filesystem, as BookKeeper takes it: ``1 - usable / total``."""
-
-    total: int
-    free: int
-
-    @property
-    def fraction(self) -> float:
-        return 1.0 - self.free / self.total if self.total > 0 else 1.0
-
-
-def measure(path: Path) -> DiskUsage:
-    """Blocking (a statvfs): call it off the event loop where the disk may hang."""
-    usage = shutil.disk_usage(path)
-    return DiskUsage(total=usage.total, free=usage.free)
-
-
 class ReadOnlyMode:
     """Whether the bookie takes adds, and why not. Lives on the event loop."""
 
-    def __init__(self, data_dir: Path, threshold: float, lwm: float) -> None:
+    def __init__(self, data_dir: Path, threshold: float, lwm: float, reserve: SpaceReserve | None = None) -> None:
         self.data_dir = data_dir
         self.threshold = threshold
         self.lwm = lwm
@@ -62,6 +44,8 @@ class ReadOnlyMode:
         self.changed = trio.Event()
         #: Decommissioned: read-only whatever the disk, until no longer decommissioned.
         self.draining = False
+        #: Space kept back for fences and recovery adds, released when a write finds none.
+        self.reserve = reserve
 
     def disk_checked(self, usage: DiskUsage) -> None:
         """Apply one measurement: enter read-only at the threshold, leave below the low-water mark."""
@@ -70,11 +54,13 @@ class ReadOnlyMode:
             if not self.read_only:
                 self._set(
                     True,
-                    f"disk usage of {self.data_dir} is {usage.fraction:.1%}, at or above "
+                    f"disk usage of {usage.path or self.data_dir} is {usage.fraction:.1%}, at or above "
                     f"disk_usage_threshold {self.threshold:.0%} ({usage.free} of {usage.total} bytes free)",
                 )
         elif self.read_only and usage.fraction < self.lwm and not self.draining:
-            self._set(False, f"disk usage of {self.data_dir} is {usage.fraction:.1%}, below disk_usage_lwm {self.lwm:.0%}")
+            self._set(
+                False, f"disk usage of {usage.path or self.data_dir} is {usage.fraction:.1%}, below disk_usage_lwm {self.lwm:.0%}"
+            )
 
     def set_draining(self, draining: bool) -> None:
         """Decommissioned (or no longer): no adds, so that writers move their ledgers off
@@ -87,10 +73,19 @@ class ReadOnlyMode:
         elif not draining and self.read_only and (self.usage is None or self.usage.fraction < self.lwm):
             self._set(False, "the bookie is no longer decommissioned")
 
-    def write_failed(self, error: BaseException) -> None:
-        """A write found no space left: read-only at once, until usage is below the low-water mark."""
+    def write_failed(self, error: BaseException) -> int:
+        """A write found no space left: read-only at once, until usage is below the low-water
+        mark, and the reserved space released for what a read-only bookie must still write.
+        Returns the bytes released now (0: none was held)."""
         if not self.read_only:
             self._set(True, f"a write to {self.data_dir} failed: {error}")
+        released = self.reserve.release() if self.reserve is not None else 0
+        if released:
+            log.warning(
+                "released %d bytes of reserved space for fences and recovery adds; the bookie takes it back "
+                "before it takes adds again", released,
+            )
+        return released
 
     def _set(self, read_only: bool, why: str) -> None:
         self.read_only = read_only
