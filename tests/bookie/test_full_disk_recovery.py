@@ -1,7 +1,9 @@
 """Recovery through a bookie whose filesystem another process filled to 100 % (issue 45), on
 a real small tmpfs and a real small ext4 image: for PD, VD and BYPASS ledgers whose writer
-was killed, with a second bookie of the ensemble hung; then the full bookie killed and
-restarted while still full; then space given back, and the bookie writable again by itself.
+was killed, with a second bookie of the ensemble hung, then in limbo (BP-46, after its own
+unclean restart); then the full bookie killed and restarted while still full; then space
+given back (the tmpfs grown, the ext4's other file removed), and the bookie writable again
+by itself.
 
 Without the reserved space (docs/reliability.md, "On a full disk") the full bookie could not
 journal a fence or a recovery add, and E3 W3 A2 recovery, which needs two of the three
@@ -37,11 +39,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def small_config(path: Path) -> Path:
-    """The full bookie: the default disk check (every 10 s: a full disk is found by the write
-    that fails, not by waiting for the check), the default reserve (capped at 2.5 % of the
-    16 MiB filesystem), no journal preallocation."""
+    """The full bookie: a disk check every 3 s (a full disk is found by the write that
+    fails, not by the check; the check finds the space that returns), the default reserve
+    (capped at 2.5 % of the 16 MiB filesystem), no journal preallocation."""
     path.write_text(
         """
+[bookie]
+disk_check_interval_s = 3.0
+
 [journal]
 preallocate_bytes = 0
 """
@@ -108,11 +113,12 @@ async def test_a_full_bookie_fences_recovers_restarts_and_comes_back(
     small.start("--config", str(config))
     cluster.bookies.append(small)  # killed with the cluster
     hung = cluster.by_id("bookie-1")
-    # Two sets of ledgers, one of each type: the first recovered while a bookie is hung, the
-    # second after the full bookie's unclean restart.
-    ledgers = await trio.to_thread.run_sync(run_writer_until_acked, cluster.metadata, TYPES * 2)
-    first = dict(list(ledgers.items())[: len(TYPES)])
-    second = dict(list(ledgers.items())[len(TYPES) :])
+    # Sets of ledgers: one of each type recovered while a bookie is hung; a BYPASS one while
+    # a bookie is in limbo (BP-46, after its unclean restart); one of each type after the
+    # full bookie's own unclean restart.
+    written = await trio.to_thread.run_sync(run_writer_until_acked, cluster.metadata, [*TYPES, *TYPES, "BYPASS_JOURNAL"])
+    ledgers = list(written.items())
+    first, second, in_limbo = dict(ledgers[:3]), dict(ledgers[3:6]), dict(ledgers[6:])
 
     async with bkframe.open_client(cluster.metadata, **FAST) as client:
         assert (await info(client, SMALL))["reserved_space_bytes"] > 0
@@ -127,6 +133,16 @@ async def test_a_full_bookie_fences_recovers_restarts_and_comes_back(
         assert state["read_only"] is True, state
         assert state["counters"]["duties_served_again"] >= 1, state["counters"]
 
+        # The other bookie killed and restarted: its BYPASS ledgers are in limbo (it may have
+        # lost their unsynced entries), so it answers no explicit negative for them. Recovery
+        # (this client's, or the limbo repair's own) ends them through the full bookie.
+        await trio.to_thread.run_sync(hung.kill)
+        cluster.spawn(hung)
+        await trio.to_thread.run_sync(hung.wait_started)
+        await recover_and_check(client, in_limbo)
+        assert "fenced and put in limbo" in hung.log()
+        await wait_for(lambda: _no_limbo(client, hung.bookie_id), "the restarted bookie's limbo repaired")
+
         # Killed and restarted on the full disk: it starts (read-only) and its ledgers still
         # recover through it (in limbo after the unclean stop, fenced at boot).
         await trio.to_thread.run_sync(small.kill)
@@ -136,7 +152,10 @@ async def test_a_full_bookie_fences_recovers_restarts_and_comes_back(
 
         # Space comes back: writable again without a restart, said once, the reserve taken
         # back; a W = A = 3 ledger (every bookie must take adds) is written and read.
-        fs.free()
+        if kind == "tmpfs":
+            fs.resize(2 * FS_SIZE)  # the filesystem grown, the other file still there
+        else:
+            fs.free()  # the other file removed
         await wait_for(lambda: _read_only(client, False), "the bookie writable again after space returned", 60)
         log = small.log()
         assert log.count("bookie is writable again") == 1, log
@@ -147,6 +166,10 @@ async def test_a_full_bookie_fences_recovers_restarts_and_comes_back(
         await writer.close()
         reader = await client.open_ledger(writer.ledger_id, password=PASSWORD)
         assert [e.payload for e in await reader.read(0, 19)] == [payload("after", i) for i in range(20)]
+
+
+async def _no_limbo(client: bkframe.Client, bookie_id: str) -> bool:
+    return not (await info(client, bookie_id))["limbo_ledgers"]
 
 
 async def _read_only(client: bkframe.Client, wanted: bool) -> bool:

@@ -20,8 +20,14 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="kept after the run (default: a new temp dir)")
     parser.add_argument("--quiet-s", type=float, default=None, help="with --events 0: how long the writers run")
     parser.add_argument("--schedule-only", action="store_true", help="print the schedule and exit")
+    parser.add_argument(
+        "--small-disk", choices=("tmpfs", "ext4"), default="",
+        help="the last bookie on a real 16 MiB filesystem, filled by another file for disk_full (needs root)",
+    )
     args = parser.parse_args()
     config = RunConfig.for_seed(args.seed, args.events)
+    if args.small_disk:
+        config = attrs.evolve(config, small_disk=args.small_disk, partitions=False)
     if args.quiet_s is not None:
         config = attrs.evolve(config, cooldown_s=args.quiet_s)
     if args.schedule_only:

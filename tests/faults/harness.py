@@ -29,6 +29,8 @@ import trio
 import bkframe
 from bkframe.testing.cluster import BookieProcess, Cluster
 from bkframe.testing.disk_full import used_bytes
+from bkframe.testing.small_fs import SmallFilesystem
+from bkframe.testing.small_fs import mount as mount_small_fs
 from tests.faults.checks import CheckResult, check_cluster
 from tests.faults.clock_faults import CLOCK_ACTIONS, FaultClocks
 from tests.faults.network import NETWORK_ACTIONS, FaultNetwork, FaultNetworkError
@@ -58,6 +60,8 @@ max_log_size = 2097152
 
 #: The simulated disk of a bookie that is not full: far more than a run writes.
 ROOMY_DISK = 1 << 40
+#: The size of a ``small_disk`` run's real filesystem (the run that found issue 45 used 16 MiB).
+SMALL_DISK_BYTES = 16 << 20
 LIMBO_TIMEOUT_S = 120.0
 LIMBO_S_PER_LEDGER = 2.0
 #: A recovery started during the run retries "not decidable yet" this long.
@@ -176,6 +180,14 @@ class Run:
         else:
             self.cluster = Cluster(workdir / "cluster", config.bookies, bookie_args=bookie_args, powerloss=True)
         self.steps = make_schedule(config)
+        #: With ``small_disk``: the real small filesystem of the bookie the schedule fills
+        #: first (the last bookie if none): its data dir inside; its log, power-loss shadow
+        #: and the filler files outside the data dir.
+        self.small_fs: SmallFilesystem | None = None
+        if config.small_disk:
+            target = next((s.target for s in self.steps if s.action == Fault.DISK_FULL.value), config.bookies - 1)
+            self.small_fs = mount_small_fs(config.small_disk, workdir / "small-disk", SMALL_DISK_BYTES)
+            self.cluster.bookies[target].data_dir = self.small_fs.path / "data"
         self.report = RunReport(config, workdir, self.steps)
         self.workers: list[WorkerProc] = []
         self.generation: collections.Counter[str] = collections.Counter()
@@ -196,8 +208,9 @@ class Run:
     def start_bookie(self, bookie: BookieProcess, *, wait: bool = True, timeout_s: float = 0.0) -> bool:
         """Start with a deadline (``timeout_s``, 0: the run's ``start_timeout_s``; the launcher kills a
         bookie that prints no address in time); ``wait=False`` only spawns it: :meth:`start_bookie` again waits."""
-        # Every bookie runs on the disk-full layer, with room to spare until filled.
-        capacity = None if bookie.capacity_file.exists() else ROOMY_DISK
+        # Every bookie runs on the disk-full layer, with room to spare until filled (but the
+        # one on a real small filesystem).
+        capacity = None if bookie.capacity_file.exists() or self.on_small_fs(bookie) else ROOMY_DISK
         env = None if self.clocks is None else self.clocks.env(bookie.bookie_id)
         try:
             if not bookie.running:
@@ -260,10 +273,19 @@ class Run:
         turns read-only; PD writers change ensemble, VD and BYPASS writers fail and their
         ledgers are recovered. Healed ("disk_free") after RunConfig.disk_full_s; nothing
         acknowledged is lost, a refused add is not acknowledged."""
+        if self.small_fs is not None and self.on_small_fs(bookie):
+            self.small_fs.fill()  # someone else's file takes every free block
+            return
         bookie.set_disk_capacity(used_bytes(bookie.data_dir))
 
     def free_disk(self, bookie: BookieProcess) -> None:
+        if self.small_fs is not None and self.on_small_fs(bookie):
+            self.small_fs.free()
+            return
         bookie.set_disk_capacity(ROOMY_DISK)
+
+    def on_small_fs(self, bookie: BookieProcess) -> bool:
+        return self.small_fs is not None and bookie.data_dir.is_relative_to(self.small_fs.path)
 
     # -- workers -------------------------------------------------------------------------
 
@@ -533,6 +555,8 @@ class Run:
             self.cluster.close()
             if self.network is not None:
                 self.network.close()
+            if self.small_fs is not None:
+                self.small_fs.unmount()
             (self.workdir / "report.txt").write_text(
                 self.report.summary() + "\n\nall failures:\n" + "\n".join(self.report.all_failures) + "\n"
             )

@@ -175,12 +175,19 @@ class RunConfig:
     start_timeout_s: float = 60.0
     #: A schedule this far behind its times stops (and says so) instead of running on for ever.
     max_lag_s: float = 200.0
+    #: ``"tmpfs"`` or ``"ext4"``: one bookie's data dir (the first the schedule fills, else
+    #: the last) on a real filesystem of 16 MiB (bkframe.testing.small_fs) instead of the
+    #: disk-full layer; its disk_full is another file filling that filesystem to 100 %.
+    #: Not with partitions.
+    small_disk: str = ""
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.max_down < self.bookies:
             raise ValueError(f"max_down must be in 0..{self.bookies - 1}, got {self.max_down}")
         if max(self.hang_s[1], self.partition_s[1], self.link_s[1]) >= self.call_timeout_s:
             raise ValueError("hangs and partitions must end before the workers' call deadline, or each is reported as a hang")
+        if self.small_disk and self.partitions:
+            raise ValueError("small_disk runs have no simulated hosts (partitions=False)")
         if any(e > self.bookies for _, e, _, _ in self.ledgers):
             raise ValueError(f"an ensemble is larger than the {self.bookies} bookies")
 

@@ -281,14 +281,21 @@ def test_kill_and_restart_one_bookie_at_a_time(tmp_path: Path, request: pytest.F
 @pytest.mark.subprocess
 def test_large_entries_written_once_under_kills_and_power_cuts(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """PD_JOURNAL with big entries written once (entry log fsynced before the ack, their
-    location in the journal): kill -9, power cuts and a full disk lose nothing acknowledged."""
+    location in the journal): kill -9, power cuts and a full disk lose nothing acknowledged.
+    The bookie whose disk fills is on a real 16 MiB tmpfs that another file fills to 100 %
+    (issue 45) right after it lost power, and a writer dies meanwhile: its ledgers are
+    recovered through the full bookie."""
     config = RunConfig(
-        seed=202,
-        events=6,
+        seed=213,
+        events=7,
         ledgers=(("PD_JOURNAL", 3, 3, 2), ("PD_JOURNAL", 3, 2, 2)),
-        weights=((Fault.KILL, 1.0), (Fault.POWER_CUT, 2.0), (Fault.DISK_FULL, 1.0)),
+        weights=(
+            (Fault.KILL, 1.0), (Fault.POWER_CUT, 2.0), (Fault.DISK_FULL, 1.0),
+            (Fault.RECOVER_WHILE_WRITING, 1.0), (Fault.WRITER_DEATH, 1.0),
+        ),
         max_down=1,
         large_entry_bytes=8192,
+        small_disk="tmpfs",
     )
     run_and_judge(config, tmp_path / "run", request.node.nodeid)
 
