@@ -129,10 +129,10 @@ class BookieCollector:
         yield GaugeMetricFamily(PREFIX + "entry_log_bytes", "Bytes of the entry log files on disk", value=size)
         usage = bookie.mode.usage
         if usage is not None:
-            yield GaugeMetricFamily(
-                PREFIX + "disk_free_bytes", "Free bytes of the data dir's filesystem (last check)", value=usage.free
-            )
-            yield GaugeMetricFamily(PREFIX + "disk_total_bytes", "Size of the data dir's filesystem", value=usage.total)
+            free = "Free bytes of the fullest filesystem the bookie writes, less its missing reserved space (last check)"
+            yield GaugeMetricFamily(PREFIX + "disk_free_bytes", free, value=usage.free)
+            total = "Size of the fullest filesystem the bookie writes (last check)"
+            yield GaugeMetricFamily(PREFIX + "disk_total_bytes", total, value=usage.total)
         yield GaugeMetricFamily(PREFIX + "start_time_seconds", "Unix time the bookie started", value=bookie.started_at)
         yield GaugeMetricFamily(PREFIX + "open_fds", "File descriptors the bookie process has open", value=open_fds())
         lag = self.service.loop_lag

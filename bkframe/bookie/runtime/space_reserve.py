@@ -69,12 +69,6 @@ class DiskUsage:
         return 1.0 - self.free / self.total if self.total > 0 else 1.0
 
 
-def measure(path: Path) -> DiskUsage:
-    """Blocking (a statvfs): call it off the event loop where the disk may hang."""
-    usage = shutil.disk_usage(path)
-    return DiskUsage(total=usage.total, free=usage.free, path=path)
-
-
 class _Reserve:
     """The reserve file of one filesystem."""
 
