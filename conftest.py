@@ -24,12 +24,47 @@ pytest_plugins = ("bkframe.testing.pytest_plugin", "tests.faults.options")
 LONG_FIRST = ("spark", "tests/faults/", "tests/partitions/", "plugins/spark/", "tests/replication/")
 
 
+#: What makes a test ``slow`` (left out of ``./scripts/test --fast``, which runs without root
+#: and without Debian's packages in a few minutes): where it lives, the servers and
+#: privileges it needs, and the modules that take long on their own.
+SLOW_DIRS = (
+    "tests/faults/",  # seeded fault runs: tens of processes for a minute each
+    "tests/partitions/",  # simulated hosts: root, network namespaces, ZooKeeper ensembles
+    "tests/soak/",
+)
+#: Fixtures of a Debian package (ZooKeeper, etcd: scripts/test installs them as root) or of
+#: root (mounting a small filesystem).
+SLOW_FIXTURES = frozenset({"zk_server", "etcd_server", "small_filesystem"})
+#: Markers of a test that needs Java (Spark) or starts everything it needs for itself.
+SLOW_MARKERS = ("spark", "subprocess")
+#: Modules that need root, a Debian package or a minute of their own outside the above.
+SLOW_MODULES = frozenset(
+    {
+        "tests/admin/test_sandbox_admin.py",  # chromium (Debian)
+        "tests/testing/test_hosts.py",  # network namespaces (root)
+        "plugins/spark/tests/test_standalone.py",  # a Spark standalone cluster (Java)
+    }
+)
+
+
+def is_slow(item: pytest.Item) -> bool:
+    module = item.nodeid.split("::")[0]
+    return (
+        module.startswith(SLOW_DIRS)
+        or module in SLOW_MODULES
+        or any(item.get_closest_marker(m) for m in SLOW_MARKERS)
+        or not SLOW_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+    )
+
+
 # tryfirst: xdist's worker turns the xdist_group marks into node ids in its own
 # pytest_collection_modifyitems; marks added after it are ignored.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     groups: dict[str, str] = {}
     for item in items:
+        if is_slow(item):
+            item.add_marker(pytest.mark.slow)
         module = item.nodeid.split("::")[0]
         if item.get_closest_marker("subprocess"):
             group = item.nodeid

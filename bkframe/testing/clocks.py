@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import SupportsIndex
 
+from bkframe.testing.kit import missing
+
 #: Debian's libfaketime (package ``faketime``), whatever the architecture's directory.
 LIBFAKETIME_GLOB = "/usr/lib/*/faketime/libfaketime.so.1"
 #: An hour: the size of the jumps the tests and the fault suite make.
@@ -60,14 +62,9 @@ def libfaketime() -> str | None:
 
 def require_faketime() -> str:
     """The library's path; fail (under ``CI=true``) or skip the test when it is missing."""
-    import pytest  # not at the top: bookie processes import this module
-
     lib = libfaketime()
     if lib is None:
-        why = "libfaketime is not installed (Debian package faketime; scripts/test installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
+        missing("libfaketime is not installed", "scripts/test installs it (Debian package faketime)")
     return lib
 
 

@@ -21,6 +21,7 @@ from typing import Any, Self
 import trio
 
 from bkframe import launcher
+from bkframe.bookie.runtime.space_reserve import RESERVE_FILE
 from bkframe.bookie.service import BookieService
 from bkframe.cli.bookie import compose_bookie
 from bkframe.core.config import Config, load_config
@@ -45,6 +46,7 @@ __all__ = [
     "BookieStartError",
     "Cluster",
     "HostedCluster",
+    "drop_reserved_space",
     "make_config",
     "running_bookie",
 ]
@@ -158,6 +160,24 @@ class Cluster(launcher.Cluster):
 
     def by_id(self, bookie_id: str) -> BookieProcess:
         return next(b for b in self.bookies if b.bookie_id == bookie_id)
+
+    def close(self) -> None:
+        """Kill every bookie, and drop their reserved space (:func:`drop_reserved_space`)."""
+        super().close()
+        for root in {self.root, *(b.data_dir for b in self.bookies)}:
+            drop_reserved_space(root)
+
+
+def drop_reserved_space(root: Path) -> int:
+    """Remove the reserved-space files (``[bookie] reserved_space_bytes``, 64 MiB each by
+    default) under ``root`` of bookies that are gone: a test's data dirs outlive it (pytest
+    keeps its last temp dirs), and the suite's hundreds of bookies would otherwise keep tens
+    of GB. Returns how many were removed."""
+    removed = 0
+    for path in root.rglob(RESERVE_FILE) if root.is_dir() else ():
+        path.unlink(missing_ok=True)
+        removed += 1
+    return removed
 
 
 class HostedCluster(Cluster):

@@ -13,9 +13,15 @@ Plugin authors' tests use them as bkframe's own do::
 from __future__ import annotations
 
 import hashlib
+import inspect
+import os
 import subprocess
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, NoReturn, TypeVar
+
+import trio
+
+T = TypeVar("T")
 
 #: The ledger (and log) password of tests that do not test passwords.
 PASSWORD: Final = b"pw"
@@ -63,3 +69,31 @@ def release_together(procs: Sequence[subprocess.Popen[str]], timeout_s: float = 
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+async def wait_until(check: Callable[[], T | Awaitable[T]], what: str, timeout_s: float = 60.0, *, every_s: float = 0.05) -> T:
+    """Wait on a condition, never on the clock: call ``check`` (a function, or an async one)
+    every ``every_s`` until it returns something true, and return that. After ``timeout_s``
+    (a bound for a broken run, not a time the test measures) fail with an AssertionError
+    that says ``what`` was awaited."""
+    with trio.move_on_after(timeout_s):
+        while True:
+            result = check()
+            if inspect.isawaitable(result):
+                result = await result
+            if result:
+                return result  # type: ignore[return-value]
+            await trio.sleep(every_s)
+    raise AssertionError(f"waited {timeout_s:g} s for {what}")
+
+
+def missing(what: str, remedy: str) -> NoReturn:
+    """A test cannot run here because ``what`` is missing (a server, a tool, root): it fails
+    under ``CI=true`` -- CI must have it, and a skip there would pass unseen -- and is
+    skipped elsewhere. ``remedy`` says how to get it (``scripts/test`` installs ...)."""
+    import pytest
+
+    message = f"{what}; {remedy}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message} (CI=true: a test whose needs are missing fails)", pytrace=False)
+    pytest.skip(message)

@@ -33,13 +33,24 @@ from pathlib import Path
 import pytest
 
 from bkframe.testing import small_fs
-from bkframe.testing.cluster import BookieProcess, Cluster
+from bkframe.testing.cluster import BookieProcess, Cluster, drop_reserved_space
+from bkframe.testing.kit import missing
 from bkframe.testing.servers import EtcdServer, S3Server, ZooKeeperServer
 from bkframe.testing.small_fs import SmallFilesystem
 
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+
+
+@pytest.fixture(autouse=True)
+def _reserved_space_dropped(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Once a test ends, the bookies it ran in its ``tmp_path`` give back their reserved
+    space (see :func:`~bkframe.testing.cluster.drop_reserved_space`)."""
+    yield
+    tmp_path = request.node.funcargs.get("tmp_path") if hasattr(request.node, "funcargs") else None
+    if isinstance(tmp_path, Path):
+        drop_reserved_space(tmp_path)
 
 
 @pytest.fixture
@@ -160,9 +171,7 @@ def small_filesystem(tmp_path: Path) -> Iterator[Callable[[str, Path, int], Smal
         try:
             fs = small_fs.mount(kind, where, size)
         except small_fs.CannotMountError as e:
-            if os.environ.get("CI", "").lower() == "true":
-                pytest.fail(f"cannot mount a small {kind} here ({e}); CI must run the suite as root")
-            pytest.skip(f"cannot mount a small {kind} here ({e})")
+            missing(f"cannot mount a small {kind} here ({e})", "CI must run the suite as root")
         mounted.append(fs)
         return fs
 

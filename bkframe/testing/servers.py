@@ -23,9 +23,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
-
 from bkframe.testing.hosts import Host
+from bkframe.testing.kit import missing
 
 ZK_CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"
 #: JVM options of the test servers: they live minutes and share the machine with the suite,
@@ -71,10 +70,7 @@ def wait_for_http(
 
 def require(what: str, ok: bool) -> None:
     if not ok:
-        message = f"{what} is not installed; run ./scripts/test, which installs it (Debian packages)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(f"{what} is not installed", "run ./scripts/test, which installs it (Debian packages)")
 
 
 class ZooKeeperServer:

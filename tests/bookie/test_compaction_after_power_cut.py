@@ -18,7 +18,7 @@ from bkframe.builtin.ledger_storage_default.ledger_index import HEADER_SIZE, REC
 from bkframe.core.ledger_keys import master_key
 from bkframe.proto.codes import Status
 from bkframe.testing import write_faults
-from bkframe.testing.kit import PASSWORD
+from bkframe.testing.kit import PASSWORD, wait_until
 
 CONFIG = """
 [bookie]
@@ -55,11 +55,14 @@ def records_past_log_end(data_dir: Path) -> dict[int, list[int]]:
     return out
 
 
-async def wait_for(conn: Any, counter: str, above: int, timeout: float = 60.0) -> dict[str, Any]:
-    with trio.fail_after(timeout):
-        while (info := await conn.info())["counters"][counter] <= above:
-            await trio.sleep(0.1)
-    return info
+async def counter_above(conn: Any, counter: str, above: int, timeout: float = 60.0) -> dict[str, Any]:
+    """The bookie's info once its ``counter`` is above ``above``."""
+
+    async def passed() -> dict[str, Any] | None:
+        info = await conn.info()
+        return info if info["counters"][counter] > above else None
+
+    return await wait_until(passed, f"the bookie's {counter} above {above}", timeout, every_s=0.1)
 
 
 async def connection(client: Any, bookie_id: str, timeout: float = 60.0) -> Any:
@@ -100,13 +103,13 @@ async def test_compaction_after_a_power_cut_keeps_the_bookie_up(
             if e % 15 == 0:
                 await kept.append(payload(kept.ledger_id, e // 15))
         conn = await connection(client, b.bookie_id)
-        info = await wait_for(conn, "checkpoints", (await conn.info())["counters"]["checkpoints"] + 1)
+        info = await counter_above(conn, "checkpoints", (await conn.info())["counters"]["checkpoints"] + 1)
         # From now on the disk loses what it is told to flush to entry logs (a volatile
         # write cache), while index syncs reach it: the index gets ahead of the log.
         (control / write_faults.DROP_SYNC_FILE).write_text(f"{b.data_dir}/entrylogs/")
         for e in range(20, 40):
             await kept.append(payload(kept.ledger_id, e))
-        await wait_for(conn, "checkpoints", info["counters"]["checkpoints"] + 2)
+        await counter_above(conn, "checkpoints", info["counters"]["checkpoints"] + 2)
         b.lose_power()
         (control / write_faults.DROP_SYNC_FILE).unlink()
         # The scenario: after the power cut the index points past the log's end.
@@ -115,7 +118,7 @@ async def test_compaction_after_a_power_cut_keeps_the_bookie_up(
         # The doomed ledger goes; GC compacts entry log 0 around the lost entries.
         await client.delete_ledger(doomed.ledger_id)
         conn = await connection(client, b.bookie_id)
-        info = await wait_for(conn, "gc_bytes_freed", 0)
+        info = await counter_above(conn, "gc_bytes_freed", 0)
         await trio.sleep(1.5)  # a few more collections
         assert b.running, b.log()[-3000:]
         info = await conn.info()
@@ -129,7 +132,7 @@ async def test_compaction_after_a_power_cut_keeps_the_bookie_up(
             assert (await conn.read(kept.ledger_id, e, master_key=master_key(PASSWORD))).status == Status.UNKNOWN
         # Converged: after the bookie's checkpoints, what is on disk agrees -- another power
         # cut leaves no index record past its log, and the bookie starts and stays up.
-        await wait_for(conn, "checkpoints", info["counters"]["checkpoints"])
+        await counter_above(conn, "checkpoints", info["counters"]["checkpoints"])
         b.lose_power()
         assert records_past_log_end(b.data_dir) == {}
         b.start(*cluster.bookie_args, powerloss=True)

@@ -30,7 +30,7 @@ from bkframe.core.ledger_keys import key_hash, master_key
 from bkframe.proto.codes import LAST_ENTRY, Status
 from bkframe.testing.cluster import BookieProcess, Cluster
 from bkframe.testing.disk_full import used_bytes
-from bkframe.testing.kit import PASSWORD, payload
+from bkframe.testing.kit import PASSWORD, payload, wait_until
 
 MB = 1 << 20
 SMALL = "small"
@@ -61,14 +61,6 @@ def add_small_bookie(cluster: Cluster, config: Path, *, disk_capacity: int | Non
     small.start("--config", str(config), disk_capacity=disk_capacity)
     cluster.bookies.append(small)  # killed with the cluster
     return small
-
-
-async def wait_for(check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 60) -> None:
-    with trio.move_on_after(timeout_s):
-        while not await check():
-            await trio.sleep(0.1)
-        return
-    raise AssertionError(f"waited {timeout_s}s for {what}")
 
 
 async def registered_read_only(client: Client, bookie_id: str) -> bool | None:
@@ -203,7 +195,7 @@ async def test_read_only_above_threshold_and_writable_again_below_lwm(cluster_fa
         assert state["read_only"] is True and state["disk_usage"] >= 0.5, state
         assert "disk_usage_threshold" in state["read_only_reason"], state["read_only_reason"]
         assert small.running
-        await wait_for(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration")
+        await wait_until(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration")
         assert bookies_list(cluster.metadata)[SMALL] == "read-only"
         # Adds are refused with READ_ONLY; reads of what it holds still work.
         conn = await client.pool.get(SMALL)
@@ -222,7 +214,7 @@ async def test_read_only_above_threshold_and_writable_again_below_lwm(cluster_fa
             await client.create_ledger(ensemble=4, write_quorum=2, ack_quorum=2, password=PASSWORD)
         # More space: below the low-water mark it takes writes again and new ledgers use it.
         small.set_disk_capacity(64 * MB)
-        await wait_for(lambda: _is(registered_read_only(client, SMALL), False), "the writable registration")
+        await wait_until(lambda: _is(registered_read_only(client, SMALL), False), "the writable registration")
         assert bookies_list(cluster.metadata)[SMALL] == "writable"
         assert (await info(client, SMALL))["read_only"] is False
         again = await client.create_ledger(ensemble=4, write_quorum=2, ack_quorum=2, password=PASSWORD)
@@ -275,13 +267,13 @@ max_log_size = 524288
         payloads = await fill_until_replaced(writer, SMALL, 32 * 1024, limit=2000, window=4)
         await writer.close()
         assert (await info(client, SMALL))["read_only"] is True
-        await wait_for(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration")
+        await wait_until(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration")
         assert await read_all(client, writer.ledger_id) == payloads
         await client.delete_ledger(writer.ledger_id)
-        await wait_for(lambda: _is(registered_read_only(client, SMALL), False), "the writable registration")
+        await wait_until(lambda: _is(registered_read_only(client, SMALL), False), "the writable registration")
         # The space is back as the GC pass removes entry logs; the pass counts the bytes it
         # freed when it ends (it yields while it runs, so a loaded machine may see it later).
-        await wait_for(lambda: _gc_counted(client), "the GC pass's counters")
+        await wait_until(lambda: _gc_counted(client), "the GC pass's counters")
         state = await info(client, SMALL)
         assert state["read_only"] is False and state["disk_usage"] < 0.4, state
         assert state["counters"]["gc_ledgers_deleted"] == 1 and state["counters"]["gc_bytes_freed"] > 0
@@ -313,7 +305,7 @@ async def test_read_only_bookie_still_fences_and_takes_recovery_adds(cluster_fac
         # Someone else fills the disk to 85 %: the bookie turns read-only, with room left
         # for what recovery writes.
         small.set_disk_capacity(int(used_bytes(small.data_dir) / 0.85))
-        await wait_for(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration")
+        await wait_until(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration")
         cluster.by_id(next(b for b in ensemble if b != SMALL)).kill()
         reader = await client.open_ledger(ledger_id, password=PASSWORD)  # recovery
         assert reader.metadata.closed and reader.metadata.last_entry_id == 19
@@ -350,9 +342,9 @@ async def test_an_add_whose_journal_write_finds_no_space_is_not_acknowledged(tmp
             assert small.running
             assert (await conn.read(7, 0, master_key=key)).data == b"first"
             assert (await info(client, SMALL))["counters"]["journal_write_failures"] == 1
-            await wait_for(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration")
+            await wait_until(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration")
             small.set_disk_capacity(64 * MB)
-            await wait_for(lambda: _is(registered_read_only(client, SMALL), False), "the writable registration")
+            await wait_until(lambda: _is(registered_read_only(client, SMALL), False), "the writable registration")
             assert (await conn.add(7, 1, b"second", master_key=key, lac=0)).status == Status.OK
         small.kill()
         small.start("--config", str(tmp_path / "b.toml"))
@@ -422,7 +414,7 @@ async def _full_disk_scenario(
         state = await info(client, SMALL)
         assert state["read_only"] is True, state
         assert "No space left" in state["read_only_reason"], state["read_only_reason"]
-        await wait_for(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration")
+        await wait_until(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration")
         assert await read_all(client, md.ledger_id) == payloads
         held = await check_held(client, md, SMALL, payloads)
         assert held > 0
@@ -435,13 +427,13 @@ async def _full_disk_scenario(
         small.start("--config", str(bookie_config(tmp_path / "watching.toml", interval_s=0.2)))
         state = await info(client, SMALL)
         assert state["read_only"] is True, state
-        await wait_for(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration after restart")
+        await wait_until(lambda: _is(registered_read_only(client, SMALL), True), "the read-only registration after restart")
         assert await check_held(client, md, SMALL, payloads) == held
         refused = await (await client.pool.get(SMALL)).add(md.ledger_id, 0, b"x", master_key=b"k")
         assert refused.status == Status.READ_ONLY
         # Space comes back: writable again, without anyone deleting files.
         grow()
-        await wait_for(lambda: _is(registered_read_only(client, SMALL), False), "the writable registration")
+        await wait_until(lambda: _is(registered_read_only(client, SMALL), False), "the writable registration")
         again = await client.create_ledger(ensemble=4, write_quorum=2, ack_quorum=2, password=PASSWORD)
         assert SMALL in again.metadata.fragments[0][1]
         fresh = [payload(again.ledger_id, i, size=4000) for i in range(200)]

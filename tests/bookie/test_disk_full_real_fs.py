@@ -29,8 +29,9 @@ from bkframe.client.bookies.connection import BookieClient
 from bkframe.proto.codes import Status
 from bkframe.storage_kit.mapped_file import PAGE, MappedFile
 from bkframe.testing.cluster import BookieProcess
+from bkframe.testing.kit import wait_until
 from bkframe.testing.small_fs import SmallFilesystem
-from tests.bookie.test_disk_full import _is, known, registered_read_only, wait_for
+from tests.bookie.test_disk_full import _is, known, registered_read_only
 
 MB = 1 << 20
 SIZE = 8 * MB
@@ -178,7 +179,7 @@ async def _fill_collect_reopen(small: BookieProcess, fs: SmallFilesystem, tmp_pa
         assert_alive(small)
         info = await state(conn)
         assert info["read_only"] is True and "No space left" in info["read_only_reason"], info
-        await wait_for(lambda: _is(registered_read_only(client, "small"), True), "the read-only registration")
+        await wait_until(lambda: _is(registered_read_only(client, "small"), True), "the read-only registration")
         await check_reads(conn, acked, set())
 
         # GC on the full disk: half the ledgers are deleted; the pass scans every index.
@@ -186,7 +187,7 @@ async def _fill_collect_reopen(small: BookieProcess, fs: SmallFilesystem, tmp_pa
         deleted = set(ledgers[::2])
         for ledger in deleted:
             await client.delete_ledger(ledger)
-        await wait_for(lambda: _gc_deleted(conn, len(deleted)), "the GC pass on the full disk")
+        await wait_until(lambda: _gc_deleted(conn, len(deleted)), "the GC pass on the full disk")
         await trio.sleep(1.0)  # another pass, with nothing to delete: a scan of every index
         assert_alive(small)
         await check_reads(conn, acked, deleted)
@@ -208,7 +209,7 @@ async def _fill_collect_reopen(small: BookieProcess, fs: SmallFilesystem, tmp_pa
 
         # Space comes back: writable again, the far entries and new ledgers go in.
         make_room()
-        await wait_for(lambda: _is(registered_read_only(client, "small"), False), "the writable registration")
+        await wait_until(lambda: _is(registered_read_only(client, "small"), False), "the writable registration")
         kept = [g for g in GROWN if g not in deleted]
         new = [next(fresh) for _ in range(4)]
         await known(client, new, KEY, "small")

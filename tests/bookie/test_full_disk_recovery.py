@@ -25,10 +25,10 @@ import trio
 
 import bkframe
 from bkframe.testing.cluster import BookieProcess
-from bkframe.testing.kit import FAST, PASSWORD, payload
+from bkframe.testing.kit import FAST, PASSWORD, payload, wait_until
 from bkframe.testing.small_fs import SmallFilesystem
 from tests.bookie.dying_writer import SIZE
-from tests.bookie.test_disk_full import SMALL, info, registered_read_only, wait_for
+from tests.bookie.test_disk_full import SMALL, info, registered_read_only
 
 MB = 1 << 20
 FS_SIZE = 16 * MB
@@ -141,13 +141,13 @@ async def test_a_full_bookie_fences_recovers_restarts_and_comes_back(
         await trio.to_thread.run_sync(hung.wait_started)
         await recover_and_check(client, in_limbo)
         assert "fenced and put in limbo" in hung.log()
-        await wait_for(lambda: _no_limbo(client, hung.bookie_id), "the restarted bookie's limbo repaired")
+        await wait_until(lambda: _no_limbo(client, hung.bookie_id), "the restarted bookie's limbo repaired")
 
         # Killed and restarted on the full disk: it starts (read-only) and its ledgers still
         # recover through it (in limbo after the unclean stop, fenced at boot).
         await trio.to_thread.run_sync(small.kill)
         await trio.to_thread.run_sync(lambda: small.start("--config", str(config)))
-        await wait_for(lambda: _read_only(client, True), "the restarted full bookie registered read-only")
+        await wait_until(lambda: _read_only(client, True), "the restarted full bookie registered read-only")
         await recover_and_check(client, second)
 
         # Space comes back: writable again without a restart, said once, the reserve taken
@@ -156,7 +156,7 @@ async def test_a_full_bookie_fences_recovers_restarts_and_comes_back(
             fs.resize(2 * FS_SIZE)  # the filesystem grown, the other file still there
         else:
             fs.free()  # the other file removed
-        await wait_for(lambda: _read_only(client, False), "the bookie writable again after space returned", 60)
+        await wait_until(lambda: _read_only(client, False), "the bookie writable again after space returned", 60)
         log = small.log()
         assert log.count("bookie is writable again") == 1, log
         assert (await info(client, SMALL))["reserved_space_bytes"] > 0

@@ -35,7 +35,7 @@ from bkframe.proto.ops.read import encode_read
 from bkframe.proto.ops.read_lac import encode_read_lac
 from bkframe.proto.table import Response, decode_responses
 from bkframe.testing.cluster import BookieProcess, Cluster, running_bookie
-from bkframe.testing.kit import PASSWORD, payload
+from bkframe.testing.kit import PASSWORD, payload, wait_until
 
 TOKEN = "hostile-test-token-5e1b"
 MiB = 1024 * 1024
@@ -266,7 +266,7 @@ async def test_connections_are_capped_per_address_and_in_all(cluster_factory: Ca
             streams += [await connect_raw(bookie, source=f"127.0.0.{3 + i % 2}") for i in range(500)]
             # Once the bookie has seen them all (under load it may lag), each is open or refused.
             expected = 3000 + 500 - (600 - 1)
-            await wait_for(client, bookie, "connections_refused", lambda n: n >= expected, timeout_s=60)
+            await counter_reaches(client, bookie, "connections_refused", lambda n: n >= expected, timeout_s=60)
             async with trio.open_nursery() as checking:
                 for stream in streams:
                     checking.start_soon(check, stream)
@@ -284,7 +284,7 @@ async def test_connections_are_capped_per_address_and_in_all(cluster_factory: Ca
         assert 1 <= len(warnings) <= 3, warnings  # throttled: one line per 10 s
         for stream in idle:
             await stream.aclose()
-        await wait_for(client, bookie, "connections_open", lambda n: n == 1)
+        await counter_reaches(client, bookie, "connections_open", lambda n: n == 1)
         # Below the caps again: new connections are served.
         assert await honest_rounds(cluster.metadata, 1) == 1
         await writer.close()
@@ -317,13 +317,15 @@ async def answers(stream: trio.abc.Stream, count: int, timeout_s: float) -> list
     return out
 
 
-async def wait_for(
+async def counter_reaches(
     client: bkframe.Client, bookie: BookieProcess, counter: str, until: Callable[[int], bool], timeout_s: float = 10
 ) -> None:
     """Until the bookie's ``counter`` satisfies ``until``."""
-    with trio.fail_after(timeout_s):
-        while not until((await info(client, bookie))[counter]):
-            await trio.sleep(0.1)
+
+    async def reached() -> bool:
+        return until((await info(client, bookie))[counter])
+
+    await wait_until(reached, f"the bookie's {counter}", timeout_s, every_s=0.1)
 
 
 async def test_long_polls_are_capped_and_end_with_their_connection(cluster_factory: Callable[..., Cluster]) -> None:
@@ -355,7 +357,7 @@ async def test_long_polls_are_capped_and_end_with_their_connection(cluster_facto
                 at_once = await answers(attacker, 100_000 - 1024, timeout_s=40)
             assert len(at_once) == 100_000 - 1024
             assert {(r.status, r.lac) for r in at_once} == {(Status.OK, -1)}  # no add confirmed yet
-            await wait_for(client, bookie, "long_polls_waiting", lambda n: n == 1024 + 1)  # and the tail's
+            await counter_reaches(client, bookie, "long_polls_waiting", lambda n: n == 1024 + 1)  # and the tail's
             # Meanwhile the writer writes and the tail sees each entry once the next confirms it.
             for i in range(10):
                 await writer.append(payload("tail", i))
@@ -365,7 +367,7 @@ async def test_long_polls_are_capped_and_end_with_their_connection(cluster_facto
             assert tailed == [b"first"] + [payload("tail", i) for i in range(9)]
             # The client exits: its polls end with it.
             await attacker.aclose()
-            await wait_for(client, bookie, "long_polls_waiting", lambda n: n <= 1)  # the tail's, if any
+            await counter_reaches(client, bookie, "long_polls_waiting", lambda n: n <= 1)  # the tail's, if any
             nursery.cancel_scope.cancel()
         assert peak.growth_mb < 60, f"the bookie grew by {peak.growth_mb:.0f} MB"
         counters = await info(client, bookie)
@@ -374,7 +376,7 @@ async def test_long_polls_are_capped_and_end_with_their_connection(cluster_facto
         # A bookie stops in seconds with polls waiting (they are answered at the stop).
         again = await connect_raw(bookie)
         await send_long_polls(again, ledger_id, 1024)
-        await wait_for(client, bookie, "long_polls_waiting", lambda n: n >= 1024)
+        await counter_reaches(client, bookie, "long_polls_waiting", lambda n: n >= 1024)
     stops_in_seconds(cluster)
 
 
@@ -419,11 +421,11 @@ send_timeout_s = 3.0
                 assert await honest_rounds(cluster.metadata, 5) == 5
                 # A stalled frame and the client that reads nothing are closed; the other
                 # frames of that address wait their turn, unread.
-                await wait_for(client, bookie, "connections_closed_slow", lambda n: n >= 2, timeout_s=20)
+                await counter_reaches(client, bookie, "connections_closed_slow", lambda n: n >= 2, timeout_s=20)
                 attack.cancel_scope.cancel()
             nursery.cancel_scope.cancel()
         assert peak.growth_mb < 150, f"the bookie grew by {peak.growth_mb:.0f} MB"
-        await wait_for(client, bookie, "inflight_bytes", lambda n: n < MiB)
+        await counter_reaches(client, bookie, "inflight_bytes", lambda n: n < MiB)
         slow = [line for line in bookie.log().splitlines() if "closed the connection from" in line]
         assert any("frame_timeout_s" in line for line in slow) and any("send_timeout_s" in line for line in slow), slow
     stops_in_seconds(cluster)

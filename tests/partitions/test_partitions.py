@@ -13,7 +13,7 @@ from pathlib import Path
 import trio
 
 import bkframe
-from bkframe.testing.kit import FAST, payload
+from bkframe.testing.kit import FAST, payload, wait_until
 from tests.partitions.conftest import Cell, EtcdCell
 from tests.partitions.harness import check_ledger
 
@@ -109,14 +109,6 @@ async def registered(client: bkframe.Client) -> dict[str, list[str]]:
     return out
 
 
-async def wait_until(check, what: str, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
-    with trio.move_on_after(timeout_s):
-        while not await check():
-            await trio.sleep(0.2)
-        return
-    raise AssertionError(f"waited {timeout_s} s for {what}")
-
-
 def start_autorecovery(cell: Cell, host: str, holder: str, config: str) -> subprocess.Popen[bytes]:
     """``bkframe autorecovery`` on ``host``, taking locks as ``holder`` (unique per test: a
     killed one's lock outlives it by a session timeout); its log is ``HOLDER.log``."""
@@ -148,7 +140,7 @@ async def test_a_bookie_cut_off_from_the_metadata_store_keeps_serving_and_regist
     auditor = start_autorecovery(cell, "a1", holder, "[autorecovery]\nlost_bookie_grace_s = 60.0\ncheck_interval_s = 0.5\n")
     try:
         async with bkframe.open_client(cell.metadata, **FAST) as client:
-            await wait_until(lambda: _auditor_is(client, holder), "a1 to be the auditor", 60)
+            await wait_until(lambda: _auditor_is(client, holder), "a1 to be the auditor", 60, every_s=0.2)
             before = await registered(client)
             victim = "bookie-3"
             writer = cell.agent("c1")
@@ -162,7 +154,7 @@ async def test_a_bookie_cut_off_from_the_metadata_store_keeps_serving_and_regist
             async def unregistered() -> bool:
                 return victim not in await registered(client)
 
-            await wait_until(unregistered, f"{victim}'s registration to lapse", 30)
+            await wait_until(unregistered, f"{victim}'s registration to lapse", 30, every_s=0.2)
             # Still serving: the writer's appends go on through it, with no ensemble change.
             writer.wait_acks(ledger, 200)
             assert victim in writer.request("metadata", ledger=ledger)["fragments"][-1][1]
@@ -177,7 +169,7 @@ async def test_a_bookie_cut_off_from_the_metadata_store_keeps_serving_and_regist
             async def back() -> bool:
                 return victim in await registered(client)
 
-            await wait_until(back, f"{victim} to register again", 30)
+            await wait_until(back, f"{victim} to register again", 30, every_s=0.2)
             after = await registered(client)
             assert after == before, (before, after)  # one registration per id, at the same address
             writer.wait_acks(ledger, 100)
@@ -203,14 +195,14 @@ async def test_an_auditor_cut_off_from_the_metadata_store_stops_before_another_s
     first = start_autorecovery(cell, "a1", one, config)
     try:
         async with bkframe.open_client(cell.metadata, **FAST) as client:
-            await wait_until(lambda: _auditor_is(client, one), "a1 to be the auditor", 60)
+            await wait_until(lambda: _auditor_is(client, one), "a1 to be the auditor", 60, every_s=0.2)
             second = start_autorecovery(cell, "a2", two, config)
             try:
                 await trio.sleep(2)
                 assert await _auditor_is(client, one)  # one auditor at a time
                 for zk in cell.zk_hosts:
                     cell.net.cut("a1", zk)
-                await wait_until(lambda: _auditor_is(client, two), "a2 to take over", 60)
+                await wait_until(lambda: _auditor_is(client, two), "a2 to take over", 60, every_s=0.2)
                 cell.net.heal()
                 await trio.sleep(3)
                 assert await _auditor_is(client, two)  # the old one does not take it back

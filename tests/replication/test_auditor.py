@@ -5,7 +5,6 @@ once, get their ledgers marked. (With real bookies: test_autorecovery*.py.)"""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -16,12 +15,7 @@ from bkframe.core.config import AutorecoveryConfig
 from bkframe.core.metadata import BookieInfo
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.replication.auditor import Auditor
-
-
-async def wait_for(condition: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
-    with trio.fail_after(timeout_s):
-        while not await condition():
-            await trio.sleep(0.02)
+from bkframe.testing.kit import wait_until
 
 
 async def test_one_auditor_a_lost_lock_stops_it_and_marks(nursery: trio.Nursery) -> None:
@@ -40,7 +34,7 @@ async def test_one_auditor_a_lost_lock_stops_it_and_marks(nursery: trio.Nursery)
     async def one_auditing() -> bool:
         return sum(a.status.auditing for a in auditors.values()) == 1
 
-    await wait_for(one_auditing)
+    await wait_until(one_auditing, "one auditor", 10, every_s=0.02)
     first = await store.lock_holder("auditor")
     assert first is not None and auditors[first].status.auditing
     # Within the grace: "gone" is not lost yet.
@@ -49,13 +43,13 @@ async def test_one_auditor_a_lost_lock_stops_it_and_marks(nursery: trio.Nursery)
     store.expire_lock("auditor")  # as if its keep-alive failed: it must stop at once
     await trio.sleep(0.01)
     assert not auditors[first].status.auditing
-    await wait_for(one_auditing)
-    await wait_for(lambda: _marked(store, 2), timeout_s=10)
+    await wait_until(one_auditing, "one auditor", 10, every_s=0.02)
+    await wait_until(lambda: _marked(store, 2), "ledger 2 marked", 10, every_s=0.02)
     [mark] = await store.list_under_replicated()
     assert (mark.ledger_id, mark.bookies) == (2, frozenset({"gone"}))
     # A decommissioned bookie: its ledgers at once, though it is alive.
     await store.set_decommissioned("b1", True)
-    await wait_for(lambda: _marked(store, 1, 3), timeout_s=2)
+    await wait_until(lambda: _marked(store, 1, 3), "ledgers 1 and 3 marked", 2, every_s=0.02)
     assert sum(a.status.auditing for a in auditors.values()) == 1
     nursery.cancel_scope.cancel()
 

@@ -6,7 +6,6 @@ and no listing of the cluster's ledgers; the full checks that do read every ledg
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 
 import trio
 
@@ -19,6 +18,7 @@ from bkframe.core.metadata import BookieInfo
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.replication.auditor import Auditor
 from bkframe.testing.counting_store import CountingStore
+from bkframe.testing.kit import wait_until
 
 BOOKIES = [f"b{i}" for i in range(6)]
 
@@ -36,12 +36,6 @@ async def make_store(nursery: trio.Nursery, ledgers: int) -> tuple[MemoryMetadat
     return store, registrations
 
 
-async def wait_until(condition: Callable[[], bool], timeout_s: float) -> None:
-    with trio.fail_after(timeout_s):
-        while not condition():
-            await trio.sleep(0.02)
-
-
 async def test_a_lost_bookie_is_marked_from_the_index_alone(nursery: trio.Nursery) -> None:
     store, registrations = await make_store(nursery, 3000)
     counting = CountingStore(store)
@@ -51,7 +45,7 @@ async def test_a_lost_bookie_is_marked_from_the_index_alone(nursery: trio.Nurser
     auditor = Auditor(counting.as_store(), ClientContext.create(nursery, store, PluginManager()).pool, "x", config)
     await nursery.start(auditor.run)
     # A new auditor checks every ledger's ensembles once; after that nothing reads them.
-    await wait_until(lambda: auditor.status.full_checks == 1, timeout_s=30)
+    await wait_until(lambda: auditor.status.full_checks == 1, "the first full check", 30, every_s=0.02)
     assert auditor.status.ledgers_checked == 3000
     counting.calls.clear()
 
@@ -71,7 +65,7 @@ async def test_a_lost_bookie_is_marked_from_the_index_alone(nursery: trio.Nurser
     assert counting.calls["ledgers_of_bookie"] >= 1
     # Rounds go on (the bookie set is watched) without marking anything twice.
     rounds = counting.calls["list_bookies"]
-    await wait_until(lambda: counting.calls["list_bookies"] >= rounds + 5, timeout_s=10)
+    await wait_until(lambda: counting.calls["list_bookies"] >= rounds + 5, "five more rounds", 10, every_s=0.02)
     assert auditor.status.ledgers_marked == 1500
     assert counting.calls["read_ledger"] == 0 and counting.calls["list_ledgers"] == 0
 
@@ -93,7 +87,7 @@ async def test_full_checks_keep_to_their_pace(nursery: trio.Nursery) -> None:
     await trio.sleep(1.0)
     assert auditor.status.full_checks == 0
     assert counting.calls["read_ledger"] <= 55  # about 50 in the first second, never all
-    await wait_until(lambda: auditor.status.full_checks == 1, timeout_s=30)
+    await wait_until(lambda: auditor.status.full_checks == 1, "the first full check", 30, every_s=0.02)
     assert trio.current_time() - started >= 100 / 50.0
     assert counting.calls["read_ledger"] == 101
     with trio.fail_after(10):
