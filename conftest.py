@@ -12,6 +12,8 @@ fault-injection runs spread over the workers. The longest groups are handed out 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest_plugins = ("bkframe.testing.pytest_plugin", "tests.faults.options")
@@ -28,7 +30,8 @@ LONG_FIRST = ("spark", "tests/faults/", "tests/partitions/", "plugins/spark/", "
 #: and without Debian's packages in a few minutes): where it lives, the servers and
 #: privileges it needs, and the modules that take long on their own.
 SLOW_DIRS = (
-    "tests/faults/",  # seeded fault runs: tens of processes for a minute each
+    "tests/faults/test_clocks.py",  # libfaketime (Debian); the seeded runs are marked subprocess
+    "tests/faults/test_soak.py",  # a short soak: 24 s
     "tests/partitions/",  # simulated hosts: root, network namespaces, ZooKeeper ensembles
     "tests/soak/",
 )
@@ -37,12 +40,30 @@ SLOW_DIRS = (
 SLOW_FIXTURES = frozenset({"zk_server", "etcd_server", "small_filesystem"})
 #: Markers of a test that needs Java (Spark) or starts everything it needs for itself.
 SLOW_MARKERS = ("spark", "subprocess")
-#: Modules that need root, a Debian package or a minute of their own outside the above.
+#: A test parametrized over metadata stores, in its ZooKeeper or etcd variant (Debian packages).
+SLOW_PARAMS = re.compile(r"\[(?:[^]]*-)?(?:zookeeper|etcd)(?:-[^]]*)?\]")
+#: Modules that need root or a Debian package outside the above, or that kill and restart
+#: clusters for tens of seconds per test (their measured share of the fast lane, 2-core
+#: machine, 2026-11-28, `./scripts/test --fast --durations=0`: about half its time).
 SLOW_MODULES = frozenset(
     {
         "tests/admin/test_sandbox_admin.py",  # chromium (Debian)
         "tests/testing/test_hosts.py",  # network namespaces (root)
         "plugins/spark/tests/test_standalone.py",  # a Spark standalone cluster (Java)
+        "tests/replication/test_autorecovery_failover.py",  # 75 s
+        "tests/replication/test_autorecovery.py",  # 68 s
+        "tests/replication/test_repair_integrity.py",  # 48 s
+        "tests/replication/test_bypass_journal.py",  # 36 s
+        "tests/replication/test_offload_service.py",  # 23 s
+        "tests/client/test_vd_journal.py",  # 39 s
+        "tests/client/test_client_faults.py",  # 38 s
+        "tests/cli/test_log.py",  # 30 s
+        "tests/cli/test_bad_input.py",  # 28 s
+        "tests/cli/test_ledger_and_sandbox.py",  # 27 s
+        "tests/cli/test_bench_scale_metadata.py",  # 24 s
+        "tests/bookie/test_hostile_clients.py",  # 18 s
+        "tests/bookie/test_disk_full.py",  # 17 s
+        "tests/bookie/test_identity.py",  # 16 s
     }
 )
 
@@ -52,6 +73,7 @@ def is_slow(item: pytest.Item) -> bool:
     return (
         module.startswith(SLOW_DIRS)
         or module in SLOW_MODULES
+        or SLOW_PARAMS.search(item.nodeid) is not None
         or any(item.get_closest_marker(m) for m in SLOW_MARKERS)
         or not SLOW_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
     )
