@@ -58,6 +58,10 @@ from bkframe.proto.ops.add import AddResponse
 from bkframe.proto.ops.read import ReadResponse
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bkframe.client.bookies.connection import BookieClient
+    from bkframe.client.bookies.pending_response import PendingResponse
     from bkframe.client.context import ClientContext
 
 log = logging.getLogger("bkframe.recovery")
@@ -159,13 +163,7 @@ class Recovery:
         await ask_bookies(
             self.ctx.pool,
             ensemble,
-            lambda conn: conn.submit_read(
-                self.ledger_id,
-                LAST_ENTRY,
-                master_key=self.master_key,
-                fence=True,
-                timeout_s=self.settings.read_timeout_s,
-            ),
+            self._fencing_read(LAST_ENTRY),
             decide,
         )
         if refused is not None:
@@ -177,6 +175,13 @@ class Recovery:
             )
         # Entries up to the LAC were confirmed; the fragment metadata may start earlier.
         return max(lac, self.md.last_entry_id)
+
+    def _fencing_read(self, entry_id: int) -> Callable[[BookieClient], PendingResponse[ReadResponse]]:
+        """A fencing read of ``entry_id`` (``LAST_ENTRY``: the bookie's last), as every
+        read of recovery is (BookKeeper's FLAG_DO_FENCING)."""
+        return lambda conn: conn.submit_read(
+            self.ledger_id, entry_id, master_key=self.master_key, fence=True, timeout_s=self.settings.read_timeout_s
+        )
 
     def _replicas(self, fragments: Fragments, entry_id: int) -> list[str]:
         return replicas(ensemble_at(fragments, entry_id), entry_id, self.md.write_quorum)
@@ -225,13 +230,7 @@ class Recovery:
             # waiting on a key check, say, while a plain read is answered at once -- and one
             # that lacks the entry now could take it from the old writer a moment later (a
             # seed-3 fault run lost entries 8..63 of a BYPASS E3 W2 A2 ledger so).
-            lambda conn: conn.submit_read(
-                self.ledger_id,
-                entry_id,
-                master_key=self.master_key,
-                fence=True,
-                timeout_s=self.settings.read_timeout_s,
-            ),
+            self._fencing_read(entry_id),
             decide,
         )
         if verifies and copies:
@@ -389,13 +388,7 @@ class Recovery:
         await ask_bookies(
             self.ctx.pool,
             bookies,
-            lambda conn: conn.submit_read(
-                self.ledger_id,
-                LAST_ENTRY,
-                master_key=self.master_key,
-                fence=True,
-                timeout_s=self.settings.read_timeout_s,
-            ),
+            self._fencing_read(LAST_ENTRY),
             decide,
         )
 

@@ -22,7 +22,6 @@ from bkframe.core.ledger_keys import password_hash
 from bkframe.errors import (
     BadVersionError,
     BKError,
-    MetadataError,
     NoSuchCursorError,
     NoSuchLedgerError,
     NoSuchLogError,
@@ -134,24 +133,6 @@ class LogRecords:
             if c.first <= number <= c.last:
                 return next((s for s in await self.chunk(record, c) if s.number == number), None)
         return record.segment(number)
-
-    async def replace_chunked_segment(self, record: LogMetadata, chunk: Chunk, seg: Segment) -> bool:
-        """Store ``seg`` in place of its namesake in ``chunk``'s record, by compare-and-set
-        on that record (:class:`BadVersionError` if it moved); False if the chunk record is
-        gone or does not hold that segment."""
-        name = chunks.record_name(chunk.key)
-        stored = await self.store.read_cursor(record.name, name)
-        if stored is None:
-            return False
-        try:
-            data = chunks.with_segment(record.uid, stored.value, seg)
-        except (ValueError, TypeError, KeyError) as e:
-            raise MetadataError(f"log {record.name!r}: chunk record {name!r} does not parse: {e}") from None
-        if data is None:
-            return False
-        await self.store.write_cursor(record.name, name, data, stored.version)
-        self._chunks.pop((record.uid, chunk.key), None)
-        return True
 
     async def update(self, name: str, change: Callable[[LogMetadata], LogMetadata]) -> LogMetadata:
         """CAS ``change(record)`` into the record, re-reading and retrying when it moved
