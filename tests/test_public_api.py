@@ -31,6 +31,22 @@ def test_every_public_name_is_there_eagerly() -> None:
     assert inspect.signature(bkframe.open_client).return_annotation != inspect.Signature.empty
 
 
+def test_the_plugin_surface_is_bkframe_core() -> None:
+    """``from bkframe.core import ...`` names every part a plugin is written against, each
+    defined in a module of bkframe.core (nothing of the bookie, client or built-ins)."""
+    import bkframe.core
+
+    assert sorted(bkframe.core.__all__) == sorted(set(bkframe.core.__all__))
+    for name in bkframe.core.__all__:
+        obj = getattr(bkframe.core, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):  # not the type aliases, nor pluggy's marker
+            assert obj.__module__.startswith("bkframe.core"), (name, obj.__module__)
+    for protocol in ("Journal", "LedgerStorage", "EntryLogManager", "MetadataStore", "Tier", "PlacementPolicy",
+                     "AuthProvider", "DurabilityPolicy"):
+        assert protocol in bkframe.core.__all__, protocol
+    assert bkframe.core.hookimpl is bkframe.hookimpl
+
+
 def test_one_error_root_and_one_no_such_ledger() -> None:
     errors = [obj for obj in vars(bkframe.errors).values() if isinstance(obj, type) and issubclass(obj, Exception)]
     assert errors and all(issubclass(e, bkframe.BKError) for e in errors)
