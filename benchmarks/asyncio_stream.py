@@ -19,7 +19,6 @@ from pathlib import Path
 import anyio
 
 import bkframe
-from bkframe.client.bookies import connection as bookie_client
 from bkframe.testing.cluster import Cluster
 
 WINDOW_1 = 2000
@@ -27,9 +26,9 @@ PIPELINED = 20000
 WINDOW = 256
 
 
-async def one_run(uri: str) -> tuple[float, float, float, float]:
+async def one_run(uri: str, asyncio_transport: bool) -> tuple[float, float, float, float]:
     """(window-1 p50 ms, its CPU µs per append, pipelined appends/s, their CPU µs per append)."""
-    async with bkframe.open_client(uri) as client:
+    async with bkframe.open_client(uri, asyncio_transport=asyncio_transport) as client:
         writer = await client.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, ledger_type="BYPASS_JOURNAL")
         data = b"x" * 1024
         for _ in range(200):
@@ -67,8 +66,7 @@ def main() -> None:
         try:
             for _ in range(rounds):
                 for name, (backend, own_transport) in variants.items():
-                    bookie_client.USE_ASYNCIO_TRANSPORT = own_transport
-                    results[name].append(anyio.run(one_run, cluster.metadata, backend=backend))
+                    results[name].append(anyio.run(one_run, cluster.metadata, own_transport, backend=backend))
         finally:
             cluster.close()
     for name, runs in results.items():

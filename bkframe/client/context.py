@@ -62,6 +62,7 @@ class ClientContext:
             nursery,
             metadata,
             connect_timeout_s=settings.connect_timeout_s,
+            asyncio_transport=settings.asyncio_transport,
             health=BookieHealth(settings.bookie_quarantine_s),
             placement=placement,
             ssl_context=settings.ssl_context(),

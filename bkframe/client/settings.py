@@ -48,6 +48,11 @@ class ClientSettings:
     speculative_read_timeout_s: float = attrs.field(default=2.0, validator=v.ge(0))
     #: Opening a TCP connection to a bookie gives up after this long.
     connect_timeout_s: float = attrs.field(default=10.0, validator=_positive)
+    #: Under asyncio, plaintext connections run on asyncio's own transport
+    #: (:mod:`bkframe.client.bookies.asyncio_stream`: fewer layers, less CPU per request);
+    #: False runs them on anyio's stream, as trio and TLS connections always do
+    #: (benchmarks/asyncio_stream.py compares the two).
+    asyncio_transport: bool = True
     #: A log writer's rollover whose new segment is not in the log record this long after
     #: the switch fails the writer (a store that does not answer; its own clients retry for
     #: ~30 s), and so does each update of the log record it makes (docs/logs.md).

@@ -397,11 +397,6 @@ class BookieClient:
             waiter._fail(error)
 
 
-#: Under asyncio, plaintext connections run on asyncio's transport directly
-#: (:mod:`bkframe.client.bookies.asyncio_stream`); False uses anyio's stream, as trio and TLS do
-#: (benchmarks/asyncio_stream.py compares the two).
-USE_ASYNCIO_TRANSPORT = True
-
 #: What a client sends in its AUTH request without a token: "nobody in particular".
 NO_AUTH: tuple[str, bytes] = ("none", b"")
 
@@ -471,6 +466,7 @@ async def connect_bookie(
     try_again_s: float = DEFAULT_TRY_AGAIN_S,
     on_try_again: Callable[[], None] | None = None,
     features: int = Feature.TRY_AGAIN,
+    asyncio_transport: bool = True,
 ) -> AsyncIterator[BookieClient]:
     """Connect to a bookie; the connection lives for the ``async with`` block.
 
@@ -489,13 +485,14 @@ async def connect_bookie(
     ``features`` (:class:`~bkframe.proto.Feature` bits) are sent in a FEATURES request after
     the AUTH; 0 sends none (a client of protocol version 1 exactly: the bookie then never
     answers TRY_AGAIN). A TRY_AGAIN answer is retried for ``try_again_s`` (see the module
-    docstring), each retry reported to ``on_try_again``.
+    docstring), each retry reported to ``on_try_again``. ``asyncio_transport``: see
+    :attr:`~bkframe.client.settings.ClientSettings.asyncio_transport`.
     """
     address = f"{host}:{port}"
     stream: anyio.abc.ByteStream | None = None
     try:
         with anyio.fail_after(connect_timeout_s):
-            if ssl_context is None and USE_ASYNCIO_TRANSPORT and sniffio.current_async_library() == "asyncio":
+            if ssl_context is None and asyncio_transport and sniffio.current_async_library() == "asyncio":
                 stream = await connect_asyncio(host, port)  # (asyncio's transport, as it is: see the module)
             else:
                 tcp = await anyio.connect_tcp(host, port)

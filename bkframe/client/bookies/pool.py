@@ -36,6 +36,7 @@ class BookiePool:
         metadata: MetadataStore,
         *,
         connect_timeout_s: float = 10.0,
+        asyncio_transport: bool = True,
         health: BookieHealth | None = None,
         placement: PlacementPolicy,
         ssl_context: ssl.SSLContext | None = None,
@@ -48,6 +49,7 @@ class BookiePool:
         #: The registered bookies, listed at most ``bookie_set_max_age_s`` ago.
         self.bookies = BookieSet(metadata, nursery, bookie_set_max_age_s)
         self.connect_timeout_s = connect_timeout_s
+        self._asyncio_transport = asyncio_transport
         self.health = health if health is not None else BookieHealth(0.0)
         #: How ensembles and replacements are chosen (see :mod:`bkframe.client.placement`): it travels
         #: with the pool, as health does, so every caller of ``choose_*`` uses the client's.
@@ -177,6 +179,7 @@ class BookiePool:
             host,
             port,
             connect_timeout_s=self.connect_timeout_s,
+            asyncio_transport=self._asyncio_transport,
             ssl_context=self._ssl_context,
             auth=self._auth,
             try_again_s=self._try_again_s,
