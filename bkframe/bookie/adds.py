@@ -295,8 +295,13 @@ class Adds:
         """Write the new entries to ledger storage and move the ledger's LAC; the refusal if
         the storage refused them (nothing of them is stored then)."""
         try:
-            if new_ids:
-                self._add_entries(e, new_ids, new_datas)
+            if new_ids and e.recovery:
+                # A full bookie still takes recovery adds: into its reserved space if need be.
+                self.context.mode.again_if_released(
+                    partial(self.storage.add_entries, e.ledger_id, new_ids, new_datas), self._served_again
+                )
+            elif new_ids:
+                self.storage.add_entries(e.ledger_id, new_ids, new_datas)
         except ValueError as error:  # e.g. an entry id beyond what the storage can index
             return Status.BAD_REQUEST, f"ledger storage refused the entries: {error}"
         except Exception as error:  # noqa: BLE001 - a write failed (a full disk, EIO): nothing of the batch is stored
@@ -307,16 +312,8 @@ class Adds:
         self.context.lac_waiters.moved(e.ledger_id)
         return None
 
-    def _add_entries(self, e: Entries, new_ids: Sequence[int], new_datas: Sequence[Buffer]) -> None:
-        """Store the entries; recovery adds that find no space go again into the reserved
-        space their failure released (a failed add stores nothing, so the second is whole)."""
-        try:
-            self.storage.add_entries(e.ledger_id, new_ids, new_datas)
-        except Exception as error:
-            if not (e.recovery and is_disk_full(error) and self.context.mode.write_failed(error)):
-                raise
-            self.counters.duties_served_again += 1
-            self.storage.add_entries(e.ledger_id, new_ids, new_datas)
+    def _served_again(self) -> None:
+        self.counters.duties_served_again += 1
 
     def _journal(
         self, e: Entries, datas: Sequence[Buffer], policy: DurabilityPolicy, cursor: SyncCursor | None, batch: ResponseBatch

@@ -119,13 +119,10 @@ class Reads:
             # writer cannot start writing to it after recovery has read around it.
             ledger_type = state.ledger_type if state else 0
             try:
-                try:
-                    state = self.storage.ensure_ledger(ledger_id, req.master_key, ledger_type)
-                except OSError as e:
-                    if not (is_disk_full(e) and self.context.mode.write_failed(e)):
-                        raise
-                    # Into the reserved space the failure released: a full bookie still fences.
-                    state = self.storage.ensure_ledger(ledger_id, req.master_key, ledger_type)
+                # A full bookie still fences: into its reserved space if need be.
+                state = self.context.mode.again_if_released(
+                    partial(self.storage.ensure_ledger, ledger_id, req.master_key, ledger_type)
+                )
             except OSError as e:
                 if not is_disk_full(e):
                     raise

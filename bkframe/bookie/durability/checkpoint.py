@@ -62,14 +62,9 @@ class Checkpointer:
         """Apply the journal after the last checkpoint's LastLogMark to ledger storage."""
         mark = self._read_lastmark()
         try:
-            try:
-                count = self._replay_from(mark)
-            except OSError as e:
-                if not (is_disk_full(e) and self.mode.write_failed(e)):
-                    raise
-                # The reserved space is the bookie's to use now. Replay writes only what
-                # storage still lacks, so going again from the mark writes nothing twice.
-                count = self._replay_from(mark)
+            # Into the reserved space if need be. Replay writes only what storage still
+            # lacks, so going again from the mark writes nothing twice.
+            count = self.mode.again_if_released(lambda: self._replay_from(mark))
         except OSError as e:
             if not is_disk_full(e):
                 raise

@@ -14,12 +14,17 @@ flapping. A write that found no space also releases the bookie's reserved space
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import trio
 
 from bkframe.bookie.runtime.space_reserve import DiskUsage, SpaceReserve
 from bkframe.errors import BKError
+from bkframe.storage_kit.disk_full import is_disk_full
+
+T = TypeVar("T")
 
 log = logging.getLogger("bkframe.bookie")
 
@@ -86,6 +91,20 @@ class ReadOnlyMode:
                 "before it takes adds again", released,
             )
         return released
+
+    def again_if_released(self, write: Callable[[], T], on_again: Callable[[], None] | None = None) -> T:
+        """``write()``; if it found no space and that released reserved space (see
+        :meth:`write_failed`), ``write()`` once more, into that room (``on_again`` is told).
+        For the writes a read-only bookie must still make: a failed one must have left
+        nothing behind, so that the second is whole. On the event loop."""
+        try:
+            return write()
+        except Exception as e:
+            if not (is_disk_full(e) and self.write_failed(e)):
+                raise
+        if on_again is not None:
+            on_again()
+        return write()
 
     def _set(self, read_only: bool, why: str) -> None:
         self.read_only = read_only
