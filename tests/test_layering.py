@@ -26,7 +26,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "bkframe.core": (),
     "bkframe.storage_kit": ("bkframe.core",),
     "bkframe.common": ("bkframe.core",),
-    "bkframe.builtin": ("bkframe.core", "bkframe.storage_kit"),
+    "bkframe.plugins": ("bkframe.core", "bkframe.storage_kit"),
     "bkframe.proto": ("bkframe.core",),
     "bkframe.bookie": ("bkframe.core", "bkframe.storage_kit", "bkframe.common", "bkframe.proto"),
     "bkframe.client": ("bkframe.core", "bkframe.common", "bkframe.proto"),
@@ -35,11 +35,11 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     ),
     "bkframe.admin": (
         "bkframe.core", "bkframe.storage_kit", "bkframe.common", "bkframe.proto", "bkframe.bookie", "bkframe.client",
-        "bkframe.builtin",
+        "bkframe.plugins",
     ),
     "bkframe.cli": (
         "bkframe.core", "bkframe.storage_kit", "bkframe.common", "bkframe.proto", "bkframe.bookie", "bkframe.client",
-        "bkframe.replication", "bkframe.admin", "bkframe.builtin", "bkframe.launcher",
+        "bkframe.replication", "bkframe.admin", "bkframe.plugins", "bkframe.launcher",
     ),
     # The launcher of bookie processes (sandbox, benchmarks, tests): it runs `bkframe bookie`
     # and keeps the command line's own variables ($BKFRAME_METADATA...) from the bookies.
@@ -49,11 +49,11 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # but tests.
     "bkframe.bench": (
         "bkframe.core", "bkframe.storage_kit", "bkframe.common", "bkframe.proto", "bkframe.bookie", "bkframe.client",
-        "bkframe.replication", "bkframe.admin", "bkframe.builtin", "bkframe.cli", "bkframe.launcher",
+        "bkframe.replication", "bkframe.admin", "bkframe.plugins", "bkframe.cli", "bkframe.launcher",
     ),
     "bkframe.testing": (
         "bkframe.core", "bkframe.storage_kit", "bkframe.common", "bkframe.proto", "bkframe.bookie", "bkframe.client",
-        "bkframe.replication", "bkframe.admin", "bkframe.builtin", "bkframe.cli", "bkframe.launcher",
+        "bkframe.replication", "bkframe.admin", "bkframe.plugins", "bkframe.cli", "bkframe.launcher",
     ),
 }
 #: What ``bkframe.core`` holds: the contracts between bkframe and its plugins, and nothing
@@ -70,7 +70,11 @@ CORE_CONTRACTS: dict[str, str] = {
     "bkframe.core.metadata": "the metadata model every store keeps and every part reads",
     "bkframe.core.ledger_keys": "what a ledger's password becomes: the master key bookies check, the hash metadata keeps",
     "bkframe.core.counters": "the counters plugins report into (journal and storage bytes, fsyncs)",
+    "bkframe.core.errors": "the errors plugins raise and the bookie and client catch, under one root (bkframe.errors)",
 }
+#: The reference storage plugins (docs/plugins.md): distributions written against the plugin
+#: API and the storage kit only, exactly what a third party's storage plugin has.
+REFERENCE_STORAGE_PLUGINS = ("bkframe_journal_fs", "bkframe_entrylog_per_ledger")
 #: The distributions under plugins/ (third-party style), with the bkframe parts they may use:
 #: storage plugins only the plugin API; the Spark connector the public client API too.
 DISTRIBUTIONS = sorted(p for p in (ROOT / "plugins").glob("*/src/*") if p.is_dir() and (p / "__init__.py").exists())
@@ -214,7 +218,7 @@ def test_plugin_distributions_use_only_public_names(src: Path) -> None:
     ``bkframe.errors``, ``bkframe.tiering``), never the insides of the bookie, the client or the protocol."""
     inside = (
         "bkframe.bookie", "bkframe.client", "bkframe.proto", "bkframe.replication", "bkframe.cli", "bkframe.admin",
-        "bkframe.builtin", "bkframe.common",
+        "bkframe.plugins", "bkframe.common",
     )
     graph = import_graph()
     bad = {
@@ -224,6 +228,18 @@ def test_plugin_distributions_use_only_public_names(src: Path) -> None:
     }
     bad = {m: t for m, t in bad.items() if t}
     assert not bad, f"{src.name} reaches past the public API: {bad}"
+
+
+@pytest.mark.parametrize("name", REFERENCE_STORAGE_PLUGINS)
+def test_reference_storage_plugins_use_the_plugin_api_and_storage_kit_only(name: str) -> None:
+    assert name in {d.name for d in DISTRIBUTIONS}, f"{name} is not a distribution under plugins/"
+    graph = import_graph()
+    own = {m for m in graph if m == name or m.startswith(name + ".")}
+    assert own
+    allowed = ("bkframe.core", "bkframe.storage_kit", name)
+    bad = {m: sorted(t for t in graph[m] if not (t.split(".")[0] == name or t.startswith(allowed))) for m in own}
+    bad = {m: t for m, t in bad.items() if t}
+    assert not bad, f"{name} imports more of bkframe than bkframe.core and bkframe.storage_kit: {bad}"
 
 
 def test_core_holds_contracts_only() -> None:

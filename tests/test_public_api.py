@@ -61,14 +61,20 @@ def test_version_is_the_installed_distributions() -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == f"bkframe, version {version}", proc
 
 
+def _requirements(distribution: str) -> set[str]:
+    """The distributions ``distribution`` needs (not its extras)."""
+    return {Requirement(r).name.lower() for r in importlib.metadata.requires(distribution) or [] if "extra ==" not in r}
+
+
 def test_a_plain_install_runs_a_bookie_on_its_defaults() -> None:
-    """Every plugin a default bookie config names comes with ``pip install bkframe``: it is
-    built in (``bkframe.builtin``), so no distribution beyond bkframe is needed."""
-    components = PluginManager().components
+    """Every plugin a default bookie config names comes with ``pip install bkframe``: built in
+    (``bkframe.plugins``) or a distribution bkframe itself requires (bkframe-journal-fs)."""
+    components = PluginManager(load_entry_points=False).components
     for section, kind in SECTION_KINDS.items():
         component = components.get(kind, DEFAULT_SECTIONS[section]["plugin"])
         assert component is not None, section
-        assert component.distribution == "bkframe" and component.plugin.startswith("bkframe.builtin."), (section, component)
+        assert component.distribution == "bkframe" or component.distribution in _requirements("bkframe"), (section, component)
+    assert "bkframe-journal-fs" in _requirements("bkframe")
 
 
 def _third_party_imports(paths: list[Path]) -> set[str]:
@@ -87,19 +93,29 @@ def _distribution_of(module: str) -> str:
     return importlib.metadata.packages_distributions()[module][0].lower().replace("_", "-")
 
 
+#: The reference storage plugins: distributions though they need nothing beyond bkframe, so
+#: that a storage plugin written as a third party's would be is built, tested and shipped here.
+REFERENCE_PLUGINS = {"journal_fs", "entrylog_per_ledger"}
+
+
 def test_built_in_plugins_need_nothing_beyond_bkframe_and_distributed_ones_do() -> None:
     """docs/plugins.md's rule: a plugin that needs no dependency beyond bkframe's own is built
-    in (``bkframe/builtin``); one that does (kazoo, etcd3gw, botocore, pyspark) is a
-    distribution of its own under ``plugins/``, so that ``pip install bkframe`` stays lean."""
+    in (``bkframe/plugins``); one that does (kazoo, etcd3gw, botocore, pyspark) is a
+    distribution of its own under ``plugins/``, so that ``pip install bkframe`` stays lean --
+    and so are the reference storage plugins, written as a third party's would be."""
     root = Path(bkframe.__file__).parent
-    required = {Requirement(r).name.lower() for r in importlib.metadata.requires("bkframe") or [] if "extra ==" not in r}
-    builtin = _third_party_imports(list((root / "builtin").rglob("*.py")))
+    required = _requirements("bkframe")
+    builtin = _third_party_imports(list((root / "plugins").rglob("*.py")))
     assert builtin and {_distribution_of(m) for m in builtin} <= required, sorted(builtin)
     ours = {p.name for p in (root.parent / "plugins").glob("*/src/*")}
-    for distribution in sorted((root.parent / "plugins").glob("*/src")):
+    distributions = sorted((root.parent / "plugins").glob("*/src"))
+    assert REFERENCE_PLUGINS <= {d.parent.name for d in distributions}
+    for distribution in distributions:
+        if distribution.parent.name in REFERENCE_PLUGINS:
+            continue
         imports = _third_party_imports(list(distribution.rglob("*.py"))) - ours
         extra = {_distribution_of(m) for m in imports} - required
-        assert extra, f"{distribution.parent.name} needs nothing beyond bkframe: by the rule it belongs in bkframe/builtin"
+        assert extra, f"{distribution.parent.name} needs nothing beyond bkframe: by the rule it belongs in bkframe/plugins"
 
 
 def test_every_distribution_ships_py_typed() -> None:

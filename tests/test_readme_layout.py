@@ -27,10 +27,26 @@ def test_every_path_the_layout_names_exists() -> None:
 def test_every_package_is_in_the_layout() -> None:
     named = {p.rstrip("/") for p in layout_paths()}
     packages = sorted(
-        str(d.relative_to(ROOT))
-        for d in (ROOT / "bkframe").rglob("*")
-        if d.is_dir() and (d / "__init__.py").exists()
+        str(d.relative_to(ROOT)) for d in (ROOT / "bkframe").rglob("*") if d.is_dir() and (d / "__init__.py").exists()
     )
     distributions = sorted(str(d.relative_to(ROOT)) for d in (ROOT / "plugins").iterdir() if (d / "pyproject.toml").exists())
     unnamed = [p for p in [*packages, *distributions] if p not in named]
     assert not unnamed, f"say in README.md's Layout what lives in: {unnamed}"
+
+
+def test_the_top_level_is_the_design_cards() -> None:
+    """The design card names the top level: the package's core and built-in plugins, and the
+    reference storage plugins beside the metadata stores as distributions of their own."""
+    card = [
+        "pyproject.toml",
+        "bkframe/core",
+        "bkframe/plugins",
+        "plugins/journal_fs",
+        "plugins/entrylog_per_ledger",
+        "plugins/metadata_zk",
+        "plugins/metadata_etcd",
+        "tests",
+        "docs",
+    ]
+    assert [p for p in card if not (ROOT / p).exists()] == []
+    assert [d for d in card if d.startswith("plugins/") and not (ROOT / d / "pyproject.toml").is_file()] == []

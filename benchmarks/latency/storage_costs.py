@@ -16,13 +16,14 @@ import time
 import timeit
 from pathlib import Path
 
+from bkframe_journal_fs.group_buffer import GroupBuffer
+
 from bkframe.bookie.durability import journal_records
-from bkframe.builtin.entry_log_single import SingleEntryLogManager
-from bkframe.builtin.journal_fs.group_buffer import GroupBuffer
-from bkframe.builtin.ledger_storage_default import DefaultLedgerStorage
-from bkframe.builtin.ledger_storage_default.ledger_index import encode_header
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces.ledger_storage import LedgerState
+from bkframe.plugins.entry_log_single import SingleEntryLogManager
+from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
+from bkframe.plugins.ledger_storage_default.ledger_index import encode_header
 
 N = 20_000
 

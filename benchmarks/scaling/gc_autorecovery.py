@@ -28,13 +28,13 @@ import trio
 from bkframe import LedgerMetadata
 from bkframe.bookie.durability.protection import read_own_metadata
 from bkframe.bookie.runtime.garbage_collector import GarbageCollector
-from bkframe.builtin.metadata_sqlite import SqliteMetadataStore
 from bkframe.client.context import ClientContext
 from bkframe.core.config import AutorecoveryConfig
 from bkframe.core.interfaces.ledger_storage import LedgerState
 from bkframe.core.interfaces.metadata_store import iter_ledger_ids
 from bkframe.core.metadata import BookieInfo
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.plugins.metadata_sqlite import SqliteMetadataStore
 from bkframe.replication.auditor import Auditor
 
 BOOKIES = [f"bookie-{i:03d}" for i in range(int(os.environ.get("BOOKIES", "100")))]

@@ -1,9 +1,9 @@
 """Event-loop CPU per MB of FsJournal.append (before vs after: two fs_journal.py files), and the worker's CPU per
 MB to write the group (fsync off, to leave the disk out), by thread CPU time.
 
-    git show COMMIT:bkframe/builtin/journal_fs/fs_journal.py > /tmp/before.py
-    (before issue 39 the file was bkframe/builtin/journal_fs/fs_journal.py)
-    python benchmarks/scaling/loop_cost.py /tmp/before.py bkframe/builtin/journal_fs/fs_journal.py
+    git show COMMIT:plugins/journal_fs/src/bkframe_journal_fs/fs_journal.py > /tmp/before.py
+    (from issue 39 to issue 46 the file was bkframe/builtin/journal_fs/fs_journal.py)
+    python benchmarks/scaling/loop_cost.py /tmp/before.py plugins/journal_fs/src/bkframe_journal_fs/fs_journal.py
 """
 
 import importlib.util

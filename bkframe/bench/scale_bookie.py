@@ -28,13 +28,13 @@ import click
 import trio
 
 from bkframe.bookie.runtime.loop_lag import LoopLag
-from bkframe.builtin.entry_log_single import SingleEntryLogManager
-from bkframe.builtin.ledger_storage_default import DefaultLedgerStorage
 from bkframe.cli import interrupt
 from bkframe.cli.options import AT_LEAST_ONE
 from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.counters import Counters
 from bkframe.launcher import BookieProcess
+from bkframe.plugins.entry_log_single import SingleEntryLogManager
+from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
 from bkframe.proto.codes import Status
 
 KEY = b"bench-scale"

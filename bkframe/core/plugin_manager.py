@@ -41,20 +41,33 @@ log = logging.getLogger("bkframe.plugins")
 
 #: Built-in plugins, registered before any entry point, in this order.
 BUILTIN_PLUGINS: tuple[str, ...] = (
-    "bkframe.builtin.durability",
-    "bkframe.builtin.entry_log_single",
-    "bkframe.builtin.ledger_storage_default",
-    "bkframe.builtin.metadata_memory",
-    "bkframe.builtin.metadata_sqlite",
-    "bkframe.builtin.placement",
-    "bkframe.builtin.auth",
-    "bkframe.builtin.tier_filesystem",
-    "bkframe.builtin.journal_fs.plugin",
-    "bkframe.builtin.entrylog_per_ledger.plugin",
+    "bkframe.plugins.durability",
+    "bkframe.plugins.entry_log_single",
+    "bkframe.plugins.ledger_storage_default",
+    "bkframe.plugins.metadata_memory",
+    "bkframe.plugins.metadata_sqlite",
+    "bkframe.plugins.placement",
+    "bkframe.plugins.auth",
+    "bkframe.plugins.tier_filesystem",
+)
+
+#: Plugins of the distributions bkframe depends on for its defaults (entry-point name, module,
+#: distribution): registered right after the built-ins, always -- a manager without entry
+#: points (tests) and a config's ``disable`` included -- because a default bookie cannot run
+#: without them. They are written as any third party's plugin is (plugins/journal_fs).
+DEFAULT_DISTRIBUTED_PLUGINS: tuple[tuple[str, str, str], ...] = (
+    ("journal_fs", "bkframe_journal_fs.plugin", "bkframe-journal-fs"),
 )
 
 #: Tier schemes served by distributions of this repository, for the error that names what to install.
 KNOWN_TIER_DISTRIBUTIONS = {"s3": "bkframe-tier-s3"}
+#: Components served by distributions of this repository (plugins/), by config section and
+#: plugin name, for the error that names what to install. The default journal's distribution
+#: (bkframe-journal-fs) is a dependency of bkframe: a plain install has it.
+KNOWN_COMPONENT_DISTRIBUTIONS = {
+    ("journal", "journal_fs"): "bkframe-journal-fs",
+    ("entry_log_manager", "per_ledger"): "bkframe-entrylog-per-ledger",
+}
 
 ENTRY_POINT_GROUP = "bkframe"
 #: Comma-separated entry-point names of plugins not to load.
@@ -109,6 +122,8 @@ class PluginManager:
         self.disabled: frozenset[str] = frozenset([*disabled, *env])
         for modname in BUILTIN_PLUGINS:
             self.register(importlib.import_module(modname), name=modname, distribution="bkframe")
+        for name, modname, distribution in DEFAULT_DISTRIBUTED_PLUGINS:
+            self.register(importlib.import_module(modname), name=name, distribution=distribution)
         if load_entry_points:
             self._load_entry_points()
         for plugin in extra_plugins:
@@ -191,9 +206,11 @@ class PluginManager:
             raise ConfigError(f"{source}: [{section}] needs a 'plugin' name (a string)")
         component = self.components.get(kind, name)
         if component is None:
+            known = KNOWN_COMPONENT_DISTRIBUTIONS.get((section, name))
+            remedy = f"Install {known} (pip install {known})." if known else "Run 'bkframe plugins' to see what is installed."
             raise ConfigError(
                 f"{source}: [{section}] plugin = {name!r}: no installed plugin provides it (installed: "
-                f"{', '.join(self.components.names(kind)) or 'none'}). Run 'bkframe plugins' to see what is installed."
+                f"{', '.join(self.components.names(kind)) or 'none'}). {remedy}"
             )
         assert component.config is not None
         keys = {k: v for k, v in config.items() if k != "plugin"}

@@ -1,7 +1,7 @@
 """The files under an entry-log manager: ``DIR/{log_id:08x}.log``, their fds, what is not
 yet fsynced, and the flush that makes it durable.
 
-Entry-log managers (the built-in ``single``, ``bkframe/builtin/entrylog_per_ledger``) differ only in
+Entry-log managers (the built-in ``single``, ``plugins/entrylog_per_ledger``) differ only in
 which log an append goes to and when a log is sealed; they keep their files in one of these.
 
 File descriptors are bounded whatever the number of logs: a log being appended to keeps the

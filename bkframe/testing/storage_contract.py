@@ -12,7 +12,7 @@ crash)::
             return lambda directory, counters: MyStorage(directory, counters)
 
 A storage that writes through an entry-log manager makes one over a subdirectory of
-``directory`` (see ``tests/builtin/test_ledger_storage_default.py``). Garbage collection,
+``directory`` (see ``tests/plugins/test_ledger_storage_default.py``). Garbage collection,
 compaction and crash damage are each storage's own business, for its own tests.
 """
 

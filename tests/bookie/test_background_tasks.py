@@ -12,10 +12,10 @@ import trio
 import trio.testing
 
 from bkframe.bookie.runtime.periodic import run_periodically
-from bkframe.builtin.entry_log_single import SingleEntryLogManager
-from bkframe.builtin.ledger_storage_default import DefaultLedgerStorage
 from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.counters import Counters
+from bkframe.plugins.entry_log_single import SingleEntryLogManager
+from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
 from bkframe.proto.codes import Status
 from bkframe.testing import write_faults
 from bkframe.testing.cluster import BookieProcess

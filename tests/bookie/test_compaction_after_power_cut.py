@@ -14,8 +14,8 @@ import pytest
 import trio
 
 import bkframe
-from bkframe.builtin.ledger_storage_default.ledger_index import HEADER_SIZE, RECORD_DTYPE
 from bkframe.core.ledger_keys import master_key
+from bkframe.plugins.ledger_storage_default.ledger_index import HEADER_SIZE, RECORD_DTYPE
 from bkframe.proto.codes import Status
 from bkframe.testing import write_faults
 from bkframe.testing.kit import PASSWORD, wait_until

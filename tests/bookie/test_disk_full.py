@@ -151,8 +151,9 @@ def placed(md: LedgerMetadata, bookie_id: str) -> set[int]:
 def journaled(data_dir: Path, md: LedgerMetadata) -> set[int]:
     """The entries of the ledger in the journal files of a stopped bookie, checked against
     their digests."""
+    from bkframe_journal_fs.fs_journal import FsJournal
+
     from bkframe.bookie.durability import journal_records as jr
-    from bkframe.builtin.journal_fs.fs_journal import FsJournal
     from bkframe.core.counters import Counters
 
     digester = Digester.for_ledger(md.digest_type, PASSWORD)

@@ -24,8 +24,8 @@ import pytest
 import trio
 
 import bkframe
-from bkframe.builtin.ledger_storage_default.ledger_index import HEADER_SIZE, RECORD_DTYPE, LedgerIndex
 from bkframe.client.bookies.connection import BookieClient
+from bkframe.plugins.ledger_storage_default.ledger_index import HEADER_SIZE, RECORD_DTYPE, LedgerIndex
 from bkframe.proto.codes import Status
 from bkframe.storage_kit.mapped_file import PAGE, MappedFile
 from bkframe.testing.cluster import BookieProcess

@@ -15,10 +15,10 @@ import bkframe
 from bkframe import LedgerMetadata
 from bkframe.bookie.runtime.garbage_collector import GarbageCollector
 from bkframe.bookie.startup.cookies import UNCLEAN_MARKER
-from bkframe.builtin.metadata_memory import MemoryMetadataStore
 from bkframe.client.bookies.connection import connect_bookie
 from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.ledger_keys import master_key, password_hash
+from bkframe.plugins.metadata_memory import MemoryMetadataStore
 from bkframe.proto.codes import Status
 from bkframe.testing.cluster import make_config, running_bookie
 from bkframe.testing.counting_store import CountingStore

@@ -14,11 +14,11 @@ import trio
 
 import bkframe
 from bkframe.bookie.durability import journal_records as jr
-from bkframe.builtin.entry_log_single import SingleEntryLogManager
-from bkframe.builtin.ledger_storage_default import DefaultLedgerStorage
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces.ledger_storage import WriteOnceStorage
 from bkframe.core.ledger_keys import master_key
+from bkframe.plugins.entry_log_single import SingleEntryLogManager
+from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
 from bkframe.proto.codes import Status
 from bkframe.testing.kit import PASSWORD, payload
 

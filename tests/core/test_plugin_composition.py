@@ -109,7 +109,7 @@ async def test_test_plugin_replaces_ledger_storage(tmp_path: Path) -> None:
     assert plugin.storage.entries[(4, 0)] == b"via plugin"
     assert plugin.storage.checkpoints >= 1  # the clean stop flushed through the plugin
     names = {info.name for info in pm.plugins()}
-    assert "bkframe.builtin.journal_fs.plugin" in names  # the built-in journal, beside the test's storage
+    assert "journal_fs" in names  # the default journal, beside the test's storage
 
 
 def test_unknown_plugin_name_is_a_clear_error(tmp_path: Path) -> None:
@@ -147,7 +147,7 @@ def test_ledger_type_id_clash_is_an_error_naming_both() -> None:
 
     with pytest.raises(
         PluginError,
-        match=r"ledger types PD_JOURNAL \(plugin bkframe.builtin.durability, distribution bkframe\) and OTHER "
+        match=r"ledger types PD_JOURNAL \(plugin bkframe.plugins.durability, distribution bkframe\) and OTHER "
         r"\(plugin .*, distribution \(registered\)\) both use wire id 0",
     ):
         PluginManager(extra_plugins=[Clash()]).ledger_types()
@@ -165,7 +165,7 @@ def test_a_duplicate_component_name_is_an_error_naming_both_distributions() -> N
     pm.register(Shadow(), name="shadow", distribution="shady-dist")
     with pytest.raises(
         PluginError,
-        match=r"metadata_store 'sqlite' is registered twice: by plugin bkframe.builtin.metadata_sqlite "
+        match=r"metadata_store 'sqlite' is registered twice: by plugin bkframe.plugins.metadata_sqlite "
         r"\(distribution bkframe\) and by plugin shadow \(distribution shady-dist\)",
     ):
         pm.metadata_store("sqlite:///x.db")
@@ -179,21 +179,22 @@ def test_plugins_command_lists_plugins_and_components_by_kind() -> None:
     result = CliRunner().invoke(main, ["plugins"])
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "bkframe.builtin.journal_fs.plugin  [bkframe]  hooks: bkframe_register_components" in out
+    assert "journal_fs  [bkframe-journal-fs]  hooks: bkframe_register_components" in out
+    assert "entrylog_per_ledger  [bkframe-entrylog-per-ledger]  hooks: bkframe_register_components" in out
     assert "metadata_zk  [bkframe-metadata-zk]  hooks: bkframe_register_components" in out
-    assert "bkframe.builtin.ledger_storage_default  [bkframe]" in out
+    assert "bkframe.plugins.ledger_storage_default  [bkframe]" in out
     kinds = ["journal:", "entry_log_manager:", "ledger_storage:", "metadata_store:", "ledger_type:", "tier:"]
     assert [out.index(f"  {k}\n") for k in kinds] == sorted(out.index(f"  {k}\n") for k in kinds)
     for line in [
-        "journal_fs  [bkframe.builtin.journal_fs.plugin, bkframe]",
-        "single  [bkframe.builtin.entry_log_single, bkframe]",
-        "per_ledger  [bkframe.builtin.entrylog_per_ledger.plugin, bkframe]",
-        "default  [bkframe.builtin.ledger_storage_default, bkframe]",
-        "sqlite://  [bkframe.builtin.metadata_sqlite, bkframe]",
+        "journal_fs  [journal_fs, bkframe-journal-fs]",
+        "single  [bkframe.plugins.entry_log_single, bkframe]",
+        "per_ledger  [entrylog_per_ledger, bkframe-entrylog-per-ledger]",
+        "default  [bkframe.plugins.ledger_storage_default, bkframe]",
+        "sqlite://  [bkframe.plugins.metadata_sqlite, bkframe]",
         "zk://  [metadata_zk, bkframe-metadata-zk]",
         "etcd://  [metadata_etcd, bkframe-metadata-etcd]",
-        "PD_JOURNAL (wire id 0)  [bkframe.builtin.durability, bkframe]",
-        "file://  [bkframe.builtin.tier_filesystem, bkframe]",
+        "PD_JOURNAL (wire id 0)  [bkframe.plugins.durability, bkframe]",
+        "file://  [bkframe.plugins.tier_filesystem, bkframe]",
         "s3://  [tier_s3, bkframe-tier-s3]",
     ]:
         assert f"    {line}: " in out, line
@@ -217,8 +218,8 @@ def test_metadata_stores_are_picked_by_scheme() -> None:
 
 async def test_third_party_ledger_type_end_to_end(tmp_path: Path) -> None:
     """A plugin's own ledger type is usable by bookie and client alike."""
-    from bkframe.builtin.metadata_memory import reset_shared
     from bkframe.client.client import open_client
+    from bkframe.plugins.metadata_memory import reset_shared
 
     reset_shared()
     pm = PluginManager(extra_plugins=[ExtraTypePlugin()])

@@ -103,7 +103,9 @@ def test_the_bookie_config_disables_plugins_too(tmp_path: Path) -> None:
 
 
 def test_built_in_plugins_cannot_be_disabled(tmp_path: Path) -> None:
-    """What a default bookie needs is built in, not an entry point: ``disable`` names entry
-    points only, so a bookie's own journal cannot be switched off by a typo'd config."""
-    pm = PluginManager(disabled=["journal_fs", "bkframe.builtin.journal_fs.plugin"])
+    """What a default bookie needs (the built-ins, and the journal of bkframe-journal-fs, a
+    dependency of bkframe) is always registered, even by a manager without entry points:
+    ``disable`` cannot switch a bookie's own journal off by a typo'd config."""
+    pm = PluginManager(disabled=["journal_fs", "bkframe_journal_fs.plugin"])
     assert "journal_fs" in pm.components.names(ComponentKind.JOURNAL)
+    assert "journal_fs" in PluginManager(load_entry_points=False).components.names(ComponentKind.JOURNAL)

@@ -19,12 +19,12 @@ import trustme
 
 import bkframe
 from bkframe import ClientSettings, ConfigError, UnauthorizedError
-from bkframe.builtin.auth import TLSAuth, TLSAuthConfig, TokenAuth, TokenConfig
 from bkframe.client.bookies.connection import connect_bookie
 from bkframe.client.bookies.errors import BookieConnectionError
 from bkframe.core.config import load_config
 from bkframe.core.interfaces.auth import AuthenticationError, Peer
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.plugins.auth import TLSAuth, TLSAuthConfig, TokenAuth, TokenConfig
 from bkframe.proto.codes import FRAME_HEADER, Status
 from bkframe.proto.frames import pack_frame
 from bkframe.proto.ops.add import encode_add

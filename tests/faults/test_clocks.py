@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: in loaded full-suite runs, and 6 s once in CI, where two bookies' renewals came 10.8 s
 #: apart (each commit waited on a disk stalled by the suite's fsyncs, and the next renewal
 #: came a third of a TTL after the slow one ended). Renewals now commit without an fsync and
-#: follow a slow one at once (tests/builtin/test_metadata_sqlite.py); a bookie logs a
+#: follow a slow one at once (tests/plugins/test_metadata_sqlite.py); a bookie logs a
 #: heartbeat later than its TTL, and a failure here prints the processes' logs.
 REGISTRATION_TTL_S = 6.0
 LOST_GRACE_S = 6.0

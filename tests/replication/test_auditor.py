@@ -9,11 +9,11 @@ import uuid
 import trio
 
 from bkframe import LedgerMetadata
-from bkframe.builtin.metadata_memory import MemoryMetadataStore
 from bkframe.client.context import ClientContext
 from bkframe.core.config import AutorecoveryConfig
 from bkframe.core.metadata import BookieInfo
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.plugins.metadata_memory import MemoryMetadataStore
 from bkframe.replication.auditor import Auditor
 from bkframe.testing.kit import wait_until
 

@@ -11,12 +11,12 @@ from typing import Any, cast
 import trio
 
 from bkframe import LedgerMetadata
-from bkframe.builtin.metadata_memory import MemoryMetadataStore
 from bkframe.client.context import ClientContext
 from bkframe.core.config import AutorecoveryConfig
 from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.metadata import LedgerStateName, UnderReplicated
 from bkframe.core.plugin_manager import PluginManager
+from bkframe.plugins.metadata_memory import MemoryMetadataStore
 from bkframe.replication.worker import MARKS_PER_LOOK, ReplicationWorker
 
 

@@ -12,7 +12,7 @@ a policy never sees a read-only (or decommissioned) bookie and never does I/O.
 Policies are registered by name through the ``bkframe_placement_policy`` hook
 (``registry.add_placement_policy(name, factory, config=C)``); the client picks one by its
 ``placement`` setting and validates the policy's options against ``C``. Built-ins
-(:mod:`bkframe.builtin.placement`): ``random`` (the default, ``RandomPlacement``),
+(:mod:`bkframe.plugins.placement`): ``random`` (the default, ``RandomPlacement``),
 ``least_used`` and ``rack_aware``. The write-set helpers below are for policy authors.
 """
 

@@ -17,9 +17,9 @@ import pytest
 import trio
 
 import bkframe
-from bkframe.builtin.metadata_sqlite import SqliteMetadataStore
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.registry import ComponentRegistry
+from bkframe.plugins.metadata_sqlite import SqliteMetadataStore
 from bkframe.testing.cluster import make_config, running_bookie
 from bkframe.testing.kit import PASSWORD
 

@@ -22,12 +22,12 @@ import trio
 
 import bkframe
 from bkframe import Record
-from bkframe.builtin.tier_filesystem import FilesystemTier
 from bkframe.client.tiering.async_tier import AsyncTier
 from bkframe.client.tiering.object_format import ObjectOptions
 from bkframe.client.tiering.segment_reader import SegmentObjectReader
 from bkframe.client.tiering.segment_writer import write_segment_object
 from bkframe.client.tiering.verify import verify_object
+from bkframe.plugins.tier_filesystem import FilesystemTier
 from bkframe.testing.cluster import Cluster
 
 PASSWORD = b"bench"

@@ -26,7 +26,6 @@ import trio
 
 import bkframe
 from bkframe import Position, Record
-from bkframe.builtin.tier_filesystem import FilesystemTier
 from bkframe.client.logs.model import LogEntry, Segment
 from bkframe.client.tiering.async_tier import AsyncTier
 from bkframe.client.tiering.footer import TAIL_BYTES
@@ -37,6 +36,7 @@ from bkframe.client.tiering.segment_writer import SegmentNotClosedError, write_s
 from bkframe.client.tiering.verify import verify_object
 from bkframe.core.interfaces.tier import ObjectInfo
 from bkframe.errors import TierError
+from bkframe.plugins.tier_filesystem import FilesystemTier
 from bkframe.testing.backends import on_both_backends
 from bkframe.testing.cluster import Cluster
 
