@@ -23,7 +23,7 @@ pytest_plugins = ("bkframe.testing.pytest_plugin", "tests.faults.options")
 #: with ``--no-loadscope-reorder``, pyproject.toml; by default it sorts them by their number of
 #: tests, which sent every one-test group, the long fault runs among them, to the end), so the
 #: longest ones run alongside everything else instead of alone at the end.
-LONG_FIRST = ("spark", "tests/faults/", "tests/partitions/", "plugins/spark/", "tests/replication/")
+LONG_FIRST = ("spark", "tests/faults/", "tests/partitions/", "plugins/spark/", "tests/autorecovery/")
 
 
 #: What makes a test ``slow`` (left out of ``./scripts/test --fast``, which runs without root
@@ -50,11 +50,11 @@ SLOW_MODULES = frozenset(
         "tests/admin/test_sandbox_admin.py",  # chromium (Debian)
         "tests/testing/test_hosts.py",  # network namespaces (root)
         "plugins/spark/tests/test_standalone.py",  # a Spark standalone cluster (Java)
-        "tests/replication/test_autorecovery_failover.py",  # 75 s
-        "tests/replication/test_autorecovery.py",  # 68 s
-        "tests/replication/test_repair_integrity.py",  # 48 s
-        "tests/replication/test_bypass_journal.py",  # 36 s
-        "tests/replication/test_offload_service.py",  # 23 s
+        "tests/autorecovery/test_autorecovery_failover.py",  # 75 s
+        "tests/autorecovery/test_autorecovery.py",  # 68 s
+        "tests/autorecovery/test_repair_integrity.py",  # 48 s
+        "tests/autorecovery/test_bypass_journal.py",  # 36 s
+        "tests/tiering/test_offload_service.py",  # 23 s
         "tests/client/test_vd_journal.py",  # 39 s
         "tests/client/test_client_faults.py",  # 38 s
         "tests/cli/test_log.py",  # 30 s

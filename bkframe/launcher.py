@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
-from bkframe.cli.options import AUTH_TOKEN_ENV, METADATA_ENV, PASSWORD_ENV, SECURITY_ENV
+from bkframe.common.environment import AUTH_TOKEN_ENV, METADATA_ENV, PASSWORD_ENV, SECURITY_ENV
 from bkframe.errors import BKError
 
 #: ``bkframe bookie`` as users run it.

@@ -26,6 +26,7 @@ from typing import Any
 import trio
 
 from bkframe import LedgerMetadata
+from bkframe.autorecovery.auditor import Auditor
 from bkframe.bookie.durability.protection import read_own_metadata
 from bkframe.bookie.runtime.garbage_collector import GarbageCollector
 from bkframe.client.context import ClientContext
@@ -35,7 +36,6 @@ from bkframe.core.interfaces.metadata_store import iter_ledger_ids
 from bkframe.core.metadata import BookieInfo
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.plugins.metadata_sqlite import SqliteMetadataStore
-from bkframe.replication.auditor import Auditor
 
 BOOKIES = [f"bookie-{i:03d}" for i in range(int(os.environ.get("BOOKIES", "100")))]
 ONLY = os.environ.get("ONLY", "gc,boot,lost")

@@ -22,7 +22,7 @@ this process unless said:
   for it plus 100 the store does not have: time (best and worst of 3) and peak memory;
 * the operators' views' first page (median of 3): the status page's body
   (:meth:`~bkframe.admin.status.StatusPage.cluster`) and ``/api/v1/ledger/list``'s store read;
-* a lost bookie: a real :class:`~bkframe.replication.auditor.Auditor` with the simulated
+* a lost bookie: a real :class:`~bkframe.autorecovery.auditor.Auditor` with the simulated
   bookies registered (``lost_bookie_grace_s`` 0), one registration closed, and the seconds
   until every ledger of that bookie's index is marked (``count_under_replicated`` polled
   every 0.5 s); then, with the marks there, the status page, ``bkframe autorecovery
@@ -55,6 +55,9 @@ import trio
 
 from bkframe.admin.http import LIST_LIMIT
 from bkframe.admin.status import StatusPage
+from bkframe.autorecovery.auditor import Auditor
+from bkframe.autorecovery.service import cluster_status
+from bkframe.autorecovery.worker import MARKS_PER_LOOK
 from bkframe.bookie.bookie import Bookie
 from bkframe.bookie.runtime.garbage_collector import GarbageCollector
 from bkframe.cli import interrupt
@@ -64,8 +67,8 @@ from bkframe.client.client import Client
 from bkframe.client.context import ClientContext
 from bkframe.client.ledger_ids import LedgerIds
 from bkframe.client.logs.model import LogMetadata, LogSettings, Segment
-from bkframe.common.bounded import each_bounded
 from bkframe.common.cluster_record import init_cluster
+from bkframe.common.each_bounded import each_bounded
 from bkframe.core.config import AutorecoveryConfig
 from bkframe.core.interfaces.ledger_storage import LedgerState
 from bkframe.core.interfaces.metadata_store import MetadataStore, iter_ledger_ids, iter_ledgers_of_bookie, iter_under_replicated
@@ -73,9 +76,6 @@ from bkframe.core.interfaces.placement import Candidate
 from bkframe.core.ledger_keys import password_hash
 from bkframe.core.metadata import LEDGER_PAGE, BookieInfo, LedgerMetadata, LedgerStateName, UnderReplicated
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.replication.auditor import Auditor
-from bkframe.replication.autorecovery import cluster_status
-from bkframe.replication.worker import MARKS_PER_LOOK
 
 #: Creates each fill worker keeps in flight, and the id block it takes at a time.
 FILL_IN_FLIGHT = 64

@@ -6,5 +6,5 @@ side), :mod:`.durability` (journal records, replay and checkpoints, BP-46 protec
 :mod:`.runtime` (garbage collection, read-only mode, loop lag).
 
 Nothing here imports the client library (:mod:`bkframe.client`); what needs both
-sides lives in :mod:`bkframe.replication`.
+sides lives in :mod:`bkframe.autorecovery`.
 """

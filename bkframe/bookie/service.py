@@ -2,7 +2,7 @@
 
 Repairing limbo ledgers (BP-46 phase two) needs the client library, which the bookie
 package never imports: whoever starts the service passes it in (``repair=LimboRepair``
-from :mod:`bkframe.replication.data_integrity`).
+from :mod:`bkframe.autorecovery.data_integrity`).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class Background(Protocol):
 
 
 #: ``autorecovery(bookie, store, bookie_id)``: the autorecovery service run when
-#: ``[autorecovery] enabled`` (normally :func:`bkframe.replication.autorecovery.in_bookie`).
+#: ``[autorecovery] enabled`` (normally :func:`bkframe.autorecovery.service.in_bookie`).
 AutorecoveryFactory = Callable[[Bookie, MetadataStore, str], Background]
 
 #: A starting bookie waits this long past the registration TTL for another registration of
@@ -81,7 +81,7 @@ class BookieService:
     """``await nursery.start(service.run)`` returns ``(host, port)`` once connections are accepted.
 
     :param repair: makes the task that repairs limbo ledgers (BP-46 phase two), normally
-        :class:`~bkframe.replication.data_integrity.LimboRepair`.
+        :class:`~bkframe.autorecovery.data_integrity.LimboRepair`.
     :param autorecovery: makes the autorecovery service, run if ``[autorecovery] enabled``.
     :param init_cluster: make the metadata store a cluster if it is none (``bkframe bookie
         --init-cluster``); without it, a bookie refuses to start on a store that holds no

@@ -13,6 +13,7 @@ import attrs
 import click
 import trio
 
+from bkframe.autorecovery.service import STATUS_MARKS, AutorecoveryService, cluster_status, default_holder
 from bkframe.cli import interrupt
 from bkframe.cli.interrupt import run_until_signal
 from bkframe.cli.logging_setup import setup_logging
@@ -21,7 +22,6 @@ from bkframe.client.settings import ClientSettings
 from bkframe.common.cluster_record import require_cluster
 from bkframe.core.config import load_config
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.replication.autorecovery import STATUS_MARKS, AutorecoveryService, cluster_status, default_holder
 
 log = logging.getLogger("bkframe.autorecovery")
 

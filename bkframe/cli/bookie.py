@@ -12,13 +12,13 @@ import attrs
 import click
 import trio
 
+from bkframe.autorecovery.data_integrity import LimboRepair
+from bkframe.autorecovery.service import in_bookie
 from bkframe.bookie.service import AdminHttp, BookieService
 from bkframe.cli.logging_setup import setup_logging
 from bkframe.cli.options import LOG_OVERRIDES, metadata_option
 from bkframe.core.config import Config, load_config
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.replication.autorecovery import in_bookie
-from bkframe.replication.data_integrity import LimboRepair
 
 
 @click.command()

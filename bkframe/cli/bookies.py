@@ -95,7 +95,7 @@ def decommission(bookie_id: str, metadata: str, no_wait: bool, undo: bool, inter
     """Mark a bookie decommissioned: nothing new is placed on it, it refuses adds (writers
     move off it), and autorecovery copies its ledgers to other bookies. Waits, printing
     progress, until no ledger has a fragment on it; then the bookie can be stopped."""
-    from bkframe.replication.autorecovery import ledgers_using
+    from bkframe.autorecovery.service import ledgers_using
 
     async def run() -> None:
         store = PluginManager().metadata_store(metadata)

@@ -208,7 +208,7 @@ def check(metadata: str, as_json: bool, ledger_id: int) -> None:
     """Which entries each replica bookie of each fragment holds (LIST_ENTRIES), marking
     missing entries and unreachable bookies. Exit status 0 when fully replicated, 2 when
     under-replicated (1 for errors)."""
-    from bkframe.replication.ledger_check import LedgerCheck, check_ledger, count, format_runs
+    from bkframe.autorecovery.ledger_check import LedgerCheck, check_ledger, count, format_runs
 
     async def run(client: Client) -> LedgerCheck:
         return await check_ledger(client.pool, await client.ledger_metadata(ledger_id))

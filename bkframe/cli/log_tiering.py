@@ -1,7 +1,7 @@
 """``bkframe log offload`` and ``bkframe log configure``: a log's tiered-storage side.
 
 ``log offload NAME --tier URI`` copies the log's closed segments to a tier by hand (see
-:mod:`bkframe.client.logs.offload`); ``log configure`` changes the offload settings that
+:mod:`bkframe.tiering.offload`); ``log configure`` changes the offload settings that
 ``log create`` sets (when a segment may be offloaded, and how long its ledger stays on the
 bookies after). docs/tiered-storage.md#offloading-a-log. :mod:`bkframe.cli.main` adds both
 to the ``log`` group (this module imports :mod:`bkframe.cli.log`, which cannot import it back).

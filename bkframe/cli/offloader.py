@@ -22,8 +22,8 @@ from bkframe.client.settings import ClientSettings
 from bkframe.common.cluster_record import require_cluster
 from bkframe.core.config import load_config
 from bkframe.core.plugin_manager import PluginManager
-from bkframe.replication.offload_metrics import OffloadCounters, offload_registry
-from bkframe.replication.offload_service import OffloadService
+from bkframe.tiering.offload_metrics import OffloadCounters, offload_registry
+from bkframe.tiering.offload_service import OffloadService
 
 log = logging.getLogger("bkframe.offload")
 

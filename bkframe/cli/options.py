@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 
 import click
 
-F = TypeVar("F", bound=Callable[..., Any])
+from bkframe.common.environment import AUTH_TOKEN_ENV, METADATA_ENV, PASSWORD_ENV, SECURITY_ENV
 
-METADATA_ENV = "BKFRAME_METADATA"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class EnvOption(click.Option):
@@ -48,12 +48,6 @@ def metadata_option(*, required: bool = True, help: str = "") -> Callable[[F], F
         required=required,
         help=help or f"Metadata store URI, e.g. sqlite:///path/meta.db (or ${METADATA_ENV}).",
     )
-
-
-#: The environment variables a password and a token may come from (instead of a flag, which
-#: ``ps`` shows to every user of the machine).
-PASSWORD_ENV = "BKFRAME_PASSWORD"
-AUTH_TOKEN_ENV = "BKFRAME_AUTH_TOKEN"
 
 
 def password_option(what: str) -> Callable[[F], F]:
@@ -118,16 +112,6 @@ def check_quorums(ensemble: int, write_quorum: int, ack_quorum: int) -> None:
 #: ``click`` context meta key: the ``-v`` level and ``--log-format`` given to ``bkframe``
 #: (None each when not given), which win over a bookie's ``[logging]`` section.
 LOG_OVERRIDES = "bkframe.log_overrides"
-
-
-#: Environment variables every client command reads for TLS and authentication (bkframe
-#: bench also takes them as options): the CA, the client certificate and key, a token file.
-SECURITY_ENV = {
-    "tls_ca": "BKFRAME_TLS_CA",
-    "tls_cert": "BKFRAME_TLS_CERT",
-    "tls_key": "BKFRAME_TLS_KEY",
-    "auth_token_file": "BKFRAME_AUTH_TOKEN_FILE",
-}
 
 
 #: ``click`` context meta key: the ``--auth-token-file`` a command was given.

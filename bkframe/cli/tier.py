@@ -4,7 +4,7 @@ Objects no log holds (orphans: shown with their size and age, deleted with
 ``--delete-orphans`` once older than ``--grace``), objects of live segments not recorded on
 this tier (kept), and offloads the metadata records whose object is missing or of the wrong
 size -- data at risk when the segment's ledger is deleted from the bookies: then the command
-exits 1. The work is :func:`bkframe.client.logs.tier_sweep.sweep_tier`, the offload
+exits 1. The work is :func:`bkframe.tiering.sweep.sweep_tier`, the offload
 service's orphan sweep. docs/tiered-storage.md#nothing-leaks.
 """
 
@@ -18,8 +18,8 @@ import click
 from bkframe.cli import interrupt
 from bkframe.cli.options import client_security, duration, metadata_option, seconds
 from bkframe.client.client import open_client
-from bkframe.client.logs.tier_sweep import DEFAULT_GRACE_S, TierFinding, TierSummary, sweep_tier
 from bkframe.errors import TierError
+from bkframe.tiering.sweep import DEFAULT_GRACE_S, TierFinding, TierSummary, sweep_tier
 
 
 @click.group(name="tier")

@@ -35,14 +35,14 @@ from bkframe.client.logs.model import (
     TrimResult,
     Where,
 )
-from bkframe.client.logs.offload import OffloadResult
 from bkframe.client.logs.reader import LogReader
-from bkframe.client.logs.tier_reads import TierReads
 from bkframe.client.logs.writer import LogWriter
 from bkframe.client.read_handle import Entry, EntryBlock, ReadHandle
 from bkframe.client.settings import ClientSettings
 from bkframe.client.write_handle import WriteHandle
 from bkframe.core.metadata import DigestType, LedgerMetadata
+from bkframe.tiering.offload import OffloadResult
+from bkframe.tiering.reads import TierReads
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -364,7 +364,7 @@ class BlockingLogs(LogsExtras):
         """Copy the log's closed segments (those wholly before ``until``; default: every
         closed one) not offloaded yet to the tier ``tier`` names (``file:///srv/tier``,
         ``s3://bucket/prefix?...``), each verified and then recorded on its segment. Safe to
-        run again, or after a crash: see :mod:`bkframe.client.logs.offload`. The ledgers stay
+        run again, or after a crash: see :mod:`bkframe.tiering.offload`. The ledgers stay
         on the bookies; readers read the objects from then on (docs/tiered-storage.md)."""
         return self._owner._run(lambda: self._logs.offload(name, tier=tier, until=until, password=password))
 
@@ -587,5 +587,5 @@ class BlockingLogReader(LogReaderExtras):
         """The snapshot :meth:`to_arrow` gives, as one ``pyarrow.dataset.Dataset`` that DuckDB
         and Polars scan: offloaded segments in a ``file://`` tier as Parquet fragments of
         their objects (read by the engine itself, row groups skipped by statistics), the rest
-        read now into memory (:mod:`bkframe.client.tiering.snapshot`). Needs pyarrow."""
+        read now into memory (:mod:`bkframe.tiering.snapshot`). Needs pyarrow."""
         return self._owner._run(lambda: self.reader.dataset(start, end))

@@ -15,11 +15,11 @@ import attrs
 from bkframe.client.bookies.health import BookieHealth
 from bkframe.client.bookies.pool import BookiePool
 from bkframe.client.settings import ClientSettings
-from bkframe.client.tiering.open_tiers import OpenTiers
 from bkframe.core.counters import ClientCounters
 from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.interfaces.placement import PlacementPolicy
 from bkframe.core.plugin_manager import LedgerTypes, PluginManager
+from bkframe.tiering.open_tiers import OpenTiers
 
 
 @attrs.frozen

@@ -7,7 +7,7 @@ entries are synced (LastAddSynced) and the client advances the LAC from that.
 ``BYPASS_JOURNAL`` (BP-46) writes entries only to ledger storage and acknowledges at once;
 master keys and fences still go to the journal, synced. A bookie that may have lost
 writes (unclean shutdown, replaced disk) protects such ledgers with fence + limbo and
-repairs them from its peers (see :mod:`bkframe.replication.data_integrity`).
+repairs them from its peers (see :mod:`bkframe.autorecovery.data_integrity`).
 """
 
 from __future__ import annotations

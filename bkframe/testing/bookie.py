@@ -15,7 +15,7 @@ import os
 import resource
 import sys
 
-from bkframe.testing import clocks, disk_full, powerloss, write_faults
+from bkframe.testing import clocks, filling_disk, powerloss, write_faults
 
 
 def limit_open_files_from_env() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     limit_open_files_from_env()
     powerloss.install_from_env()
     write_faults.install_from_env()
-    disk_full.install_from_env()
+    filling_disk.install_from_env()
     clocks.install_from_env()
     from bkframe.cli.main import main as cli
 

@@ -27,7 +27,7 @@ from bkframe.cli.bookie import compose_bookie
 from bkframe.core.config import Config, load_config
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.launcher import BOOKIE_COMMAND, START_TIMEOUT_S, BookieStartError
-from bkframe.testing.disk_full import set_capacity
+from bkframe.testing.filling_disk import set_capacity
 from bkframe.testing.hosts import Host
 from bkframe.testing.link_control import LinkProxyProcess
 from bkframe.testing.powerloss import lose_power

@@ -1,5 +1,5 @@
 """``bkframe autorecovery status`` and ``bkframe bookies decommission --no-wait / --undo``
-on a sqlite store (the commands with bookies at work: tests/replication)."""
+on a sqlite store (the commands with bookies at work: tests/autorecovery)."""
 
 from __future__ import annotations
 

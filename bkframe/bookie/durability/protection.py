@@ -1,5 +1,5 @@
 """BP-46 phase one: protect ledgers at boot after possible data loss (phase two, the repair,
-is :mod:`bkframe.replication.data_integrity`).
+is :mod:`bkframe.autorecovery.data_integrity`).
 
 Before the bookie serves anything, when the last shutdown was not clean or the cookie
 check found a replaced/missing data dir, every ledger that may have lost acknowledged
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from bkframe.bookie.startup.cookies import clear_data_loss, data_loss_marked
-from bkframe.common.bounded import each_bounded
+from bkframe.common.each_bounded import each_bounded
 from bkframe.core.interfaces.metadata_store import MetadataStore, iter_ledgers_of_bookie
 from bkframe.core.metadata import LedgerMetadata
 from bkframe.errors import MetadataError, NoSuchLedgerError

@@ -39,7 +39,7 @@ import trio
 from bkframe.bookie.bookie import Bookie
 from bkframe.bookie.runtime.periodic import run_periodically
 from bkframe.bookie.startup.cookies import CookieCheck
-from bkframe.common.bounded import each_bounded
+from bkframe.common.each_bounded import each_bounded
 from bkframe.core.interfaces.metadata_store import MetadataStore, iter_ledgers_of_bookie
 from bkframe.errors import MetadataError, NoSuchLedgerError
 from bkframe.proto.codes import MAX_LEDGER_ID

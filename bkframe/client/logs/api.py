@@ -48,12 +48,9 @@ from bkframe.client.logs.model import (
     Where,
     check_name,
 )
-from bkframe.client.logs.offload import OffloadResult, offload
-from bkframe.client.logs.offload_record import OffloadStats
 from bkframe.client.logs.reader import LogReader, count_entries
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.logs.retention import trim
-from bkframe.client.logs.tier_deletes import delete_objects
 from bkframe.client.logs.writer import LogWriter
 from bkframe.client.write_handle import WriteHandle
 from bkframe.core.ledger_keys import password_hash
@@ -65,6 +62,9 @@ from bkframe.errors import (
     NoSuchCursorError,
     NoSuchLedgerError,
 )
+from bkframe.tiering.deletes import delete_objects
+from bkframe.tiering.offload import OffloadResult, offload
+from bkframe.tiering.offload_record import OffloadStats
 
 log = logging.getLogger("bkframe.logs")
 
@@ -369,7 +369,7 @@ class Logs:
         """Copy the log's closed segments (those wholly before ``until``; default: every
         closed one) not offloaded yet to the tier ``tier`` names (``file:///srv/tier``,
         ``s3://bucket/prefix?...``), each verified and then recorded on its segment. Safe to
-        run again, or after a crash: see :mod:`bkframe.client.logs.offload`. The ledgers stay
+        run again, or after a crash: see :mod:`bkframe.tiering.offload`. The ledgers stay
         on the bookies; readers read the objects from then on (docs/tiered-storage.md)."""
         return await offload(self._records, self.client.context.tiers, name, password=password, tier=tier, until=until)
 

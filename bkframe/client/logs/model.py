@@ -25,10 +25,10 @@ import attrs
 from attrs import validators as v
 
 from bkframe.client.logs.envelope import FORMAT_ENVELOPE, FORMAT_RAW, NO_PROPERTIES
-from bkframe.client.logs.offload_record import Offload
 from bkframe.client.logs.positions import EARLIEST, LATEST, Position, Where, epoch_ms, parse_where
 from bkframe.core.metadata import DigestType
 from bkframe.errors import MetadataError
+from bkframe.tiering.offload_record import Offload
 
 __all__ = ["EARLIEST", "LATEST", "Position", "Where", "epoch_ms", "parse_where"]
 
@@ -153,7 +153,7 @@ class Segment:
     #: the next writer, raw): then a seek by time looks inside.
     min_ts: int = -1
     max_ts: int = -1
-    #: Where its object is, once offloaded to a tier (see :mod:`.offload_record`).
+    #: Where its object is, once offloaded to a tier (see :mod:`bkframe.tiering.offload_record`).
     offload: Offload | None = None
 
     @property
@@ -565,7 +565,7 @@ class SegmentRange:
     max_ts: int = -1
     entry_size: int = 0
     #: Where the segment's object is, if it is offloaded (readers that read Parquet
-    #: themselves -- Spark, DuckDB -- read it there; :mod:`.offload_record`).
+    #: themselves -- Spark, DuckDB -- read it there; :mod:`bkframe.tiering.offload_record`).
     offload: Offload | None = None
 
     @property

@@ -15,8 +15,8 @@ segment's and the log's metadata, which is how a reader learns that a segment cl
 and which segment comes next.
 
 A closed segment offloaded to a tier (it carries an
-:class:`~bkframe.client.logs.offload_record.Offload`) is read from its object instead of
-its ledger, with the same positions: :mod:`bkframe.client.logs.tier_reads`, which falls
+:class:`~bkframe.tiering.offload_record.Offload`) is read from its object instead of
+its ledger, with the same positions: :mod:`bkframe.tiering.reads`, which falls
 back to the bookies when the tier fails and the ledger is still there.
 """
 
@@ -42,9 +42,9 @@ from bkframe.client.logs.model import (
     epoch_ms,
 )
 from bkframe.client.logs.records import LogRecords
-from bkframe.client.logs.tier_reads import Fallback, TierReads
 from bkframe.client.read_handle import Entry, EntryBlock, ReadHandle
 from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
+from bkframe.tiering.reads import Fallback, TierReads
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -403,8 +403,8 @@ class LogReader:
         """The snapshot :meth:`to_arrow` gives, as one ``pyarrow.dataset.Dataset`` that DuckDB
         and Polars scan: offloaded segments in a ``file://`` tier as Parquet fragments of
         their objects (read by the engine itself, row groups skipped by statistics), the rest
-        read now into memory (:mod:`bkframe.client.tiering.snapshot`). Needs pyarrow."""
-        from bkframe.client.tiering.snapshot import log_dataset
+        read now into memory (:mod:`bkframe.tiering.snapshot`). Needs pyarrow."""
+        from bkframe.tiering.snapshot import log_dataset
 
         first = await self.resolve(start)
         return await log_dataset(self, first, end if end is not None else await self.end())

@@ -4,7 +4,7 @@ Which segments may go is :func:`segments_to_trim` (before a
 position, or past the log's retention; never one a cursor has not passed unless forced);
 this module makes it so in the record, moves the cursors a forced trim passed, and deletes
 the ledgers (one already gone -- an offloaded segment's, deleted after its lag -- is no
-error) and then the offloaded segments' objects (:mod:`.tier_deletes`). Used by
+error) and then the offloaded segments' objects (:mod:`bkframe.tiering.deletes`). Used by
 :meth:`Logs.trim` and by the writer after each rollover.
 """
 
@@ -18,8 +18,8 @@ import attrs
 from bkframe.client.logs import chunks
 from bkframe.client.logs.model import Chunk, LogMetadata, Position, Segment, TrimResult
 from bkframe.client.logs.records import LogRecords
-from bkframe.client.logs.tier_deletes import delete_objects
 from bkframe.errors import BadVersionError
+from bkframe.tiering.deletes import delete_objects
 
 log = logging.getLogger("bkframe.logs")
 

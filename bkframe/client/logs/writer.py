@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import attrs
 
-from bkframe.client.bounded import MetadataTimeoutError, bounded
 from bkframe.client.entry_format import LIMIT_SOURCE, max_payload
 from bkframe.client.logs import envelope
 from bkframe.client.logs.envelope import Record
@@ -42,6 +41,7 @@ from bkframe.client.logs.model import LogMetadata, LogSettings, Position
 from bkframe.client.logs.pending import ActiveSegment, PendingLogAppend, PendingLogBatch, SpareLedger, closed_segment, mark_closed
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.logs.retention import trim
+from bkframe.client.metadata_deadline import MetadataTimeoutError, bounded
 from bkframe.core.metadata import LedgerMetadata
 from bkframe.errors import BadVersionError, BKError, EntryTooLargeError, LedgerFencedError, LogError, LogFencedError
 
@@ -364,7 +364,7 @@ class LogWriter:
 
     async def _update(self, change: Callable[[LogMetadata], LogMetadata]) -> LogMetadata:
         """CAS ``change`` into the log record while this writer still owns it; each store
-        call bounded by ``metadata_timeout_s`` (:mod:`bkframe.client.bounded`)."""
+        call bounded by ``metadata_timeout_s`` (:mod:`bkframe.client.metadata_deadline`)."""
         context = self._client.context
         call = partial(bounded, context.nursery, context.settings.metadata_timeout_s, f"updating the log {self.name!r}")
         async with self._md_lock:

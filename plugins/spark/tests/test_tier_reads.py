@@ -26,13 +26,13 @@ from pyspark.sql import functions as F
 
 from bkframe import BlockingClient, Position, Record
 from bkframe.client.logs.model import LogEntry
-from bkframe.client.tiering import segment_writer
-from bkframe.client.tiering.footer import RowGroupSpan
-from bkframe.client.tiering.object_format import ObjectOptions
-from bkframe.client.tiering.segment_reader import SegmentObjectReader
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import TierError, UnauthorizedError
 from bkframe.testing.cluster import Cluster
+from bkframe.tiering import segment_writer
+from bkframe.tiering.footer import RowGroupSpan
+from bkframe.tiering.object_format import ObjectOptions
+from bkframe.tiering.segment_reader import SegmentObjectReader
 
 pytestmark = pytest.mark.spark
 

@@ -7,8 +7,8 @@ import pytest
 
 from bkframe import Cursor, LogMetadata, LogSettings, Position, Segment, check_name, parse_where
 from bkframe.client.logs.model import TOKEN_HISTORY, Commit
-from bkframe.client.logs.offload_record import Offload
 from bkframe.client.logs.retention import segments_to_trim
+from bkframe.tiering.offload_record import Offload
 
 
 def test_positions_order_print_and_parse() -> None:

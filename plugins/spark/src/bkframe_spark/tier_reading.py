@@ -1,6 +1,6 @@
 """Reading a log's offloaded segments from their objects in a tier, without the bookies.
 
-An offloaded segment is a Parquet object (:mod:`bkframe.client.tiering`) that holds the
+An offloaded segment is a Parquet object (:mod:`bkframe.tiering`) that holds the
 connector's columns. On the driver, :func:`plan_objects` reads each such object's footer
 (one ranged get of its tail, kept per process: objects never change) and cuts the segment's
 range at row groups into partitions of about ``bytesPerPartition``, each with its row
