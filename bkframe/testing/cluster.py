@@ -2,7 +2,7 @@
 fault layers, and an in-process bookie for the length of an ``async with``.
 
 By default a :class:`BookieProcess` here runs the *test* entry point
-(``python -m bkframe.testing.bookie``), which installs the fault layers a test asks for
+(``python -m bkframe.testing.faults.bookie``), which installs the fault layers a test asks for
 through the environment -- a power-loss layer (``powerloss=True``, then :meth:`lose_power`),
 a disk of limited size (``disk_capacity=``, then :meth:`set_disk_capacity`) and injected
 write failures (``$BKFRAME_WRITE_FAULTS``); ``command=BOOKIE_COMMAND`` runs the real command.
@@ -27,15 +27,15 @@ from bkframe.cli.bookie import compose_bookie
 from bkframe.core.config import Config, load_config
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.launcher import BOOKIE_COMMAND, START_TIMEOUT_S, BookieStartError
-from bkframe.testing.filling_disk import set_capacity
-from bkframe.testing.hosts import Host
-from bkframe.testing.link_control import LinkProxyProcess
-from bkframe.testing.powerloss import lose_power
+from bkframe.testing.faults.filling_disk import set_capacity
+from bkframe.testing.faults.hosts import Host
+from bkframe.testing.faults.link_control import LinkProxyProcess
+from bkframe.testing.faults.powerloss import lose_power
 
 #: Where a proxied bookie listens (its host's loopback) and its link proxy (the host's address).
 PROXIED_PORT = 3181
 #: ``bkframe bookie`` with the fault layers the environment asks for installed first.
-TEST_BOOKIE_COMMAND: tuple[str, ...] = (sys.executable, "-m", "bkframe.testing.bookie")
+TEST_BOOKIE_COMMAND: tuple[str, ...] = (sys.executable, "-m", "bkframe.testing.faults.bookie")
 
 __all__ = [
     "BOOKIE_COMMAND",
@@ -80,7 +80,7 @@ class BookieProcess(launcher.BookieProcess):
         self, data_dir: Path, *, command: Sequence[str] = TEST_BOOKIE_COMMAND, init_cluster: bool = True, **options: Any
     ) -> None:
         super().__init__(data_dir, command=command, init_cluster=init_cluster, **options)
-        #: With ``powerloss=True``: what the bookie has fsynced (see bkframe.testing.powerloss).
+        #: With ``powerloss=True``: what the bookie has fsynced (see bkframe.testing.faults.powerloss).
         self.shadow = data_dir.with_name(data_dir.name + "-synced")
         #: With ``disk_capacity=``: the file holding the size of the simulated disk.
         self.capacity_file = data_dir.with_name(data_dir.name + "-capacity")
@@ -101,7 +101,7 @@ class BookieProcess(launcher.BookieProcess):
         """
         environ = dict(env or {})
         if (powerloss or disk_capacity is not None) and self.command != TEST_BOOKIE_COMMAND:
-            raise ValueError("the fault layers are installed only by the test command (bkframe.testing.bookie)")
+            raise ValueError("the fault layers are installed only by the test command (bkframe.testing.faults.bookie)")
         if powerloss:
             environ["BKFRAME_POWERLOSS_SHADOW"] = str(self.shadow)
             environ["BKFRAME_POWERLOSS_ROOT"] = str(self.data_dir)
@@ -181,12 +181,12 @@ def drop_reserved_space(root: Path) -> int:
 
 
 class HostedCluster(Cluster):
-    """Bookies each on a simulated host of its own (:mod:`bkframe.testing.hosts`), bound to
+    """Bookies each on a simulated host of its own (:mod:`bkframe.testing.faults.hosts`), bound to
     0.0.0.0 there: each registers its host's address (what it advertises), which clients on
     other hosts connect to. ``HostedCluster(root, hosts, metadata).start()``; the bookie on
     ``hosts[i]`` is ``bookie-i`` (:meth:`host_of` says which host a bookie is on).
 
-    ``proxied=True`` puts a link proxy (:mod:`bkframe.testing.link_control`) in front of each:
+    ``proxied=True`` puts a link proxy (:mod:`bkframe.testing.faults.link_control`) in front of each:
     the bookie binds its host's loopback, port :data:`PROXIED_PORT`, and advertises the
     host's address and that port, where :meth:`start_proxies` starts the proxy (call it
     before the bookies start). Every connection to the bookie -- clients', other bookies',

@@ -32,11 +32,11 @@ from pathlib import Path
 
 import pytest
 
-from bkframe.testing import small_fs
 from bkframe.testing.cluster import BookieProcess, Cluster, drop_reserved_space
+from bkframe.testing.faults import small_fs
+from bkframe.testing.faults.small_fs import SmallFilesystem
 from bkframe.testing.kit import missing
 from bkframe.testing.servers import EtcdServer, S3Server, ZooKeeperServer
-from bkframe.testing.small_fs import SmallFilesystem
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -161,7 +161,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 
 @pytest.fixture
 def small_filesystem(tmp_path: Path) -> Iterator[Callable[[str, Path, int], SmallFilesystem]]:
-    """Mounts real small filesystems (:mod:`bkframe.testing.small_fs`): ``mount(kind, where,
+    """Mounts real small filesystems (:mod:`bkframe.testing.faults.small_fs`): ``mount(kind, where,
     size)`` with ``kind`` ``"tmpfs"`` or ``"ext4"``, unmounted (and the loop device freed) at
     the end of the test. A machine that cannot mount fails the test under ``CI=true`` (CI
     must run the suite as root) and skips it elsewhere."""

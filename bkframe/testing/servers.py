@@ -1,6 +1,6 @@
 """Real ZooKeeper, etcd and S3 servers for tests: single servers on free loopback ports, and
 three-member ensembles with each member on a simulated host of its own
-(:mod:`bkframe.testing.hosts`); own data dirs.
+(:mod:`bkframe.testing.faults.hosts`); own data dirs.
 
 Started as plain subprocesses: ZooKeeper and etcd from Debian's packages (``zookeeper``,
 ``etcd-server``), which ``scripts/test`` installs when missing; the S3 server is moto's
@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from bkframe.testing.hosts import Host
+from bkframe.testing.faults.hosts import Host
 from bkframe.testing.kit import missing
 
 ZK_CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"

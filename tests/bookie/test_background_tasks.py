@@ -17,8 +17,8 @@ from bkframe.core.counters import Counters
 from bkframe.plugins.entry_log_single import SingleEntryLogManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
 from bkframe.proto.codes import Status
-from bkframe.testing import write_faults
 from bkframe.testing.cluster import BookieProcess
+from bkframe.testing.faults import write_faults
 
 KEY = b"k"
 

@@ -169,7 +169,7 @@ async def test_power_cut_during_a_journal_fdatasync_boots_and_keeps_every_ack(
     later pages of the group but not its first one, so the last journal file ends in zeros
     followed by valid records. None of that group was acknowledged: the bookie truncates
     there and starts, with every acknowledged entry."""
-    from bkframe.testing import powerloss, write_faults
+    from bkframe.testing.faults import powerloss, write_faults
 
     control = tmp_path / "faults"
     control.mkdir()

@@ -17,7 +17,7 @@ import bkframe
 from bkframe.core.ledger_keys import master_key
 from bkframe.plugins.ledger_storage_default.ledger_index import HEADER_SIZE, RECORD_DTYPE
 from bkframe.proto.codes import Status
-from bkframe.testing import write_faults
+from bkframe.testing.faults import write_faults
 from bkframe.testing.kit import PASSWORD, wait_until
 
 CONFIG = """

@@ -3,7 +3,7 @@
 and fences, and comes back below ``disk_usage_lwm``), a write that fails with ENOSPC, and
 a bookie that (re)starts on a full disk.
 
-The small bookie's disk is the disk-full layer (:mod:`bkframe.testing.filling_disk`) or, where
+The small bookie's disk is the disk-full layer (:mod:`bkframe.testing.faults.filling_disk`) or, where
 this machine lets the test mount one, a real size-limited filesystem (tmpfs: the
 ``small_filesystem`` fixture of :mod:`bkframe.testing.pytest_plugin`).
 """
@@ -29,7 +29,7 @@ from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import key_hash, master_key
 from bkframe.proto.codes import LAST_ENTRY, Status
 from bkframe.testing.cluster import BookieProcess, Cluster
-from bkframe.testing.filling_disk import used_bytes
+from bkframe.testing.faults.filling_disk import used_bytes
 from bkframe.testing.kit import PASSWORD, payload, wait_until
 
 MB = 1 << 20

@@ -29,8 +29,8 @@ from bkframe.plugins.ledger_storage_default.ledger_index import HEADER_SIZE, REC
 from bkframe.proto.codes import Status
 from bkframe.storage_kit.mapped_file import PAGE, MappedFile
 from bkframe.testing.cluster import BookieProcess
+from bkframe.testing.faults.small_fs import SmallFilesystem
 from bkframe.testing.kit import wait_until
-from bkframe.testing.small_fs import SmallFilesystem
 from tests.bookie.test_disk_full import _is, known, registered_read_only
 
 MB = 1 << 20

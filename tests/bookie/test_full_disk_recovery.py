@@ -25,8 +25,8 @@ import trio
 
 import bkframe
 from bkframe.testing.cluster import BookieProcess
+from bkframe.testing.faults.small_fs import SmallFilesystem
 from bkframe.testing.kit import FAST, PASSWORD, payload, wait_until
-from bkframe.testing.small_fs import SmallFilesystem
 from tests.bookie.dying_writer import SIZE
 from tests.bookie.test_disk_full import SMALL, info, registered_read_only
 

@@ -16,8 +16,8 @@ from bkframe.client.bookies.connection import connect_bookie
 from bkframe.proto.codes import Status
 from bkframe.proto.frames import pack_frame
 from bkframe.proto.ops.add import encode_add
-from bkframe.testing import powerloss, write_faults
 from bkframe.testing.cluster import BookieProcess
+from bkframe.testing.faults import powerloss, write_faults
 
 KEY = b"k"
 #: Journal 0 is DATA_DIR/journal, journal 1 DATA_DIR/journal/j1; even ledgers go to 0.

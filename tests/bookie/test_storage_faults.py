@@ -11,8 +11,8 @@ import trio
 
 from bkframe.client.bookies.connection import connect_bookie
 from bkframe.proto.codes import Status
-from bkframe.testing import write_faults
 from bkframe.testing.cluster import BookieProcess
+from bkframe.testing.faults import write_faults
 
 KEY = b"k"
 

@@ -1,4 +1,4 @@
-"""A run's clock faults (``Fault.CLOCK``, bkframe.testing.clocks): every bookie runs on
+"""A run's clock faults (``Fault.CLOCK``, bkframe.testing.faults.clocks): every bookie runs on
 libfaketime with a clock file of its own; a fault moves that bookie's wall clock an hour
 ahead or behind, or makes it run twice as fast from now, while the bookie runs, and
 "clock_right" puts it right. The monotonic clock stays true, as under a real step (NTP,
@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bkframe.testing.clocks import AHEAD, BEHIND, TRUE, clock_env, fast_from_now, libfaketime, set_clock
+from bkframe.testing.faults.clocks import AHEAD, BEHIND, TRUE, clock_env, fast_from_now, libfaketime, set_clock
 from tests.faults.schedule import Step
 
 #: The schedule's clock actions (fault and heal).

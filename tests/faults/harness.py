@@ -28,9 +28,9 @@ import trio
 
 import bkframe
 from bkframe.testing.cluster import BookieProcess, Cluster
-from bkframe.testing.filling_disk import used_bytes
-from bkframe.testing.small_fs import SmallFilesystem
-from bkframe.testing.small_fs import mount as mount_small_fs
+from bkframe.testing.faults.filling_disk import used_bytes
+from bkframe.testing.faults.small_fs import SmallFilesystem
+from bkframe.testing.faults.small_fs import mount as mount_small_fs
 from tests.faults.checks import CheckResult, check_cluster
 from tests.faults.clock_faults import CLOCK_ACTIONS, FaultClocks
 from tests.faults.network import NETWORK_ACTIONS, FaultNetwork, FaultNetworkError
@@ -268,7 +268,7 @@ class Run:
         bookie.proc.send_signal(signal.SIGCONT)
 
     def fill_disk(self, bookie: BookieProcess) -> None:
-        """DISK FULL (bkframe.testing.filling_disk): the disk shrinks to what the bookie uses, so
+        """DISK FULL (bkframe.testing.faults.filling_disk): the disk shrinks to what the bookie uses, so
         every write that grows a file fails with ENOSPC and the disk check sees 100 %: it
         turns read-only; PD writers change ensemble, VD and BYPASS writers fail and their
         ledgers are recovered. Healed ("disk_free") after RunConfig.disk_full_s; nothing

@@ -1,7 +1,7 @@
 """A partition run's simulated hosts (``RunConfig.partitions``): a host per bookie, per writer
 slot and per reader, one for recoveries (and in the soak one per log writer, log consumer and
 autorecovery service) and three for a ZooKeeper ensemble (the run's
-metadata store), on a bridge (bkframe.testing.hosts). Each bookie sits behind a link proxy
+metadata store), on a bridge (bkframe.testing.faults.hosts). Each bookie sits behind a link proxy
 on its host (``HostedCluster(proxied=True)``). The harness starts the processes there and
 plays the schedule's network faults: partitions of hosts, link faults on the proxies, and
 faults of the ensemble's members. The checks run from the harness's own namespace, which
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bkframe.testing.cluster import Cluster, HostedCluster
-from bkframe.testing.hosts import Host, Network, require_netns
-from bkframe.testing.link_proxy import ALL_PEERS, LinkFaults
+from bkframe.testing.faults.hosts import Host, Network, require_netns
+from bkframe.testing.faults.link_proxy import ALL_PEERS, LinkFaults
 from bkframe.testing.servers import ZooKeeperEnsemble
 from tests.faults.schedule import HEAL, LINK_FAULTS, STORE_FAULTS, STORE_MEMBERS, Fault, RunConfig, Step
 

@@ -24,7 +24,7 @@ Rules that keep every loss a defect (none makes a loss legitimate):
   a bookie's host isolated (its process runs on, reaching nobody) and a writer's host cut
   from one bookie's; neither loses anything on disk, so neither is "unclean". Partitions
   last less than the call deadline, as hangs do.
-* partition runs also put a link proxy in front of every bookie (bkframe.testing.link_proxy)
+* partition runs also put a link proxy in front of every bookie (bkframe.testing.faults.link_proxy)
   and draw link faults on it, for every peer of the bookie or for one writer's link: a slow
   link (latency and jitter), a narrow one (a bandwidth cap), a blackhole, frames torn
   mid-way, resets. Each counts like the others per bookie (a blackholed or reset bookie is as
@@ -91,7 +91,7 @@ HEAL = {
     Fault.ZK_KILL: "zk_restart", Fault.ZK_CUT_LEADER: "zk_rejoin", Fault.ZK_CUT_CLIENTS: "zk_rejoin",
 }
 HEALS = frozenset(HEAL.values())
-#: What a clock fault does to the bookie's wall clock (bkframe.testing.clocks), drawn per fault.
+#: What a clock fault does to the bookie's wall clock (bkframe.testing.faults.clocks), drawn per fault.
 CLOCKS = ("ahead", "behind", "fast")
 
 JOURNALED_LEDGERS = (
@@ -176,7 +176,7 @@ class RunConfig:
     #: A schedule this far behind its times stops (and says so) instead of running on for ever.
     max_lag_s: float = 200.0
     #: ``"tmpfs"`` or ``"ext4"``: one bookie's data dir (the first the schedule fills, else
-    #: the last) on a real filesystem of 16 MiB (bkframe.testing.small_fs) instead of the
+    #: the last) on a real filesystem of 16 MiB (bkframe.testing.faults.small_fs) instead of the
     #: disk-full layer; its disk_full is another file filling that filesystem to 100 %.
     #: Not with partitions.
     small_disk: str = ""

@@ -1,4 +1,4 @@
-"""Clock faults on real processes (libfaketime, :mod:`bkframe.testing.clocks`): bookies, a
+"""Clock faults on real processes (libfaketime, :mod:`bkframe.testing.faults.clocks`): bookies, a
 log writer and the auditor whose wall clocks jump an hour either way or run twice as fast,
 changed while they run. Deadlines, leases and TTLs are on monotonic clocks, so nothing
 moves: every bookie stays registered, the auditor keeps its lock and declares no live
@@ -27,7 +27,8 @@ import trio
 
 import bkframe
 from bkframe import Position
-from bkframe.testing.clocks import (
+from bkframe.testing.cluster import Cluster
+from bkframe.testing.faults.clocks import (
     AHEAD,
     BEHIND,
     FAST,
@@ -37,7 +38,6 @@ from bkframe.testing.clocks import (
     require_faketime,
     set_clock,
 )
-from bkframe.testing.cluster import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -105,7 +105,7 @@ def clocked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClockedCluster
             bookie.wait_started()
         with open(auditor_log, "wb") as out:
             auditor = subprocess.Popen(
-                [sys.executable, "-m", "bkframe.testing.clocks", "autorecovery", "--metadata", cluster.metadata,
+                [sys.executable, "-m", "bkframe.testing.faults.clocks", "autorecovery", "--metadata", cluster.metadata,
                  "--config", str(root / "autorecovery.toml"), "--holder", "auditor"],
                 env={**os.environ, **clock_env(clocks / "auditor.clock"), "PYTHONPATH": str(REPO)},
                 stdout=out, stderr=subprocess.STDOUT,
@@ -122,7 +122,7 @@ def run_client(clocked: ClockedCluster, clock: str, spec: str, script: str) -> A
     """Run ``script`` (Python, with ``bk``: a blocking client) in a process of its own on a
     clock set to ``spec``; its last line of output is JSON, returned."""
     code = (
-        "import json, sys, bkframe\nfrom bkframe.testing.clocks import install_from_env\ninstall_from_env()\n"
+        "import json, sys, bkframe\nfrom bkframe.testing.faults.clocks import install_from_env\ninstall_from_env()\n"
         f"with bkframe.connect({clocked.metadata!r}) as bk:\n"
         + "".join(f"    {line}\n" for line in script.strip().splitlines())
     )

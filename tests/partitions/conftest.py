@@ -1,6 +1,6 @@
 """One simulated cell shared by the partition scenarios of a module: a three-member
 ZooKeeper ensemble, four bookies and client and autorecovery hosts, each on a host of its own
-(network namespaces on a bridge, bkframe.testing.hosts). Every scenario heals the network
+(network namespaces on a bridge, bkframe.testing.faults.hosts). Every scenario heals the network
 when it ends, so the next one starts whole."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import attrs
 import pytest
 
 from bkframe.testing.cluster import HostedCluster
-from bkframe.testing.hosts import Host, Network, require_netns
+from bkframe.testing.faults.hosts import Host, Network, require_netns
 from bkframe.testing.servers import EtcdCluster, ZooKeeperEnsemble
 from tests.partitions.harness import Agent
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import bkframe
-from bkframe.testing.hosts import Host
+from bkframe.testing.faults.hosts import Host
 from bkframe.testing.kit import PASSWORD, payload
 
 ROOT = Path(__file__).resolve().parents[2]

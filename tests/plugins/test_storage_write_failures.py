@@ -16,7 +16,7 @@ from bkframe.core.interfaces.entry_log import EntryLogManager
 from bkframe.plugins.entry_log_single import SingleEntryLogManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
 from bkframe.storage_kit.entry_log_files import EntryLogError
-from bkframe.testing import write_faults
+from bkframe.testing.faults import write_faults
 
 MANAGERS = ["single", "per_ledger"]
 

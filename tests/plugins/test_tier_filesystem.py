@@ -21,8 +21,8 @@ from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.registry import ComponentRegistry
 from bkframe.errors import ConfigError, ObjectExistsError, TierError
 from bkframe.plugins.tier_filesystem import TEMP_DIR, FilesystemTier
-from bkframe.testing import powerloss
-from bkframe.testing.small_fs import SmallFilesystem
+from bkframe.testing.faults import powerloss
+from bkframe.testing.faults.small_fs import SmallFilesystem
 from bkframe.testing.tier_contract import TierContract, pattern
 
 
@@ -127,7 +127,7 @@ PUTTER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from bkframe.testing import powerloss
+    from bkframe.testing.faults import powerloss
     assert powerloss.install_from_env()
     from bkframe.plugins.tier_filesystem import FilesystemTier
     tier = FilesystemTier(Path(sys.argv[1]), create=True)

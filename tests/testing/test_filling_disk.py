@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from bkframe.testing.filling_disk import set_capacity, used_bytes
+from bkframe.testing.faults.filling_disk import set_capacity, used_bytes
 
 
 def test_writes_fail_past_the_capacity_and_space_comes_back(tmp_path: Path) -> None:
@@ -20,7 +20,7 @@ def test_writes_fail_past_the_capacity_and_space_comes_back(tmp_path: Path) -> N
     script = textwrap.dedent(
         f"""
         import errno, os, shutil
-        from bkframe.testing.filling_disk import install_from_env, set_capacity
+        from bkframe.testing.faults.filling_disk import install_from_env, set_capacity
         from pathlib import Path
         assert install_from_env()
         d, out, cap = {str(data)!r}, {str(outside)!r}, Path({str(capacity)!r})
@@ -70,7 +70,7 @@ def test_writes_fail_past_the_capacity_and_space_comes_back(tmp_path: Path) -> N
 
 
 def test_not_installed_without_the_environment() -> None:
-    script = "from bkframe.testing.filling_disk import install_from_env; print(install_from_env())"
+    script = "from bkframe.testing.faults.filling_disk import install_from_env; print(install_from_env())"
     env = {k: v for k, v in os.environ.items() if not k.startswith("BKFRAME_DISKFULL")}
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "False", result.stderr

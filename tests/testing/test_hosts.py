@@ -1,4 +1,4 @@
-"""Simulated hosts (bkframe.testing.hosts): real network namespaces on a real bridge --
+"""Simulated hosts (bkframe.testing.faults.hosts): real network namespaces on a real bridge --
 what reaches what, partitions in both modes, and nothing left behind."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from bkframe.testing.hosts import STATE_DIR, TEST_RANGE, Host, Network, ip, require_netns
+from bkframe.testing.faults.hosts import STATE_DIR, TEST_RANGE, Host, Network, ip, require_netns
 
 CONNECT = """
 import socket, sys
@@ -123,7 +123,7 @@ def test_close_kills_the_hosts_processes_and_removes_everything_even_after_a_fai
 
 def test_a_network_left_by_a_killed_run_is_removed_by_the_next() -> None:
     script = (
-        "from bkframe.testing.hosts import Network\nimport time\n"
+        "from bkframe.testing.faults.hosts import Network\nimport time\n"
         "net = Network('abandoned'); net.add_host('x'); print(net.token, net.bridge, flush=True); time.sleep(600)\n"
     )
     orphan = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

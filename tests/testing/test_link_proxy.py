@@ -1,4 +1,4 @@
-"""The link proxy (bkframe.testing.link_proxy, link_control) on loopback: bytes pass both
+"""The link proxy (bkframe.testing.faults.link_proxy, link_control) on loopback: bytes pass both
 ways unchanged and fast with no fault on; each fault does what it says, to the link it is
 set on only; and a proxy process carries a real bookie's traffic and obeys its control
 channel."""
@@ -16,8 +16,8 @@ import trio
 
 import bkframe
 from bkframe.testing.cluster import Cluster
-from bkframe.testing.link_control import LinkProxyError, LinkProxyProcess
-from bkframe.testing.link_proxy import LinkFaults, LinkProxy
+from bkframe.testing.faults.link_control import LinkProxyError, LinkProxyProcess
+from bkframe.testing.faults.link_proxy import LinkFaults, LinkProxy
 from bkframe.testing.servers import free_port
 
 

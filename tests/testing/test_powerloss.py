@@ -7,7 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from bkframe.testing.powerloss import lose_power
+from bkframe.testing.faults.powerloss import lose_power
 
 
 def test_only_synced_writes_survive(tmp_path: Path) -> None:
@@ -16,7 +16,7 @@ def test_only_synced_writes_survive(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import os
-        from bkframe.testing.powerloss import install_from_env
+        from bkframe.testing.faults.powerloss import install_from_env
         assert install_from_env()
         d = {str(data)!r}
         fd = os.open(d + "/synced", os.O_WRONLY | os.O_CREAT)
@@ -51,7 +51,7 @@ def test_a_file_replaced_durably_survives_with_its_new_content(tmp_path: Path) -
     script = textwrap.dedent(
         f"""
         from pathlib import Path
-        from bkframe.testing.powerloss import install_from_env
+        from bkframe.testing.faults.powerloss import install_from_env
         from bkframe.storage_kit.fsync import write_durably
         assert install_from_env()
         for n in range(3):

@@ -30,7 +30,7 @@ from bkframe.client.logs.records import LogRecords
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import TierError
 from bkframe.testing.cluster import Cluster
-from bkframe.testing.link_proxy import LinkFaults, LinkProxy
+from bkframe.testing.faults.link_proxy import LinkFaults, LinkProxy
 from bkframe.testing.servers import S3Server
 from bkframe.tiering import sweep as tier_sweep
 from bkframe.tiering.footer import footer_start

@@ -11,7 +11,7 @@ import trio
 from bkframe_metadata_zk.store import SESSION_TIMEOUT_S, ZkMetadataStore
 from kazoo.client import KazooClient
 
-from bkframe.testing.link_proxy import LinkFaults, LinkProxy
+from bkframe.testing.faults.link_proxy import LinkFaults, LinkProxy
 from bkframe.testing.metadata_contract import SharedMetadataStoreContract, ledger
 from bkframe.testing.servers import ZooKeeperServer
 

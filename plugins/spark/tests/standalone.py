@@ -13,7 +13,7 @@ from typing import Any
 
 import pyspark
 
-from bkframe.testing.hosts import Host
+from bkframe.testing.faults.hosts import Host
 from bkframe.testing.servers import TEST_JVM_OPTIONS, stop_process
 
 SPARK_HOME = Path(pyspark.__file__).parent

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bkframe.testing.cluster import HostedCluster
-from bkframe.testing.hosts import Network, require_netns
+from bkframe.testing.faults.hosts import Network, require_netns
 from bkframe.testing.servers import ZooKeeperEnsemble
 
 from .standalone import SparkStandalone, jvm_env_for_tests

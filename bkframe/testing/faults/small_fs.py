@@ -3,7 +3,7 @@ loop device (1 KiB blocks, so a page of a mapping spans several blocks, as on ma
 disks).
 
 The kernel's own ENOSPC, ``df`` and page faults, which the disk-full layer
-(:mod:`bkframe.testing.filling_disk`) cannot show: a mapped page the filesystem cannot back is
+(:mod:`bkframe.testing.faults.filling_disk`) cannot show: a mapped page the filesystem cannot back is
 a SIGBUS there, not an error. Mounting needs root (or passwordless sudo); the
 ``small_filesystem`` fixture of :mod:`bkframe.testing.pytest_plugin` fails a test that
 cannot mount under ``CI=true`` and skips it otherwise. Each filesystem lives under the

@@ -1,6 +1,6 @@
-"""Starting a link proxy process (:mod:`bkframe.testing.link_proxy`) and switching its faults
+"""Starting a link proxy process (:mod:`bkframe.testing.faults.link_proxy`) and switching its faults
 from the test: :class:`LinkProxyProcess` runs one, on a simulated host
-(:mod:`bkframe.testing.hosts`) or not, and is its control client -- JSON requests on the
+(:mod:`bkframe.testing.faults.hosts`) or not, and is its control client -- JSON requests on the
 proxy's Unix socket (reached by path, so from the test's own network namespace too), each
 with a timeout."""
 
@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bkframe.testing import link_proxy
-from bkframe.testing.link_proxy import ALL_PEERS, LinkFaults
+from bkframe.testing.faults import link_proxy
+from bkframe.testing.faults.link_proxy import ALL_PEERS, LinkFaults
 
 if TYPE_CHECKING:  # the proxy process itself needs no pytest (hosts imports it)
-    from bkframe.testing.hosts import Host
+    from bkframe.testing.faults.hosts import Host
 
 #: How long a control request may take, and a proxy process to say it listens.
 CONTROL_TIMEOUT_S = 10.0

@@ -144,7 +144,7 @@ class _Disk:
             if self._used + growth > self._capacity:
                 raise OSError(
                     errno.ENOSPC,
-                    f"No space left on device (bkframe.testing.filling_disk: {self._used} of "
+                    f"No space left on device (bkframe.testing.faults.filling_disk: {self._used} of "
                     f"{self._capacity} bytes used under {self.root})",
                 )
             self._used += growth

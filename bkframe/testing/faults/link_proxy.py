@@ -25,8 +25,8 @@ A connection accepted while the upstream refuses (the process behind it is down)
 peers see a reset where they would have seen a refused connection. With no faults on, the
 proxy only copies bytes (64 KiB reads).
 
-As a process (``python bkframe/testing/link_proxy.py --listen HOST:PORT --upstream HOST:PORT
---control PATH``; :mod:`bkframe.testing.link_control` starts one and is its client) the proxy
+As a process (``python bkframe/testing/faults/link_proxy.py --listen HOST:PORT --upstream HOST:PORT
+--control PATH``; :mod:`bkframe.testing.faults.link_control` starts one and is its client) the proxy
 also answers, on the Unix socket ``PATH``, a control channel of JSON lines, one request and
 one answer per connection:
 

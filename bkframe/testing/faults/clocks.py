@@ -18,9 +18,9 @@ Files keep their times (``NO_FAKE_STAT``), as under a real step, and ``FAKETIME_
 keeps libfaketime 0.9.10 from slowing every lock handed between threads to tens of ms.
 One more libfaketime defect is worked around here: with a real monotonic clock, Python's
 ``time.sleep`` (``clock_nanosleep`` on an absolute monotonic deadline) fails with EINVAL.
-:func:`install_from_env`, called by the test entry points (``bkframe.testing.bookie``,
+:func:`install_from_env`, called by the test entry points (``bkframe.testing.faults.bookie``,
 the fault suite's workers), puts a sleep on a condition wait (which works) in its place;
-``python -m bkframe.testing.clocks ARGS`` is ``bkframe ARGS`` with it installed.
+``python -m bkframe.testing.faults.clocks ARGS`` is ``bkframe ARGS`` with it installed.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def main() -> None:
     install_from_env()
     from bkframe.cli.main import main as cli
 
-    cli(sys.argv[1:], prog_name="python -m bkframe.testing.clocks")
+    cli(sys.argv[1:], prog_name="python -m bkframe.testing.faults.clocks")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""``python -m bkframe.testing.bookie ARGS``: ``bkframe bookie ARGS`` with the test fault
+"""``python -m bkframe.testing.faults.bookie ARGS``: ``bkframe bookie ARGS`` with the test fault
 layers the environment asks for installed first -- the power-loss layer
 (``BKFRAME_POWERLOSS_*``, :mod:`.powerloss`), injected write failures
 (``BKFRAME_WRITE_FAULTS``, :mod:`.write_faults`) and a disk of limited size
-(``BKFRAME_DISKFULL_*``, :mod:`.disk_full`), libfaketime's clock faults made usable for
+(``BKFRAME_DISKFULL_*``, :mod:`.filling_disk`), libfaketime's clock faults made usable for
 Python (:mod:`.clocks`) -- and a small ``ulimit -n``
 (``BKFRAME_RLIMIT_NOFILE``: the soft limit on open files, set before anything is opened).
 ``bkframe bookie`` itself never installs them.
@@ -15,7 +15,7 @@ import os
 import resource
 import sys
 
-from bkframe.testing import clocks, filling_disk, powerloss, write_faults
+from bkframe.testing.faults import clocks, filling_disk, powerloss, write_faults
 
 
 def limit_open_files_from_env() -> None:
@@ -33,7 +33,7 @@ def main() -> None:
     clocks.install_from_env()
     from bkframe.cli.main import main as cli
 
-    cli(["bookie", *sys.argv[1:]], prog_name="python -m bkframe.testing.bookie")
+    cli(["bookie", *sys.argv[1:]], prog_name="python -m bkframe.testing.faults.bookie")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ paths it applies to (e.g. ``/entrylogs/``), and disarms it by deleting the file:
   handed to the page cache but its sync never completed;
 * ``drop-sync``: an fsync or fdatasync of a matching file returns at once without syncing,
   like a disk whose volatile write cache drops what it was told to flush. With the
-  power-loss layer (:mod:`bkframe.testing.powerloss`) a power cut then loses those writes
+  power-loss layer (:mod:`bkframe.testing.faults.powerloss`) a power cut then loses those writes
   while other files' later syncs survive: e.g. index pages that reached the disk before
   the entry-log pages they point to.
 
@@ -74,11 +74,11 @@ class _Layer:
             if not self._short_done:
                 self._short_done = True
                 return max(1, size // 2)
-        raise OSError(code, f"{text} (injected by bkframe.testing.write_faults)")
+        raise OSError(code, f"{text} (injected by bkframe.testing.faults.write_faults)")
 
     def before_allocate(self, fd: int) -> None:
         if self._armed(ENOSPC_FILE, fd):
-            raise OSError(errno.ENOSPC, "No space left on device (injected by bkframe.testing.write_faults)")
+            raise OSError(errno.ENOSPC, "No space left on device (injected by bkframe.testing.faults.write_faults)")
 
     def sync_allowed(self, fd: int) -> bool:
         """Whether a sync may go ahead (False: skip it); never returns when armed to hang."""
