@@ -1,6 +1,7 @@
-"""The hook specifications: every way a plugin can extend bkframe.
+"""The hook specification: the one way a plugin extends bkframe -- it registers components.
 
-One marker, one prefix (``bkframe_*``). Plugins implement hooks with ``@bkframe.hookimpl``.
+One marker, one hook, as pluggy's own hosts keep it small (tox's ``tox_register_*``).
+Plugins implement it with ``@bkframe.hookimpl``.
 Every hook here is documented in ``docs/plugins.md`` and tested;
 ``tests/core/test_hookspecs.py`` fails if one is not.
 """
@@ -30,44 +31,16 @@ def bkframe_register_components(registry: ComponentRegistry) -> None:
         it), ``add_metadata_store(scheme, factory)`` (picked by URI scheme),
         ``add_tier(scheme, factory)`` (an object-store tier, picked by URI scheme:
         ``factory(uri)`` returns a blocking :class:`~bkframe.core.interfaces.tier.Tier`; opened with
-        ``PluginManager.tier(uri)``) and ``add_ledger_type(policy)`` (a
-        :class:`~bkframe.core.interfaces.durability.DurabilityPolicy`).
+        ``PluginManager.tier(uri)``), ``add_ledger_type(policy)`` (a
+        :class:`~bkframe.core.interfaces.durability.DurabilityPolicy`),
+        ``add_placement_policy(name, factory, config=C)`` (picked by the client's
+        ``placement`` setting; ``factory(options: C)`` returns a
+        :class:`~bkframe.core.interfaces.placement.PlacementPolicy`) and
+        ``add_auth_provider(name, factory, config=C)`` (picked by a bookie's ``[auth]
+        provider``; ``factory(options: C)`` returns an
+        :class:`~bkframe.core.interfaces.auth.AuthProvider`).
     :return: nothing. A name (or ledger-type wire id) registered twice is a
         :class:`~bkframe.errors.PluginError` naming both plugins and distributions.
 
     Called once per plugin manager, for every plugin (not firstresult), built-ins first.
-    """
-
-
-@hookspec
-def bkframe_placement_policy(registry: ComponentRegistry) -> None:
-    """Register placement policies: ``registry.add_placement_policy(name, factory, config=C)``.
-
-    :param registry: the same :class:`~bkframe.core.registry.ComponentRegistry` as
-        :func:`bkframe_register_components` gets. ``factory(options: C)`` returns a
-        :class:`~bkframe.core.interfaces.placement.PlacementPolicy`; ``C`` is the attrs class the
-        policy's options (``[placement]`` keys, ``open_client`` keywords) are validated
-        against. A client picks a policy by name (``placement = "rack_aware"``).
-    :return: nothing. A name registered twice is a :class:`~bkframe.errors.PluginError`
-        naming both plugins and distributions.
-
-    Called once per plugin manager, for every plugin (not firstresult), built-ins first,
-    after every ``bkframe_register_components``.
-    """
-
-
-@hookspec
-def bkframe_auth_provider(registry: ComponentRegistry) -> None:
-    """Register authentication providers: ``registry.add_auth_provider(name, factory, config=C)``.
-
-    :param registry: the same :class:`~bkframe.core.registry.ComponentRegistry` as
-        :func:`bkframe_register_components` gets. ``factory(options: C)`` returns an
-        :class:`~bkframe.core.interfaces.auth.AuthProvider`; ``C`` is the attrs class the bookie's
-        ``[auth]`` keys (all but ``provider``) are validated against. A bookie picks a
-        provider by name (``[auth] provider = "token"``); built-ins: ``none``, ``token``, ``tls``.
-    :return: nothing. A name registered twice is a :class:`~bkframe.errors.PluginError`
-        naming both plugins and distributions.
-
-    Called once per plugin manager, for every plugin (not firstresult), built-ins first,
-    after every ``bkframe_placement_policy``.
     """

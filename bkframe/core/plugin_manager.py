@@ -69,6 +69,13 @@ KNOWN_COMPONENT_DISTRIBUTIONS = {
     ("entry_log_manager", "per_ledger"): "bkframe-entrylog-per-ledger",
 }
 
+#: Hooks of earlier versions, now registrations in ``bkframe_register_components``: a plugin
+#: still implementing one is told what to write instead.
+RETIRED_HOOKS = {
+    "bkframe_placement_policy": "registry.add_placement_policy(name, factory, config=C)",
+    "bkframe_auth_provider": "registry.add_auth_provider(name, factory, config=C)",
+}
+
 ENTRY_POINT_GROUP = "bkframe"
 #: Comma-separated entry-point names of plugins not to load.
 DISABLE_ENV = "BKFRAME_DISABLE_PLUGINS"
@@ -149,6 +156,11 @@ class PluginManager:
         """A hook implementation no spec knows (a misspelt hook) is an error of its plugin."""
         plugin = self._pm.get_plugin(name)
         for caller in self._pm.get_hookcallers(plugin) or ():
+            if caller.name in RETIRED_HOOKS:
+                raise PluginError(
+                    f"it implements {caller.name}, which bkframe_register_components replaced: register the same "
+                    f"components there ({RETIRED_HOOKS[caller.name]})"
+                )
             if not caller.has_spec():
                 raise PluginError(f"it implements {caller.name}, which is no bkframe hook (misspelt?)")
 
@@ -179,15 +191,8 @@ class PluginManager:
         """Every registered component (plugins are asked once, in registration order)."""
         if self._registry is None:
             registry = ComponentRegistry()
-            hooks = (
-                self._pm.hook.bkframe_register_components,
-                self._pm.hook.bkframe_placement_policy,
-                self._pm.hook.bkframe_auth_provider,
-            )
-            for impl in [impl for hook in hooks for impl in hook.get_hookimpls()]:
+            for impl in self._pm.hook.bkframe_register_components.get_hookimpls():
                 name = impl.plugin_name
-                if self._pm.get_plugin(name) is None:
-                    continue  # left out (broken) by its other hook
                 registry.registering(name, self._dists.get(name, "?"))
                 try:
                     impl.function(registry=registry)

@@ -4,8 +4,7 @@ Each plugin implements one hook, :func:`~bkframe.core.hookspecs.bkframe_register
 and adds its components to the :class:`ComponentRegistry` it is handed (as tox plugins
 register environments): journals, entry-log managers and ledger storages by the name a
 config section's ``plugin`` key picks, metadata stores and object-store tiers by URI scheme,
-ledger types by name and wire id; placement policies come through their own hook,
-:func:`~bkframe.core.hookspecs.bkframe_placement_policy`, into the same registry. A name
+ledger types by name and wire id, placement policies and auth providers by name. A name
 registered twice is an error naming both plugins and distributions, never a silent
 shadowing. Each storage component (and placement policy) comes with the attrs class of its
 config section, so that every section is validated the same way

@@ -118,7 +118,7 @@ def _none(config: NoConfig) -> NoAuth:
 
 
 @hookimpl
-def bkframe_auth_provider(registry: ComponentRegistry) -> None:
+def bkframe_register_components(registry: ComponentRegistry) -> None:
     registry.add_auth_provider("none", _none, config=NoConfig, description="accept every connection")
     registry.add_auth_provider("token", _token, config=TokenConfig, description="shared secret tokens")
     registry.add_auth_provider("tls", _tls, config=TLSAuthConfig, description="principal from the client certificate")

@@ -225,7 +225,7 @@ def _rack_aware(config: RackAwareConfig) -> RackAwarePlacement:
 
 
 @hookimpl
-def bkframe_placement_policy(registry: ComponentRegistry) -> None:
+def bkframe_register_components(registry: ComponentRegistry) -> None:
     registry.add_placement_policy(
         "random", _random, config=NoConfig, description="random order, healthy bookies first (the default)"
     )

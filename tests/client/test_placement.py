@@ -106,7 +106,7 @@ class ExtraFirst:
 
 class ExtraFirstPlugin:
     @bkframe.hookimpl
-    def bkframe_placement_policy(self, registry: ComponentRegistry) -> None:
+    def bkframe_register_components(self, registry: ComponentRegistry) -> None:
         registry.add_placement_policy("extra_first", lambda options: ExtraFirst(), config=NoConfig)
 
 

@@ -18,8 +18,9 @@ from bkframe.core.registry import ComponentKind
 
 @pytest.fixture
 def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An installed distribution ``odd-plugins`` with four entry points: one that imports,
-    one whose module does not exist, one with a misspelt hook, one whose registration raises."""
+    """An installed distribution ``odd-plugins`` with five entry points: one that imports,
+    one whose module does not exist, one with a misspelt hook, one with a retired hook, one
+    whose registration raises."""
     site = tmp_path / "site"
     info = site / "odd_plugins-1.0.dist-info"
     info.mkdir(parents=True)
@@ -29,6 +30,7 @@ def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "good = odd_good\n"
         "missing = odd_no_such_module\n"
         "misspelt = odd_misspelt\n"
+        "retired = odd_retired\n"
         "raising = odd_raising\n"
     )
     (site / "odd_good.py").write_text(textwrap.dedent('''
@@ -44,6 +46,13 @@ def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
         @bkframe.hookimpl
         def bkframe_register_componets(registry):
+            pass
+        '''))
+    (site / "odd_retired.py").write_text(textwrap.dedent('''
+        import bkframe
+
+        @bkframe.hookimpl
+        def bkframe_placement_policy(registry):
             pass
         '''))
     (site / "odd_raising.py").write_text(textwrap.dedent('''
@@ -66,10 +75,13 @@ def test_broken_plugins_are_reported_and_the_others_work(third_party: Path) -> N
     assert "HALF" not in types, "a plugin whose registration failed leaves nothing behind"
     assert pm.components.get(ComponentKind.JOURNAL, "journal_fs") is not None
     broken = {b.name: (b.distribution, b.error) for b in pm.broken}
-    assert set(broken) == {"missing", "misspelt", "raising"}
+    assert set(broken) == {"missing", "misspelt", "retired", "raising"}
     assert broken["missing"][0] == "odd-plugins" and "odd_no_such_module" in broken["missing"][1]
     assert "bkframe_register_componets" in broken["misspelt"][1] and "misspelt" in broken["misspelt"][1]
     assert "this plugin is buggy" in broken["raising"][1]
+    # A hook of earlier versions: the error says what to write instead.
+    assert "bkframe_register_components replaced" in broken["retired"][1]
+    assert "registry.add_placement_policy" in broken["retired"][1]
 
 
 def test_plugins_command_reports_what_was_left_out(third_party: Path) -> None:

@@ -291,8 +291,8 @@ def test_auth_config_mistakes_are_clear(tmp_path: Path, certs: Certs) -> None:
     assert client_context(certs.ca) is not None
 
 
-def test_bkframe_auth_provider_registers_the_built_ins() -> None:
-    """The ``bkframe_auth_provider`` hook: the built-ins are registered through it."""
+def test_auth_providers_are_registered_through_bkframe_register_components() -> None:
+    """The built-in auth providers come through the one registration hook."""
     from bkframe.core.registry import ComponentKind
 
     assert PluginManager().components.names(ComponentKind.AUTH_PROVIDER) == ["none", "tls", "token"]

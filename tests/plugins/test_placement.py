@@ -1,5 +1,5 @@
 """The built-in placement policies' choices, on in-memory candidate lists, and the
-``bkframe_placement_policy`` hook (registration, duplicates, options)."""
+``registry.add_placement_policy`` in ``bkframe_register_components`` (registration, duplicates, options)."""
 
 from __future__ import annotations
 
@@ -132,11 +132,11 @@ class SortedPlacement:
 
 class SortedPlugin:
     @bkframe.hookimpl
-    def bkframe_placement_policy(self, registry: ComponentRegistry) -> None:
+    def bkframe_register_components(self, registry: ComponentRegistry) -> None:
         registry.add_placement_policy("sorted", lambda config: SortedPlacement(), config=NoConfig, description="first by id")
 
 
-def test_bkframe_placement_policy_registers_named_policies() -> None:
+def test_placement_policies_are_registered_by_name() -> None:
     pm = PluginManager(load_entry_points=False, extra_plugins=[SortedPlugin()])
     assert pm.components.names(ComponentKind.PLACEMENT_POLICY) == ["least_used", "rack_aware", "random", "sorted"]
     component = pm.components.get(ComponentKind.PLACEMENT_POLICY, "sorted")
@@ -162,7 +162,7 @@ def test_placement_policy_names_and_options_are_checked() -> None:
 def test_a_placement_policy_name_registered_twice_is_an_error() -> None:
     class Twice:
         @bkframe.hookimpl
-        def bkframe_placement_policy(self, registry: ComponentRegistry) -> None:
+        def bkframe_register_components(self, registry: ComponentRegistry) -> None:
             registry.add_placement_policy("random", lambda config: RandomPlacement(), config=NoConfig)
 
     pm = PluginManager(load_entry_points=False, extra_plugins=[Twice()])

@@ -1,12 +1,12 @@
 """Authentication of connections to a bookie: the provider interface and the ``[auth]`` section.
 
-A provider is a plugin component (hook ``bkframe_auth_provider``, registered by name as
-placement policies are); a bookie's ``[auth] provider = NAME`` picks one and its other keys
-are the provider's options. The client sends one AUTH request as the first message of each
-connection (``method`` and ``credential``, as BookKeeper's AuthMessage carries an auth
-plugin name and a payload); until a provider accepts it, every other request of the
-connection is answered UNAUTHORIZED before any ledger is touched. The check is per
-connection, never per request (see docs/security.md).
+A provider is a plugin component (``registry.add_auth_provider`` in the hook
+``bkframe_register_components``, by name as placement policies are); a bookie's ``[auth]
+provider = NAME`` picks one and its other keys are the provider's options. The client sends
+one AUTH request as the first message of each connection (``method`` and ``credential``, as
+BookKeeper's AuthMessage carries an auth plugin name and a payload); until a provider
+accepts it, every other request of the connection is answered UNAUTHORIZED before any ledger
+is touched. The check is per connection, never per request (see docs/security.md).
 
 One method is every bookie's whatever its provider: ``bkframe-internal``, whose credential is
 the cluster-internal secret of the metadata store's cluster record. The cluster's own

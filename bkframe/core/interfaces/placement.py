@@ -9,7 +9,7 @@ candidates -- registered, writable, not excluded, with their rack, quarantine an
 checks that the chosen ones are reachable, and asks again without those that are not. So
 a policy never sees a read-only (or decommissioned) bookie and never does I/O.
 
-Policies are registered by name through the ``bkframe_placement_policy`` hook
+Policies are registered by name in the ``bkframe_register_components`` hook
 (``registry.add_placement_policy(name, factory, config=C)``); the client picks one by its
 ``placement`` setting and validates the policy's options against ``C``. Built-ins
 (:mod:`bkframe.plugins.placement`): ``random`` (the default, ``RandomPlacement``),
