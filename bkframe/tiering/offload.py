@@ -53,7 +53,7 @@ log = logging.getLogger("bkframe.logs")
 #: Opens a segment's ledger for reading, by id.
 LedgerOpener = Callable[[int], Awaitable[ReadHandle]]
 #: Told each step of a segment's offload: ``"put"`` (its object written and verified, not
-#: recorded yet) and ``"recorded"``. The offload service's test-only crash points use it.
+#: recorded yet) and ``"recorded"`` (the offload service's :meth:`step`).
 StepHook = Callable[[str, Segment], None]
 
 

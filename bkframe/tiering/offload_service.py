@@ -31,18 +31,16 @@ notice. Each metadata request has a deadline (``request_timeout_s``), each tier 
 (``tier_timeout_s``); a failure is logged and the log retried at the next pass: the service
 never stops for one.
 
-Test-only crash points: with ``BKFRAME_OFFLOADER_CRASH_AT=put|recorded|unmarked`` in its
-environment, the process SIGKILLs itself at that step (after an object is put and verified,
-before it is recorded; after it is recorded; after a segment is marked off the bookies,
-before its ledger is deleted), so that tests kill a real process at a chosen instant.
+Each step of a segment's life here goes through :meth:`OffloadService.step` (``"put"``: its
+object written and verified, not recorded yet; ``"recorded"``; ``"unmarked"``: marked off
+the bookies, its ledger not deleted yet), which only logs it at debug level; the fault tools
+kill a real process at a chosen step through it (:mod:`bkframe.testing.faults.offloader`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import signal
 import tempfile
 import time
 from pathlib import Path
@@ -76,8 +74,6 @@ log = logging.getLogger("bkframe.offload")
 LOG_PAGE = 100
 #: An offload's deadline allows its segments' bytes at this rate on top of its requests'.
 MIN_BYTES_PER_S = 1 << 20
-CRASH_AT_ENV = "BKFRAME_OFFLOADER_CRASH_AT"
-CRASH_POINTS = ("put", "recorded", "unmarked")
 #: Ledgers this process saw deleted, remembered so that a pass does not ask again.
 MAX_KNOWN_DELETED = 1_000_000
 
@@ -109,8 +105,6 @@ class OffloadService:
         self.counters = counters if counters is not None else OffloadCounters()
         self.backoff = TierBackoff(config.min_backoff_s, config.max_backoff_s)
         self.spool = Path(config.spool_dir) if config.spool_dir else Path(tempfile.gettempdir())
-        crash_at = os.environ.get(CRASH_AT_ENV, "")
-        self._crash_at = crash_at if crash_at in CRASH_POINTS else None
         self._known_deleted: set[int] = set()
         self._hmac_warned: set[str] = set()
         #: Segments due by size, by (log uid, number): when a pass first saw each due.
@@ -297,7 +291,7 @@ class OffloadService:
                 stored = await unmark(self.records, name, record.uid, seg)
             if stored is None or stored.offload is None or stored.offload.on_bookies:
                 continue  # left the log meanwhile
-            self._step("unmarked", stored)
+            self.step("unmarked", stored)
             await self._delete(name, seg)
         for seg in self._left_behind(segments):
             with trio.fail_after(self.config.request_timeout_s):
@@ -322,7 +316,7 @@ class OffloadService:
             with trio.fail_after(deadline):
                 result = await offload(
                     self.records, self.client.context.tiers, name, password=b"", tier=tier, spool_dir=self.spool,
-                    open_ledger=self._open_keyless, only=set(due), step=self._step,
+                    open_ledger=self._open_keyless, only=set(due), step=self.step,
                 )
         except (TierError, ConfigError, trio.TooSlowError) as e:
             # ConfigError: a URI no installed plugin serves -- an operator's fix, retried as a failure.
@@ -396,7 +390,6 @@ class OffloadService:
             )
         return ReadHandle(self.client.context, md, b"", Digester.unkeyed(md.digest_type))
 
-    def _step(self, step: str, seg: Segment) -> None:
-        if step == self._crash_at:
-            log.warning("%s=%s: killing this process at segment %d (a test's crash point)", CRASH_AT_ENV, step, seg.number)
-            os.kill(os.getpid(), signal.SIGKILL)
+    def step(self, step: str, seg: Segment) -> None:
+        """A segment reached ``step`` (``put``, ``recorded``, ``unmarked``)."""
+        log.debug("segment %d: %s", seg.number, step)

@@ -35,10 +35,11 @@ from bkframe.core.config import AutorecoveryConfig, OffloadConfig
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import NoSuchLedgerError
 from bkframe.testing.cluster import Cluster
+from bkframe.testing.faults.offloader import CRASH_AT_ENV
 from bkframe.testing.servers import S3Server
 from bkframe.tiering.keys import segment_key
 from bkframe.tiering.offload_metrics import OffloadCounters, offload_registry
-from bkframe.tiering.offload_service import CRASH_AT_ENV, OffloadService, lock_name
+from bkframe.tiering.offload_service import OffloadService, lock_name
 
 PASSWORD = b"offloader"
 PER_SEGMENT = 60
@@ -88,6 +89,7 @@ def config_file(tmp: Path, **offload: Any) -> Path:
 #: what a long-running service pays once) overlap the test's other work.
 WARM = (
     "import sys; from bkframe.cli.offloader import offloader; from bkframe.core.plugin_manager import PluginManager; "
+    "from bkframe.testing.faults.offloader import install_from_env; install_from_env(); "
     "PluginManager(); import bkframe.tiering.segment_writer; "
     "sys.stdin.readline(); offloader(prog_name='bkframe offloader')"
 )

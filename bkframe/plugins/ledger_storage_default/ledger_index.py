@@ -359,13 +359,6 @@ class LedgerIndex:
         self._table["offset"][entry_ids] = offsets
         self._table["log_id"][entry_ids] = log_id
 
-    def write_state(self) -> int:
-        """Store ``self.state`` in the header; return the bytes written."""
-        header = encode_header(self.state)
-        if os.pwrite(self.fd, header, 0) != len(header):
-            raise OSError(errno.ENOSPC, f"short write of the header of index file {self.path}")
-        return HEADER_SIZE
-
     def sync(self) -> None:
         """msync the mapping and fsync the file. Blocking: call from a worker thread."""
         self._file.flush()
