@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from bkframe.core.counters import Histogram
+from bkframe.core.counters import Counters, Histogram
 from bkframe.storage_kit.directory_lock import LOCK_FILE
 
 if TYPE_CHECKING:
+    from bkframe.bookie.bookie import Bookie
     from bkframe.bookie.service import BookieService
+    from bkframe.core.interfaces.ledger_storage import LedgerStorage
 
 PREFIX = "bkframe_bookie_"
 #: Counters fields that are gauges (a level now), not totals.
@@ -80,7 +82,12 @@ class BookieCollector:
         bookie = self.service.bookie
         if bookie is None:
             return
-        counters = bookie.counters
+        yield from self._counters(bookie.counters)
+        yield self._ledgers(bookie.storage)
+        yield from self._bookie_gauges(bookie)
+
+    @staticmethod
+    def _counters(counters: Counters) -> Iterator[Metric]:
         for name, value in counters.as_dict().items():
             if name in SKIPPED_FIELDS:
                 continue
@@ -105,8 +112,10 @@ class BookieCollector:
         yield histogram_family(
             PREFIX + "journal_group_size_bytes", "Bytes per journal group commit", counters.journal_group_bytes
         )
+
+    @staticmethod
+    def _ledgers(storage: LedgerStorage) -> Metric:
         states = {"all": 0, "fenced": 0, "limbo": 0, "write_closed": 0}
-        storage = bookie.storage
         for ledger_id in storage.ledgers():
             state = storage.ledger_state(ledger_id)
             if state is None:
@@ -118,7 +127,9 @@ class BookieCollector:
         ledgers = GaugeMetricFamily(PREFIX + "ledgers", "Ledgers held here, all and by state", labels=["state"])
         for state_name, n in states.items():
             ledgers.add_metric([state_name], n)
-        yield ledgers
+        return ledgers
+
+    def _bookie_gauges(self, bookie: Bookie) -> Iterator[Metric]:
         yield GaugeMetricFamily(
             PREFIX + "read_only", "1 while the bookie refuses adds (read-only mode)", value=int(bookie.read_only)
         )

@@ -166,7 +166,11 @@ async def append_timed(
     """Append ``count`` entries to a new ledger of an open client, ``window`` in flight; return
     the figures and each append's latency in seconds (in completion order). ``final_sync``
     times a ``sync()`` after the last append, so that VD_JOURNAL's figures include making
-    its entries durable."""
+    its entries durable.
+
+    Long on purpose: the timed loop and its window are one piece of code, so that nothing
+    between two appends is hidden in a call.
+    """
     payload = os.urandom(entry_size)
     latencies = np.empty(count, dtype=np.float64)
     writer = await client.create_ledger(

@@ -157,7 +157,11 @@ async def bench_ledger_vs_log(
     batch: int = 0,
 ) -> list[LogBenchResult]:
     """``batch`` > 0: both runs append with ``append_many`` of that many entries (the log's
-    bookkeeping then is per batch); 0: one ``append_async`` per entry."""
+    bookkeeping then is per batch); 0: one ``append_async`` per entry.
+
+    Long on purpose: a benchmark reads as what it times, in the order it times it (ledger, then
+    log, per round).
+    """
     client = logs.client
     payload = os.urandom(entry_size)
     out: list[LogBenchResult] = []

@@ -90,7 +90,10 @@ async def _append_all(writer: LogWriter, payloads: list[bytes], acked: dict[Posi
 
 async def demo_log(metadata: str, bookies: int, out: Out) -> dict[str, Any]:
     """A named log: two writers in turn (the second fences the first) across rollovers, a
-    consumer tailing it live with a durable cursor, then a batch read; all verified."""
+    consumer tailing it live with a durable cursor, then a batch read; all verified.
+
+    Long on purpose: the demo reads as the story it prints, one step after the other.
+    """
     count, size, rollover = 20_000, 1024, 5_000
     e = min(3, bookies)
     q = min(2, e)

@@ -191,6 +191,9 @@ class Recovery:
 
         Reads the write set where the writer put the entry (the metadata recovery started
         from), deciding as soon as the answers do.
+
+        One function on purpose: the quorum rule (decide as soon as the answers allow) is read
+        and reviewed in one place, as BookKeeper's ReadLastConfirmed and recovery reads are.
         """
         qc = self.md.write_quorum - self.md.ack_quorum + 1
         verifies = self.digester.verifies
@@ -303,7 +306,11 @@ class Recovery:
     async def _write_back(self, entry_id: int, data: bytes, *, replace: bool) -> bool:
         """Recovery-add the entry to its write set until A bookies hold it; with
         ``replace``, bookies that fail are replaced (from this entry on) when too few
-        answer, else False says the ack quorum was not reached."""
+        answer, else False says the ack quorum was not reached.
+
+        One loop on purpose: the rule that ends it (A bookies hold the entry, or replacing the
+        failed ones is allowed or not) is read and reviewed in one place.
+        """
         a = self.md.ack_quorum
         acked: set[str] = set()
         original = set(ensemble_at(self.md.fragments, entry_id))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,6 +72,25 @@ class OffloadResult:
         return sum(s.offload.size for s in self.offloaded if s.offload is not None)
 
 
+def _to_offload(
+    segments: Sequence[Segment], until: Position | None, only: Collection[int] | None
+) -> tuple[list[Segment], int]:
+    """The closed, non-empty segments (up to ``until``, of ``only``) not offloaded yet, and
+    how many such segments are offloaded already."""
+    todo: list[Segment] = []
+    already = 0
+    for seg in segments:
+        if not seg.closed or seg.entries <= 0 or (until is not None and not seg.passed_by(until)):
+            continue
+        if only is not None and seg.number not in only:
+            continue
+        if seg.offload is not None:
+            already += 1
+        else:
+            todo.append(seg)
+    return todo, already
+
+
 async def offload(
     records: LogRecords,
     tiers: OpenTiers,
@@ -96,17 +115,7 @@ async def offload(
 
     target = await tiers.get(tier)
     spool = spool_dir if spool_dir is not None else Path(tempfile.gettempdir())
-    todo: list[Segment] = []
-    already = 0
-    for seg in await records.segments(record):
-        if not seg.closed or seg.entries <= 0 or (until is not None and not seg.passed_by(until)):
-            continue
-        if only is not None and seg.number not in only:
-            continue
-        if seg.offload is not None:
-            already += 1
-        else:
-            todo.append(seg)
+    todo, already = _to_offload(await records.segments(record), until, only)
     done: list[Segment] = []
     skipped: list[int] = []
     for seg in todo:

@@ -119,6 +119,11 @@ class BookieServer:
             connections.cancel_scope.cancel()
 
     async def _serve(self, raw: trio.SocketStream) -> None:
+        """One connection, from its accept to its close.
+
+        Long on purpose: admission, the TLS and AUTH deadline, serving, and the accounting
+        the ``finally`` undoes are one ``try``, so that every way out undoes the same things.
+        """
         address = _peer_ip(raw)
         refusal = self._caps.admit(address)
         if refusal is not None:

@@ -179,15 +179,7 @@ class Logs:
         first: WriteHandle | None = None
         try:
             while True:
-                recovered: dict[int, LedgerMetadata | None] = {}
-                for seg in record.open_segments():
-                    try:
-                        handle = await self.client.open_ledger(seg.ledger_id, password=password, recovery=True)
-                        recovered[seg.number] = handle.metadata
-                    except NoSuchLedgerError:
-                        # Deleted meanwhile: another opener dropped it (it was empty) and
-                        # won; our CAS below fails and says so.
-                        recovered[seg.number] = None
+                recovered = await self._recover_open_segments(record, password)
                 if first is None:
                     first = await self.client.create_ledger(
                         ensemble=s.ensemble,
@@ -198,26 +190,7 @@ class Logs:
                         password=password,
                         custom={"bkframe.log": name, **ENVELOPE_CUSTOM},
                     )
-                now = time.time()
-                new = record
-                lost_in_flight = False
-                dropped = []
-                for seg in record.open_segments():
-                    md = recovered[seg.number]
-                    last = -1 if md is None else md.last_entry_id
-                    if lost_in_flight or last < 0:
-                        # It holds no entry, or follows a segment that lost entries in flight
-                        # (so none of its entries was acknowledged): it gives no position.
-                        dropped.append(seg.number)
-                    else:
-                        assert md is not None
-                        closed = attrs.evolve(seg, closed=True, last_entry_id=last, length=md.length, closed_at=now)
-                        new = new.replace_segment(closed)
-                    lost_in_flight = lost_in_flight or last < seg.last_sent
-                new = new.drop_segments(dropped)
-                new = attrs.evolve(new.with_garbage(new.spares), spares=())
-                new = new.add_segment(first.ledger_id, now=now)
-                new = attrs.evolve(new, writer=writer_id, writer_epoch=record.writer_epoch + 1)
+                new = taken_over(record, recovered, first.ledger_id, writer_id, now=time.time())
                 try:
                     stored = await self._records.cas(new, record.version)
                     break
@@ -242,6 +215,20 @@ class Logs:
             except Exception as e:  # noqa: BLE001 - the ledgers stay listed as garbage; a later pass retries
                 log.warning("log %r: deleting unused ledgers failed (retried later): %s", name, e)
         return writer
+
+    async def _recover_open_segments(self, record: LogMetadata, password: bytes) -> dict[int, LedgerMetadata | None]:
+        """Recover (and so fence and close) the ledger of each open segment of ``record``:
+        its metadata after recovery, by segment number (None: the ledger is gone)."""
+        recovered: dict[int, LedgerMetadata | None] = {}
+        for seg in record.open_segments():
+            try:
+                handle = await self.client.open_ledger(seg.ledger_id, password=password, recovery=True)
+                recovered[seg.number] = handle.metadata
+            except NoSuchLedgerError:
+                # Deleted meanwhile: another opener dropped it (it was empty) and
+                # won; our CAS fails and says so.
+                recovered[seg.number] = None
+        return recovered
 
     async def commit_ledgers(
         self,
@@ -498,3 +485,30 @@ class Logs:
             ttl = c.effective_ttl(record.settings)
             infos.append(CursorInfo(c, lag, max(0.0, now - c.updated_at), ttl, c.expired(record.settings, now)))
         return tuple(infos)
+
+
+def taken_over(
+    record: LogMetadata, recovered: dict[int, LedgerMetadata | None], ledger_id: int, writer_id: str, *, now: float
+) -> LogMetadata:
+    """``record`` as a new writer leaves it: each open segment closed at its recovered last
+    entry (or dropped), the spares given up as garbage, a new segment on ``ledger_id``, and
+    the writer's id and epoch."""
+    new = record
+    lost_in_flight = False
+    dropped = []
+    for seg in record.open_segments():
+        md = recovered[seg.number]
+        last = -1 if md is None else md.last_entry_id
+        if lost_in_flight or last < 0:
+            # It holds no entry, or follows a segment that lost entries in flight
+            # (so none of its entries was acknowledged): it gives no position.
+            dropped.append(seg.number)
+        else:
+            assert md is not None
+            closed = attrs.evolve(seg, closed=True, last_entry_id=last, length=md.length, closed_at=now)
+            new = new.replace_segment(closed)
+        lost_in_flight = lost_in_flight or last < seg.last_sent
+    new = new.drop_segments(dropped)
+    new = attrs.evolve(new.with_garbage(new.spares), spares=())
+    new = new.add_segment(ledger_id, now=now)
+    return attrs.evolve(new, writer=writer_id, writer_epoch=record.writer_epoch + 1)

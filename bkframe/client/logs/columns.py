@@ -216,7 +216,12 @@ def decode_envelopes(
     data: Buffer, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], where: Callable[[int], str]
 ) -> Envelopes:
     """The records in envelopes ``data[starts[i]:ends[i]]`` as columns; ``where(i)`` names
-    entry ``i`` in a :class:`BadRecordError`."""
+    entry ``i`` in a :class:`BadRecordError`.
+
+    One function on purpose: a batch's envelopes are checked and cut in one vectorized pass over
+    the same arrays (starts, flags, key bounds); split, each part would take and return the
+    others' arrays.
+    """
     pa = pyarrow()
     n = len(starts)
     raw = np.frombuffer(data, dtype=np.uint8)

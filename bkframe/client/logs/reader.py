@@ -428,7 +428,12 @@ class LogReader:
                 yield entry
 
     async def tail_chunks(self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0) -> AsyncIterator[list[LogEntry]]:
-        """:meth:`tail`, a chunk of entries at a time."""
+        """:meth:`tail`, a chunk of entries at a time.
+
+        One loop on purpose: the tail is a small state machine over (position, wait), each
+        branch moving one or the other; read together they show that every way round either
+        yields, advances or waits.
+        """
         pos = await self.resolve(start)
         wait = FIRST_WAIT_S
         while True:

@@ -177,7 +177,12 @@ class LogWriter:
         """Start appending ``records`` (payloads, or :class:`~bkframe.Record` with a key,
         timestamp or properties), in order: they leave in one batch per bookie, and the
         log's bookkeeping is per batch, not per entry. A record over the maximum entry
-        size refuses the whole batch (nothing is appended)."""
+        size refuses the whole batch (nothing is appended).
+
+        Long on purpose: the log's append path, once per batch; its steps (envelopes, the
+        size check that refuses the whole batch, the ledger's batch, the bookkeeping) share
+        the batch's locals and are read in order.
+        """
         if self._refuse is not None:
             raise self._refuse
         now = envelope.now_ms()
@@ -386,7 +391,12 @@ class LogWriter:
         """Create the next segment's ledger and put it in the record: as the current
         segment's successor (reserved at the entry-count boundary) when the current segment
         is in the record, else among the spares. ``closed``: a rolled segment and its
-        closed ledger, marked closed in the same CAS."""
+        closed ledger, marked closed in the same CAS.
+
+        Long on purpose: the ledger it creates must end in the record or be deleted, and the
+        ``try`` that guarantees it (and clears ``_preparing`` and wakes the waiters whatever
+        happens) holds every step.
+        """
         if self._preparing or self._spare is not None:
             if closed is not None:
                 await self._update(lambda r: mark_closed(r, *closed))

@@ -136,6 +136,56 @@ class Compactor:
             await self._entry_logs.flush()  # the directory: the removals are durable
         return freed
 
+    def _read_live(
+        self, old_log: int, ledger_id: int, idx: LedgerIndex, chunk: np.ndarray, rows: np.ndarray
+    ) -> tuple[list[bytes], np.ndarray, np.ndarray, bool]:
+        """The records of ``chunk`` (entry ids whose index ``rows`` point into ``old_log``)
+        that can be copied, with their ids and rows, and whether none was corrupt. A record
+        a power cut took is dropped from the index as missing here; a corrupt one stays."""
+        parts: list[bytes] = []
+        fate = np.zeros(chunk.size, dtype=np.int8)  # 0 copy, 1 lost, 2 corrupt
+        for i, (entry_id, offset, length) in enumerate(zip(chunk.tolist(), rows["offset"].tolist(), rows["length"].tolist())):
+            record = read_record(self._entry_logs, old_log, offset, length, ledger_id, entry_id)
+            if isinstance(record, bytes):
+                parts.append(record)
+            else:
+                fate[i] = 1 if record is LOST else 2
+        if (fate == 1).any():
+            # Bytes a power cut took: the entry is missing here, nothing to copy,
+            # and no reason to fail the pass (it used to, at every GC).
+            lost = chunk[fate == 1]
+            log.warning(
+                "compacting entry log %08x: %d entries of ledger %d (ids %d..%d) are not in it "
+                "(its tail was lost in a crash); dropped from the index as missing here",
+                old_log, lost.size, ledger_id, int(lost[0]), int(lost[-1]),
+            )
+            self._drop(ledger_id, idx, lost)
+        intact = not (fate == 2).any()
+        if not intact:
+            log.error(
+                "compacting entry log %08x: %d records of ledger %d (first entry %d) are not the "
+                "entries the index names (corrupt); they stay where they are, and so does the log",
+                old_log, int((fate == 2).sum()), ledger_id, int(chunk[fate == 2][0]),
+            )
+        return parts, chunk[fate == 0], rows[fate == 0], intact
+
+    async def _repoint(
+        self, old_log: int, moved: list[tuple[int, np.ndarray, np.ndarray, int, np.ndarray]], pacer: Pacer
+    ) -> None:
+        """Point the indexes at the copies ``moved`` made: (ledger, entry ids, their offsets
+        in ``old_log``, the log and offsets of their copies)."""
+        for ledger_id, chunk, old_offsets, new_log, new_offsets in moved:
+            await pacer.tick()
+            idx = self._index(ledger_id)
+            if idx is None:
+                continue
+            current = idx.read_at(chunk)
+            # Only records still where the copy was taken from: an entry rewritten since
+            # (a recovery add) keeps its newer location.
+            still = (current["log_id"] == old_log) & (current["offset"] == old_offsets)
+            idx.repoint(chunk[still], new_offsets[still], new_log)
+            self._repointed(ledger_id)
+
     async def _compact(self, old_log: int, ledgers: list[int]) -> tuple[int, bool]:
         """Steps (1) and (2): copy ``old_log``'s live records to the active log, then repoint
         the indexes to them. The caller removes the old log (step 3). ``ledgers``: those
@@ -173,34 +223,8 @@ class Compactor:
                 chunk, rows = chunk[keep], rows[keep]
                 if not chunk.size:
                     continue
-                parts: list[bytes] = []
-                fate = np.zeros(chunk.size, dtype=np.int8)  # 0 copy, 1 lost, 2 corrupt
-                for i, (entry_id, offset, length) in enumerate(
-                    zip(chunk.tolist(), rows["offset"].tolist(), rows["length"].tolist())
-                ):
-                    record = read_record(self._entry_logs, old_log, offset, length, ledger_id, entry_id)
-                    if isinstance(record, bytes):
-                        parts.append(record)
-                    else:
-                        fate[i] = 1 if record is LOST else 2
-                if (fate == 1).any():
-                    # Bytes a power cut took: the entry is missing here, nothing to copy,
-                    # and no reason to fail the pass (it used to, at every GC).
-                    lost = chunk[fate == 1]
-                    log.warning(
-                        "compacting entry log %08x: %d entries of ledger %d (ids %d..%d) are not in it "
-                        "(its tail was lost in a crash); dropped from the index as missing here",
-                        old_log, lost.size, ledger_id, int(lost[0]), int(lost[-1]),
-                    )
-                    self._drop(ledger_id, idx, lost)
-                if (fate == 2).any():
-                    complete = False
-                    log.error(
-                        "compacting entry log %08x: %d records of ledger %d (first entry %d) are not the "
-                        "entries the index names (corrupt); they stay where they are, and so does the log",
-                        old_log, int((fate == 2).sum()), ledger_id, int(chunk[fate == 2][0]),
-                    )
-                chunk, rows = chunk[fate == 0], rows[fate == 0]
+                parts, chunk, rows, intact = self._read_live(old_log, ledger_id, idx, chunk, rows)
+                complete = complete and intact
                 if not chunk.size:
                     continue
                 # Step (1): the copies. No index points at them yet.
@@ -214,17 +238,7 @@ class Compactor:
         # The copies must be durable before any index points at them.
         await self._entry_logs.flush()
         # Step (2): the indexes point at the copies, made durable by the checkpoint below.
-        for ledger_id, chunk, old_offsets, new_log, new_offsets in moved:
-            await pacer.tick()
-            idx = self._index(ledger_id)
-            if idx is None:
-                continue
-            current = idx.read_at(chunk)
-            # Only records still where the copy was taken from: an entry rewritten since
-            # (a recovery add) keeps its newer location.
-            still = (current["log_id"] == old_log) & (current["offset"] == old_offsets)
-            idx.repoint(chunk[still], new_offsets[still], new_log)
-            self._repointed(ledger_id)
+        await self._repoint(old_log, moved, pacer)
         await self._checkpoint()
         self._counters.compacted_bytes += copied
         return copied, complete

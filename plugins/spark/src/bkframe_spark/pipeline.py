@@ -260,7 +260,10 @@ def run_pipeline(
     """Run the stages on ``spark`` against the cluster at ``metadata``, verify, and return
     what was done: logs, rows, seconds and rows/s per stage. Raises :class:`PipelineError`
     if a result is wrong. The caller owns (and stops) ``spark``. Without ``warm_up_first``
-    the first stage's time includes Spark starting its Python workers (:func:`warm_up`)."""
+    the first stage's time includes Spark starting its Python workers (:func:`warm_up`).
+
+    Long on purpose: the pipeline reads as the stages it prints, one after the other.
+    """
     if rows < 1:
         raise PipelineError(f"rows must be at least 1, got {rows}")
     report: dict[str, Any] = {"metadata": metadata, "rows": rows, "events": events, "counts": counts}
