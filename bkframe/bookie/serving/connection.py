@@ -11,29 +11,32 @@
 from __future__ import annotations
 
 import math
-import os
+from collections.abc import Awaitable, Callable
 
 import trio
 
+from bkframe.common.socket_io import ReadWhenReadable, send_now
 from bkframe.core.interfaces import Buffer
 from bkframe.proto.frames import FrameBuffer
 
 
 class ConnectionReader:
-    """What a connection's reader keeps between frames, and how it receives.
+    """What a connection's reader keeps between frames, and how it receives: on a plaintext
+    connection through :class:`~bkframe.common.socket_io.ReadWhenReadable` (no failed
+    ``recv`` and second scheduler pass per frame), on TLS through the stream.
 
-    On a plaintext connection it waits until the socket is readable, then reads it: trio's
-    ``receive_some`` tries the socket first, and when nothing is there yet (one request
-    in flight: the usual case) that costs a failed ``recv``, an exception and a second
-    scheduler pass for every frame. After a read that filled its buffer, more is likely
-    waiting: then it reads first."""
+    ``receive(size)``: up to ``size`` bytes, empty once the client closed its side; an
+    ``OSError`` when the connection failed (the server closes it)."""
 
-    __slots__ = ("_full", "_socket", "_stream", "auth_deadline", "frame_deadline", "frames", "held")
+    __slots__ = ("auth_deadline", "frame_deadline", "frames", "held", "receive")
 
     def __init__(self, frames: FrameBuffer, auth_deadline: float, stream: trio.abc.Stream) -> None:
-        self._stream = stream
-        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
-        self._full = False
+        # A bound method, not a method of this class: no extra frame per receive.
+        self.receive: Callable[[int], Awaitable[bytes | bytearray]] = (
+            ReadWhenReadable(stream.socket, trio.lowlevel.wait_readable).receive
+            if isinstance(stream, trio.SocketStream)
+            else stream.receive_some
+        )
         self.frames = frames
         #: Bytes of the in-flight budget held for what ``frames`` buffers: at least that
         #: and, once a frame's header is in, the whole frame.
@@ -42,26 +45,6 @@ class ConnectionReader:
         #: way is whole.
         self.auth_deadline = auth_deadline
         self.frame_deadline = math.inf
-
-    async def receive(self, size: int) -> bytes | bytearray:
-        """Up to ``size`` bytes; empty once the client closed its side."""
-        sock = self._socket
-        if sock is None:
-            return await self._stream.receive_some(size)
-        while True:
-            if not self._full:
-                await trio.lowlevel.wait_readable(sock)
-            try:
-                # (a connected socket's read is its recv; the number each time, as the outbox
-                # takes it: -1 once closed, never another connection's reused one)
-                data = os.read(sock.fileno(), size)
-            except BlockingIOError:
-                self._full = False  # (woken with nothing to read after all)
-                continue
-            except OSError as e:
-                raise trio.BrokenResourceError(f"the connection failed: {e}") from e
-            self._full = len(data) == size
-            return data
 
 
 class Outbox:
@@ -96,7 +79,7 @@ class Outbox:
         except trio.WouldBlock:
             await self._lock.acquire()
         try:
-            sent = self._send_now(data)
+            sent = send_now(self._socket, data) if self._socket is not None else 0
             if sent < len(data):
                 self.sending_since = trio.current_time()
                 await self.stream.send_all(memoryview(data)[sent:] if sent else data)
@@ -104,15 +87,3 @@ class Outbox:
             self.sending_since = math.inf
             self._lock.release()
 
-    def _send_now(self, data: Buffer) -> int:
-        """Bytes of ``data`` the socket took without waiting (0: none, TLS, or an error that
-        ``send_all`` then raises as trio does)."""
-        if self._socket is None:
-            return 0
-        fd = self._socket.fileno()  # each time: -1 once closed (the number may be reused)
-        if fd < 0:
-            return 0
-        try:
-            return os.write(fd, data)  # (a connected socket's write is its send)
-        except OSError:  # BlockingIOError too
-            return 0

@@ -396,7 +396,10 @@ class BookieServer:
             else:
                 reader.held = await conn.memory.wait_for_room(reader.held, RECEIVE_SIZE)
             with _deadline(reader.frame_deadline) as receiving:
-                data = await reader.receive(max(RECEIVE_SIZE, frames.missing()))
+                try:
+                    data = await reader.receive(max(RECEIVE_SIZE, frames.missing()))
+                except OSError as e:
+                    raise trio.BrokenResourceError(f"the connection failed: {e}") from e
             slow = receiving is not None and receiving.cancelled_caught
         if slow:
             msg = (

@@ -158,12 +158,9 @@ class BookieClient:
         if self._send_now is None or len(self._pending) > 2 or self._outgoing or self._sending or self._rest is not None:
             return False
         frame = pack_frame(parts)
-        try:
-            sent = self._send_now(frame)
-        except OSError:
-            return False  # (BlockingIOError too) the send loop tries, and reports a failure
+        sent = self._send_now(frame)
         if sent == 0:
-            return False
+            return False  # the send loop tries, and reports a failure
         if sent < len(frame):
             self._rest = memoryview(frame)[sent:]
             self._wake_sender.set()
@@ -384,9 +381,12 @@ class BookieClient:
                     elif rid == 0 and response.status == Status.BAD_REQUEST:
                         raise BookieConnectionError(f"bookie {self.address} rejected the stream: {response.message}")
             try:
-                frames.feed(await receive(RECEIVE_SIZE))
+                data = await receive(RECEIVE_SIZE)
             except anyio.EndOfStream:
-                raise BookieConnectionError(f"bookie {self.address} closed the connection") from None
+                data = b""
+            if not data:
+                raise BookieConnectionError(f"bookie {self.address} closed the connection")
+            frames.feed(data)
 
     def _fail_all(self, error: BaseException) -> None:
         if self._closed is None:

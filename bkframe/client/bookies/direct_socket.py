@@ -1,5 +1,5 @@
 """A bookie connection's socket used directly, beside its stream, where that saves a
-scheduler pass per message: a send from the task that submits a request
+scheduler pass per message (:mod:`bkframe.common.socket_io`, as the bookie does): a send from the task that submits a request
 (:meth:`BookieClient._enqueue <bkframe.client.bookies.connection.BookieClient._enqueue>`) and a
 receive that waits until the socket is readable (the connection's receive loop).
 
@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import anyio
 import anyio.abc
 import sniffio
 
 from bkframe.client.bookies.asyncio_stream import AsyncioStream
+from bkframe.common.socket_io import ReadWhenReadable, send_now
 from bkframe.core.interfaces import Buffer
 
 
@@ -38,36 +40,17 @@ def _trio_socket(stream: anyio.abc.ByteStream) -> socket.socket | None:
 
 def nonblocking_send(stream: anyio.abc.ByteStream) -> Callable[[Buffer], int] | None:
     """A function that sends what it can of its argument now and returns how many bytes that
-    was (0, or BlockingIOError, when the socket takes nothing; OSError when it is broken);
-    None when ``stream`` has none."""
+    was (0 when the socket takes nothing, or is broken: the send loop then says so); None
+    when ``stream`` has none."""
     if isinstance(stream, AsyncioStream):
         return stream.send_nowait
     sock = _trio_socket(stream)
-    return sock.send if sock is not None else None
+    return partial(send_now, sock) if sock is not None else None
 
 
 def readable_receiver(stream: anyio.abc.ByteStream) -> Callable[[int], Awaitable[bytes]] | None:
-    """Under trio, a receive that waits until the socket is readable, then reads it; after a
-    read that filled its buffer, more is likely waiting, and the next read goes first. None
-    for other streams (they receive through the stream)."""
+    """Under trio, a receive that waits until the socket is readable, then reads it
+    (:class:`~bkframe.common.socket_io.ReadWhenReadable`: empty once the bookie closed the
+    connection); None for other streams (they receive through the stream)."""
     sock = _trio_socket(stream)
-    if sock is None:
-        return None
-    full = False
-
-    async def receive(size: int) -> bytes:
-        nonlocal full
-        while True:
-            if not full:
-                await anyio.wait_readable(sock)
-            try:
-                data = sock.recv(size)
-            except BlockingIOError:
-                full = False  # (woken with nothing to read after all)
-                continue
-            if not data:
-                raise anyio.EndOfStream
-            full = len(data) == size
-            return data
-
-    return receive
+    return ReadWhenReadable(sock, anyio.wait_readable).receive if sock is not None else None
