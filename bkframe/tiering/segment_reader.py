@@ -8,17 +8,24 @@ column chunk of the one row group the footer's statistics point to. Rows come ba
 connector's Arrow columns (what ``LogReader.arrow_batches`` gives for the same range) or as
 :class:`~bkframe.client.logs.model.LogEntry` objects, equal to the hot reader's.
 
-Two drivers over the same plan: :class:`SegmentObjectReader` blocks (worker threads, Spark
-tasks) and calls the tier directly; :class:`AsyncSegmentObjectReader` calls it through an
-:class:`~bkframe.tiering.async_tier.AsyncTier` (limiter, deadlines) and decodes in
-worker threads.
+The reading is written once, sans-IO: a :class:`SegmentPlan` decides which byte ranges to
+fetch, parses the footer, cuts the rows and counts the fetches, and asks its driver for each
+effect by yielding a step (:class:`Head`, :class:`Get`, :class:`Work`, :class:`Emit`). The
+two drivers only perform the steps: :class:`SegmentObjectReader` blocks (worker threads,
+Spark tasks) and calls the tier directly; :class:`AsyncSegmentObjectReader` calls it through
+an :class:`~bkframe.tiering.async_tier.AsyncTier` (limiter, deadlines) and runs the
+:class:`Work` (parsing, decoding) in worker threads. A blocking and an async read of the
+same object thus fetch the same ranges and give the same rows, by construction.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
+from functools import partial
+from typing import Any, TypeVar
 
 import anyio
+import attrs
 import numpy as np
 import pyarrow as pa
 
@@ -39,10 +46,148 @@ from bkframe.tiering.footer import (
 from bkframe.tiering.object_format import FLAGS, event_times, object_schema
 from bkframe.tiering.ranged_file import Fetches
 
+T = TypeVar("T")
+
 
 def connector_columns() -> list[str]:
     """The columns a read returns by default: the connector's (no ``flags``)."""
     return list(log_columns.schema().names)
+
+
+# -- the steps a plan asks its driver for ---------------------------------------------------
+
+
+@attrs.frozen
+class Head:
+    """The object's size is not known: answer with the tier's ``head`` of it (None if absent)."""
+
+
+@attrs.frozen
+class Get:
+    """Answer with bytes ``offset..offset+length`` of the object (one ranged get)."""
+
+    offset: int
+    length: int
+
+
+@attrs.frozen
+class Work:
+    """Answer with ``call()``: CPU work (parsing, decoding) that the async driver moves off the
+    event loop, so it is a step and not a plain call."""
+
+    call: Callable[[], object]
+
+
+@attrs.frozen
+class Emit:
+    """Rows for the caller of a streaming read (answered with None)."""
+
+    batches: list[pa.RecordBatch]
+
+
+Step = Head | Get | Work | Emit
+#: A plan: a generator of steps, each sent back its answer, returning ``T``. The answers'
+#: types differ by step, hence ``Any``; only :meth:`SegmentPlan._get`, :meth:`SegmentPlan._size_by_head` and
+#: :func:`_work` receive them, and each gives its caller a typed value.
+Plan = Generator[Step, Any, T]
+
+
+class SegmentPlan:
+    """What reading object ``key`` (in the tier at ``uri``) takes, without doing any I/O: the
+    footer (read once, kept), the last row group decoded, and the fetches made so far. Each
+    public method returns a plan for one read, for a driver to run."""
+
+    def __init__(
+        self,
+        key: str,
+        uri: str,
+        *,
+        size: int | None = None,
+        footer: ObjectFooter | None = None,
+        footer_crc32c: int | None = None,
+    ) -> None:
+        self.key, self.uri = key, uri
+        self._size = size
+        self._footer = footer
+        self._footer_crc = footer_crc32c
+        #: What the reads fetched: ranged gets and their bytes.
+        self.fetches = Fetches()
+        self._last = _LastGroup()
+
+    def footer(self) -> Plan[ObjectFooter]:
+        if self._footer is None:
+            size = self._size if self._size is not None else (yield from self._size_by_head())
+            offset, length = tail_range(size)
+            tail = yield from self._get(offset, length)
+            start = footer_start(self.key, size, tail)
+            if start < offset:
+                tail, offset = (yield from self._get(start, offset - start)) + tail, start
+            check_footer_crc(self.key, tail[start - offset :], self._footer_crc)
+            self._footer = yield from _work(partial(ObjectFooter.parse, self.key, size, offset, tail))
+        return self._footer
+
+    def batches(self, first: int, last: int, columns: Sequence[str] | None = None) -> Plan[None]:
+        """Entries ``first..last`` (inclusive) as record batches of ``columns`` (default:
+        the connector's), emitted one row group at a time."""
+        footer = yield from self.footer()
+        for group in _plan(footer, first, last):
+            rows = yield from self._rows(footer, group, first, last, columns)
+            yield Emit(rows.to_batches())
+
+    def read_table(self, first: int, last: int, columns: Sequence[str] | None = None) -> Plan[pa.Table]:
+        footer = yield from self.footer()
+        batches: list[pa.RecordBatch] = []
+        for group in _plan(footer, first, last):
+            batches += (yield from self._rows(footer, group, first, last, columns)).to_batches()
+        return pa.Table.from_batches(batches, schema=_schema(columns))
+
+    def entries(self, first: int, last: int) -> Plan[list[LogEntry]]:
+        """Entries ``first..last`` as the log reader gives them."""
+        table = yield from self.read_table(first, last, [*connector_columns(), FLAGS])
+        return (yield from _work(partial(log_entries, table)))
+
+    def entry_at_time(self, timestamp: int) -> Plan[int | None]:
+        """The first entry whose timestamp is at or after ``timestamp`` (ms), or None if
+        every entry is earlier (or has none: a raw segment)."""
+        footer = yield from self.footer()
+        group = footer.group_at_time(timestamp)
+        if group is None:
+            return None
+        lo, hi = group.columns["timestamp"]
+        data = yield from self._get(lo, hi - lo)
+        table = yield from _work(partial(footer.decode, group, {lo: data}, ["timestamp"]))
+        return _first_at(table, group, timestamp)
+
+    def _rows(
+        self, footer: ObjectFooter, group: RowGroupSpan, first: int, last: int, columns: Sequence[str] | None
+    ) -> Plan[pa.Table]:
+        """Rows ``first..last`` of ``group``, from the row group decoded last if it is this one."""
+        decoded = _with_ids(columns)
+        table = self._last.get(group, decoded)
+        if table is None:
+            data = yield from self._get(group.start, group.size)
+            table = yield from _work(partial(footer.decode, group, {group.start: data}, decoded))
+            self._last.put(group, decoded, table)
+        return _cut(table, group, first, last, columns)
+
+    def _size_by_head(self) -> Plan[int]:
+        info: ObjectInfo | None = yield Head()
+        return _size_of(self.key, self.uri, info)
+
+    def _get(self, offset: int, length: int) -> Plan[bytes]:
+        # Counted here, in the plan, so that every driver counts the same.
+        data = checked(self.key, offset, length, (yield Get(offset, length)))
+        self.fetches.requests += 1
+        self.fetches.bytes += len(data)
+        return data
+
+
+def _work(call: Callable[[], T]) -> Plan[T]:
+    result: T = yield Work(call)
+    return result
+
+
+# -- the drivers: they perform the steps, nothing else ------------------------------------
 
 
 class SegmentObjectReader:
@@ -60,61 +205,61 @@ class SegmentObjectReader:
         footer_crc32c: int | None = None,
     ) -> None:
         self.tier, self.key = tier, key
-        self._size = size
-        self._footer = footer
-        self._footer_crc = footer_crc32c
-        #: What this reader fetched: ranged gets and their bytes.
-        self.fetches = Fetches()
-        self._last = _LastGroup()
+        self.plan = SegmentPlan(key, tier.uri, size=size, footer=footer, footer_crc32c=footer_crc32c)
+
+    @property
+    def fetches(self) -> Fetches:
+        """What this reader fetched: ranged gets and their bytes."""
+        return self.plan.fetches
 
     def footer(self) -> ObjectFooter:
-        if self._footer is None:
-            size = self._size if self._size is not None else _size_of(self.key, self.tier.uri, self.tier.head(self.key))
-            offset, length = tail_range(size)
-            tail = self._get(offset, length)
-            start = footer_start(self.key, size, tail)
-            if start < offset:
-                tail, offset = self._get(start, offset - start) + tail, start
-            check_footer_crc(self.key, tail[start - offset :], self._footer_crc)
-            self._footer = ObjectFooter.parse(self.key, size, offset, tail)
-        return self._footer
+        return self._run(self.plan.footer())
 
     def batches(self, first: int, last: int, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
         """Entries ``first..last`` (inclusive) as record batches of ``columns`` (default:
         the connector's), one row group at a time."""
-        footer = self.footer()
-        decoded = _with_ids(columns)
-        for group in _plan(footer, first, last):
-            table = self._last.get(group, decoded)
-            if table is None:
-                table = footer.decode(group, {group.start: self._get(group.start, group.size)}, decoded)
-                self._last.put(group, decoded, table)
-            yield from _cut(table, group, first, last, columns).to_batches()
+        plan = self.plan.batches(first, last, columns)
+        answer: object = None
+        while True:
+            try:
+                step = plan.send(answer)
+            except StopIteration:
+                return
+            if isinstance(step, Emit):
+                yield from step.batches
+                answer = None
+            else:
+                answer = self._perform(step)
 
     def read_table(self, first: int, last: int, columns: Sequence[str] | None = None) -> pa.Table:
-        batches = list(self.batches(first, last, columns))
-        return pa.Table.from_batches(batches, schema=_schema(columns))
+        return self._run(self.plan.read_table(first, last, columns))
 
     def entries(self, first: int, last: int) -> list[LogEntry]:
         """Entries ``first..last`` as the log reader gives them."""
-        return log_entries(self.read_table(first, last, [*connector_columns(), FLAGS]))
+        return self._run(self.plan.entries(first, last))
 
     def entry_at_time(self, timestamp: int) -> int | None:
         """The first entry whose timestamp is at or after ``timestamp`` (ms), or None if
         every entry is earlier (or has none: a raw segment)."""
-        footer = self.footer()
-        group = footer.group_at_time(timestamp)
-        if group is None:
-            return None
-        lo, hi = group.columns["timestamp"]
-        table = footer.decode(group, {lo: self._get(lo, hi - lo)}, ["timestamp"])
-        return _first_at(table, group, timestamp)
+        return self._run(self.plan.entry_at_time(timestamp))
 
-    def _get(self, offset: int, length: int) -> bytes:
-        data = checked(self.key, offset, length, self.tier.get_range(self.key, offset, length))
-        self.fetches.requests += 1
-        self.fetches.bytes += len(data)
-        return data
+    def _run(self, plan: Plan[T]) -> T:
+        answer: object = None
+        while True:
+            try:
+                step = plan.send(answer)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+            assert not isinstance(step, Emit), "only batches() emits rows"
+            answer = self._perform(step)
+
+    def _perform(self, step: Head | Get | Work) -> object:
+        if isinstance(step, Head):
+            return self.tier.head(self.key)
+        if isinstance(step, Get):
+            return self.tier.get_range(self.key, step.offset, step.length)
+        return step.call()
 
 
 class AsyncSegmentObjectReader:
@@ -131,55 +276,62 @@ class AsyncSegmentObjectReader:
         footer_crc32c: int | None = None,
     ) -> None:
         self.tier, self.key = tier, key
-        self._size = size
-        self._footer = footer
-        self._footer_crc = footer_crc32c
-        self._last = _LastGroup()
+        self.plan = SegmentPlan(key, tier.uri, size=size, footer=footer, footer_crc32c=footer_crc32c)
+
+    @property
+    def fetches(self) -> Fetches:
+        """What this reader fetched: ranged gets and their bytes."""
+        return self.plan.fetches
 
     async def footer(self) -> ObjectFooter:
-        if self._footer is None:
-            size = self._size if self._size is not None else _size_of(self.key, self.tier.uri, await self.tier.head(self.key))
-            offset, length = tail_range(size)
-            tail = await self._get(offset, length)
-            start = footer_start(self.key, size, tail)
-            if start < offset:
-                tail, offset = await self._get(start, offset - start) + tail, start
-            check_footer_crc(self.key, tail[start - offset :], self._footer_crc)
-            self._footer = await anyio.to_thread.run_sync(ObjectFooter.parse, self.key, size, offset, tail)
-        return self._footer
+        return await self._run(self.plan.footer())
 
     async def batches(self, first: int, last: int, columns: Sequence[str] | None = None) -> AsyncIterator[pa.RecordBatch]:
-        footer = await self.footer()
-        decoded = _with_ids(columns)
-        for group in _plan(footer, first, last):
-            table = self._last.get(group, decoded)
-            if table is None:
-                data = await self._get(group.start, group.size)
-                table = await anyio.to_thread.run_sync(footer.decode, group, {group.start: data}, decoded)
-                self._last.put(group, decoded, table)
-            for batch in _cut(table, group, first, last, columns).to_batches():
-                yield batch
+        """Entries ``first..last`` (inclusive) as record batches of ``columns`` (default:
+        the connector's), one row group at a time."""
+        plan = self.plan.batches(first, last, columns)
+        answer: object = None
+        while True:
+            try:
+                step = plan.send(answer)
+            except StopIteration:
+                return
+            if isinstance(step, Emit):
+                for batch in step.batches:
+                    yield batch
+                answer = None
+            else:
+                answer = await self._perform(step)
 
     async def read_table(self, first: int, last: int, columns: Sequence[str] | None = None) -> pa.Table:
-        batches = [b async for b in self.batches(first, last, columns)]
-        return pa.Table.from_batches(batches, schema=_schema(columns))
+        return await self._run(self.plan.read_table(first, last, columns))
 
     async def entries(self, first: int, last: int) -> list[LogEntry]:
-        table = await self.read_table(first, last, [*connector_columns(), FLAGS])
-        return await anyio.to_thread.run_sync(log_entries, table)
+        """Entries ``first..last`` as the log reader gives them."""
+        return await self._run(self.plan.entries(first, last))
 
     async def entry_at_time(self, timestamp: int) -> int | None:
-        footer = await self.footer()
-        group = footer.group_at_time(timestamp)
-        if group is None:
-            return None
-        lo, hi = group.columns["timestamp"]
-        data = await self._get(lo, hi - lo)
-        table = await anyio.to_thread.run_sync(footer.decode, group, {lo: data}, ["timestamp"])
-        return _first_at(table, group, timestamp)
+        """The first entry whose timestamp is at or after ``timestamp`` (ms), or None if
+        every entry is earlier (or has none: a raw segment)."""
+        return await self._run(self.plan.entry_at_time(timestamp))
 
-    async def _get(self, offset: int, length: int) -> bytes:
-        return checked(self.key, offset, length, await self.tier.get_range(self.key, offset, length))
+    async def _run(self, plan: Plan[T]) -> T:
+        answer: object = None
+        while True:
+            try:
+                step = plan.send(answer)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+            assert not isinstance(step, Emit), "only batches() emits rows"
+            answer = await self._perform(step)
+
+    async def _perform(self, step: Head | Get | Work) -> object:
+        if isinstance(step, Head):
+            return await self.tier.head(self.key)
+        if isinstance(step, Get):
+            return await self.tier.get_range(self.key, step.offset, step.length)
+        return await anyio.to_thread.run_sync(step.call)
 
 
 class _LastGroup:

@@ -187,6 +187,35 @@ async def test_a_read_fetches_the_footer_and_only_the_row_groups_it_needs(offloa
     assert footer.content.min_ts == min(times) and footer.content.max_ts == max(times)
 
 
+async def test_the_blocking_and_async_readers_run_one_plan_alike(offloaded: Offloaded) -> None:
+    """Both readers drive the same SegmentPlan: on one object, the same reads give the same
+    rows from the same fetches, and the count is the tier's own."""
+    w = offloaded.segments[1]
+    tier = AsyncTier(tier_of(offloaded))
+    blocking = SegmentObjectReader(tier_of(offloaded), w.summary.key)  # no size: a head first
+    in_loop = AsyncSegmentObjectReader(tier, w.summary.key)
+    footer = blocking.footer()
+    assert (await in_loop.footer()).groups == footer.groups
+    assert blocking.fetches == in_loop.fetches and in_loop.fetches.requests == tier.gets
+    group = footer.groups[1]
+    mid = (group.first_entry_id + group.last_entry_id) // 2
+    ranges = [(mid, mid), (mid + 1, group.last_entry_id), (group.last_entry_id - 3, group.last_entry_id + 3)]
+    for first, last in [*ranges, (0, w.segment.last_entry_id)]:
+        assert blocking.read_table(first, last).equals(await in_loop.read_table(first, last))
+        assert blocking.entries(first, last) == await in_loop.entries(first, last) == w.hot_entries[first : last + 1]
+        assert blocking.fetches == in_loop.fetches
+    for first, last in ranges:
+        columns = ["entry_id", "payload"]
+        expected = list(blocking.batches(first, last, columns))
+        assert [b async for b in in_loop.batches(first, last, columns)] == expected and len(expected) >= 1
+        assert blocking.fetches == in_loop.fetches
+    times = [e.timestamp for e in w.hot_entries if e.timestamp is not None]
+    for ms in (min(times) - 1, times[333], max(times) + 1):
+        assert blocking.entry_at_time(ms) == await in_loop.entry_at_time(ms)
+    assert blocking.fetches == in_loop.fetches and in_loop.fetches.requests == tier.gets
+    assert blocking.fetches.requests > 1 + len(ranges)
+
+
 def damaged(offloaded: Offloaded, root: Path, change: bytes) -> tuple[FilesystemTier, str]:
     """A tier holding ``change`` under segment 0's key."""
     tier = FilesystemTier(root, create=True)
