@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Self, TypeVar, TypeVarTuple, cast
 
 import anyio
@@ -23,20 +24,17 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from bkframe.client.blocking_tail import BlockingTail, singly
-from bkframe.client.client import Client, open_client
+from bkframe.client.client import Client
 from bkframe.client.logs import columns
 from bkframe.client.logs.model import EARLIEST, LogEntry, Position, Where
 from bkframe.client.logs.reader import LogReader
 from bkframe.client.logs.writer import LogWriter
 from bkframe.client.read_handle import Entry, ReadHandle
 from bkframe.client.run_ahead import RunAhead
-from bkframe.client.settings import ClientSettings
 from bkframe.client.write_handle import WriteHandle
-from bkframe.core.plugin_manager import PluginManager
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from prometheus_client import CollectorRegistry
 
 
 T = TypeVar("T")
@@ -51,20 +49,19 @@ class ClientBase:
 
     def __init__(
         self,
+        open_: Callable[[], AbstractAsyncContextManager[Client]],
         metadata_uri: str,
         *,
-        plugins: PluginManager | None = None,
-        settings: ClientSettings | None = None,
-        metrics_registry: CollectorRegistry | None = None,
         timeout_s: float | None = None,
         loop: str = "trio",
-        **overrides: Any,
     ) -> None:
+        """Run ``open_()`` (``open_client`` with the caller's arguments) in a thread of its own.
+        The keyword-only parameters here are what ``connect`` takes besides ``open_client``'s,
+        declared once: :func:`~bkframe.client.blocking.connect` adds them to its signature."""
         if loop not in LOOPS:
             raise ValueError(f"loop={loop!r}: the blocking client runs its event loop on one of {', '.join(LOOPS)}")
         self._loop = loop
-        self._uri = metadata_uri
-        self._options: dict[str, Any] = dict(overrides, plugins=plugins, settings=settings, metrics_registry=metrics_registry)
+        self._open = open_
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._client: Client | None = None
@@ -87,7 +84,7 @@ class ClientBase:
                 self._ready.set()
 
     async def _main(self) -> None:
-        async with open_client(self._uri, **self._options) as client, anyio.create_task_group() as nursery:
+        async with self._open() as client, anyio.create_task_group() as nursery:
             self._client = client
             self._nursery = nursery
             self._token = anyio.lowlevel.current_token()
