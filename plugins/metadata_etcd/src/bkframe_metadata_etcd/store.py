@@ -30,6 +30,7 @@ import requests
 from etcd3gw.client import Etcd3Client
 from etcd3gw.exceptions import Etcd3Exception
 
+from bkframe.core.heartbeat import Heartbeat
 from bkframe.core.interfaces import Spawner
 from bkframe.core.interfaces.metadata_store import LogChange, check_log_changes
 from bkframe.core.metadata import BookieInfo, ClusterRecord, Versioned, id_in_use
@@ -81,8 +82,7 @@ class EtcdRegistration:
         self.replace = replace
         self._ttl = max(2, math.ceil(ttl_s))
         self._lease: Any = None
-        self._scope = anyio.CancelScope()
-        self._stopped = anyio.Event()
+        self._heartbeats = Heartbeat()
 
     def _key(self) -> bytes:
         return f"{self._store.root}/bookies/{self.info.bookie_id}".encode()
@@ -124,20 +124,18 @@ class EtcdRegistration:
             log.warning("bookie %s registered again with a new lease", self.info.bookie_id)
 
     async def _heartbeat(self) -> None:
+        await self._heartbeats.run(lambda: self._ttl / 3, self._renew)
+
+    async def _renew(self) -> bool:
         try:
-            with self._scope:
-                while True:
-                    await anyio.sleep(self._ttl / 3)
-                    try:
-                        await self._store._call(self._refresh)
-                    except BookieIdInUseError as e:
-                        log.error("bookie %s cannot register again: %s", self.info.bookie_id, e)
-                        self._lease = None
-                    except Exception as e:  # noqa: BLE001 - never fatal: retried at the next beat
-                        log.warning("bookie %s: lease keep-alive failed: %s", self.info.bookie_id, e)
-                        self._lease = None
-        finally:
-            self._stopped.set()
+            await self._store._call(self._refresh)
+        except BookieIdInUseError as e:
+            log.error("bookie %s cannot register again: %s", self.info.bookie_id, e)
+            self._lease = None
+        except Exception as e:  # noqa: BLE001 - never fatal: retried at the next beat
+            log.warning("bookie %s: lease keep-alive failed: %s", self.info.bookie_id, e)
+            self._lease = None
+        return True  # a registration is never given up: a lost lease is put again
 
     async def set_read_only(self, read_only: bool) -> None:
         self.info = attrs.evolve(self.info, read_only=read_only)
@@ -151,8 +149,7 @@ class EtcdRegistration:
         await self._store._call(put)
 
     async def aclose(self) -> None:
-        self._scope.cancel()
-        await self._stopped.wait()
+        await self._heartbeats.stop()
 
         def revoke_ours(client: Etcd3Client) -> None:
             if self._lease is not None:
