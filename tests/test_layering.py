@@ -75,6 +75,7 @@ CORE_CONTRACTS: dict[str, str] = {
     "bkframe.core.metadata": "the metadata model every store keeps and every part reads",
     "bkframe.core.ledger_keys": "what a ledger's password becomes: the master key bookies check, the hash metadata keeps",
     "bkframe.core.counters": "the counters plugins report into (journal and storage bytes, fsyncs)",
+    "bkframe.core.heartbeat": "the keep-alive MetadataStore asks to run in the holder's nursery until a lease is closed",
     "bkframe.core.errors": "the errors plugins raise and the bookie and client catch, under one root (bkframe.errors)",
 }
 #: The reference storage plugins (docs/plugins.md): distributions written against the plugin

@@ -5,14 +5,16 @@ A third-party plugin needs nothing of bkframe beyond this package and
 :mod:`bkframe.storage_kit` (helpers for files on disk); ``from bkframe.core import ...``
 names every part of that surface (``__all__``), each defined in its own module here:
 :mod:`.hookspecs`, :mod:`.registry`, :mod:`.interfaces` (one module per protocol),
-:mod:`.config`, :mod:`.counters`, :mod:`.metadata` (the ledger and log model a metadata
-store keeps) and :mod:`.ledger_keys`. docs/plugins.md is the guide.
+:mod:`.config`, :mod:`.counters`, :mod:`.heartbeat` (a lease's keep-alive), :mod:`.metadata`
+(the ledger and log model a metadata store keeps) and :mod:`.ledger_keys`. docs/plugins.md
+is the guide.
 """
 
 from __future__ import annotations
 
 from bkframe.core.config import NoConfig, above, at_least, at_most, between, directory_field
 from bkframe.core.counters import Counters, Histogram
+from bkframe.core.heartbeat import Heartbeat
 from bkframe.core.hookspecs import hookimpl
 from bkframe.core.interfaces import Buffer, Spawner
 from bkframe.core.interfaces.auth import AuthenticationError, AuthProvider, Peer
@@ -43,6 +45,7 @@ __all__ = [
     "Counters",
     "DurabilityPolicy",
     "EntryLogManager",
+    "Heartbeat",
     "Histogram",
     "InvalidKeyError",
     "Journal",

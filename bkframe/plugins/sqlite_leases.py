@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import attrs
 
+from bkframe.core.heartbeat import Heartbeat
 from bkframe.core.metadata import BookieInfo
 
 log = logging.getLogger("bkframe.metadata.sqlite")
@@ -93,51 +94,65 @@ class _Store(Protocol):
     ) -> None: ...
 
 
-class SqliteRegistration:
+class _Lease:
+    """What a registration and a lock share: their row is renewed from the holder's nursery
+    (:meth:`_heartbeat`) every third of the TTL, timed from the start of the last renewal
+    (:func:`next_renewal_in`), and each renewal says whether the row is still held."""
+
+    def __init__(self, store: _Store, ttl_s: float) -> None:
+        self._store = store
+        self._ttl = ttl_s
+        self._heartbeats = Heartbeat()
+        #: When the last renewal started and when one last got through (set as the heartbeat starts).
+        self._started = self._renewed = 0.0
+
+    async def _heartbeat(self) -> None:
+        self._renewed = self._started = time.monotonic()
+        await self._heartbeats.run(lambda: next_renewal_in(self._started, self._ttl), self._beat)
+
+    async def _beat(self) -> bool:
+        self._started = time.monotonic()
+        return await self._renew_lease()
+
+    async def _renew_lease(self) -> bool:
+        """One renewal; False once the row is no longer held (the heartbeat stops)."""
+        raise NotImplementedError
+
+
+class SqliteRegistration(_Lease):
     """Keeps a bookie's row alive until closed; the heartbeat runs in the holder's nursery."""
 
     def __init__(self, store: _Store, info: BookieInfo, ttl_s: float) -> None:
-        self._store = store
+        super().__init__(store, ttl_s)
         self.info = info
-        self._ttl = ttl_s
-        self._scope = anyio.CancelScope()
-        self._stopped = anyio.Event()
 
-    async def _heartbeat(self) -> None:
-        renewed = started = time.monotonic()
+    async def _renew_lease(self) -> bool:
         try:
-            with self._scope:
-                while True:
-                    await anyio.sleep(next_renewal_in(started, self._ttl))
-                    started = time.monotonic()
-                    try:
-                        await self._store._upsert_bookie(self.info, self._ttl, lease=True)
-                    except Exception as e:  # noqa: BLE001 - never fatal: a lost heartbeat only expires the row
-                        # Keep trying: the row comes back as soon as the store answers again.
-                        log.warning("bookie %s: registration heartbeat failed: %s", self.info.bookie_id, e)
-                        continue
-                    now = time.monotonic()
-                    if now - renewed > self._ttl:
-                        # The row was gone for a while: others saw no bookie (an auditor may
-                        # have started its grace). Say so, or the gap is invisible.
-                        log.warning(
-                            "bookie %s: registration renewed %.1f s after the last one (TTL %.1f s): it "
-                            "expired in between (the store or this process was too slow)",
-                            self.info.bookie_id,
-                            now - renewed,
-                            self._ttl,
-                        )
-                    renewed = now
-        finally:
-            self._stopped.set()
+            await self._store._upsert_bookie(self.info, self._ttl, lease=True)
+        except Exception as e:  # noqa: BLE001 - never fatal: a lost heartbeat only expires the row
+            # Keep trying: the row comes back as soon as the store answers again.
+            log.warning("bookie %s: registration heartbeat failed: %s", self.info.bookie_id, e)
+            return True
+        now = time.monotonic()
+        if now - self._renewed > self._ttl:
+            # The row was gone for a while: others saw no bookie (an auditor may have
+            # started its grace). Say so, or the gap is invisible.
+            log.warning(
+                "bookie %s: registration renewed %.1f s after the last one (TTL %.1f s): it "
+                "expired in between (the store or this process was too slow)",
+                self.info.bookie_id,
+                now - self._renewed,
+                self._ttl,
+            )
+        self._renewed = now
+        return True
 
     async def set_read_only(self, read_only: bool) -> None:
         self.info = attrs.evolve(self.info, read_only=read_only)
         await self._store._upsert_bookie(self.info, self._ttl)
 
     async def aclose(self) -> None:
-        self._scope.cancel()
-        await self._stopped.wait()
+        await self._heartbeats.stop()
 
         def delete_ours(db: sqlite3.Connection) -> None:
             # Only our own row: after an expiry the id may be another bookie's.
@@ -148,43 +163,33 @@ class SqliteRegistration:
         await self._store._transaction(delete_ours)
 
 
-class SqliteLock:
+class SqliteLock(_Lease):
     """A held lock row; the heartbeat (in the holder's nursery) pushes its expiry forward and
     sets ``lost`` if the row is no longer ours or could not be renewed for a whole TTL."""
 
     def __init__(self, store: _Store, name: str, holder: str, token: str, ttl_s: float) -> None:
-        self._store = store
+        super().__init__(store, ttl_s)
         self.name = name
         self.holder = holder
         self._token = token
-        self._ttl = ttl_s
         self.lost = anyio.Event()
-        self._scope = anyio.CancelScope()
-        self._stopped = anyio.Event()
 
-    async def _heartbeat(self) -> None:
-        renewed = started = time.monotonic()
+    async def _renew_lease(self) -> bool:
         try:
-            with self._scope:
-                while True:
-                    await anyio.sleep(next_renewal_in(started, self._ttl))
-                    started = time.monotonic()
-                    try:
-                        ours = await self._store._call(self._renew, lease=True)
-                    except Exception as e:  # noqa: BLE001 - retried until the TTL is over
-                        log.warning("lock %s: heartbeat failed: %s", self.name, e)
-                        if time.monotonic() - renewed < self._ttl:
-                            continue
-                        ours = False  # others may take it by now
-                    if not ours:
-                        log.warning("lock %s of %s expired while held", self.name, self.holder)
-                        self.lost.set()
-                        return
-                    renewed = time.monotonic()
-        finally:
-            self._stopped.set()
+            ours = await self._store._call(self._push_expiry, lease=True)
+        except Exception as e:  # noqa: BLE001 - retried until the TTL is over
+            log.warning("lock %s: heartbeat failed: %s", self.name, e)
+            if time.monotonic() - self._renewed < self._ttl:
+                return True
+            ours = False  # others may take it by now
+        if not ours:
+            log.warning("lock %s of %s expired while held", self.name, self.holder)
+            self.lost.set()
+            return False
+        self._renewed = time.monotonic()
+        return True
 
-    def _renew(self, db: sqlite3.Connection) -> bool:
+    def _push_expiry(self, db: sqlite3.Connection) -> bool:
         cur = db.execute(
             "UPDATE locks SET boot = :boot, expires_mono = :expires_mono, expires_at = :expires_at "
             f"WHERE name = :name AND token = :token AND {LIVE}",
@@ -193,7 +198,6 @@ class SqliteLock:
         return cur.rowcount == 1
 
     async def release(self) -> None:
-        self._scope.cancel()
-        await self._stopped.wait()
+        await self._heartbeats.stop()
         # Only our own row: after an expiry the name may belong to someone else.
         await self._store._call(lambda db: db.execute("DELETE FROM locks WHERE name = ? AND token = ?", (self.name, self._token)))

@@ -166,6 +166,6 @@ async def test_a_slow_renewal_is_followed_by_the_next_at_once(nursery: trio.Nurs
     with trio.fail_after(10):
         while len(starts) < 3:
             await trio.sleep(0.01)
-    registration._scope.cancel()
+    await registration._heartbeats.stop()
     assert starts[1] - starts[0] < 0.8 * ttl + 0.2, starts  # at once after the slow one
     assert starts[2] - starts[1] > ttl / 3 - 0.05, starts  # then every third of the TTL again

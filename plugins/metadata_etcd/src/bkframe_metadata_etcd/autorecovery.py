@@ -34,6 +34,7 @@ from etcd3gw.client import Etcd3Client
 from etcd3gw.exceptions import Etcd3Exception
 from etcd3gw.lease import Lease
 
+from bkframe.core.heartbeat import Heartbeat
 from bkframe.core.interfaces import Spawner
 from bkframe.core.metadata import UnderReplicated
 from bkframe_metadata_etcd.kv import MAX_ID, count, id_items, prefix_end
@@ -67,41 +68,39 @@ class EtcdLock:
         self._lease = lease
         self._ttl = ttl
         self.lost = anyio.Event()
-        self._scope = anyio.CancelScope()
-        self._stopped = anyio.Event()
+        self._heartbeats = Heartbeat()
+        #: When the last keep-alive that got an answer was sent (set as the heartbeat starts).
+        self._alive_since = 0.0
 
     async def _keep_alive(self) -> None:
+        self._alive_since = time.monotonic()
+        await self._heartbeats.run(lambda: self._ttl / 3, self._renew)
+
+    async def _renew(self) -> bool:
         # The lease lasts at least a TTL from the last refresh that was *sent* and answered;
         # the holder gives up a third of a TTL before that, so that it has stopped acting
         # before etcd can expire the lease and another holder take the lock.
-        alive_since = time.monotonic()
         give_up_after = self._ttl * 2 / 3
-        try:
-            with self._scope:
-                while True:
-                    await anyio.sleep(self._ttl / 3)
-                    sent = time.monotonic()
-                    left: int | None = None
-                    # A hung request must not hide the lease's end: wait for it only as long
-                    # as the lease can still be alive.
-                    with anyio.move_on_after(max(0.0, alive_since + give_up_after - sent)):
-                        try:
-                            left = await self._store._call_once(lambda c: keep_alive(c, self._lease.id, self._ttl / 4))
-                        except (Etcd3Exception, requests.RequestException, OSError) as e:
-                            log.warning("lock %s: lease keep-alive failed: %s", self.name, e)
-                    if left is None and time.monotonic() - alive_since < give_up_after:
-                        continue
-                    if left is None or left <= 0:
-                        log.warning("lock %s of %s expired while held", self.name, self.holder)
-                        self.lost.set()
-                        return
-                    alive_since = sent
-        finally:
-            self._stopped.set()
+        sent = time.monotonic()
+        left: int | None = None
+        # A hung request must not hide the lease's end: wait for it only as long as the
+        # lease can still be alive.
+        with anyio.move_on_after(max(0.0, self._alive_since + give_up_after - sent)):
+            try:
+                left = await self._store._call_once(lambda c: keep_alive(c, self._lease.id, self._ttl / 4))
+            except (Etcd3Exception, requests.RequestException, OSError) as e:
+                log.warning("lock %s: lease keep-alive failed: %s", self.name, e)
+        if left is None and time.monotonic() - self._alive_since < give_up_after:
+            return True
+        if left is None or left <= 0:
+            log.warning("lock %s of %s expired while held", self.name, self.holder)
+            self.lost.set()
+            return False
+        self._alive_since = sent
+        return True
 
     async def release(self) -> None:
-        self._scope.cancel()
-        await self._stopped.wait()
+        await self._heartbeats.stop()
         # Revoking our lease deletes our key and nothing else (after an expiry the name may
         # be someone else's, on their lease). If it fails, the lease still ends with its TTL.
         try:

@@ -73,6 +73,20 @@ class EtcdLedgers:
         value, kv = found[0]
         return LedgerMetadata.deserialize(value, int(kv["version"])), int(kv["mod_revision"])
 
+    def _rewrite(self, client: Etcd3Client, ledger_id: int, requests: Callable[[LedgerMetadata], list[dict[str, Any]]]) -> None:
+        """One transaction of ``requests(stored metadata)``, compared with the ``mod_revision``
+        read, so that the index keys it writes or deletes are those of what is stored; read
+        and sent again until it goes through (the metadata moved or went since the read)."""
+        key = self._ledger(ledger_id)
+        while True:
+            found = self._stored(client, key)
+            if found is None:
+                raise NoSuchLedgerError(ledger_id)
+            stored, mod_revision = found
+            txn = {"compare": [_compare(key, "MOD", mod_revision)], "success": requests(stored), "failure": []}
+            if client.transaction(txn).get("succeeded", False):
+                return
+
     # -- ids -----------------------------------------------------------------------------------
 
     async def new_ledger_id(self) -> int:
@@ -138,49 +152,26 @@ class EtcdLedgers:
         ledger_id = metadata.ledger_id
         key = self._ledger(ledger_id)
 
-        def cas(client: Etcd3Client) -> None:
-            while True:
-                found = self._stored(client, key)
-                if found is None:
-                    raise NoSuchLedgerError(ledger_id)
-                stored, mod_revision = found
-                if stored.version != expected_version:
-                    raise BadVersionError(f"ledger {ledger_id} is at version {stored.version}, not {expected_version}")
-                old, new = stored.bookies(), metadata.bookies()
-                txn = {
-                    "compare": [_compare(key, "MOD", mod_revision)],
-                    "success": [
-                        _put(key, data),
-                        *(_put(self._index(b, ledger_id)) for b in sorted(new - old)),
-                        *(_delete(self._index(b, ledger_id)) for b in sorted(old - new)),
-                    ],
-                    "failure": [],
-                }
-                if client.transaction(txn).get("succeeded", False):
-                    return
-                # It moved or went since the read: read again to say which.
+        def update(stored: LedgerMetadata) -> list[dict[str, Any]]:
+            if stored.version != expected_version:
+                raise BadVersionError(f"ledger {ledger_id} is at version {stored.version}, not {expected_version}")
+            old, new = stored.bookies(), metadata.bookies()
+            return [
+                _put(key, data),
+                *(_put(self._index(b, ledger_id)) for b in sorted(new - old)),
+                *(_delete(self._index(b, ledger_id)) for b in sorted(old - new)),
+            ]
 
-        await self._call(cas)
+        await self._call(lambda c: self._rewrite(c, ledger_id, update))
         return LedgerMetadata.deserialize(data, expected_version + 1)
 
     async def delete_ledger(self, ledger_id: int) -> None:
         key = self._ledger(ledger_id)
 
-        def delete(client: Etcd3Client) -> None:
-            while True:
-                found = self._stored(client, key)
-                if found is None:
-                    raise NoSuchLedgerError(ledger_id)
-                stored, mod_revision = found
-                txn = {
-                    "compare": [_compare(key, "MOD", mod_revision)],
-                    "success": [_delete(key), *(_delete(self._index(b, ledger_id)) for b in sorted(stored.bookies()))],
-                    "failure": [],
-                }
-                if client.transaction(txn).get("succeeded", False):
-                    return
+        def delete(stored: LedgerMetadata) -> list[dict[str, Any]]:
+            return [_delete(key), *(_delete(self._index(b, ledger_id)) for b in sorted(stored.bookies()))]
 
-        await self._call(delete)
+        await self._call(lambda c: self._rewrite(c, ledger_id, delete))
 
     def _ceiling(self, client: Etcd3Client) -> int:
         """The largest id handed out (0 if none): where :func:`~bkframe_metadata_etcd.kv.id_items`

@@ -30,6 +30,7 @@ import requests
 from etcd3gw.client import Etcd3Client
 from etcd3gw.exceptions import Etcd3Exception
 
+from bkframe.core.heartbeat import Heartbeat
 from bkframe.core.interfaces import Spawner
 from bkframe.core.interfaces.metadata_store import LogChange, check_log_changes
 from bkframe.core.metadata import BookieInfo, ClusterRecord, Versioned, id_in_use
@@ -73,6 +74,24 @@ def parse_uri(uri: str) -> tuple[list[tuple[str, int]], str]:
     return endpoints, "/" + (root.strip("/") or "bkframe")
 
 
+def version_is(key: bytes, result: str, version: int) -> dict[str, Any]:
+    """A transaction's comparison of ``key``'s version (``"EQUAL"``, ``"GREATER"``, ...) with ``version``."""
+    return {"key": _b64(key), "result": result, "target": "VERSION", "version": version}
+
+
+def cas_put(
+    client: Etcd3Client, key: bytes, value: bytes, version: int, *, lease: int | None = None, also: Sequence[dict[str, Any]] = ()
+) -> bool:
+    """Put ``value`` if the key's version is ``version`` (0: the key must not exist) and each
+    comparison of ``also`` holds, in one transaction; whether it did. With ``lease``, the key
+    goes when that lease ends."""
+    put: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
+    if lease is not None:
+        put["lease"] = lease
+    txn = {"compare": [*also, version_is(key, "EQUAL", version)], "success": [{"request_put": put}], "failure": []}
+    return bool(client.transaction(txn).get("succeeded", False))
+
+
 class EtcdRegistration:
     def __init__(self, store: EtcdMetadataStore, info: BookieInfo, ttl_s: float, replace: BookieInfo | None = None) -> None:
         self._store = store
@@ -81,8 +100,7 @@ class EtcdRegistration:
         self.replace = replace
         self._ttl = max(2, math.ceil(ttl_s))
         self._lease: Any = None
-        self._scope = anyio.CancelScope()
-        self._stopped = anyio.Event()
+        self._heartbeats = Heartbeat()
 
     def _key(self) -> bytes:
         return f"{self._store.root}/bookies/{self.info.bookie_id}".encode()
@@ -102,12 +120,7 @@ class EtcdRegistration:
                     raise id_in_use(held, self.info)
                 version = int(kv["version"])
             lease = client.lease(ttl=self._ttl)
-            txn = {
-                "compare": [{"key": _b64(key), "result": "EQUAL", "target": "VERSION", "version": version}],
-                "success": [{"request_put": {"key": _b64(key), "value": _b64(self.info.serialize()), "lease": lease.id}}],
-                "failure": [],
-            }
-            if client.transaction(txn).get("succeeded", False):
+            if cas_put(client, key, self.info.serialize(), version, lease=lease.id):
                 self._lease = lease
                 self.replace = None
                 return
@@ -124,20 +137,18 @@ class EtcdRegistration:
             log.warning("bookie %s registered again with a new lease", self.info.bookie_id)
 
     async def _heartbeat(self) -> None:
+        await self._heartbeats.run(lambda: self._ttl / 3, self._renew)
+
+    async def _renew(self) -> bool:
         try:
-            with self._scope:
-                while True:
-                    await anyio.sleep(self._ttl / 3)
-                    try:
-                        await self._store._call(self._refresh)
-                    except BookieIdInUseError as e:
-                        log.error("bookie %s cannot register again: %s", self.info.bookie_id, e)
-                        self._lease = None
-                    except Exception as e:  # noqa: BLE001 - never fatal: retried at the next beat
-                        log.warning("bookie %s: lease keep-alive failed: %s", self.info.bookie_id, e)
-                        self._lease = None
-        finally:
-            self._stopped.set()
+            await self._store._call(self._refresh)
+        except BookieIdInUseError as e:
+            log.error("bookie %s cannot register again: %s", self.info.bookie_id, e)
+            self._lease = None
+        except Exception as e:  # noqa: BLE001 - never fatal: retried at the next beat
+            log.warning("bookie %s: lease keep-alive failed: %s", self.info.bookie_id, e)
+            self._lease = None
+        return True  # a registration is never given up: a lost lease is put again
 
     async def set_read_only(self, read_only: bool) -> None:
         self.info = attrs.evolve(self.info, read_only=read_only)
@@ -151,8 +162,7 @@ class EtcdRegistration:
         await self._store._call(put)
 
     async def aclose(self) -> None:
-        self._scope.cancel()
-        await self._stopped.wait()
+        await self._heartbeats.stop()
 
         def revoke_ours(client: Etcd3Client) -> None:
             if self._lease is not None:
@@ -213,16 +223,6 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
         return await anyio.to_thread.run_sync(run, limiter=self._limiter)
 
     @staticmethod
-    def _cas_put(client: Etcd3Client, key: bytes, value: bytes, version: int) -> bool:
-        """Put if the key's version is ``version`` (0: the key must not exist)."""
-        txn = {
-            "compare": [{"key": _b64(key), "result": "EQUAL", "target": "VERSION", "version": version}],
-            "success": [{"request_put": {"key": _b64(key), "value": _b64(value)}}],
-            "failure": [],
-        }
-        return bool(client.transaction(txn).get("succeeded", False))
-
-    @staticmethod
     def _get(client: Etcd3Client, key: bytes) -> tuple[bytes, int] | None:
         found = client.get(key, metadata=True)
         if not found:
@@ -234,7 +234,7 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
 
     async def init_cluster(self, record: ClusterRecord) -> bool:
         key = f"{self.root}/cluster".encode()
-        return await self._call(lambda c: self._cas_put(c, key, record.serialize(), 0))
+        return await self._call(lambda c: cas_put(c, key, record.serialize(), 0))
 
     async def read_cluster(self) -> ClusterRecord | None:
         found = await self._call(lambda c: self._get(c, f"{self.root}/cluster".encode()))
@@ -267,7 +267,7 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
     async def write_cookie(self, bookie_id: str, value: bytes, expected_version: int | None) -> int:
         key = f"{self.root}/cookies/{bookie_id}".encode()
         version = 0 if expected_version is None else expected_version
-        if expected_version == 0 or not await self._call(lambda c: self._cas_put(c, key, value, version)):
+        if expected_version == 0 or not await self._call(lambda c: cas_put(c, key, value, version)):
             raise BadVersionError(f"cookie of {bookie_id} is not at version {expected_version}")
         return version + 1
 
@@ -279,12 +279,22 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
     def _cursors(self, log: str) -> bytes:
         return f"{self.root}/logcursors/{log}/".encode()
 
-    @staticmethod
-    def _version_is(key: bytes, result: str, version: int) -> dict[str, Any]:
-        return {"key": _b64(key), "result": result, "target": "VERSION", "version": version}
+    async def _write_on_log(self, log: str, write: Callable[[Etcd3Client], bool], refused: str) -> None:
+        """``write``: one transaction on the log ``log`` or one of its cursors, compared with
+        the versions the caller expects. When it does not go through, the log is read to say
+        why: :class:`NoSuchLogError` if it is gone, else :class:`BadVersionError` (``refused``)."""
+
+        def run(client: Etcd3Client) -> None:
+            if write(client):
+                return
+            if self._get(client, self._log(log)) is None:
+                raise NoSuchLogError(log)
+            raise BadVersionError(refused)
+
+        await self._call(run)
 
     async def create_log(self, name: str, value: bytes) -> int:
-        if not await self._call(lambda c: self._cas_put(c, self._log(name), value, 0)):
+        if not await self._call(lambda c: cas_put(c, self._log(name), value, 0)):
             raise LogExistsError(name)
         return 1
 
@@ -295,16 +305,11 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
         return Versioned(found[0], found[1])
 
     async def update_log(self, name: str, value: bytes, expected_version: int) -> int:
-        key = self._log(name)
-
-        def cas(client: Etcd3Client) -> None:
-            if expected_version > 0 and self._cas_put(client, key, value, expected_version):
-                return
-            if self._get(client, key) is None:
-                raise NoSuchLogError(name)
-            raise BadVersionError(f"log {name!r} is not at version {expected_version}")
-
-        await self._call(cas)
+        await self._write_on_log(
+            name,
+            lambda c: expected_version > 0 and cas_put(c, self._log(name), value, expected_version),
+            f"log {name!r} is not at version {expected_version}",
+        )
         return expected_version + 1
 
     async def update_logs(self, changes: Sequence[LogChange]) -> list[int]:
@@ -324,7 +329,7 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
             # A version below 1 is never a stored one (etcd's start at 1; 0 is "absent"):
             # "LESS than 0" is never true, so such a change fails, as it must.
             matches = ("EQUAL", expected_version) if expected_version > 0 else ("LESS", 0)
-            txn["compare"].append(self._version_is(key, *matches))
+            txn["compare"].append(version_is(key, *matches))
             txn["success"].append({"request_put": {"key": _b64(key), "value": _b64(value)}})
             txn["failure"].append({"request_range": {"key": _b64(key)}})
 
@@ -347,11 +352,9 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
     async def delete_log(self, name: str, expected_version: int | None = None) -> None:
         key = self._log(name)
         prefix = self._cursors(name)
-        compare = (
-            self._version_is(key, "GREATER", 0) if expected_version is None else self._version_is(key, "EQUAL", expected_version)
-        )
+        compare = version_is(key, "GREATER", 0) if expected_version is None else version_is(key, "EQUAL", expected_version)
 
-        def delete(client: Etcd3Client) -> None:
+        def delete(client: Etcd3Client) -> bool:
             txn = {
                 "compare": [compare],
                 "success": [
@@ -360,13 +363,9 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
                 ],
                 "failure": [],
             }
-            if client.transaction(txn).get("succeeded", False):
-                return
-            if self._get(client, key) is None:
-                raise NoSuchLogError(name)
-            raise BadVersionError(f"log {name!r} is not at version {expected_version}")
+            return bool(client.transaction(txn).get("succeeded", False))
 
-        await self._call(delete)
+        await self._write_on_log(name, delete, f"log {name!r} is not at version {expected_version}")
 
     async def list_logs(self, *, start: str = "", limit: int | None = None) -> list[str]:
         prefix = f"{self.root}/logs/".encode()
@@ -386,23 +385,14 @@ class EtcdMetadataStore(EtcdLedgers, EtcdAutorecovery):
 
     async def write_cursor(self, log: str, cursor: str, value: bytes, expected_version: int | None) -> int:
         key = self._cursors(log) + cursor.encode()
-        log_key = self._log(log)
         version = 0 if expected_version is None else expected_version
-
-        def cas(client: Etcd3Client) -> None:
-            # The log must exist in the same transaction: a cursor never outlives its log.
-            txn = {
-                "compare": [self._version_is(log_key, "GREATER", 0), self._version_is(key, "EQUAL", version)],
-                "success": [{"request_put": {"key": _b64(key), "value": _b64(value)}}],
-                "failure": [],
-            }
-            if expected_version != 0 and client.transaction(txn).get("succeeded", False):
-                return
-            if self._get(client, log_key) is None:
-                raise NoSuchLogError(log)
-            raise BadVersionError(f"cursor {cursor!r} of log {log!r} is not at version {expected_version}")
-
-        await self._call(cas)
+        # The log must exist in the same transaction: a cursor never outlives its log.
+        log_exists = version_is(self._log(log), "GREATER", 0)
+        await self._write_on_log(
+            log,
+            lambda c: expected_version != 0 and cas_put(c, key, value, version, also=[log_exists]),
+            f"cursor {cursor!r} of log {log!r} is not at version {expected_version}",
+        )
         return version + 1
 
     async def delete_cursor(self, log: str, cursor: str) -> bool:

@@ -234,6 +234,16 @@ class ZkMetadataStore(ZkLedgers, ZkAutorecovery):
 
         return await anyio.to_thread.run_sync(run, limiter=self._limiter)
 
+    async def _write_versioned(self, path: str, value: bytes, expected_version: int | None) -> int:
+        """Create ``path`` (``expected_version`` None) or set it if it is at ``expected_version``;
+        its new version. kazoo's NodeExistsError, BadVersionError and NoNodeError pass through:
+        the caller says what the node is (a cookie, a log, a cursor)."""
+        if expected_version is None:
+            await self._call(lambda zk: zk.create(path, value))
+            return 0
+        stat = await self._call(lambda zk: zk.set(path, value, version=expected_version))
+        return int(stat.version)
+
     # -- the cluster record --------------------------------------------------------------
 
     async def init_cluster(self, record: ClusterRecord) -> bool:
@@ -306,13 +316,8 @@ class ZkMetadataStore(ZkLedgers, ZkAutorecovery):
         return Versioned(data, stat.version)
 
     async def write_cookie(self, bookie_id: str, value: bytes, expected_version: int | None) -> int:
-        path = f"{self.root}/cookies/{bookie_id}"
         try:
-            if expected_version is None:
-                await self._call(lambda zk: zk.create(path, value))
-                return 0
-            stat = await self._call(lambda zk: zk.set(path, value, version=expected_version))
-            return int(stat.version)
+            return await self._write_versioned(f"{self.root}/cookies/{bookie_id}", value, expected_version)
         except NodeExistsError:
             raise BadVersionError(f"cookie of {bookie_id} already exists") from None
         except (ZkBadVersion, NoNodeError):
@@ -325,10 +330,9 @@ class ZkMetadataStore(ZkLedgers, ZkAutorecovery):
 
     async def create_log(self, name: str, value: bytes) -> int:
         try:
-            await self._call(lambda zk: zk.create(self._log(name), value))
+            return await self._write_versioned(self._log(name), value, None)
         except NodeExistsError:
             raise LogExistsError(name) from None
-        return 0
 
     async def read_log(self, name: str) -> Versioned:
         try:
@@ -339,12 +343,11 @@ class ZkMetadataStore(ZkLedgers, ZkAutorecovery):
 
     async def update_log(self, name: str, value: bytes, expected_version: int) -> int:
         try:
-            stat = await self._call(lambda zk: zk.set(self._log(name), value, version=expected_version))
+            return await self._write_versioned(self._log(name), value, expected_version)
         except NoNodeError:
             raise NoSuchLogError(name) from None
         except ZkBadVersion:
             raise BadVersionError(f"log {name!r} is not at version {expected_version}") from None
-        return int(stat.version)
 
     async def update_logs(self, changes: Sequence[LogChange]) -> list[int]:
         """One multi-op of versioned sets (ZooKeeper applies all of a multi or none); a
@@ -418,13 +421,8 @@ class ZkMetadataStore(ZkLedgers, ZkAutorecovery):
         return Versioned(data, stat.version)
 
     async def write_cursor(self, log: str, cursor: str, value: bytes, expected_version: int | None) -> int:
-        path = f"{self._log(log)}/{cursor}"
         try:
-            if expected_version is None:
-                await self._call(lambda zk: zk.create(path, value))
-                return 0
-            stat = await self._call(lambda zk: zk.set(path, value, version=expected_version))
-            return int(stat.version)
+            return await self._write_versioned(f"{self._log(log)}/{cursor}", value, expected_version)
         except NodeExistsError:
             raise BadVersionError(f"cursor {cursor!r} of log {log!r} already exists") from None
         except ZkBadVersion:
