@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 import attrs
@@ -47,6 +47,8 @@ from bkframe.tiering.object_format import FLAGS, event_times, object_schema
 from bkframe.tiering.ranged_file import Fetches
 
 T = TypeVar("T")
+#: The tier a driver calls: blocking, or from the event loop.
+TierT = TypeVar("TierT", Tier, AsyncTier)
 
 
 def connector_columns() -> list[str]:
@@ -190,27 +192,32 @@ def _work(call: Callable[[], T]) -> Plan[T]:
 # -- the drivers: they perform the steps, nothing else ------------------------------------
 
 
-class SegmentObjectReader:
-    """Blocking reads of one segment object in ``tier``; ``size`` (if known) saves a
-    ``head``, ``footer`` (one read before) saves fetching it again; ``footer_crc32c`` (the
-    record's) is checked before the footer is parsed."""
+class _Driver(Generic[TierT]):
+    """What both drivers hold: the tier, the object's key and the plan of its reads."""
 
     def __init__(
         self,
-        tier: Tier,
+        tier: TierT,
         key: str,
         *,
         size: int | None = None,
         footer: ObjectFooter | None = None,
         footer_crc32c: int | None = None,
     ) -> None:
-        self.tier, self.key = tier, key
+        self.tier: TierT = tier
+        self.key = key
         self.plan = SegmentPlan(key, tier.uri, size=size, footer=footer, footer_crc32c=footer_crc32c)
 
     @property
     def fetches(self) -> Fetches:
         """What this reader fetched: ranged gets and their bytes."""
         return self.plan.fetches
+
+
+class SegmentObjectReader(_Driver[Tier]):
+    """Blocking reads of one segment object in ``tier``; ``size`` (if known) saves a
+    ``head``, ``footer`` (one read before) saves fetching it again; ``footer_crc32c`` (the
+    record's) is checked before the footer is parsed."""
 
     def footer(self) -> ObjectFooter:
         return self._run(self.plan.footer())
@@ -262,26 +269,9 @@ class SegmentObjectReader:
         return step.call()
 
 
-class AsyncSegmentObjectReader:
+class AsyncSegmentObjectReader(_Driver[AsyncTier]):
     """:class:`SegmentObjectReader` for the event loop: tier calls through ``tier``'s limiter and
     deadlines, decoding in worker threads."""
-
-    def __init__(
-        self,
-        tier: AsyncTier,
-        key: str,
-        *,
-        size: int | None = None,
-        footer: ObjectFooter | None = None,
-        footer_crc32c: int | None = None,
-    ) -> None:
-        self.tier, self.key = tier, key
-        self.plan = SegmentPlan(key, tier.uri, size=size, footer=footer, footer_crc32c=footer_crc32c)
-
-    @property
-    def fetches(self) -> Fetches:
-        """What this reader fetched: ranged gets and their bytes."""
-        return self.plan.fetches
 
     async def footer(self) -> ObjectFooter:
         return await self._run(self.plan.footer())
