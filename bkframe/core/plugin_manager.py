@@ -130,7 +130,14 @@ class PluginManager:
         for modname in BUILTIN_PLUGINS:
             self.register(importlib.import_module(modname), name=modname, distribution="bkframe")
         for name, modname, distribution in DEFAULT_DISTRIBUTED_PLUGINS:
-            self.register(importlib.import_module(modname), name=name, distribution=distribution)
+            try:
+                module = importlib.import_module(modname)
+            except ImportError as e:
+                # Installed without its dependencies (pip --no-deps): everything but a bookie
+                # on the default journal still works, and the bookie's error says what to install.
+                self._broke(name, distribution, f"not installed ({e}): pip install {distribution}")
+                continue
+            self.register(module, name=name, distribution=distribution)
         if load_entry_points:
             self._load_entry_points()
         for plugin in extra_plugins:

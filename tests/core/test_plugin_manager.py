@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bkframe import MetadataError
+from bkframe import ConfigError, MetadataError
 from bkframe.core.config import load_config
+from bkframe.core.counters import Counters
 from bkframe.core.plugin_manager import DISABLE_ENV, PluginManager
 from bkframe.core.registry import ComponentKind
 
@@ -121,3 +122,15 @@ def test_built_in_plugins_cannot_be_disabled(tmp_path: Path) -> None:
     pm = PluginManager(disabled=["journal_fs", "bkframe_journal_fs.plugin"])
     assert "journal_fs" in pm.components.names(ComponentKind.JOURNAL)
     assert "journal_fs" in PluginManager(load_entry_points=False).components.names(ComponentKind.JOURNAL)
+
+
+def test_without_the_default_journals_distribution_the_rest_works_and_a_bookie_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pip install --no-deps bkframe``: bkframe-journal-fs is missing. A manager still
+    loads (clients, the command line); a bookie on the default journal gets one clear error."""
+    monkeypatch.setitem(sys.modules, "bkframe_journal_fs.plugin", None)  # what an uninstalled module imports as
+    pm = PluginManager(load_entry_points=False)
+    assert [b.name for b in pm.broken] == ["journal_fs"] and "pip install bkframe-journal-fs" in pm.broken[0].error
+    with pytest.raises(ConfigError, match=r"\[journal\] plugin = 'journal_fs'.*Install bkframe-journal-fs"):
+        pm.journal(config={"plugin": "journal_fs"}, directory=tmp_path, counters=Counters())
