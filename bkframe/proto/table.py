@@ -1,17 +1,20 @@
-"""The operations by op code, and the two decoders of a frame's messages built on them:
-:func:`decode_requests` (bookies; never raises for bad input) and :func:`decode_responses`
-(clients; raises :class:`~bkframe.errors.ProtocolError` for a response that does not parse).
+"""The one description of the wire's operations, and the two decoders of a frame's
+messages built on it: :func:`decode_requests` (bookies; never raises for bad input) and
+:func:`decode_responses` (clients; raises :class:`~bkframe.errors.ProtocolError` for a
+response that does not parse).
 
-Each row names an operation's request and response classes and their decoders (its
-module in :mod:`bkframe.proto.ops` has the encoders). An operation not in the table is
-answered BAD_REQUEST by a bookie: a newer client learns the bookie does not know it.
+Each row (:class:`Operation`) names an operation's request and response classes and their
+decoders; its module in :mod:`bkframe.proto.ops` has the encoders. The client takes the
+class of a request's answer from the row it sends by; the bookie keys its handlers by op
+and refuses to start without one for every row. An operation not in the table is answered
+BAD_REQUEST by a bookie: a newer client learns the bookie does not know it.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import attrs
 
@@ -85,36 +88,56 @@ Response = (
     | ErrorResponse
 )
 
-#: (body, flags, request id, fields start, message end, max entry size) -> request.
-DecodeRequest = Callable[[memoryview, int, int, int, int, int], Any]
-#: (body, status, request id, fields start, message end) -> response.
-DecodeResponse = Callable[[memoryview, Status, int, int, int], Any]
+Q = TypeVar("Q")
+P = TypeVar("P", bound=Reply)
 
 
 @attrs.frozen
-class Operation:
+class Operation(Generic[Q, P]):
+    """One operation: what a request of it decodes to, and what its answer decodes to."""
+
     op: Op
-    request: type
-    response: type[Reply]
-    decode_request: DecodeRequest
-    decode_response: DecodeResponse
+    request: type[Q]
+    response: type[P]
+    #: (body, flags, request id, fields start, message end, max entry size) -> request.
+    decode_request: Callable[[memoryview, int, int, int, int, int], Q]
+    #: (body, status, request id, fields start, message end) -> response.
+    decode_response: Callable[[memoryview, Status, int, int, int], P]
 
 
-OPERATIONS: dict[int, Operation] = {
+# Typed rows, so that a client's request and the class of its answer come from one place.
+ADD = Operation(Op.ADD, AddRequest, AddResponse, decode_add, decode_add_response)
+ADD_BATCH = Operation(Op.ADD_BATCH, AddBatchRequest, AddBatchResponse, decode_add_batch, decode_add_batch_response)
+READ = Operation(Op.READ, ReadRequest, ReadResponse, decode_read, decode_read_response)
+READ_BATCH = Operation(Op.READ_BATCH, ReadBatchRequest, ReadBatchResponse, decode_read_batch, decode_read_batch_response)
+READ_LAC = Operation(Op.READ_LAC, ReadLacRequest, ReadLacResponse, decode_read_lac, decode_read_lac_response)
+SYNC = Operation(Op.SYNC, SyncRequest, SyncResponse, decode_sync, decode_sync_response)
+WRITE_LAC = Operation(Op.WRITE_LAC, WriteLacRequest, WriteLacResponse, decode_write_lac, decode_write_lac_response)
+WRITE_CLOSE = Operation(Op.WRITE_CLOSE, WriteCloseRequest, WriteCloseResponse, decode_write_close, decode_write_close_response)
+LIST_ENTRIES = Operation(
+    Op.LIST_ENTRIES, ListEntriesRequest, ListEntriesResponse, decode_list_entries, decode_list_entries_response
+)
+AUTH = Operation(Op.AUTH, AuthRequest, AuthResponse, decode_auth, decode_auth_response)
+FEATURES = Operation(Op.FEATURES, FeaturesRequest, FeaturesResponse, decode_features, decode_features_response)
+GET_BOOKIE_INFO = Operation(
+    Op.GET_BOOKIE_INFO, BookieInfoRequest, BookieInfoResponse, decode_bookie_info, decode_bookie_info_response
+)
+
+OPERATIONS: dict[int, Operation[Any, Any]] = {
     row.op: row
     for row in (
-        Operation(Op.ADD, AddRequest, AddResponse, decode_add, decode_add_response),
-        Operation(Op.ADD_BATCH, AddBatchRequest, AddBatchResponse, decode_add_batch, decode_add_batch_response),
-        Operation(Op.READ, ReadRequest, ReadResponse, decode_read, decode_read_response),
-        Operation(Op.READ_BATCH, ReadBatchRequest, ReadBatchResponse, decode_read_batch, decode_read_batch_response),
-        Operation(Op.READ_LAC, ReadLacRequest, ReadLacResponse, decode_read_lac, decode_read_lac_response),
-        Operation(Op.SYNC, SyncRequest, SyncResponse, decode_sync, decode_sync_response),
-        Operation(Op.WRITE_LAC, WriteLacRequest, WriteLacResponse, decode_write_lac, decode_write_lac_response),
-        Operation(Op.WRITE_CLOSE, WriteCloseRequest, WriteCloseResponse, decode_write_close, decode_write_close_response),
-        Operation(Op.LIST_ENTRIES, ListEntriesRequest, ListEntriesResponse, decode_list_entries, decode_list_entries_response),
-        Operation(Op.AUTH, AuthRequest, AuthResponse, decode_auth, decode_auth_response),
-        Operation(Op.FEATURES, FeaturesRequest, FeaturesResponse, decode_features, decode_features_response),
-        Operation(Op.GET_BOOKIE_INFO, BookieInfoRequest, BookieInfoResponse, decode_bookie_info, decode_bookie_info_response),
+        ADD,
+        ADD_BATCH,
+        READ,
+        READ_BATCH,
+        READ_LAC,
+        SYNC,
+        WRITE_LAC,
+        WRITE_CLOSE,
+        LIST_ENTRIES,
+        AUTH,
+        FEATURES,
+        GET_BOOKIE_INFO,
     )
 }
 _REQUEST_DECODERS = {op: row.decode_request for op, row in OPERATIONS.items()}

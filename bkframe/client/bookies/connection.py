@@ -33,12 +33,13 @@ from bkframe.client.bookies.errors import BookieConnectionError, BookieTimeoutEr
 from bkframe.client.bookies.pending_response import PendingResponse, R
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import BKError, ProtocolError, UnauthorizedError
+from bkframe.proto import table
 from bkframe.proto.base import Reply
 from bkframe.proto.codes import TARGET_FRAME_SIZE, Feature, Status
 from bkframe.proto.frames import FrameBuffer, pack_frame
 from bkframe.proto.ops.add import AddResponse, encode_add
 from bkframe.proto.ops.add_batch import AddBatchResponse, encode_add_batch
-from bkframe.proto.ops.bookie_info import BookieInfoResponse, encode_bookie_info
+from bkframe.proto.ops.bookie_info import encode_bookie_info
 from bkframe.proto.ops.connection_setup import AuthResponse, FeaturesResponse, encode_auth, encode_features
 from bkframe.proto.ops.list_entries import ListEntriesResponse, encode_list_entries
 from bkframe.proto.ops.read import ReadResponse, encode_read
@@ -47,7 +48,7 @@ from bkframe.proto.ops.read_lac import ReadLacResponse, encode_read_lac
 from bkframe.proto.ops.sync import SyncResponse, encode_sync
 from bkframe.proto.ops.write_close import WriteCloseResponse, encode_write_close
 from bkframe.proto.ops.write_lac import WriteLacResponse, encode_write_lac
-from bkframe.proto.table import Response, decode_responses
+from bkframe.proto.table import Operation, Response, decode_responses
 
 #: Requests without a timeout of their own get this one: nothing waits on a bookie forever.
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
@@ -183,6 +184,17 @@ class BookieClient:
         self._resend_wake.set()
         return True
 
+    def submit(
+        self, operation: Operation[Any, R], encode: Callable[[int], Buffer | list[Buffer]], *, timeout_s: float | None = None
+    ) -> PendingResponse[R]:
+        """Any operation of :mod:`bkframe.proto.table`: ``encode(request_id)`` is its message
+        (its module's encoder), the answer comes as the operation's response class. A new
+        operation is sent this way without a method of its own here; the methods below are
+        the common ones with their arguments spelled out."""
+        rid = next(self._ids)
+        message = encode(rid)
+        return self._submit(operation.response, rid, message if isinstance(message, list) else [message], timeout_s)
+
     def submit_add(
         self,
         ledger_id: int,
@@ -195,10 +207,11 @@ class BookieClient:
         recovery: bool = False,
         timeout_s: float | None = None,
     ) -> PendingResponse[AddResponse]:
-        """ADD (one entry; writers send ADD_BATCH, this is for the wire's tests and tools)."""
+        """ADD: one entry (recovery writes entries back with it, one at a time; writers send
+        ADD_BATCH)."""
         rid = next(self._ids)
         parts = encode_add(rid, ledger_id, entry_id, lac, ledger_type, master_key, data, recovery=recovery)
-        return self._submit(AddResponse, rid, parts, timeout_s)
+        return self._submit(table.ADD.response, rid, parts, timeout_s)
 
     def submit_add_batch(
         self,
@@ -215,19 +228,19 @@ class BookieClient:
         """Many entries of one ledger in one ADD_BATCH message; one status for all."""
         rid = next(self._ids)
         parts = encode_add_batch(rid, ledger_id, lac, ledger_type, master_key, entry_ids, entries, recovery=recovery)
-        return self._submit(AddBatchResponse, rid, parts, timeout_s)
+        return self._submit(table.ADD_BATCH.response, rid, parts, timeout_s)
 
     def submit_sync(self, ledger_id: int, *, timeout_s: float | None = None) -> PendingResponse[SyncResponse]:
         """SYNC (BP-14 force): the bookie fsyncs what it holds of the ledger; answers LastAddSynced."""
         rid = next(self._ids)
-        return self._submit(SyncResponse, rid, [encode_sync(rid, ledger_id)], timeout_s)
+        return self._submit(table.SYNC.response, rid, [encode_sync(rid, ledger_id)], timeout_s)
 
     def submit_read(
         self, ledger_id: int, entry_id: int, *, master_key: bytes = b"", fence: bool = False, timeout_s: float | None = None
     ) -> PendingResponse[ReadResponse]:
         rid = next(self._ids)
         message = encode_read(rid, ledger_id, entry_id, master_key=master_key, fence=fence)
-        return self._submit(ReadResponse, rid, [message], timeout_s)
+        return self._submit(table.READ.response, rid, [message], timeout_s)
 
     def submit_read_batch(
         self,
@@ -243,7 +256,7 @@ class BookieClient:
         """READ_BATCH: the entries the bookie holds from ``first`` on (see bookie/reads.py)."""
         rid = next(self._ids)
         message = encode_read_batch(rid, ledger_id, first, last, max_bytes, step, master_key=master_key)
-        return self._submit(ReadBatchResponse, rid, [message], timeout_s)
+        return self._submit(table.READ_BATCH.response, rid, [message], timeout_s)
 
     def submit_read_lac(
         self, ledger_id: int, *, previous_lac: int | None = None, timeout_ms: int = 0, timeout_s: float | None = None
@@ -252,21 +265,21 @@ class BookieClient:
         request's own ``timeout_s`` must then cover ``timeout_ms``)."""
         rid = next(self._ids)
         message = encode_read_lac(rid, ledger_id, previous_lac=previous_lac, timeout_ms=timeout_ms)
-        return self._submit(ReadLacResponse, rid, [message], timeout_s)
+        return self._submit(table.READ_LAC.response, rid, [message], timeout_s)
 
     def submit_write_lac(
         self, ledger_id: int, lac: int, *, master_key: bytes, timeout_s: float | None = None
     ) -> PendingResponse[WriteLacResponse]:
         """WRITE_LAC: an explicit LAC, answered once the bookie journaled and synced it."""
         rid = next(self._ids)
-        return self._submit(WriteLacResponse, rid, [encode_write_lac(rid, ledger_id, lac, master_key)], timeout_s)
+        return self._submit(table.WRITE_LAC.response, rid, [encode_write_lac(rid, ledger_id, lac, master_key)], timeout_s)
 
     def submit_write_close(
         self, ledger_id: int, *, master_key: bytes, timeout_s: float | None = None
     ) -> PendingResponse[WriteCloseResponse]:
         """WRITE_CLOSE (BP-32): advisory; the writer is done with the ledger."""
         rid = next(self._ids)
-        return self._submit(WriteCloseResponse, rid, [encode_write_close(rid, ledger_id, master_key)], timeout_s)
+        return self._submit(table.WRITE_CLOSE.response, rid, [encode_write_close(rid, ledger_id, master_key)], timeout_s)
 
     def submit_list_entries(
         self, ledger_id: int, first: int, last: int, *, timeout_s: float | None = None
@@ -274,7 +287,7 @@ class BookieClient:
         """LIST_ENTRIES: the runs of entries of ``first..last`` the bookie holds (one answer
         covers at most ``MAX_LIST_SPAN`` ids; ``next_first`` says where to go on)."""
         rid = next(self._ids)
-        return self._submit(ListEntriesResponse, rid, [encode_list_entries(rid, ledger_id, first, last)], timeout_s)
+        return self._submit(table.LIST_ENTRIES.response, rid, [encode_list_entries(rid, ledger_id, first, last)], timeout_s)
 
     def submit_raw(
         self, request_id: int, message: bytes, *, kind: type[Any] = Reply, timeout_s: float | None = None
@@ -293,8 +306,7 @@ class BookieClient:
         return await self.submit_read_lac(ledger_id, **kw).wait()
 
     async def info(self, *, timeout_s: float | None = None) -> dict[str, Any]:
-        rid = next(self._ids)
-        response = await self._submit(BookieInfoResponse, rid, [encode_bookie_info(rid)], timeout_s).wait()
+        response = await self.submit(table.GET_BOOKIE_INFO, encode_bookie_info, timeout_s=timeout_s).wait()
         if response.info is None:
             raise BookieConnectionError(f"bookie {self.address} did not say what it is: {response.message}")
         return response.info

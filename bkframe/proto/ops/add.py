@@ -1,5 +1,5 @@
-"""ADD: one entry of a ledger (the client sends single entries as one-entry ADD_BATCH
-messages; ADD stays for older clients and for tests of the wire)."""
+"""ADD: one entry of a ledger. Ledger recovery writes entries back with it (RECOVERY flag),
+one entry a request; writers send theirs as ADD_BATCH, a single entry as a one-entry batch."""
 
 from __future__ import annotations
 
