@@ -6,7 +6,9 @@ entry-log fsync of large entries written once). It does all its work synchronous
 event loop (page-cache writes, memory copies), by concern: :mod:`bkframe.bookie.adds` (ADD, ADD_BATCH,
 SYNC), :mod:`bkframe.bookie.reads` (READ, READ_BATCH, READ_LAC, LIST_ENTRIES), :mod:`bkframe.bookie.ledger_control`
 (fences, WRITE_LAC, WRITE_CLOSE), each given the connection's :class:`~bkframe.bookie.access.Access` in
-the batch. ``RequestHandler.durable_answers`` is the only wait on the add path (apart from
+the batch. Every operation of :mod:`bkframe.proto.table`, ADD included, is served through
+its :class:`OpHandler` row, keyed by op: who serves it, and what it owes its request when a
+journal write is lost. ``RequestHandler.durable_answers`` is the only wait on the add path (apart from
 a ledger's first adds here, which wait for the metadata's word on their key, :mod:`.key_check`):
 the server's connection writer hands it the batches it holds and sends what it returns.
 """
@@ -20,6 +22,7 @@ from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Any
 
+import attrs
 import trio
 
 from bkframe.bookie.access import ANONYMOUS, Access
@@ -31,22 +34,61 @@ from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.core.interfaces import Buffer
 from bkframe.core.interfaces.journal import JournalWriteError
 from bkframe.proto.base import BadMessage
-from bkframe.proto.codes import Status
+from bkframe.proto.codes import Op, Status
 from bkframe.proto.ops.add import AddRequest
 from bkframe.proto.ops.add_batch import AddBatchRequest
 from bkframe.proto.ops.bookie_info import BookieInfoRequest, encode_bookie_info_response
 from bkframe.proto.ops.connection_setup import AuthRequest, FeaturesRequest, encode_auth_response
-from bkframe.proto.ops.list_entries import ListEntriesRequest
 from bkframe.proto.ops.read import ReadRequest, encode_read_response
-from bkframe.proto.ops.read_batch import ReadBatchRequest
 from bkframe.proto.ops.read_lac import ReadLacRequest
-from bkframe.proto.ops.sync import SyncRequest
-from bkframe.proto.ops.write_close import WriteCloseRequest
 from bkframe.proto.ops.write_lac import WriteLacRequest, encode_write_lac_response
-from bkframe.proto.table import Request, encode_error_response
+from bkframe.proto.table import OPERATIONS, Request, encode_error_response
 from bkframe.storage_kit.disk_full import is_disk_full
 
 log = logging.getLogger("bkframe.bookie")
+
+
+def _never(req: object) -> bool:
+    return False
+
+
+def _always(req: object) -> bool:
+    return True
+
+
+def _fencing(req: ReadRequest) -> bool:
+    return req.fence
+
+
+def _recovery(req: AddRequest | AddBatchRequest) -> bool:
+    return req.recovery
+
+
+def _long_poll(req: ReadLacRequest) -> bool:
+    return req.previous_lac is not None
+
+
+@attrs.frozen
+class OpHandler:
+    """How this bookie serves one operation (its row in :class:`RequestHandler`'s table, as
+    :class:`~bkframe.proto.table.Operation` is its row on the wire), and what it owes a
+    request of it whose journal records were lost (:meth:`RequestHandler.lost_write_responses`)."""
+
+    #: Serves a request into its frame's batch (with ``runs``, a run of them).
+    serve: Callable[[Any, ResponseBatch], None]
+    #: A frame's consecutive requests of this op to one ledger are served together (stored
+    #: with one append, journaled as one record): ``serve`` gets the run.
+    runs: bool = False
+    #: Whether the request's answer acknowledges journal records. When they were lost it is
+    #: answered ``refuse(request, status, why)`` instead: nothing of it may be acknowledged.
+    #: A request that journals nothing is served again.
+    journaled: Callable[[Any], bool] = _never
+    refuse: Callable[[Any, Status, str], list[Buffer]] | None = None
+    #: What a read-only bookie still writes for (a fence, a recovery add): when the lost write
+    #: found no space, served once more, into the reserved space it released.
+    duty: Callable[[Any], bool] = _never
+    #: Answered by a task of its own (a sync, a long poll), which a lost record does not change.
+    own_answer: Callable[[Any], bool] = _never
 
 
 class RequestHandler:
@@ -63,21 +105,28 @@ class RequestHandler:
         self.adds = Adds(context)
         self.control = LedgerControl(context)
         self.reads = Reads(context, self.control)
-        #: Who serves each request (a run of ADDs to one ledger goes to ``adds.add`` whole).
-        self._handlers: dict[type, Callable[[Any, ResponseBatch], None]] = {
-            AddBatchRequest: self.adds.add_batch,
-            SyncRequest: self.adds.sync_request,
-            ReadRequest: self.reads.read,
-            ReadBatchRequest: self.reads.read_batch,
-            ReadLacRequest: self.reads.read_lac,
-            ListEntriesRequest: self.reads.list_entries,
-            WriteLacRequest: self.control.write_lac,
-            WriteCloseRequest: self.control.write_close,
-            BookieInfoRequest: self._bookie_info,
-            AuthRequest: self._late_auth,
-            FeaturesRequest: self._late_features,
-            BadMessage: self._bad_message,
+        adds, reads, control = self.adds, self.reads, self.control
+        #: Who serves each operation, and what it journals: a row for every row of proto/table.py.
+        self.handlers: dict[Op, OpHandler] = {
+            Op.ADD: OpHandler(adds.add, runs=True, journaled=_always, refuse=self._add_lost, duty=_recovery),
+            Op.ADD_BATCH: OpHandler(adds.add_batch, journaled=_always, refuse=self._add_lost, duty=_recovery),
+            Op.SYNC: OpHandler(adds.sync_request, own_answer=_always),
+            Op.READ: OpHandler(reads.read, journaled=_fencing, refuse=_fence_lost, duty=_fencing),
+            Op.READ_BATCH: OpHandler(reads.read_batch),
+            Op.READ_LAC: OpHandler(reads.read_lac, own_answer=_long_poll),
+            Op.LIST_ENTRIES: OpHandler(reads.list_entries),
+            Op.WRITE_LAC: OpHandler(control.write_lac, journaled=_always, refuse=_write_lac_lost),
+            Op.WRITE_CLOSE: OpHandler(control.write_close),
+            Op.GET_BOOKIE_INFO: OpHandler(self._bookie_info),
+            Op.AUTH: OpHandler(self._late_auth),
+            Op.FEATURES: OpHandler(self._late_features),
         }
+        unserved = sorted(Op(op).name for op in OPERATIONS.keys() - self.handlers.keys())
+        if unserved:
+            raise RuntimeError(f"operations of proto/table.py without a handler on the bookie: {', '.join(unserved)}")
+        # Looked up by the decoded request's class: one dict lookup a request, on the add path too.
+        self._by_class: dict[type, OpHandler] = {OPERATIONS[op].request: h for op, h in self.handlers.items()}
+        self._by_class[BadMessage] = OpHandler(self._bad_message)
 
     def forget(self, ledger_id: int) -> None:
         """A deleted ledger: drop its fence sequence; its long polls answer NO_LEDGER."""
@@ -105,18 +154,21 @@ class RequestHandler:
         n = len(requests)
         answer_bytes = 0
         stop_at = time.perf_counter() + time_limit_s if time_limit_s else math.inf
+        by_class = self._by_class
         while i < n:
             req = requests[i]
+            handler = by_class[type(req)]
             j = i + 1
-            if type(req) is AddRequest:
-                # Consecutive adds to one ledger are stored and journaled as one batch.
-                while (
-                    j < n and type(requests[j]) is AddRequest and requests[j].ledger_id == req.ledger_id  # type: ignore[union-attr]
-                ):
+            served: Any = req
+            if handler.runs:
+                kind = type(req)
+                ledger_id = req.ledger_id  # type: ignore[union-attr]
+                while j < n and type(requests[j]) is kind and requests[j].ledger_id == ledger_id:  # type: ignore[union-attr]
                     j += 1
+                served = requests[i:j]
             parts = len(batch.parts)
             try:
-                self._serve(requests[i:j], batch)
+                handler.serve(served, batch)
             except Exception as e:
                 # Storage failures are answered where they are expected (adds, reads); this
                 # is the net under the rest (e.g. a full disk under a fence's new index):
@@ -139,13 +191,8 @@ class RequestHandler:
         self.counters.requests += i
         return batch
 
-    def _serve(self, requests: Sequence[Request | BadMessage], batch: ResponseBatch) -> None:
-        """One request, or a run of adds to one ledger."""
-        req = requests[0]
-        if type(req) is AddRequest:
-            self.adds.add(requests, batch)  # type: ignore[arg-type]
-        else:
-            self._handlers[type(req)](req, batch)
+    def _add_lost(self, req: AddRequest | AddBatchRequest, status: Status, message: str) -> list[Buffer]:
+        return [self.adds.refused(req, status, message)]
 
     def _bookie_info(self, req: BookieInfoRequest, batch: ResponseBatch) -> None:
         batch.parts.append(encode_bookie_info_response(req.request_id, self.info()))
@@ -245,25 +292,19 @@ class RequestHandler:
         second try are sent.
         """
         status, message = self.context.lost_write(error, what)
+        by_class = self._by_class
         duties: list[Request | BadMessage] = []
         if again and is_disk_full(error):
-            duties = [req for req in batch.requests if _is_duty(req)]
+            duties = [req for req in batch.requests if by_class[type(req)].duty(req)]
         parts: list[Buffer] = []
         redo: list[Request | BadMessage] = []
         for req in batch.requests:
-            if duties and _is_duty(req):
+            handler = by_class[type(req)]
+            if duties and handler.duty(req):
                 continue
-            if type(req) is AddRequest or type(req) is AddBatchRequest:
-                parts.append(self.adds.refused(req, status, message))
-            elif type(req) is WriteLacRequest:
-                parts.append(encode_write_lac_response(req.request_id, status, req.ledger_id, -1, message))
-            elif type(req) is ReadRequest and req.fence:
-                parts.extend(
-                    encode_read_response(req.request_id, Status.IO_ERROR, req.ledger_id, req.entry_id, -1, message.encode())
-                )
-            elif type(req) is SyncRequest or (type(req) is ReadLacRequest and req.previous_lac is not None):
-                continue  # answered by their own task
-            else:
+            if handler.refuse is not None and handler.journaled(req):
+                parts.extend(handler.refuse(req, status, message))
+            elif not handler.own_answer(req):
                 redo.append(req)
         if redo:
             parts.extend(self.handle(redo, batch.access).parts)
@@ -276,10 +317,11 @@ class RequestHandler:
         return parts
 
 
-def _is_duty(req: Request | BadMessage) -> bool:
-    """What a read-only bookie still writes for: a fencing read, a recovery add."""
-    if type(req) is ReadRequest:
-        return req.fence
-    if type(req) is AddRequest or type(req) is AddBatchRequest:
-        return req.recovery
-    return False
+def _fence_lost(req: ReadRequest, status: Status, message: str) -> list[Buffer]:
+    # IO_ERROR whatever ``status`` says (READ_ONLY for a full disk): a read-only bookie still
+    # fences, so the reader asks again rather than moving on.
+    return encode_read_response(req.request_id, Status.IO_ERROR, req.ledger_id, req.entry_id, -1, message.encode())
+
+
+def _write_lac_lost(req: WriteLacRequest, status: Status, message: str) -> list[Buffer]:
+    return [encode_write_lac_response(req.request_id, status, req.ledger_id, -1, message)]
