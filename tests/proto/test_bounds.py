@@ -1,13 +1,17 @@
 """Every bound a stranger's bytes can hit in a frame's messages, without a socket: each
 bad message becomes a BadMessage saying what was wrong (the bookie answers it
-BAD_REQUEST), and the good messages around it are still decoded. The client's side:
-responses that do not parse raise ProtocolError. (Frames themselves: test_frames.py; the
-same bounds against a running bookie: tests/bookie/test_malformed_input.py.)"""
+BAD_REQUEST), and the good messages around it are still decoded. The bounds every
+operation of proto/table.py has (its message cut short or too long, unknown flags, a
+ledger id out of range) are tested for each row; each operation's own below. The client's
+side: responses that do not parse raise ProtocolError. (Frames themselves: test_frames.py;
+random messages: test_decoder_fuzz.py; the same bounds against a running bookie:
+tests/bookie/test_malformed_input.py.)"""
 
 from __future__ import annotations
 
 import struct
 
+import attrs
 import pytest
 
 from bkframe.errors import ProtocolError
@@ -17,19 +21,19 @@ from bkframe.proto.frames import FrameBuffer, pack_frame, pack_message
 from bkframe.proto.ops.add import encode_add
 from bkframe.proto.ops.add_batch import encode_add_batch
 from bkframe.proto.ops.bookie_info import encode_bookie_info
-from bkframe.proto.ops.connection_setup import encode_auth
+from bkframe.proto.ops.connection_setup import encode_auth, encode_features
 from bkframe.proto.ops.list_entries import encode_list_entries
 from bkframe.proto.ops.read import encode_read
 from bkframe.proto.ops.read_batch import encode_read_batch
+from bkframe.proto.ops.read_lac import encode_read_lac
 from bkframe.proto.ops.sync import encode_sync
-from bkframe.proto.table import decode_requests, decode_responses, encode_error_response
+from bkframe.proto.ops.write_close import encode_write_close
+from bkframe.proto.ops.write_lac import encode_write_lac
+from bkframe.proto.table import OPERATIONS, decode_requests, decode_responses, encode_error_response
+from tests.proto.samples import ANSWERS, REQUESTS, joined
 
 MAX_ENTRY = 1024
 KEY = b"k" * 8
-
-
-def joined(parts: bytes | list[bytes]) -> bytes:
-    return parts if isinstance(parts, bytes) else b"".join(parts)
 
 
 def through_the_buffer(*messages: bytes) -> list[object]:
@@ -83,6 +87,12 @@ BAD = [
     ("READ key length", resized(encode_read(9, 1, 0, master_key=KEY), -1), "master key length"),
     ("READ entry below LAST_ENTRY", encode_read(9, 1, -2), "READ entry id -2 is invalid"),
     ("READ unknown flags", with_field(encode_read(9, 1, 0), 5, "<B", 0x40), "unknown READ flags"),
+    ("READ_LAC unknown flags", with_field(encode_read_lac(9, 1), 5, "<B", 0x02), "wrong length or unknown flags"),
+    ("READ_LAC long poll cut short", resized(encode_read_lac(9, 1, previous_lac=3, timeout_ms=5), -1), "wrong length"),
+    ("WRITE_LAC lac below -1", encode_write_lac(9, 1, -2, KEY), "WRITE_LAC lac -2 is invalid"),
+    ("WRITE_LAC key too long", encode_write_lac(9, 1, 0, b"k" * 65), "key length"),
+    ("WRITE_CLOSE key too long", encode_write_close(9, 1, b"k" * 65), "key length"),
+    ("WRITE_CLOSE key cut short", resized(encode_write_close(9, 1, KEY), -1), "wrong length"),
     ("READ_BATCH span", encode_read_batch(9, 1, 0, MAX_READ_BATCH, 1 << 20), "is invalid"),
     ("READ_BATCH step 0", encode_read_batch(9, 1, 0, 5, 1 << 20, 0), "step 0"),
     ("READ_BATCH no bytes", encode_read_batch(9, 1, 0, 5, 0), "(0 bytes) is invalid"),
@@ -90,6 +100,8 @@ BAD = [
     ("SYNC wrong length", resized(encode_sync(9, 1), 1), "SYNC message has the wrong length"),
     ("AUTH method too long", encode_auth(9, "m" * 256, b""), "method length"),
     ("AUTH credential too long", encode_auth(9, "token", b"c" * (MAX_AUTH_CREDENTIAL + 1)), "credential length"),
+    ("FEATURES wrong length", resized(encode_features(9, 1), 1), "FEATURES message has the wrong length"),
+    ("FEATURES unknown flags", with_field(encode_features(9, 1), 5, "<B", 0x01), "unknown flags"),
     ("GET_BOOKIE_INFO with fields", pack_message(Op.GET_BOOKIE_INFO, 0, 9, b"\0"), "wrong length"),
 ]
 
@@ -99,6 +111,76 @@ def test_a_bad_message_is_refused_with_why_and_its_neighbours_are_served(message
     before, bad, after = through_the_buffer(encode_bookie_info(1), message, encode_sync(2, 7))
     assert isinstance(bad, BadMessage) and why in bad.reason, bad
     assert not isinstance(before, BadMessage) and not isinstance(after, BadMessage)
+
+
+def test_every_operation_has_bounds_of_its_own_here() -> None:
+    assert {m[4] for _, m, _ in BAD if m[4] in OPERATIONS} == set(OPERATIONS)
+
+
+OPS = sorted(OPERATIONS)
+NAMES = [Op(op).name for op in OPS]
+#: ADD's entry is the rest of its message: a byte more is a longer entry.
+ENTRY_IS_THE_REST = {Op.ADD}
+#: GET_BOOKIE_INFO never checked its flags, and bookies answer such requests: refusing them
+#: now would refuse what older clients may send.
+IGNORES_FLAGS = {Op.GET_BOOKIE_INFO}
+
+
+def refused(message: bytes) -> BadMessage:
+    before, bad, after = through_the_buffer(encode_bookie_info(1), message, encode_sync(2, 7))
+    assert isinstance(bad, BadMessage), bad
+    assert not isinstance(before, BadMessage) and not isinstance(after, BadMessage)
+    return bad
+
+
+@pytest.mark.parametrize("op", OPS, ids=NAMES)
+def test_every_operation_cut_short_is_refused(op: int) -> None:
+    message = REQUESTS[op]
+    for cut in range(HEAD, len(message)):
+        assert refused(resized(message, cut - len(message))).request_id == 5
+
+
+@pytest.mark.parametrize("op", OPS, ids=NAMES)
+def test_every_operation_with_a_byte_too_many_is_refused(op: int) -> None:
+    longer = resized(REQUESTS[op], 1)
+    if op in ENTRY_IS_THE_REST:
+        (request,) = through_the_buffer(longer)
+        assert type(request) is OPERATIONS[op].request
+    else:
+        assert "length" in refused(longer).reason
+
+
+@pytest.mark.parametrize("op", OPS, ids=NAMES)
+def test_every_operation_with_unknown_flags_is_refused(op: int) -> None:
+    flagged = with_field(REQUESTS[op], 5, "<B", 0x80)
+    if op in IGNORES_FLAGS:
+        (request,) = through_the_buffer(flagged)
+        assert type(request) is OPERATIONS[op].request
+    else:
+        assert "flags" in refused(flagged).reason
+
+
+WITH_LEDGER = [op for op in OPS if "ledger_id" in attrs.fields_dict(OPERATIONS[op].request)]
+
+
+@pytest.mark.parametrize("op", WITH_LEDGER, ids=[Op(op).name for op in WITH_LEDGER])
+def test_every_ledger_id_beyond_what_metadata_stores_hold_is_refused(op: int) -> None:
+    (request,) = through_the_buffer(REQUESTS[op])
+    assert request.ledger_id == struct.unpack_from("<Q", REQUESTS[op], HEAD)[0]  # type: ignore[attr-defined]
+    assert "out of range" in refused(with_field(REQUESTS[op], HEAD, "<Q", MAX_LEDGER_ID + 1)).reason
+
+
+@pytest.mark.parametrize("op", OPS, ids=NAMES)
+def test_every_answer_cut_short_raises_or_is_its_rows_class(op: int) -> None:
+    """A client never gets another exception than ProtocolError from a bookie's bytes, nor
+    another class than the row's."""
+    answer = ANSWERS[op]
+    for cut in range(HEAD, len(answer) + 1):
+        try:
+            decoded = decode_responses(resized(answer, cut - len(answer)))
+        except ProtocolError:
+            continue
+        assert [type(r) for r in decoded] == [OPERATIONS[op].response]
 
 
 def test_a_broken_message_length_ends_the_frame_with_one_bad_message() -> None:
