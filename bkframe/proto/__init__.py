@@ -7,7 +7,8 @@
   functions that turn each into bytes and back;
 - :mod:`.base`: what every response shares (:class:`~.base.Reply`), a request that does
   not parse (:class:`~.base.BadMessage`);
-- :mod:`.table`: the operations by op code, and the decoders of a frame's messages.
+- :mod:`.table`: the one description of each operation (its row, by op code), and the
+  decoders of a frame's messages.
 
 Callers import each name from the module that defines it.
 """
