@@ -11,6 +11,7 @@ from bkframe.bookie import reads
 from bkframe.bookie.durability.protection import protect
 from bkframe.bookie.startup.cookies import UNCLEAN_MARKER
 from bkframe.client.bookies.connection import connect_bookie
+from bkframe.proto import table
 from bkframe.proto.codes import LAST_ENTRY, Status
 from bkframe.proto.ops.list_entries import encode_list_entries
 from bkframe.testing.cluster import make_config, running_bookie
@@ -149,5 +150,5 @@ async def test_list_entries_reports_runs_and_limbo(tmp_path: Path, monkeypatch: 
             assert (await bk.submit_list_entries(99, 0, 1).wait()).status == Status.NO_LEDGER
             protect(service.bookie, [(4, BYPASS)])  # type: ignore[arg-type]
             assert (await bk.submit_list_entries(4, 0, 3).wait()).limbo is True
-            bad = await bk.submit_raw(77, encode_list_entries(77, 4, 5, 2)).wait()
+            bad = await bk.submit(table.LIST_ENTRIES, lambda rid: encode_list_entries(rid, 4, 5, 2)).wait()
             assert bad.status == Status.BAD_REQUEST and "invalid" in bad.message

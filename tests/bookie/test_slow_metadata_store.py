@@ -130,5 +130,5 @@ async def test_a_bookie_older_than_features_still_serves_a_new_client(tmp_path: 
         assert service.bookie.counters.bad_requests == 1
         monkeypatch.undo()
         async with connect_bookie(host, port, features=0) as conn:
-            late = await conn.submit_raw(7, encode_features(7, Feature.TRY_AGAIN)).wait()
-            assert (late.op, late.status) == (Op.ERROR, Status.BAD_REQUEST) and "FEATURES" in late.message
+            late = await conn.submit(table.FEATURES, lambda rid: encode_features(rid, Feature.TRY_AGAIN)).wait()
+            assert late.status == Status.BAD_REQUEST and "FEATURES" in late.message

@@ -34,7 +34,6 @@ from bkframe.client.bookies.pending_response import PendingResponse, R
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import BKError, ProtocolError, UnauthorizedError
 from bkframe.proto import table
-from bkframe.proto.base import Reply
 from bkframe.proto.codes import TARGET_FRAME_SIZE, Feature, Status
 from bkframe.proto.frames import FrameBuffer, pack_frame
 from bkframe.proto.ops.add import AddResponse, encode_add
@@ -288,13 +287,6 @@ class BookieClient:
         covers at most ``MAX_LIST_SPAN`` ids; ``next_first`` says where to go on)."""
         rid = next(self._ids)
         return self._submit(table.LIST_ENTRIES.response, rid, [encode_list_entries(rid, ledger_id, first, last)], timeout_s)
-
-    def submit_raw(
-        self, request_id: int, message: bytes, *, kind: type[Any] = Reply, timeout_s: float | None = None
-    ) -> PendingResponse[Any]:
-        """Send a pre-encoded message (tests of malformed input); its answer comes as whatever
-        the bookie sent, or as ``kind`` when given."""
-        return self._submit(kind, request_id, [message], timeout_s)
 
     async def add(self, ledger_id: int, entry_id: int, data: Buffer, **kw: Any) -> AddResponse:
         return await self.submit_add(ledger_id, entry_id, data, **kw).wait()
