@@ -16,13 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trio
 
 import bkframe
 from bkframe.client.blocking import BlockingClient
 from bkframe.client.bookies.errors import ClientClosedError
 from bkframe.client.logs.model import Position
 from bkframe.testing.cluster import Cluster
+from bkframe.testing.kit import wait_until
 
 #: How long a process may take to print what the test waits for, or to close what it
 #: opened and exit once stopped (the machine runs the suite at a load of 15).
@@ -167,7 +167,8 @@ async def test_a_client_that_closes_with_appends_in_flight_blames_no_bookie(
         writer = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2)
         await writer.append(b"connected")
         pendings = [writer.append_async(b"x" * 4096) for _ in range(5000)]
-        await trio.sleep(0.02)  # sent, far from all acknowledged (20 MB)
+        # On their way: the first acknowledged, far from all (20 MB).
+        await wait_until(lambda: pendings[0].done(), "the first append acknowledged", 30, every_s=0.005)
     in_flight = [pa for pa in pendings if isinstance(pa.error, ClientClosedError)]
     assert in_flight, "every append was acknowledged before the client closed: nothing was tested"
     assert not [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
