@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 import bkframe
-from bkframe.testing.kit import missing
+from bkframe.testing.kit import missing, wait_until
 from tests.admin.helpers import fetch, sample
 
 N = 200
@@ -103,7 +102,11 @@ async def test_status_page_in_headless_chromium(sandbox: dict[str, Any], tmp_pat
         async with await client.logs.open_writer("watched") as log_writer:
             await log_writer.append_many([b"a", b"b", b"c"])
         await client.logs.create_cursor("watched", "reporting", "earliest")
-        await trio.sleep(0.2)
+
+        async def expired() -> bool:
+            return all(c.expired for c in await client.logs.cursor_infos("watched"))
+
+        await wait_until(expired, "the cursor idle past its TTL", 30)
     url = sandbox["bookies"][1]["http"] + "/"
     proc = subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",

@@ -37,12 +37,14 @@ async def test_one_auditor_a_lost_lock_stops_it_and_marks(nursery: trio.Nursery)
     await wait_until(one_auditing, "one auditor", 10, every_s=0.02)
     first = await store.lock_holder("auditor")
     assert first is not None and auditors[first].status.auditing
-    # Within the grace: "gone" is not lost yet.
-    await trio.sleep(0.3)
+    # Within the grace: "gone" is known missing (the takeover's full check read the
+    # ledger naming it) but not lost yet.
+    auditor = auditors[first]
+    await wait_until(lambda: auditor.status.full_checks >= 1, "the takeover's full check", 10, every_s=0.02)
+    assert "gone" in auditor.last_seen and not auditor.lost_bookies()
     assert await store.list_under_replicated() == []
     store.expire_lock("auditor")  # as if its keep-alive failed: it must stop at once
-    await trio.sleep(0.01)
-    assert not auditors[first].status.auditing
+    await wait_until(lambda: not auditor.status.auditing, "the auditor that lost its lock to stop", 10, every_s=0.01)
     await wait_until(one_auditing, "one auditor", 10, every_s=0.02)
     await wait_until(lambda: _marked(store, 2), "ledger 2 marked", 10, every_s=0.02)
     [mark] = await store.list_under_replicated()

@@ -14,7 +14,7 @@ from bkframe.autorecovery.auditor import Auditor
 from bkframe.client.context import ClientContext
 from bkframe.core.config import AutorecoveryConfig
 from bkframe.core.interfaces.metadata_store import BookieRegistration
-from bkframe.core.metadata import BookieInfo
+from bkframe.core.metadata import BookieInfo, UnderReplicated
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.plugins.metadata_memory import MemoryMetadataStore
 from bkframe.testing.counting_store import CountingStore
@@ -53,9 +53,12 @@ async def test_a_lost_bookie_is_marked_from_the_index_alone(nursery: trio.Nurser
     expected = {i for i in range(1, 3001) if victim in (await store.read_ledger(i)).bookies()}
     assert len(expected) == 1500
     await registrations[victim].aclose()
-    with trio.fail_after(30):
-        while len(marks := await store.list_under_replicated()) < len(expected):
-            await trio.sleep(0.05)
+
+    async def all_marked() -> list[UnderReplicated] | None:
+        marks = await store.list_under_replicated()
+        return marks if len(marks) >= len(expected) else None
+
+    marks = await wait_until(all_marked, "the lost bookie's ledgers marked", 30)
     assert {m.ledger_id for m in marks} == expected
     assert all(m.bookies == {victim} for m in marks)
     assert auditor.status.lost_bookies == {victim: 1500}
@@ -84,14 +87,11 @@ async def test_full_checks_keep_to_their_pace(nursery: trio.Nursery) -> None:
     auditor = Auditor(counting.as_store(), ClientContext.create(nursery, store, PluginManager()).pool, "x", config)
     started = trio.current_time()
     await nursery.start(auditor.run)
-    await trio.sleep(1.0)
-    assert auditor.status.full_checks == 0
-    assert counting.calls["read_ledger"] <= 55  # about 50 in the first second, never all
+    # Under way, a few reads in: not all at once (the pace is what the time below shows).
+    await wait_until(lambda: counting.calls["read_ledger"] >= 10, "the full check under way", 30, every_s=0.02)
+    assert auditor.status.full_checks == 0 and counting.calls["read_ledger"] < 100
     await wait_until(lambda: auditor.status.full_checks == 1, "the first full check", 30, every_s=0.02)
     assert trio.current_time() - started >= 100 / 50.0
     assert counting.calls["read_ledger"] == 101
-    with trio.fail_after(10):
-        while not await store.list_under_replicated():
-            await trio.sleep(0.05)
-    [mark] = await store.list_under_replicated()
+    [mark] = await wait_until(store.list_under_replicated, "the ghost's ledger marked", 10)
     assert (mark.ledger_id, mark.bookies) == (101, frozenset({"ghost"}))

@@ -22,7 +22,7 @@ from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
 from bkframe.proto.codes import Status
 from bkframe.testing.cluster import Cluster
-from bkframe.testing.kit import PASSWORD
+from bkframe.testing.kit import PASSWORD, wait_until
 
 ENTRIES = 40
 
@@ -100,16 +100,17 @@ async def wait_fully_replicated(client: Client, ledger_ids: list[int], lost: set
     """Until no ledger names a lost bookie (an open ledger that did is then closed: its
     writer was idle past the grace, so autorecovery recovered it)."""
     left: list[LedgerMetadata] = []
-    with trio.move_on_after(timeout_s):
-        while True:
-            left = [md for md in [await client.ledger_metadata(i) for i in ledger_ids] if md.bookies() & lost]
-            if not left:
-                return
-            await trio.sleep(0.5)
-    raise AssertionError(
-        f"not repaired within {timeout_s} s: "
-        + "; ".join(f"ledger {md.ledger_id} {md.state.value} {md.fragments}" for md in left[:5])
-    )
+
+    async def repaired() -> bool:
+        nonlocal left
+        left = [md for md in [await client.ledger_metadata(i) for i in ledger_ids] if md.bookies() & lost]
+        return not left
+
+    try:
+        await wait_until(repaired, "the ledgers repaired", timeout_s, every_s=0.5)
+    except AssertionError:
+        details = "; ".join(f"ledger {md.ledger_id} {md.state.value} {md.fragments}" for md in left[:5])
+        raise AssertionError(f"not repaired within {timeout_s} s: {details}") from None
 
 
 async def wait_no_marks(client: Client, timeout_s: float = 30.0) -> None:
@@ -117,11 +118,16 @@ async def wait_no_marks(client: Client, timeout_s: float = 30.0) -> None:
     updated the metadata, and an audit that ran meanwhile may mark a ledger the metadata no
     longer puts on the lost bookie (a worker then finds it whole and unmarks it)."""
     status: list[Any] = []
-    with trio.move_on_after(timeout_s):
-        while status := await client.metadata.list_under_replicated():
-            await trio.sleep(0.5)
-        return
-    raise AssertionError(f"still marked under-replicated after {timeout_s} s: {status}")
+
+    async def unmarked() -> bool:
+        nonlocal status
+        status = await client.metadata.list_under_replicated()
+        return not status
+
+    try:
+        await wait_until(unmarked, "no ledger marked under-replicated", timeout_s, every_s=0.5)
+    except AssertionError:
+        raise AssertionError(f"still marked under-replicated after {timeout_s} s: {status}") from None
 
 
 async def check_replicas(client: Client, ledger_ids: list[int]) -> None:

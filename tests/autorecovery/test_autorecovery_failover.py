@@ -16,7 +16,7 @@ import bkframe
 from bkframe import Client, LedgerMetadata
 from bkframe.client.distribution import replicas
 from bkframe.proto.codes import Status
-from bkframe.testing.kit import PASSWORD
+from bkframe.testing.kit import PASSWORD, wait_until
 from tests.autorecovery.test_autorecovery import autorecovery_config, metadata_uri, payload
 
 __all__ = ["metadata_uri"]  # the fixture, shared with test_autorecovery
@@ -89,7 +89,12 @@ async def test_auditor_and_worker_killed_others_take_over(cluster_factory: Any, 
             proc = cluster.by_id(victim)
             proc.kill()
             shutil.rmtree(proc.data_dir)
-            await trio.sleep(1.0)  # the auditor sees the bookie gone, within its grace: nothing marked yet
+            # Its registration ends: from now on the auditor's looks (every 0.2 s) see it
+            # gone, and it is within its grace (3 s from the first such look): nothing marked yet.
+            async def unregistered() -> bool:
+                return victim not in {b.bookie_id for b in await client.metadata.list_bookies()}
+
+            await wait_until(unregistered, "the killed bookie's registration to end", 30, every_s=0.1)
             assert await client.metadata.list_under_replicated() == []
             services[0].kill()
             with trio.fail_after(60):
@@ -152,7 +157,7 @@ async def test_decommission_under_a_live_writer(cluster_factory: Any, metadata_u
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(keep_appending)
-            await trio.sleep(0.5)
+            await wait_until(lambda: appended[0] >= 10, "the writer under way", 30)
             before = appended[0]
             command = [sys.executable, "-m", "bkframe", "bookies", "decommission", target,
                        "--metadata", cluster.metadata, "--interval", "0.3"]
@@ -161,8 +166,8 @@ async def test_decommission_under_a_live_writer(cluster_factory: Any, metadata_u
             assert done.returncode == 0, done.stderr.decode()
             assert "nothing depends on" in out, out
             at_end = appended[0]
-            await trio.sleep(0.5)
-            assert appended[0] > at_end > before  # it kept appending, during and after
+            assert at_end > before  # it kept appending during the decommission ...
+            await wait_until(lambda: appended[0] >= at_end + 10, "appends after the decommission", 30)  # ... and after
             nursery.cancel_scope.cancel()
         for ledger_id in [writer.ledger_id, *closed]:
             assert target not in (await client.ledger_metadata(ledger_id)).bookies()

@@ -18,7 +18,7 @@ from bkframe import Client, DigestType
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
 from bkframe.proto.codes import Status
-from bkframe.testing.kit import PASSWORD
+from bkframe.testing.kit import PASSWORD, wait_until
 
 KEY = master_key(PASSWORD)
 BYPASS_TYPE_ID = 2
@@ -69,15 +69,14 @@ async def info(client: Client, bookie_id: str) -> dict[str, Any]:
 
 
 async def wait_out_of_limbo(client: Client, bookie_id: str, timeout: float = 60.0) -> dict[str, Any]:
-    with trio.fail_after(timeout):
-        while True:
-            try:
-                got = await info(client, bookie_id)
-                if not got["limbo_ledgers"]:
-                    return got
-            except ConnectionError:
-                pass
-            await trio.sleep(0.2)
+    async def out_of_limbo() -> dict[str, Any] | None:
+        try:
+            got = await info(client, bookie_id)
+        except ConnectionError:
+            return None  # the old connection, to the dead process
+        return None if got["limbo_ledgers"] else got
+
+    return await wait_until(out_of_limbo, f"{bookie_id} out of limbo", timeout, every_s=0.2)
 
 
 async def recover(client: Client, ledger_id: int, timeout: float = 60.0) -> Any:

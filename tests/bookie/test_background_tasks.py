@@ -11,14 +11,18 @@ import pytest
 import trio
 import trio.testing
 
+from bkframe import LedgerMetadata
 from bkframe.bookie.runtime.periodic import run_periodically
-from bkframe.client.bookies.connection import connect_bookie
+from bkframe.client.bookies.connection import BookieClient, connect_bookie
 from bkframe.core.counters import Counters
+from bkframe.core.ledger_keys import key_hash
+from bkframe.core.plugin_manager import PluginManager
 from bkframe.plugins.entry_log_single import SingleEntryLogManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
 from bkframe.proto.codes import Status
 from bkframe.testing.cluster import BookieProcess
 from bkframe.testing.faults import write_faults
+from bkframe.testing.kit import wait_until
 
 KEY = b"k"
 
@@ -75,7 +79,8 @@ async def test_a_ledger_id_no_metadata_store_can_hold_does_not_kill_the_bookie(
         storage.add_entries(ledger, [0], [b"from a bogus request"])
     await storage.aclose()
     config = _config(tmp_path, "[bookie]\ngc_interval_s = 0.2\n")
-    b = BookieProcess(data_dir).start("--config", str(config), "--metadata", f"sqlite://{tmp_path / 'md.db'}")
+    metadata = f"sqlite://{tmp_path / 'md.db'}"
+    b = BookieProcess(data_dir).start("--config", str(config), "--metadata", metadata)
     bookie_processes.append(b)
     with trio.fail_after(30):
         while True:
@@ -86,7 +91,10 @@ async def test_a_ledger_id_no_metadata_store_can_hold_does_not_kill_the_bookie(
                 break
             await trio.sleep(0.2)
     assert info["ledgers"] == 0
-    await trio.sleep(1.0)  # more collections
+    # More collections: each of two marker ledgers is collected by a pass of its own.
+    async with connect_bookie(b.host, b.port) as bk:
+        for marker in (10, 11):
+            await collect_a_marker(bk, metadata, marker)
     assert b.proc.poll() is None
     assert b.stop() == 0
 
@@ -109,10 +117,12 @@ async def test_a_failing_checkpoint_is_retried_and_loses_nothing(
         for e in range(30):
             assert (await bk.add(1, e, payloads[e], master_key=KEY)).status == Status.OK
         (control / write_faults.ENOSPC_FILE).write_text("lastmark")
-        await trio.sleep(1.5)  # several failed checkpoints
+        await wait_until(lambda: failed_checkpoints(b) >= 3, "three failed checkpoints", 30)
         assert b.proc.poll() is None, b.log_path.read_text()[-3000:]
         stuck = (await bk.info())["counters"]["checkpoints"]
-        await trio.sleep(0.5)
+        # Two more tries, both failed: neither counted as a checkpoint.
+        failed = failed_checkpoints(b)
+        await wait_until(lambda: failed_checkpoints(b) >= failed + 2, "two more failed checkpoints", 30)
         assert (await bk.info())["counters"]["checkpoints"] == stuck
         (control / write_faults.ENOSPC_FILE).unlink()
         # A write that found no space made the bookie read-only (it may still be): it
@@ -141,3 +151,35 @@ async def test_a_failing_checkpoint_is_retried_and_loses_nothing(
             read_back[e] = r.data if r.status == Status.OK else None
     assert read_back == payloads
     assert b2.stop() == 0
+
+
+def failed_checkpoints(b: BookieProcess) -> int:
+    """How many checkpoints the bookie logged it could not finish (no space for the mark)."""
+    return b.log().count("no space to write the LastLogMark")
+
+
+async def collect_a_marker(bk: BookieClient, metadata: str, ledger_id: int) -> None:
+    """Make ``ledger_id`` in the store, add an entry to the bookie, delete the ledger from
+    the store; until the bookie's garbage collection has deleted it: a pass that began
+    after this call ran (one pass at a time, so the one before it ended)."""
+    before = (await bk.info())["counters"]["gc_ledgers_deleted"]
+    store = PluginManager().metadata_store(metadata)
+    try:
+        await store.create_ledger(
+            LedgerMetadata(ledger_id, 1, 1, 1, ((0, ("b",)),), password_hash=key_hash(KEY))  # type: ignore[arg-type]
+        )
+
+        async def added() -> bool:  # TRY_AGAIN while the bookie checks the key with the store
+            status = (await bk.add(ledger_id, 0, b"marker", master_key=KEY)).status
+            assert status in (Status.OK, Status.TRY_AGAIN), status
+            return status == Status.OK
+
+        await wait_until(added, f"the marker ledger {ledger_id} to take its entry", 30)
+        await store.delete_ledger(ledger_id)
+    finally:
+        await store.aclose()
+
+    async def collected() -> bool:
+        return (await bk.info())["counters"]["gc_ledgers_deleted"] > before
+
+    await wait_until(collected, f"the garbage collection of marker ledger {ledger_id}", 30)

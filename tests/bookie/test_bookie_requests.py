@@ -195,7 +195,11 @@ async def test_a_connection_closed_by_the_bookie_fails_requests_not_the_callers_
                         await poll.wait()
                 except BookieConnectionError:
                     failed += 1
-            await trio.sleep(0.01)  # the block goes on after the failure
+            # The block goes on after the failure: past the connection's own end, and a
+            # checkpoint after it (where a cancellation of this block would land).
+            with trio.fail_after(30):
+                await bk.wait_closed()
+            await trio.lowlevel.checkpoint()
             after_failure = failed == 3
     finally:
         if b.proc.poll() is None:

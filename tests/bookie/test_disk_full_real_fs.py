@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import trio
 
 import bkframe
 from bkframe.client.bookies.connection import BookieClient
@@ -185,10 +184,13 @@ async def _fill_collect_reopen(small: BookieProcess, fs: SmallFilesystem, tmp_pa
         # GC on the full disk: half the ledgers are deleted; the pass scans every index.
         ledgers = sorted({ledger for ledger, _ in acked})
         deleted = set(ledgers[::2])
-        for ledger in deleted:
+        last = max(deleted)
+        for ledger in deleted - {last}:
             await client.delete_ledger(ledger)
-        await wait_until(lambda: _gc_deleted(conn, len(deleted)), "the GC pass on the full disk")
-        await trio.sleep(1.0)  # another pass, with nothing to delete: a scan of every index
+        await wait_until(lambda: _gc_deleted(conn, len(deleted) - 1), "the GC pass on the full disk")
+        # Another pass, a scan of every index again: the one that collects the last ledger.
+        await client.delete_ledger(last)
+        await wait_until(lambda: _gc_deleted(conn, len(deleted)), "another GC pass on the full disk")
         assert_alive(small)
         await check_reads(conn, acked, deleted)
 
@@ -204,7 +206,18 @@ async def _fill_collect_reopen(small: BookieProcess, fs: SmallFilesystem, tmp_pa
         await check_reads(conn, acked, deleted)  # opens every index: each is checked against its logs
         refused = await conn.add(GROWN[1], FAR, data(GROWN[1], FAR), master_key=KEY, timeout_s=60)
         assert refused.status == Status.READ_ONLY, (refused.status, refused.message)
-        await trio.sleep(1.0)  # GC passes and checkpoints on the full disk
+        # GC passes and checkpoints on the full disk: a pass collects one more ledger, and
+        # two more checkpoints are tried (each done, or logged as failed).
+        tried = checkpoints_tried((await state(conn))["counters"]["checkpoints"], small.log())
+        extra = next(ledger for ledger in ledgers if ledger not in deleted and ledger not in GROWN)
+        await client.delete_ledger(extra)
+        deleted.add(extra)
+        await wait_until(lambda: _gc_deleted(conn, 1), "a GC pass on the full disk after the restart")
+
+        async def two_more_checkpoints() -> bool:
+            return checkpoints_tried((await state(conn))["counters"]["checkpoints"], small.log()) >= tried + 2
+
+        await wait_until(two_more_checkpoints, "two more checkpoints tried on the full disk")
         assert_alive(small)
 
         # Space comes back: writable again, the far entries and new ledgers go in.
@@ -217,6 +230,11 @@ async def _fill_collect_reopen(small: BookieProcess, fs: SmallFilesystem, tmp_pa
         assert await add_all(conn, later, acked) == len(later)
         await check_reads(conn, acked, deleted)
     assert small.stop() == 0, small.log()[-3000:]
+
+
+def checkpoints_tried(done: int, log: str) -> int:
+    """Checkpoints the bookie tried: ``done`` (its counter) and those its ``log`` says failed."""
+    return done + log.count("no space to write the LastLogMark") + log.count("checkpoint failed")
 
 
 async def _gc_deleted(conn: BookieClient, n: int) -> bool:

@@ -401,6 +401,7 @@ send_timeout_s = 3.0
         big = await client.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1, password=PASSWORD)
         await big.append(bytes(4 * MiB))
         peak = PeakRss(bookie)
+        open_before = (await info(client, bookie))["connections_open"]
 
         async def partial_frames() -> None:
             await partial_frame(await connect_raw(bookie, source="127.0.0.2"), send_for_s=60)
@@ -417,7 +418,9 @@ send_timeout_s = 3.0
                 for _ in range(8):
                     attack.start_soon(partial_frames)
                 attack.start_soon(never_reads)
-                await trio.sleep(1)
+                # The attack under way: its nine connections open, its bytes in flight.
+                await counter_reaches(client, bookie, "connections_open", lambda n: n >= open_before + 9)
+                await counter_reaches(client, bookie, "inflight_bytes", lambda n: n >= 4 * MiB)
                 assert await honest_rounds(cluster.metadata, 5) == 5
                 # A stalled frame and the client that reads nothing are closed; the other
                 # frames of that address wait their turn, unread.
@@ -437,18 +440,23 @@ async def test_long_poll_timeout_and_count_are_capped(tmp_path: Path) -> None:
     toml = tmp_path / "bookie.toml"
     toml.write_text("[limits]\nmax_long_poll_timeout_s = 1.0\nmax_long_polls_per_connection = 2\n")
     config = load_config(toml, {"data_dir": tmp_path / "data", "port": 0})
-    async with running_bookie(config) as (_, host, port):
+    async with running_bookie(config) as (service, host, port):
+        assert service.bookie is not None
+        counters = service.bookie.counters
         async with connect_bookie(host, port) as bk:
             assert (await bk.add(5, 0, b"x", master_key=KEY)).status == Status.OK
             start = trio.current_time()
             waiting = [bk.submit_read_lac(5, previous_lac=0, timeout_ms=2**32 - 1, timeout_s=30) for _ in range(2)]
-            await trio.sleep(0.2)
+            await wait_until(lambda: counters.long_polls_waiting == 2, "the bookie to hold both polls", 10, every_s=0.01)
             third = await bk.read_lac(5, previous_lac=0, timeout_ms=2**32 - 1, timeout_s=30)
-            assert (third.status, third.lac) == (Status.OK, -1) and trio.current_time() - start < 0.9
+            # Answered at once: while the two before it still wait.
+            assert (third.status, third.lac) == (Status.OK, -1) and counters.long_polls_refused == 1
+            assert not any(pending.done() for pending in waiting)
+            # Those end at the cap (1 s), not in 49 days: the requests' own 30 s timeout would fail them.
             for pending in waiting:
                 r = await pending.wait()
                 assert (r.status, r.lac) == (Status.OK, -1)
-            assert 0.9 < trio.current_time() - start < 10
+            assert trio.current_time() - start >= 0.9
 
 
 async def test_a_tail_over_the_long_poll_cap_does_not_spin(tmp_path: Path) -> None:

@@ -5,9 +5,11 @@ bookies under one id -- on real bookie processes and a real metadata store."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from bkframe import ConfigError
 from bkframe.bookie.startup.identity import advertised
 from bkframe.core.config import WILDCARD_HOSTS, load_config
 from bkframe.testing.cluster import BookieProcess, BookieStartError
-from bkframe.testing.kit import PASSWORD
+from bkframe.testing.kit import PASSWORD, wait_until
 
 #: A short registration TTL: a refused start (which waits about a TTL for the other
 #: registration to expire) takes seconds.
@@ -116,8 +118,14 @@ def test_a_second_live_bookie_with_the_same_id_refuses_and_changes_nothing(tmp_p
         assert registered(metadata) == before
         assert (tmp_path / "first" / "cookie.json").read_text() == cookie
         assert not (tmp_path / "second" / "cookie.json").exists()
-        # The first bookie goes on serving, registered as before.
-        time.sleep(1.5)  # past the TTL: its heartbeats keep it
+        # The first bookie goes on serving, registered as before: the registration as it was
+        # then expires, and heartbeats have renewed it beyond.
+        def expiry() -> float:
+            with closing(sqlite3.connect(tmp_path / "metadata.db")) as db:
+                return float(db.execute("SELECT expires_mono FROM bookies WHERE id = 'twin'").fetchone()[0])
+
+        seen = expiry()
+        trio.run(wait_until, lambda: time.monotonic() > seen and expiry() > seen, "a heartbeat past the first expiry", 30)
         assert registered(metadata) == before
     finally:
         first.kill()

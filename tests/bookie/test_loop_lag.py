@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from bkframe.bookie.runtime.loop_lag import GC_YOUNG_THRESHOLD, LoopLag, settle_python_gc
 from bkframe.bookie.serving.server import SERVE_STEP_S
@@ -19,15 +20,16 @@ from bkframe.proto.frames import pack_frame
 from bkframe.proto.ops.add import encode_add
 from bkframe.proto.table import Response, decode_responses
 from bkframe.testing.cluster import make_config, running_bookie
+from bkframe.testing.kit import wait_until
 
 
 async def test_a_held_loop_shows_as_lag() -> None:
     lag = LoopLag(period_s=0.005, window_s=60)
     async with trio.open_nursery() as nursery:
         await nursery.start(lag.run)
-        await trio.sleep(0.05)
+        await trio.testing.wait_all_tasks_blocked()  # the sampler waits for its next tick
         time.sleep(0.2)  # a step that computes without awaiting
-        await trio.sleep(0.05)
+        await wait_until(lambda: lag.max_since_start >= 0.15, "the sampler to see the hold", 10, every_s=0.005)
         nursery.cancel_scope.cancel()
     assert 0.15 <= lag.recent_max == lag.max_since_start
 
@@ -55,11 +57,10 @@ async def test_an_idle_loop_is_sampled_seldom_and_work_brings_the_short_period_b
             compute(0.002)
             await trio.sleep(0)
         assert not lag.idle
-        await trio.sleep(0.02)
+        await trio.testing.wait_all_tasks_blocked()  # the sampler waits for its next tick
         compute(0.2)
-        await trio.sleep(0.05)
+        await wait_until(lambda: lag.max_since_start >= 0.15, "the sampler to see the hold", 10, every_s=0.005)
         nursery.cancel_scope.cancel()
-    assert 0.15 <= lag.max_since_start
 
 
 def test_the_recent_maximum_covers_one_to_two_windows() -> None:

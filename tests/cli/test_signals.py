@@ -13,16 +13,19 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 import bkframe
 from bkframe.client.blocking import BlockingClient
 from bkframe.client.bookies.errors import ClientClosedError
 from bkframe.client.logs.model import Position
 from bkframe.testing.cluster import Cluster
+from bkframe.testing.kit import wait_until
 
 #: How long a process may take to print what the test waits for, or to close what it
 #: opened and exit once stopped (the machine runs the suite at a load of 15).
@@ -73,11 +76,12 @@ class Command:
 
     def wait_for(self, count: int) -> None:
         """Until it has printed ``count`` lines (it fails if the process ends first)."""
-        deadline = time.monotonic() + WAIT_S
-        while len(self.out) < count:
+
+        def printed() -> bool:
             assert self.proc.poll() is None, f"it ended: {self.proc.stderr.read() if self.proc.stderr else ''}"
-            assert time.monotonic() < deadline, f"{len(self.out)} lines in {WAIT_S} s"
-            time.sleep(0.02)
+            return len(self.out) >= count
+
+        trio.run(partial(wait_until, printed, f"{count} lines printed", WAIT_S, every_s=0.02))
 
     def stop(self, signum: int) -> str:
         """Send ``signum``, wait for the exit (and the rest of stdout); the one line it
@@ -167,7 +171,9 @@ async def test_a_client_that_closes_with_appends_in_flight_blames_no_bookie(
         writer = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2)
         await writer.append(b"connected")
         pendings = [writer.append_async(b"x" * 4096) for _ in range(5000)]
-        await trio.sleep(0.02)  # sent, far from all acknowledged (20 MB)
+        # Sent: the client's tasks all wait (for the bookies' answers), far from all
+        # acknowledged (20 MB).
+        await trio.testing.wait_all_tasks_blocked()
     in_flight = [pa for pa in pendings if isinstance(pa.error, ClientClosedError)]
     assert in_flight, "every append was acknowledged before the client closed: nothing was tested"
     assert not [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]

@@ -21,7 +21,7 @@ from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
 from bkframe.proto.codes import Status
 from bkframe.testing.backends import on_backends
-from bkframe.testing.kit import FAST, PASSWORD, payload
+from bkframe.testing.kit import FAST, PASSWORD, payload, wait_until
 
 #: Short timeouts so that a hung bookie costs the tests seconds.
 #: Bookies whose journal holds a group 1.5 s before its fsync.
@@ -237,7 +237,9 @@ async def test_vd_close_refuses_appends_once_started(cluster_factory: Any) -> No
                 closed.append(await writer.close())
 
             nursery.start_soon(close)
-            await anyio.sleep(0.2)  # close() is waiting for its SYNC (1.5 s group commit)
+            # close() has started: it waits for its SYNC (a 1.5 s group commit).
+            await wait_until(lambda: writer._closing, "close() to start", 10, every_s=0.01)
+            assert not closed
             for i in range(5, 10):
                 try:
                     pending = writer.append_async(payload("entry", i))

@@ -21,7 +21,7 @@ from bkframe.core.interfaces.placement import Candidate, PlacementError, racks_s
 from bkframe.core.metadata import BookieInfo
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.core.registry import ComponentRegistry
-from bkframe.testing.kit import FAST, PASSWORD
+from bkframe.testing.kit import FAST, PASSWORD, wait_until
 
 RACKS = ("rack-a", "rack-b", "rack-c")
 
@@ -121,7 +121,7 @@ async def test_read_only_bookies_are_never_chosen(cluster_factory: Any) -> None:
             writer = await client.create_ledger(ensemble=4, write_quorum=2, ack_quorum=2, password=PASSWORD)
             await writer.close()  # the client has listed the bookies: "extra" registers after
             registration = await store.register_bookie(BookieInfo("extra", address), ttl_s=6, nursery=nursery)
-            await trio.sleep(max_age)
+            await wait_until(lambda: _writable_in_view(client, "extra"), "the client's listing to show extra writable", 30)
             # Registered since, writable, it is chosen (so the test below can fail)...
             chosen: set[str] = set()
             for _ in range(20):
@@ -132,7 +132,7 @@ async def test_read_only_bookies_are_never_chosen(cluster_factory: Any) -> None:
             # ...read-only (as a bookie with a full disk registers), never, once the
             # client's listing is as new as the change.
             await registration.set_read_only(True)
-            await trio.sleep(max_age)
+            await wait_until(lambda: _not_writable_in_view(client, "extra"), "the client's listing to show extra read-only", 30)
             for _ in range(20):
                 writer = await client.create_ledger(ensemble=4, write_quorum=2, ack_quorum=2, password=PASSWORD)
                 assert sorted(writer.metadata.fragments[0][1]) == [f"bookie-{i}" for i in range(4)]
@@ -214,3 +214,12 @@ async def test_the_rack_label_survives_every_metadata_store(server: str | None, 
         assert [(b.bookie_id, b.rack, b.read_only) for b in await store.list_bookies()] == [("b1", "rack-a", True)]
         await registration.aclose()
     await store.aclose()
+
+
+async def _writable_in_view(client: bkframe.Client, bookie_id: str) -> bool:
+    """Whether the client's listing of the bookies (the one placement uses) has it writable."""
+    return bookie_id in {b.bookie_id for b in (await client.pool.bookies.view()).writable}
+
+
+async def _not_writable_in_view(client: bkframe.Client, bookie_id: str) -> bool:
+    return not await _writable_in_view(client, bookie_id)

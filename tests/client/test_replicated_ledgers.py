@@ -241,8 +241,12 @@ async def test_long_poll_waits_for_the_lac(shared_cluster: Cluster) -> None:
             async def poll() -> None:
                 got.append((await bookie.read_lac(writer.ledger_id, previous_lac=-1, timeout_ms=10_000)).lac)
 
+            waiting = (await bookie.info())["counters"]["long_polls_waiting"]
             nursery.start_soon(poll)
-            await anyio.sleep(0.1)
+            # The bookie holds the poll (kit.wait_until is trio's; this test runs on asyncio too).
+            with anyio.fail_after(10):
+                while (await bookie.info())["counters"]["long_polls_waiting"] <= waiting:
+                    await anyio.sleep(0.01)
             assert got == []
             await writer.append(b"b")  # piggybacks LAC 0
         assert got == [0]

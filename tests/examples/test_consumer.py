@@ -13,14 +13,17 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+
+import trio
 
 import bkframe
 from bkframe import Position
 from bkframe.testing.cluster import Cluster
+from bkframe.testing.kit import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = 200
@@ -44,15 +47,17 @@ class Run:
         return [Position.parse(line.split("\t")[0]) for line in text.splitlines(keepends=True) if line.endswith("\n")]
 
     def wait_for(self, condition: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if check():
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        self.proc.kill()
-        raise AssertionError(f"consumer: no {condition}; stderr:\n{self.err.read_text()}")
+        """Until ``check()`` holds (the kit's wait_until); it fails at once if the consumer exits."""
+
+        def done() -> bool:
+            assert self.proc.poll() is None, "the consumer exited"
+            return check()
+
+        try:
+            trio.run(partial(wait_until, done, condition, timeout_s, every_s=0.02))
+        except AssertionError as e:
+            self.proc.kill()
+            raise AssertionError(f"consumer: no {condition} ({e}); stderr:\n{self.err.read_text()}") from None
 
     def stop(self, sig: signal.Signals) -> int:
         self.proc.send_signal(sig)

@@ -187,6 +187,12 @@ async def _auditor_is(client: bkframe.Client, holder: str) -> bool:
         return await client.metadata.lock_holder("auditor") == holder
 
 
+#: How long a second auditor is watched contending for the lock (its check_interval_s is
+#: 0.5 s: several tries). Only a window shows that something does not happen, when each
+#: try that fails leaves no trace.
+CONTENDING_S = 2.0
+
+
 async def test_an_auditor_cut_off_from_the_metadata_store_stops_before_another_starts(healed: Cell) -> None:
     cell = healed
     config = "[autorecovery]\ncheck_interval_s = 0.5\nlost_bookie_grace_s = 60.0\n"
@@ -198,13 +204,19 @@ async def test_an_auditor_cut_off_from_the_metadata_store_stops_before_another_s
             await wait_until(lambda: _auditor_is(client, one), "a1 to be the auditor", 60, every_s=0.2)
             second = start_autorecovery(cell, "a2", two, config)
             try:
-                await trio.sleep(2)
+                # a2 runs, and its auditor tries the lock every check_interval_s: a failed try
+                # leaves no trace to wait for, so a window of several tries it is.
+                running = f"autorecovery running as {two}"
+                await wait_until(lambda: running in (cell.root / f"{two}.log").read_text(), "a2 to run", 60, every_s=0.2)
+                await trio.sleep(CONTENDING_S)
                 assert await _auditor_is(client, one)  # one auditor at a time
                 for zk in cell.zk_hosts:
                     cell.net.cut("a1", zk)
                 await wait_until(lambda: _auditor_is(client, two), "a2 to take over", 60, every_s=0.2)
                 cell.net.heal()
-                await trio.sleep(3)
+                # a1 reaches the store again, and its auditor tries the lock again and again
+                # (nothing marks a failed try): a window of several tries.
+                await trio.sleep(CONTENDING_S)
                 assert await _auditor_is(client, two)  # the old one does not take it back
             finally:
                 second.kill()
@@ -308,11 +320,11 @@ async def test_a_host_cut_off_and_healed_while_a_writer_and_a_tailing_reader_run
     writer.wait_acks(ledger, 100)
     bookie_host = cell.host_of_bookie(created["ensemble"][0])
     cell.net.isolate(bookie_host)  # a bookie of the ensemble
+    writer.wait_acks(ledger, 100, timeout_s=60)  # the writer goes on without it
     writer.wait_acks(ledger, 100, timeout_s=60)
-    await trio.sleep(2)
     cell.net.heal(bookie_host)
     cell.net.isolate(reader.host)  # the tailing reader's own host
-    await trio.sleep(3)
+    writer.wait_acks(ledger, 200, timeout_s=60)  # entries the cut-off reader has to catch up on
     cell.net.heal(reader.host)
     writer.wait_acks(ledger, 100, timeout_s=60)
     writer.request("stop", ledger=ledger)

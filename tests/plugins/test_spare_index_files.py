@@ -17,6 +17,7 @@ from bkframe.plugins.entry_log_single import SingleEntryLogManager
 from bkframe.plugins.ledger_storage_default import DefaultLedgerStorage
 from bkframe.plugins.ledger_storage_default import spare_index_files as spares_module
 from bkframe.plugins.ledger_storage_default.ledger_index import index_path
+from bkframe.testing.kit import wait_until
 
 
 def open_storage(root: Path, spares: int) -> DefaultLedgerStorage:
@@ -26,9 +27,7 @@ def open_storage(root: Path, spares: int) -> DefaultLedgerStorage:
 
 
 async def wait_for_spares(storage: DefaultLedgerStorage, n: int) -> None:
-    with trio.fail_after(10):
-        while len(storage.spare_index_files) < n:
-            await trio.sleep(0.01)
+    await wait_until(lambda: len(storage.spare_index_files) >= n, f"{n} spare index files", 10, every_s=0.01)
 
 
 async def test_new_ledgers_take_spare_files_and_the_pool_is_refilled(tmp_path: Path) -> None:
@@ -73,10 +72,20 @@ async def test_new_ledgers_take_spare_files_and_the_pool_is_refilled(tmp_path: P
 async def test_no_spares_on_a_disk_with_little_free_space(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(spares_module, "MIN_FREE_BYTES", 1 << 62)
     storage = open_storage(tmp_path, spares=8)
+    pool = storage.spare_index_files
+    looks: list[tuple[list[Path], OSError | None]] = []
+    make = pool._make
+
+    def looked(n: int) -> tuple[list[Path], OSError | None]:  # in the filler's thread
+        looks.append(made := make(n))
+        return made
+
+    monkeypatch.setattr(pool, "_make", looked)
     async with trio.open_nursery() as nursery:
         await nursery.start(storage.run)
-        await trio.sleep(0.2)
-        assert len(storage.spare_index_files) == 0
+        # The filler looked at the free space, and made nothing.
+        await wait_until(lambda: looks, "the filler's first try", 10, every_s=0.01)
+        assert all(look == ([], None) for look in looks) and len(pool) == 0
         storage.ensure_ledger(1, b"k", 0)
         storage.add_entries(1, [0], [b"x"])  # the index is made as before
         assert storage.spare_index_files.missed == 1

@@ -36,6 +36,7 @@ from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import NoSuchLedgerError
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.faults.offloader import CRASH_AT_ENV
+from bkframe.testing.kit import wait_until
 from bkframe.testing.servers import S3Server
 from bkframe.tiering.keys import segment_key
 from bkframe.tiering.offload_metrics import OffloadCounters, offload_registry
@@ -115,10 +116,12 @@ async def until_lock_free(uri: str, name: str) -> None:
     """A killed service's lock on the log vanishes ``lock_ttl_s`` after it died: a service
     started before then skips the log this pass."""
     store = PluginManager().metadata_store(uri)
+
+    async def free() -> bool:
+        return await store.lock_holder(lock_name(name)) is None
+
     try:
-        with trio.fail_after(30):
-            while await store.lock_holder(lock_name(name)) is not None:
-                await trio.sleep(0.1)
+        await wait_until(free, f"the lock on {name} to vanish", 30, every_s=0.1)
     finally:
         await store.aclose()
 

@@ -5,10 +5,11 @@ and when full; sealed logs of deleted ledgers are removed without copying."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import attrs
+import bkframe_entrylog_per_ledger.manager as manager_module
 import pytest
-import trio
 from bkframe_entrylog_per_ledger.manager import PerLedgerEntryLogManager
 from bkframe_entrylog_per_ledger.plugin import PerLedgerConfig
 
@@ -83,14 +84,19 @@ async def test_too_many_open_logs_seal_the_least_recently_used(tmp_path: Path) -
     await storage.aclose()
 
 
-async def test_idle_and_full_logs_are_sealed(tmp_path: Path) -> None:
+async def test_idle_and_full_logs_are_sealed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The manager's clock, moved by the test: idleness without waiting on the real one.
+    now = [1000.0]
+    monkeypatch.setattr(manager_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
     storage, logs = open_storage(tmp_path, expire_after_access_s=0.05, max_log_size=4096)
     for lid in (1, 2):
         storage.ensure_ledger(lid, b"k", 0)
     for e in range(6):
         storage.add_entries(1, [e], [b"y" * 1000])  # about 4 entries a log
     assert len(logs.log_ids()) == 2 and logs.active_ledgers() == [1]
-    await trio.sleep(0.1)
+    await storage.checkpoint()
+    assert logs.active_ledgers() == [1]  # not idle yet
+    now[0] += 0.06  # past expire_after_access_s
     storage.add_entries(2, [0], [b"fresh"])
     await storage.checkpoint()
     assert logs.active_ledgers() == [2]  # ledger 1 idled past expire_after_access_s

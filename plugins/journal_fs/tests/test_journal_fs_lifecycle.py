@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from bkframe_journal_fs.file_format import FILE_HEADER
 from bkframe_journal_fs.fs_journal import FsJournal, JournalFailedError
 
@@ -69,15 +70,22 @@ async def test_a_closed_journal_refuses_appends(tmp_path: Path) -> None:
         journal.append([b"three"])
 
 
-async def test_max_wait_groups_without_flush_when_queue_empty(tmp_path: Path) -> None:
+async def test_max_wait_groups_without_flush_when_queue_empty(tmp_path: Path, mock_clock: trio.testing.MockClock) -> None:
+    """On trio's mock clock (it moves only when the test jumps it): the bound is exact."""
     counters = Counters()
     journal = make(tmp_path, counters, flush_when_queue_empty=False, max_wait_ms=20.0)
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run)
-        # A lone record is not held back longer than about max_wait.
-        start = trio.current_time()
-        await journal.wait_durable(journal.append([b"alone"]))
-        assert trio.current_time() - start < 1.0
+        # A lone record waits for company up to max_wait, and is written when it passes.
+        seq = journal.append([b"alone"])
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(0.019)
+        await trio.testing.wait_all_tasks_blocked()
+        assert counters.journal_queued_bytes > 0 and counters.journal_fsyncs == 0  # still gathering
+        mock_clock.jump(0.002)
+        await journal.wait_durable(seq)
+        # Many at once make few groups (the clock now jumps to each bound when all wait).
+        mock_clock.autojump_threshold = 0
         before = counters.journal_fsyncs
         async with trio.open_nursery() as writers:
             for i in range(300):
@@ -103,10 +111,12 @@ async def test_a_group_nobody_waits_for_waits_for_a_waiter(tmp_path: Path) -> No
             watched.set()
 
         async with trio.open_nursery() as watchers:
-            # A watcher (the bookie's BP-14 sync cursors) does not hurry the group...
+            # A watcher (the bookie's BP-14 sync cursors) does not hurry the group: once
+            # every task is parked (only the 60 s bound could wake the group commit), the
+            # records are still queued, unwritten...
             watchers.start_soon(watch)
-            await trio.sleep(0.3)
-            assert journal.durable_seq == 0 and counters.journal_fsyncs == 0
+            await trio.testing.wait_all_tasks_blocked()
+            assert counters.journal_queued_bytes > 0 and journal.durable_seq == 0 and counters.journal_fsyncs == 0
             # ...a waiter does (far sooner than the 60 s bound), and the watcher learns of it.
             with trio.fail_after(10):
                 await journal.wait_durable(seqs[0])
@@ -120,14 +130,33 @@ async def test_a_group_nobody_waits_for_waits_for_a_waiter(tmp_path: Path) -> No
     assert [r for _, r in replay_all(tmp_path)] == [b"lazy 0", b"lazy 1", b"lazy 2", b"waited for"]
 
 
-async def test_a_group_nobody_waits_for_is_written_within_the_bound(tmp_path: Path) -> None:
-    journal = make(tmp_path, max_lazy_wait_ms=20.0)
+async def test_a_group_nobody_waits_for_is_written_when_the_bound_passes(
+    tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    """With nobody hurrying it, a group waits exactly ``max_lazy_wait_ms`` (on trio's mock
+    clock, which moves only when the test jumps it) and is then written by itself."""
+    counters = Counters()
+    journal = make(tmp_path, counters, max_lazy_wait_ms=20.0)
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run)
-        with trio.fail_after(10):
-            await journal.wait_durable(journal.append([b"unwatched"]), hurry=False)
+        seq = journal.append([b"unwatched"])
+        watched = trio.Event()
+
+        async def watch() -> None:
+            await journal.wait_durable(seq, hurry=False)
+            watched.set()
+
+        nursery.start_soon(watch)
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(0.019)
+        await trio.testing.wait_all_tasks_blocked()
+        assert counters.journal_queued_bytes > 0 and counters.journal_fsyncs == 0  # held back, up to the bound
+        mock_clock.jump(0.002)
+        await watched.wait()  # past it: written, though nobody waits with hurry
+        assert journal.durable_seq == seq and counters.journal_fsyncs == 1
         await journal.aclose()
         nursery.cancel_scope.cancel()
+    assert [r for _, r in replay_all(tmp_path)] == [b"unwatched"]
 
 
 async def test_remove_files_before_keeps_the_mark_file_and_later(tmp_path: Path) -> None:

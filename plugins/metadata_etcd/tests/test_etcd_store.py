@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
+from bkframe_metadata_etcd import autorecovery as autorecovery_module
 from bkframe_metadata_etcd.store import EtcdMetadataStore
 
 from bkframe.errors import MetadataError
+from bkframe.testing.kit import wait_until
 from bkframe.testing.metadata_contract import SharedMetadataStoreContract
 from bkframe.testing.servers import EtcdServer
 
@@ -20,13 +23,31 @@ class TestEtcdStore(SharedMetadataStoreContract):
         return f"etcd://{etcd_server.address}/t-{uuid.uuid4().hex[:12]}"
 
 
-async def test_a_lock_whose_lease_ends_is_lost(etcd_server: EtcdServer, nursery: trio.Nursery) -> None:
+def count_keep_alives(monkeypatch: pytest.MonkeyPatch) -> dict[int, int]:
+    """Per lease id, the keep-alives etcd answered with the lease alive (from now on)."""
+    counts: dict[int, int] = {}
+    keep_alive = autorecovery_module.keep_alive
+
+    def counted(client: Any, lease_id: int, timeout_s: float) -> int:
+        left = keep_alive(client, lease_id, timeout_s)
+        if left > 0:
+            counts[lease_id] = counts.get(lease_id, 0) + 1
+        return left
+
+    monkeypatch.setattr(autorecovery_module, "keep_alive", counted)
+    return counts
+
+
+async def test_a_lock_whose_lease_ends_is_lost(
+    etcd_server: EtcdServer, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The holder's lease ends under it (revoked here, as etcd does when keep-alives stop
     arriving for a TTL): the key is gone, the holder's next keep-alive sets ``lost`` and
     another client takes the lock; the old holder's release leaves the new lock alone."""
     uri = f"etcd://{etcd_server.address}/t-{uuid.uuid4().hex[:12]}"
     holder, heir = EtcdMetadataStore(uri), EtcdMetadataStore(uri)
     try:
+        renewed = count_keep_alives(monkeypatch)
         lock = await holder.try_lock("auditor", "bookie-1", 3, nursery)
         assert lock is not None and await heir.lock_holder("auditor") == "bookie-1"
         await heir._call(lambda c: c.post(c.get_url("/kv/lease/revoke"), json={"ID": lock._lease.id}))
@@ -36,7 +57,9 @@ async def test_a_lock_whose_lease_ends_is_lost(etcd_server: EtcdServer, nursery:
         assert taken is not None
         await lock.release()
         assert await holder.lock_holder("auditor") == "bookie-2"
-        await trio.sleep(4)  # past the old TTL: the heir's keep-alive holds it
+        # Past the old TTL: the heir's keep-alives hold it (four, one every third of the TTL).
+        lease = taken._lease.id  # type: ignore[attr-defined]
+        await wait_until(lambda: renewed.get(lease, 0) >= 4, "four keep-alives of the heir's lease", 30)
         assert await holder.lock_holder("auditor") == "bookie-2" and not taken.lost.is_set()
         await taken.release()
     finally:
@@ -44,15 +67,19 @@ async def test_a_lock_whose_lease_ends_is_lost(etcd_server: EtcdServer, nursery:
         await heir.aclose()
 
 
-async def test_a_lock_is_lost_when_etcd_is_out_of_reach(tmp_path: Path, nursery: trio.Nursery) -> None:
+async def test_a_lock_is_lost_when_etcd_is_out_of_reach(
+    tmp_path: Path, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No keep-alive gets through for a TTL (etcd is down): the lock is ``lost``, since the
     lease may have ended and the lock gone to another."""
     server = EtcdServer(tmp_path / "etcd").start()
     store = EtcdMetadataStore(f"etcd://{server.address}/t-{uuid.uuid4().hex[:12]}")
+    renewed = count_keep_alives(monkeypatch)
     try:
         lock = await store.try_lock("auditor", "bookie-1", 2, nursery)
         assert lock is not None
-        await trio.sleep(1.5)  # kept alive meanwhile
+        lease = lock._lease.id  # type: ignore[attr-defined]
+        await wait_until(lambda: renewed.get(lease, 0) >= 2, "two keep-alives", 30)  # kept alive meanwhile
         assert not lock.lost.is_set()
         await trio.to_thread.run_sync(server.stop)
         with trio.fail_after(6):

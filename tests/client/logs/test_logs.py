@@ -349,6 +349,13 @@ async def test_entries_lost_in_flight_at_a_rollover_leave_no_gap(log_cluster: Cl
         await client.metadata.update_log(per_backend("gap"), dead.serialize(), record.version)
         reader = await logs.reader(per_backend("gap"))
         tailed: list[bkframe.LogEntry] = []
+        refreshes, refresh = [0], reader.refresh
+
+        async def counted_refresh() -> bkframe.LogMetadata:  # the tail's reads of the log record
+            refreshes[0] += 1
+            return await refresh()
+
+        reader.refresh = counted_refresh  # type: ignore[method-assign]
 
         async def tail() -> None:
             async for entry in reader.tail("earliest", poll_timeout_s=0.2):
@@ -361,8 +368,14 @@ async def test_entries_lost_in_flight_at_a_rollover_leave_no_gap(log_cluster: Cl
                     await anyio.sleep(0.05)
             # Segment 0's ledger gets closed (as the next writer's recovery does first) ...
             await client.open_ledger(first.ledger_id, recovery=True)
-            await anyio.sleep(1.0)
-            # ... the tail reads its last entry and then waits for the log record.
+            # ... the tail reads its last entry and then waits for the log record: it reads
+            # the record again and again, and nothing of segment 1.
+            with anyio.fail_after(30):
+                while len(tailed) < 5:
+                    await anyio.sleep(0.05)
+                looked = refreshes[0]
+                while refreshes[0] < looked + 2:
+                    await anyio.sleep(0.05)
             assert [e.payload for e in tailed] == [payload("e", i) for i in range(5)]
             writer = await logs.open_writer(per_backend("gap"))
             assert [(s.number, s.entries) for s in writer.metadata.segments if s.closed] == [(0, 5)]
