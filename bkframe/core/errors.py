@@ -205,6 +205,27 @@ class ObjectExistsError(TierError):
     """A conditional put found an object under the key already."""
 
 
+class SubscriptionError(LogError):
+    """A subscription could not do what was asked (docs/subscriptions.md)."""
+
+
+class NoSuchSubscriptionError(SubscriptionError):
+    """The log has no subscription of that name."""
+
+
+class SubscriptionExistsError(SubscriptionError):
+    """The log already has a subscription or a cursor of that name."""
+
+
+class NotOwnerError(SubscriptionError):
+    """This process does not own the subscription (any more): another one does, or it was
+    fenced. ``holder`` names the owner when known; ask it instead."""
+
+    def __init__(self, message: str, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
 __all__ = [
     "BKError",
     "BadVersionError",
@@ -229,6 +250,10 @@ __all__ = [
     "NoSuchLogError",
     "NoSuchObjectError",
     "NotEnoughBookiesError",
+    "NotOwnerError",
+    "NoSuchSubscriptionError",
+    "SubscriptionError",
+    "SubscriptionExistsError",
     "ObjectExistsError",
     "PluginError",
     "PositionTrimmedError",
@@ -239,3 +264,4 @@ __all__ = [
     "UnknownLedgerTypeError",
     "UnsupportedError",
 ]
+
