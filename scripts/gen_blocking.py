@@ -37,12 +37,14 @@ TWINS: dict[tuple[str, str], tuple[str, str, str]] = {
     ("bkframe.client.logs.api", "Logs"): ("BlockingLogs", "_logs", "LogsExtras"),
     ("bkframe.client.logs.writer", "LogWriter"): ("BlockingLogWriter", "writer", "LogWriterExtras"),
     ("bkframe.client.logs.reader", "LogReader"): ("BlockingLogReader", "reader", "LogReaderExtras"),
+    ("bkframe.subscriptions.consumer", "Subscription"): ("BlockingSubscription", "sub", "SubscriptionExtras"),
+    ("bkframe.subscriptions.consumer", "Message"): ("BlockingMessage", "message", "MessageExtras"),
 }
 #: The async client, and the protocol that stands for it in the logs layer: their twin is the blocking client itself.
 TWIN_OF = {name: twin for (_, name), (twin, _, _) in TWINS.items()} | {"LedgerClient": "BlockingClient"}
 #: Public on the async side, without a twin (tests/client/test_api_parity.py says why).
 ASYNC_ONLY = {
-    "Client.context", "Client.metadata", "Client.pool", "Logs.store",
+    "Client.context", "Client.metadata", "Client.pool", "Logs.store", "Subscription.owner",
     "WriteHandle.append_async", "WriteHandle.append_many_async", "LogWriter.append_async", "LogWriter.append_many_async",
 }  # fmt: skip
 BUILTIN_NAMES = set(dir(builtins)) | {"None"}
@@ -222,6 +224,8 @@ def wrap(result: str, returns: ast.expr | None, owner: str) -> str:
         return owner
     if text in TWIN_OF:
         return f"{TWIN_OF[text]}({owner}, {result})"
+    if text.endswith(" | None") and text[: -len(" | None")] in TWIN_OF:
+        return f"twin_or_none({TWIN_OF[text[: -len(' | None')]]}, {owner}, {result})"
     if any(name in text.replace("[", " ").replace("]", " ").replace("|", " ").split() for name in TWIN_OF):
         raise SystemExit(f"gen_blocking: cannot wrap a {text}: write the twin in blocking_extras.py")
     return result
@@ -267,7 +271,34 @@ def generate_class(module: str, name: str, imports: Imports) -> str:
             out.append(f"        return {wrap(ran, node.returns, owner)}\n\n")
         else:
             out.append(f"        return {wrap(call, node.returns, owner)}\n\n")
+    out += protocol_twins(module, name, twin, inner, owner, hand_written, imports)
     return "".join(out).rstrip("\n") + "\n"
+
+
+def protocol_twins(
+    module: str, name: str, twin: str, inner: str, owner: str, hand_written: set[str], imports: Imports
+) -> list[str]:
+    """An async iterator's ``__iter__``/``__next__`` and an async context manager's
+    ``__enter__``/``__exit__`` (each hop one run in the loop), unless written by hand."""
+    defined = {n.name: n for n in class_node(module, name).body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    out: list[str] = []
+    anext = defined.get("__anext__")
+    if anext is not None and "__next__" not in hand_written:
+        returns = twin_text(anext.returns, module, imports) if anext.returns is not None else "None"
+        ran = f"{owner}._run(self.{inner}.__anext__)"
+        out.append(f"    def __iter__(self) -> {twin}:\n        return self\n\n")
+        out.append(f"    def __next__(self) -> {returns}:\n        try:\n")
+        out.append(f"            return {wrap(ran, anext.returns, owner)}\n")
+        out.append("        except StopAsyncIteration:\n            raise StopIteration from None\n\n")
+    if "__aexit__" in defined and "__exit__" not in hand_written:
+        imports.need("TracebackType", module)  # as the async class annotates its __aexit__
+        out.append(f"    def __enter__(self) -> {twin}:\n        return self\n\n")
+        out.append(
+            "    def __exit__(\n        self, exc_type: type[BaseException] | None, exc: BaseException | None, "
+            "tb: TracebackType | None\n    ) -> None:\n"
+        )
+        out.append(f"        {owner}._run(lambda: self.{inner}.__aexit__(exc_type, exc, tb))\n\n")
+    return out
 
 
 def generate() -> str:
@@ -293,8 +324,11 @@ def generate() -> str:
             LogReaderExtras,
             LogsExtras,
             LogWriterExtras,
+            MessageExtras,
             ReadHandleExtras,
+            SubscriptionExtras,
             WriteHandleExtras,
+            twin_or_none,
         )
         from bkframe.client.blocking_tail import BlockingTail, singly
         '''

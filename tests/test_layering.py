@@ -32,19 +32,22 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "bkframe.plugins": ("bkframe.core", "bkframe.storage_kit"),
     "bkframe.proto": ("bkframe.core",),
     "bkframe.bookie": ("bkframe.core", "bkframe.storage_kit", "bkframe.common", "bkframe.proto"),
-    "bkframe.client": ("bkframe.core", "bkframe.common", "bkframe.proto", "bkframe.tiering"),
+    "bkframe.client": ("bkframe.core", "bkframe.common", "bkframe.proto", "bkframe.tiering", "bkframe.subscriptions"),
     "bkframe.tiering": ("bkframe.core", "bkframe.common", "bkframe.client"),
+    # Subscriptions are the client's too (a log's consumers, its owner reading the log).
+    "bkframe.subscriptions": ("bkframe.core", "bkframe.common", "bkframe.proto", "bkframe.client", "bkframe.tiering"),
     "bkframe.autorecovery": (
         "bkframe.core", "bkframe.storage_kit", "bkframe.common", "bkframe.proto", "bkframe.bookie", "bkframe.client",
         "bkframe.tiering",
     ),
     "bkframe.admin": (
         "bkframe.core", "bkframe.storage_kit", "bkframe.common", "bkframe.proto", "bkframe.bookie", "bkframe.client",
-        "bkframe.tiering", "bkframe.plugins",
+        "bkframe.tiering", "bkframe.plugins", "bkframe.subscriptions",
     ),
     "bkframe.cli": (
         "bkframe.core", "bkframe.storage_kit", "bkframe.common", "bkframe.proto", "bkframe.bookie", "bkframe.client",
         "bkframe.tiering", "bkframe.autorecovery", "bkframe.admin", "bkframe.plugins", "bkframe.launcher",
+        "bkframe.subscriptions",
     ),
     # The launcher of bookie processes (sandbox, benchmarks, tests): it runs `bkframe bookie`
     # and keeps the command line's own variables ($BKFRAME_METADATA...) from the bookies.
@@ -55,10 +58,12 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "bkframe.bench": (
         "bkframe.core", "bkframe.storage_kit", "bkframe.common", "bkframe.proto", "bkframe.bookie", "bkframe.client",
         "bkframe.tiering", "bkframe.autorecovery", "bkframe.admin", "bkframe.plugins", "bkframe.cli", "bkframe.launcher",
+        "bkframe.subscriptions",
     ),
     "bkframe.testing": (
         "bkframe.core", "bkframe.storage_kit", "bkframe.common", "bkframe.proto", "bkframe.bookie", "bkframe.client",
         "bkframe.tiering", "bkframe.autorecovery", "bkframe.admin", "bkframe.plugins", "bkframe.cli", "bkframe.launcher",
+        "bkframe.subscriptions",
     ),
 }
 #: What ``bkframe.core`` holds: the contracts between bkframe and its plugins, and nothing

@@ -25,7 +25,9 @@ from bkframe.client.blocking_twins import (
     BlockingLogReader,
     BlockingLogs,
     BlockingLogWriter,
+    BlockingMessage,
     BlockingReadHandle,
+    BlockingSubscription,
     BlockingWriteHandle,
 )
 from bkframe.client.client import Client, open_client
@@ -38,7 +40,9 @@ __all__ = [
     "BlockingLogReader",
     "BlockingLogWriter",
     "BlockingLogs",
+    "BlockingMessage",
     "BlockingReadHandle",
+    "BlockingSubscription",
     "BlockingTail",
     "BlockingWriteHandle",
     "RunAhead",

@@ -166,7 +166,20 @@ class ReadHandleExtras:
         return BlockingTail(self._owner, singly(self.handle.tail(start, poll_timeout_s=poll_timeout_s)), idle_timeout_s)
 
 
+def twin_or_none(twin: Callable[[Any, Any], T], owner: Any, value: Any) -> T | None:
+    """``value`` in its blocking twin, or None (a method that may return nothing)."""
+    return None if value is None else twin(owner, value)
+
+
 class LogsExtras:
+    pass
+
+
+class MessageExtras:
+    pass
+
+
+class SubscriptionExtras:
     pass
 
 

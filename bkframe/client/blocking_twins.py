@@ -10,6 +10,7 @@ returned, its twin.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from bkframe.client.blocking_extras import (
@@ -17,8 +18,11 @@ from bkframe.client.blocking_extras import (
     LogReaderExtras,
     LogsExtras,
     LogWriterExtras,
+    MessageExtras,
     ReadHandleExtras,
+    SubscriptionExtras,
     WriteHandleExtras,
+    twin_or_none,
 )
 from bkframe.client.blocking_tail import BlockingTail, singly
 from bkframe.client.logs.api import CursorInfo, LogInfo, Logs
@@ -41,6 +45,9 @@ from bkframe.client.read_handle import Entry, EntryBlock, ReadHandle
 from bkframe.client.settings import ClientSettings
 from bkframe.client.write_handle import WriteHandle
 from bkframe.core.metadata import DigestType, LedgerMetadata
+from bkframe.subscriptions.consumer import Message, Subscription
+from bkframe.subscriptions.owner import SubscriptionStats
+from bkframe.subscriptions.settings import SubscriptionRecord
 from bkframe.tiering.offload import OffloadResult
 from bkframe.tiering.reads import TierReads
 
@@ -420,6 +427,65 @@ class BlockingLogs(LogsExtras):
     def delete_cursor(self, name: str, cursor: str) -> None:
         return self._owner._run(lambda: self._logs.delete_cursor(name, cursor))
 
+    def create_subscription(
+        self,
+        name: str,
+        subscription: str,
+        *,
+        kind: str = "shared",
+        lease_s: float = 30.0,
+        max_deliveries: int | None = None,
+        dead_letter: str | None = None,
+        start: Where = EARLIEST,
+        password: bytes = b"",
+    ) -> SubscriptionRecord:
+        """A subscription of the log (``kind`` ``shared`` or ``key_shared``) whose consumers
+        get the records from ``start`` on: each leased for ``lease_s``, and after
+        ``max_deliveries`` deliveries without an ack appended to the log ``dead_letter``."""
+        return self._owner._run(
+            lambda: self._logs.create_subscription(
+                name,
+                subscription,
+                kind=kind,
+                lease_s=lease_s,
+                max_deliveries=max_deliveries,
+                dead_letter=dead_letter,
+                start=start,
+                password=password,
+            )
+        )
+
+    def subscription(self, name: str, subscription: str) -> SubscriptionRecord:
+        """The subscription's record as stored (its mark-delete as of its last snapshot)."""
+        return self._owner._run(lambda: self._logs.subscription(name, subscription))
+
+    def subscriptions(self, name: str) -> list[SubscriptionRecord]:
+        return self._owner._run(lambda: self._logs.subscriptions(name))
+
+    def subscribe(
+        self, name: str, subscription: str, *, prefetch: int = 16, lease_s: float | None = None, password: bytes = b""
+    ) -> BlockingSubscription:
+        """A consumer of the subscription: ``async with await logs.subscribe(...) as sub:
+        async for msg in sub: ...; await msg.ack()``."""
+        return BlockingSubscription(
+            self._owner,
+            self._owner._run(
+                lambda: self._logs.subscribe(name, subscription, prefetch=prefetch, lease_s=lease_s, password=password)
+            ),
+        )
+
+    def subscription_stats(self, name: str, subscription: str, *, password: bytes = b"") -> SubscriptionStats:
+        """Backlog, records in flight, redeliveries, dead letters (asks the owner)."""
+        return self._owner._run(lambda: self._logs.subscription_stats(name, subscription, password=password))
+
+    def delete_subscription(self, name: str, subscription: str) -> None:
+        """Delete the subscription and its state ledgers (its owner ends at its next store)."""
+        return self._owner._run(lambda: self._logs.delete_subscription(name, subscription))
+
+    def close_subscriptions(self) -> None:
+        """Give up the subscriptions this client owns (the client does it when it closes)."""
+        return self._owner._run(lambda: self._logs.close_subscriptions())
+
     def end(self, name: str, *, password: bytes = b"") -> Position:
         """The position after the last confirmed entry (where ``latest`` starts)."""
         return self._owner._run(lambda: self._logs.end(name, password=password))
@@ -589,3 +655,119 @@ class BlockingLogReader(LogReaderExtras):
         their objects (read by the engine itself, row groups skipped by statistics), the rest
         read now into memory (:mod:`bkframe.tiering.snapshot`). Needs pyarrow."""
         return self._owner._run(lambda: self.reader.dataset(start, end))
+
+
+class BlockingSubscription(SubscriptionExtras):
+    """:class:`~bkframe.subscriptions.consumer.Subscription`, blocking."""
+
+    def __init__(self, owner: BlockingClient, sub: Subscription) -> None:
+        self._owner = owner
+        #: The async object inside, for async functions given to :meth:`BlockingClient.run`.
+        self.sub = sub
+
+    @property
+    def log(self) -> str:
+        return self.sub.log
+
+    @property
+    def name(self) -> str:
+        return self.sub.name
+
+    @property
+    def prefetch(self) -> int:
+        return self.sub.prefetch
+
+    @property
+    def lease_s(self) -> float | None:
+        return self.sub.lease_s
+
+    @property
+    def consumer_id(self) -> str:
+        return self.sub.consumer_id
+
+    def receive(self, timeout_s: float | None = None) -> BlockingMessage | None:
+        """The next leased record, waiting up to ``timeout_s`` (None: until one comes); None
+        if none came in time."""
+        return twin_or_none(BlockingMessage, self._owner, self._owner._run(lambda: self.sub.receive(timeout_s)))
+
+    def ack(self, *positions: Position) -> None:
+        """Ack records by position; returns once durable."""
+        return self._owner._run(lambda: self.sub.ack(*positions))
+
+    def ack_range(self, first: Position, last: Position) -> None:
+        """Ack every record from ``first`` to ``last`` (inclusive), held by this consumer or not."""
+        return self._owner._run(lambda: self.sub.ack_range(first, last))
+
+    def nack(self, position: Position, delay_s: float = 0.0) -> None:
+        return self._owner._run(lambda: self.sub.nack(position, delay_s))
+
+    def extend(self, position: Position, lease_s: float | None = None) -> None:
+        return self._owner._run(lambda: self.sub.extend(position, lease_s))
+
+    def aclose(self) -> None:
+        """Leave: every record this consumer holds (handed out or not) goes back to the others."""
+        return self._owner._run(lambda: self.sub.aclose())
+
+    def __iter__(self) -> BlockingSubscription:
+        return self
+
+    def __next__(self) -> BlockingMessage:
+        try:
+            return BlockingMessage(self._owner, self._owner._run(self.sub.__anext__))
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def __enter__(self) -> BlockingSubscription:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._owner._run(lambda: self.sub.__aexit__(exc_type, exc, tb))
+
+
+class BlockingMessage(MessageExtras):
+    """:class:`~bkframe.subscriptions.consumer.Message`, blocking."""
+
+    def __init__(self, owner: BlockingClient, message: Message) -> None:
+        self._owner = owner
+        #: The async object inside, for async functions given to :meth:`BlockingClient.run`.
+        self.message = message
+
+    @property
+    def position(self) -> Position:
+        return self.message.position
+
+    @property
+    def payload(self) -> bytes:
+        return self.message.payload
+
+    @property
+    def key(self) -> bytes | None:
+        return self.message.key
+
+    @property
+    def timestamp(self) -> int | None:
+        return self.message.timestamp
+
+    @property
+    def properties(self) -> Mapping[str, str]:
+        return self.message.properties
+
+    @property
+    def delivery_count(self) -> int:
+        return self.message.delivery_count
+
+    @property
+    def deadline_ms(self) -> int:
+        return self.message.deadline_ms
+
+    def ack(self) -> None:
+        """The record is done; returns once the ack is durable."""
+        return self._owner._run(lambda: self.message.ack())
+
+    def nack(self, delay_s: float = 0.0) -> None:
+        """Deliver the record again (to any consumer), after ``delay_s``."""
+        return self._owner._run(lambda: self.message.nack(delay_s))
+
+    def extend(self, lease_s: float | None = None) -> None:
+        """Hold the lease ``lease_s`` longer from now (default: the subscription's lease time)."""
+        return self._owner._run(lambda: self.message.extend(lease_s))

@@ -188,13 +188,19 @@ class Client:
 
 
 async def _flush_cursors(client: Client) -> None:
-    """Store the log cursor acks not stored yet, as the client closes (bounded, and never
-    hiding the block's own error: a failure is logged, those entries come again)."""
+    """Store the log cursor acks not stored yet, and give up the subscriptions this client
+    owns, as the client closes (bounded, and never hiding the block's own error: a failure is
+    logged, those entries come again; a subscription not given up is taken over once its lock
+    expires)."""
     with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_FLUSH_TIMEOUT_S):
         try:
             await client.logs.flush_cursors()
         except BKError as e:
             log.warning("storing log cursors at close failed (their consumers see those entries again): %s", e)
+        try:
+            await client.logs.close_subscriptions()
+        except BKError as e:
+            log.warning("giving up subscriptions at close failed (taken over once their locks expire): %s", e)
 
 
 @asynccontextmanager

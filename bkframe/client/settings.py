@@ -88,6 +88,9 @@ class ClientSettings:
     #: 0 stores every ack at once. A crash loses the acks since the last store: those
     #: entries are delivered again (see docs/logs.md#cursors).
     cursor_flush_interval_s: float = attrs.field(default=1.0, validator=v.ge(0))
+    #: A subscription this client owns (docs/subscriptions.md) is taken over by another
+    #: process this long after this one stops renewing its lock (it died, hung or was cut off).
+    subscription_owner_ttl_s: float = attrs.field(default=10.0, validator=v.gt(0))
     #: The placement policy choosing bookies for new ledgers, ensemble changes and
     #: re-replication, by registered name: ``random``, ``least_used``, ``rack_aware``, or a
     #: plugin's (see docs/placement.md).

@@ -34,14 +34,18 @@ from bkframe import (
     BlockingLogReader,
     BlockingLogs,
     BlockingLogWriter,
+    BlockingMessage,
     BlockingReadHandle,
+    BlockingSubscription,
     BlockingTail,
     BlockingWriteHandle,
     Client,
     LogReader,
     Logs,
     LogWriter,
+    Message,
     ReadHandle,
+    Subscription,
     WriteHandle,
 )
 
@@ -52,6 +56,8 @@ TWINS: dict[type, type] = {
     Logs: BlockingLogs,
     LogWriter: BlockingLogWriter,
     LogReader: BlockingLogReader,
+    Subscription: BlockingSubscription,
+    Message: BlockingMessage,
 }
 #: Async protocol methods and the blocking ones they become.
 DUNDER_TWINS = {"__aenter__": "__enter__", "__aexit__": "__exit__", "__aiter__": "__iter__", "__anext__": "__next__"}
@@ -64,6 +70,7 @@ ASYNC_ONLY = {
     "Client.metadata": "the metadata store: an async object, used inside the loop (bk.client.metadata in bk.run)",
     "Client.pool": "the bookie connection pool: an async object, used inside the loop (bk.client.pool in bk.run)",
     "Logs.store": "the metadata store: an async object, used inside the loop (bk.client.metadata in bk.run)",
+    "Subscription.owner": "the subscription's owner as the consumer reaches it: an async object, used inside the loop",
     "WriteHandle.append_async": "returns a PendingAppend to await in the loop; blocking code appends with "
     "append (one) or append_many (pipelined)",
     "WriteHandle.append_many_async": "returns PendingAppends to await in the loop; blocking code uses append_many",
@@ -83,6 +90,8 @@ BLOCKING_ONLY = {
     "BlockingReadHandle.handle": "the async handle inside, for functions given to BlockingClient.run",
     "BlockingLogWriter.writer": "the async writer inside, for functions given to BlockingClient.run",
     "BlockingLogReader.reader": "the async reader inside, for functions given to BlockingClient.run",
+    "BlockingSubscription.sub": "the async consumer inside, for functions given to BlockingClient.run",
+    "BlockingMessage.message": "the async message inside, for functions given to BlockingClient.run",
     "BlockingLogReader.record_batch_reader": "a pyarrow.RecordBatchReader pulls batches synchronously as DuckDB or "
     "Polars scan it; async code iterates arrow_batches",
 }

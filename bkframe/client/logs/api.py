@@ -61,7 +61,13 @@ from bkframe.errors import (
     LogFencedError,
     NoSuchCursorError,
     NoSuchLedgerError,
+    SubscriptionExistsError,
 )
+from bkframe.subscriptions.consumer import Subscription
+from bkframe.subscriptions.dispatcher import read_record as read_subscription
+from bkframe.subscriptions.local import LocalOwner
+from bkframe.subscriptions.owner import SubscriptionStats
+from bkframe.subscriptions.settings import SubscriptionRecord, SubscriptionSettings
 from bkframe.tiering.deletes import delete_objects
 from bkframe.tiering.offload import OffloadResult, offload
 from bkframe.tiering.offload_record import OffloadStats
@@ -119,6 +125,8 @@ class Logs:
             if isinstance(shared, Logs)
             else CursorAcks(self._records, client.context.settings.cursor_flush_interval_s, client.context.nursery)
         )
+        #: The subscriptions this client owns, shared the same way.
+        self._owners: dict[tuple[str, str], LocalOwner] = shared._owners if isinstance(shared, Logs) else {}
 
     # -- records ------------------------------------------------------------------------
 
@@ -453,6 +461,77 @@ class Logs:
         self._acks.forget(name, cursor)
         if not await self.store.delete_cursor(name, cursor):
             raise NoSuchCursorError(f"log {name!r} has no cursor {cursor!r}")
+
+    # -- subscriptions (docs/subscriptions.md) ---------------------------------------------
+
+    async def create_subscription(
+        self, name: str, subscription: str, *, kind: str = "shared", lease_s: float = 30.0,
+        max_deliveries: int | None = None, dead_letter: str | None = None, start: Where = EARLIEST,
+        password: bytes = b"",
+    ) -> SubscriptionRecord:
+        """A subscription of the log (``kind`` ``shared`` or ``key_shared``) whose consumers
+        get the records from ``start`` on: each leased for ``lease_s``, and after
+        ``max_deliveries`` deliveries without an ack appended to the log ``dead_letter``."""
+        check_name(subscription, "subscription")
+        if dead_letter is not None:
+            check_name(dead_letter)
+        settings = SubscriptionSettings(kind, lease_s, max_deliveries, dead_letter)  # bad values: ValueError here
+        record, position = await self._where(name, start, password)
+        new = SubscriptionRecord(name, subscription, settings, position, log_uid=record.uid)
+        try:
+            version = await self.store.write_cursor(name, subscription, new.serialize(), None)
+        except BadVersionError:
+            raise SubscriptionExistsError(f"log {name!r} has a subscription or cursor {subscription!r} already") from None
+        return attrs.evolve(new, version=version)
+
+    async def subscription(self, name: str, subscription: str) -> SubscriptionRecord:
+        """The subscription's record as stored (its mark-delete as of its last snapshot)."""
+        return await read_subscription(self.store, name, subscription)
+
+    async def subscriptions(self, name: str) -> list[SubscriptionRecord]:
+        found = await self.store.list_cursors(name)
+        return [
+            SubscriptionRecord.deserialize(name, c, v.value, v.version)
+            for c, v in sorted(found.items()) if SubscriptionRecord.is_subscription(v.value)
+        ]
+
+    async def subscribe(
+        self, name: str, subscription: str, *, prefetch: int = 16, lease_s: float | None = None, password: bytes = b""
+    ) -> Subscription:
+        """A consumer of the subscription: ``async with await logs.subscribe(...) as sub:
+        async for msg in sub: ...; await msg.ack()``."""
+        await read_subscription(self.store, name, subscription)  # none: a clear error now, not at the first lease
+        return Subscription(self._owner(name, subscription, password), name, subscription, prefetch=prefetch,
+                            lease_s=lease_s)
+
+    async def subscription_stats(self, name: str, subscription: str, *, password: bytes = b"") -> SubscriptionStats:
+        """Backlog, records in flight, redeliveries, dead letters (asks the owner)."""
+        return await self._owner(name, subscription, password).stats()
+
+    async def delete_subscription(self, name: str, subscription: str) -> None:
+        """Delete the subscription and its state ledgers (its owner ends at its next store)."""
+        record = await read_subscription(self.store, name, subscription)
+        owner = self._owners.pop((name, subscription), None)
+        if owner is not None:
+            await owner.aclose()
+        await self.store.delete_cursor(name, subscription)
+        for ledger_id in record.state_ledgers:
+            await self._records.delete_ledger_quietly(ledger_id)
+
+    def _owner(self, name: str, subscription: str, password: bytes) -> LocalOwner:
+        owner = self._owners.get((name, subscription))
+        if owner is None:
+            owner = self._owners[(name, subscription)] = LocalOwner(
+                self.client, name, subscription, password=password,
+                owner_ttl_s=self.client.context.settings.subscription_owner_ttl_s,
+            )
+        return owner
+
+    async def close_subscriptions(self) -> None:
+        """Give up the subscriptions this client owns (the client does it when it closes)."""
+        owners, self._owners = list(self._owners.values()), {}
+        for owner in owners:
+            await owner.aclose()
 
     # -- inspecting ---------------------------------------------------------------------
 

@@ -502,6 +502,15 @@ class Cursor:
     #: Inactivity TTL (s): not moved for this long, it stops holding retention back (see
     #: :meth:`expired`); None: the log's ``cursor_ttl_s``.
     ttl_s: float | None = attrs.field(default=None, validator=_positive_or_none)
+    #: What else the record holds, kept as stored: a subscription's record is a cursor
+    #: record with its state's part (bkframe.subscriptions.settings); moving it as a cursor
+    #: (a forced trim) must not drop that.
+    extra: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+
+    @property
+    def subscription(self) -> bool:
+        """This record is a subscription's (docs/subscriptions.md), not a plain cursor's."""
+        return "subscription" in self.extra
 
     def effective_ttl(self, settings: LogSettings) -> float | None:
         return self.ttl_s if self.ttl_s is not None else settings.cursor_ttl_s
@@ -515,6 +524,7 @@ class Cursor:
         d: dict[str, Any] = {"position": str(self.position), "log_uid": self.log_uid, "updated_at": self.updated_at}
         if self.ttl_s is not None:
             d["ttl_s"] = self.ttl_s
+        d.update(self.extra)
         return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
@@ -522,12 +532,16 @@ class Cursor:
         try:
             raw = json.loads(data)
             ttl = raw.get("ttl_s")
+            extra = {k: v for k, v in raw.items() if k not in _CURSOR_KEYS}
             return cls(
                 log, name, Position.parse(raw["position"]), raw["log_uid"], raw["updated_at"], version,
-                float(ttl) if ttl is not None else None,
+                float(ttl) if ttl is not None else None, extra,
             )
         except (ValueError, TypeError, KeyError) as e:
             raise MetadataError(f"stored cursor {name!r} of log {log!r} does not parse: {e!r}") from None
+
+
+_CURSOR_KEYS = frozenset({"position", "log_uid", "updated_at", "ttl_s"})
 
 
 # -- reading results -------------------------------------------------------------------

@@ -25,6 +25,7 @@ from bkframe.errors import (
     NoSuchCursorError,
     NoSuchLedgerError,
     NoSuchLogError,
+    SubscriptionError,
     UnauthorizedError,
     UnsupportedError,
 )
@@ -201,6 +202,11 @@ class LogRecords:
         a trim moving an idle cursor on is not."""
         while True:
             current = await self.cursor(name, cursor)
+            if current.subscription and touch:
+                raise SubscriptionError(
+                    f"{cursor!r} of log {name!r} is a subscription, not a cursor: its consumers ack its records "
+                    f"(docs/subscriptions.md)"
+                )
             if target == current.position or (target < current.position and not rewind):
                 return current
             new = attrs.evolve(current, position=target, updated_at=time.time() if touch else current.updated_at)

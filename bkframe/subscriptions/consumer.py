@@ -1,0 +1,140 @@
+"""A consumer of a subscription: ``async for msg in sub: ...; await msg.ack()``
+(docs/subscriptions.md, "Using it").
+
+The consumer leases a few records at a time (``prefetch``) from the subscription's owner,
+hands them out one by one, and sends each ack, nack or extension to the owner, which
+answers once it is durable. Closing the consumer ends its leases at once, so the records it
+held go to the others without waiting for their leases to end.
+"""
+
+from __future__ import annotations
+
+import collections
+import uuid
+from collections.abc import Mapping
+from types import TracebackType
+
+import anyio
+import attrs
+
+from bkframe.client.logs.envelope import NO_PROPERTIES
+from bkframe.client.logs.positions import Position
+from bkframe.subscriptions.owner import Delivery, Settle, SubscriptionOwner
+
+#: How long one lease request waits at the owner for a record before asking again (s).
+LEASE_WAIT_S = 5.0
+
+
+@attrs.define(eq=False)
+class Message:
+    """A leased record. Ack it once handled (:meth:`ack`), or :meth:`nack` it to have it
+    delivered again; :meth:`extend` keeps the lease while handling takes long."""
+
+    position: Position
+    payload: bytes
+    key: bytes | None
+    timestamp: int | None
+    properties: Mapping[str, str]
+    #: 1 the first time the record is delivered, 2 the second, ...
+    delivery_count: int
+    #: Until when the lease holds (ms since the epoch), unless extended.
+    deadline_ms: int
+    _subscription: Subscription = attrs.field(repr=False)
+
+    async def ack(self) -> None:
+        """The record is done; returns once the ack is durable."""
+        await self._subscription.ack(self.position)
+
+    async def nack(self, delay_s: float = 0.0) -> None:
+        """Deliver the record again (to any consumer), after ``delay_s``."""
+        await self._subscription.nack(self.position, delay_s)
+
+    async def extend(self, lease_s: float | None = None) -> None:
+        """Hold the lease ``lease_s`` longer from now (default: the subscription's lease time)."""
+        await self._subscription.extend(self.position, lease_s)
+
+
+class Subscription:
+    """One consumer of a subscription (made by :meth:`bkframe.Logs.subscribe`).
+
+    ``prefetch``: how many records it leases at once (the others wait at the owner for any
+    consumer); ``lease_s``: its leases' length (default: the subscription's)."""
+
+    def __init__(
+        self, owner: SubscriptionOwner, log: str, name: str, *, prefetch: int = 16, lease_s: float | None = None,
+        consumer_id: str | None = None,
+    ) -> None:
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
+        #: The subscription's owner, as this consumer reaches it.
+        self.owner: SubscriptionOwner = owner
+        self.log: str = log
+        self.name: str = name
+        self.prefetch: int = prefetch
+        self.lease_s: float | None = lease_s
+        #: Who this consumer is to the owner (its leases are held under it).
+        self.consumer_id: str = consumer_id or uuid.uuid4().hex
+        self._buffer: collections.deque[Delivery] = collections.deque()
+        self._closed = False
+
+    async def receive(self, timeout_s: float | None = None) -> Message | None:
+        """The next leased record, waiting up to ``timeout_s`` (None: until one comes); None
+        if none came in time."""
+        self._check_open()
+        deadline = None if timeout_s is None else anyio.current_time() + timeout_s
+        while not self._buffer:
+            wait = LEASE_WAIT_S if deadline is None else max(0.0, min(LEASE_WAIT_S, deadline - anyio.current_time()))
+            got = await self.owner.lease(self.consumer_id, self.prefetch, wait, self.lease_s)
+            self._buffer.extend(got)
+            if not got and deadline is not None and anyio.current_time() >= deadline:
+                return None
+        d = self._buffer.popleft()
+        return Message(d.position, d.payload, d.key, d.timestamp, d.properties or NO_PROPERTIES, d.delivery_count,
+                       d.deadline_ms, self)
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Message:
+        if self._closed:
+            raise StopAsyncIteration
+        message = await self.receive()
+        assert message is not None  # no timeout: receive waits until a record comes
+        return message
+
+    async def ack(self, *positions: Position) -> None:
+        """Ack records by position; returns once durable."""
+        await self.owner.settle(self.consumer_id, Settle(acks=positions))
+
+    async def ack_range(self, first: Position, last: Position) -> None:
+        """Ack every record from ``first`` to ``last`` (inclusive), held by this consumer or not."""
+        await self.owner.settle(self.consumer_id, Settle(ack_ranges=((first, last),)))
+
+    async def nack(self, position: Position, delay_s: float = 0.0) -> None:
+        if delay_s < 0:
+            raise ValueError(f"a nack's delay_s must be >= 0, got {delay_s}")
+        await self.owner.settle(self.consumer_id, Settle(nacks=((position, delay_s),)))
+
+    async def extend(self, position: Position, lease_s: float | None = None) -> None:
+        await self.owner.settle(self.consumer_id, Settle(extends=(position,), lease_s=lease_s or self.lease_s))
+
+    async def aclose(self) -> None:
+        """Leave: every record this consumer holds (handed out or not) goes back to the others."""
+        if self._closed:
+            return
+        self._closed = True
+        self._buffer.clear()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            await self.owner.leave(self.consumer_id)
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"the consumer of subscription {self.name!r} of log {self.log!r} is closed")

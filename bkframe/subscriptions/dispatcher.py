@@ -1,0 +1,549 @@
+"""The owner of a subscription: elected through the metadata store, fenced through the
+bookies, reading the log ahead of the consumers (docs/subscriptions.md, "Who dispatches").
+
+:meth:`Dispatcher.take` takes the subscription's lock, opens its state ledgers with recovery
+(fencing any previous owner), rebuilds the state and stores the record with a new state
+ledger and ``epoch + 1``. From then on every decision is applied to the state, appended to
+the state ledger and only then answered; an append that fails (fenced: another owner took
+over) ends this owner (:attr:`Dispatcher.lost`), and every call raises
+:class:`~bkframe.errors.NotOwnerError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+import anyio
+import attrs
+
+from bkframe.client.logs.model import LogEntry, LogMetadata, Segment
+from bkframe.client.logs.reader import LogReader, count_entries
+from bkframe.client.logs.writer import LogWriter
+from bkframe.client.write_handle import WriteHandle
+from bkframe.core.interfaces import Spawner
+from bkframe.core.interfaces.metadata_store import Lock
+from bkframe.errors import (
+    BadVersionError,
+    BKError,
+    LogExistsError,
+    MetadataError,
+    NoSuchSubscriptionError,
+    NotOwnerError,
+)
+from bkframe.subscriptions import journal
+from bkframe.subscriptions.owner import Delivery, Settle, SubscriptionStats
+from bkframe.subscriptions.settings import (
+    INLINE_SNAPSHOT_BYTES,
+    SnapshotRef,
+    SubscriptionRecord,
+    pack,
+    unpack,
+)
+from bkframe.subscriptions.state import DeadLettered, Event, Segments, SubscriptionState, Trimmed
+
+log = logging.getLogger("bkframe.subscriptions")
+
+#: The not-before time of a record on its way to the dead-letter log: never leased again.
+NEVER_MS = 1 << 62
+#: Snapshot after this many events, or this often (s) when anything changed.
+SNAPSHOT_EVENTS = 50_000
+SNAPSHOT_INTERVAL_S = 30.0
+#: Records read again per read (redeliveries, holes after a recovery).
+READ_RUN = 500
+
+
+def lock_name(log_name: str, name: str) -> str:
+    return f"subscription/{log_name}/{name}"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def read_record(store: object, log_name: str, name: str) -> SubscriptionRecord:
+    found = await store.read_cursor(log_name, name)  # type: ignore[attr-defined]
+    if found is None or not SubscriptionRecord.is_subscription(found.value):
+        raise NoSuchSubscriptionError(f"log {log_name!r} has no subscription {name!r}")
+    return SubscriptionRecord.deserialize(log_name, name, found.value, found.version)
+
+
+def segments_of(segments: Sequence[Segment]) -> Segments:
+    return Segments(tuple(s.number for s in segments), tuple(s.last_entry_id if s.closed else None for s in segments))
+
+
+class Dispatcher:
+    """One subscription's owner (see the module's docstring). Made by :meth:`take`."""
+
+    def __init__(
+        self, client: object, reader: LogReader, record: SubscriptionRecord, state: SubscriptionState,
+        journal_handle: WriteHandle, lock: Lock, password: bytes, holder: str,
+    ) -> None:
+        self.client = client
+        self.logs = client.logs  # type: ignore[attr-defined]
+        self.store = client.metadata  # type: ignore[attr-defined]
+        self.reader = reader
+        self.record = record
+        self.state = state
+        self.journal = journal_handle
+        self.lock = lock
+        self.password = password
+        #: Who owns it (the lock's holder: a client's or a bookie's id).
+        self.holder = holder
+        #: Set when this owner ended (fenced, lock lost, closed, failed): ask again.
+        self.lost = anyio.Event()
+        self.why_lost = ""
+        self._changed = anyio.Event()
+        self._reload = anyio.Event()
+        self._dead: set[int] = set()
+        self._dead_wake = anyio.Event()
+        self._events = 0
+        self._log_version = -1
+        self._scope = anyio.CancelScope()
+
+    # -- taking a subscription ------------------------------------------------------------
+
+    @classmethod
+    async def take(
+        cls, client: object, log_name: str, name: str, *, holder: str, task_group: Spawner,
+        owner_ttl_s: float = 10.0, password: bytes = b"",
+    ) -> Dispatcher:
+        """Become the subscription's owner, or raise :class:`NotOwnerError` naming who is."""
+        store = client.metadata  # type: ignore[attr-defined]
+        lock = await store.try_lock(lock_name(log_name, name), holder, owner_ttl_s, task_group)
+        if lock is None:
+            current = await store.lock_holder(lock_name(log_name, name))
+            raise NotOwnerError(f"subscription {name!r} of log {log_name!r} is owned by {current}", holder=current)
+        try:
+            dispatcher = await cls._start(client, log_name, name, lock, password, holder)
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await lock.release()
+            raise
+        task_group.start_soon(dispatcher._run)
+        return dispatcher
+
+    @classmethod
+    async def _start(cls, client: object, log_name: str, name: str, lock: Lock, password: bytes, holder: str) -> Dispatcher:
+        store = client.metadata  # type: ignore[attr-defined]
+        record = await read_record(store, log_name, name)
+        reader = await client.logs.reader(log_name, password=password)  # type: ignore[attr-defined]
+        state = await recover(client, record, password)
+        settings = reader.metadata.settings
+        handle = await client.create_ledger(  # type: ignore[attr-defined]
+            ensemble=settings.ensemble, write_quorum=settings.write_quorum, ack_quorum=settings.ack_quorum,
+            ledger_type="PD_JOURNAL", digest=settings.digest, password=password,
+            custom={"bkframe.subscription": f"{log_name}/{name}"},
+        )
+        new = attrs.evolve(
+            record, epoch=record.epoch + 1, state_ledgers=(*record.state_ledgers, handle.ledger_id), updated_at=time.time()
+        )
+        try:
+            version = await store.write_cursor(log_name, name, new.serialize(), record.version)
+        except BadVersionError:
+            await _discard(client, handle)
+            raise NotOwnerError(f"subscription {name!r} of log {log_name!r} changed while being taken; ask again") from None
+        dispatcher = cls(client, reader, attrs.evolve(new, version=version), state, handle, lock, password, holder)
+        await dispatcher._refresh_segments(force=True)
+        dispatcher._dead.update(k for k, t in state.delays.items() if t >= NEVER_MS)
+        if dispatcher._dead:
+            dispatcher._dead_wake.set()
+        dispatcher._reload.set()  # the records released before the recovery are read again
+        log.info("subscription %s/%s: owner epoch %d (mark-delete %s, %d in flight)", log_name, name, new.epoch,
+                 unpack(state.mark_delete), len(state.leases))
+        return dispatcher
+
+    # -- what consumers ask -----------------------------------------------------------------
+
+    async def lease(self, consumer: str, max_records: int, wait_s: float, lease_s: float | None = None) -> list[Delivery]:
+        self._check()
+        lease_ms = int((lease_s if lease_s is not None else self.state.settings.lease_s) * 1000)
+        give_up = anyio.current_time() + max(0.0, wait_s)
+        while True:
+            now = now_ms()
+            event = self.state.take(consumer, max(1, max_records), now, lease_ms)
+            if event is not None:
+                entries = [self.state.held[key].entry for key, _, _ in event.records]
+                await self._commit([self._apply(event)])
+                return [
+                    Delivery(e.position, count, event.deadline_ms, e.payload, e.key, e.timestamp, e.properties)
+                    for (key, count, _), e in zip(event.records, entries, strict=True) if e is not None
+                ]
+            left = give_up - anyio.current_time()
+            if left <= 0:
+                return []
+            changed = self._changed
+            nxt = self.state.next_deadline()
+            if nxt is not None:
+                left = min(left, max(0.001, (nxt - now) / 1000))
+            with anyio.move_on_after(left):
+                await changed.wait()
+            self._check()
+
+    async def settle(self, consumer: str, settle: Settle) -> None:
+        self._check()
+        events: list[Event] = []
+        if settle.acks:
+            self._add(events, self.state.ack(pack(p) for p in settle.acks))
+        for first, last in settle.ack_ranges:
+            self._add(events, self.state.ack_range(pack(first), pack(last)))
+        if settle.extends:
+            lease_s = settle.lease_s if settle.lease_s is not None else self.state.settings.lease_s
+            self._add(events, self.state.extend(consumer, (pack(p) for p in settle.extends), now_ms() + int(lease_s * 1000)))
+        for position, delay_s in settle.nacks:
+            not_before = now_ms() + int(delay_s * 1000) if delay_s > 0 else 0
+            events += self._release(consumer, [pack(position)], not_before)
+        if events:
+            await self._commit(events)
+
+    async def leave(self, consumer: str) -> None:
+        self._check()
+        events = self._release(consumer, self.state.leases_of(consumer), 0)
+        if events:
+            await self._commit(events)
+
+    async def stats(self) -> SubscriptionStats:
+        self._check()
+        state, now = self.state, now_ms()
+        mark = unpack(state.segments.normalize(state.mark_delete))
+        try:
+            total = await count_entries(self.reader, mark)
+        except BKError:
+            total = 0
+        backlog = max(0, total - state.acked_after(state.mark_delete))
+        c = state.counters
+        return SubscriptionStats(
+            backlog=backlog, in_flight=state.in_flight(), waiting=state.waiting(now), delayed=state.delayed(now),
+            delivered=c.delivered, redelivered=c.redelivered, acked=c.acked, dead_lettered=c.dead_lettered,
+            mark_delete=mark, consumers=state.consumers(), owner=self.holder, epoch=self.record.epoch,
+        )
+
+    async def aclose(self) -> None:
+        """Give the subscription up: a snapshot if it can, then the lock."""
+        if not self.lost.is_set():
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                try:
+                    await self._snapshot()
+                except BKError as e:
+                    log.warning("subscription %s/%s: no snapshot at close: %s", self.record.log, self.record.name, e)
+        self._end("closed")
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            try:
+                await self.lock.release()
+            except BKError:
+                pass
+
+    # -- applying and journaling --------------------------------------------------------------
+
+    def _apply(self, event: Event) -> Event:
+        self.state.apply(event)
+        return event
+
+    def _add(self, events: list[Event], event: Event | None) -> None:
+        if event is not None:
+            events.append(self._apply(event))
+
+    def _release(self, consumer: str | None, keys: Sequence[int], not_before_ms: int) -> list[Event]:
+        """Applied events ending leases; records at their last delivery go to the dead letters."""
+        due = set(self.state.due_for_dead_letter(keys))
+        events: list[Event] = []
+        self._add(events, self.state.release(consumer, [k for k in keys if k not in due], not_before_ms))
+        mine = self.state.release(consumer, [k for k in keys if k in due], NEVER_MS)
+        if mine is not None:
+            events.append(self._apply(mine))
+            self._dead.update(mine.keys)
+            self._dead_wake.set()
+        self._reload.set()
+        return events
+
+    async def _commit(self, events: list[Event]) -> None:
+        """Append applied ``events`` to the state ledger; returns once they are durable. The
+        append is sent before any other task runs, so the journal's order is the order the
+        events were applied in."""
+        pending = self.journal.append_async(journal.encode_events(events))
+        self._events += len(events)
+        self._notify()
+        try:
+            await pending.wait()
+        except BKError as e:
+            self._end(f"its state ledger refused an append ({e}): another owner took over, or the bookies failed")
+            raise NotOwnerError(f"subscription {self.record.name!r}: this owner ended ({self.why_lost}); ask again") from None
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def _check(self) -> None:
+        if self.lost.is_set():
+            raise NotOwnerError(
+                f"subscription {self.record.name!r} of log {self.record.log!r}: this owner ended ({self.why_lost}); ask again"
+            )
+
+    def _end(self, why: str) -> None:
+        if not self.lost.is_set():
+            self.why_lost = why
+            self.lost.set()
+            log.info("subscription %s/%s: owner epoch %d ended: %s", self.record.log, self.record.name, self.record.epoch, why)
+        self._scope.cancel()
+        self._notify()
+
+    # -- the owner's tasks --------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        with self._scope:
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._watch_lock)
+                    tg.start_soon(self._read_log)
+                    tg.start_soon(self._read_again)
+                    tg.start_soon(self._timers)
+                    tg.start_soon(self._dead_letters)
+                    tg.start_soon(self._snapshots)
+            except NotOwnerError:
+                pass
+            except BKError as e:
+                log.warning("subscription %s/%s: the owner failed: %s", self.record.log, self.record.name, e)
+                self._end(f"it failed: {e}")
+            except Exception as e:  # a bug must end this owner, not the process that hosts it
+                log.exception("subscription %s/%s: the owner failed", self.record.log, self.record.name)
+                self._end(f"it failed: {e!r}")
+        self._end(self.why_lost or "stopped")
+
+    async def _watch_lock(self) -> None:
+        await self.lock.lost.wait()
+        self._end("its lock in the metadata store was lost")
+
+    async def _refresh_segments(self, *, force: bool = False) -> None:
+        record: LogMetadata = self.reader.metadata
+        if force or record.version != self._log_version:
+            mark = unpack(self.state.mark_delete)
+            segments = await self.logs._records.segments(record, mark.segment)
+            self.state.set_segments(segments_of(segments))
+            self._log_version = record.version
+            if record.start > unpack(self.state.segments.normalize(self.state.mark_delete)):
+                # Trimmed past us (a forced trim): what is gone counts as acked.
+                await self._commit([self._apply(Trimmed(pack(record.start)))])
+
+    async def _room(self) -> None:
+        while not self.state.wants_more():
+            changed = self._changed
+            await changed.wait()
+
+    async def _read_log(self) -> None:
+        """The holes below the frontier (after a recovery), then the log from the frontier on."""
+        for first, last in list(self.state.start_scan()):
+            await self._room()
+            await self._read_run(first, last)
+        position = unpack(self.state.scan_at)
+        async for chunk in self.reader.tail_chunks(position):
+            await self._refresh_segments()
+            for entry in chunk:
+                self.state.offer(entry, pack(entry.position))
+            self._notify()
+            await self._room()
+
+    async def _read_run(self, first: int, last: int) -> list[LogEntry]:
+        p, q = unpack(first), unpack(last)
+        entries: list[LogEntry] = []
+        for lo in range(p.entry_id, q.entry_id + 1, READ_RUN):
+            part = await self.reader.read_segment(p.segment, lo, min(q.entry_id, lo + READ_RUN - 1))
+            for entry in part:
+                self.state.offer(entry, pack(entry.position))
+            entries += part
+        self._notify()
+        return entries
+
+    async def _read_again(self) -> None:
+        """Records released for redelivery are read again before they are leased."""
+        while True:
+            await self._reload.wait()
+            self._reload = anyio.Event()
+            for first, last in _runs(self.state.to_load()):
+                await self._read_run(first, last)
+
+    async def _timers(self) -> None:
+        """Leases that end, delayed records that come due."""
+        while True:
+            now = now_ms()
+            expired = self.state.expired(now)
+            if expired:
+                events = self._release(None, expired, 0)
+                if events:
+                    await self._commit(events)
+            self.state.wake(now)
+            self._notify()
+            nxt = self.state.next_deadline()
+            changed = self._changed
+            with anyio.move_on_after(1.0 if nxt is None else max(0.001, (nxt - now_ms()) / 1000)):
+                await changed.wait()
+
+    async def _dead_letters(self) -> None:
+        """Records at their last delivery: appended to the dead-letter log, then acked. The
+        writer is closed after each batch, so the dead-letter log's readers see every record
+        at once (dead letters are rare; a segment a batch is their price)."""
+        settings = self.state.settings
+        while True:
+            await self._dead_wake.wait()
+            self._dead_wake = anyio.Event()
+            keys = sorted(self._dead)
+            if not keys or settings.dead_letter is None:
+                continue
+            writer = await self._dead_letter_writer(settings.dead_letter)
+            try:
+                for first, last in _runs(keys):
+                    p, q = unpack(first), unpack(last)
+                    for e in await self.reader.read_segment(p.segment, p.entry_id, q.entry_id):
+                        props = {
+                            **e.properties, "bkframe.dlq.from": f"{self.record.log}:{e.position}",
+                            "bkframe.dlq.reason": "delivered max_deliveries times without an ack",
+                            "bkframe.dlq.deliveries": str(self.state.deliveries.get(pack(e.position), 0)),
+                        }
+                        await writer.append(e.payload, key=e.key, properties=props)
+            finally:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                    await writer.close()
+            await self._commit([self._apply(DeadLettered(tuple(keys)))])
+            self._dead.difference_update(keys)
+
+    async def _dead_letter_writer(self, name: str) -> LogWriter:
+        try:
+            await self.logs.create(name, password=self.password)
+        except LogExistsError:
+            pass
+        writer: LogWriter = await self.logs.open_writer(name, password=self.password)
+        return writer
+
+    async def _snapshots(self) -> None:
+        if len(self.record.state_ledgers) > 1:
+            await self._snapshot()  # the previous owners' ledgers go: the next recovery reads less
+        last = anyio.current_time()
+        while True:
+            changed = self._changed
+            with anyio.move_on_after(SNAPSHOT_INTERVAL_S):
+                await changed.wait()
+            due = self._events >= SNAPSHOT_EVENTS or (self._events and anyio.current_time() - last >= SNAPSHOT_INTERVAL_S)
+            if due:
+                await self._snapshot()
+                last = anyio.current_time()
+
+    async def _snapshot(self) -> None:
+        """Write the state whole into a new state ledger, name it in the record, drop the old
+        ledgers (docs/subscriptions.md, "Where it is kept").
+
+        The record names the new ledger *before* any event goes to it, so a crash at any step
+        recovers from the old snapshot and every ledger's events; only then the snapshot
+        (its first entries, or inline) becomes the record's."""
+        settings = self.reader.metadata.settings
+        handle = await self.client.create_ledger(  # type: ignore[attr-defined]
+            ensemble=settings.ensemble, write_quorum=settings.write_quorum, ack_quorum=settings.ack_quorum,
+            ledger_type="PD_JOURNAL", digest=settings.digest, password=self.password,
+            custom={"bkframe.subscription": f"{self.record.log}/{self.record.name}"},
+        )
+        try:
+            await self._store(lambda r: attrs.evolve(r, state_ledgers=(*r.state_ledgers, handle.ledger_id)))
+        except BaseException:
+            await _discard(self.client, handle)
+            raise
+        # From here to the switch no other task runs: the snapshot is the state at the
+        # switch, and every later event goes to the new ledger after it.
+        blob = journal.encode_snapshot(self.state)
+        inline = len(blob) <= INLINE_SNAPSHOT_BYTES
+        parts = [] if inline else [handle.append_async(p) for p in journal.snapshot_parts(blob)]
+        old, self.journal, self._events = self.journal, handle, 0
+        old_ids = [i for i in self.record.state_ledgers if i != handle.ledger_id]
+        ref = SnapshotRef(handle.ledger_id, 0, len(parts) - 1, blob if inline else None)
+        for p in parts:
+            await p.wait()
+        mark = unpack(self.state.segments.normalize(self.state.mark_delete))
+        await self._store(
+            lambda r: attrs.evolve(r, mark_delete=max(mark, r.mark_delete), state_ledgers=(handle.ledger_id,), snapshot=ref)
+        )
+        with anyio.CancelScope(shield=True):
+            try:
+                await old.close()
+            except BKError:
+                pass
+            for ledger_id in old_ids:
+                try:
+                    await self.client.delete_ledger(ledger_id)  # type: ignore[attr-defined]
+                except BKError as e:
+                    log.warning("subscription %s: state ledger %d not deleted: %s", self.record.name, ledger_id, e)
+
+    async def _store(self, change: Callable[[SubscriptionRecord], SubscriptionRecord]) -> None:
+        """Store ``change(record)`` by compare-and-set. A record another owner moved ends this
+        one; one moved by a forced trim (as it moves a cursor) is taken as acked up to there."""
+        while True:
+            new = attrs.evolve(change(self.record), updated_at=time.time())
+            try:
+                version = await self.store.write_cursor(self.record.log, self.record.name, new.serialize(), self.record.version)
+            except BadVersionError:
+                stored = await read_record(self.store, self.record.log, self.record.name)
+                if stored.epoch != self.record.epoch:
+                    self._end(f"owner epoch {stored.epoch} took over")
+                    raise NotOwnerError("another owner took the subscription over") from None
+                self.record = attrs.evolve(self.record, version=stored.version, mark_delete=stored.mark_delete)
+                if pack(stored.mark_delete) > self.state.mark_delete:
+                    await self._commit([self._apply(Trimmed(pack(stored.mark_delete)))])
+                continue
+            self.record = attrs.evolve(new, version=version)
+            return
+
+
+def _runs(keys: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted keys as inclusive runs within one segment each."""
+    runs: list[tuple[int, int]] = []
+    for key in keys:
+        if runs and runs[-1][1] + 1 == key and (runs[-1][0] >> 32) == (key >> 32) and key - runs[-1][0] < READ_RUN:
+            runs[-1] = (runs[-1][0], key)
+        else:
+            runs.append((key, key))
+    return runs
+
+
+async def recover(client: object, record: SubscriptionRecord, password: bytes) -> SubscriptionState:
+    """The state as the record and its state ledgers hold it. Opening the ledgers with
+    recovery fences them: a previous owner can append nothing more."""
+    ref = record.snapshot
+    ledgers = list(record.state_ledgers)
+    if ref is not None and ref.ledger_id in ledgers:
+        ledgers = ledgers[ledgers.index(ref.ledger_id) :]
+    handles = [await client.open_ledger(lid, password=password, recovery=True) for lid in ledgers]  # type: ignore[attr-defined]
+    if ref is None:
+        state = SubscriptionState(record.settings, pack(record.mark_delete))
+        start = 0
+    elif ref.inline is not None:
+        state = journal.decode_snapshot(record.settings, ref.inline)
+        start = ref.last + 1
+    else:
+        parts = await handles[0].read(ref.first, ref.last)
+        state = journal.decode_snapshot(record.settings, journal.join_parts([e.payload for e in parts]))
+        start = ref.last + 1
+    for i, handle in enumerate(handles):
+        first = start if i == 0 else 0
+        for lo in range(first, handle.lac + 1, 1000):
+            for entry in await handle.read(lo, min(handle.lac, lo + 999)):
+                if entry.payload[:1] == journal.PART:
+                    continue  # a snapshot the record did not name yet: the events before it are here
+                try:
+                    events = journal.decode_events(entry.payload)
+                except ValueError as e:
+                    raise MetadataError(
+                        f"subscription {record.name!r} of log {record.log!r}: state ledger {handle.ledger_id} entry "
+                        f"{entry.entry_id} does not parse ({e})"
+                    ) from None
+                for event in events:
+                    state.apply(event)
+    return state
+
+
+async def _discard(client: object, handle: WriteHandle) -> None:
+    with anyio.CancelScope(shield=True):
+        try:
+            await handle.close()
+            await client.delete_ledger(handle.ledger_id)  # type: ignore[attr-defined]
+        except BKError:
+            pass
+
+
+__all__ = ["Dispatcher", "lock_name", "recover"]

@@ -1,0 +1,234 @@
+"""Subscriptions on real bookies (docs/subscriptions.md): consumers sharing a log, acks that
+survive the owner's end, exact delivery counts, dead letters, scheduled records, key_shared
+order, and a fenced owner that can confirm nothing."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+
+import pytest
+import trio
+
+import bkframe
+from bkframe import Position
+from bkframe.errors import NotOwnerError, SubscriptionError, SubscriptionExistsError
+from bkframe.subscriptions.dispatcher import Dispatcher
+from bkframe.subscriptions.owner import Settle
+from bkframe.subscriptions.state import DELIVER_AT
+from bkframe.testing.kit import wait_until
+
+
+async def fill(bk: bkframe.Client, log: str, count: int, keys: int = 0, **settings: object) -> None:
+    await bk.logs.create(log, rollover_entries=25, **settings)  # type: ignore[arg-type]
+    async with await bk.logs.open_writer(log) as w:
+        for i in range(count):
+            await w.append(b"r%d" % i, key=b"k%d" % (i % keys) if keys else None)
+
+
+async def test_consumers_share_a_log_and_each_record_is_acked_once(bookies: str) -> None:
+    async with bkframe.open_client(bookies) as bk:
+        await fill(bk, "jobs", 120)  # five segments
+        await bk.logs.create_subscription("jobs", "workers")
+        seen: list[Position] = []
+        by_consumer: Counter[int] = Counter()
+
+        async def consume(n: int) -> None:
+            async with await bk.logs.subscribe("jobs", "workers", prefetch=4) as sub:
+                while len(seen) < 120:
+                    msg = await sub.receive(timeout_s=0.5)
+                    if msg is None:
+                        continue
+                    assert msg.delivery_count == 1
+                    seen.append(msg.position)
+                    by_consumer[n] += 1
+                    await msg.ack()
+                    await trio.sleep(0)
+
+        async with trio.open_nursery() as nursery:
+            for n in range(3):
+                nursery.start_soon(consume, n)
+        assert sorted(seen) == [Position(s, e) for s in range(5) for e in range(25)][:120]
+        assert len(by_consumer) == 3  # the work was shared
+        stats = await bk.logs.subscription_stats("jobs", "workers")
+        assert (stats.backlog, stats.in_flight, stats.acked, stats.redelivered) == (0, 0, 120, 0)
+        assert stats.mark_delete == Position(4, 20)
+
+
+async def test_a_new_owner_redelivers_only_what_was_not_acked_with_its_count(bookies: str) -> None:
+    async with bkframe.open_client(bookies) as bk:
+        await fill(bk, "log", 40)
+        await bk.logs.create_subscription("log", "s", lease_s=60)
+        sub = await bk.logs.subscribe("log", "s", prefetch=40)
+        got = [await sub.receive() for _ in range(40)]
+        for msg in got:
+            if msg is not None and msg.position.entry_id % 3:
+                await msg.ack()
+    # The client's block ended without the consumer leaving: its leases are still on record.
+    async with bkframe.open_client(bookies) as bk:
+        record = await bk.logs.subscription("log", "s")
+        assert record.epoch == 1
+        stats = await bk.logs.subscription_stats("log", "s")
+        assert stats.in_flight == 14 and stats.epoch == 2  # leases survive the owner's change
+        owner = bk.logs._owner("log", "s", b"")
+        dispatcher = owner.dispatcher
+        assert dispatcher is not None
+        # Their consumer is gone: it leaves, and the records go to the next one.
+        await owner.leave(next(iter(dispatcher.state.leases.values())).consumer)
+        async with await bk.logs.subscribe("log", "s") as sub2:
+            again = [await sub2.receive(timeout_s=10) for _ in range(14)]
+            assert sorted(m.position for m in again if m is not None) == [
+                Position(s, e) for s in range(2) for e in range(25) if (s * 25 + e) < 40 and e % 3 == 0
+            ]
+            assert {m.delivery_count for m in again if m is not None} == {2}
+            assert await sub2.receive(timeout_s=0.2) is None  # nothing acked comes back
+            for m in again:
+                assert m is not None
+                await m.ack()
+        assert (await bk.logs.subscription_stats("log", "s")).backlog == 0
+
+
+async def test_records_failing_too_often_go_to_the_dead_letter_log_with_why(bookies: str) -> None:
+    async with bkframe.open_client(bookies) as bk:
+        await fill(bk, "in", 3)
+        await bk.logs.create_subscription("in", "s", max_deliveries=2, dead_letter="in-dlq")
+        async with await bk.logs.subscribe("in", "s", prefetch=1) as sub:
+            delivered: list[tuple[Position, int]] = []
+            while True:
+                msg = await sub.receive(timeout_s=2)
+                if msg is None:
+                    break
+                delivered.append((msg.position, msg.delivery_count))
+                if msg.position == Position(0, 1):
+                    await msg.nack()  # this one always fails
+                else:
+                    await msg.ack()
+            assert delivered.count((Position(0, 1), 1)) == 1 and delivered.count((Position(0, 1), 2)) == 1
+            await wait_until(lambda: _dead(bk), "the dead letter is counted")
+        reader = await bk.logs.reader("in-dlq")
+        with trio.fail_after(30):
+            dead = await anext(aiter(reader.tail("earliest")))
+        assert dead.payload == b"r1"
+        assert dead.properties["bkframe.dlq.from"] == "in:0:1" and dead.properties["bkframe.dlq.deliveries"] == "2"
+        stats = await bk.logs.subscription_stats("in", "s")
+        assert (stats.backlog, stats.dead_lettered, stats.acked) == (0, 1, 2)
+
+
+async def _dead(bk: bkframe.Client) -> bool:
+    return (await bk.logs.subscription_stats("in", "s")).dead_lettered == 1
+
+
+async def test_a_record_scheduled_for_later_waits_for_its_time(bookies: str) -> None:
+    async with bkframe.open_client(bookies) as bk:
+        await bk.logs.create("later")
+        at = int(time.time() * 1000) + 1500
+        async with await bk.logs.open_writer("later") as w:
+            await w.append(b"later", properties={DELIVER_AT: str(at)})
+            await w.append(b"now")
+        await bk.logs.create_subscription("later", "s")
+        async with await bk.logs.subscribe("later", "s") as sub:
+            first = await sub.receive()
+            assert first is not None and first.payload == b"now"
+            await first.ack()
+            second = await sub.receive()
+            assert second is not None and second.payload == b"later"
+            assert time.time() * 1000 >= at
+
+
+async def test_key_shared_keeps_each_keys_order_across_consumers_and_nacks(bookies: str) -> None:
+    async with bkframe.open_client(bookies) as bk:
+        await fill(bk, "keyed", 60, keys=4)
+        await bk.logs.create_subscription("keyed", "s", kind="key_shared")
+        acked: dict[bytes, list[int]] = defaultdict(list)
+        in_flight: set[bytes] = set()
+        nacked: set[Position] = set()
+
+        async def consume() -> None:
+            async with await bk.logs.subscribe("keyed", "s", prefetch=3) as sub:
+                while sum(map(len, acked.values())) < 60:
+                    msg = await sub.receive(timeout_s=0.5)
+                    if msg is None:
+                        continue
+                    assert msg.key is not None and msg.key not in in_flight  # one record of a key at a time
+                    in_flight.add(msg.key)
+                    await trio.sleep(0)
+                    in_flight.discard(msg.key)
+                    if msg.position.entry_id % 7 == 0 and msg.position not in nacked:
+                        nacked.add(msg.position)
+                        await msg.nack()
+                        continue
+                    acked[msg.key].append(int(msg.payload[1:]))
+                    await msg.ack()
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(consume)
+        for key, numbers in acked.items():
+            assert numbers == sorted(numbers), key  # in log order, nacks and all
+        assert sum(map(len, acked.values())) == 60
+
+
+async def test_a_fenced_owner_can_confirm_nothing(bookies: str) -> None:
+    """An owner that still believes it owns the subscription (its lock expired unseen: a
+    pause, a partition) after another took over: its next lease and ack fail, and nothing it
+    tried shows in the new owner's state."""
+    async with bkframe.open_client(bookies) as bk, bkframe.open_client(bookies) as other:
+        await fill(bk, "f", 10)
+        await bk.logs.create_subscription("f", "s")
+        async with trio.open_nursery() as nursery:
+            old = await Dispatcher.take(bk, "f", "s", holder="old", task_group=nursery)
+            [first] = await old.lease("c", 1, 1.0)
+            await old.settle("c", Settle(acks=(first.position,)))
+            # The new owner skips the lock (as if the old one's had expired) and fences.
+            lock = await other.metadata.try_lock("other-lock", "new", 10, nursery)
+            assert lock is not None
+            new = await Dispatcher._start(other, "f", "s", lock, b"", "new")
+            nursery.start_soon(new._run)
+            with pytest.raises(NotOwnerError):
+                await old.lease("c", 1, 1.0)
+            with pytest.raises(NotOwnerError):
+                await old.settle("c", Settle(acks=(Position(0, 5),)))
+            assert old.lost.is_set()
+            assert new.state.is_acked(0) and not new.state.is_acked(5)
+            leased = await new.lease("d", 10, 1.0)
+            assert [d.position for d in leased] == [Position(0, i) for i in range(1, 10)]
+            await new.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def test_subscription_names_are_a_cursors_and_a_subscription_is_not_moved_as_one(bookies: str) -> None:
+    async with bkframe.open_client(bookies) as bk:
+        await fill(bk, "n", 3)
+        await bk.logs.create_cursor("n", "c")
+        with pytest.raises(SubscriptionExistsError):
+            await bk.logs.create_subscription("n", "c")
+        await bk.logs.create_subscription("n", "s")
+        with pytest.raises(SubscriptionError, match="is a subscription"):
+            await bk.logs.move_cursor("n", "s", Position(0, 2))
+        with pytest.raises(ValueError, match="lease_s"):
+            await bk.logs.create_subscription("n", "t", lease_s=0)
+        # Retention sees it as a cursor: nothing it has not passed is trimmed.
+        assert [c.name for c in await bk.logs.cursors("n")] == ["c", "s"]
+        await bk.logs.delete_subscription("n", "s")
+        assert await bk.logs.subscriptions("n") == []
+
+
+async def test_the_blocking_consumer_is_the_same_api(bookies: str) -> None:
+    async with bkframe.open_client(bookies) as bk:
+        await fill(bk, "b", 5)
+        await bk.logs.create_subscription("b", "s")
+
+    def consume() -> tuple[list[bytes], int]:
+        with bkframe.connect(bookies) as blocking:
+            got: list[bytes] = []
+            with blocking.logs.subscribe("b", "s") as sub:
+                for msg in sub:
+                    got.append(msg.payload)
+                    msg.ack()
+                    if len(got) == 5:
+                        break
+                assert sub.receive(timeout_s=0.1) is None
+            return got, blocking.logs.subscription_stats("b", "s").backlog
+
+    got, backlog = await trio.to_thread.run_sync(consume)
+    assert got == [b"r%d" % i for i in range(5)] and backlog == 0
