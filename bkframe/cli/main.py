@@ -53,6 +53,7 @@ COMMANDS: dict[str, str | Callable[[], click.Command]] = {
     "log": _log_group,
     "plugins": "bkframe.cli.plugins:plugins",
     "sandbox": "bkframe.cli.sandbox:sandbox",
+    "sub": "bkframe.cli.sub:sub_group",
     "tier": "bkframe.cli.tier:tier_group",
     "offloader": "bkframe.cli.offloader:offloader",
 }
