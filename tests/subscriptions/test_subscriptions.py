@@ -232,3 +232,37 @@ async def test_the_blocking_consumer_is_the_same_api(bookies: str) -> None:
 
     got, backlog = await trio.to_thread.run_sync(consume)
     assert got == [b"r%d" % i for i in range(5)] and backlog == 0
+
+
+@pytest.mark.parametrize("inline_bytes", [0, 64 * 1024], ids=["snapshot-in-ledger", "snapshot-inline"])
+async def test_a_snapshot_and_the_events_after_it_rebuild_the_state(
+    bookies: str, inline_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bkframe.subscriptions.dispatcher.INLINE_SNAPSHOT_BYTES", inline_bytes)
+    async with bkframe.open_client(bookies) as bk:
+        await fill(bk, "snap", 60)
+        await bk.logs.create_subscription("snap", "s", lease_s=300)
+        async with trio.open_nursery() as nursery:
+            first = await Dispatcher.take(bk, "snap", "s", holder="one", task_group=nursery)
+            leased = await first.lease("c", 40, 1.0)
+            await first.settle("c", Settle(acks=tuple(d.position for d in leased if d.position.entry_id % 2)))
+            await first._snapshot()  # then more events after it
+            await first.settle("c", Settle(nacks=((leased[0].position, 0.0),)))
+            await first.settle("c", Settle(acks=(leased[2].position,)))
+            record = await bk.logs.subscription("snap", "s")
+            assert len(record.state_ledgers) == 1 and record.snapshot is not None
+            assert (record.snapshot.inline is None) == (inline_bytes == 0)
+            before = (set(first.state.acked), first.state.mark_delete, dict(first.state.deliveries),
+                      {k: v.deadline_ms for k, v in first.state.leases.items()})
+            await first.lock.release()  # as if it died: no snapshot at the end
+            second = await Dispatcher.take(bk, "snap", "s", holder="two", task_group=nursery)
+            after = (set(second.state.acked), second.state.mark_delete, dict(second.state.deliveries),
+                     {k: v.deadline_ms for k, v in second.state.leases.items()})
+            assert after == before
+            again: dict[Position, int] = {}
+            while leased[0].position not in again:  # read again from the bookies first
+                again |= {d.position: d.delivery_count for d in await second.lease("d", 100, 10.0)}
+            assert again[leased[0].position] == 2  # nacked after the snapshot: its second delivery
+            assert leased[2].position not in again and leased[1].position not in again  # acked before and after
+            await second.aclose()
+            nursery.cancel_scope.cancel()
