@@ -704,6 +704,18 @@ class BlockingSubscription(SubscriptionExtras):
     def extend(self, position: Position, lease_s: float | None = None) -> None:
         return self._owner._run(lambda: self.sub.extend(position, lease_s))
 
+    def commit(
+        self, positions: Iterable[Position], ledgers: Mapping[str, Iterable[int]], *, password: bytes | Mapping[str, bytes] = b""
+    ) -> dict[str, CommitResult]:
+        """Exactly once through a worker: ack ``positions`` and commit the closed ``ledgers``
+        to their logs (log name -> ledger ids, as :meth:`bkframe.Logs.commit_many`) in **one**
+        atomic step. A worker that crashes between its output and its ack never leaves its
+        output twice: the records come again, and whichever delivery commits first wins; a
+        later one gets :class:`~bkframe.errors.SubscriptionError` ("acked already"), nothing
+        of it committed, and drops its output. Returns each output log's commit result."""
+        positions = list(positions)
+        return self._owner._run(lambda: self.sub.commit(positions, ledgers, password=password))
+
     def aclose(self) -> None:
         """Leave: every record this consumer holds (handed out or not) goes back to the others."""
         return self._owner._run(lambda: self.sub.aclose())
@@ -771,3 +783,10 @@ class BlockingMessage(MessageExtras):
     def extend(self, lease_s: float | None = None) -> None:
         """Hold the lease ``lease_s`` longer from now (default: the subscription's lease time)."""
         return self._owner._run(lambda: self.message.extend(lease_s))
+
+    def commit(
+        self, ledgers: Mapping[str, Iterable[int]], *, password: bytes | Mapping[str, bytes] = b""
+    ) -> dict[str, CommitResult]:
+        """Ack this record and commit the closed ``ledgers`` (by log) in one atomic step: see
+        :meth:`Subscription.commit`."""
+        return self._owner._run(lambda: self.message.commit(ledgers, password=password))

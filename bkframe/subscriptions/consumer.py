@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import collections
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 
 import anyio
 import attrs
 
 from bkframe.client.logs.envelope import NO_PROPERTIES
+from bkframe.client.logs.model import CommitResult
 from bkframe.client.logs.positions import Position
 from bkframe.subscriptions.owner import Delivery, Settle, SubscriptionOwner
 
@@ -52,6 +53,13 @@ class Message:
     async def extend(self, lease_s: float | None = None) -> None:
         """Hold the lease ``lease_s`` longer from now (default: the subscription's lease time)."""
         await self._subscription.extend(self.position, lease_s)
+
+    async def commit(
+        self, ledgers: Mapping[str, Iterable[int]], *, password: bytes | Mapping[str, bytes] = b""
+    ) -> dict[str, CommitResult]:
+        """Ack this record and commit the closed ``ledgers`` (by log) in one atomic step: see
+        :meth:`Subscription.commit`."""
+        return await self._subscription.commit([self.position], ledgers, password=password)
 
 
 class Subscription:
@@ -117,6 +125,18 @@ class Subscription:
 
     async def extend(self, position: Position, lease_s: float | None = None) -> None:
         await self.owner.settle(self.consumer_id, Settle(extends=(position,), lease_s=lease_s or self.lease_s))
+
+    async def commit(
+        self, positions: Iterable[Position], ledgers: Mapping[str, Iterable[int]], *,
+        password: bytes | Mapping[str, bytes] = b"",
+    ) -> dict[str, CommitResult]:
+        """Exactly once through a worker: ack ``positions`` and commit the closed ``ledgers``
+        to their logs (log name -> ledger ids, as :meth:`bkframe.Logs.commit_many`) in **one**
+        atomic step. A worker that crashes between its output and its ack never leaves its
+        output twice: the records come again, and whichever delivery commits first wins; a
+        later one gets :class:`~bkframe.errors.SubscriptionError` ("acked already"), nothing
+        of it committed, and drops its output. Returns each output log's commit result."""
+        return await self.owner.commit(self.consumer_id, list(positions), ledgers, password=password)
 
     async def aclose(self) -> None:
         """Leave: every record this consumer holds (handed out or not) goes back to the others."""

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import anyio
 import attrs
 
-from bkframe.client.logs.model import LogEntry, LogMetadata, Segment
+from bkframe.client.logs import commits
+from bkframe.client.logs.model import CommitResult, LogEntry, LogMetadata, Segment
+from bkframe.client.logs.positions import Position
 from bkframe.client.logs.reader import LogReader, count_entries
 from bkframe.client.logs.writer import LogWriter
 from bkframe.client.write_handle import WriteHandle
@@ -31,6 +34,7 @@ from bkframe.errors import (
     MetadataError,
     NoSuchSubscriptionError,
     NotOwnerError,
+    SubscriptionError,
 )
 from bkframe.subscriptions import journal
 from bkframe.subscriptions.owner import Delivery, Settle, SubscriptionStats
@@ -41,7 +45,15 @@ from bkframe.subscriptions.settings import (
     pack,
     unpack,
 )
-from bkframe.subscriptions.state import DeadLettered, Event, Segments, SubscriptionState, Trimmed
+from bkframe.subscriptions.state import (
+    Committed,
+    Committing,
+    DeadLettered,
+    Event,
+    Segments,
+    SubscriptionState,
+    Trimmed,
+)
 
 log = logging.getLogger("bkframe.subscriptions")
 
@@ -56,6 +68,11 @@ READ_RUN = 500
 
 def lock_name(log_name: str, name: str) -> str:
     return f"subscription/{log_name}/{name}"
+
+
+def fence_name(name: str) -> str:
+    """The fence in the log's record a subscription's commits must match (its owner's epoch)."""
+    return f"subscription/{name}"
 
 
 def now_ms() -> int:
@@ -145,6 +162,7 @@ class Dispatcher:
             await _discard(client, handle)
             raise NotOwnerError(f"subscription {name!r} of log {log_name!r} changed while being taken; ask again") from None
         dispatcher = cls(client, reader, attrs.evolve(new, version=version), state, handle, lock, password, holder)
+        await dispatcher._fence_commits()
         await dispatcher._refresh_segments(force=True)
         dispatcher._dead.update(k for k, t in state.delays.items() if t >= NEVER_MS)
         if dispatcher._dead:
@@ -154,7 +172,62 @@ class Dispatcher:
                  unpack(state.mark_delete), len(state.leases))
         return dispatcher
 
+    async def _fence_commits(self) -> None:
+        """Raise this owner's epoch in the log's record, so that no commit an older owner
+        still sends can land (:meth:`commit`); then settle the commits the older owners left
+        under way: acked if their token is in the log, not if it is not."""
+        fence, epoch = fence_name(self.record.name), self.record.epoch
+        logs_records = self.logs._records
+        stamped = await logs_records.update(self.record.log, lambda r: r.with_fence(fence, epoch))
+        events: list[Event] = []
+        for token in sorted(self.state.committing):
+            events.append(self._apply(Committed(token, stamped.commit(token) is not None)))
+        if events:
+            await self._commit(events)
+
     # -- what consumers ask -----------------------------------------------------------------
+
+    async def commit(
+        self, consumer: str, positions: Sequence[Position], ledgers: Mapping[str, Iterable[int]], *,
+        password: bytes | Mapping[str, bytes] = b"",
+    ) -> dict[str, CommitResult]:
+        """Ack ``positions`` and commit closed ``ledgers`` to other logs in **one** atomic
+        step (a multi-log commit): either the outputs land and the records are acked, or
+        neither. Refused (:class:`SubscriptionError`, nothing changed) if a record is acked
+        already or being committed: another delivery's output landed; drop this one."""
+        self._check()
+        log_name = self.record.log
+        if log_name in ledgers:
+            raise SubscriptionError(f"a subscription's commit cannot append to its own log {log_name!r}")
+        keys = sorted({pack(p) for p in positions})
+        why = self.state.commit_refusal(keys)
+        if why is not None:
+            raise SubscriptionError(f"subscription {self.record.name!r} of log {log_name!r}: {why}; drop this one")
+        token = f"~subscription/{self.record.name}/{self.record.epoch}/{uuid.uuid4().hex}"
+        await self._commit([self._apply(Committing(token, tuple(keys)))])
+        outputs = {name: list(ids) for name, ids in ledgers.items()}
+        passwords = dict(password) if isinstance(password, Mapping) else {name: bytes(password) for name in outputs}
+        passwords[log_name] = self.password
+        failure: BaseException | None = None
+        try:
+            results = await commits.commit(
+                self.logs._records, {**outputs, log_name: []}, token, password=passwords,
+                fences={log_name: (fence_name(self.record.name), self.record.epoch)},
+            )
+            done = True
+        except BKError as e:
+            failure = e
+            try:  # a commit whose answer was lost may have landed: the log's record says
+                done = (await self.logs._records.read(log_name)).commit(token) is not None
+            except BKError as unknown:
+                self._end(f"a commit's outcome is unknown ({unknown}); the next owner settles it")
+                raise NotOwnerError("this owner ended while committing; the next owner settles the commit") from e
+            results = {}
+        await self._commit([self._apply(Committed(token, done))])
+        if not done:
+            assert failure is not None
+            raise failure
+        return {name: r for name, r in results.items() if name != log_name}
 
     async def lease(self, consumer: str, max_records: int, wait_s: float, lease_s: float | None = None) -> list[Delivery]:
         self._check()

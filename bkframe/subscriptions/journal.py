@@ -22,6 +22,8 @@ from bkframe.errors import MetadataError
 from bkframe.subscriptions.settings import SubscriptionSettings
 from bkframe.subscriptions.state import (
     Acked,
+    Committed,
+    Committing,
     Counters,
     DeadLettered,
     Event,
@@ -55,6 +57,10 @@ def _event_json(event: Event) -> list[Any]:
         return ["D", list(event.keys)]
     if isinstance(event, Trimmed):
         return ["T", event.start]
+    if isinstance(event, Committing):
+        return ["C", event.token, list(event.keys)]
+    if isinstance(event, Committed):
+        return ["K", event.token, event.done]
     raise TypeError(f"not an event: {event!r}")
 
 
@@ -76,6 +82,10 @@ def _event_from_json(raw: list[Any]) -> Event:
         return DeadLettered(tuple(int(k) for k in raw[1]))
     if tag == "T":
         return Trimmed(int(raw[1]))
+    if tag == "C":
+        return Committing(str(raw[1]), tuple(int(k) for k in raw[2]))
+    if tag == "K":
+        return Committed(str(raw[1]), bool(raw[2]))
     raise ValueError(f"unknown event {tag!r}")
 
 
@@ -102,6 +112,7 @@ def encode_snapshot(state: SubscriptionState) -> bytes:
         "delays": [n for kv in sorted(state.delays.items()) for n in kv],
         "consumers": consumers,
         "leases": [[k, index[lease.consumer], lease.deadline_ms, lease.keyhash] for k, lease in sorted(state.leases.items())],
+        "committing": [[token, list(keys)] for token, keys in sorted(state.committing.items())],
         "counters": [state.counters.delivered, state.counters.redelivered, state.counters.acked,
                      state.counters.dead_lettered],
     }
@@ -125,6 +136,8 @@ def decode_snapshot(settings: SubscriptionSettings, data: bytes) -> Subscription
         consumers = header["consumers"]
         for key, ci, deadline, kh in header["leases"]:
             state.apply(Leased(consumers[ci], int(deadline), ((int(key), state.deliveries.get(int(key), 1), kh),)))
+        for token, keys in header.get("committing", []):
+            state.apply(Committing(str(token), tuple(int(k) for k in keys)))
         state.counters = Counters(*(int(c) for c in header["counters"]))
         return state
     except (ValueError, KeyError, IndexError, TypeError, struct.error) as e:

@@ -10,11 +10,13 @@ owner in another process is the bookie host's part (docs/subscriptions.md).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import anyio
 
+from bkframe.client.logs.model import CommitResult
+from bkframe.client.logs.positions import Position
 from bkframe.errors import NotOwnerError
 from bkframe.subscriptions.dispatcher import Dispatcher
 from bkframe.subscriptions.owner import Delivery, Settle, SubscriptionStats
@@ -75,6 +77,12 @@ class LocalOwner:
 
     async def stats(self) -> SubscriptionStats:
         return await self._call(lambda d: d.stats())
+
+    async def commit(
+        self, consumer: str, positions: Sequence[Position], ledgers: Mapping[str, Iterable[int]], *,
+        password: bytes | Mapping[str, bytes] = b"",
+    ) -> dict[str, CommitResult]:
+        return await self._call(lambda d: d.commit(consumer, positions, ledgers, password=password))
 
     async def aclose(self) -> None:
         if self.dispatcher is not None:

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 import attrs
 
 from bkframe.client.logs.envelope import NO_PROPERTIES
+from bkframe.client.logs.model import CommitResult
 from bkframe.client.logs.positions import Position
 
 
@@ -80,3 +81,11 @@ class SubscriptionOwner(Protocol):
         ...
 
     async def stats(self) -> SubscriptionStats: ...
+
+    async def commit(
+        self, consumer: str, positions: Sequence[Position], ledgers: Mapping[str, Iterable[int]], *,
+        password: bytes | Mapping[str, bytes] = b"",
+    ) -> dict[str, CommitResult]:
+        """Ack ``positions`` and commit closed ``ledgers`` to other logs in one atomic step
+        (exactly once through a worker: docs/subscriptions.md)."""
+        ...

@@ -87,7 +87,25 @@ class Trimmed:
     start: int
 
 
-Event = Leased | Acked | Released | Extended | DeadLettered | Trimmed
+@attrs.frozen
+class Committing:
+    """An exactly-once ack under way: ``keys`` are acked by the multi-log commit ``token``
+    if it lands. Until :class:`Committed` says, no other commit may ack them, and their
+    leases do not end."""
+
+    token: str
+    keys: tuple[int, ...]
+
+
+@attrs.frozen
+class Committed:
+    """The commit ``token`` landed (its keys are acked) or not (``done`` False)."""
+
+    token: str
+    done: bool
+
+
+Event = Leased | Acked | Released | Extended | DeadLettered | Trimmed | Committing | Committed
 
 
 # -- what the owner holds ---------------------------------------------------------------
@@ -180,6 +198,9 @@ class SubscriptionState:
         #: Not-before times of released records (a nack with a delay).
         self.delays: dict[int, int] = {}
         self.leases: dict[int, Lease] = {}
+        #: Exactly-once acks under way: token -> keys (see :class:`Committing`).
+        self.committing: dict[str, tuple[int, ...]] = {}
+        self.committing_keys: set[int] = set()
         self.counters = Counters()
         # -- rebuilt by reading the log --
         self.held: dict[int, Held] = {}
@@ -280,8 +301,18 @@ class SubscriptionState:
         return Leased(consumer, now_ms + lease_ms, tuple(picked))
 
     def ack(self, keys: Iterable[int]) -> Acked | None:
-        """The event acking ``keys`` (those not acked already)."""
-        return self._acked_ranges(sorted(k for k in set(keys) if not self.is_acked(k)))
+        """The event acking ``keys`` (those not acked already, nor being acked by a commit)."""
+        return self._acked_ranges(sorted(k for k in set(keys) if not self.is_acked(k) and k not in self.committing_keys))
+
+    def commit_refusal(self, keys: Sequence[int]) -> str | None:
+        """Why an exactly-once ack of ``keys`` may not go ahead, or None: one is acked already
+        (another delivery's output was committed: drop this one) or being committed."""
+        for key in keys:
+            if self.is_acked(key):
+                return f"{key >> ENTRY_BITS}:{key & ENTRY_MASK} is acked already (another delivery's output was committed)"
+            if key in self.committing_keys:
+                return f"{key >> ENTRY_BITS}:{key & ENTRY_MASK} is being committed by another delivery"
+        return None
 
     def ack_range(self, first: int, last: int) -> Acked | None:
         """The event acking every position from ``first`` to ``last``, across segments."""
@@ -302,7 +333,7 @@ class SubscriptionState:
     def release(self, consumer: str | None, keys: Iterable[int], not_before_ms: int) -> Released | None:
         """The event ending ``consumer``'s leases of ``keys`` (any consumer's if None)."""
         mine = tuple(sorted(k for k in set(keys) if (lease := self.leases.get(k)) is not None
-                            and (consumer is None or lease.consumer == consumer)))
+                            and (consumer is None or lease.consumer == consumer) and k not in self.committing_keys))
         return Released(not_before_ms, mine) if mine else None
 
     def extend(self, consumer: str, keys: Iterable[int], deadline_ms: int) -> Extended | None:
@@ -318,7 +349,7 @@ class SubscriptionState:
         while self._deadlines and self._deadlines[0][0] <= now_ms:
             deadline, key = heapq.heappop(self._deadlines)
             lease = self.leases.get(key)
-            if lease is not None and lease.deadline_ms == deadline:
+            if lease is not None and lease.deadline_ms == deadline and key not in self.committing_keys:
                 out.append(key)
         return out
 
@@ -367,6 +398,21 @@ class SubscriptionState:
                     self.counters.dead_lettered += 1
                     self.counters.acked -= 1  # counted as dead-lettered, not as acked
             self._advance()
+        elif isinstance(event, Committing):
+            self.committing[event.token] = event.keys
+            self.committing_keys.update(event.keys)
+        elif isinstance(event, Committed):
+            keys = self.committing.pop(event.token, ())
+            self.committing_keys.difference_update(keys)
+            if event.done:
+                for key in keys:
+                    self._mark_acked(key)
+                self._advance()
+            else:  # their leases go on: their deadlines count again
+                for key in keys:
+                    lease = self.leases.get(key)
+                    if lease is not None:
+                        heapq.heappush(self._deadlines, (lease.deadline_ms, key))
         elif isinstance(event, Trimmed):
             for key in [k for k in (*self.leases, *self.held) if k < event.start]:
                 self._forget(key)

@@ -64,6 +64,7 @@ from bkframe.errors import (
     SubscriptionExistsError,
 )
 from bkframe.subscriptions.consumer import Subscription
+from bkframe.subscriptions.dispatcher import fence_name
 from bkframe.subscriptions.dispatcher import read_record as read_subscription
 from bkframe.subscriptions.local import LocalOwner
 from bkframe.subscriptions.owner import SubscriptionStats
@@ -515,6 +516,7 @@ class Logs:
         if owner is not None:
             await owner.aclose()
         await self.store.delete_cursor(name, subscription)
+        await self._records.update(name, lambda r: r.without_fence(fence_name(subscription)))
         for ledger_id in record.state_ledgers:
             await self._records.delete_ledger_quietly(ledger_id)
 

@@ -80,6 +80,16 @@ def _replayed(found: Mapping[str, LogMetadata], token: str) -> dict[str, CommitR
     return {name: CommitResult(token, c.segments, replayed=True) for name, c in done.items() if c is not None}
 
 
+def _check_fences(found: Mapping[str, LogMetadata], fences: Mapping[str, tuple[str, int]]) -> None:
+    for name, (fence, epoch) in fences.items():
+        held = found[name].fences.get(fence)
+        if held != epoch:
+            raise CommitError(
+                f"commit to log {name!r}: {fence} is at epoch {held}, not {epoch}: a newer owner took it over, and this "
+                f"commit is refused (nothing was changed)"
+            )
+
+
 async def _closed_ledgers(
     records: LogRecords, lists: Mapping[str, list[int]], found: Mapping[str, LogMetadata]
 ) -> dict[int, LedgerMetadata]:
@@ -142,9 +152,12 @@ async def commit(
     *,
     password: bytes | Mapping[str, bytes] = b"",
     time_bounds: Mapping[int, tuple[int, int]] | None = None,
+    fences: Mapping[str, tuple[str, int]] | None = None,
 ) -> dict[str, CommitResult]:
     """Append each log's closed ledgers to it as consecutive segments, every log in one
-    atomic step; see the module docstring. The result per log, by name."""
+    atomic step; see the module docstring. The result per log, by name. ``fences``: per log,
+    a fence (name, epoch) its record must hold for the commit to land
+    (:attr:`~bkframe.client.logs.model.LogMetadata.fences`)."""
     if not token:
         raise ValueError("a commit needs a non-empty token (e.g. the job's or batch's id)")
     lists = _ledger_lists(commits)
@@ -161,6 +174,7 @@ async def commit(
         return replayed
     mds = await _closed_ledgers(records, lists, found)
     while True:
+        _check_fences(found, fences or {})
         now = time.time()
         changes = []
         for name, record in found.items():

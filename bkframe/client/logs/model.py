@@ -320,6 +320,10 @@ class LogMetadata:
     #: What trims removed so far (segments, entries, bytes).
     trimmed_entries: int = 0
     trimmed_bytes: int = 0
+    #: Owner epochs that commits naming them must match (a subscription's exactly-once acks,
+    #: docs/subscriptions.md): a new owner raises its epoch here, and a commit an older
+    #: owner still sends is refused.
+    fences: Mapping[str, int] = attrs.field(factory=dict)
     version: int = -1
 
     # -- queries ---------------------------------------------------------------------
@@ -428,6 +432,12 @@ class LogMetadata:
         extra = tuple(i for i in ledger_ids if i not in self.garbage)
         return attrs.evolve(self, garbage=self.garbage + extra)
 
+    def with_fence(self, name: str, epoch: int) -> LogMetadata:
+        return attrs.evolve(self, fences={**self.fences, name: epoch})
+
+    def without_fence(self, name: str) -> LogMetadata:
+        return attrs.evolve(self, fences={k: v for k, v in self.fences.items() if k != name})
+
     def without_garbage(self, ledger_ids: Iterable[int]) -> LogMetadata:
         gone = set(ledger_ids)
         return attrs.evolve(self, garbage=tuple(i for i in self.garbage if i not in gone))
@@ -454,6 +464,8 @@ class LogMetadata:
             "trimmed_entries": self.trimmed_entries,
             "trimmed_bytes": self.trimmed_bytes,
         }
+        if self.fences:  # stored only when set: a log without them stays readable by older releases
+            d["fences"] = dict(self.fences)
         return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
@@ -478,6 +490,7 @@ class LogMetadata:
                 staged=tuple(Staged(int(i), str(t), str(g)) for i, t, g in raw.get("staged", ())),
                 trimmed_entries=raw.get("trimmed_entries", 0),
                 trimmed_bytes=raw.get("trimmed_bytes", 0),
+                fences={str(k): int(v) for k, v in raw.get("fences", {}).items()},
                 version=version,
             )
         except (ValueError, TypeError, KeyError) as e:
