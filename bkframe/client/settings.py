@@ -91,6 +91,9 @@ class ClientSettings:
     #: A subscription this client owns (docs/subscriptions.md) is taken over by another
     #: process this long after this one stops renewing its lock (it died, hung or was cut off).
     subscription_owner_ttl_s: float = attrs.field(default=10.0, validator=v.gt(0))
+    #: How long a consumer's call waits for its subscription to have an owner it can reach
+    #: (a failover) before it raises :class:`~bkframe.errors.NotOwnerError`.
+    subscription_wait_s: float = attrs.field(default=60.0, validator=v.gt(0))
     #: The placement policy choosing bookies for new ledgers, ensemble changes and
     #: re-replication, by registered name: ``random``, ``least_used``, ``rack_aware``, or a
     #: plugin's (see docs/placement.md).

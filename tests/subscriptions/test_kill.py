@@ -79,3 +79,61 @@ async def test_a_killed_consumer_and_owner_loses_no_record_and_repeats_no_ack(bo
         order.setdefault(str(g["key"]), []).append(Position.parse(str(g["position"])))
     for key, positions in order.items():
         assert positions == sorted(positions), key
+
+
+async def test_a_hung_owner_is_fenced_and_its_records_go_to_the_others(bookies: str) -> None:
+    """SIGSTOP the process that consumes and owns the subscription: once its lock expires
+    another process takes over and fences it; woken with SIGCONT it finds it owns nothing
+    and stops, and still no record it acked comes again and none is lost."""
+    async with bkframe.open_client(bookies) as bk:
+        await bk.logs.create("hung")
+        async with await bk.logs.open_writer("hung") as w:
+            await w.append_many([b"h%d" % i for i in range(100)])
+        await bk.logs.create_subscription("hung", "s", lease_s=5)
+
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, str(CHILD), bookies, "hung", "s", str(OWNER_TTL_S)], stdout=subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    lines: list[dict[str, str]] = []
+    buffer = b""
+
+    async def read_some() -> bool:
+        nonlocal buffer
+        chunk = await proc.stdout.receive_some()  # type: ignore[union-attr]
+        buffer += chunk
+        *done, buffer = buffer.split(b"\n")
+        lines.extend(json.loads(line) for line in done)
+        return bool(chunk)
+
+    def acked() -> set[str]:
+        return {line["acked"] for line in lines if "acked" in line}
+
+    try:
+        with trio.fail_after(60):
+            while len(acked()) < 20:
+                assert await read_some(), "the consumer process ended early"
+        proc.send_signal(signal.SIGSTOP)
+        async with bkframe.open_client(bookies, subscription_owner_ttl_s=OWNER_TTL_S) as bk:
+            seen: list[str] = []
+            async with await bk.logs.subscribe("hung", "s", prefetch=8) as sub:
+                # Waits out the hung owner's lock, then its leases (5 s), for its records.
+                while (await bk.logs.subscription_stats("hung", "s")).backlog:
+                    msg = await sub.receive(timeout_s=1)
+                    if msg is not None:
+                        seen.append(str(msg.position))
+                        await msg.ack()
+                proc.send_signal(signal.SIGCONT)  # it wakes up owning nothing, finds out, and stops
+                with trio.fail_after(60):
+                    while await read_some():
+                        pass
+                assert (await proc.wait()) == 3
+                assert any("lost" in line for line in lines)
+            final = await bk.logs.subscription_stats("hung", "s")
+            assert final.backlog == 0 and final.epoch == 2
+        assert not acked() & set(seen), "an acked record was delivered again"
+        assert len(acked() | set(seen)) == 100
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

@@ -526,6 +526,7 @@ class Logs:
             owner = self._owners[(name, subscription)] = LocalOwner(
                 self.client, name, subscription, password=password,
                 owner_ttl_s=self.client.context.settings.subscription_owner_ttl_s,
+                failover_s=self.client.context.settings.subscription_wait_s,
             )
         return owner
 
