@@ -44,7 +44,7 @@ TWINS: dict[tuple[str, str], tuple[str, str, str]] = {
 TWIN_OF = {name: twin for (_, name), (twin, _, _) in TWINS.items()} | {"LedgerClient": "BlockingClient"}
 #: Public on the async side, without a twin (tests/client/test_api_parity.py says why).
 ASYNC_ONLY = {
-    "Client.context", "Client.metadata", "Client.pool", "Logs.store", "Subscription.owner",
+    "Client.context", "Client.metadata", "Client.pool", "Logs.store", "Subscription.owner", "Logs.owned_subscriptions",
     "WriteHandle.append_async", "WriteHandle.append_many_async", "LogWriter.append_async", "LogWriter.append_many_async",
 }  # fmt: skip
 BUILTIN_NAMES = set(dir(builtins)) | {"None"}

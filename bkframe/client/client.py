@@ -89,8 +89,11 @@ class Client:
         # Imported at first use: most processes that import bkframe never read a client's
         # metrics (prometheus_client alone is ~0.08 CPU-s to import).
         from bkframe.client.metrics import client_registry
+        from bkframe.subscriptions.metrics import SubscriptionCollector
 
-        return client_registry(self.context.counters, self.client_id, registry)
+        registry = client_registry(self.context.counters, self.client_id, registry)
+        registry.register(SubscriptionCollector(lambda: self.logs.owned_subscriptions()))
+        return registry
 
     async def create_ledger(
         self,

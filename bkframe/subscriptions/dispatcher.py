@@ -62,6 +62,8 @@ NEVER_MS = 1 << 62
 #: Snapshot after this many events, or this often (s) when anything changed.
 SNAPSHOT_EVENTS = 50_000
 SNAPSHOT_INTERVAL_S = 30.0
+#: How often the owner counts its backlog for the metrics (s).
+BACKLOG_COUNT_S = 5.0
 #: Records read again per read (redeliveries, holes after a recovery).
 READ_RUN = 500
 
@@ -116,6 +118,8 @@ class Dispatcher:
         self._dead: set[int] = set()
         self._dead_wake = anyio.Event()
         self._events = 0
+        #: Records not acked, as of the last count (the metrics' backlog; stats() counts afresh).
+        self.backlog = 0
         self._log_version = -1
         self._scope = anyio.CancelScope()
 
@@ -284,7 +288,7 @@ class Dispatcher:
             total = await count_entries(self.reader, mark)
         except BKError:
             total = 0
-        backlog = max(0, total - state.acked_after(state.mark_delete))
+        backlog = self.backlog = max(0, total - state.acked_after(state.mark_delete))
         c = state.counters
         return SubscriptionStats(
             backlog=backlog, in_flight=state.in_flight(), waiting=state.waiting(now), delayed=state.delayed(now),
@@ -373,6 +377,7 @@ class Dispatcher:
                     tg.start_soon(self._timers)
                     tg.start_soon(self._dead_letters)
                     tg.start_soon(self._snapshots)
+                    tg.start_soon(self._count_backlog)
             except NotOwnerError:
                 pass
             except BKError as e:
@@ -486,6 +491,15 @@ class Dispatcher:
             pass
         writer: LogWriter = await self.logs.open_writer(name, password=self.password)
         return writer
+
+    async def _count_backlog(self) -> None:
+        """The backlog for the metrics, counted now and then (a count reads the log's record)."""
+        while True:
+            try:
+                await self.stats()
+            except BKError as e:
+                log.debug("subscription %s: backlog not counted: %s", self.record.name, e)
+            await anyio.sleep(BACKLOG_COUNT_S)
 
     async def _snapshots(self) -> None:
         if len(self.record.state_ledgers) > 1:

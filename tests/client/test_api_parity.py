@@ -71,6 +71,7 @@ ASYNC_ONLY = {
     "Client.pool": "the bookie connection pool: an async object, used inside the loop (bk.client.pool in bk.run)",
     "Logs.store": "the metadata store: an async object, used inside the loop (bk.client.metadata in bk.run)",
     "Subscription.owner": "the subscription's owner as the consumer reaches it: an async object, used inside the loop",
+    "Logs.owned_subscriptions": "the owners this client runs: async objects (their numbers are on the metrics registry)",
     "WriteHandle.append_async": "returns a PendingAppend to await in the loop; blocking code appends with "
     "append (one) or append_many (pipelined)",
     "WriteHandle.append_many_async": "returns PendingAppends to await in the loop; blocking code uses append_many",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 
+import prometheus_client
 import pytest
 import trio
 
@@ -53,6 +54,9 @@ async def test_consumers_share_a_log_and_each_record_is_acked_once(bookies: str)
         stats = await bk.logs.subscription_stats("jobs", "workers")
         assert (stats.backlog, stats.in_flight, stats.acked, stats.redelivered) == (0, 0, 120, 0)
         assert stats.mark_delete == Position(4, 20)
+        metrics = prometheus_client.generate_latest(bk.metrics_registry).decode()
+        assert 'bkframe_subscription_acked_total{log="jobs",subscription="workers"} 120.0' in metrics
+        assert 'bkframe_subscription_backlog{log="jobs",subscription="workers"} 0.0' in metrics
 
 
 async def test_a_new_owner_redelivers_only_what_was_not_acked_with_its_count(bookies: str) -> None:

@@ -64,7 +64,7 @@ from bkframe.errors import (
     SubscriptionExistsError,
 )
 from bkframe.subscriptions.consumer import Subscription
-from bkframe.subscriptions.dispatcher import fence_name
+from bkframe.subscriptions.dispatcher import Dispatcher, fence_name
 from bkframe.subscriptions.dispatcher import read_record as read_subscription
 from bkframe.subscriptions.local import LocalOwner
 from bkframe.subscriptions.owner import SubscriptionStats
@@ -530,9 +530,14 @@ class Logs:
             )
         return owner
 
+    def owned_subscriptions(self) -> list[Dispatcher]:
+        """The owners of the subscriptions this client owns now (for its metrics)."""
+        return [o.dispatcher for o in self._owners.values() if o.dispatcher is not None and not o.dispatcher.lost.is_set()]
+
     async def close_subscriptions(self) -> None:
         """Give up the subscriptions this client owns (the client does it when it closes)."""
-        owners, self._owners = list(self._owners.values()), {}
+        owners = list(self._owners.values())
+        self._owners.clear()  # in place: every Logs of this client shares it
         for owner in owners:
             await owner.aclose()
 
