@@ -1,0 +1,404 @@
+"""A log shared by a fleet of consumers, against the peers' work queues (issue 47, item 7).
+
+Each system is started fresh on loopback, loaded with ``--records`` records of ``--size``
+bytes, then ``--consumers`` consumer processes take them, each record acked on its own with
+its ack confirmed by the server before the next (as a worker that must not lose its acks
+does):
+
+- ``bkframe``: a sandbox of 3 bookie processes (sqlite metadata), a ``shared`` subscription;
+  ``msg.ack()`` returns once the ack is in the subscription's state ledger (PD_JOURNAL, A=2).
+- ``redis-always``: Redis Streams, one consumer group, ``XREADGROUP`` / ``XACK``, AOF with
+  ``appendfsync always``.
+- ``nats-r3``: NATS JetStream, a 3-node loopback cluster, a work-queue stream with 3
+  replicas on file storage, one durable pull consumer shared by every process,
+  ``ack_sync`` for each message.
+
+Printed: records/s from the consumers' start to the last ack, and the latency of one record
+to an idle consumer (append to receipt, median of ``--pings``), with, for bkframe, the same
+for a reader tailing the log (the aim: dispatch within 2x a tail's).
+
+    .venv/bin/python benchmarks/subscriptions/queues.py --records 20000 --consumers 8
+
+Installs what it needs: Debian's redis-server and nats-server (apt-get, when missing);
+the Python clients come with the project's dev dependencies (uv sync).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+ROOT = HERE.parents[2]
+SYSTEMS = ("bkframe", "redis-always", "nats-r3")
+IDLE_END_S = 3.0  # a consumer that got nothing for this long reports and stops
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def need_debian(*commands: str) -> None:
+    missing = [c for c in commands if shutil.which(c) is None]
+    if missing:
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        print(f"[setup] apt-get install {' '.join(missing)}", file=sys.stderr)
+        subprocess.run([*sudo, "apt-get", "update", "-qq"], check=True)
+        subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], check=True,
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+
+
+def wait_port(port: int, timeout_s: float = 30.0) -> None:
+    give_up = time.monotonic() + timeout_s
+    while time.monotonic() < give_up:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port} after {timeout_s:.0f} s")
+
+
+# -- the systems (the parent's side: start, load, produce one, stop) ---------------------------
+
+
+class System:
+    name = ""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None: ...
+    def load(self, count: int, size: int) -> None: ...
+    def publish_one(self, payload: bytes) -> None: ...
+    def consumer_args(self) -> list[str]: ...
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+class Bkframe(System):
+    name = "bkframe"
+
+    def start(self) -> None:
+        sys.path.insert(0, str(ROOT))
+        from bkframe.launcher import Cluster
+
+        self.cluster = Cluster(self.workdir / "cluster", 3).start(parallel=True)
+        self.uri = self.cluster.metadata
+        import bkframe
+
+        # The producer publishes its LAC at once: a lone record is visible to the subscription's
+        # owner and to a tailing reader alike without waiting for the next append.
+        self.bk = bkframe.connect(self.uri, explicit_lac_interval_s=0.001)
+        self.bk.logs.create("jobs", rollover_entries=50_000)
+        self.writer = self.bk.logs.open_writer("jobs")
+
+    def load(self, count: int, size: int) -> None:
+        payload = b"x" * size
+        for lo in range(0, count, 1000):
+            self.writer.append_many([payload] * min(1000, count - lo))
+        self.bk.logs.create_subscription("jobs", "workers", start="earliest")
+
+    def publish_one(self, payload: bytes) -> None:
+        self.writer.append_many([payload])
+
+    def consumer_args(self) -> list[str]:
+        return [self.uri]
+
+    def stop(self) -> None:
+        self.writer.close()
+        self.bk.close()
+        self.cluster.close()
+
+
+class RedisAlways(System):
+    name = "redis-always"
+
+    def start(self) -> None:
+        import redis
+
+        need_debian("redis-server")
+        self.port = free_port()
+        self.procs.append(subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
+             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))
+        wait_port(self.port)
+        self.r = redis.Redis(host="127.0.0.1", port=self.port)
+
+    def load(self, count: int, size: int) -> None:
+        payload = b"x" * size
+        for lo in range(0, count, 1000):
+            pipe = self.r.pipeline(transaction=False)
+            for _ in range(min(1000, count - lo)):
+                pipe.xadd("jobs", {"p": payload})
+            pipe.execute()
+        self.r.xgroup_create("jobs", "workers", id="0")
+
+    def publish_one(self, payload: bytes) -> None:
+        self.r.xadd("jobs", {"p": payload})
+
+    def consumer_args(self) -> list[str]:
+        return [str(self.port)]
+
+
+class NatsR3(System):
+    name = "nats-r3"
+
+    def start(self) -> None:
+        need_debian("nats-server")
+        ports, cports = [free_port() for _ in range(3)], [free_port() for _ in range(3)]
+        for i in range(3):
+            routes = ",".join(f"nats://127.0.0.1:{cp}" for j, cp in enumerate(cports) if j != i)
+            d = self.workdir / f"n{i}"
+            d.mkdir()
+            self.procs.append(subprocess.Popen(
+                ["nats-server", "-a", "127.0.0.1", "-p", str(ports[i]), "-n", f"n{i}", "--cluster_name", "bench",
+                 "--cluster", f"nats://127.0.0.1:{cports[i]}", "--routes", routes, "-js", "-sd", str(d)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ))
+        for p in ports:
+            wait_port(p)
+        self.url = f"nats://127.0.0.1:{ports[0]}"
+        asyncio.run(self._setup())
+
+    async def _setup(self) -> None:
+        import nats
+        from nats.js.api import ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
+
+        for _ in range(100):  # the cluster elects its meta leader first
+            try:
+                nc = await nats.connect(self.url)
+                js = nc.jetstream()
+                await js.add_stream(StreamConfig(name="jobs", subjects=["jobs"], retention=RetentionPolicy.WORK_QUEUE,
+                                                 storage=StorageType.FILE, num_replicas=3))
+                await js.add_consumer("jobs", ConsumerConfig(durable_name="workers", ack_wait=60, max_ack_pending=-1))
+                await nc.close()
+                return
+            except Exception:  # noqa: BLE001 - not ready yet
+                await asyncio.sleep(0.2)
+        raise RuntimeError("the NATS cluster did not come up")
+
+    def load(self, count: int, size: int) -> None:
+        async def run() -> None:
+            import nats
+
+            nc = await nats.connect(self.url)
+            js = nc.jetstream()
+            payload = b"x" * size
+            for lo in range(0, count, 500):
+                await asyncio.gather(*(js.publish("jobs", payload) for _ in range(min(500, count - lo))))
+            await nc.close()
+
+        asyncio.run(run())
+
+    def publish_one(self, payload: bytes) -> None:
+        async def run() -> None:
+            import nats
+
+            nc = await nats.connect(self.url)
+            await nc.jetstream().publish("jobs", payload)
+            await nc.close()
+
+        asyncio.run(run())
+
+    def consumer_args(self) -> list[str]:
+        return [self.url]
+
+
+# -- the consumers (each a process of its own) ---------------------------------------------------
+
+
+def consume_bkframe(uri: str) -> tuple[int, float, list[float]]:
+    import bkframe
+
+    count, last, lat = 0, 0.0, []
+    with bkframe.connect(uri) as bk, bk.logs.subscribe("jobs", "workers", prefetch=16) as sub:
+        while True:
+            msg = sub.receive(timeout_s=IDLE_END_S)
+            if msg is None:
+                return count, last, lat
+            if msg.payload.startswith(b"ping "):
+                lat.append(time.time() - float(msg.payload[5:]))
+            msg.ack()
+            count, last = count + 1, time.time()
+
+
+def consume_redis(port: str, me: str) -> tuple[int, float, list[float]]:
+    import redis
+
+    r = redis.Redis(host="127.0.0.1", port=int(port))
+    count, last, lat = 0, 0.0, []
+    while True:
+        got = r.xreadgroup("workers", me, {"jobs": ">"}, count=16, block=int(IDLE_END_S * 1000))
+        if not got:
+            return count, last, lat
+        for _, records in got:
+            for rid, fields in records:
+                if fields[b"p"].startswith(b"ping "):
+                    lat.append(time.time() - float(fields[b"p"][5:]))
+                r.xack("jobs", "workers", rid)
+                count, last = count + 1, time.time()
+
+
+def consume_nats(url: str) -> tuple[int, float, list[float]]:
+    async def run() -> tuple[int, float, list[float]]:
+        import nats
+        from nats.errors import TimeoutError as NatsTimeout
+
+        nc = await nats.connect(url)
+        sub = await nc.jetstream().pull_subscribe("jobs", durable="workers")
+        count, last, lat = 0, 0.0, []
+        idle_since = time.monotonic()
+        while True:
+            try:
+                msgs = await sub.fetch(16, timeout=IDLE_END_S)
+            except NatsTimeout:
+                await nc.close()
+                return count, last, lat
+            except Exception as e:  # a leader moving in the cluster: ask again
+                if time.monotonic() - idle_since > 30:
+                    raise RuntimeError(f"nats fetch keeps failing: {e!r}") from e
+                await asyncio.sleep(0.1)
+                continue
+            idle_since = time.monotonic()
+            for m in msgs:
+                if m.data.startswith(b"ping "):
+                    lat.append(time.time() - float(m.data[5:]))
+                await m.ack_sync()
+                count, last = count + 1, time.time()
+
+    return asyncio.run(run())
+
+
+def consumer_main(system: str, args: list[str], me: str) -> None:
+    sys.stdin.readline()  # "go"
+    if system == "bkframe":
+        result = consume_bkframe(args[0])
+    elif system == "redis-always":
+        result = consume_redis(args[0], me)
+    else:
+        result = consume_nats(args[0])
+    print(json.dumps({"count": result[0], "last": result[1], "latencies": result[2]}), flush=True)
+
+
+# -- one run ------------------------------------------------------------------------------------
+
+
+def tail_latency(system: Bkframe, pings: int) -> list[float]:
+    """A reader tailing the log: append to receipt, one record at a time."""
+    import bkframe
+
+    out: list[float] = []
+    with bkframe.connect(system.uri, explicit_lac_interval_s=0.0) as bk:
+        reader = bk.logs.reader("jobs")
+        end = reader.end()
+        tail = reader.tail(end)
+        for _ in range(pings):
+            t0 = time.time()
+            system.publish_one(b"tail")
+            next(iter(tail))
+            out.append(time.time() - t0)
+    return out
+
+
+def run_system(cls: type[System], records: int, size: int, consumers: int, pings: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix=f"subbench-{cls.name}-") as tmp:
+        system = cls(Path(tmp))
+        system.start()
+        try:
+            system.load(records, size)
+            procs = [
+                subprocess.Popen([sys.executable, str(HERE), "--consumer", cls.name, f"c{i}", *system.consumer_args()],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                for i in range(consumers)
+            ]
+            time.sleep(2.0)  # let them connect before the clock starts
+            go = time.time()
+            for p in procs:
+                assert p.stdin is not None
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            # Idle dispatch latency: once the backlog is done, one consumer left idle gets pings.
+            results = []
+            for p in procs:
+                out, _ = p.communicate(timeout=600)
+                results.append(json.loads(out.strip().splitlines()[-1]))
+            total = sum(r["count"] for r in results)
+            elapsed = max(r["last"] for r in results) - go
+            ping = _pings(system, cls, pings)
+            row: dict[str, Any] = {
+                "system": cls.name, "records": records, "consumed": total, "size": size, "consumers": consumers,
+                "records_per_s": round(records / elapsed), "idle_dispatch_ms_p50": round(statistics.median(ping) * 1000, 2),
+            }
+            if isinstance(system, Bkframe):
+                row["tail_ms_p50"] = round(statistics.median(tail_latency(system, pings)) * 1000, 2)
+            return row
+        finally:
+            system.stop()
+
+
+def _pings(system: System, cls: type[System], pings: int) -> list[float]:
+    proc = subprocess.Popen([sys.executable, str(HERE), "--consumer", cls.name, "pinged", *system.consumer_args()],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    time.sleep(1.0)  # idle: waiting for a record
+    for _ in range(pings):
+        system.publish_one(b"ping %.6f" % time.time())
+        time.sleep(0.05)
+    out, _ = proc.communicate(timeout=120)
+    return list(json.loads(out.strip().splitlines()[-1])["latencies"]) or [float("nan")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--consumers", type=int, default=8)
+    parser.add_argument("--pings", type=int, default=30)
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--json", type=Path, default=None, help="Also write the rows here.")
+    parser.add_argument("--consumer", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.consumer:
+        system, me, *rest = args.consumer
+        consumer_main(system, rest, me)
+        return
+    classes = {c.name: c for c in (Bkframe, RedisAlways, NatsR3)}
+    rows = []
+    for name in args.systems.split(","):
+        row = run_system(classes[name], args.records, args.size, args.consumers, args.pings)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
