@@ -5,12 +5,13 @@ several operations' decoders make. Each operation's own messages: :mod:`bkframe.
 
 from __future__ import annotations
 
-from typing import ClassVar
+import struct
+from typing import Any, ClassVar, TypeVar
 
 import attrs
 
 from bkframe.errors import ProtocolError
-from bkframe.proto.codes import MAX_LEDGER_ID, Op, Status
+from bkframe.proto.codes import MAX_LEDGER_ID, MAX_MASTER_KEY, Op, Status
 
 
 @attrs.frozen
@@ -24,6 +25,24 @@ class Reply:
     status: Status = Status.OK
     #: A non-OK status's explanation, from the bookie.
     message: str = ""
+
+
+R = TypeVar("R", bound=Reply)
+
+
+@attrs.frozen
+class LedgerRequest:
+    """A request about one ledger: every such operation's request class extends it."""
+
+    request_id: int
+    ledger_id: int
+
+
+@attrs.frozen
+class LedgerReply(Reply):
+    """A response about one ledger (its id first, as on the wire)."""
+
+    ledger_id: int = 0
 
 
 @attrs.frozen
@@ -61,6 +80,30 @@ def check_entry_size(size: int, max_entry_size: int) -> None:
             f"entry of {size} bytes is larger than this bookie's max_entry_size "
             f"{max_entry_size}; split it or raise [bookie] max_entry_size"
         )
+
+
+def fixed_request(op: str, fields: struct.Struct, body: memoryview, flags: int, at: int, end: int) -> tuple[Any, ...]:
+    """The values of a request that is ``fields`` and nothing more, and takes no flags."""
+    if flags or end - at != fields.size:
+        raise ProtocolError(f"{op} message has the wrong length or unknown flags")
+    return fields.unpack_from(body, at)
+
+
+def keyed_request(
+    op: str, fields: struct.Struct, body: memoryview, flags: int, at: int, end: int
+) -> tuple[tuple[Any, ...], bytes]:
+    """The values and the master key of a request that is ``fields`` (the key's length the
+    last of them), then the key and nothing more, and takes no flags."""
+    *values, key_len = fields.unpack_from(body, at)
+    key_at = at + fields.size
+    if flags or key_len > MAX_MASTER_KEY or key_at + key_len != end:
+        raise ProtocolError(f"{op} message has the wrong length, key length or unknown flags")
+    return tuple(values), bytes(body[key_at:end])
+
+
+def fixed_reply(cls: type[R], fields: struct.Struct, body: memoryview, status: Status, request_id: int, at: int, end: int) -> R:
+    """A response that is ``fields`` -- its class's own fields, in their order -- then a message."""
+    return cls(request_id, status, text(body, at + fields.size, end), *fields.unpack_from(body, at))
 
 
 def text(body: memoryview | bytes, at: int, end: int) -> str:

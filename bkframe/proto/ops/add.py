@@ -10,7 +10,7 @@ import attrs
 
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import ProtocolError
-from bkframe.proto.base import Reply, check_entry_size, check_lac, check_ledger, text
+from bkframe.proto.base import LedgerReply, LedgerRequest, check_entry_size, check_lac, check_ledger, fixed_reply
 from bkframe.proto.codes import MAX_MASTER_KEY, AddFlag, Op, Status
 from bkframe.proto.frames import message_head, pack_message
 
@@ -20,9 +20,7 @@ _RESPONSE = struct.Struct("<Qqq")  # ledger, entry, last_add_synced (then a mess
 
 
 @attrs.frozen
-class AddRequest:
-    request_id: int
-    ledger_id: int
+class AddRequest(LedgerRequest):
     entry_id: int
     lac: int
     ledger_type: int
@@ -32,9 +30,8 @@ class AddRequest:
 
 
 @attrs.frozen
-class AddResponse(Reply):
+class AddResponse(LedgerReply):
     op: ClassVar[Op] = Op.ADD
-    ledger_id: int = 0
     entry_id: int = -1
     #: The bookie's LastAddSynced for the ledger (VD ledgers: what is fsynced).
     last_add_synced: int = -1
@@ -84,5 +81,4 @@ def encode_add_response(
 
 
 def decode_add_response(body: memoryview, status: Status, request_id: int, at: int, end: int) -> AddResponse:
-    ledger_id, entry_id, las = _RESPONSE.unpack_from(body, at)
-    return AddResponse(request_id, status, text(body, at + _RESPONSE.size, end), ledger_id, entry_id, las)
+    return fixed_reply(AddResponse, _RESPONSE, body, status, request_id, at, end)

@@ -11,7 +11,7 @@ import numpy as np
 
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import ProtocolError
-from bkframe.proto.base import Reply, check_entry_size, check_lac, check_ledger, text
+from bkframe.proto.base import LedgerReply, LedgerRequest, check_entry_size, check_lac, check_ledger, fixed_reply
 from bkframe.proto.codes import BATCH_DIRECTORY, MAX_MASTER_KEY, AddFlag, Op, Status
 from bkframe.proto.frames import message_head, pack_message
 
@@ -24,9 +24,7 @@ _RESPONSE = struct.Struct("<QIq")  # ledger, count, last_add_synced (then a mess
 
 
 @attrs.frozen
-class AddBatchRequest:
-    request_id: int
-    ledger_id: int
+class AddBatchRequest(LedgerRequest):
     lac: int
     ledger_type: int
     master_key: bytes
@@ -36,9 +34,8 @@ class AddBatchRequest:
 
 
 @attrs.frozen
-class AddBatchResponse(Reply):
+class AddBatchResponse(LedgerReply):
     op: ClassVar[Op] = Op.ADD_BATCH
-    ledger_id: int = 0
     #: How many entries the answer covers (all of the request's).
     count: int = 0
     #: The bookie's LastAddSynced for the ledger (VD ledgers: what is fsynced).
@@ -114,5 +111,4 @@ def encode_add_batch_response(
 
 
 def decode_add_batch_response(body: memoryview, status: Status, request_id: int, at: int, end: int) -> AddBatchResponse:
-    ledger_id, count, las = _RESPONSE.unpack_from(body, at)
-    return AddBatchResponse(request_id, status, text(body, at + _RESPONSE.size, end), ledger_id, count, las)
+    return fixed_reply(AddBatchResponse, _RESPONSE, body, status, request_id, at, end)

@@ -11,7 +11,7 @@ from typing import ClassVar
 import attrs
 
 from bkframe.errors import ProtocolError
-from bkframe.proto.base import Reply, text
+from bkframe.proto.base import Reply, fixed_request, text
 from bkframe.proto.codes import MAX_AUTH_CREDENTIAL, MAX_AUTH_METHOD, Op, Status
 from bkframe.proto.frames import pack_message
 
@@ -78,9 +78,7 @@ def encode_features(request_id: int, features: int) -> bytes:
 
 def decode_features(body: memoryview, flags: int, request_id: int, at: int, end: int, max_entry_size: int) -> FeaturesRequest:
     # Bits this bookie does not know are ignored: a newer client may understand more.
-    if flags or end - at != _FEATURES.size:
-        raise ProtocolError("FEATURES message has the wrong length or unknown flags")
-    return FeaturesRequest(request_id, _FEATURES.unpack_from(body, at)[0])
+    return FeaturesRequest(request_id, *fixed_request("FEATURES", _FEATURES, body, flags, at, end))
 
 
 def encode_features_response(request_id: int, features: int) -> bytes:

@@ -11,7 +11,7 @@ import attrs
 import numpy as np
 
 from bkframe.errors import ProtocolError
-from bkframe.proto.base import Reply, check_ledger, text
+from bkframe.proto.base import LedgerReply, LedgerRequest, check_ledger, fixed_request, text
 from bkframe.proto.codes import Op, Status
 from bkframe.proto.frames import pack_message
 
@@ -21,17 +21,14 @@ _RUN = np.dtype([("first", "<i8"), ("last", "<i8")])
 
 
 @attrs.frozen
-class ListEntriesRequest:
-    request_id: int
-    ledger_id: int
+class ListEntriesRequest(LedgerRequest):
     first: int
     last: int
 
 
 @attrs.frozen
-class ListEntriesResponse(Reply):
+class ListEntriesResponse(LedgerReply):
     op: ClassVar[Op] = Op.LIST_ENTRIES
-    ledger_id: int = 0
     #: Inclusive (first, last) runs of held entries, ascending.
     runs: tuple[tuple[int, int], ...] = ()
     #: Where to continue (-1: the asked range is complete).
@@ -47,9 +44,7 @@ def encode_list_entries(request_id: int, ledger_id: int, first: int, last: int) 
 def decode_list_entries(
     body: memoryview, flags: int, request_id: int, at: int, end: int, max_entry_size: int
 ) -> ListEntriesRequest:
-    if flags or end - at != _FIELDS.size:
-        raise ProtocolError("LIST_ENTRIES message has the wrong length or unknown flags")
-    ledger_id, first, last = _FIELDS.unpack_from(body, at)
+    ledger_id, first, last = fixed_request("LIST_ENTRIES", _FIELDS, body, flags, at, end)
     if first < 0 or last < first:
         raise ProtocolError(f"LIST_ENTRIES range {first}..{last} is invalid (need 0 <= first <= last)")
     check_ledger("LIST_ENTRIES", ledger_id)

@@ -10,7 +10,7 @@ import attrs
 
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import ProtocolError
-from bkframe.proto.base import Reply, check_ledger, text
+from bkframe.proto.base import LedgerReply, LedgerRequest, check_ledger, text
 from bkframe.proto.codes import LAST_ENTRY, MAX_MASTER_KEY, Op, ReadFlag, Status
 from bkframe.proto.frames import message_head, pack_message
 
@@ -20,18 +20,15 @@ _RESPONSE = struct.Struct("<Qqq")  # ledger, entry, lac (then the entry, or a me
 
 
 @attrs.frozen
-class ReadRequest:
-    request_id: int
-    ledger_id: int
+class ReadRequest(LedgerRequest):
     entry_id: int
     master_key: bytes = b""
     fence: bool = False
 
 
 @attrs.frozen
-class ReadResponse(Reply):
+class ReadResponse(LedgerReply):
     op: ClassVar[Op] = Op.READ
-    ledger_id: int = 0
     entry_id: int = -1
     #: The bookie's LAC of the ledger.
     lac: int = -1

@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import ProtocolError
-from bkframe.proto.base import Reply, check_ledger, text
+from bkframe.proto.base import LedgerReply, LedgerRequest, check_ledger, text
 from bkframe.proto.codes import BATCH_DIRECTORY, MAX_MASTER_KEY, MAX_READ_BATCH, Op, Status
 from bkframe.proto.frames import message_head, pack_message
 
@@ -22,14 +22,12 @@ _RESPONSE = struct.Struct("<QqI")  # ledger, lac, count (then directory, entries
 
 
 @attrs.frozen
-class ReadBatchRequest:
+class ReadBatchRequest(LedgerRequest):
     """The bookie sends the entries it holds from ``first`` on, in order, stopping before
     the first it lacks or once about ``max_bytes`` are in the answer (always at least one
     entry if it holds ``first``). ``master_key``: the ledger's, as READ carries it (a
     keyless read is served only to a principal allowed to read every ledger)."""
 
-    request_id: int
-    ledger_id: int
     first: int
     last: int
     max_bytes: int
@@ -59,9 +57,8 @@ class BatchEntries:
 
 
 @attrs.frozen
-class ReadBatchResponse(Reply):
+class ReadBatchResponse(LedgerReply):
     op: ClassVar[Op] = Op.READ_BATCH
-    ledger_id: int = 0
     #: The bookie's LAC of the ledger.
     lac: int = -1
     #: The entries sent, in order (None when there are none).

@@ -9,7 +9,7 @@ from typing import ClassVar
 import attrs
 
 from bkframe.errors import ProtocolError
-from bkframe.proto.base import Reply, check_ledger, text
+from bkframe.proto.base import LedgerReply, LedgerRequest, check_ledger, fixed_reply
 from bkframe.proto.codes import Op, ReadLacFlag, Status
 from bkframe.proto.frames import pack_message
 
@@ -20,18 +20,15 @@ _RESPONSE = struct.Struct("<Qqq")  # ledger, lac, last_entry (then a message)
 
 
 @attrs.frozen
-class ReadLacRequest:
-    request_id: int
-    ledger_id: int
+class ReadLacRequest(LedgerRequest):
     #: Long poll: answer once the LAC is above this (None: answer at once).
     previous_lac: int | None = None
     timeout_ms: int = 0
 
 
 @attrs.frozen
-class ReadLacResponse(Reply):
+class ReadLacResponse(LedgerReply):
     op: ClassVar[Op] = Op.READ_LAC
-    ledger_id: int = 0
     lac: int = -1
     #: The last entry the bookie holds.
     last_entry: int = -1
@@ -62,5 +59,4 @@ def encode_read_lac_response(
 
 
 def decode_read_lac_response(body: memoryview, status: Status, request_id: int, at: int, end: int) -> ReadLacResponse:
-    ledger_id, lac, last = _RESPONSE.unpack_from(body, at)
-    return ReadLacResponse(request_id, status, text(body, at + _RESPONSE.size, end), ledger_id, lac, last)
+    return fixed_reply(ReadLacResponse, _RESPONSE, body, status, request_id, at, end)

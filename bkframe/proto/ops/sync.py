@@ -8,8 +8,7 @@ from typing import ClassVar
 
 import attrs
 
-from bkframe.errors import ProtocolError
-from bkframe.proto.base import Reply, check_ledger, text
+from bkframe.proto.base import LedgerReply, LedgerRequest, check_ledger, fixed_reply, fixed_request
 from bkframe.proto.codes import Op, Status
 from bkframe.proto.frames import pack_message
 
@@ -18,15 +17,13 @@ _RESPONSE = struct.Struct("<Qq")  # ledger, last_add_synced (then a message)
 
 
 @attrs.frozen
-class SyncRequest:
-    request_id: int
-    ledger_id: int
+class SyncRequest(LedgerRequest):
+    """Make what the bookie holds of the ledger durable."""
 
 
 @attrs.frozen
-class SyncResponse(Reply):
+class SyncResponse(LedgerReply):
     op: ClassVar[Op] = Op.SYNC
-    ledger_id: int = 0
     last_add_synced: int = -1
 
 
@@ -35,9 +32,7 @@ def encode_sync(request_id: int, ledger_id: int) -> bytes:
 
 
 def decode_sync(body: memoryview, flags: int, request_id: int, at: int, end: int, max_entry_size: int) -> SyncRequest:
-    if flags or end - at != _FIELDS.size:
-        raise ProtocolError("SYNC message has the wrong length or unknown flags")
-    (ledger_id,) = _FIELDS.unpack_from(body, at)
+    (ledger_id,) = fixed_request("SYNC", _FIELDS, body, flags, at, end)
     check_ledger("SYNC", ledger_id)
     return SyncRequest(request_id, ledger_id)
 
@@ -47,5 +42,4 @@ def encode_sync_response(request_id: int, status: Status, ledger_id: int, last_a
 
 
 def decode_sync_response(body: memoryview, status: Status, request_id: int, at: int, end: int) -> SyncResponse:
-    ledger_id, las = _RESPONSE.unpack_from(body, at)
-    return SyncResponse(request_id, status, text(body, at + _RESPONSE.size, end), ledger_id, las)
+    return fixed_reply(SyncResponse, _RESPONSE, body, status, request_id, at, end)

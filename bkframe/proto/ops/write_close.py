@@ -7,9 +7,8 @@ from typing import ClassVar
 
 import attrs
 
-from bkframe.errors import ProtocolError
-from bkframe.proto.base import Reply, check_ledger, text
-from bkframe.proto.codes import MAX_MASTER_KEY, Op, Status
+from bkframe.proto.base import LedgerReply, LedgerRequest, check_ledger, fixed_reply, keyed_request
+from bkframe.proto.codes import Op, Status
 from bkframe.proto.frames import pack_message
 
 _FIELDS = struct.Struct("<QH")  # ledger, key_len (then the key)
@@ -17,16 +16,13 @@ _RESPONSE = struct.Struct("<Q")  # ledger (then a message)
 
 
 @attrs.frozen
-class WriteCloseRequest:
-    request_id: int
-    ledger_id: int
+class WriteCloseRequest(LedgerRequest):
     master_key: bytes
 
 
 @attrs.frozen
-class WriteCloseResponse(Reply):
+class WriteCloseResponse(LedgerReply):
     op: ClassVar[Op] = Op.WRITE_CLOSE
-    ledger_id: int = 0
 
 
 def encode_write_close(request_id: int, ledger_id: int, master_key: bytes) -> bytes:
@@ -36,12 +32,9 @@ def encode_write_close(request_id: int, ledger_id: int, master_key: bytes) -> by
 def decode_write_close(
     body: memoryview, flags: int, request_id: int, at: int, end: int, max_entry_size: int
 ) -> WriteCloseRequest:
-    ledger_id, key_len = _FIELDS.unpack_from(body, at)
-    key_at = at + _FIELDS.size
-    if flags or key_len > MAX_MASTER_KEY or key_at + key_len != end:
-        raise ProtocolError("WRITE_CLOSE message has the wrong length, key length or unknown flags")
+    (ledger_id,), key = keyed_request("WRITE_CLOSE", _FIELDS, body, flags, at, end)
     check_ledger("WRITE_CLOSE", ledger_id)
-    return WriteCloseRequest(request_id, ledger_id, bytes(body[key_at:end]))
+    return WriteCloseRequest(request_id, ledger_id, key)
 
 
 def encode_write_close_response(request_id: int, status: Status, ledger_id: int, message: str = "") -> bytes:
@@ -49,5 +42,4 @@ def encode_write_close_response(request_id: int, status: Status, ledger_id: int,
 
 
 def decode_write_close_response(body: memoryview, status: Status, request_id: int, at: int, end: int) -> WriteCloseResponse:
-    (ledger_id,) = _RESPONSE.unpack_from(body, at)
-    return WriteCloseResponse(request_id, status, text(body, at + _RESPONSE.size, end), ledger_id)
+    return fixed_reply(WriteCloseResponse, _RESPONSE, body, status, request_id, at, end)
