@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import attrs
 import trio
 
 from bkframe.autorecovery.auditor import Auditor
@@ -44,32 +45,23 @@ def default_holder() -> str:
     return f"autorecovery@{socket.gethostname()}:{os.getpid()}"
 
 
+@attrs.define(eq=False)
 class AutorecoveryService:
-    """``await nursery.start(service.run)``: the auditor candidate and one worker, until cancelled."""
+    """``await nursery.start(service.run)``: the auditor candidate and one worker, until cancelled.
 
-    def __init__(
-        self,
-        store: MetadataStore,
-        plugins: PluginManager,
-        config: AutorecoveryConfig,
-        *,
-        holder: str,
-        key_for: KeyLookup = _no_key,
-        settings: ClientSettings | None = None,
-        offload: OffloadConfig | None = None,
-    ) -> None:
-        """``settings``: for the service's client (the placement policy of the copies);
-        ``offload``: the offload service's config (run beside if ``enabled``)."""
-        self.store = store
-        self.settings = settings
-        self.plugins = plugins
-        self.config = config
-        self.holder = holder
-        self.key_for = key_for
-        self.auditor: Auditor | None = None
-        self.worker: ReplicationWorker | None = None
-        self.offload = offload
-        self.offloader: OffloadService | None = None
+    ``settings``: for the service's client (the placement policy of the copies); ``offload``:
+    the offload service's config (run beside if ``enabled``)."""
+
+    store: MetadataStore
+    plugins: PluginManager
+    config: AutorecoveryConfig
+    holder: str = attrs.field(kw_only=True)
+    key_for: KeyLookup = attrs.field(default=_no_key, kw_only=True)
+    settings: ClientSettings | None = attrs.field(default=None, kw_only=True)
+    offload: OffloadConfig | None = attrs.field(default=None, kw_only=True)
+    auditor: Auditor | None = attrs.field(default=None, init=False)
+    worker: ReplicationWorker | None = attrs.field(default=None, init=False)
+    offloader: OffloadService | None = attrs.field(default=None, init=False)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as nursery:

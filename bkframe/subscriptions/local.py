@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import anyio
+import attrs
 
 from bkframe.client.logs.model import CommitResult
 from bkframe.client.logs.positions import Position
@@ -24,21 +25,18 @@ from bkframe.subscriptions.owner import Delivery, Settle, SubscriptionStats
 T = TypeVar("T")
 
 
+@attrs.define(eq=False)
 class LocalOwner:
     """The owner of ``log``/``name`` in this process (see the module's docstring)."""
 
-    def __init__(
-        self, client: object, log: str, name: str, *, password: bytes = b"", owner_ttl_s: float = 10.0,
-        failover_s: float = 60.0,
-    ) -> None:
-        self.client = client
-        self.log = log
-        self.name = name
-        self.password = password
-        self.owner_ttl_s = owner_ttl_s
-        self.failover_s = failover_s
-        self.dispatcher: Dispatcher | None = None
-        self._taking = anyio.Lock()
+    client: object
+    log: str
+    name: str
+    password: bytes = attrs.field(default=b"", kw_only=True)
+    owner_ttl_s: float = attrs.field(default=10.0, kw_only=True)
+    failover_s: float = attrs.field(default=60.0, kw_only=True)
+    dispatcher: Dispatcher | None = attrs.field(default=None, init=False)
+    _taking: anyio.Lock = attrs.field(factory=anyio.Lock, init=False)
 
     async def _owner(self) -> Dispatcher:
         async with self._taking:

@@ -26,6 +26,7 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
+import attrs
 import trio
 
 from bkframe.bookie.access import Access
@@ -502,20 +503,18 @@ class BookieServer:
                         b.on_answered()
 
 
+@attrs.define(eq=False)
 class _Connection:
     """What one connection's tasks share: where it sends, its long polls, and the bytes of
     the in-flight budget it holds."""
 
-    def __init__(
-        self, memory: ConnectionMemory, outbox: Outbox, polls: ConnectionPolls, cancel_scope: trio.CancelScope
-    ) -> None:
-        self.memory = memory
-        self.outbox = outbox
-        self.polls = polls
-        #: Cancels the connection's tasks (it is then closed).
-        self.cancel_scope = cancel_scope
-        #: Closed because its client took no answer in ``send_timeout_s``.
-        self.too_slow = False
+    memory: ConnectionMemory
+    outbox: Outbox
+    polls: ConnectionPolls
+    #: Cancels the connection's tasks (it is then closed).
+    cancel_scope: trio.CancelScope
+    #: Closed because its client took no answer in ``send_timeout_s``.
+    too_slow: bool = False
 
 
 _NO_DEADLINE = contextlib.nullcontext()
