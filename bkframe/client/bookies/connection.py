@@ -493,6 +493,34 @@ async def connect_bookie(
     :attr:`~bkframe.client.settings.ClientSettings.asyncio_transport`.
     """
     address = f"{host}:{port}"
+    stream, used = await _open_stream(
+        host, port, connect_timeout_s=connect_timeout_s, ssl_context=ssl_context, auth=auth, features=features,
+        asyncio_transport=asyncio_transport,
+    )
+    client = BookieClient(
+        stream, address, request_timeout_s=request_timeout_s, try_again_s=try_again_s, on_try_again=on_try_again
+    )
+    client.features = used
+    try:
+        async with _connection_tasks(client, address):
+            yield client
+    finally:
+        await _close_stream(stream)
+
+
+async def _open_stream(
+    host: str,
+    port: int,
+    *,
+    connect_timeout_s: float,
+    ssl_context: ssl.SSLContext | None,
+    auth: tuple[str, bytes],
+    features: int,
+    asyncio_transport: bool,
+) -> tuple[anyio.abc.ByteStream, int]:
+    """The stream to the bookie, connected and authenticated, and the feature bits it uses;
+    a failure closes it and raises a :class:`~bkframe.errors.BKError` saying what to change."""
+    address = f"{host}:{port}"
     stream: anyio.abc.ByteStream | None = None
     try:
         with anyio.fail_after(connect_timeout_s):
@@ -515,11 +543,13 @@ async def connect_bookie(
         await _close(stream)
         raise
     assert stream is not None
-    client = BookieClient(
-        stream, address, request_timeout_s=request_timeout_s, try_again_s=try_again_s, on_try_again=on_try_again
-    )
-    client.features = used
-    # The connection's own tasks; a failure ends them all, never the caller's block.
+    return stream, used
+
+
+@asynccontextmanager
+async def _connection_tasks(client: BookieClient, address: str) -> AsyncIterator[None]:
+    """The connection's own tasks (send, receive, timeouts, resends) for the block; a failure
+    ends them all and fails every pending request, never the caller's block."""
     scopes: list[anyio.CancelScope] = []
 
     async def run(task: Any) -> None:
@@ -533,30 +563,31 @@ async def connect_bookie(
             for other in scopes:
                 other.cancel()
 
-    try:
-        async with anyio.create_task_group() as nursery:
-            nursery.start_soon(run, client._send_loop)
-            nursery.start_soon(run, client._receive_loop)
-            nursery.start_soon(run, client._timeout_loop)
-            nursery.start_soon(run, client._resend_loop)
+    async with anyio.create_task_group() as nursery:
+        nursery.start_soon(run, client._send_loop)
+        nursery.start_soon(run, client._receive_loop)
+        nursery.start_soon(run, client._timeout_loop)
+        nursery.start_soon(run, client._resend_loop)
+        try:
+            yield
+        finally:
+            client._fail_all(ClientClosedError(f"connection to bookie {address} was closed by the client"))
+            nursery.cancel_scope.cancel()
+
+
+async def _close_stream(stream: anyio.abc.ByteStream) -> None:
+    """Close the stream once the connection's tasks have ended: TLS's close reads the bookie's
+    close_notify, which the receive loop must not be reading at the same time."""
+    # Shielded: an unshielded await here would raise Cancelled (when the caller is
+    # cancelled) and replace whatever the body raised.
+    with anyio.CancelScope(shield=True):
+        # TLS sends close_notify first: bounded, so a hung bookie cannot hold us.
+        with anyio.move_on_after(1.0):
             try:
-                yield client
-            finally:
-                client._fail_all(ClientClosedError(f"connection to bookie {address} was closed by the client"))
-                nursery.cancel_scope.cancel()
-    finally:
-        # Once the connection's tasks have ended: TLS's close reads the bookie's
-        # close_notify, which the receive loop must not be reading at the same time.
-        # Shielded: an unshielded await here would raise Cancelled (when the caller is
-        # cancelled) and replace whatever the body raised.
-        with anyio.CancelScope(shield=True):
-            # TLS sends close_notify first: bounded, so a hung bookie cannot hold us.
-            with anyio.move_on_after(1.0):
-                try:
-                    await stream.aclose()
-                except (OSError, anyio.BrokenResourceError):
-                    pass  # (ssl.SSLError is one) a close that fails has closed all the same
-            await anyio.aclose_forcefully(stream)
+                await stream.aclose()
+            except (OSError, anyio.BrokenResourceError):
+                pass  # (ssl.SSLError is one) a close that fails has closed all the same
+        await anyio.aclose_forcefully(stream)
 
 
 async def _close(stream: anyio.abc.ByteStream | None) -> None:
