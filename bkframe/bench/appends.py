@@ -24,7 +24,9 @@ from bkframe.proto.codes import Status
 
 
 @attrs.frozen
-class BenchResult:
+class Throughput:
+    """What every append benchmark measures: the run, its rate and its latency."""
+
     mode: str
     entry_size: int
     count: int
@@ -34,6 +36,10 @@ class BenchResult:
     mb_per_s: float
     p50_ms: float
     p99_ms: float
+
+
+@attrs.frozen
+class BenchResult(Throughput):
     #: Only in bookie mode (one bookie's journal); None through the client.
     fsyncs_per_s: float | None
     entries_per_fsync: float | None

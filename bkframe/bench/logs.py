@@ -19,6 +19,7 @@ import attrs
 import click
 import numpy as np
 
+from bkframe.bench.appends import Throughput
 from bkframe.cli import interrupt
 from bkframe.cli.log import run_on_logs
 from bkframe.cli.options import AT_LEAST_ONE, BYTES, auth_token_option, check_quorums, metadata_option
@@ -26,16 +27,7 @@ from bkframe.client.logs.api import Logs
 
 
 @attrs.frozen
-class LogBenchResult:
-    mode: str
-    entry_size: int
-    count: int
-    window: int
-    seconds: float
-    entries_per_s: float
-    mb_per_s: float
-    p50_ms: float
-    p99_ms: float
+class LogBenchResult(Throughput):
     #: Segments the log ended with (1 for the ledger run).
     segments: int
     #: CPU time of the client process per entry (all its threads): the log layer's cost,
