@@ -138,20 +138,16 @@ class Segments:
     def next_key(self, key: int) -> int | None:
         """The position right after ``key``, skipping ends of closed segments and gaps in
         the numbers; None past the last segment known."""
-        segment, entry = key >> ENTRY_BITS, key & ENTRY_MASK
-        i = bisect.bisect_left(self.numbers, segment)
-        while i < len(self.numbers):
-            number, last = self.numbers[i], self.last_entries[i]
-            if number > segment:
-                return number << ENTRY_BITS
-            if last is None or entry + 1 <= last:
-                return key + 1
-            i += 1
-            segment, entry = -1, 0  # the next segment's start
-        return None
+        return self._at_or_after(key + 1)
 
     def normalize(self, key: int) -> int:
         """``key`` moved past ends of closed segments and gaps (a boundary to a position)."""
+        found = self._at_or_after(key)
+        return key if found is None else found
+
+    def _at_or_after(self, key: int) -> int | None:
+        """The first position at or after ``key`` in a known segment (an open one holds every
+        entry id); None past the last segment known."""
         segment, entry = key >> ENTRY_BITS, key & ENTRY_MASK
         i = bisect.bisect_left(self.numbers, segment)
         while i < len(self.numbers):
@@ -161,8 +157,8 @@ class Segments:
             if last is None or entry <= last:
                 return key
             i += 1
-            segment, entry = -1, 0
-        return key
+            segment = -1  # the next segment's start
+        return None
 
     def segment_end(self, key: int) -> int | None:
         """The last key of ``key``'s segment if closed, else None."""
