@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import anyio
 import attrs
 
-from bkframe.client.bookies.errors import BookieConnectionError
+from bkframe.client.bookies.errors import BookieConnectionError, ClientClosedError
 from bkframe.client.logs.envelope import NO_PROPERTIES
 from bkframe.client.logs.model import CommitResult
 from bkframe.client.logs.positions import Position
@@ -154,6 +154,8 @@ class RemoteOwner:
                 if target is None:
                     target = self.bookie or await self._find(passed)
                 reply = await self._send(target, operation, encode, timeout_s)
+            except ClientClosedError:
+                raise  # this client is closing: nothing to try again
             except (BookieConnectionError, TimeoutError) as e:
                 # The connection was lost, the bookie is down, or it did not answer in time.
                 if target is not None:

@@ -254,3 +254,31 @@ def _with_id(message: bytes, request_id: int) -> bytes:
     out = bytearray(message)
     struct.pack_into("<Q", out, 6, request_id)
     return bytes(out)
+
+
+async def test_a_dead_owner_bookie_is_left_for_the_next_one(tmp_path: Path) -> None:
+    uri = f"sqlite://{tmp_path / 'metadata.db'}"
+    first, second = rendezvous(LOG, SUB, ["bookie-a", "bookie-b"])
+    factories = {first: Factory(), second: Factory()}
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(hosting_bookie(tmp_path, uri, second, factories[second]))
+        client = await stack.enter_async_context(bkframe.open_client(uri, **FAST))
+        async with hosting_bookie(tmp_path, uri, first, factories[first]):
+            await wait_until(lambda: _writable(client, 2), "both bookies registered")
+            remote = RemoteOwner(client, LOG, SUB, failover_s=30)
+            assert await remote.lease("c1", 3, 0) == DELIVERIES and remote.bookie == first
+        # The owner's bookie stopped: the call tries it, then the next of the ranking.
+        assert await remote.stats() == STATS
+        assert remote.bookie == second and factories[second].takes == 1
+
+
+async def test_a_call_gives_up_once_its_failover_time_is_spent(tmp_path: Path) -> None:
+    uri = f"sqlite://{tmp_path / 'metadata.db'}"
+    nobody = Factory(refuse=lambda: NotOwnerError("owned by a process that is no bookie", holder=None))
+    async with hosting_bookie(tmp_path, uri, "bookie-0", nobody):
+        async with bkframe.open_client(uri, **FAST) as client:
+            start = trio.current_time()
+            with pytest.raises(NotOwnerError, match="no bookie"):
+                await RemoteOwner(client, LOG, SUB, failover_s=1.0).lease("c1", 1, 0)
+            assert trio.current_time() - start < 10  # bounded by failover_s and the last request
+            assert nobody.takes >= 2  # tried again with a back-off, not once
