@@ -23,6 +23,7 @@ from bkframe.bookie.lac_waiters import LacWaiters
 from bkframe.bookie.response_batch import ResponseBatch
 from bkframe.bookie.runtime.read_only_mode import ReadOnlyMode
 from bkframe.bookie.runtime.throttled_log import ThrottledWarning
+from bkframe.bookie.subscription_calls import NotHosted, SubscriptionCalls
 from bkframe.core.counters import Counters, Histogram
 from bkframe.core.interfaces.durability import DurabilityPolicy
 from bkframe.core.interfaces.journal import Journal
@@ -64,6 +65,9 @@ class BookieContext:
     lac_waiters: LacWaiters = attrs.field(
         init=False, default=attrs.Factory(lambda self: LacWaiters(self.storage, self.counters), takes_self=True)
     )
+    #: What serves SUB_* requests (:mod:`bkframe.bookie.subscription_calls`): the service sets
+    #: the host once it runs; until then, and without one, they are refused NOT_OWNER.
+    subscriptions: SubscriptionCalls = attrs.field(init=False, factory=NotHosted)
     #: The storage, if it can write large PD entries once (and is configured to).
     write_once: WriteOnceStorage | None = attrs.field(
         init=False, default=attrs.Factory(_write_once, takes_self=True)

@@ -41,6 +41,7 @@ from bkframe.proto.ops.bookie_info import BookieInfoRequest, encode_bookie_info_
 from bkframe.proto.ops.connection_setup import AuthRequest, FeaturesRequest, encode_auth_response
 from bkframe.proto.ops.read import ReadRequest, encode_read_response
 from bkframe.proto.ops.read_lac import ReadLacRequest
+from bkframe.proto.ops.subscription import SubRequest
 from bkframe.proto.ops.write_lac import WriteLacRequest, encode_write_lac_response
 from bkframe.proto.table import OPERATIONS, Request, encode_error_response
 from bkframe.storage_kit.disk_full import is_disk_full
@@ -120,6 +121,11 @@ class RequestHandler:
             Op.GET_BOOKIE_INFO: OpHandler(self._bookie_info),
             Op.AUTH: OpHandler(self._late_auth),
             Op.FEATURES: OpHandler(self._late_features),
+            # Subscriptions: answered by the owner this bookie hosts, by the connection's task.
+            Op.SUB_LEASE: OpHandler(_subscription_call, own_answer=_always),
+            Op.SUB_SETTLE: OpHandler(_subscription_call, own_answer=_always),
+            Op.SUB_LEAVE: OpHandler(_subscription_call, own_answer=_always),
+            Op.SUB_STATS: OpHandler(_subscription_call, own_answer=_always),
         }
         unserved = sorted(Op(op).name for op in OPERATIONS.keys() - self.handlers.keys())
         if unserved:
@@ -315,6 +321,10 @@ class RequestHandler:
             for deferred in second.deferred:  # a fence of a ledger new here waits for its key check
                 parts.append(await deferred())
         return parts
+
+
+def _subscription_call(req: SubRequest, batch: ResponseBatch) -> None:
+    batch.subscription_calls.append(req)  # the server hands it to the connection's calls
 
 
 def _fence_lost(req: ReadRequest, status: Status, message: str) -> list[Buffer]:

@@ -11,6 +11,7 @@ from bkframe.core.counters import Histogram
 from bkframe.core.interfaces import Buffer
 from bkframe.proto.base import BadMessage
 from bkframe.proto.ops.read_lac import ReadLacRequest
+from bkframe.proto.ops.subscription import SubRequest
 from bkframe.proto.table import Request
 
 
@@ -26,6 +27,9 @@ class ResponseBatch:
     #: Long polls to register with the connection (:mod:`bkframe.bookie.lac_waiters`): they wait as records,
     #: not tasks, and end with their connection.
     long_polls: list[ReadLacRequest] = attrs.Factory(list)
+    #: SUB_* requests to hand to the connection's subscription calls
+    #: (:mod:`bkframe.bookie.subscription_calls`): they are answered by the owner, later.
+    subscription_calls: list[SubRequest] = attrs.Factory(list)
     #: Called once its answers are sent (or the connection is gone): the server gives back
     #: the in-flight memory they held (see :mod:`bkframe.bookie.serving.inflight_memory`).
     on_answered: Callable[[], None] | None = None

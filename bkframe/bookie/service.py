@@ -24,6 +24,7 @@ from bkframe.bookie.startup.cookies import check_cookies, read_local
 from bkframe.bookie.startup.identity import Advertised, claim_id, default_bookie_id
 from bkframe.bookie.startup.identity import advertised as advertised_address
 from bkframe.bookie.startup.preflight import check_data_dir, check_ports
+from bkframe.bookie.subscription_calls import SubscriptionCalls
 from bkframe.common.cluster_record import init_cluster, require_cluster
 from bkframe.core.config import Config
 from bkframe.core.interfaces.ledger_storage import BackgroundStorage
@@ -69,6 +70,18 @@ class Background(Protocol):
 #: ``[autorecovery] enabled`` (normally :func:`bkframe.autorecovery.service.in_bookie`).
 AutorecoveryFactory = Callable[[Bookie, MetadataStore, str], Background]
 
+class SubscriptionHost(Background, SubscriptionCalls, Protocol):
+    """The host of subscription owners (:class:`bkframe.subscriptions.host.SubscriptionHost`):
+    a background service, and what serves the bookie's SUB_* requests."""
+
+
+#: ``subscriptions(bookie, store, bookie_id)``: the subscription host run when ``[subscriptions]
+#: enabled`` (normally made by :func:`bkframe.cli.bookie.subscription_host`).
+SubscriptionsFactory = Callable[[Bookie, MetadataStore, str], SubscriptionHost]
+
+#: Seconds between a failed subscription host's end and its next start.
+SUBSCRIPTIONS_RETRY_S = 1.0
+
 #: A starting bookie waits this long past the registration TTL for another registration of
 #: its id to expire (a bookie that just died elsewhere) before it refuses to start.
 ID_WAIT_MARGIN_S = 2.0
@@ -83,6 +96,8 @@ class BookieService:
     :param repair: makes the task that repairs limbo ledgers (BP-46 phase two), normally
         :class:`~bkframe.autorecovery.data_integrity.LimboRepair`.
     :param autorecovery: makes the autorecovery service, run if ``[autorecovery] enabled``.
+    :param subscriptions: makes the host of subscription owners, run if ``[subscriptions]
+        enabled`` (docs/subscriptions.md); without it SUB_* requests are refused NOT_OWNER.
     :param init_cluster: make the metadata store a cluster if it is none (``bkframe bookie
         --init-cluster``); without it, a bookie refuses to start on a store that holds no
         cluster (:mod:`bkframe.common.cluster_record`), and nothing is stamped.
@@ -100,6 +115,7 @@ class BookieService:
         repair: RepairFactory,
         admin: AdminFactory | None = None,
         autorecovery: AutorecoveryFactory | None = None,
+        subscriptions: SubscriptionsFactory | None = None,
         init_cluster: bool = False,
         settle_python_gc: bool = False,
     ) -> None:
@@ -113,6 +129,7 @@ class BookieService:
         self.repair = repair
         self.admin = admin
         self.autorecovery = autorecovery
+        self.subscriptions = subscriptions
         self.bookie: Bookie | None = None
         self.server: BookieServer | None = None
         #: With a metadata store: the bookie's metadata store and garbage collector (the
@@ -266,6 +283,10 @@ class BookieService:
         background.start_soon(self._watch_decommission, bookie, store, bookie_id)
         if self.config.autorecovery.enabled and self.autorecovery is not None:
             background.start_soon(self._run_autorecovery, bookie, store, bookie_id)
+        if self.config.subscriptions.enabled and self.subscriptions is not None:
+            host = self.subscriptions(bookie, store, bookie_id)
+            bookie.context.subscriptions = host  # refuses calls NOT_OWNER until it runs
+            background.start_soon(self._run_subscriptions, host)
         return registration
 
     @staticmethod
@@ -297,6 +318,16 @@ class BookieService:
             except Exception:
                 log.exception("autorecovery failed; starting it again")
             await trio.sleep(self.config.autorecovery.check_interval_s)
+
+    async def _run_subscriptions(self, host: SubscriptionHost) -> None:
+        """The subscription host; if it ever fails, log it and start it again: it never takes
+        the bookie down (its owners' locks expire, and consumers go to another bookie meanwhile)."""
+        while True:
+            try:
+                await host.run()
+            except Exception:
+                log.exception("the subscription host failed; starting it again")
+            await trio.sleep(SUBSCRIPTIONS_RETRY_S)
 
     async def _watch_decommission(self, bookie: Bookie, store: MetadataStore, bookie_id: str) -> None:
         """A decommissioned bookie refuses adds (as read-only), so writers move off it by an

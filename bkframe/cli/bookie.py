@@ -14,10 +14,13 @@ import trio
 
 from bkframe.autorecovery.data_integrity import LimboRepair
 from bkframe.autorecovery.service import in_bookie
-from bkframe.bookie.service import AdminHttp, BookieService
+from bkframe.bookie.bookie import Bookie
+from bkframe.bookie.service import AdminHttp, BookieService, SubscriptionHost
 from bkframe.cli.logging_setup import setup_logging
 from bkframe.cli.options import LOG_OVERRIDES, metadata_option
+from bkframe.client.settings import ClientSettings
 from bkframe.core.config import Config, load_config
+from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.plugin_manager import PluginManager
 
 
@@ -96,14 +99,25 @@ def admin_server(service: BookieService) -> AdminHttp:
     return AdminServer(service)
 
 
+def subscription_host(bookie: Bookie, store: MetadataStore, bookie_id: str) -> SubscriptionHost:
+    """The host of subscription owners a bookie runs (``[subscriptions] enabled``): its owners
+    take subscriptions with a client made as the in-bookie autorecovery's, under the bookie's id."""
+    from bkframe.subscriptions.host import SubscriptionHost, in_bookie_client
+
+    settings = ClientSettings.for_bookie(bookie.config, bookie.own_credential())
+    return SubscriptionHost(
+        bookie.config.subscriptions, bookie_id, client_factory=in_bookie_client(store, bookie.plugins, settings)
+    )
+
+
 def compose_bookie(config: Config, plugins: PluginManager, *, init_cluster: bool = False) -> BookieService:
     """A whole bookie as ``bkframe bookie`` runs it: the service with BP-46 limbo repair,
-    the admin HTTP service and the in-bookie autorecovery (the parts that need more than
+    the admin HTTP service, the in-bookie autorecovery and the subscription host (the parts that need more than
     :mod:`bkframe.bookie` are handed to it here, where every part may be imported).
     ``init_cluster``: ``--init-cluster`` (see :class:`BookieService`)."""
     return BookieService(
-        config, plugins, repair=LimboRepair, admin=admin_server, autorecovery=in_bookie, init_cluster=init_cluster,
-        settle_python_gc=True,
+        config, plugins, repair=LimboRepair, admin=admin_server, autorecovery=in_bookie,
+        subscriptions=subscription_host, init_cluster=init_cluster, settle_python_gc=True,
     )
 
 

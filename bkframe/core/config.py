@@ -390,6 +390,31 @@ class AutorecoveryConfig:
 
 
 @attrs.frozen
+class SubscriptionsConfig:
+    """``[subscriptions]``: the subscription owners this bookie hosts, which consumers reach
+    over the bookie protocol (docs/subscriptions.md, "Which process owns it"). Needs a
+    metadata store."""
+
+    #: Host the owners of the subscriptions consumers ask this bookie for.
+    enabled: bool = True
+    #: An owner's lock vanishes about this long after its bookie dies; then another bookie
+    #: takes the subscription over. Keep it well below the subscriptions' lease times.
+    owner_ttl_s: float = attrs.field(default=10.0, validator=above(0))
+    #: Subscriptions this bookie owns at most; a consumer of one more is sent to another bookie.
+    max_owners: int = attrs.field(default=1000, validator=at_least(1))
+    #: SUB_LEASE requests waiting for records at once on this bookie; one more is served
+    #: without waiting (an empty answer, which a consumer takes as a wait that timed out).
+    max_waiting_leases: int = attrs.field(default=10_000, validator=at_least(0))
+    #: SUB_* requests under way on one connection; one more is answered TOO_MANY_REQUESTS.
+    max_calls_per_connection: int = attrs.field(default=1024, validator=at_least(1))
+    #: A SUB_LEASE waits at most this long for records, whatever it asked for.
+    max_lease_wait_s: float = attrs.field(default=60.0, validator=at_least(0))
+    #: Deadline of each call to an owner (beyond a lease's wait); then IO_ERROR, and the
+    #: consumer asks again.
+    call_timeout_s: float = attrs.field(default=30.0, validator=above(0))
+
+
+@attrs.frozen
 class OffloadConfig:
     """``[offload]``: the offload service (docs/tiered-storage.md, "The offload service"):
     ``bkframe offloader --config`` reads it, and ``bkframe autorecovery`` (alone or in a
@@ -474,6 +499,7 @@ class Config:
     plugins: PluginsConfig = PluginsConfig()
     autorecovery: AutorecoveryConfig = AutorecoveryConfig()
     offload: OffloadConfig = OffloadConfig()
+    subscriptions: SubscriptionsConfig = SubscriptionsConfig()
     source: str = "(defaults)"
     #: ``[placement]``: ``policy`` (a registered placement policy's name) and its options,
     #: for the client inside the bookie (repair, re-replication); validated by the policy's
@@ -494,8 +520,8 @@ def load_config(
     path: Path | None = None, overrides: Mapping[str, Any] | None = None, http: Mapping[str, Any] | None = None
 ) -> Config:
     """Read ``path`` (or use defaults), apply ``[bookie]`` overrides and ``http`` overrides,
-    validate ``[bookie]``, ``[plugins]``, ``[tls]``, ``[logging]``, ``[http]`` and ``[limits]`` (the component
-    sections are validated by the components' classes when the plugin manager makes them:
+    validate ``[bookie]``, ``[plugins]``, ``[tls]``, ``[logging]``, ``[http]``, ``[limits]`` and
+    ``[subscriptions]`` (the component sections are validated by the components' classes when the plugin manager makes them:
     :meth:`PluginManager.check_config` does it at once)."""
     raw: dict[str, Any] = {}
     source = "(defaults)"
@@ -509,7 +535,7 @@ def load_config(
             raise ConfigError(f"{path} is not valid TOML: {e}") from None
     known = {
         "bookie", "plugins", "placement", "tls", "auth", "logging", "http", "autorecovery", "offload", "limits",
-        *PLUGIN_SECTIONS,
+        "subscriptions", *PLUGIN_SECTIONS,
     }
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -527,6 +553,7 @@ def load_config(
         plugins=parse_section(PluginsConfig, raw.get("plugins", {}), where=f"{source}: [plugins]"),
         autorecovery=parse_section(AutorecoveryConfig, raw.get("autorecovery", {}), where=f"{source}: [autorecovery]"),
         offload=parse_section(OffloadConfig, raw.get("offload", {}), where=f"{source}: [offload]"),
+        subscriptions=parse_section(SubscriptionsConfig, raw.get("subscriptions", {}), where=f"{source}: [subscriptions]"),
         source=source,
         placement={"policy": DEFAULT_POLICY, **raw.get("placement", {})},
         tls=tls,

@@ -46,6 +46,12 @@ class Op(enum.IntEnum):
     AUTH = 11
     #: Right after AUTH, in its frame: what the client understands (see :class:`Feature`).
     FEATURES = 12
+    #: Subscriptions (docs/subscriptions.md), served by the bookie hosting the subscription's
+    #: owner: lease records, settle (ack, nack, extend) them, leave, and the stats.
+    SUB_LEASE = 13
+    SUB_SETTLE = 14
+    SUB_LEAVE = 15
+    SUB_STATS = 16
 
 
 class Status(enum.IntEnum):
@@ -62,6 +68,12 @@ class Status(enum.IntEnum):
     #: Not decided yet (the metadata store has not vouched for the ledger's key): send the
     #: same request to the same bookie again. Only to clients that sent FEATURES TRY_AGAIN.
     TRY_AGAIN = 10
+    #: SUB_* only: this bookie does not own the subscription; the message is the owner's
+    #: bookie id (empty: none known, ask another bookie), a newline, then why. Only answers
+    #: SUB_* requests, which older clients never send, so no FEATURES bit guards it.
+    NOT_OWNER = 11
+    #: SUB_* only: the log has no subscription of that name.
+    NO_SUBSCRIPTION = 12
 
 
 class AddFlag(enum.IntFlag):
@@ -103,3 +115,12 @@ BATCH_DIRECTORY = np.dtype([("entry_id", "<i8"), ("length", "<u4")])
 #: Longest AUTH method name and credential accepted.
 MAX_AUTH_METHOD = 255
 MAX_AUTH_CREDENTIAL = 16 * 1024
+#: SUB_LEASE: at most this many records asked in one request.
+MAX_SUB_LEASE = 4096
+#: SUB_SETTLE: at most this many acks, ack ranges, nacks and extends in all in one request.
+MAX_SUB_SETTLE = 1 << 16
+#: The longest consumer id (UTF-8 bytes); log and subscription names follow the log name
+#: rules (at most 200 ASCII characters: bkframe.client.logs.model.check_name).
+MAX_SUB_CONSUMER = 255
+#: SUB_LEASE answers: at most this many properties a record, each key at most 64 KiB.
+MAX_SUB_PROPERTIES = 4096

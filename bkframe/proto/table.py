@@ -49,6 +49,24 @@ from bkframe.proto.ops.list_entries import (
 from bkframe.proto.ops.read import ReadRequest, ReadResponse, decode_read, decode_read_response
 from bkframe.proto.ops.read_batch import ReadBatchRequest, ReadBatchResponse, decode_read_batch, decode_read_batch_response
 from bkframe.proto.ops.read_lac import ReadLacRequest, ReadLacResponse, decode_read_lac, decode_read_lac_response
+from bkframe.proto.ops.subscription import (
+    SubLeaseRequest,
+    SubLeaseResponse,
+    SubLeaveRequest,
+    SubLeaveResponse,
+    SubSettleRequest,
+    SubSettleResponse,
+    SubStatsRequest,
+    SubStatsResponse,
+    decode_sub_lease,
+    decode_sub_lease_response,
+    decode_sub_leave,
+    decode_sub_leave_response,
+    decode_sub_settle,
+    decode_sub_settle_response,
+    decode_sub_stats,
+    decode_sub_stats_response,
+)
 from bkframe.proto.ops.sync import SyncRequest, SyncResponse, decode_sync, decode_sync_response
 from bkframe.proto.ops.write_close import (
     WriteCloseRequest,
@@ -71,6 +89,10 @@ Request = (
     | AuthRequest
     | FeaturesRequest
     | BookieInfoRequest
+    | SubLeaseRequest
+    | SubSettleRequest
+    | SubLeaveRequest
+    | SubStatsRequest
 )
 Response = (
     AddResponse
@@ -85,6 +107,10 @@ Response = (
     | AuthResponse
     | FeaturesResponse
     | BookieInfoResponse
+    | SubLeaseResponse
+    | SubSettleResponse
+    | SubLeaveResponse
+    | SubStatsResponse
     | ErrorResponse
 )
 
@@ -122,6 +148,10 @@ FEATURES = Operation(Op.FEATURES, FeaturesRequest, FeaturesResponse, decode_feat
 GET_BOOKIE_INFO = Operation(
     Op.GET_BOOKIE_INFO, BookieInfoRequest, BookieInfoResponse, decode_bookie_info, decode_bookie_info_response
 )
+SUB_LEASE = Operation(Op.SUB_LEASE, SubLeaseRequest, SubLeaseResponse, decode_sub_lease, decode_sub_lease_response)
+SUB_SETTLE = Operation(Op.SUB_SETTLE, SubSettleRequest, SubSettleResponse, decode_sub_settle, decode_sub_settle_response)
+SUB_LEAVE = Operation(Op.SUB_LEAVE, SubLeaveRequest, SubLeaveResponse, decode_sub_leave, decode_sub_leave_response)
+SUB_STATS = Operation(Op.SUB_STATS, SubStatsRequest, SubStatsResponse, decode_sub_stats, decode_sub_stats_response)
 
 OPERATIONS: dict[int, Operation[Any, Any]] = {
     row.op: row
@@ -138,6 +168,10 @@ OPERATIONS: dict[int, Operation[Any, Any]] = {
         AUTH,
         FEATURES,
         GET_BOOKIE_INFO,
+        SUB_LEASE,
+        SUB_SETTLE,
+        SUB_LEAVE,
+        SUB_STATS,
     )
 }
 _REQUEST_DECODERS = {op: row.decode_request for op, row in OPERATIONS.items()}

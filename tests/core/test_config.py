@@ -15,6 +15,7 @@ from bkframe.core.config import (
     LoggingConfig,
     OffloadConfig,
     PluginsConfig,
+    SubscriptionsConfig,
     TLSConfig,
     load_config,
     parse_section,
@@ -105,6 +106,7 @@ def test_sample_config_documents_every_key_at_its_default() -> None:
         "autorecovery": AutorecoveryConfig,
         "offload": OffloadConfig,
         "limits": LimitsConfig,
+        "subscriptions": SubscriptionsConfig,
     }
     for section, kind in SECTION_KINDS.items():
         component = plugins.components.get(kind, raw[section]["plugin"])

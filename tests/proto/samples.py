@@ -14,12 +14,31 @@ from bkframe.proto.ops.list_entries import encode_list_entries, encode_list_entr
 from bkframe.proto.ops.read import encode_read, encode_read_response
 from bkframe.proto.ops.read_batch import encode_read_batch, encode_read_batch_response
 from bkframe.proto.ops.read_lac import encode_read_lac, encode_read_lac_response
+from bkframe.proto.ops.subscription import (
+    SubRecord,
+    encode_sub_lease,
+    encode_sub_lease_response,
+    encode_sub_leave,
+    encode_sub_leave_response,
+    encode_sub_refusal,
+    encode_sub_settle,
+    encode_sub_settle_response,
+    encode_sub_stats,
+    encode_sub_stats_response,
+)
 from bkframe.proto.ops.sync import encode_sync, encode_sync_response
 from bkframe.proto.ops.write_close import encode_write_close, encode_write_close_response
 from bkframe.proto.ops.write_lac import encode_write_lac, encode_write_lac_response
 
 KEY = b"k" * 8
 LEDGER = 7
+#: A packed position (segment 3, entry 9) of the subscription samples.
+POSITION = 3 << 32 | 9
+RECORD = SubRecord(POSITION, 2, 1_700_000_000_000, b"payload", b"key", 1_699_999_999_000, {"k": "v"})
+STATS = dict(
+    backlog=5, in_flight=2, waiting=1, delayed=0, delivered=9, redelivered=3, acked=4, dead_lettered=1,
+    mark_delete=POSITION, consumers=2, epoch=3, owner="bookie-1",
+)
 
 
 def joined(message: Buffer | list[Buffer]) -> bytes:
@@ -42,6 +61,15 @@ REQUESTS: dict[int, bytes] = {
     Op.AUTH: encode_auth(5, "token", b"secret"),
     Op.FEATURES: encode_features(5, Feature.TRY_AGAIN),
     Op.GET_BOOKIE_INFO: encode_bookie_info(5),
+    Op.SUB_LEASE: encode_sub_lease(5, "jobs", "workers", "consumer-1", 16, 1000, 30_000),
+    Op.SUB_SETTLE: joined(
+        encode_sub_settle(
+            5, "jobs", "workers", "consumer-1", acks=[POSITION], ack_ranges=[(POSITION + 1, POSITION + 4)],
+            nacks=[(POSITION + 5, 250)], extends=[POSITION + 6], lease_ms=10_000,
+        )
+    ),
+    Op.SUB_LEAVE: encode_sub_leave(5, "jobs", "workers", "consumer-1"),
+    Op.SUB_STATS: encode_sub_stats(5, "jobs", "workers"),
 }
 
 #: An OK answer of each op, request id 6.
@@ -58,6 +86,10 @@ ANSWERS: dict[int, bytes] = {
     Op.AUTH: joined(encode_auth_response(6, Status.OK, "alice")),
     Op.FEATURES: joined(encode_features_response(6, Feature.TRY_AGAIN)),
     Op.GET_BOOKIE_INFO: joined(encode_bookie_info_response(6, {"state": "writable"})),
+    Op.SUB_LEASE: joined(encode_sub_lease_response(6, [RECORD, SubRecord(POSITION + 1, 1, 0, b"")])),
+    Op.SUB_SETTLE: joined(encode_sub_settle_response(6)),
+    Op.SUB_LEAVE: joined(encode_sub_leave_response(6)),
+    Op.SUB_STATS: joined(encode_sub_stats_response(6, **STATS)),
 }
 
 #: A refusal of each op whose answer carries a status of its own, request id 8, saying WHY
@@ -74,4 +106,8 @@ REFUSALS: dict[int, bytes] = {
     Op.WRITE_CLOSE: joined(encode_write_close_response(8, Status.UNAUTHORIZED, LEDGER, WHY)),
     Op.LIST_ENTRIES: joined(encode_list_entries_response(8, Status.NO_LEDGER, LEDGER, message=WHY)),
     Op.AUTH: joined(encode_auth_response(8, Status.UNAUTHORIZED, WHY)),
+    Op.SUB_LEASE: encode_sub_refusal(Op.SUB_LEASE, 8, Status.NOT_OWNER, WHY, holder="bookie-2"),
+    Op.SUB_SETTLE: encode_sub_refusal(Op.SUB_SETTLE, 8, Status.NO_SUBSCRIPTION, WHY),
+    Op.SUB_LEAVE: encode_sub_refusal(Op.SUB_LEAVE, 8, Status.NOT_OWNER, WHY),
+    Op.SUB_STATS: encode_sub_refusal(Op.SUB_STATS, 8, Status.TOO_MANY_REQUESTS, WHY),
 }

@@ -16,7 +16,7 @@ import pytest
 
 from bkframe.errors import ProtocolError
 from bkframe.proto.base import BadMessage
-from bkframe.proto.codes import MAX_AUTH_CREDENTIAL, MAX_LEDGER_ID, MAX_READ_BATCH, Op, Status
+from bkframe.proto.codes import MAX_AUTH_CREDENTIAL, MAX_LEDGER_ID, MAX_READ_BATCH, MAX_SUB_LEASE, MAX_SUB_SETTLE, Op, Status
 from bkframe.proto.frames import FrameBuffer, pack_frame, pack_message
 from bkframe.proto.ops.add import encode_add
 from bkframe.proto.ops.add_batch import encode_add_batch
@@ -26,6 +26,7 @@ from bkframe.proto.ops.list_entries import encode_list_entries
 from bkframe.proto.ops.read import encode_read
 from bkframe.proto.ops.read_batch import encode_read_batch
 from bkframe.proto.ops.read_lac import encode_read_lac
+from bkframe.proto.ops.subscription import encode_sub_lease, encode_sub_leave, encode_sub_settle, encode_sub_stats
 from bkframe.proto.ops.sync import encode_sync
 from bkframe.proto.ops.write_close import encode_write_close
 from bkframe.proto.ops.write_lac import encode_write_lac
@@ -58,6 +59,8 @@ def resized(message: bytes, delta: int) -> bytes:
 
 
 HEAD = 14  # length u32, op u8, flags u8, request id u64
+SUB_LEASE_AT = struct.Struct("<BBBIII")
+SETTLE = joined(encode_sub_settle(9, "l", "s", "c", acks=[1, 2], ack_ranges=[(3, 4)]))
 BAD = [
     ("unknown op", pack_message(200, 0, 9), "unknown op code 200"),
     ("ADD too short", pack_message(Op.ADD, 0, 9, b"\0" * 10), "ADD message too short"),
@@ -103,6 +106,24 @@ BAD = [
     ("FEATURES wrong length", resized(encode_features(9, 1), 1), "FEATURES message has the wrong length"),
     ("FEATURES unknown flags", with_field(encode_features(9, 1), 5, "<B", 0x01), "unknown flags"),
     ("GET_BOOKIE_INFO with fields", pack_message(Op.GET_BOOKIE_INFO, 0, 9, b"\0"), "wrong length"),
+    ("SUB_LEASE of no records", encode_sub_lease(9, "l", "s", "c", 0, 0), "0 records is invalid"),
+    ("SUB_LEASE of too many records", encode_sub_lease(9, "l", "s", "c", MAX_SUB_LEASE + 1, 0), "records is invalid"),
+    (
+        "SUB_LEASE log name against the rules",
+        pack_message(Op.SUB_LEASE, 0, 9, SUB_LEASE_AT.pack(4, 1, 1, 1, 0, 0), b"-bad", b"s", b"c"),
+        "log name b'-bad' is invalid",
+    ),
+    ("SUB_LEASE name beyond the message", with_field(encode_sub_lease(9, "l", "s", "c", 1, 0), HEAD, "<B", 255), "name lengths"),
+    (
+        "SUB_LEASE consumer not UTF-8",
+        pack_message(Op.SUB_LEASE, 0, 9, SUB_LEASE_AT.pack(1, 1, 1, 1, 0, 0), b"l", b"s", b"\xff"),
+        "consumer id is not UTF-8",
+    ),
+    ("SUB_SETTLE counts beyond the limit", with_field(SETTLE, HEAD + 7, "<I", MAX_SUB_SETTLE), "is more than"),
+    ("SUB_SETTLE counts beyond the message", with_field(SETTLE, HEAD + 7, "<I", 3), "wrong length for its counts"),
+    ("SUB_SETTLE range backwards", joined(encode_sub_settle(9, "l", "s", "c", ack_ranges=[(5, 4)])), "is backwards"),
+    ("SUB_LEAVE no consumer", resized(with_field(encode_sub_leave(9, "l", "s", "c"), HEAD + 2, "<B", 0), -1), "0 bytes"),
+    ("SUB_STATS subscription name", with_field(encode_sub_stats(9, "l", "s"), HEAD + 3, "<B", ord("/")), "subscription name"),
 ]
 
 

@@ -14,7 +14,8 @@ refused at accept); before AUTH succeeds, frames of at most
 :data:`~bkframe.bookie.serving.handshake.MAX_FRAME_BEFORE_AUTH` bytes, one AUTH guess and
 ``auth_timeout_s``; the bytes of frames in flight and their answers (:mod:`bkframe.bookie.serving.inflight_memory`:
 the reader waits for room before it reads a frame's body); the long polls of a connection,
-which wait as records and end with it (:mod:`bkframe.bookie.lac_waiters`); a frame must arrive whole in
+which wait as records and end with it (:mod:`bkframe.bookie.lac_waiters`), and its subscription
+calls, which end with it too (:mod:`bkframe.bookie.subscription_calls`); a frame must arrive whole in
 ``frame_timeout_s`` and an answer be taken in ``send_timeout_s``.
 """
 
@@ -38,6 +39,7 @@ from bkframe.bookie.serving.connection import ConnectionReader, Outbox
 from bkframe.bookie.serving.connection_caps import ConnectionCaps
 from bkframe.bookie.serving.handshake import MAX_FRAME_BEFORE_AUTH, AuthGate, open_connection
 from bkframe.bookie.serving.inflight_memory import ConnectionMemory, FrameMemory, InflightMemory
+from bkframe.bookie.subscription_calls import ConnectionCalls
 from bkframe.core.interfaces import Buffer
 from bkframe.core.interfaces.auth import Peer
 from bkframe.proto.base import BadMessage
@@ -158,19 +160,23 @@ class BookieServer:
                 max_total=limits.max_long_polls,
                 max_timeout_s=limits.max_long_poll_timeout_s,
             )
+            subs = self.bookie.context.subscriptions.connection()
             send, receive = trio.open_memory_channel[ResponseBatch](self.bookie.config.bookie.max_pending_batches)
             async with trio.open_nursery() as nursery:
-                conn = _Connection(ConnectionMemory(self.memory, address), Outbox(stream), polls, nursery.cancel_scope)
+                conn = _Connection(ConnectionMemory(self.memory, address), Outbox(stream), polls, subs, nursery.cancel_scope)
                 self._open.add(conn)
                 nursery.start_soon(self._answer, conn, receive)
                 nursery.start_soon(self._answer_polls, conn, send.clone())
+                nursery.start_soon(self._answer_subscriptions, conn, send.clone())
                 try:
                     async with send:
                         await self._read_requests(conn, gate, send, nursery, auth_deadline)
                 finally:
                     # The client left, sent what it could, or the bookie stops: the
-                    # connection's long polls are answered now and end with it.
+                    # connection's long polls are answered now and end with it, and so
+                    # do its subscription calls (its consumers then leave).
                     polls.close()
+                    subs.close()
         except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             # The peer went away (or reset the connection); nothing it sent is lost, it
             # just gets no answer. (The connection's nursery raises these in a group.)
@@ -253,6 +259,20 @@ class BookieServer:
         async with send:
             try:
                 await conn.polls.run(deliver)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the connection is gone
+
+    async def _answer_subscriptions(self, conn: _Connection, send: trio.MemorySendChannel[ResponseBatch]) -> None:
+        """Send the connection's SUB_* answers as their owners give them, until it closes."""
+
+        async def deliver(answers: list[bytes]) -> None:
+            conn.outbox.idle = False  # handed over: later answers go after it
+            parts: list[Buffer] = list(answers)
+            await send.send(ResponseBatch(parts))
+
+        async with send:
+            try:
+                await conn.subs.run(deliver)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # the connection is gone
 
@@ -444,6 +464,10 @@ class BookieServer:
             now = conn.polls.wait(req)
             if now is not None:
                 batch.parts.append(now)
+        for call in batch.subscription_calls:
+            answer = conn.subs.call(call)
+            if answer is not None:
+                batch.parts.append(answer)
         for later in batch.deferred:
             # Deferred answers keep the frame's requests, and so its memory, until they are sent.
             nursery.start_soon(self._respond_later, later, send.clone(), conn, frame.hold())
@@ -511,6 +535,8 @@ class _Connection:
     memory: ConnectionMemory
     outbox: Outbox
     polls: ConnectionPolls
+    #: Its SUB_* calls under way (:mod:`bkframe.bookie.subscription_calls`).
+    subs: ConnectionCalls
     #: Cancels the connection's tasks (it is then closed).
     cancel_scope: trio.CancelScope
     #: Closed because its client took no answer in ``send_timeout_s``.

@@ -1,0 +1,472 @@
+"""SUB_LEASE, SUB_SETTLE, SUB_LEAVE and SUB_STATS: a consumer's calls to the bookie that
+hosts a subscription's owner (docs/subscriptions.md, docs/protocol.md "Subscriptions").
+
+Every request names the log and the subscription (the log name rules: 1 to 200 ASCII
+letters, digits, ``.``, ``_`` or ``-``, starting with a letter or digit) and, but for
+SUB_STATS, the consumer (1 to :data:`MAX_SUB_CONSUMER` bytes of UTF-8). Positions travel
+packed as one u64 (``segment << 32 | entry``, :func:`bkframe.subscriptions.settings.pack`):
+the messages here keep them packed, the subscription code turns them into positions.
+
+A refusal of any of them is its header and a UTF-8 message; NOT_OWNER's message is the
+owner's bookie id (empty: none known), a newline, then why -- decoded into ``holder`` and
+``message``. Every length and count a peer sends is checked against what the message
+holds before anything is read or allocated from it.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Mapping, Sequence
+from typing import ClassVar, TypeVar
+
+import attrs
+import numpy as np
+
+from bkframe.errors import ProtocolError
+from bkframe.proto.base import Reply, text
+from bkframe.proto.codes import (
+    MAX_SUB_CONSUMER,
+    MAX_SUB_LEASE,
+    MAX_SUB_PROPERTIES,
+    MAX_SUB_SETTLE,
+    Op,
+    Status,
+)
+from bkframe.proto.frames import message_head, pack_message
+
+#: The log name rules (bkframe.client.logs.model.NAME_PATTERN, which the wire may not import:
+#: tests/proto/test_subscription_ops.py checks that the two stay the same).
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+_LEASE = struct.Struct("<BBBIII")  # log, sub, consumer lengths; max records, wait ms, lease ms (then the names)
+_SETTLE = struct.Struct("<BBBIIIII")  # lengths; lease ms; acks, ranges, nacks, extends counts (then names, arrays)
+_LEAVE = struct.Struct("<BBB")  # log, sub, consumer lengths (then the names)
+_STATS = struct.Struct("<BB")  # log, sub lengths (then the names)
+_POSITION = np.dtype("<u8")
+_RANGE = np.dtype([("first", "<u8"), ("last", "<u8")])
+_NACK = np.dtype([("position", "<u8"), ("delay_ms", "<u4")])
+
+_COUNT = struct.Struct("<I")  # SUB_LEASE answer: records (then each record)
+#: A record of a SUB_LEASE answer: position, delivery count, deadline ms, flags (_HAS_KEY,
+#: _HAS_TIMESTAMP), timestamp ms, key length, property count, payload length; then the key,
+#: the properties (each _PROPERTY then its key and value), the payload.
+_RECORD = struct.Struct("<QIqBqIHI")
+_PROPERTY = struct.Struct("<HI")  # key length, value length
+_HAS_KEY = 0x01
+_HAS_TIMESTAMP = 0x02
+#: SUB_STATS answer: backlog, in flight, waiting, delayed, delivered, redelivered, acked,
+#: dead-lettered, mark-delete (packed), consumers, epoch, owner length (then the owner).
+_STATS_ANSWER = struct.Struct("<qqqqqqqqQIqB")
+
+
+# -- requests --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class SubRequest:
+    """A request about one subscription of a log (every SUB_* request extends it)."""
+
+    request_id: int
+    log: str
+    subscription: str
+
+
+@attrs.frozen
+class SubLeaseRequest(SubRequest):
+    consumer: str
+    max_records: int
+    #: How long the owner may wait for a first record (the bookie caps it).
+    wait_ms: int
+    #: The leases' length (0: the subscription's).
+    lease_ms: int = 0
+
+
+@attrs.frozen
+class SubSettleRequest(SubRequest):
+    consumer: str
+    #: Packed positions acked.
+    acks: tuple[int, ...] = ()
+    #: Inclusive (first, last) packed ranges acked.
+    ack_ranges: tuple[tuple[int, int], ...] = ()
+    #: (packed position, delay ms) to deliver again.
+    nacks: tuple[tuple[int, int], ...] = ()
+    #: Packed positions whose lease is extended by ``lease_ms`` (0: the subscription's).
+    extends: tuple[int, ...] = ()
+    lease_ms: int = 0
+
+
+@attrs.frozen
+class SubLeaveRequest(SubRequest):
+    consumer: str
+
+
+@attrs.frozen
+class SubStatsRequest(SubRequest):
+    pass
+
+
+# -- responses -------------------------------------------------------------------------
+
+
+@attrs.frozen
+class SubRecord:
+    """One record leased (a SUB_LEASE answer's part), its position packed."""
+
+    position: int
+    delivery_count: int
+    deadline_ms: int
+    payload: bytes
+    key: bytes | None = None
+    timestamp: int | None = None
+    properties: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class SubReply(Reply):
+    #: NOT_OWNER: the owner's bookie id ("" when none is known: ask another bookie).
+    holder: str = ""
+
+
+R = TypeVar("R", bound=SubReply)
+
+
+@attrs.frozen
+class SubLeaseResponse(SubReply):
+    op: ClassVar[Op] = Op.SUB_LEASE
+    records: tuple[SubRecord, ...] = ()
+
+
+@attrs.frozen
+class SubSettleResponse(SubReply):
+    op: ClassVar[Op] = Op.SUB_SETTLE
+
+
+@attrs.frozen
+class SubLeaveResponse(SubReply):
+    op: ClassVar[Op] = Op.SUB_LEAVE
+
+
+@attrs.frozen
+class SubStatsResponse(SubReply):
+    op: ClassVar[Op] = Op.SUB_STATS
+    backlog: int = 0
+    in_flight: int = 0
+    waiting: int = 0
+    delayed: int = 0
+    delivered: int = 0
+    redelivered: int = 0
+    acked: int = 0
+    dead_lettered: int = 0
+    #: Packed.
+    mark_delete: int = 0
+    consumers: int = 0
+    epoch: int = 0
+    owner: str | None = None
+
+
+# -- names -----------------------------------------------------------------------------
+
+
+def _name_bytes(name: str, what: str) -> bytes:
+    if not NAME_PATTERN.fullmatch(name):
+        raise ValueError(
+            f"bad {what} name {name!r}: use 1 to 200 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return name.encode("ascii")
+
+
+def _consumer_bytes(consumer: str) -> bytes:
+    raw = consumer.encode()
+    if not 1 <= len(raw) <= MAX_SUB_CONSUMER:
+        raise ValueError(f"consumer id {consumer!r} must be 1 to {MAX_SUB_CONSUMER} bytes of UTF-8")
+    return raw
+
+
+def _names(op: str, body: memoryview, at: int, end: int, lengths: Sequence[int]) -> tuple[list[str], int]:
+    """The names after a request's fixed fields (log, subscription[, consumer]) and where
+    they end; each checked: lengths within the message, log rules, UTF-8."""
+    out: list[str] = []
+    for i, length in enumerate(lengths):
+        if at + length > end:
+            raise ProtocolError(f"{op} message is shorter than its name lengths")
+        raw = bytes(body[at : at + length])
+        at += length
+        if i < 2:
+            try:
+                name = raw.decode("ascii")
+            except UnicodeDecodeError:
+                name = ""
+            if not NAME_PATTERN.fullmatch(name):
+                what = "log" if i == 0 else "subscription"
+                raise ProtocolError(
+                    f"{op} {what} name {raw[:64]!r} is invalid: 1 to 200 letters, digits, '.', '_' or '-', "
+                    "starting with a letter or digit"
+                )
+        else:
+            if not 1 <= length <= MAX_SUB_CONSUMER:
+                raise ProtocolError(f"{op} consumer id of {length} bytes is invalid (1 to {MAX_SUB_CONSUMER})")
+            try:
+                name = raw.decode()
+            except UnicodeDecodeError:
+                raise ProtocolError(f"{op} consumer id is not UTF-8") from None
+        out.append(name)
+    return out, at
+
+
+def _no_flags(op: str, flags: int) -> None:
+    if flags:
+        raise ProtocolError(f"{op} message has unknown flags {flags:#x}")
+
+
+# -- SUB_LEASE ---------------------------------------------------------------------------
+
+
+def encode_sub_lease(
+    request_id: int, log: str, subscription: str, consumer: str, max_records: int, wait_ms: int, lease_ms: int = 0
+) -> bytes:
+    names = (_name_bytes(log, "log"), _name_bytes(subscription, "subscription"), _consumer_bytes(consumer))
+    head = _LEASE.pack(*map(len, names), max_records, wait_ms, lease_ms)
+    return pack_message(Op.SUB_LEASE, 0, request_id, head, *names)
+
+
+def decode_sub_lease(body: memoryview, flags: int, request_id: int, at: int, end: int, max_entry_size: int) -> SubLeaseRequest:
+    _no_flags("SUB_LEASE", flags)
+    log_len, sub_len, consumer_len, max_records, wait_ms, lease_ms = _LEASE.unpack_from(body, at)
+    (log, sub, consumer), names_end = _names("SUB_LEASE", body, at + _LEASE.size, end, (log_len, sub_len, consumer_len))
+    if names_end != end:
+        raise ProtocolError("SUB_LEASE message has the wrong length for its names")
+    if not 1 <= max_records <= MAX_SUB_LEASE:
+        raise ProtocolError(f"SUB_LEASE of {max_records} records is invalid (1 to {MAX_SUB_LEASE})")
+    return SubLeaseRequest(request_id, log, sub, consumer, max_records, wait_ms, lease_ms)
+
+
+def encode_sub_lease_response(request_id: int, records: Sequence[SubRecord]) -> list[bytes]:
+    """OK with ``records`` (a refusal: :func:`encode_sub_refusal`)."""
+    parts = [b"", _COUNT.pack(len(records))]
+    for r in records:
+        flags = (_HAS_KEY if r.key is not None else 0) | (_HAS_TIMESTAMP if r.timestamp is not None else 0)
+        key = r.key or b""
+        props = [(k.encode(), v.encode()) for k, v in r.properties.items()]
+        parts.append(
+            _RECORD.pack(
+                r.position, r.delivery_count, r.deadline_ms, flags, r.timestamp or 0, len(key), len(props), len(r.payload)
+            )
+        )
+        parts.append(key)
+        for k, v in props:
+            parts += (_PROPERTY.pack(len(k), len(v)), k, v)
+        parts.append(r.payload)
+    parts[0] = message_head(sum(map(len, parts)), Op.SUB_LEASE, Status.OK, request_id)
+    return parts
+
+
+def decode_sub_lease_response(body: memoryview, status: Status, request_id: int, at: int, end: int) -> SubLeaseResponse:
+    if status != Status.OK:
+        return _refusal(SubLeaseResponse, body, status, request_id, at, end)
+    (count,) = _COUNT.unpack_from(body, at)
+    if count > MAX_SUB_LEASE:
+        raise ProtocolError(f"SUB_LEASE answer of {count} records is more than any request asks ({MAX_SUB_LEASE})")
+    at += _COUNT.size
+    records: list[SubRecord] = []
+    for _ in range(count):
+        if at + _RECORD.size > end:
+            raise ProtocolError("SUB_LEASE answer is shorter than its record count")
+        position, deliveries, deadline, flags, timestamp, key_len, prop_count, payload_len = _RECORD.unpack_from(body, at)
+        at += _RECORD.size
+        if at + key_len > end:
+            raise ProtocolError("SUB_LEASE answer is shorter than a record's key")
+        key = bytes(body[at : at + key_len]) if flags & _HAS_KEY else None
+        at += key_len
+        if prop_count > MAX_SUB_PROPERTIES:
+            raise ProtocolError(f"SUB_LEASE answer: a record of {prop_count} properties (at most {MAX_SUB_PROPERTIES})")
+        properties: dict[str, str] = {}
+        for _ in range(prop_count):
+            if at + _PROPERTY.size > end:
+                raise ProtocolError("SUB_LEASE answer is shorter than a record's properties")
+            k_len, v_len = _PROPERTY.unpack_from(body, at)
+            at += _PROPERTY.size
+            if at + k_len + v_len > end:
+                raise ProtocolError("SUB_LEASE answer is shorter than a record's properties")
+            try:
+                properties[str(body[at : at + k_len], "utf-8")] = str(body[at + k_len : at + k_len + v_len], "utf-8")
+            except UnicodeDecodeError:
+                raise ProtocolError("SUB_LEASE answer: a record's property is not UTF-8") from None
+            at += k_len + v_len
+        if at + payload_len > end:
+            raise ProtocolError("SUB_LEASE answer is shorter than a record's payload")
+        payload = bytes(body[at : at + payload_len])
+        at += payload_len
+        stamp = timestamp if flags & _HAS_TIMESTAMP else None
+        records.append(SubRecord(position, deliveries, deadline, payload, key, stamp, properties))
+    # Bytes after the records: a message (as other answers have), never a record.
+    return SubLeaseResponse(request_id, status, text(body, at, end), records=tuple(records))
+
+
+# -- SUB_SETTLE --------------------------------------------------------------------------
+
+
+def encode_sub_settle(
+    request_id: int,
+    log: str,
+    subscription: str,
+    consumer: str,
+    *,
+    acks: Sequence[int] = (),
+    ack_ranges: Sequence[tuple[int, int]] = (),
+    nacks: Sequence[tuple[int, int]] = (),
+    extends: Sequence[int] = (),
+    lease_ms: int = 0,
+) -> list[bytes]:
+    """Positions packed; ``nacks``: (position, delay ms); ``lease_ms`` 0: the subscription's."""
+    names = (_name_bytes(log, "log"), _name_bytes(subscription, "subscription"), _consumer_bytes(consumer))
+    head = _SETTLE.pack(*map(len, names), lease_ms, len(acks), len(ack_ranges), len(nacks), len(extends))
+    arrays = [
+        np.array(acks, dtype=_POSITION).tobytes(),
+        np.array(list(ack_ranges), dtype=_RANGE).tobytes(),
+        np.array(list(nacks), dtype=_NACK).tobytes(),
+        np.array(extends, dtype=_POSITION).tobytes(),
+    ]
+    fields = [head, *names, *arrays]
+    return [message_head(sum(map(len, fields)), Op.SUB_SETTLE, 0, request_id), *fields]
+
+
+def decode_sub_settle(body: memoryview, flags: int, request_id: int, at: int, end: int, max_entry_size: int) -> SubSettleRequest:
+    _no_flags("SUB_SETTLE", flags)
+    log_len, sub_len, consumer_len, lease_ms, n_acks, n_ranges, n_nacks, n_extends = _SETTLE.unpack_from(body, at)
+    (log, sub, consumer), at = _names("SUB_SETTLE", body, at + _SETTLE.size, end, (log_len, sub_len, consumer_len))
+    total = n_acks + n_ranges + n_nacks + n_extends
+    if total > MAX_SUB_SETTLE:
+        raise ProtocolError(f"SUB_SETTLE of {total} acks, ranges, nacks and extends is more than {MAX_SUB_SETTLE}")
+    size = (n_acks + n_extends) * _POSITION.itemsize + n_ranges * _RANGE.itemsize + n_nacks * _NACK.itemsize
+    if at + size != end:
+        raise ProtocolError("SUB_SETTLE message has the wrong length for its counts")
+    acks = np.frombuffer(body, dtype=_POSITION, count=n_acks, offset=at)
+    at += acks.nbytes
+    ranges = np.frombuffer(body, dtype=_RANGE, count=n_ranges, offset=at)
+    at += ranges.nbytes
+    nacks = np.frombuffer(body, dtype=_NACK, count=n_nacks, offset=at)
+    at += nacks.nbytes
+    extends = np.frombuffer(body, dtype=_POSITION, count=n_extends, offset=at)
+    pairs = tuple(zip(ranges["first"].tolist(), ranges["last"].tolist()))
+    for first, last in pairs:
+        if first > last:
+            raise ProtocolError(f"SUB_SETTLE ack range {first}..{last} is backwards (packed positions)")
+    return SubSettleRequest(
+        request_id, log, sub, consumer, tuple(acks.tolist()), pairs,
+        tuple(zip(nacks["position"].tolist(), nacks["delay_ms"].tolist())), tuple(extends.tolist()), lease_ms,
+    )
+
+
+def encode_sub_settle_response(request_id: int) -> bytes:
+    """OK: the settle is durable (a refusal: :func:`encode_sub_refusal`)."""
+    return pack_message(Op.SUB_SETTLE, Status.OK, request_id)
+
+
+def decode_sub_settle_response(body: memoryview, status: Status, request_id: int, at: int, end: int) -> SubSettleResponse:
+    return _refusal(SubSettleResponse, body, status, request_id, at, end)
+
+
+# -- SUB_LEAVE ---------------------------------------------------------------------------
+
+
+def encode_sub_leave(request_id: int, log: str, subscription: str, consumer: str) -> bytes:
+    names = (_name_bytes(log, "log"), _name_bytes(subscription, "subscription"), _consumer_bytes(consumer))
+    return pack_message(Op.SUB_LEAVE, 0, request_id, _LEAVE.pack(*map(len, names)), *names)
+
+
+def decode_sub_leave(body: memoryview, flags: int, request_id: int, at: int, end: int, max_entry_size: int) -> SubLeaveRequest:
+    _no_flags("SUB_LEAVE", flags)
+    (log, sub, consumer), names_end = _names("SUB_LEAVE", body, at + _LEAVE.size, end, _LEAVE.unpack_from(body, at))
+    if names_end != end:
+        raise ProtocolError("SUB_LEAVE message has the wrong length for its names")
+    return SubLeaveRequest(request_id, log, sub, consumer)
+
+
+def encode_sub_leave_response(request_id: int) -> bytes:
+    return pack_message(Op.SUB_LEAVE, Status.OK, request_id)
+
+
+def decode_sub_leave_response(body: memoryview, status: Status, request_id: int, at: int, end: int) -> SubLeaveResponse:
+    return _refusal(SubLeaveResponse, body, status, request_id, at, end)
+
+
+# -- SUB_STATS ---------------------------------------------------------------------------
+
+
+def encode_sub_stats(request_id: int, log: str, subscription: str) -> bytes:
+    names = (_name_bytes(log, "log"), _name_bytes(subscription, "subscription"))
+    return pack_message(Op.SUB_STATS, 0, request_id, _STATS.pack(*map(len, names)), *names)
+
+
+def decode_sub_stats(body: memoryview, flags: int, request_id: int, at: int, end: int, max_entry_size: int) -> SubStatsRequest:
+    _no_flags("SUB_STATS", flags)
+    (log, sub), names_end = _names("SUB_STATS", body, at + _STATS.size, end, _STATS.unpack_from(body, at))
+    if names_end != end:
+        raise ProtocolError("SUB_STATS message has the wrong length for its names")
+    return SubStatsRequest(request_id, log, sub)
+
+
+def encode_sub_stats_response(
+    request_id: int,
+    *,
+    backlog: int,
+    in_flight: int,
+    waiting: int,
+    delayed: int,
+    delivered: int,
+    redelivered: int,
+    acked: int,
+    dead_lettered: int,
+    mark_delete: int,
+    consumers: int,
+    epoch: int,
+    owner: str | None,
+) -> bytes:
+    """OK with the stats (``mark_delete`` packed; ``owner`` at most 255 bytes of UTF-8)."""
+    who = (owner or "").encode()[:255]
+    fields = _STATS_ANSWER.pack(
+        backlog, in_flight, waiting, delayed, delivered, redelivered, acked, dead_lettered, mark_delete, consumers, epoch,
+        len(who),
+    )
+    return pack_message(Op.SUB_STATS, Status.OK, request_id, fields, who)
+
+
+def decode_sub_stats_response(body: memoryview, status: Status, request_id: int, at: int, end: int) -> SubStatsResponse:
+    if status != Status.OK:
+        return _refusal(SubStatsResponse, body, status, request_id, at, end)
+    (backlog, in_flight, waiting, delayed, delivered, redelivered, acked, dead, mark_delete, consumers, epoch,
+     owner_len) = _STATS_ANSWER.unpack_from(body, at)
+    owner_at = at + _STATS_ANSWER.size
+    owner_end = owner_at + owner_len
+    if owner_end > end:
+        raise ProtocolError("SUB_STATS answer is shorter than its owner")
+    owner = text(body, owner_at, owner_end) or None
+    return SubStatsResponse(
+        request_id, status, text(body, owner_end, end), "", backlog, in_flight, waiting, delayed, delivered, redelivered,
+        acked, dead, mark_delete, consumers, epoch, owner,
+    )
+
+
+# -- refusals ----------------------------------------------------------------------------
+
+
+def encode_sub_refusal(op: Op, request_id: int, status: Status, message: str, holder: str = "") -> bytes:
+    """A refusal of any SUB_* request: its status and why; NOT_OWNER's carries the holder
+    (the owner's bookie id; "" when none is known) before a newline."""
+    if status == Status.OK:
+        raise ValueError("a refusal needs a status other than OK")
+    body = f"{holder}\n{message}" if status == Status.NOT_OWNER else message
+    return pack_message(op, status, request_id, body.encode())
+
+
+def _refusal(cls: type[R], body: memoryview, status: Status, request_id: int, at: int, end: int) -> R:
+    """An answer that is its status and a message (every SUB_* refusal, and SUB_SETTLE's and
+    SUB_LEAVE's OK)."""
+    why = text(body, at, end)
+    holder = ""
+    if status == Status.NOT_OWNER:
+        holder, _, why = why.partition("\n")
+    return cls(request_id, status, why, holder)
+
+
