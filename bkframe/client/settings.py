@@ -88,6 +88,10 @@ class ClientSettings:
     #: 0 stores every ack at once. A crash loses the acks since the last store: those
     #: entries are delivered again (see docs/logs.md#cursors).
     cursor_flush_interval_s: float = attrs.field(default=1.0, validator=v.ge(0))
+    #: Where the owner of a subscription this client consumes runs (docs/subscriptions.md):
+    #: ``bookies`` (a bookie hosts it; every process consumes over the wire) or ``local``
+    #: (this client owns it; consumers in other processes wait until it gives it up).
+    subscription_owner: str = attrs.field(default="bookies", validator=v.in_(("bookies", "local")))
     #: A subscription this client owns (docs/subscriptions.md) is taken over by another
     #: process this long after this one stops renewing its lock (it died, hung or was cut off).
     subscription_owner_ttl_s: float = attrs.field(default=10.0, validator=v.gt(0))

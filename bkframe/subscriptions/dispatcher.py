@@ -282,6 +282,11 @@ class Dispatcher:
 
     async def stats(self) -> SubscriptionStats:
         self._check()
+        try:  # a deleted subscription's owner must not go on answering for it
+            await read_record(self.store, self.record.log, self.record.name)
+        except NoSuchSubscriptionError:
+            self._end("the subscription was deleted")
+            raise
         state, now = self.state, now_ms()
         mark = unpack(state.segments.normalize(state.mark_delete))
         try:

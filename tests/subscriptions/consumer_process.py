@@ -19,7 +19,7 @@ from bkframe.errors import NotOwnerError
 
 def main() -> None:
     uri, log, sub, ttl = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-    with bkframe.connect(uri, subscription_owner_ttl_s=ttl, subscription_wait_s=ttl) as bk:
+    with bkframe.connect(uri, subscription_owner="local", subscription_owner_ttl_s=ttl, subscription_wait_s=ttl) as bk:
         try:
             with bk.logs.subscribe(log, sub, prefetch=2) as consumer:
                 for msg in consumer:

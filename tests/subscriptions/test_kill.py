@@ -1,4 +1,5 @@
-"""Kill -9 a process that consumes a subscription and owns it (docs/subscriptions.md,
+"""Kill -9 (or SIGSTOP) a process that consumes a subscription and owns it
+(``subscription_owner = "local"``) (docs/subscriptions.md,
 invariants 1-3): another process takes the subscription over once the dead one's lock has
 expired, and then no acked record comes again, every record is delivered, and the records
 the dead process had received but not acked come with delivery count 2."""
@@ -49,7 +50,7 @@ async def test_a_killed_consumer_and_owner_loses_no_record_and_repeats_no_ack(bo
     proc.send_signal(signal.SIGKILL)  # mid-way: records received, acks in flight
     await proc.wait()
 
-    async with bkframe.open_client(bookies, subscription_owner_ttl_s=OWNER_TTL_S) as bk:
+    async with bkframe.open_client(bookies, subscription_owner="local", subscription_owner_ttl_s=OWNER_TTL_S) as bk:
         again: list[tuple[Position, int, bytes | None]] = []
         async with await bk.logs.subscribe("work", "s", prefetch=8) as sub:
             while True:
@@ -114,7 +115,7 @@ async def test_a_hung_owner_is_fenced_and_its_records_go_to_the_others(bookies: 
             while len(acked()) < 20:
                 assert await read_some(), "the consumer process ended early"
         proc.send_signal(signal.SIGSTOP)
-        async with bkframe.open_client(bookies, subscription_owner_ttl_s=OWNER_TTL_S) as bk:
+        async with bkframe.open_client(bookies, subscription_owner="local", subscription_owner_ttl_s=OWNER_TTL_S) as bk:
             seen: list[str] = []
             async with await bk.logs.subscribe("hung", "s", prefetch=8) as sub:
                 # Waits out the hung owner's lock, then its leases (5 s), for its records.

@@ -54,13 +54,26 @@ async def test_consumers_share_a_log_and_each_record_is_acked_once(bookies: str)
         stats = await bk.logs.subscription_stats("jobs", "workers")
         assert (stats.backlog, stats.in_flight, stats.acked, stats.redelivered) == (0, 0, 120, 0)
         assert stats.mark_delete == Position(4, 20)
+        assert stats.owner in {b.bookie_id for b in await bk.metadata.list_bookies()}  # a bookie hosts it
+
+
+async def test_the_owners_numbers_are_on_its_processs_metrics(bookies: str) -> None:
+    async with bkframe.open_client(bookies, subscription_owner="local") as bk:
+        await fill(bk, "m", 30)
+        await bk.logs.create_subscription("m", "s")
+        async with await bk.logs.subscribe("m", "s") as sub:
+            for _ in range(30):
+                msg = await sub.receive()
+                assert msg is not None
+                await msg.ack()
+        assert (await bk.logs.subscription_stats("m", "s")).backlog == 0
         metrics = prometheus_client.generate_latest(bk.metrics_registry).decode()
-        assert 'bkframe_subscription_acked_total{log="jobs",subscription="workers"} 120.0' in metrics
-        assert 'bkframe_subscription_backlog{log="jobs",subscription="workers"} 0.0' in metrics
+        assert 'bkframe_subscription_acked_total{log="m",subscription="s"} 30.0' in metrics
+        assert 'bkframe_subscription_backlog{log="m",subscription="s"} 0.0' in metrics
 
 
 async def test_a_new_owner_redelivers_only_what_was_not_acked_with_its_count(bookies: str) -> None:
-    async with bkframe.open_client(bookies) as bk:
+    async with bkframe.open_client(bookies, subscription_owner="local") as bk:
         await fill(bk, "log", 40)
         await bk.logs.create_subscription("log", "s", lease_s=60)
         sub = await bk.logs.subscribe("log", "s", prefetch=40)
@@ -69,7 +82,7 @@ async def test_a_new_owner_redelivers_only_what_was_not_acked_with_its_count(boo
             if msg is not None and msg.position.entry_id % 3:
                 await msg.ack()
     # The client's block ended without the consumer leaving: its leases are still on record.
-    async with bkframe.open_client(bookies) as bk:
+    async with bkframe.open_client(bookies, subscription_owner="local") as bk:
         record = await bk.logs.subscription("log", "s")
         assert record.epoch == 1
         stats = await bk.logs.subscription_stats("log", "s")

@@ -67,7 +67,8 @@ from bkframe.subscriptions.consumer import Subscription
 from bkframe.subscriptions.dispatcher import Dispatcher, fence_name
 from bkframe.subscriptions.dispatcher import read_record as read_subscription
 from bkframe.subscriptions.local import LocalOwner
-from bkframe.subscriptions.owner import SubscriptionStats
+from bkframe.subscriptions.owner import SubscriptionOwner, SubscriptionStats
+from bkframe.subscriptions.remote import RemoteOwner
 from bkframe.subscriptions.settings import SubscriptionRecord, SubscriptionSettings
 from bkframe.tiering.deletes import delete_objects
 from bkframe.tiering.offload import OffloadResult, offload
@@ -127,7 +128,7 @@ class Logs:
             else CursorAcks(self._records, client.context.settings.cursor_flush_interval_s, client.context.nursery)
         )
         #: The subscriptions this client owns, shared the same way.
-        self._owners: dict[tuple[str, str], LocalOwner] = shared._owners if isinstance(shared, Logs) else {}
+        self._owners: dict[tuple[str, str], SubscriptionOwner] = shared._owners if isinstance(shared, Logs) else {}
 
     # -- records ------------------------------------------------------------------------
 
@@ -513,33 +514,43 @@ class Logs:
         """Delete the subscription and its state ledgers (its owner ends at its next store)."""
         record = await read_subscription(self.store, name, subscription)
         owner = self._owners.pop((name, subscription), None)
-        if owner is not None:
+        if isinstance(owner, LocalOwner):
             await owner.aclose()
         await self.store.delete_cursor(name, subscription)
         await self._records.update(name, lambda r: r.without_fence(fence_name(subscription)))
         for ledger_id in record.state_ledgers:
             await self._records.delete_ledger_quietly(ledger_id)
 
-    def _owner(self, name: str, subscription: str, password: bytes) -> LocalOwner:
+    def _owner(self, name: str, subscription: str, password: bytes) -> SubscriptionOwner:
+        """The subscription's owner as this client reaches it: on the bookies (over the wire),
+        or in this process (``subscription_owner = "local"``), one per subscription."""
         owner = self._owners.get((name, subscription))
         if owner is None:
-            owner = self._owners[(name, subscription)] = LocalOwner(
-                self.client, name, subscription, password=password,
-                owner_ttl_s=self.client.context.settings.subscription_owner_ttl_s,
-                failover_s=self.client.context.settings.subscription_wait_s,
-            )
+            settings = self.client.context.settings
+            if settings.subscription_owner == "local":
+                owner = LocalOwner(
+                    self.client, name, subscription, password=password, owner_ttl_s=settings.subscription_owner_ttl_s,
+                    failover_s=settings.subscription_wait_s,
+                )
+            else:
+                owner = RemoteOwner(self.client, name, subscription, failover_s=settings.subscription_wait_s)
+            self._owners[(name, subscription)] = owner
         return owner
 
     def owned_subscriptions(self) -> list[Dispatcher]:
         """The owners of the subscriptions this client owns now (for its metrics)."""
-        return [o.dispatcher for o in self._owners.values() if o.dispatcher is not None and not o.dispatcher.lost.is_set()]
+        return [
+            o.dispatcher for o in self._owners.values()
+            if isinstance(o, LocalOwner) and o.dispatcher is not None and not o.dispatcher.lost.is_set()
+        ]
 
     async def close_subscriptions(self) -> None:
         """Give up the subscriptions this client owns (the client does it when it closes)."""
         owners = list(self._owners.values())
         self._owners.clear()  # in place: every Logs of this client shares it
         for owner in owners:
-            await owner.aclose()
+            if isinstance(owner, LocalOwner):
+                await owner.aclose()
 
     # -- inspecting ---------------------------------------------------------------------
 
