@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -160,7 +160,19 @@ class BookieCollector:
 
 
 def bookie_registry(service: BookieService) -> CollectorRegistry:
-    """A registry of its own for one bookie."""
+    """A registry of its own for one bookie: its own numbers, and the subscription owners it
+    hosts (docs/subscriptions.md)."""
+    from bkframe.subscriptions.metrics import SubscriptionCollector
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BookieCollector(service))
+    registry.register(SubscriptionCollector(lambda: _hosted_owners(service)))
     return registry
+
+
+def _hosted_owners(service: BookieService) -> list[Any]:
+    """The subscription owners the bookie's host holds (the dispatchers; a test's fakes not)."""
+    bookie = service.bookie
+    host = None if bookie is None else bookie.context.subscriptions
+    owners = getattr(host, "owners", {})
+    return [o for o in owners.values() if hasattr(o, "state") and hasattr(o, "record")]

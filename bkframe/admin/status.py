@@ -28,7 +28,7 @@ from bkframe.client.client import Client
 from bkframe.client.logs.model import LogMetadata
 from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.metadata import LedgerMetadata
-from bkframe.errors import BKError, MetadataError
+from bkframe.errors import BKError, MetadataError, UnauthorizedError
 
 #: How long the page waits for one bookie's info, and for the metadata store.
 INFO_TIMEOUT_S = 2.0
@@ -269,17 +269,38 @@ class StatusPage:
                 except BKError as e:
                     out[name] = f'<span class="bad">{esc(e)}</span>'
                     return
-            out[name] = "<br>".join(
-                f"{esc(c.cursor.name)}: lag {c.lag}, idle {c.idle_s:.0f} s"
-                + (f' <span class="bad">expired (TTL {c.ttl_s:g} s)</span>' if c.expired else "")
-                for c in infos
-            ) or "(none)"
+            lines = []
+            for c in infos:
+                if c.cursor.subscription:
+                    lines.append(await self._subscription(name, c.cursor.name))
+                    continue
+                lines.append(
+                    f"{esc(c.cursor.name)}: lag {c.lag}, idle {c.idle_s:.0f} s"
+                    + (f' <span class="bad">expired (TTL {c.ttl_s:g} s)</span>' if c.expired else "")
+                )
+            out[name] = "<br>".join(lines) or "(none)"
 
         with trio.move_on_after(CURSORS_TIMEOUT_S):
             async with trio.open_nursery() as nursery:
                 for name in names:
                     nursery.start_soon(one, name)
         return out
+
+    async def _subscription(self, log_name: str, name: str) -> str:
+        """A subscription as its owner tells it: backlog, in flight, redelivered, dead-lettered."""
+        client = self.admin.client
+        assert client is not None
+        try:
+            s = await client.logs.subscription_stats(log_name, name)
+        except UnauthorizedError:
+            return f"subscription {esc(name)}: (the log has a password: its owner does not tell)"
+        except BKError as e:
+            return f'subscription {esc(name)}: <span class="bad">{esc(e)}</span>'
+        dead = f', <span class="bad">dead-lettered {s.dead_lettered}</span>' if s.dead_lettered else ""
+        return (
+            f"subscription {esc(name)}: backlog {s.backlog}, in flight {s.in_flight}, redelivered {s.redelivered}"
+            f"{dead} (owner {esc(s.owner or '-')})"
+        )
 
     async def _info(self, bookie_id: str, infos: dict[str, dict[str, Any] | str]) -> None:
         client = self.admin.client

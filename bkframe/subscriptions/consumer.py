@@ -10,6 +10,7 @@ held go to the others without waiting for their leases to end.
 from __future__ import annotations
 
 import collections
+import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from types import TracebackType
@@ -20,7 +21,10 @@ import attrs
 from bkframe.client.logs.envelope import NO_PROPERTIES
 from bkframe.client.logs.model import CommitResult
 from bkframe.client.logs.positions import Position
+from bkframe.errors import BKError
 from bkframe.subscriptions.owner import Delivery, Settle, SubscriptionOwner
+
+log = logging.getLogger("bkframe.subscriptions")
 
 #: How long one lease request waits at the owner for a record before asking again (s).
 LEASE_WAIT_S = 5.0
@@ -145,7 +149,11 @@ class Subscription:
         self._closed = True
         self._buffer.clear()
         with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-            await self.owner.leave(self.consumer_id)
+            try:
+                await self.owner.leave(self.consumer_id)
+            except BKError as e:  # its leases end with their deadlines instead: nothing is lost
+                log.info("consumer %s of %s/%s: leaving failed (%s); its leases end at their deadlines",
+                         self.consumer_id, self.log, self.name, e)
 
     async def __aenter__(self) -> Subscription:
         return self

@@ -20,6 +20,7 @@ since (a consumer that reconnected keeps its leases).
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -30,7 +31,8 @@ import trio
 
 from bkframe.client.logs.positions import Position
 from bkframe.core.config import SubscriptionsConfig
-from bkframe.errors import NoSuchSubscriptionError, NotOwnerError, SubscriptionError
+from bkframe.core.ledger_keys import password_hash
+from bkframe.errors import NoSuchSubscriptionError, NotOwnerError, SubscriptionError, UnauthorizedError
 from bkframe.proto.codes import MAX_FRAME_SIZE, Op, Status
 from bkframe.proto.ops.subscription import (
     SubLeaseRequest,
@@ -81,9 +83,10 @@ class HostedOwner(SubscriptionOwner, Protocol):
         ...
 
 
-#: ``factory(log, subscription)``: take the subscription (raises NotOwnerError naming the
-#: holder when another process owns it, NoSuchSubscriptionError when there is none).
-OwnerFactory = Callable[[str, str], Awaitable[HostedOwner]]
+#: ``factory(log, subscription, password)``: take the subscription with the log's password
+#: (raises NotOwnerError naming the holder when another process owns it,
+#: NoSuchSubscriptionError when there is none, UnauthorizedError for a wrong password).
+OwnerFactory = Callable[[str, str, bytes], Awaitable[HostedOwner]]
 
 
 class _Refused(Exception):
@@ -104,6 +107,8 @@ def _refused_for(error: BaseException) -> _Refused:
         return _Refused(Status.NOT_OWNER, str(error), error.holder or "")
     if isinstance(error, NoSuchSubscriptionError):
         return _Refused(Status.NO_SUBSCRIPTION, str(error))
+    if isinstance(error, UnauthorizedError):
+        return _Refused(Status.UNAUTHORIZED, str(error))
     if isinstance(error, (SubscriptionError, ValueError)):
         return _Refused(Status.BAD_REQUEST, str(error))
     return _Refused(Status.IO_ERROR, f"the subscription's owner failed: {error!r}; ask again")
@@ -174,13 +179,17 @@ class SubscriptionHost:
 
     # -- owners ----------------------------------------------------------------------------
 
-    async def owner(self, log_name: str, name: str) -> HostedOwner:
-        """The owner of ``log_name``/``name`` here, taken if need be; raises :class:`_Refused`."""
+    async def owner(self, log_name: str, name: str, password: bytes = b"") -> HostedOwner:
+        """The owner of ``log_name``/``name`` here, taken if need be (with the log's
+        ``password``), for a caller who knows that password; raises :class:`_Refused`."""
         key = (log_name, name)
         while True:
             owner = self.owners.get(key)
             if owner is not None:
                 if not owner.lost.is_set():
+                    # The owner reads the log with its password: a caller must know it too.
+                    if not hmac.compare_digest(password_hash(password), password_hash(getattr(owner, "password", b""))):
+                        raise _Refused(Status.UNAUTHORIZED, f"wrong password for log {log_name!r}")
                     return owner
                 self._drop(key, owner)
                 continue
@@ -197,15 +206,15 @@ class SubscriptionHost:
                 taking = self._taking[key] = _Taking()
                 # In the host's tasks, not the caller's: a caller that gives up (its connection
                 # closed) does not cut a take in the middle, and every caller waits for one take.
-                self._nursery.start_soon(self._take_over, key, taking)
+                self._nursery.start_soon(self._take_over, key, taking, password)
             await taking.done.wait()
             if taking.refused is not None:
                 raise taking.refused
 
-    async def _take_over(self, key: tuple[str, str], taking: _Taking) -> None:
+    async def _take_over(self, key: tuple[str, str], taking: _Taking, password: bytes) -> None:
         try:
             assert self._take is not None
-            owner = await self._take(*key)
+            owner = await self._take(*key, password)
         except Exception as e:  # noqa: BLE001 - told to every caller waiting for the take
             taking.refused = _refused_for(e)
             if taking.refused.status == Status.IO_ERROR:
@@ -245,12 +254,12 @@ class SubscriptionHost:
                 self.waiting_leases += waits
                 try:
                     with trio.fail_after(wait_s + cfg.call_timeout_s):
-                        owner = await self.owner(req.log, req.subscription)
+                        owner = await self.owner(req.log, req.subscription, req.password)
                         return await self._lease(owner, req, wait_s)
                 finally:
                     self.waiting_leases -= waits
             with trio.fail_after(cfg.call_timeout_s):
-                owner = await self.owner(req.log, req.subscription)
+                owner = await self.owner(req.log, req.subscription, req.password)
                 if isinstance(req, SubSettleRequest):
                     await owner.settle(req.consumer, _settle(req))
                     return encode_sub_settle_response(req.request_id)
@@ -398,13 +407,13 @@ def dispatcher_factory(client: Any, task_group: anyio.abc.TaskGroup, holder: str
     """The default: the subscription's :class:`~bkframe.subscriptions.dispatcher.Dispatcher`,
     taken with ``client`` under the lock ``subscription/<log>/<name>`` held by ``holder``."""
 
-    async def take(log_name: str, name: str) -> HostedOwner:
+    async def take(log_name: str, name: str, password: bytes) -> HostedOwner:
         # Imported when first needed: the dispatcher is the heavy part, and a bookie that
         # never hosts an owner never loads it.
         from bkframe.subscriptions.dispatcher import Dispatcher
 
         owner: HostedOwner = await Dispatcher.take(
-            client, log_name, name, holder=holder, task_group=task_group, owner_ttl_s=owner_ttl_s
+            client, log_name, name, holder=holder, task_group=task_group, owner_ttl_s=owner_ttl_s, password=password
         )
         return owner
 

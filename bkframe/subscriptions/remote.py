@@ -79,6 +79,8 @@ class RemoteOwner:
     name: str
     #: How long one call tries (owners failing over, bookies restarting) before it raises.
     failover_s: float = attrs.field(default=60.0, kw_only=True)
+    #: The log's password: the owner checks it before it answers (docs/security.md).
+    password: bytes = attrs.field(default=b"", kw_only=True, repr=False)
     #: Each request's timeout (a lease's: its wait plus this), and each metadata read's.
     request_timeout_s: float = attrs.field(default=10.0, kw_only=True)
     #: The bookie that answered last (asked first next time).
@@ -90,7 +92,10 @@ class RemoteOwner:
         count = min(max(max_records, 1), MAX_SUB_LEASE)
         wait_ms, lease_ms = _ms(wait_s), _ms(lease_s) if lease_s else 0
         reply = await self._call(
-            table.SUB_LEASE, lambda rid: encode_sub_lease(rid, self.log, self.name, consumer, count, wait_ms, lease_ms),
+            table.SUB_LEASE,
+            lambda rid: encode_sub_lease(
+                rid, self.log, self.name, consumer, count, wait_ms, lease_ms, password=self.password
+            ),
             wait_ms / 1000 + self.request_timeout_s,
         )
         return [
@@ -110,17 +115,22 @@ class RemoteOwner:
                     rid, self.log, self.name, consumer, acks=[pack(x) for x in p.acks],
                     ack_ranges=[(pack(a), pack(b)) for a, b in p.ack_ranges],
                     nacks=[(pack(x), _ms(d)) for x, d in p.nacks], extends=[pack(x) for x in p.extends], lease_ms=lease_ms,
+                    password=self.password,
                 ),
                 self.request_timeout_s,
             )
 
     async def leave(self, consumer: str) -> None:
         await self._call(
-            table.SUB_LEAVE, lambda rid: encode_sub_leave(rid, self.log, self.name, consumer), self.request_timeout_s
+            table.SUB_LEAVE, lambda rid: encode_sub_leave(rid, self.log, self.name, consumer, password=self.password),
+            self.request_timeout_s,
         )
 
     async def stats(self) -> SubscriptionStats:
-        r = await self._call(table.SUB_STATS, lambda rid: encode_sub_stats(rid, self.log, self.name), self.request_timeout_s)
+        r = await self._call(
+            table.SUB_STATS, lambda rid: encode_sub_stats(rid, self.log, self.name, password=self.password),
+            self.request_timeout_s,
+        )
         return SubscriptionStats(
             backlog=r.backlog, in_flight=r.in_flight, waiting=r.waiting, delayed=r.delayed, delivered=r.delivered,
             redelivered=r.redelivered, acked=r.acked, dead_lettered=r.dead_lettered, mark_delete=unpack(r.mark_delete),

@@ -61,11 +61,11 @@ REQUESTS: dict[int, bytes] = {
     Op.AUTH: encode_auth(5, "token", b"secret"),
     Op.FEATURES: encode_features(5, Feature.TRY_AGAIN),
     Op.GET_BOOKIE_INFO: encode_bookie_info(5),
-    Op.SUB_LEASE: encode_sub_lease(5, "jobs", "workers", "consumer-1", 16, 1000, 30_000),
+    Op.SUB_LEASE: encode_sub_lease(5, "jobs", "workers", "consumer-1", 16, 1000, 30_000, password=b"pw"),
     Op.SUB_SETTLE: joined(
         encode_sub_settle(
             5, "jobs", "workers", "consumer-1", acks=[POSITION], ack_ranges=[(POSITION + 1, POSITION + 4)],
-            nacks=[(POSITION + 5, 250)], extends=[POSITION + 6], lease_ms=10_000,
+            nacks=[(POSITION + 5, 250)], extends=[POSITION + 6], lease_ms=10_000, password=b"pw",
         )
     ),
     Op.SUB_LEAVE: encode_sub_leave(5, "jobs", "workers", "consumer-1"),

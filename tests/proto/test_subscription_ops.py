@@ -107,3 +107,24 @@ def test_a_bad_lease_answer_raises_protocol_error_not_another() -> None:
             continue
         assert type(answer) is SubLeaseResponse
     assert isinstance(one_request(encode_sub_stats(5, "a", "b")[:-1]), BadMessage)
+
+
+@pytest.mark.parametrize("password", [b"", b"x", b"\x00" * 255])
+def test_the_logs_password_travels_at_the_end_of_each_request(password: bytes) -> None:
+    requests = [
+        encode_sub_lease(1, "l", "s", "c", 1, 0, password=password),
+        encode_sub_settle(1, "l", "s", "c", acks=[3], password=password),
+        encode_sub_leave(1, "l", "s", "c", password=password),
+        encode_sub_stats(1, "l", "s", password=password),
+    ]
+    for message in requests:
+        decoded = one_request(message)
+        assert isinstance(decoded, (SubLeaseRequest, SubSettleRequest, SubLeaveRequest, SubStatsRequest))
+        assert (decoded.log, decoded.subscription, decoded.password) == ("l", "s", password)
+
+
+def test_a_password_longer_than_its_message_is_refused() -> None:
+    message = bytearray(joined(encode_sub_stats(1, "l", "s", password=b"pw")))
+    message[-1] = 200  # the length byte says more than the message holds
+    decoded = one_request(bytes(message))
+    assert isinstance(decoded, BadMessage) and "password" in decoded.reason

@@ -70,7 +70,7 @@ class Factory:
     refuse: Callable[[], Exception] | None = None
     takes: int = 0
 
-    async def __call__(self, log: str, name: str) -> HostedOwner:
+    async def __call__(self, log: str, name: str, password: bytes = b"") -> HostedOwner:
         self.takes += 1
         if self.refuse is not None:
             raise self.refuse()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
+from contextlib import AsyncExitStack
+from pathlib import Path
 
 import prometheus_client
 import pytest
@@ -13,10 +15,12 @@ import trio
 
 import bkframe
 from bkframe import Position
-from bkframe.errors import NotOwnerError, SubscriptionError, SubscriptionExistsError
+from bkframe.admin.metrics import bookie_registry
+from bkframe.errors import NotOwnerError, SubscriptionError, SubscriptionExistsError, UnauthorizedError
 from bkframe.subscriptions.dispatcher import Dispatcher
 from bkframe.subscriptions.owner import Settle
 from bkframe.subscriptions.state import DELIVER_AT
+from bkframe.testing.cluster import make_config, running_bookie
 from bkframe.testing.kit import wait_until
 
 
@@ -283,3 +287,50 @@ async def test_a_snapshot_and_the_events_after_it_rebuild_the_state(
             assert leased[2].position not in again and leased[1].position not in again  # acked before and after
             await second.aclose()
             nursery.cancel_scope.cancel()
+
+
+async def test_a_logs_password_guards_its_subscription_over_the_wire(bookies: str) -> None:
+    """The bookie-hosted owner answers only a consumer that knows the log's password: no
+    record leaves and no ack lands for one that does not (docs/security.md)."""
+    async with bkframe.open_client(bookies) as bk:
+        await bk.logs.create("secret", password=b"pw")
+        async with await bk.logs.open_writer("secret", password=b"pw") as w:
+            await w.append(b"classified")
+        await bk.logs.create_subscription("secret", "s", password=b"pw")
+        async with await bk.logs.subscribe("secret", "s", password=b"pw") as sub:
+            msg = await sub.receive()
+            assert msg is not None and msg.payload == b"classified"
+            await msg.nack()  # back to the backlog
+    async with bkframe.open_client(bookies) as stranger:
+        async with await stranger.logs.subscribe("secret", "s", password=b"guess") as sub:
+            with pytest.raises(UnauthorizedError):
+                await sub.receive(timeout_s=1)
+            with pytest.raises(UnauthorizedError):
+                await sub.ack(Position(0, 0))
+        async with await stranger.logs.subscribe("secret", "s") as sub:  # no password at all
+            with pytest.raises(UnauthorizedError):
+                await sub.receive(timeout_s=1)
+    async with bkframe.open_client(bookies) as bk:
+        stats = await bk.logs.subscription_stats("secret", "s", password=b"pw")
+        assert (stats.backlog, stats.acked) == (1, 0)  # the stranger acked nothing
+
+
+async def test_a_bookie_shows_the_owners_it_hosts_on_its_metrics(tmp_path: Path) -> None:
+    uri = f"sqlite://{tmp_path / 'metadata.db'}"
+    async with AsyncExitStack() as stack:
+        services = [
+            (await stack.enter_async_context(running_bookie(make_config(tmp_path / f"b{i}", metadata=uri))))[0]
+            for i in range(3)
+        ]
+        async with bkframe.open_client(uri) as bk:
+            await fill(bk, "watched", 10)
+            await bk.logs.create_subscription("watched", "s")
+            async with await bk.logs.subscribe("watched", "s") as sub:
+                for _ in range(10):
+                    msg = await sub.receive()
+                    assert msg is not None
+                    await msg.ack()
+            owner = (await bk.logs.subscription_stats("watched", "s")).owner
+        [host] = [s for s in services if s.bookie is not None and s.bookie.bookie_id == owner]
+        metrics = prometheus_client.generate_latest(bookie_registry(host)).decode()
+        assert 'bkframe_subscription_acked_total{log="watched",subscription="s"} 10.0' in metrics

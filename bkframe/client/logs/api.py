@@ -533,7 +533,7 @@ class Logs:
                     failover_s=settings.subscription_wait_s,
                 )
             else:
-                owner = RemoteOwner(self.client, name, subscription, failover_s=settings.subscription_wait_s)
+                owner = RemoteOwner(self.client, name, subscription, failover_s=settings.subscription_wait_s, password=password)
             self._owners[(name, subscription)] = owner
         return owner
 

@@ -70,6 +70,8 @@ class SubRequest:
     request_id: int
     log: str
     subscription: str
+    #: The log's password (b"": none).
+    password: bytes = attrs.field(default=b"", kw_only=True, repr=False)
 
 
 @attrs.frozen
@@ -214,31 +216,58 @@ def _names(op: str, body: memoryview, at: int, end: int, lengths: Sequence[int])
     return out, at
 
 
-def _no_flags(op: str, flags: int) -> None:
-    if flags:
+#: A request's flag: the log's password follows every other field, then its length (one
+#: byte). A log's records and acks are guarded by its password, as a ledger's entries are
+#: by its key (docs/security.md): the owner checks it before it answers.
+PASSWORD_FLAG = 0x01
+MAX_SUB_PASSWORD = 255
+
+
+def _password_parts(password: bytes) -> tuple[int, list[bytes]]:
+    """The flags and the trailing parts that carry ``password`` (none for the empty one)."""
+    if not password:
+        return 0, []
+    if len(password) > MAX_SUB_PASSWORD:
+        raise ValueError(f"a log's password is at most {MAX_SUB_PASSWORD} bytes on the wire, got {len(password)}")
+    return PASSWORD_FLAG, [bytes(password), bytes([len(password)])]
+
+
+def _password(op: str, body: memoryview, flags: int, fixed_end: int, end: int) -> tuple[bytes, int]:
+    """The password at the message's end (if flagged) and where the other fields end."""
+    if flags & ~PASSWORD_FLAG:
         raise ProtocolError(f"{op} message has unknown flags {flags:#x}")
+    if not flags & PASSWORD_FLAG:
+        return b"", end
+    if end - 1 < fixed_end:
+        raise ProtocolError(f"{op} message is shorter than its password's length")
+    start = end - 1 - body[end - 1]
+    if start < fixed_end:
+        raise ProtocolError(f"{op} message is shorter than its password")
+    return bytes(body[start : end - 1]), start
 
 
 # -- SUB_LEASE ---------------------------------------------------------------------------
 
 
 def encode_sub_lease(
-    request_id: int, log: str, subscription: str, consumer: str, max_records: int, wait_ms: int, lease_ms: int = 0
+    request_id: int, log: str, subscription: str, consumer: str, max_records: int, wait_ms: int, lease_ms: int = 0,
+    *, password: bytes = b"",
 ) -> bytes:
     names = (_name_bytes(log, "log"), _name_bytes(subscription, "subscription"), _consumer_bytes(consumer))
     head = _LEASE.pack(*map(len, names), max_records, wait_ms, lease_ms)
-    return pack_message(Op.SUB_LEASE, 0, request_id, head, *names)
+    flags, secret = _password_parts(password)
+    return pack_message(Op.SUB_LEASE, flags, request_id, head, *names, *secret)
 
 
 def decode_sub_lease(body: memoryview, flags: int, request_id: int, at: int, end: int, max_entry_size: int) -> SubLeaseRequest:
-    _no_flags("SUB_LEASE", flags)
+    password, end = _password("SUB_LEASE", body, flags, at + _LEASE.size, end)
     log_len, sub_len, consumer_len, max_records, wait_ms, lease_ms = _LEASE.unpack_from(body, at)
     (log, sub, consumer), names_end = _names("SUB_LEASE", body, at + _LEASE.size, end, (log_len, sub_len, consumer_len))
     if names_end != end:
         raise ProtocolError("SUB_LEASE message has the wrong length for its names")
     if not 1 <= max_records <= MAX_SUB_LEASE:
         raise ProtocolError(f"SUB_LEASE of {max_records} records is invalid (1 to {MAX_SUB_LEASE})")
-    return SubLeaseRequest(request_id, log, sub, consumer, max_records, wait_ms, lease_ms)
+    return SubLeaseRequest(request_id, log, sub, consumer, max_records, wait_ms, lease_ms, password=password)
 
 
 def encode_sub_lease_response(request_id: int, records: Sequence[SubRecord]) -> list[bytes]:
@@ -317,6 +346,7 @@ def encode_sub_settle(
     nacks: Sequence[tuple[int, int]] = (),
     extends: Sequence[int] = (),
     lease_ms: int = 0,
+    password: bytes = b"",
 ) -> list[bytes]:
     """Positions packed; ``nacks``: (position, delay ms); ``lease_ms`` 0: the subscription's."""
     names = (_name_bytes(log, "log"), _name_bytes(subscription, "subscription"), _consumer_bytes(consumer))
@@ -327,12 +357,13 @@ def encode_sub_settle(
         np.array(list(nacks), dtype=_NACK).tobytes(),
         np.array(extends, dtype=_POSITION).tobytes(),
     ]
-    fields = [head, *names, *arrays]
-    return [message_head(sum(map(len, fields)), Op.SUB_SETTLE, 0, request_id), *fields]
+    flags, secret = _password_parts(password)
+    fields = [head, *names, *arrays, *secret]
+    return [message_head(sum(map(len, fields)), Op.SUB_SETTLE, flags, request_id), *fields]
 
 
 def decode_sub_settle(body: memoryview, flags: int, request_id: int, at: int, end: int, max_entry_size: int) -> SubSettleRequest:
-    _no_flags("SUB_SETTLE", flags)
+    password, end = _password("SUB_SETTLE", body, flags, at + _SETTLE.size, end)
     log_len, sub_len, consumer_len, lease_ms, n_acks, n_ranges, n_nacks, n_extends = _SETTLE.unpack_from(body, at)
     (log, sub, consumer), at = _names("SUB_SETTLE", body, at + _SETTLE.size, end, (log_len, sub_len, consumer_len))
     total = n_acks + n_ranges + n_nacks + n_extends
@@ -355,6 +386,7 @@ def decode_sub_settle(body: memoryview, flags: int, request_id: int, at: int, en
     return SubSettleRequest(
         request_id, log, sub, consumer, tuple(acks.tolist()), pairs,
         tuple(zip(nacks["position"].tolist(), nacks["delay_ms"].tolist())), tuple(extends.tolist()), lease_ms,
+        password=password,
     )
 
 
@@ -370,17 +402,18 @@ def decode_sub_settle_response(body: memoryview, status: Status, request_id: int
 # -- SUB_LEAVE ---------------------------------------------------------------------------
 
 
-def encode_sub_leave(request_id: int, log: str, subscription: str, consumer: str) -> bytes:
+def encode_sub_leave(request_id: int, log: str, subscription: str, consumer: str, *, password: bytes = b"") -> bytes:
     names = (_name_bytes(log, "log"), _name_bytes(subscription, "subscription"), _consumer_bytes(consumer))
-    return pack_message(Op.SUB_LEAVE, 0, request_id, _LEAVE.pack(*map(len, names)), *names)
+    flags, secret = _password_parts(password)
+    return pack_message(Op.SUB_LEAVE, flags, request_id, _LEAVE.pack(*map(len, names)), *names, *secret)
 
 
 def decode_sub_leave(body: memoryview, flags: int, request_id: int, at: int, end: int, max_entry_size: int) -> SubLeaveRequest:
-    _no_flags("SUB_LEAVE", flags)
+    password, end = _password("SUB_LEAVE", body, flags, at + _LEAVE.size, end)
     (log, sub, consumer), names_end = _names("SUB_LEAVE", body, at + _LEAVE.size, end, _LEAVE.unpack_from(body, at))
     if names_end != end:
         raise ProtocolError("SUB_LEAVE message has the wrong length for its names")
-    return SubLeaveRequest(request_id, log, sub, consumer)
+    return SubLeaveRequest(request_id, log, sub, consumer, password=password)
 
 
 def encode_sub_leave_response(request_id: int) -> bytes:
@@ -394,17 +427,18 @@ def decode_sub_leave_response(body: memoryview, status: Status, request_id: int,
 # -- SUB_STATS ---------------------------------------------------------------------------
 
 
-def encode_sub_stats(request_id: int, log: str, subscription: str) -> bytes:
+def encode_sub_stats(request_id: int, log: str, subscription: str, *, password: bytes = b"") -> bytes:
     names = (_name_bytes(log, "log"), _name_bytes(subscription, "subscription"))
-    return pack_message(Op.SUB_STATS, 0, request_id, _STATS.pack(*map(len, names)), *names)
+    flags, secret = _password_parts(password)
+    return pack_message(Op.SUB_STATS, flags, request_id, _STATS.pack(*map(len, names)), *names, *secret)
 
 
 def decode_sub_stats(body: memoryview, flags: int, request_id: int, at: int, end: int, max_entry_size: int) -> SubStatsRequest:
-    _no_flags("SUB_STATS", flags)
+    password, end = _password("SUB_STATS", body, flags, at + _STATS.size, end)
     (log, sub), names_end = _names("SUB_STATS", body, at + _STATS.size, end, _STATS.unpack_from(body, at))
     if names_end != end:
         raise ProtocolError("SUB_STATS message has the wrong length for its names")
-    return SubStatsRequest(request_id, log, sub)
+    return SubStatsRequest(request_id, log, sub, password=password)
 
 
 def encode_sub_stats_response(
