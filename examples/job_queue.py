@@ -110,9 +110,11 @@ async def worker(metadata: str, queue: str) -> None:
                 await out.close()
                 try:
                     await job.commit({results: [out.ledger_id]})
-                except SubscriptionError as e:  # another delivery's result landed first: drop ours
+                except SubscriptionError as e:
+                    # Another delivery's result landed first (or this one's, its answer lost):
+                    # the job's result is in the results log once. The ledger is left alone:
+                    # it may be the one that landed.
                     log.info("job %s: %s", job.position, e)
-                    await bk.delete_ledger(out.ledger_id)
                     continue
                 print(json.dumps({"done": str(job.position), "key": (job.key or b"").decode(),
                                   "delivery": job.delivery_count}), flush=True)

@@ -126,6 +126,7 @@ class RequestHandler:
             Op.SUB_SETTLE: OpHandler(_subscription_call, own_answer=_always),
             Op.SUB_LEAVE: OpHandler(_subscription_call, own_answer=_always),
             Op.SUB_STATS: OpHandler(_subscription_call, own_answer=_always),
+            Op.SUB_COMMIT: OpHandler(_subscription_call, own_answer=_always),
         }
         unserved = sorted(Op(op).name for op in OPERATIONS.keys() - self.handlers.keys())
         if unserved:

@@ -22,6 +22,7 @@ import trio
 
 from bkframe.proto.codes import Op, Status
 from bkframe.proto.ops.subscription import (
+    SubCommitRequest,
     SubLeaseRequest,
     SubLeaveRequest,
     SubRequest,
@@ -36,6 +37,7 @@ SUB_OPS: dict[type[SubRequest], Op] = {
     SubSettleRequest: Op.SUB_SETTLE,
     SubLeaveRequest: Op.SUB_LEAVE,
     SubStatsRequest: Op.SUB_STATS,
+    SubCommitRequest: Op.SUB_COMMIT,
 }
 
 

@@ -52,6 +52,9 @@ class Op(enum.IntEnum):
     SUB_SETTLE = 14
     SUB_LEAVE = 15
     SUB_STATS = 16
+    #: Exactly once through a worker: ack records with the worker's output ledgers in one
+    #: multi-log commit (docs/subscriptions.md).
+    SUB_COMMIT = 17
 
 
 class Status(enum.IntEnum):
@@ -124,3 +127,6 @@ MAX_SUB_SETTLE = 1 << 16
 MAX_SUB_CONSUMER = 255
 #: SUB_LEASE answers: at most this many properties a record, each key at most 64 KiB.
 MAX_SUB_PROPERTIES = 4096
+#: SUB_COMMIT: at most this many output logs, and ledgers per output log.
+MAX_SUB_COMMIT_OUTPUTS = 64
+MAX_SUB_COMMIT_LEDGERS = 4096

@@ -50,6 +50,8 @@ from bkframe.proto.ops.read import ReadRequest, ReadResponse, decode_read, decod
 from bkframe.proto.ops.read_batch import ReadBatchRequest, ReadBatchResponse, decode_read_batch, decode_read_batch_response
 from bkframe.proto.ops.read_lac import ReadLacRequest, ReadLacResponse, decode_read_lac, decode_read_lac_response
 from bkframe.proto.ops.subscription import (
+    SubCommitRequest,
+    SubCommitResponse,
     SubLeaseRequest,
     SubLeaseResponse,
     SubLeaveRequest,
@@ -58,6 +60,8 @@ from bkframe.proto.ops.subscription import (
     SubSettleResponse,
     SubStatsRequest,
     SubStatsResponse,
+    decode_sub_commit,
+    decode_sub_commit_response,
     decode_sub_lease,
     decode_sub_lease_response,
     decode_sub_leave,
@@ -152,6 +156,9 @@ SUB_LEASE = Operation(Op.SUB_LEASE, SubLeaseRequest, SubLeaseResponse, decode_su
 SUB_SETTLE = Operation(Op.SUB_SETTLE, SubSettleRequest, SubSettleResponse, decode_sub_settle, decode_sub_settle_response)
 SUB_LEAVE = Operation(Op.SUB_LEAVE, SubLeaveRequest, SubLeaveResponse, decode_sub_leave, decode_sub_leave_response)
 SUB_STATS = Operation(Op.SUB_STATS, SubStatsRequest, SubStatsResponse, decode_sub_stats, decode_sub_stats_response)
+SUB_COMMIT = Operation(
+    Op.SUB_COMMIT, SubCommitRequest, SubCommitResponse, decode_sub_commit, decode_sub_commit_response
+)
 
 OPERATIONS: dict[int, Operation[Any, Any]] = {
     row.op: row
@@ -172,6 +179,7 @@ OPERATIONS: dict[int, Operation[Any, Any]] = {
         SUB_SETTLE,
         SUB_LEAVE,
         SUB_STATS,
+        SUB_COMMIT,
     )
 }
 _REQUEST_DECODERS = {op: row.decode_request for op, row in OPERATIONS.items()}

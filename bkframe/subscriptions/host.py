@@ -35,12 +35,14 @@ from bkframe.core.ledger_keys import password_hash
 from bkframe.errors import NoSuchSubscriptionError, NotOwnerError, SubscriptionError, UnauthorizedError
 from bkframe.proto.codes import MAX_FRAME_SIZE, Op, Status
 from bkframe.proto.ops.subscription import (
+    SubCommitRequest,
     SubLeaseRequest,
     SubLeaveRequest,
     SubRecord,
     SubRequest,
     SubSettleRequest,
     SubStatsRequest,
+    encode_sub_commit_response,
     encode_sub_lease_response,
     encode_sub_leave_response,
     encode_sub_refusal,
@@ -67,6 +69,7 @@ _OPS: dict[type[SubRequest], Op] = {
     SubSettleRequest: Op.SUB_SETTLE,
     SubLeaveRequest: Op.SUB_LEAVE,
     SubStatsRequest: Op.SUB_STATS,
+    SubCommitRequest: Op.SUB_COMMIT,
 }
 
 
@@ -266,6 +269,12 @@ class SubscriptionHost:
                 if isinstance(req, SubLeaveRequest):
                     await owner.leave(req.consumer)
                     return encode_sub_leave_response(req.request_id)
+                if isinstance(req, SubCommitRequest):
+                    results = await owner.commit(
+                        req.consumer, [unpack(p) for p in req.positions], {o.log: o.ledgers for o in req.outputs},
+                        password={o.log: o.password for o in req.outputs},
+                    )
+                    return encode_sub_commit_response(req.request_id, {n: r.segments for n, r in results.items()})
                 assert isinstance(req, SubStatsRequest)
                 return _stats(req, await owner.stats())
         except trio.TooSlowError:

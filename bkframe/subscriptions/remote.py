@@ -28,7 +28,9 @@ from bkframe.errors import NoSuchSubscriptionError, NotOwnerError, SubscriptionE
 from bkframe.proto import table
 from bkframe.proto.codes import MAX_SUB_LEASE, MAX_SUB_SETTLE, Status
 from bkframe.proto.ops.subscription import (
+    SubOutput,
     SubReply,
+    encode_sub_commit,
     encode_sub_lease,
     encode_sub_leave,
     encode_sub_settle,
@@ -141,10 +143,19 @@ class RemoteOwner:
         self, consumer: str, positions: Sequence[Position], ledgers: Mapping[str, Iterable[int]], *,
         password: bytes | Mapping[str, bytes] = b"",
     ) -> dict[str, CommitResult]:
-        raise SubscriptionError(
-            "an ack with output ledgers (exactly once through a worker) is not served over the wire yet: "
-            "use a subscription owned in this process for it"
+        """The owner acks ``positions`` with ``ledgers`` committed (SUB_COMMIT). A commit whose
+        answer was lost is sent again like any call; if the first landed, the second is refused
+        "acked already" (SubscriptionError): the output is in its logs once either way."""
+        passwords = password if isinstance(password, Mapping) else {name: bytes(password) for name in ledgers}
+        outputs = [SubOutput(name, tuple(ids), passwords.get(name, b"")) for name, ids in ledgers.items()]
+        reply = await self._call(
+            table.SUB_COMMIT,
+            lambda rid: encode_sub_commit(
+                rid, self.log, self.name, consumer, [pack(p) for p in positions], outputs, password=self.password
+            ),
+            self.request_timeout_s,
         )
+        return {name: CommitResult("", tuple(segments)) for name, segments in reply.segments.items()}
 
     # -- finding the owner, retrying ------------------------------------------------------
 

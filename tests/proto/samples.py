@@ -15,7 +15,10 @@ from bkframe.proto.ops.read import encode_read, encode_read_response
 from bkframe.proto.ops.read_batch import encode_read_batch, encode_read_batch_response
 from bkframe.proto.ops.read_lac import encode_read_lac, encode_read_lac_response
 from bkframe.proto.ops.subscription import (
+    SubOutput,
     SubRecord,
+    encode_sub_commit,
+    encode_sub_commit_response,
     encode_sub_lease,
     encode_sub_lease_response,
     encode_sub_leave,
@@ -70,6 +73,12 @@ REQUESTS: dict[int, bytes] = {
     ),
     Op.SUB_LEAVE: encode_sub_leave(5, "jobs", "workers", "consumer-1"),
     Op.SUB_STATS: encode_sub_stats(5, "jobs", "workers"),
+    Op.SUB_COMMIT: joined(
+        encode_sub_commit(
+            5, "jobs", "workers", "consumer-1", [POSITION, POSITION + 1],
+            [SubOutput("results", (41, 42), b"out-pw"), SubOutput("audit", ())], password=b"pw",
+        )
+    ),
 }
 
 #: An OK answer of each op, request id 6.
@@ -90,6 +99,7 @@ ANSWERS: dict[int, bytes] = {
     Op.SUB_SETTLE: joined(encode_sub_settle_response(6)),
     Op.SUB_LEAVE: joined(encode_sub_leave_response(6)),
     Op.SUB_STATS: joined(encode_sub_stats_response(6, **STATS)),
+    Op.SUB_COMMIT: joined(encode_sub_commit_response(6, {"results": (7, 8), "audit": ()})),
 }
 
 #: A refusal of each op whose answer carries a status of its own, request id 8, saying WHY
@@ -110,4 +120,5 @@ REFUSALS: dict[int, bytes] = {
     Op.SUB_SETTLE: encode_sub_refusal(Op.SUB_SETTLE, 8, Status.NO_SUBSCRIPTION, WHY),
     Op.SUB_LEAVE: encode_sub_refusal(Op.SUB_LEAVE, 8, Status.NOT_OWNER, WHY),
     Op.SUB_STATS: encode_sub_refusal(Op.SUB_STATS, 8, Status.TOO_MANY_REQUESTS, WHY),
+    Op.SUB_COMMIT: encode_sub_refusal(Op.SUB_COMMIT, 8, Status.BAD_REQUEST, WHY),
 }

@@ -26,7 +26,14 @@ from bkframe.proto.ops.list_entries import encode_list_entries
 from bkframe.proto.ops.read import encode_read
 from bkframe.proto.ops.read_batch import encode_read_batch
 from bkframe.proto.ops.read_lac import encode_read_lac
-from bkframe.proto.ops.subscription import encode_sub_lease, encode_sub_leave, encode_sub_settle, encode_sub_stats
+from bkframe.proto.ops.subscription import (
+    SubOutput,
+    encode_sub_commit,
+    encode_sub_lease,
+    encode_sub_leave,
+    encode_sub_settle,
+    encode_sub_stats,
+)
 from bkframe.proto.ops.sync import encode_sync
 from bkframe.proto.ops.write_close import encode_write_close
 from bkframe.proto.ops.write_lac import encode_write_lac
@@ -61,6 +68,7 @@ def resized(message: bytes, delta: int) -> bytes:
 HEAD = 14  # length u32, op u8, flags u8, request id u64
 SUB_LEASE_AT = struct.Struct("<BBBIII")
 SETTLE = joined(encode_sub_settle(9, "l", "s", "c", acks=[1, 2], ack_ranges=[(3, 4)]))
+COMMIT = joined(encode_sub_commit(9, "l", "s", "c", [1], [SubOutput("o", (7,))]))
 BAD = [
     ("unknown op", pack_message(200, 0, 9), "unknown op code 200"),
     ("ADD too short", pack_message(Op.ADD, 0, 9, b"\0" * 10), "ADD message too short"),
@@ -124,6 +132,9 @@ BAD = [
     ("SUB_SETTLE range backwards", joined(encode_sub_settle(9, "l", "s", "c", ack_ranges=[(5, 4)])), "is backwards"),
     ("SUB_LEAVE no consumer", resized(with_field(encode_sub_leave(9, "l", "s", "c"), HEAD + 2, "<B", 0), -1), "0 bytes"),
     ("SUB_STATS subscription name", with_field(encode_sub_stats(9, "l", "s"), HEAD + 3, "<B", ord("/")), "subscription name"),
+    ("SUB_COMMIT no output", with_field(COMMIT, HEAD + 7, "<I", 0), "is invalid"),
+    ("SUB_COMMIT ledgers beyond the message", with_field(COMMIT, HEAD + 24, "<I", 5), "shorter than an output"),
+    ("SUB_COMMIT ledgers beyond the limit", with_field(COMMIT, HEAD + 24, "<I", 1 << 20), "at most"),
 ]
 
 

@@ -18,24 +18,27 @@ from bkframe.subscriptions.settings import pack
 from bkframe.subscriptions.state import Committing
 
 
-async def output_ledger(bk: bkframe.Client, *payloads: bytes) -> int:
+async def output_ledger(bk: bkframe.Client, *payloads: bytes, password: bytes = b"out-pw") -> int:
     """A closed ledger of records, as a worker writes its output before committing it."""
-    handle = await bk.create_ledger(custom={FORMAT_KEY: str(FORMAT_ENVELOPE)})
+    handle = await bk.create_ledger(custom={FORMAT_KEY: str(FORMAT_ENVELOPE)}, password=password)
     for p in payloads:
         await handle.append(encode_record(p))
     await handle.close()
     return handle.ledger_id
 
 
-async def outputs(bk: bkframe.Client, log: str) -> list[bytes]:
-    reader = await bk.logs.reader(log)
+async def outputs(bk: bkframe.Client, log: str, password: bytes = b"out-pw") -> list[bytes]:
+    reader = await bk.logs.reader(log, password=password)
     return [e.payload for e in await reader.read("earliest", await reader.end())]
 
 
-async def test_two_deliveries_of_a_record_leave_its_output_once(bookies: str) -> None:
-    async with bkframe.open_client(bookies, subscription_owner="local") as bk:
+@pytest.mark.parametrize("where", ["bookies", "local"])
+async def test_two_deliveries_of_a_record_leave_its_output_once(bookies: str, where: str) -> None:
+    """Over the wire (a bookie owns the subscription: SUB_COMMIT) and with the owner in the
+    worker's process alike."""
+    async with bkframe.open_client(bookies, subscription_owner=where) as bk:
         await bk.logs.create("in")
-        await bk.logs.create("out")
+        await bk.logs.create("out", password=b"out-pw")
         async with await bk.logs.open_writer("in") as w:
             await w.append_many([b"a", b"b"])
         await bk.logs.create_subscription("in", "s")
@@ -49,13 +52,13 @@ async def test_two_deliveries_of_a_record_leave_its_output_once(bookies: str) ->
                 assert fast is not None
                 if fast.position == slow.position:
                     break
-                await fast.commit({"out": [await output_ledger(bk, fast.payload.upper())]})
+                await fast.commit({"out": [await output_ledger(bk, fast.payload.upper())]}, password=b"out-pw")
             assert fast.delivery_count == 2
-            await fast.commit({"out": [await output_ledger(bk, b"A")]})
+            await fast.commit({"out": [await output_ledger(bk, b"A")]}, password=b"out-pw")
             with pytest.raises(SubscriptionError, match="acked already"):
-                await slow.commit({"out": [await output_ledger(bk, b"A again")]})
+                await slow.commit({"out": [await output_ledger(bk, b"A again")]}, password=b"out-pw")
             if (nxt := await first.receive(timeout_s=0.5)) is not None:
-                await nxt.commit({"out": [await output_ledger(bk, nxt.payload.upper())]})
+                await nxt.commit({"out": [await output_ledger(bk, nxt.payload.upper())]}, password=b"out-pw")
         assert sorted(await outputs(bk, "out")) == [b"A", b"B"]  # once each
         stats = await bk.logs.subscription_stats("in", "s")
         assert (stats.backlog, stats.acked) == (0, 2)
@@ -64,7 +67,7 @@ async def test_two_deliveries_of_a_record_leave_its_output_once(bookies: str) ->
 async def test_a_replaced_owner_cannot_commit(bookies: str) -> None:
     async with bkframe.open_client(bookies) as bk, bkframe.open_client(bookies) as other:
         await bk.logs.create("in2")
-        await bk.logs.create("out2")
+        await bk.logs.create("out2", password=b"out-pw")
         async with await bk.logs.open_writer("in2") as w:
             await w.append(b"x")
         await bk.logs.create_subscription("in2", "s")
@@ -77,7 +80,7 @@ async def test_a_replaced_owner_cannot_commit(bookies: str) -> None:
             nursery.start_soon(new._run)
             assert (await other.logs.metadata("in2")).fences == {fence_name("s"): 2}
             with pytest.raises((NotOwnerError, CommitError)):
-                await old.commit("c", [d.position], {"out2": [await output_ledger(bk, b"X")]})
+                await old.commit("c", [d.position], {"out2": [await output_ledger(bk, b"X")]}, password=b"out-pw")
             assert await outputs(bk, "out2") == []
             assert not new.state.is_acked(pack(d.position))
             await new.aclose()
@@ -90,7 +93,7 @@ async def test_a_commit_the_dead_owner_left_under_way_is_settled_by_the_next(boo
     did not land leaves it to deliver again)."""
     async with bkframe.open_client(bookies) as bk:
         await bk.logs.create("in3")
-        await bk.logs.create("out3")
+        await bk.logs.create("out3", password=b"out-pw")
         async with await bk.logs.open_writer("in3") as w:
             await w.append_many([b"p", b"q"])
         await bk.logs.create_subscription("in3", "s")
@@ -101,7 +104,7 @@ async def test_a_commit_the_dead_owner_left_under_way_is_settled_by_the_next(boo
             await old._commit([old._apply(Committing("t-landed", (landed,)))])
             await old._commit([old._apply(Committing("t-lost", (lost,)))])
             await commits.commit(bk.logs._records, {"out3": [await output_ledger(bk, b"P")], "in3": []}, "t-landed",
-                                 fences={"in3": (fence_name("s"), 1)})
+                                 fences={"in3": (fence_name("s"), 1)}, password={"out3": b"out-pw", "in3": b""})
             await old.lock.release()  # it dies here
             new = await Dispatcher.take(bk, "in3", "s", holder="new", task_group=nursery)
             assert new.state.is_acked(landed) and not new.state.is_acked(lost)

@@ -26,6 +26,8 @@ import numpy as np
 from bkframe.errors import ProtocolError
 from bkframe.proto.base import Reply, text
 from bkframe.proto.codes import (
+    MAX_SUB_COMMIT_LEDGERS,
+    MAX_SUB_COMMIT_OUTPUTS,
     MAX_SUB_CONSUMER,
     MAX_SUB_LEASE,
     MAX_SUB_PROPERTIES,
@@ -43,6 +45,10 @@ _LEASE = struct.Struct("<BBBIII")  # log, sub, consumer lengths; max records, wa
 _SETTLE = struct.Struct("<BBBIIIII")  # lengths; lease ms; acks, ranges, nacks, extends counts (then names, arrays)
 _LEAVE = struct.Struct("<BBB")  # log, sub, consumer lengths (then the names)
 _STATS = struct.Struct("<BB")  # log, sub lengths (then the names)
+_COMMIT = struct.Struct("<BBBII")  # log, sub, consumer lengths; positions, outputs (then names, positions, outputs)
+_OUTPUT = struct.Struct("<BBI")  # an output log's name length, password length, ledger count (then those, ids u64)
+_COMMIT_ANSWER = struct.Struct("<I")  # SUB_COMMIT answer: outputs (then each _OUTPUT_ANSWER, its name, segments u64)
+_OUTPUT_ANSWER = struct.Struct("<BI")  # name length, segment count
 _POSITION = np.dtype("<u8")
 _RANGE = np.dtype([("first", "<u8"), ("last", "<u8")])
 _NACK = np.dtype([("position", "<u8"), ("delay_ms", "<u4")])
@@ -108,6 +114,23 @@ class SubStatsRequest(SubRequest):
     pass
 
 
+@attrs.frozen
+class SubOutput:
+    """A SUB_COMMIT's output: closed ledgers for one log, with that log's password."""
+
+    log: str
+    ledgers: tuple[int, ...]
+    password: bytes = attrs.field(default=b"", repr=False)
+
+
+@attrs.frozen
+class SubCommitRequest(SubRequest):
+    consumer: str
+    #: Packed positions acked by the commit.
+    positions: tuple[int, ...] = ()
+    outputs: tuple[SubOutput, ...] = ()
+
+
 # -- responses -------------------------------------------------------------------------
 
 
@@ -147,6 +170,13 @@ class SubSettleResponse(SubReply):
 @attrs.frozen
 class SubLeaveResponse(SubReply):
     op: ClassVar[Op] = Op.SUB_LEAVE
+
+
+@attrs.frozen
+class SubCommitResponse(SubReply):
+    op: ClassVar[Op] = Op.SUB_COMMIT
+    #: The segments each output log's ledgers became.
+    segments: Mapping[str, tuple[int, ...]] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -483,6 +513,100 @@ def decode_sub_stats_response(body: memoryview, status: Status, request_id: int,
 
 
 # -- refusals ----------------------------------------------------------------------------
+
+
+# -- SUB_COMMIT --------------------------------------------------------------------------
+
+
+def encode_sub_commit(
+    request_id: int, log: str, subscription: str, consumer: str, positions: Sequence[int], outputs: Sequence[SubOutput],
+    *, password: bytes = b"",
+) -> list[bytes]:
+    """Ack ``positions`` (packed) with ``outputs``' ledgers committed, in one step."""
+    if not 1 <= len(outputs) <= MAX_SUB_COMMIT_OUTPUTS:
+        raise ValueError(f"a commit has 1 to {MAX_SUB_COMMIT_OUTPUTS} output logs, got {len(outputs)}")
+    names = (_name_bytes(log, "log"), _name_bytes(subscription, "subscription"), _consumer_bytes(consumer))
+    fields = [_COMMIT.pack(*map(len, names), len(positions), len(outputs)), *names,
+              np.array(positions, dtype=_POSITION).tobytes()]
+    for out in outputs:
+        if len(out.ledgers) > MAX_SUB_COMMIT_LEDGERS or len(out.password) > MAX_SUB_PASSWORD:
+            raise ValueError(
+                f"output log {out.log!r}: at most {MAX_SUB_COMMIT_LEDGERS} ledgers and a {MAX_SUB_PASSWORD}-byte password"
+            )
+        name = _name_bytes(out.log, "log")
+        fields += [_OUTPUT.pack(len(name), len(out.password), len(out.ledgers)), name, bytes(out.password),
+                   np.array(out.ledgers, dtype=_POSITION).tobytes()]
+    flags, secret = _password_parts(password)
+    fields += secret
+    return [message_head(sum(map(len, fields)), Op.SUB_COMMIT, flags, request_id), *fields]
+
+
+def decode_sub_commit(body: memoryview, flags: int, request_id: int, at: int, end: int, max_entry_size: int) -> SubCommitRequest:
+    password, end = _password("SUB_COMMIT", body, flags, at + _COMMIT.size, end)
+    log_len, sub_len, consumer_len, n_positions, n_outputs = _COMMIT.unpack_from(body, at)
+    (log, sub, consumer), at = _names("SUB_COMMIT", body, at + _COMMIT.size, end, (log_len, sub_len, consumer_len))
+    if n_positions > MAX_SUB_SETTLE or not 1 <= n_outputs <= MAX_SUB_COMMIT_OUTPUTS:
+        raise ProtocolError(
+            f"SUB_COMMIT of {n_positions} positions and {n_outputs} outputs is invalid (at most {MAX_SUB_SETTLE}; 1 to "
+            f"{MAX_SUB_COMMIT_OUTPUTS})"
+        )
+    if at + n_positions * _POSITION.itemsize > end:
+        raise ProtocolError("SUB_COMMIT message is shorter than its positions")
+    positions = np.frombuffer(body, dtype=_POSITION, count=n_positions, offset=at)
+    at += positions.nbytes
+    outputs: list[SubOutput] = []
+    for _ in range(n_outputs):
+        if at + _OUTPUT.size > end:
+            raise ProtocolError("SUB_COMMIT message is shorter than its outputs")
+        name_len, pw_len, n_ledgers = _OUTPUT.unpack_from(body, at)
+        at += _OUTPUT.size
+        if n_ledgers > MAX_SUB_COMMIT_LEDGERS:
+            raise ProtocolError(f"SUB_COMMIT output of {n_ledgers} ledgers (at most {MAX_SUB_COMMIT_LEDGERS})")
+        (name,), at = _names("SUB_COMMIT", body, at, end, (name_len,))
+        if at + pw_len + n_ledgers * _POSITION.itemsize > end:
+            raise ProtocolError("SUB_COMMIT message is shorter than an output's password and ledgers")
+        out_password = bytes(body[at : at + pw_len])
+        at += pw_len
+        ledgers = np.frombuffer(body, dtype=_POSITION, count=n_ledgers, offset=at)
+        at += ledgers.nbytes
+        outputs.append(SubOutput(name, tuple(ledgers.tolist()), out_password))
+    if at != end:
+        raise ProtocolError("SUB_COMMIT message has the wrong length for its outputs")
+    return SubCommitRequest(
+        request_id, log, sub, consumer, tuple(positions.tolist()), tuple(outputs), password=password
+    )
+
+
+def encode_sub_commit_response(request_id: int, segments: Mapping[str, Sequence[int]]) -> bytes:
+    """OK with the segments each output log's ledgers became."""
+    fields = [_COMMIT_ANSWER.pack(len(segments))]
+    for name, numbers in segments.items():
+        raw = name.encode("ascii")
+        fields += [_OUTPUT_ANSWER.pack(len(raw), len(numbers)), raw, np.array(numbers, dtype=_POSITION).tobytes()]
+    return pack_message(Op.SUB_COMMIT, Status.OK, request_id, *fields)
+
+
+def decode_sub_commit_response(body: memoryview, status: Status, request_id: int, at: int, end: int) -> SubCommitResponse:
+    if status != Status.OK:
+        return _refusal(SubCommitResponse, body, status, request_id, at, end)
+    (count,) = _COMMIT_ANSWER.unpack_from(body, at)
+    if count > MAX_SUB_COMMIT_OUTPUTS:
+        raise ProtocolError(f"SUB_COMMIT answer of {count} outputs is more than any request has")
+    at += _COMMIT_ANSWER.size
+    segments: dict[str, tuple[int, ...]] = {}
+    for _ in range(count):
+        if at + _OUTPUT_ANSWER.size > end:
+            raise ProtocolError("SUB_COMMIT answer is shorter than its outputs")
+        name_len, n = _OUTPUT_ANSWER.unpack_from(body, at)
+        at += _OUTPUT_ANSWER.size
+        if at + name_len + n * _POSITION.itemsize > end:
+            raise ProtocolError("SUB_COMMIT answer is shorter than an output")
+        name = str(body[at : at + name_len], "ascii", errors="replace")
+        at += name_len
+        numbers = np.frombuffer(body, dtype=_POSITION, count=n, offset=at)
+        at += numbers.nbytes
+        segments[name] = tuple(numbers.tolist())
+    return SubCommitResponse(request_id, status, text(body, at, end), segments=segments)
 
 
 def encode_sub_refusal(op: Op, request_id: int, status: Status, message: str, holder: str = "") -> bytes:
