@@ -165,10 +165,11 @@ class RunReport:
             lines.append(f"  ... and {len(failures) - 60} more (all in {self.workdir / 'report.txt'})")
         for n in self.notes[:5]:
             lines.append(f"  note: {n.splitlines()[0]}")
+        sub = " --fault-subscriptions" if cfg.subscriptions else ""
         reproduce = self.reproduce or (
             f"uv run --all-packages pytest tests/faults/test_faults.py::test_seeded_fault_schedule "
-            f"--fault-seed {cfg.seed} --fault-events {cfg.events} -s   (or: uv run --all-packages python -m "
-            f"tests.faults --seed {cfg.seed} --events {cfg.events})"
+            f"--fault-seed {cfg.seed} --fault-events {cfg.events}{sub} -s   (or: uv run --all-packages python -m "
+            f"tests.faults --seed {cfg.seed} --events {cfg.events}{' --subscriptions' if sub else ''})"
         )
         lines.append(f"reproduce: {reproduce}")
         lines.append(f"workdir (records/*.jsonl, logs/*.log, schedule.txt): {self.workdir}")

@@ -97,6 +97,14 @@ def check_subscriptions(records: list[dict[str, Any]], result: CheckResult, leas
             stuck = r
     for (_, pos), t in sent.items():
         settling[pos].append((t, float("inf")))
+    # A consumer that ended otherwise (it crashed, or passed a call's deadline and exited)
+    # died after its last record: the latest moment it surely still held its leases (an
+    # owner on a bookie ends them when the connection drops).
+    last: dict[str, float] = {}
+    for r in records:
+        last[r["src"]] = r["t"]
+    for src in {x.src for x in receipts} - set(ended):
+        ended[src] = last[src]
     if not appends and not receipts:
         return
     stats = result.stats

@@ -44,6 +44,7 @@ from tests.faults.schedule import (
     Fault,
     RunConfig,
     make_schedule,
+    with_subscriptions,
 )
 from tests.faults.sub_checks import check_subscriptions
 from tests.faults.worker import GAVE_UP_EXIT, HUNG_EXIT
@@ -467,6 +468,8 @@ def test_subscription_under_consumer_and_bookie_faults(tmp_path: Path, request: 
 
 
 @pytest.mark.subprocess
-def test_seeded_fault_schedule(tmp_path: Path, fault_seed: int, fault_events: int) -> None:
-    """Every fault kind over every ledger type (odd seeds) or the journaled ones (even)."""
-    run_and_judge(RunConfig.for_seed(fault_seed, fault_events), tmp_path / "run")
+def test_seeded_fault_schedule(tmp_path: Path, fault_seed: int, fault_events: int, fault_subscriptions: bool) -> None:
+    """Every fault kind over every ledger type (odd seeds) or the journaled ones (even);
+    with ``--fault-subscriptions``, a subscription's consumers killed and hung among them."""
+    config = RunConfig.for_seed(fault_seed, fault_events)
+    run_and_judge(with_subscriptions(config) if fault_subscriptions else config, tmp_path / "run")
