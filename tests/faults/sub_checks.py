@@ -19,6 +19,11 @@ allows (a lease may follow an ack the owner stored before its consumer recorded 
    moved on is allowed), its deadline, and its consumer's end (killed, or leaving).
 6. ``sub-key-order`` (key_shared): a key's records were first received in log order.
 7. ``sub-count``: a record's delivery counts grow from one receipt to the next.
+8. ``sub-counters``: the subscription's totals, as the drain read them, agree with the
+   records: every record delivered was acked once (``acked`` is the number of positions
+   received, and each had one first delivery: ``delivered - redelivered``), and no delivery
+   a consumer saw is missing from ``delivered`` or ``redelivered``. Totals lost or counted
+   twice in a failover show here.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from tests.faults.checks import CheckResult, clock
 SLACK_S = 0.002
 KINDS = (
     "sub-stuck", "sub-lost", "sub-wrong-record", "sub-acked-redelivered", "sub-key-overlap", "sub-key-order", "sub-count",
+    "sub-counters",
 )
 
 
@@ -122,6 +128,7 @@ def check_subscriptions(records: list[dict[str, Any]], result: CheckResult, leas
     else:
         stats["sub_epoch"] = drained["epoch"]
         stats["sub_drain_ms"] = int(drained["seconds"] * 1000)
+        check_counters(drained, receipts, result)
 
     by_pos: dict[Position, list[Receipt]] = collections.defaultdict(list)
     for x in receipts:
@@ -203,6 +210,25 @@ def check_subscriptions(records: list[dict[str, Any]], result: CheckResult, leas
                                      f"{clock(after.leased_at)}) after {before.pos} (to {before.src}, leased at "
                                      f"{clock(before.leased_at)}), against the log's order",
                 )
+
+
+def check_counters(drained: dict[str, Any], receipts: list[Receipt], result: CheckResult) -> None:
+    """8. the totals the drain read (the subscription emptied: every record acked)."""
+    positions = len({x.pos for x in receipts})
+    again = sum(1 for x in receipts if x.count > 1)
+    acked, delivered, redelivered = drained["acked"], drained["delivered"], drained["redelivered"]
+    wrong = []
+    if acked != positions:
+        wrong.append(f"acked {acked}, but {positions} records were delivered and the subscription is empty")
+    if delivered - redelivered != acked:
+        wrong.append(f"first deliveries (delivered {delivered} - redelivered {redelivered}) are not the {acked} acked")
+    if delivered < len(receipts) or redelivered < again:
+        wrong.append(f"consumers received {len(receipts)} deliveries, {again} of them again, more than delivered "
+                     f"{delivered} and redelivered {redelivered}")
+    if wrong:
+        result.fail(
+            "sub-counters", f"the subscription's totals after the drain (owner epoch {drained['epoch']}): {'; '.join(wrong)}"
+        )
 
 
 def hold_end(x: Receipt, settling: dict[Position, list[tuple[float, float]]], ended: dict[str, float]) -> tuple[float, str]:

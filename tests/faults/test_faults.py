@@ -309,12 +309,18 @@ def doctor(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
         r["deadline"] = round((t0 + leased + SUB_LEASE_S) * 1000)
         r["t"] = t0 + leased + 0.001
 
+    # The owner's totals (the drain's record) as that owner would have counted.
+    drained = next(r for r in out if r["ev"] == "sub-drained")
     if kind == "sub-lost":  # 0:3 never delivered
         out = [r for r in out if not (r["ev"].startswith("sub-") and r.get("pos") == "0:3" and r["src"] == "c0")]
+        drained["acked"] -= 1
+        drained["delivered"] -= 1
     elif kind == "sub-acked-redelivered":  # 0:1, acked by c0, leased again to c1 long after
         again = {**receipt("c0", "0:1"), "src": "c1", "count": 2}
         move_lease(again, 5.0)
         out.append(again)
+        drained["delivered"] += 1
+        drained["redelivered"] += 1
     elif kind == "sub-key-overlap":  # 0:2 (k0) leased while 0:0 (k0) was held, before its ack was sent
         move_lease(receipt("c0", "0:2"), 1.005)
     elif kind == "sub-key-order":  # 0:2 (k0) delivered and acked before 0:0 was first delivered
@@ -330,6 +336,8 @@ def doctor(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
                     "seconds": 90.0})
     elif kind == "sub-wrong-record":  # c1 got other bytes at 0:5
         receipt("c1", "0:5")["seq"] = 9
+    elif kind == "sub-counters":  # an owner forgot an ack its predecessor counted
+        drained["acked"] -= 1
     else:
         raise AssertionError(kind)
     return out
@@ -338,7 +346,7 @@ def doctor(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 #: Each breach, and the position (or words) its failure must name.
 BREACHES = {
     "sub-lost": "0:3", "sub-acked-redelivered": "0:1", "sub-key-overlap": "0:2", "sub-key-order": "0:2",
-    "sub-count": "0:4", "sub-stuck": "backlog 1", "sub-wrong-record": "0:5",
+    "sub-count": "0:4", "sub-stuck": "backlog 1", "sub-wrong-record": "0:5", "sub-counters": "acked 5",
 }
 
 
