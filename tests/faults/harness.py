@@ -408,8 +408,9 @@ class Run:
             self.skipped.add(step.fault_id)
             return
         if step.action == "consumer_kill":
-            # Written before the kill: the checks take it as the latest moment the consumer
-            # could still hold a lease, so it must not come after the real death.
+            # Written before the kill: the checks take it as a moment the consumer surely
+            # still held its leases (an owner may end them from its death on), so it must
+            # not come after the real death.
             self.harness_records.write("sub-killed", consumer=consumer.name)
             consumer.proc.kill()
             consumer.proc.wait(timeout=30)
@@ -658,8 +659,9 @@ class Run:
             self.stop_workers()
             phase("stop")
             if cfg.subscriptions:
-                # Before the ledger checks: they recover every ledger, the subscription's
-                # state ledgers too, and nothing may own the subscription by then.
+                # Before the ledger checks, which then run on a quiet cluster: the drain
+                # closes the log's last segment, and its owner is gone (an owner deletes
+                # state ledgers as it snapshots).
                 self.drain()
                 phase("drain")
             records = list(read_records(self.records_dir))

@@ -46,6 +46,7 @@ from tests.faults.schedule import (
     make_schedule,
     with_subscriptions,
 )
+from tests.faults.sub_checks import KINDS as SUB_KINDS
 from tests.faults.sub_checks import check_subscriptions
 from tests.faults.worker import GAVE_UP_EXIT, HUNG_EXIT
 
@@ -361,6 +362,7 @@ def test_the_subscription_checks_pass_an_honest_run() -> None:
 @pytest.mark.parametrize("kind", sorted(BREACHES))
 def test_the_subscription_checks_catch_each_kind_of_breach(kind: str) -> None:
     """Records doctored with one breach each: its check fails, naming the position, and no other does."""
+    assert set(BREACHES) == set(SUB_KINDS), "every check of sub_checks.py has its breach here"
     result = CheckResult()
     check_subscriptions(doctor(honest_subscription_records(), kind), result, SUB_LEASE_S)
     assert dict(result.kinds) == {kind: 1}, result.failures
