@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -217,8 +218,11 @@ class Run:
         self.expected_up = [True] * config.bookies
         #: With clock faults in the mix, every bookie on a clock of its own (clock_faults.py).
         self.clocks = FaultClocks(workdir / "clocks") if config.weight(Fault.CLOCK) > 0 else None
-        #: Subscription runs: consumers the schedule hung (SIGSTOP), by slot, until resumed.
-        self.hung_consumers: dict[int, WorkerProc] = {}
+        #: Subscription runs: consumers the schedule hung (SIGSTOP), by slot, until resumed, with
+        #: the timer that resumes each on time (see execute_consumer).
+        self.hung_consumers: dict[int, tuple[WorkerProc, threading.Timer]] = {}
+        #: When the schedule's time 0 was (time.monotonic()).
+        self.t0 = 0.0
         #: Subscription runs: what the harness did to the consumers (kills), for the checks.
         self.harness_records = RecordFile(self.records_dir / "harness.jsonl", "harness") if config.subscriptions else None
 
@@ -400,7 +404,9 @@ class Run:
             hung = self.hung_consumers.pop(step.target, None)
             if hung is None:
                 return  # its hang was not injected
-            hung.proc.send_signal(signal.SIGCONT)
+            timer = hung[1]
+            timer.cancel()
+            resume_worker(hung[0])  # again, if the timer did: harmless
             self.report.done[step.action] += 1
             return
         consumer = self.live_worker("consumer", step.target)
@@ -417,14 +423,24 @@ class Run:
             consumer.stopping = True  # gone on purpose: supervise() leaves it
             self.spawn_consumer(step.target)
         else:
+            # Resumed on time by a timer of its own, whatever the schedule's loop is waiting
+            # on: the loop runs its steps one by one and one may block for long (a bookie's
+            # start, a look into the metadata store), while a consumer stopped inside a write
+            # transaction of the sqlite store keeps the store locked for every process. Seed
+            # 10 (60 faults, --subscriptions) stretched a 4.6 s hang to 92 s that way: the
+            # bookies could not open the store, writers hung in create_ledger.
+            resume_at = next(s.at_s for s in self.steps if s.fault_id == step.fault_id and not s.is_fault)
+            timer = threading.Timer(max(0.0, self.t0 + resume_at - time.monotonic()), resume_worker, (consumer,))
+            timer.daemon = True
             consumer.proc.send_signal(signal.SIGSTOP)
-            self.hung_consumers[step.target] = consumer
+            timer.start()
+            self.hung_consumers[step.target] = (consumer, timer)
         self.report.done[step.action] += 1
 
     def resume_consumers(self) -> None:
-        for consumer in self.hung_consumers.values():
-            if consumer.proc.poll() is None:
-                consumer.proc.send_signal(signal.SIGCONT)
+        for consumer, timer in self.hung_consumers.values():
+            timer.cancel()
+            resume_worker(consumer)
         self.hung_consumers.clear()
 
     def drain(self) -> None:
@@ -639,7 +655,7 @@ class Run:
                 self.start_subscriptions()
             self.start_extra()
             phase("start")
-            t0 = time.monotonic()
+            t0 = self.t0 = time.monotonic()
             for step in self.steps:
                 self.sleep_until(t0, step.at_s)
                 lag = time.monotonic() - t0 - step.at_s
@@ -747,6 +763,12 @@ class Run:
                 self.report.notes.append(
                     f"{bookie.bookie_id} logged {count} traceback(s) ({bookie.log_path}); the first:\n{excerpt}"
                 )
+
+
+def resume_worker(worker: WorkerProc) -> None:
+    """SIGCONT, unless it is gone."""
+    if worker.proc.poll() is None:
+        worker.proc.send_signal(signal.SIGCONT)
 
 
 def file_tail(path: Path, size: int = 1500) -> str:
