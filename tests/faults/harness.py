@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -218,9 +219,10 @@ class Run:
         self.expected_up = [True] * config.bookies
         #: With clock faults in the mix, every bookie on a clock of its own (clock_faults.py).
         self.clocks = FaultClocks(workdir / "clocks") if config.weight(Fault.CLOCK) > 0 else None
-        #: Subscription runs: consumers the schedule hung (SIGSTOP), by slot, until resumed, with
-        #: the timer that resumes each on time (see execute_consumer).
-        self.hung_consumers: dict[int, tuple[WorkerProc, threading.Timer]] = {}
+        #: Subscription runs: consumers the schedule hung (SIGSTOP), by slot, until resumed.
+        self.hung_consumers: dict[int, WorkerProc] = {}
+        #: Hangs' heals due on time whatever the schedule's loop waits on, by fault id (heal_on_time).
+        self.heal_timers: dict[int, threading.Timer] = {}
         #: When the schedule's time 0 was (time.monotonic()).
         self.t0 = 0.0
         #: Subscription runs: what the harness did to the consumers (kills), for the checks.
@@ -404,9 +406,8 @@ class Run:
             hung = self.hung_consumers.pop(step.target, None)
             if hung is None:
                 return  # its hang was not injected
-            timer = hung[1]
-            timer.cancel()
-            resume_worker(hung[0])  # again, if the timer did: harmless
+            self.cancel_heal_timer(step)
+            resume_worker(hung)  # again, if the timer did: harmless
             self.report.done[step.action] += 1
             return
         consumer = self.live_worker("consumer", step.target)
@@ -423,25 +424,36 @@ class Run:
             consumer.stopping = True  # gone on purpose: supervise() leaves it
             self.spawn_consumer(step.target)
         else:
-            # Resumed on time by a timer of its own, whatever the schedule's loop is waiting
-            # on: the loop runs its steps one by one and one may block for long (a bookie's
-            # start, a look into the metadata store), while a consumer stopped inside a write
-            # transaction of the sqlite store keeps the store locked for every process. Seed
-            # 10 (60 faults, --subscriptions) stretched a 4.6 s hang to 92 s that way: the
-            # bookies could not open the store, writers hung in create_ledger.
-            resume_at = next(s.at_s for s in self.steps if s.fault_id == step.fault_id and not s.is_fault)
-            timer = threading.Timer(max(0.0, self.t0 + resume_at - time.monotonic()), resume_worker, (consumer,))
-            timer.daemon = True
             consumer.proc.send_signal(signal.SIGSTOP)
-            timer.start()
-            self.hung_consumers[step.target] = (consumer, timer)
+            self.heal_on_time(step, lambda: resume_worker(consumer))
+            self.hung_consumers[step.target] = consumer
         self.report.done[step.action] += 1
 
     def resume_consumers(self) -> None:
-        for consumer, timer in self.hung_consumers.values():
-            timer.cancel()
+        for consumer in self.hung_consumers.values():
             resume_worker(consumer)
         self.hung_consumers.clear()
+
+    def heal_on_time(self, step: Step, heal: Callable[[], None]) -> None:
+        """Run ``heal`` at the time of ``step``'s heal in the schedule, from a timer thread:
+        the heal step itself may come late, as the loop runs its steps one by one and one may
+        block for long (a bookie's start waits for the metadata store), while a process
+        stopped inside a write transaction of the sqlite store keeps the store locked for
+        every process. Seed 10 with 60 faults and --subscriptions stretched the hangs of a
+        bookie just restarted and of a consumer (planned 7.5 s and 4.6 s) to 92 s that way:
+        the restarting bookies could not open the store (each start failing only after its
+        busy timeout, the loop waiting), writers hung in create_ledger. The heal step still
+        runs (again: harmless) and counts."""
+        heal_at = next(s.at_s for s in self.steps if s.fault_id == step.fault_id and not s.is_fault)
+        timer = threading.Timer(max(0.0, self.t0 + heal_at - time.monotonic()), heal)
+        timer.daemon = True
+        timer.start()
+        self.heal_timers[step.fault_id] = timer
+
+    def cancel_heal_timer(self, step: Step) -> None:
+        timer = self.heal_timers.pop(step.fault_id, None)
+        if timer is not None:
+            timer.cancel()
 
     def drain(self) -> None:
         """Every other worker stopped: a fresh consumer empties the subscription (sub_worker.py's
@@ -603,9 +615,11 @@ class Run:
             bookie.lose_power()
         elif action == "hang":
             self.hang(bookie)
+            self.heal_on_time(step, lambda: resume_worker(bookie))
         elif action == "disk_full":
             self.fill_disk(bookie)
         elif action == "resume":
+            self.cancel_heal_timer(step)
             self.resume(bookie)
         elif action == "disk_free":
             self.free_disk(bookie)
@@ -689,6 +703,8 @@ class Run:
             self.collect_log_errors()
         finally:
             self.report.seconds = time.monotonic() - started
+            for timer in self.heal_timers.values():
+                timer.cancel()
             for w in self.workers:
                 if w.proc.poll() is None:
                     w.proc.kill()
@@ -765,9 +781,9 @@ class Run:
                 )
 
 
-def resume_worker(worker: WorkerProc) -> None:
+def resume_worker(worker: WorkerProc | BookieProcess) -> None:
     """SIGCONT, unless it is gone."""
-    if worker.proc.poll() is None:
+    if worker.proc is not None and worker.proc.poll() is None:
         worker.proc.send_signal(signal.SIGCONT)
 
 
