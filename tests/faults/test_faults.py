@@ -118,7 +118,8 @@ def test_hangs_end_before_the_call_deadline() -> None:
 
 #: The subscription run: a log producer, two consumers of its key_shared subscription killed
 #: and hung, and bookies killed (their state ledgers and the log's segments on them) one at a
-#: time. Seed 48 draws three of each kind but two consumer hangs, one past the lease time.
+#: time. Seed 48 draws three bookie kills, three consumer kills and two consumer hangs (one
+#: past the lease time) in 17 s.
 SUBSCRIPTION_RUN = RunConfig(
     seed=48,
     events=8,
