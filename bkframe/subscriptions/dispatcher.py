@@ -383,14 +383,18 @@ class Dispatcher:
                     tg.start_soon(self._dead_letters)
                     tg.start_soon(self._snapshots)
                     tg.start_soon(self._count_backlog)
-            except NotOwnerError:
+            # except*: the task group raises a group, and when a task's error ends this owner
+            # (which cancels its scope) the group holds the tasks' Cancelled too; a plain
+            # except missed it and the group took the hosting process's nursery down.
+            except* NotOwnerError:
                 pass
-            except BKError as e:
+            except* BKError as group:
+                e = group.exceptions[0]
                 log.warning("subscription %s/%s: the owner failed: %s", self.record.log, self.record.name, e)
                 self._end(f"it failed: {e}")
-            except Exception as e:  # a bug must end this owner, not the process that hosts it
-                log.exception("subscription %s/%s: the owner failed", self.record.log, self.record.name)
-                self._end(f"it failed: {e!r}")
+            except* Exception as group:  # a bug must end this owner, not the process that hosts it
+                log.error("subscription %s/%s: the owner failed", self.record.log, self.record.name, exc_info=group)
+                self._end(f"it failed: {group.exceptions[0]!r}")
         self._end(self.why_lost or "stopped")
 
     async def _watch_lock(self) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import attrs
 
 from tests.faults.harness import run_faults
-from tests.faults.schedule import RunConfig
+from tests.faults.schedule import RunConfig, with_subscriptions
 
 
 def main() -> int:
@@ -21,6 +21,11 @@ def main() -> int:
     parser.add_argument("--quiet-s", type=float, default=None, help="with --events 0: how long the writers run")
     parser.add_argument("--schedule-only", action="store_true", help="print the schedule and exit")
     parser.add_argument(
+        "--subscriptions", action="store_true",
+        help="add a log producer and consumers of its key_shared subscription, and consumer kills and hangs to the "
+             "faults (another schedule than the seed's without it)",
+    )
+    parser.add_argument(
         "--small-disk", choices=("tmpfs", "ext4"), default="",
         help="the last bookie on a real 16 MiB filesystem, filled by another file for disk_full (needs root)",
     )
@@ -28,6 +33,8 @@ def main() -> int:
     config = RunConfig.for_seed(args.seed, args.events)
     if args.small_disk:
         config = attrs.evolve(config, small_disk=args.small_disk, partitions=False)
+    if args.subscriptions:
+        config = with_subscriptions(config)
     if args.quiet_s is not None:
         config = attrs.evolve(config, cooldown_s=args.quiet_s)
     if args.schedule_only:

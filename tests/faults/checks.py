@@ -45,6 +45,8 @@ from tests.faults.payloads import PASSWORD, digest, expected_from_custom
 if TYPE_CHECKING:
     from bkframe.testing.cluster import Cluster
 
+#: The custom metadata key of a subscription's state ledgers (bkframe.subscriptions.dispatcher).
+SUBSCRIPTION_STATE_KEY = "bkframe.subscription"
 #: Ledgers checked at once.
 PARALLEL = 4
 READ_CHUNK = 200
@@ -100,6 +102,15 @@ class CheckResult:
         )
         kinds = ("lost", "wrong-bytes", "end-moved", "fenced-writer-added", "ack-beyond-close", "unreadable", "hung",
                  "recovery")
+        # A subscription run's kinds (sub_checks.py) have a line of their own.
+        sub_kinds = tuple(k for k in self.kinds if k.startswith("sub-"))
+        sub = [
+            f"subscription: records appended {s['sub_appended']}, received {s['sub_received']} (redeliveries "
+            f"{s['sub_redelivered']}, by the drain {s['sub_drain_received']}), acked {s['sub_acked']}; drained in "
+            f"{s['sub_drain_ms'] / 1000:.1f} s at owner epoch {s['sub_epoch']}"
+            + ("".join(f" {k}={self.kinds[k]}" for k in sub_kinds) or ", no breach")
+        ] if s["sub_appended"] or s["sub_received"] else []
+        known = (*kinds, *sub_kinds)
         return [
             f"ledgers {sum(self.ledgers.values())} ({by_type}): closed by their writer {s['closed_by_writer']}, "
             f"by recovery {s['closed_by_recovery']}",
@@ -110,8 +121,9 @@ class CheckResult:
             f"(missing copies {s['copies_missing']}), entries readers read during the run {s['reader_entries']}, "
             f"fence probes {s['fence_probes']}",
             " ".join(f"{k}={self.kinds[k]}" for k in kinds)
-            + (f" other={sum(v for k, v in self.kinds.items() if k not in kinds)}" if set(self.kinds) - set(kinds)
+            + (f" other={sum(v for k, v in self.kinds.items() if k not in known)}" if set(self.kinds) - set(known)
                else ""),
+            *sub,
         ]
 
 
@@ -231,7 +243,10 @@ async def check_one(
             with trio.fail_after(call_timeout * 3):
                 if not x.creators and await is_log_segment(client, x.ledger_id):
                     result.stats["log_segments"] += 1
-                    return  # a named log's (the soak's): its checks are tests/soak/log_checks.py
+                    # A named log's (the soak's, a subscription run's) or a subscription's state
+                    # ledger (its own password; the owner's to recover): their checks are
+                    # tests/soak/log_checks.py and sub_checks.py.
+                    return
                 step = "recovery (open with recovery)"
                 end, md = await recover(client, x, result, call_timeout)
                 if md is None:
@@ -250,11 +265,14 @@ async def check_one(
 
 
 async def is_log_segment(client: bkframe.Client, ledger: int) -> bool:
-    """A ledger no worker recorded: a named log's segment (made by a log writer) or not."""
+    """A ledger no worker recorded: a named log's segment (made by a log writer) or a
+    subscription's state ledger (made by its owner), or not."""
     try:
         md = await client.ledger_metadata(ledger)
     except bkframe.NoSuchLedgerError:
         return True  # a log's garbage, deleted since it was listed
+    if SUBSCRIPTION_STATE_KEY in md.custom:
+        return True
     return all(md.custom.get(k) == v for k, v in bkframe.ENVELOPE_CUSTOM.items())
 
 

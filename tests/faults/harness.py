@@ -4,8 +4,11 @@ One run: start the bookies (each with the power-loss layer, so power cuts are po
 a sqlite metadata store (partition runs: a ZooKeeper ensemble, see network.py), start the
 writer and reader processes, play the schedule (see schedule.py), heal everything, stop the
 workers, then check what the cluster holds against what the workers recorded (see
-checks.py). Every step has a deadline; a step that passes it becomes a failure naming the
-step, and the run goes on to collect everything it can.
+checks.py). Subscription runs (``RunConfig.subscriptions``) also make a log with a
+key_shared subscription, run a producer and consumers of it (sub_worker.py), drain it
+after the workers stopped and judge what they all recorded (sub_checks.py). Every step has
+a deadline; a step that passes it becomes a failure naming the step, and the run goes on to
+collect everything it can.
 
 Use :func:`run_faults`; ``python -m tests.faults --seed N`` runs one outside pytest.
 """
@@ -19,7 +22,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +40,9 @@ from tests.faults.checks import CheckResult, check_cluster
 from tests.faults.clock_faults import CLOCK_ACTIONS, FaultClocks
 from tests.faults.network import NETWORK_ACTIONS, FaultNetwork, FaultNetworkError
 from tests.faults.payloads import WRITER_KEY
-from tests.faults.records import read_record_file, read_records
-from tests.faults.schedule import HEALS, Fault, RunConfig, Step, make_schedule
+from tests.faults.records import RecordFile, read_record_file, read_records
+from tests.faults.schedule import CONSUMER_ACTIONS, HEALS, Fault, RunConfig, Step, make_schedule
+from tests.faults.sub_checks import check_subscriptions
 from tests.faults.worker import GAVE_UP_EXIT, HUNG_EXIT
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,6 +74,14 @@ LIMBO_S_PER_LEDGER = 2.0
 RECOVER_GIVE_UP_S = 120.0
 #: Where failed runs' evidence is copied (see run_faults).
 KEEP_ENV = "BKFRAME_FAULTS_KEEP"
+#: Subscription runs: the log, its key_shared subscription and how its records roll over
+#: (small segments: the owner follows the log across several rollovers in a short run).
+SUB_LOG = "subjobs"
+SUB_NAME = "workers"
+SUB_ROLLOVER_ENTRIES = 100
+SUB_MODULE = "tests.faults.sub_worker"
+#: The drain gives up on emptying the subscription after this long (it records how long it took).
+DRAIN_S = 90.0
 
 
 async def open_ledgers_tagged(client: bkframe.Client, writer_name: str, after: int) -> list[int]:
@@ -136,6 +150,8 @@ class RunReport:
             + ") "
             f"in {self.seconds:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in self.phases.items())}), "
             f"{cfg.bookies} bookies, {cfg.writers} writers, {cfg.readers} readers"
+            + (f", a log producer and {cfg.consumers} consumers of its key_shared subscription (lease "
+               f"{cfg.sub_lease_s:g} s)" if cfg.subscriptions else "")
             + (", each on a simulated host (bookies behind link proxies; metadata on a 3-member ZooKeeper ensemble)"
                if cfg.partitions else ""),
             "ledger menu: " + ", ".join(f"{k} {e}/{w}/{a}" for k, e, w, a in cfg.ledgers),
@@ -151,10 +167,11 @@ class RunReport:
             lines.append(f"  ... and {len(failures) - 60} more (all in {self.workdir / 'report.txt'})")
         for n in self.notes[:5]:
             lines.append(f"  note: {n.splitlines()[0]}")
+        sub = " --fault-subscriptions" if cfg.subscriptions else ""
         reproduce = self.reproduce or (
             f"uv run --all-packages pytest tests/faults/test_faults.py::test_seeded_fault_schedule "
-            f"--fault-seed {cfg.seed} --fault-events {cfg.events} -s   (or: uv run --all-packages python -m "
-            f"tests.faults --seed {cfg.seed} --events {cfg.events})"
+            f"--fault-seed {cfg.seed} --fault-events {cfg.events}{sub} -s   (or: uv run --all-packages python -m "
+            f"tests.faults --seed {cfg.seed} --events {cfg.events}{' --subscriptions' if sub else ''})"
         )
         lines.append(f"reproduce: {reproduce}")
         lines.append(f"workdir (records/*.jsonl, logs/*.log, schedule.txt): {self.workdir}")
@@ -202,6 +219,14 @@ class Run:
         self.expected_up = [True] * config.bookies
         #: With clock faults in the mix, every bookie on a clock of its own (clock_faults.py).
         self.clocks = FaultClocks(workdir / "clocks") if config.weight(Fault.CLOCK) > 0 else None
+        #: Subscription runs: consumers the schedule hung (SIGSTOP), by slot, until resumed.
+        self.hung_consumers: dict[int, WorkerProc] = {}
+        #: Hangs' heals due on time whatever the schedule's loop waits on, by fault id (heal_on_time).
+        self.heal_timers: dict[int, threading.Timer] = {}
+        #: When the schedule's time 0 was (time.monotonic()).
+        self.t0 = 0.0
+        #: Subscription runs: what the harness did to the consumers (kills), for the checks.
+        self.harness_records = RecordFile(self.records_dir / "harness.jsonl", "harness") if config.subscriptions else None
 
     # -- bookies -------------------------------------------------------------------------
 
@@ -335,6 +360,121 @@ class Run:
             "--ledger", str(ledger), "--give-up", str(RECOVER_GIVE_UP_S),
         )
 
+    # -- the subscription's workers (sub_worker.py) --------------------------------------
+
+    def start_subscriptions(self) -> None:
+        """The log and its subscription exist before any of its workers starts: a consumer
+        never waits for them, and the subscription sees the log from its first record."""
+        cfg = self.config
+
+        async def create() -> None:
+            async with bkframe.open_client(self.cluster.metadata) as client:
+                with trio.fail_after(cfg.call_timeout_s):
+                    await client.logs.create(SUB_LOG, rollover_entries=SUB_ROLLOVER_ENTRIES)
+                    await client.logs.create_subscription(SUB_LOG, SUB_NAME, kind="key_shared", lease_s=cfg.sub_lease_s)
+
+        trio.run(create)
+        self.spawn_producer()
+        for slot in range(cfg.consumers):
+            self.spawn_consumer(slot)
+
+    def spawn_sub_worker(self, role: str, prefix: str, slot: int, *extra: str) -> WorkerProc:
+        gen = self.generation[f"{prefix}{slot}"]
+        self.generation[f"{prefix}{slot}"] += 1
+        name = f"{prefix}{slot}" + (f"g{gen}" if gen else "")
+        return self.spawn(
+            role, name, slot, "--stop-file", str(self.stop_dir / name), "--log", SUB_LOG, "--sub", SUB_NAME, *extra,
+            module=SUB_MODULE,
+        )
+
+    def spawn_producer(self) -> WorkerProc:
+        return self.spawn_sub_worker("producer", "p", 0)
+
+    def spawn_consumer(self, slot: int) -> WorkerProc:
+        return self.spawn_sub_worker("consumer", "c", slot)
+
+    def live_worker(self, role: str, slot: int) -> WorkerProc | None:
+        for w in reversed(self.workers):
+            if w.role == role and w.slot == slot and w.proc.poll() is None and not w.stopping:
+                return w
+        return None
+
+    def execute_consumer(self, step: Step) -> None:
+        """kill -9 a consumer (and start another in its slot), or hang it (SIGSTOP) or resume it."""
+        assert self.harness_records is not None, "consumer faults are drawn only in subscription runs"
+        if step.action == "consumer_resume":
+            hung = self.hung_consumers.pop(step.target, None)
+            if hung is None:
+                return  # its hang was not injected
+            self.cancel_heal_timer(step)
+            resume_worker(hung)  # again, if the timer did: harmless
+            self.report.done[step.action] += 1
+            return
+        consumer = self.live_worker("consumer", step.target)
+        if consumer is None:
+            self.skipped.add(step.fault_id)
+            return
+        if step.action == "consumer_kill":
+            # Written before the kill: the checks take it as a moment the consumer surely
+            # still held its leases (an owner may end them from its death on), so it must
+            # not come after the real death.
+            self.harness_records.write("sub-killed", consumer=consumer.name)
+            consumer.proc.kill()
+            consumer.proc.wait(timeout=30)
+            consumer.stopping = True  # gone on purpose: supervise() leaves it
+            self.spawn_consumer(step.target)
+        else:
+            consumer.proc.send_signal(signal.SIGSTOP)
+            self.heal_on_time(step, lambda: resume_worker(consumer))
+            self.hung_consumers[step.target] = consumer
+        self.report.done[step.action] += 1
+
+    def resume_consumers(self) -> None:
+        for consumer in self.hung_consumers.values():
+            resume_worker(consumer)
+        self.hung_consumers.clear()
+
+    def heal_on_time(self, step: Step, heal: Callable[[], None]) -> None:
+        """Run ``heal`` at the time of ``step``'s heal in the schedule, from a timer thread:
+        the heal step itself may come late, as the loop runs its steps one by one and one may
+        block for long (a bookie's start waits for the metadata store), while a process
+        stopped inside a write transaction of the sqlite store keeps the store locked for
+        every process. Seed 10 with 60 faults and --subscriptions stretched the hangs of a
+        bookie just restarted and of a consumer (planned 7.5 s and 4.6 s) to 92 s that way:
+        the restarting bookies could not open the store (each start failing only after its
+        busy timeout, the loop waiting), writers hung in create_ledger. The heal step still
+        runs (again: harmless) and counts."""
+        heal_at = next(s.at_s for s in self.steps if s.fault_id == step.fault_id and not s.is_fault)
+        timer = threading.Timer(max(0.0, self.t0 + heal_at - time.monotonic()), heal)
+        timer.daemon = True
+        timer.start()
+        self.heal_timers[step.fault_id] = timer
+
+    def cancel_heal_timer(self, step: Step) -> None:
+        timer = self.heal_timers.pop(step.fault_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    def drain(self) -> None:
+        """Every other worker stopped: a fresh consumer empties the subscription (sub_worker.py's
+        ``drain``), recording what it receives like the others."""
+        cfg = self.config
+        drain = self.spawn(
+            "drain", "drain", -1, "--log", SUB_LOG, "--sub", SUB_NAME, "--drain-s", str(DRAIN_S), module=SUB_MODULE
+        )
+        drain.stopping = True  # waited for here, not supervised
+        budget = DRAIN_S + 2 * cfg.call_timeout_s + 30
+        try:
+            code = drain.proc.wait(timeout=budget)
+        except subprocess.TimeoutExpired:
+            drain.proc.kill()
+            drain.proc.wait(timeout=30)
+            self.fail(f"the drain of subscription {SUB_LOG}/{SUB_NAME} did not end within {budget:.0f} s; log tail: "
+                      f"{file_tail(drain.log_path)}")
+            return
+        if code not in (0, HUNG_EXIT):  # HUNG_EXIT: recorded (sub-drain-stuck or hung), the checks say it
+            self.fail(f"the drain exited with status {code}; log tail: {file_tail(drain.log_path)}")
+
     def live_writer(self, slot: int) -> WorkerProc | None:
         for w in reversed(self.workers):
             if w.role == "writer" and w.slot == slot and w.proc.poll() is None and not w.stopping:
@@ -403,6 +543,10 @@ class Run:
                 self.spawn_writer(w.slot)
             elif w.role == "reader":
                 self.spawn_reader(w.slot)
+            elif w.role == "producer":
+                self.spawn_producer()
+            elif w.role == "consumer":
+                self.spawn_consumer(w.slot)
 
     # -- the run -------------------------------------------------------------------------
 
@@ -433,6 +577,9 @@ class Run:
                     return
                 self.spawn_recovery(ledgers[-1])
             self.report.done[action] += 1
+            return
+        if action in CONSUMER_ACTIONS:
+            self.execute_consumer(step)
             return
         if action in NETWORK_ACTIONS:
             assert self.network is not None, "network faults are drawn only for partition runs"
@@ -468,9 +615,11 @@ class Run:
             bookie.lose_power()
         elif action == "hang":
             self.hang(bookie)
+            self.heal_on_time(step, lambda: resume_worker(bookie))
         elif action == "disk_full":
             self.fill_disk(bookie)
         elif action == "resume":
+            self.cancel_heal_timer(step)
             self.resume(bookie)
         elif action == "disk_free":
             self.free_disk(bookie)
@@ -516,9 +665,11 @@ class Run:
                 self.spawn_writer(slot)
             for slot in range(cfg.readers):
                 self.spawn_reader(slot)
+            if cfg.subscriptions:
+                self.start_subscriptions()
             self.start_extra()
             phase("start")
-            t0 = time.monotonic()
+            t0 = self.t0 = time.monotonic()
             for step in self.steps:
                 self.sleep_until(t0, step.at_s)
                 lag = time.monotonic() - t0 - step.at_s
@@ -537,14 +688,23 @@ class Run:
             self.before_stop()
             self.stop_workers()
             phase("stop")
-            self.report.check = trio.run(
-                check_cluster, self.cluster, list(read_records(self.records_dir)), cfg.call_timeout_s
-            )
+            if cfg.subscriptions:
+                # Before the ledger checks, which then run on a quiet cluster: the drain
+                # closes the log's last segment, and its owner is gone (an owner deletes
+                # state ledgers as it snapshots).
+                self.drain()
+                phase("drain")
+            records = list(read_records(self.records_dir))
+            self.report.check = trio.run(check_cluster, self.cluster, records, cfg.call_timeout_s)
+            if cfg.subscriptions:
+                check_subscriptions(records, self.report.check, cfg.sub_lease_s)
             self.extra_checks(self.report.check)
             phase("checks")
             self.collect_log_errors()
         finally:
             self.report.seconds = time.monotonic() - started
+            for timer in self.heal_timers.values():
+                timer.cancel()
             for w in self.workers:
                 if w.proc.poll() is None:
                     w.proc.kill()
@@ -568,7 +728,9 @@ class Run:
     def extra_checks(self, result: CheckResult) -> None: ...
 
     def heal_all(self) -> None:
-        """After the schedule: every bookie running and reachable (none should be down, but be sure)."""
+        """After the schedule: every bookie running and reachable (none should be down, but be
+        sure), and no consumer stopped."""
+        self.resume_consumers()
         if self.network is not None:
             try:
                 self.network.heal_all()
@@ -617,6 +779,12 @@ class Run:
                 self.report.notes.append(
                     f"{bookie.bookie_id} logged {count} traceback(s) ({bookie.log_path}); the first:\n{excerpt}"
                 )
+
+
+def resume_worker(worker: WorkerProc | BookieProcess) -> None:
+    """SIGCONT, unless it is gone."""
+    if worker.proc is not None and worker.proc.poll() is None:
+        worker.proc.send_signal(signal.SIGCONT)
 
 
 def file_tail(path: Path, size: int = 1500) -> str:

@@ -6,6 +6,8 @@ on the command line, so ``pytest --fault-seeds 20`` from the repo root would be 
 ``--fault-seeds N``     the seeded test runs seeds 1..N (default 3)
 ``--fault-events M``    faults per seeded run (default 34: 3 seeds give >= 100 faults in all)
 ``--fault-seed S``      run exactly seed S (repeatable; overrides --fault-seeds)
+``--fault-subscriptions``  the seeded runs add a subscription, its producer and consumers, and
+                       consumer kills and hangs to their faults (schedule.with_subscriptions)
 """
 
 from __future__ import annotations
@@ -24,3 +26,5 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"faults per seeded run (default {DEFAULT_EVENTS})")
     group.addoption("--fault-seed", type=int, action="append", default=[], metavar="S",
                     help="run exactly this seed (repeatable); overrides --fault-seeds")
+    group.addoption("--fault-subscriptions", action="store_true", default=False,
+                    help="seeded runs with a key_shared subscription and consumer kills and hangs (another schedule)")

@@ -39,6 +39,12 @@ Rules that keep every loss a defect (none makes a loss legitimate):
 * a clock fault moves a bookie's wall clock (an hour ahead or behind, or twice as fast) and
   puts it right later; it is counted like the others per bookie, though the bookie serves
   on: nothing of a bookie's may depend on its wall clock being right.
+* subscription runs (``subscriptions=True``: a producer appending keyed records to a log and
+  consumers of its key_shared subscription, sub_worker.py) add two faults of the consumers:
+  one killed (kill -9) and replaced at once, and one hung (SIGSTOP) and resumed later, for
+  less than the call deadline, as bookies are. One fault per consumer at a time (a hung one
+  is resumed before it is killed or hung again); neither counts against ``max_down``. Only
+  configs that give them a weight draw them, so every other config's schedule is unchanged.
 """
 
 from __future__ import annotations
@@ -70,6 +76,10 @@ class Fault(enum.Enum):
     ZK_CUT_LEADER = "zk_cut_leader"  # the leader (whichever it is then) cut from the other members
     ZK_CUT_CLIENTS = "zk_cut_clients"  # a member cut from every bookie and worker host
     CLOCK = "clock"  # a bookie's wall clock jumps an hour ahead or behind, or runs fast; put right later
+    # Faults of the subscription's consumers (subscription runs); last, so that the draws of
+    # configs without them stay as they were:
+    CONSUMER_KILL = "consumer_kill"  # kill -9 a consumer; another takes its place at once
+    CONSUMER_HANG = "consumer_hang"  # SIGSTOP a consumer; SIGCONT later ("consumer_resume")
 
 
 LINK_FAULTS = (Fault.SLOW_LINK, Fault.NARROW_LINK, Fault.BLACKHOLE, Fault.TORN_FRAME, Fault.LINK_RESET)
@@ -80,6 +90,8 @@ STORE_FAULTS = (Fault.ZK_KILL, Fault.ZK_CUT_LEADER, Fault.ZK_CUT_CLIENTS)
 STORE_MEMBERS = 3
 #: Faults of the network between simulated hosts (and of what runs only there): only in partition runs.
 NETWORK_FAULTS = (Fault.ISOLATE, Fault.CUT, *LINK_FAULTS, *STORE_FAULTS)
+#: Faults of the subscription's consumers: only in subscription runs.
+CONSUMER_FAULTS = (Fault.CONSUMER_KILL, Fault.CONSUMER_HANG)
 #: Faults after which a bookie restarts uncleanly (BYPASS ledgers fenced and in limbo).
 UNCLEAN = (Fault.KILL, Fault.POWER_CUT)
 
@@ -89,8 +101,11 @@ HEAL = {
     Fault.ISOLATE: "reconnect", Fault.CUT: "rejoin", Fault.CLOCK: "clock_right",
     **{f: "restore_link" for f in LINK_FAULTS},
     Fault.ZK_KILL: "zk_restart", Fault.ZK_CUT_LEADER: "zk_rejoin", Fault.ZK_CUT_CLIENTS: "zk_rejoin",
+    Fault.CONSUMER_HANG: "consumer_resume",
 }
 HEALS = frozenset(HEAL.values())
+#: The steps that act on a consumer of the subscription (harness.py).
+CONSUMER_ACTIONS = frozenset({*(f.value for f in CONSUMER_FAULTS), HEAL[Fault.CONSUMER_HANG]})
 #: What a clock fault does to the bookie's wall clock (bkframe.testing.faults.clocks), drawn per fault.
 CLOCKS = ("ahead", "behind", "fast")
 
@@ -180,11 +195,20 @@ class RunConfig:
     #: disk-full layer; its disk_full is another file filling that filesystem to 100 %.
     #: Not with partitions.
     small_disk: str = ""
+    #: A log of keyed records, a producer appending to it and ``consumers`` processes of its
+    #: key_shared subscription (sub_worker.py), drained and judged after the run (sub_checks.py);
+    #: the consumer faults are drawn only then (and only with a weight).
+    subscriptions: bool = False
+    consumers: int = 2
+    #: The subscription's lease time: hangs of consumers run past it at the top, so that their
+    #: records are leased again to the others.
+    sub_lease_s: float = 3.0
+    consumer_hang_s: tuple[float, float] = (0.5, 6.0)
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.max_down < self.bookies:
             raise ValueError(f"max_down must be in 0..{self.bookies - 1}, got {self.max_down}")
-        if max(self.hang_s[1], self.partition_s[1], self.link_s[1]) >= self.call_timeout_s:
+        if max(self.hang_s[1], self.partition_s[1], self.link_s[1], self.consumer_hang_s[1]) >= self.call_timeout_s:
             raise ValueError("hangs and partitions must end before the workers' call deadline, or each is reported as a hang")
         if self.small_disk and self.partitions:
             raise ValueError("small_disk runs have no simulated hosts (partitions=False)")
@@ -221,6 +245,16 @@ class RunConfig:
         return dict(self.weights).get(fault, 0.0)
 
 
+def with_subscriptions(config: RunConfig, weight: float = 2.0) -> RunConfig:
+    """``config`` with a subscription and its consumers, their kills and hangs drawn among the
+    other faults (``weight`` each; another schedule than ``config``'s, as its weights differ).
+    No clock faults: the checks read a lease's time off its owner's clock (sub_checks.py), and
+    an owner may run on a bookie."""
+    weights = {**dict(config.weights), Fault.CONSUMER_KILL: weight, Fault.CONSUMER_HANG: weight}
+    weights.pop(Fault.CLOCK, None)
+    return attrs.evolve(config, subscriptions=True, weights=tuple(weights.items()))
+
+
 @attrs.frozen
 class Step:
     """One action of the schedule, at ``at_s`` seconds after the workers started."""
@@ -250,6 +284,8 @@ class Step:
     def describe(self) -> str:
         writer = self.action in ("writer_death", "recover_while_writing")
         who = f"writer w{self.target}" if writer else f"bookie-{self.target}"
+        if self.action in CONSUMER_ACTIONS:
+            who = f"consumer c{self.target}"
         if self.action.startswith("zk_"):
             who = "the zk leader" if self.action == Fault.ZK_CUT_LEADER.value else f"zk member {self.target}"
         if self.peer >= 0:
@@ -267,6 +303,7 @@ def make_schedule(config: RunConfig) -> list[Step]:
         f for f in Fault
         if config.weight(f) > 0 and (f in BOOKIE_FAULTS or f in STORE_FAULTS or config.writers > 0)
         and (config.partitions or f not in NETWORK_FAULTS) and (f is not Fault.CUT or config.writers > 0)
+        and (f not in CONSUMER_FAULTS or (config.subscriptions and config.consumers > 0))
     ]
     weights = [config.weight(f) for f in kinds]
     steps: list[Step] = []
@@ -274,6 +311,8 @@ def make_schedule(config: RunConfig) -> list[Step]:
     active: dict[int, tuple[Fault, float, int, int]] = {}
     #: ZooKeeper member -> (fault, heal time, fault id): one at a time.
     members: dict[int, tuple[Fault, float, int]] = {}
+    #: Hung consumer slot -> (resume time, fault id).
+    hung: dict[int, tuple[float, int]] = {}
     t = config.warmup_s
     injected = 0
     attempts = 0
@@ -288,6 +327,10 @@ def make_schedule(config: RunConfig) -> list[Step]:
             if heal_at <= now:
                 steps.append(Step(heal_at, HEAL[fault], member, fid))
                 del members[member]
+        for slot, (heal_at, fid) in list(hung.items()):
+            if heal_at <= now:
+                steps.append(Step(heal_at, HEAL[Fault.CONSUMER_HANG], slot, fid))
+                del hung[slot]
 
     while kinds and injected < config.events:
         attempts += 1
@@ -331,6 +374,14 @@ def make_schedule(config: RunConfig) -> list[Step]:
             lo, hi = config.down_s if fault is Fault.ZK_KILL else config.link_s
             members[member] = (fault, t + lo + length * (hi - lo), injected)
             steps.append(Step(t, fault.value, member, injected))
+        elif fault in CONSUMER_FAULTS:
+            slot = int(pick * config.consumers)
+            if slot in hung:
+                continue  # one fault per consumer at a time: a hung one is resumed first
+            if fault is Fault.CONSUMER_HANG:
+                lo, hi = config.consumer_hang_s
+                hung[slot] = (t + lo + length * (hi - lo), injected)
+            steps.append(Step(t, fault.value, slot, injected))
         else:
             steps.append(Step(t, fault.value, int(pick * config.writers), injected))
         injected += 1

@@ -25,13 +25,14 @@ import bkframe
 from bkframe import LedgerStateName
 from bkframe.client.entry_format import Digester
 from bkframe.core.ledger_keys import master_key
-from tests.faults.checks import check_cluster
-from tests.faults.harness import REPO, open_ledgers_tagged, run_faults
+from tests.faults.checks import CheckResult, check_cluster
+from tests.faults.harness import REPO, RunReport, open_ledgers_tagged, run_faults
 from tests.faults.payloads import BIG_KEY, PASSWORD, SEED_KEY, WRITER_KEY, digest, payload
 from tests.faults.records import read_record_file
 from tests.faults.schedule import (
     ALL_LEDGERS,
     BOOKIE_FAULTS,
+    CONSUMER_ACTIONS,
     DEFAULT_WEIGHTS,
     HEAL,
     LINK_FAULTS,
@@ -43,17 +44,21 @@ from tests.faults.schedule import (
     Fault,
     RunConfig,
     make_schedule,
+    with_subscriptions,
 )
+from tests.faults.sub_checks import KINDS as SUB_KINDS
+from tests.faults.sub_checks import check_subscriptions
 from tests.faults.worker import GAVE_UP_EXIT, HUNG_EXIT
 
 
-def run_and_judge(config: RunConfig, workdir: Path, nodeid: str = "") -> None:
+def run_and_judge(config: RunConfig, workdir: Path, nodeid: str = "") -> RunReport:
     reproduce = f"uv run --all-packages pytest '{nodeid}' -s" if nodeid else ""
     report = run_faults(config, workdir, reproduce)
     if report.ok:
         print(report.summary())  # shown with -s
     else:
         pytest.fail("\n" + report.summary(), pytrace=False)
+    return report
 
 
 # -- the schedule ------------------------------------------------------------------------
@@ -107,6 +112,56 @@ def test_schedule_is_a_function_of_the_seed_and_keeps_the_rules(ledgers: Any, pa
 def test_hangs_end_before_the_call_deadline() -> None:
     with pytest.raises(ValueError, match="deadline"):
         RunConfig(seed=1, events=1, hang_s=(1.0, 90.0), call_timeout_s=60.0)
+    with pytest.raises(ValueError, match="deadline"):
+        RunConfig(seed=1, events=1, subscriptions=True, consumer_hang_s=(1.0, 90.0), call_timeout_s=60.0)
+
+
+#: The subscription run: a log producer, two consumers of its key_shared subscription killed
+#: and hung, and bookies killed (their state ledgers and the log's segments on them) one at a
+#: time. Seed 48 draws three bookie kills, three consumer kills and two consumer hangs (one
+#: past the lease time) in 17 s.
+SUBSCRIPTION_RUN = RunConfig(
+    seed=48,
+    events=8,
+    bookies=4,
+    writers=1,
+    readers=0,
+    ledgers=(("PD_JOURNAL", 3, 3, 2),),
+    weights=((Fault.KILL, 1.0), (Fault.CONSUMER_KILL, 1.0), (Fault.CONSUMER_HANG, 1.0)),
+    max_down=1,
+    mean_gap_s=1.5,
+    subscriptions=True,
+)
+
+
+def test_consumer_faults_only_where_enabled_and_one_per_consumer_at_a_time() -> None:
+    consumer_weights = (*DEFAULT_WEIGHTS.items(), (Fault.CONSUMER_KILL, 2.0), (Fault.CONSUMER_HANG, 2.0))
+    for seed in range(40):
+        # The flag alone draws nothing new: the seeds of runs without consumer faults replay.
+        plain = RunConfig(seed=seed, events=30)
+        assert make_schedule(attrs.evolve(plain, subscriptions=True)) == make_schedule(plain)
+        assert not {s.action for s in make_schedule(plain)} & CONSUMER_ACTIONS
+        # Weights without the flag draw none either.
+        assert not {s.action for s in make_schedule(attrs.evolve(plain, weights=consumer_weights))} & CONSUMER_ACTIONS
+        config = attrs.evolve(plain, weights=consumer_weights, subscriptions=True)
+        steps = make_schedule(config)
+        assert steps == make_schedule(config)
+        hung: dict[int, float] = {}
+        for s in steps:
+            if s.action not in CONSUMER_ACTIONS:
+                continue
+            assert 0 <= s.target < config.consumers, s.describe()
+            if s.action == "consumer_resume":
+                started = hung.pop(s.target)
+                lo, hi = config.consumer_hang_s
+                assert lo <= s.at_s - started <= hi, s.describe()
+            else:
+                assert s.target not in hung, f"seed {seed}: {s.describe()} while that consumer is hung"
+                if s.action == "consumer_hang":
+                    hung[s.target] = s.at_s
+        assert not hung, f"seed {seed}: consumers left hung: {hung}"
+    kinds = {s.action for s in make_schedule(SUBSCRIPTION_RUN) if s.is_fault}
+    assert kinds == {"kill", "consumer_kill", "consumer_hang"}, kinds
 
 
 # -- the checks catch what they look for -------------------------------------------------
@@ -208,6 +263,113 @@ async def test_the_checks_catch_each_kind_of_failure(cluster_factory: Any) -> No
     assert result.stats["fence_probes"] == 2  # "lost" and "unfenced": closed by a recovery, no close() recorded
 
 
+SUB_LEASE_S = 3.0
+
+
+def honest_subscription_records() -> list[dict[str, Any]]:
+    """A small subscription run as its workers would record it: six keyed records (keys k0
+    and k1 alternating), consumed by c0, which nacks 0:5 and is killed holding 0:4; c1 gets
+    both again (delivery 2) and acks them; the drain finds nothing left."""
+    t0 = 1_800_000_000.0
+    records: list[dict[str, Any]] = []
+
+    def rec(ev: str, src: str, t: float, **fields: Any) -> None:
+        records.append({"t": t0 + t, "src": src, "ev": ev, **fields})
+
+    for i in range(6):
+        rec("sub-append", "p0", 0.01 * i, log="subjobs", pos=f"0:{i}", key=f"k{i % 2}", seq=i)
+
+    def deliver(src: str, i: int, leased: float, count: int = 1, settle: str = "ack") -> None:
+        pos = f"0:{i}"
+        deadline = round((t0 + leased + SUB_LEASE_S) * 1000)
+        rec("sub-recv", src, leased + 0.001, pos=pos, key=f"k{i % 2}", producer="p0", seq=i, count=count,
+            deadline=deadline)
+        if settle:
+            rec(f"sub-{settle}ing", src, leased + 0.01, pos=pos)
+            rec(f"sub-{settle}ed", src, leased + 0.02, pos=pos)
+
+    for i in range(4):
+        deliver("c0", i, 1.0 + 0.1 * i)
+    deliver("c0", 4, 1.4, settle="")
+    deliver("c0", 5, 1.45, settle="nack")
+    rec("sub-killed", "harness", 1.5, consumer="c0")
+    deliver("c1", 5, 1.6, count=2)
+    deliver("c1", 4, 4.5, count=2)  # after its lease at c0 ended
+    rec("sub-drained", "drain", 6.0, backlog=0, in_flight=0, acked=6, redelivered=2, delivered=8, epoch=2, seconds=1.0)
+    return records
+
+
+def doctor(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """``records`` with one breach of the kind named (sub_checks.py), as a broken subscription would leave them."""
+    out = [dict(r) for r in records]
+    t0 = min(r["t"] for r in out)
+
+    def receipt(src: str, pos: str) -> dict[str, Any]:
+        return next(r for r in out if r["ev"] == "sub-recv" and r["src"] == src and r["pos"] == pos)
+
+    def move_lease(r: dict[str, Any], leased: float) -> None:
+        r["deadline"] = round((t0 + leased + SUB_LEASE_S) * 1000)
+        r["t"] = t0 + leased + 0.001
+
+    # The owner's totals (the drain's record) as that owner would have counted.
+    drained = next(r for r in out if r["ev"] == "sub-drained")
+    if kind == "sub-lost":  # 0:3 never delivered
+        out = [r for r in out if not (r["ev"].startswith("sub-") and r.get("pos") == "0:3" and r["src"] == "c0")]
+        drained["acked"] -= 1
+        drained["delivered"] -= 1
+    elif kind == "sub-acked-redelivered":  # 0:1, acked by c0, leased again to c1 long after
+        again = {**receipt("c0", "0:1"), "src": "c1", "count": 2}
+        move_lease(again, 5.0)
+        out.append(again)
+        drained["delivered"] += 1
+        drained["redelivered"] += 1
+    elif kind == "sub-key-overlap":  # 0:2 (k0) leased while 0:0 (k0) was held, before its ack was sent
+        move_lease(receipt("c0", "0:2"), 1.005)
+    elif kind == "sub-key-order":  # 0:2 (k0) delivered and acked before 0:0 was first delivered
+        for r in out:
+            if r.get("pos") == "0:2" and r["ev"] != "sub-append":
+                r["t"] -= 0.7
+        move_lease(receipt("c0", "0:2"), 0.5)
+    elif kind == "sub-count":  # 0:4 delivered again with the count of its first delivery
+        receipt("c1", "0:4")["count"] = 1
+    elif kind == "sub-stuck":
+        out = [r for r in out if r["ev"] != "sub-drained"]
+        out.append({"t": t0 + 90, "src": "drain", "ev": "sub-drain-stuck", "backlog": 1, "in_flight": 1, "error": "",
+                    "seconds": 90.0})
+    elif kind == "sub-wrong-record":  # c1 got other bytes at 0:5
+        receipt("c1", "0:5")["seq"] = 9
+    elif kind == "sub-counters":  # an owner forgot an ack its predecessor counted
+        drained["acked"] -= 1
+    else:
+        raise AssertionError(kind)
+    return out
+
+
+#: Each breach, and the position (or words) its failure must name.
+BREACHES = {
+    "sub-lost": "0:3", "sub-acked-redelivered": "0:1", "sub-key-overlap": "0:2", "sub-key-order": "0:2",
+    "sub-count": "0:4", "sub-stuck": "backlog 1", "sub-wrong-record": "0:5", "sub-counters": "acked 5",
+}
+
+
+def test_the_subscription_checks_pass_an_honest_run() -> None:
+    result = CheckResult()
+    check_subscriptions(honest_subscription_records(), result, SUB_LEASE_S)
+    assert result.failures == []
+    assert result.stats["sub_appended"] == 6 and result.stats["sub_received"] == 8
+    assert result.stats["sub_redelivered"] == 2 and result.stats["sub_acked"] == 6
+
+
+@pytest.mark.parametrize("kind", sorted(BREACHES))
+def test_the_subscription_checks_catch_each_kind_of_breach(kind: str) -> None:
+    """Records doctored with one breach each: its check fails, naming the position, and no other does."""
+    assert set(BREACHES) == set(SUB_KINDS), "every check of sub_checks.py has its breach here"
+    result = CheckResult()
+    check_subscriptions(doctor(honest_subscription_records(), kind), result, SUB_LEASE_S)
+    assert dict(result.kinds) == {kind: 1}, result.failures
+    assert BREACHES[kind] in result.failures[0], result.failures
+
+
 async def test_a_ledger_its_writer_died_before_recording_is_found_for_recovery(cluster_factory: Any) -> None:
     """A writer killed between create_ledger's return and its "created" record leaves an open
     ledger no record names; the harness finds it by its tag (CI once saw one stay in a
@@ -301,6 +463,24 @@ def test_large_entries_written_once_under_kills_and_power_cuts(tmp_path: Path, r
 
 
 @pytest.mark.subprocess
-def test_seeded_fault_schedule(tmp_path: Path, fault_seed: int, fault_events: int) -> None:
-    """Every fault kind over every ledger type (odd seeds) or the journaled ones (even)."""
-    run_and_judge(RunConfig.for_seed(fault_seed, fault_events), tmp_path / "run")
+def test_subscription_under_consumer_and_bookie_faults(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A key_shared subscription's consumers killed (kill -9) and hung (SIGSTOP, one past the
+    lease time), bookies killed under its state ledgers and its log: drained afterwards,
+    nothing acknowledged to the producer is lost, no acked record is leased again, no key's
+    records overlap or leave log order, delivery counts grow (sub_checks.py)."""
+    report = run_and_judge(SUBSCRIPTION_RUN, tmp_path / "run", request.node.nodeid)
+    assert {k: report.done[k] for k in ("kill", "consumer_kill", "consumer_hang")} == {
+        "kill": 3, "consumer_kill": 3, "consumer_hang": 2,
+    }, report.done
+    assert report.check is not None
+    stats = report.check.stats
+    # The faults did bite: records came again (a killed or hung consumer's), and owners changed.
+    assert stats["sub_appended"] > 100 and stats["sub_redelivered"] > 0 and stats["sub_epoch"] > 2, stats
+
+
+@pytest.mark.subprocess
+def test_seeded_fault_schedule(tmp_path: Path, fault_seed: int, fault_events: int, fault_subscriptions: bool) -> None:
+    """Every fault kind over every ledger type (odd seeds) or the journaled ones (even);
+    with ``--fault-subscriptions``, a subscription's consumers killed and hung among them."""
+    config = RunConfig.for_seed(fault_seed, fault_events)
+    run_and_judge(with_subscriptions(config) if fault_subscriptions else config, tmp_path / "run")
