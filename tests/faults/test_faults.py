@@ -474,8 +474,9 @@ def test_subscription_under_consumer_and_bookie_faults(tmp_path: Path, request: 
     }, report.done
     assert report.check is not None
     stats = report.check.stats
-    # The faults did bite: records came again (a killed or hung consumer's), and owners changed.
-    assert stats["sub_appended"] > 100 and stats["sub_redelivered"] > 0 and stats["sub_epoch"] > 2, stats
+    # The faults did bite: records came again (a killed or hung consumer's), and the owner moved
+    # (a bookie hosts it: a kill of that bookie hands the subscription to another, fenced).
+    assert stats["sub_appended"] > 100 and stats["sub_redelivered"] > 0 and stats["sub_epoch"] >= 2, stats
 
 
 @pytest.mark.subprocess
