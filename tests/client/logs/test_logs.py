@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from collections import deque
 from pathlib import Path
 
@@ -420,3 +421,48 @@ async def test_rollover_by_bytes_and_age_and_a_commit_beside_a_writer(log_cluste
         after = await (await logs.open_writer(per_backend("mixed"))).close()
         assert after.segments == before.segments and after.next_segment == before.next_segment
         assert after.writer == "" and after.garbage == ()
+
+
+async def test_a_subscription_on_each_metadata_store(log_cluster: Cluster) -> None:
+    """Subscriptions run on every store (docs/subscriptions.md): the owner's lock, its record
+    and the fence in the log's record on sqlite, ZooKeeper and etcd. Two consumers (two
+    clients) share a subscription through the bookie that owns it, and the rest is acked with an
+    exactly-once commit of an output ledger (SUB_COMMIT, the fence checked by the store's
+    multi-log update)."""
+    uri = log_cluster.metadata
+    name = f"sub-{uuid.uuid4().hex[:8]}"
+    async with bkframe.open_client(uri) as client:
+        logs = client.logs
+        await logs.create(name, rollover_entries=20)
+        await logs.create(f"{name}-out")
+        async with await logs.open_writer(name) as w:
+            await w.append_many([bkframe.Record(b"r%d" % i, key=b"k%d" % (i % 4)) for i in range(50)])
+        await logs.create_subscription(name, "s")
+        seen: list[Position] = []
+        async with bkframe.open_client(uri) as other, await logs.subscribe(name, "s", prefetch=1) as a, \
+                await other.logs.subscribe(name, "s", prefetch=1) as b:
+            while len(seen) < 40:
+                for sub in (a, b):
+                    msg = await sub.receive(timeout_s=5)
+                    assert msg is not None
+                    seen.append(msg.position)
+                    await msg.ack()
+            stats = await logs.subscription_stats(name, "s")
+            assert (stats.backlog, stats.acked) == (10, 40) and stats.owner is not None
+            rest: list[Position] = []
+            with anyio.fail_after(60):
+                while len(rest) < 10:  # from either: some may be in b's prefetch
+                    for sub in (a, b):
+                        msg = await sub.receive(timeout_s=0.2)
+                        if msg is not None:
+                            rest.append(msg.position)
+            out = await client.create_ledger(custom=bkframe.ENVELOPE_CUSTOM)
+            await out.append(bkframe.encode_record(b"done"))
+            await out.close()
+            result = await a.commit(rest, {f"{name}-out": [out.ledger_id]})
+            assert result[f"{name}-out"].segments == (0,)
+        dup = [p for p in seen + rest if (seen + rest).count(p) > 1]
+        assert not dup and len(seen + rest) == 50, (dup, len(seen), len(rest), seen, rest)
+        stats = await logs.subscription_stats(name, "s")
+        assert (stats.backlog, stats.acked) == (0, 50)
+        assert (await logs.metadata(name)).fences == {"subscription/s": stats.epoch}
