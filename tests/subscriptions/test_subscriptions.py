@@ -4,6 +4,7 @@ order, and a fenced owner that can confirm nothing."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter, defaultdict
 from contextlib import AsyncExitStack
@@ -16,6 +17,8 @@ import trio
 import bkframe
 from bkframe import Position
 from bkframe.admin.metrics import bookie_registry
+from bkframe.admin.status import StatusPage
+from bkframe.bench.scale_metadata import Admin
 from bkframe.errors import NotOwnerError, SubscriptionError, SubscriptionExistsError, UnauthorizedError
 from bkframe.subscriptions.dispatcher import Dispatcher
 from bkframe.subscriptions.owner import Settle
@@ -334,3 +337,23 @@ async def test_a_bookie_shows_the_owners_it_hosts_on_its_metrics(tmp_path: Path)
         [host] = [s for s in services if s.bookie is not None and s.bookie.bookie_id == owner]
         metrics = prometheus_client.generate_latest(bookie_registry(host)).decode()
         assert 'bkframe_subscription_acked_total{log="watched",subscription="s"} 10.0' in metrics
+
+
+async def test_the_status_page_shows_a_subscriptions_backlog_and_owner(bookies: str) -> None:
+    async with bkframe.open_client(bookies) as bk:
+        await fill(bk, "shown", 12)
+        await bk.logs.create_cursor("shown", "reader")
+        await bk.logs.create_subscription("shown", "s")
+        async with await bk.logs.subscribe("shown", "s", prefetch=2) as sub:
+            for _ in range(5):
+                msg = await sub.receive()
+                assert msg is not None
+                await msg.ack()
+            held = await sub.receive()  # leased, not acked: in flight
+            assert held is not None
+            body = await StatusPage(Admin(bk.metadata, client=bk)).cluster(bk.metadata)
+        owner = (await bk.logs.subscription_stats("shown", "s")).owner
+        row = re.search(r"subscription s: backlog (\d+), in flight (\d+), redelivered (\d+) \(owner ([^)]*)\)", body)
+        assert row is not None, body[body.find("<h2>Logs") :][:1500]
+        assert (row[1], row[3], row[4]) == ("7", "0", owner) and int(row[2]) >= 1  # the held one, at least
+        assert "reader: lag 12" in body  # a plain cursor beside it, as before
