@@ -40,9 +40,11 @@ from tests.faults.checks import CheckResult, check_cluster
 from tests.faults.clock_faults import CLOCK_ACTIONS, FaultClocks
 from tests.faults.network import NETWORK_ACTIONS, FaultNetwork, FaultNetworkError
 from tests.faults.payloads import WRITER_KEY
+from tests.faults.procs import WorkerProc, file_tail, resume_worker
 from tests.faults.records import RecordFile, read_record_file, read_records
 from tests.faults.schedule import CONSUMER_ACTIONS, HEALS, Fault, RunConfig, Step, make_schedule
 from tests.faults.sub_checks import check_subscriptions
+from tests.faults.sub_run import SubscriptionWorkload
 from tests.faults.worker import GAVE_UP_EXIT, HUNG_EXIT
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,16 +76,6 @@ LIMBO_S_PER_LEDGER = 2.0
 RECOVER_GIVE_UP_S = 120.0
 #: Where failed runs' evidence is copied (see run_faults).
 KEEP_ENV = "BKFRAME_FAULTS_KEEP"
-#: Subscription runs: the log, its key_shared subscription and how its records roll over
-#: (small segments: the owner follows the log across several rollovers in a short run).
-SUB_LOG = "subjobs"
-SUB_NAME = "workers"
-SUB_ROLLOVER_ENTRIES = 100
-SUB_MODULE = "tests.faults.sub_worker"
-#: The drain gives up on emptying the subscription after this long (it records how long it took).
-DRAIN_S = 90.0
-
-
 async def open_ledgers_tagged(client: bkframe.Client, writer_name: str, after: int) -> list[int]:
     """Open ledgers with ids above ``after`` that ``writer_name`` created: a writer killed
     between create_ledger's return and its "created" record leaves one nobody knows of,
@@ -97,17 +89,6 @@ async def open_ledgers_tagged(client: bkframe.Client, writer_name: str, after: i
         if md.custom.get(WRITER_KEY) == writer_name and not md.closed:
             found.append(ledger)
     return found
-
-
-@attrs.define
-class WorkerProc:
-    role: str
-    name: str
-    #: Writer slot (the schedule's writer index) or reader index; -1 for recoveries.
-    slot: int
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    stopping: bool = False
 
 
 @attrs.define
@@ -178,7 +159,7 @@ class RunReport:
         return "\n".join(lines)
 
 
-class Run:
+class Run(SubscriptionWorkload):
     def __init__(self, config: RunConfig, workdir: Path) -> None:
         self.config = config
         self.workdir = workdir
@@ -360,80 +341,6 @@ class Run:
             "--ledger", str(ledger), "--give-up", str(RECOVER_GIVE_UP_S),
         )
 
-    # -- the subscription's workers (sub_worker.py) --------------------------------------
-
-    def start_subscriptions(self) -> None:
-        """The log and its subscription exist before any of its workers starts: a consumer
-        never waits for them, and the subscription sees the log from its first record."""
-        cfg = self.config
-
-        async def create() -> None:
-            async with bkframe.open_client(self.cluster.metadata) as client:
-                with trio.fail_after(cfg.call_timeout_s):
-                    await client.logs.create(SUB_LOG, rollover_entries=SUB_ROLLOVER_ENTRIES)
-                    await client.logs.create_subscription(SUB_LOG, SUB_NAME, kind="key_shared", lease_s=cfg.sub_lease_s)
-
-        trio.run(create)
-        self.spawn_producer()
-        for slot in range(cfg.consumers):
-            self.spawn_consumer(slot)
-
-    def spawn_sub_worker(self, role: str, prefix: str, slot: int, *extra: str) -> WorkerProc:
-        gen = self.generation[f"{prefix}{slot}"]
-        self.generation[f"{prefix}{slot}"] += 1
-        name = f"{prefix}{slot}" + (f"g{gen}" if gen else "")
-        return self.spawn(
-            role, name, slot, "--stop-file", str(self.stop_dir / name), "--log", SUB_LOG, "--sub", SUB_NAME, *extra,
-            module=SUB_MODULE,
-        )
-
-    def spawn_producer(self) -> WorkerProc:
-        return self.spawn_sub_worker("producer", "p", 0)
-
-    def spawn_consumer(self, slot: int) -> WorkerProc:
-        return self.spawn_sub_worker("consumer", "c", slot)
-
-    def live_worker(self, role: str, slot: int) -> WorkerProc | None:
-        for w in reversed(self.workers):
-            if w.role == role and w.slot == slot and w.proc.poll() is None and not w.stopping:
-                return w
-        return None
-
-    def execute_consumer(self, step: Step) -> None:
-        """kill -9 a consumer (and start another in its slot), or hang it (SIGSTOP) or resume it."""
-        assert self.harness_records is not None, "consumer faults are drawn only in subscription runs"
-        if step.action == "consumer_resume":
-            hung = self.hung_consumers.pop(step.target, None)
-            if hung is None:
-                return  # its hang was not injected
-            self.cancel_heal_timer(step)
-            resume_worker(hung)  # again, if the timer did: harmless
-            self.report.done[step.action] += 1
-            return
-        consumer = self.live_worker("consumer", step.target)
-        if consumer is None:
-            self.skipped.add(step.fault_id)
-            return
-        if step.action == "consumer_kill":
-            # Written before the kill: the checks take it as a moment the consumer surely
-            # still held its leases (an owner may end them from its death on), so it must
-            # not come after the real death.
-            self.harness_records.write("sub-killed", consumer=consumer.name)
-            consumer.proc.kill()
-            consumer.proc.wait(timeout=30)
-            consumer.stopping = True  # gone on purpose: supervise() leaves it
-            self.spawn_consumer(step.target)
-        else:
-            consumer.proc.send_signal(signal.SIGSTOP)
-            self.heal_on_time(step, lambda: resume_worker(consumer))
-            self.hung_consumers[step.target] = consumer
-        self.report.done[step.action] += 1
-
-    def resume_consumers(self) -> None:
-        for consumer in self.hung_consumers.values():
-            resume_worker(consumer)
-        self.hung_consumers.clear()
-
     def heal_on_time(self, step: Step, heal: Callable[[], None]) -> None:
         """Run ``heal`` at the time of ``step``'s heal in the schedule, from a timer thread:
         the heal step itself may come late, as the loop runs its steps one by one and one may
@@ -455,29 +362,9 @@ class Run:
         if timer is not None:
             timer.cancel()
 
-    def drain(self) -> None:
-        """Every other worker stopped: a fresh consumer empties the subscription (sub_worker.py's
-        ``drain``), recording what it receives like the others."""
-        cfg = self.config
-        drain = self.spawn(
-            "drain", "drain", -1, "--log", SUB_LOG, "--sub", SUB_NAME, "--drain-s", str(DRAIN_S), module=SUB_MODULE
-        )
-        drain.stopping = True  # waited for here, not supervised
-        budget = DRAIN_S + 2 * cfg.call_timeout_s + 30
-        try:
-            code = drain.proc.wait(timeout=budget)
-        except subprocess.TimeoutExpired:
-            drain.proc.kill()
-            drain.proc.wait(timeout=30)
-            self.fail(f"the drain of subscription {SUB_LOG}/{SUB_NAME} did not end within {budget:.0f} s; log tail: "
-                      f"{file_tail(drain.log_path)}")
-            return
-        if code not in (0, HUNG_EXIT):  # HUNG_EXIT: recorded (sub-drain-stuck or hung), the checks say it
-            self.fail(f"the drain exited with status {code}; log tail: {file_tail(drain.log_path)}")
-
-    def live_writer(self, slot: int) -> WorkerProc | None:
+    def live_worker(self, role: str, slot: int) -> WorkerProc | None:
         for w in reversed(self.workers):
-            if w.role == "writer" and w.slot == slot and w.proc.poll() is None and not w.stopping:
+            if w.role == role and w.slot == slot and w.proc.poll() is None and not w.stopping:
                 return w
         return None
 
@@ -556,7 +443,7 @@ class Run:
     def execute(self, step: Step) -> None:
         action = step.action
         if action in ("writer_death", "recover_while_writing"):
-            writer = self.live_writer(step.target)
+            writer = self.live_worker("writer", step.target)
             if writer is None:
                 return
             if action == "writer_death":
@@ -779,20 +666,6 @@ class Run:
                 self.report.notes.append(
                     f"{bookie.bookie_id} logged {count} traceback(s) ({bookie.log_path}); the first:\n{excerpt}"
                 )
-
-
-def resume_worker(worker: WorkerProc | BookieProcess) -> None:
-    """SIGCONT, unless it is gone."""
-    if worker.proc is not None and worker.proc.poll() is None:
-        worker.proc.send_signal(signal.SIGCONT)
-
-
-def file_tail(path: Path, size: int = 1500) -> str:
-    try:
-        data = path.read_bytes()[-size:]
-    except OSError:
-        return "(no log)"
-    return data.decode(errors="replace")
 
 
 def log_tail(bookie: BookieProcess) -> str:
