@@ -166,8 +166,8 @@ class BookieServer:
                 conn = _Connection(ConnectionMemory(self.memory, address), Outbox(stream), polls, subs, nursery.cancel_scope)
                 self._open.add(conn)
                 nursery.start_soon(self._answer, conn, receive)
-                nursery.start_soon(self._answer_polls, conn, send.clone())
-                nursery.start_soon(self._answer_subscriptions, conn, send.clone())
+                nursery.start_soon(self._answer_later, conn, conn.polls.run, send.clone())
+                nursery.start_soon(self._answer_later, conn, conn.subs.run, send.clone())
                 try:
                     async with send:
                         await self._read_requests(conn, gate, send, nursery, auth_deadline)
@@ -248,8 +248,12 @@ class BookieServer:
             finally:
                 done()
 
-    async def _answer_polls(self, conn: _Connection, send: trio.MemorySendChannel[ResponseBatch]) -> None:
-        """Send the connection's long poll answers as they come, until it closes."""
+    async def _answer_later(
+        self, conn: _Connection, run: Callable[[Callable[[list[bytes]], Awaitable[None]]], Awaitable[None]],
+        send: trio.MemorySendChannel[ResponseBatch],
+    ) -> None:
+        """Send the answers ``run`` gives as they come (the connection's long polls, its
+        SUB_* calls), until the connection closes."""
 
         async def deliver(answers: list[bytes]) -> None:
             conn.outbox.idle = False  # handed over: later answers go after it
@@ -258,21 +262,7 @@ class BookieServer:
 
         async with send:
             try:
-                await conn.polls.run(deliver)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # the connection is gone
-
-    async def _answer_subscriptions(self, conn: _Connection, send: trio.MemorySendChannel[ResponseBatch]) -> None:
-        """Send the connection's SUB_* answers as their owners give them, until it closes."""
-
-        async def deliver(answers: list[bytes]) -> None:
-            conn.outbox.idle = False  # handed over: later answers go after it
-            parts: list[Buffer] = list(answers)
-            await send.send(ResponseBatch(parts))
-
-        async with send:
-            try:
-                await conn.subs.run(deliver)
+                await run(deliver)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # the connection is gone
 
