@@ -24,7 +24,7 @@ from bkframe.client.logs.model import CommitResult, LogEntry, LogMetadata, Segme
 from bkframe.client.logs.positions import Position
 from bkframe.client.logs.reader import LogReader, count_entries
 from bkframe.client.logs.writer import LogWriter
-from bkframe.client.write_handle import WriteHandle
+from bkframe.client.write_handle import PendingAppend, WriteHandle
 from bkframe.core.interfaces import Spawner
 from bkframe.core.interfaces.metadata_store import Lock
 from bkframe.errors import (
@@ -66,6 +66,12 @@ SNAPSHOT_INTERVAL_S = 30.0
 BACKLOG_COUNT_S = 5.0
 #: Records read again per read (redeliveries, holes after a recovery).
 READ_RUN = 500
+#: State-ledger entries in flight at once. The events decided while they are in flight wait
+#: and go out together as the next entry (a group commit): under load, one entry (one
+#: replicated, fsynced add) carries the settles of many consumers; a lone one goes at once.
+JOURNAL_IN_FLIGHT = 1
+#: A group of events larger than this (encoded) is split over several entries.
+JOURNAL_ENTRY_BYTES = 1 << 20
 
 
 def lock_name(log_name: str, name: str) -> str:
@@ -88,6 +94,16 @@ async def read_record(store: object, log_name: str, name: str) -> SubscriptionRe
     return SubscriptionRecord.deserialize(log_name, name, found.value, found.version)
 
 
+@attrs.define(eq=False)
+class _Batch:
+    """Events applied to the state and waiting to go out as one state-ledger entry."""
+
+    events: list[Event] = attrs.Factory(list)
+    #: Set once the entry is durable, or failed (``error``).
+    done: anyio.Event = attrs.Factory(anyio.Event)
+    error: BKError | None = None
+
+
 def segments_of(segments: Sequence[Segment]) -> Segments:
     return Segments(tuple(s.number for s in segments), tuple(s.last_entry_id if s.closed else None for s in segments))
 
@@ -97,7 +113,7 @@ class Dispatcher:
 
     def __init__(
         self, client: object, reader: LogReader, record: SubscriptionRecord, state: SubscriptionState,
-        journal_handle: WriteHandle, lock: Lock, password: bytes, holder: str,
+        journal_handle: WriteHandle, lock: Lock, password: bytes, holder: str, tasks: Spawner,
     ) -> None:
         self.client = client
         self.logs = client.logs  # type: ignore[attr-defined]
@@ -118,6 +134,11 @@ class Dispatcher:
         self._dead: set[int] = set()
         self._dead_wake = anyio.Event()
         self._events = 0
+        #: The group commit: the events waiting for the next entry, and entries in flight.
+        self._batch = _Batch()
+        self._journal_in_flight = 0
+        #: Where the tasks confirming state-ledger entries run.
+        self._tasks = tasks
         #: Records not acked, as of the last count (the metrics' backlog; stats() counts afresh).
         self.backlog = 0
         self._log_version = -1
@@ -137,7 +158,7 @@ class Dispatcher:
             current = await store.lock_holder(lock_name(log_name, name))
             raise NotOwnerError(f"subscription {name!r} of log {log_name!r} is owned by {current}", holder=current)
         try:
-            dispatcher = await cls._start(client, log_name, name, lock, password, holder)
+            dispatcher = await cls._start(client, log_name, name, lock, password, holder, task_group)
         except BaseException:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await lock.release()
@@ -146,7 +167,9 @@ class Dispatcher:
         return dispatcher
 
     @classmethod
-    async def _start(cls, client: object, log_name: str, name: str, lock: Lock, password: bytes, holder: str) -> Dispatcher:
+    async def _start(
+        cls, client: object, log_name: str, name: str, lock: Lock, password: bytes, holder: str, tasks: Spawner,
+    ) -> Dispatcher:
         store = client.metadata  # type: ignore[attr-defined]
         record = await read_record(store, log_name, name)
         reader = await client.logs.reader(log_name, password=password)  # type: ignore[attr-defined]
@@ -165,7 +188,7 @@ class Dispatcher:
         except BadVersionError:
             await _discard(client, handle)
             raise NotOwnerError(f"subscription {name!r} of log {log_name!r} changed while being taken; ask again") from None
-        dispatcher = cls(client, reader, attrs.evolve(new, version=version), state, handle, lock, password, holder)
+        dispatcher = cls(client, reader, attrs.evolve(new, version=version), state, handle, lock, password, holder, tasks)
         await dispatcher._fence_commits()
         await dispatcher._refresh_segments(force=True)
         dispatcher._dead.update(k for k, t in state.delays.items() if t >= NEVER_MS)
@@ -340,17 +363,55 @@ class Dispatcher:
         return events
 
     async def _commit(self, events: list[Event]) -> None:
-        """Append applied ``events`` to the state ledger; returns once they are durable. The
-        append is sent before any other task runs, so the journal's order is the order the
-        events were applied in."""
-        pending = self.journal.append_async(journal.encode_events(events))
+        """Journal applied ``events``; returns once they are durable in the state ledger.
+
+        A group commit: while :data:`JOURNAL_IN_FLIGHT` entries are in flight, the events
+        decided meanwhile wait in one batch, which goes out as the next entry once one of
+        them is confirmed. Entries go out in the order their events were applied (a batch is
+        appended before any later event can be), so recovery applies them in that order."""
+        batch = self._batch
+        batch.events += events
         self._events += len(events)
         self._notify()
+        if self._journal_in_flight < JOURNAL_IN_FLIGHT:
+            self._send_batch()
+        await batch.done.wait()
+        if batch.error is not None:
+            raise NotOwnerError(f"subscription {self.record.name!r}: this owner ended ({self.why_lost}); ask again")
+
+    def _send_batch(self) -> None:
+        """Append the waiting batch to the state ledger now (before any other task runs)."""
+        batch = self._batch
+        if not batch.events:
+            return
+        self._batch = _Batch()
         try:
-            await pending.wait()
+            pending = [self.journal.append_async(entry) for entry in _entries(batch.events)]
         except BKError as e:
-            self._end(f"its state ledger refused an append ({e}): another owner took over, or the bookies failed")
-            raise NotOwnerError(f"subscription {self.record.name!r}: this owner ended ({self.why_lost}); ask again") from None
+            self._failed(batch, e)
+            return
+        self._journal_in_flight += 1
+        self._tasks.start_soon(self._confirm, batch, pending)
+
+    async def _confirm(self, batch: _Batch, pending: list[PendingAppend]) -> None:
+        try:
+            for p in pending:
+                await p.wait()
+        except BKError as e:
+            self._failed(batch, e)
+        finally:
+            self._journal_in_flight -= 1
+            batch.done.set()
+            if not self.lost.is_set():
+                self._send_batch()  # what was decided while this entry was in flight
+            else:
+                self._failed(self._batch, None)
+
+    def _failed(self, batch: _Batch, error: BKError | None) -> None:
+        if error is not None:
+            self._end(f"its state ledger refused an append ({error}): another owner took over, or the bookies failed")
+        batch.error = error or BKError(self.why_lost)
+        batch.done.set()
 
     def _notify(self) -> None:
         self._changed.set()
@@ -542,7 +603,10 @@ class Dispatcher:
             await _discard(self.client, handle)
             raise
         # From here to the switch no other task runs: the snapshot is the state at the
-        # switch, and every later event goes to the new ledger after it.
+        # switch, and every later event goes to the new ledger after it. The events
+        # waiting for the group commit are in the snapshot: they go to the old ledger now,
+        # so that a recovery from the old snapshot has them too.
+        self._send_batch()
         blob = journal.encode_snapshot(self.state)
         inline = len(blob) <= INLINE_SNAPSHOT_BYTES
         parts = [] if inline else [handle.append_async(p) for p in journal.snapshot_parts(blob)]
@@ -595,6 +659,15 @@ def _runs(keys: Sequence[int]) -> list[tuple[int, int]]:
         else:
             runs.append((key, key))
     return runs
+
+
+def _entries(events: list[Event]) -> list[bytes]:
+    """``events`` as state-ledger entries of at most about JOURNAL_ENTRY_BYTES each."""
+    entry = journal.encode_events(events)
+    if len(entry) <= JOURNAL_ENTRY_BYTES or len(events) == 1:
+        return [entry]
+    half = len(events) // 2
+    return _entries(events[:half]) + _entries(events[half:])
 
 
 async def recover(client: object, record: SubscriptionRecord, password: bytes) -> SubscriptionState:

@@ -2,7 +2,7 @@
 (docs/subscriptions.md, "Where it is kept").
 
 An entry is one of
-- ``E`` + a JSON list of events (one entry per decision the owner confirms);
+- ``E`` + a JSON list of events (the decisions of one group commit, in the order taken);
 - ``P`` + a part of a snapshot too large for the record (the parts, in order, make it).
 
 A snapshot is ``u32 header length`` + a JSON header (mark-delete, frontier, delivery counts,

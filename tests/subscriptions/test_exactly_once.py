@@ -76,7 +76,7 @@ async def test_a_replaced_owner_cannot_commit(bookies: str) -> None:
             [d] = await old.lease("c", 1, 1.0)
             lock = await other.metadata.try_lock("other-lock", "new", 10, nursery)
             assert lock is not None
-            new = await Dispatcher._start(other, "in2", "s", lock, b"", "new")  # as if the old lock expired unseen
+            new = await Dispatcher._start(other, "in2", "s", lock, b"", "new", nursery)  # as if the old lock expired unseen
             nursery.start_soon(new._run)
             assert (await other.logs.metadata("in2")).fences == {fence_name("s"): 2}
             with pytest.raises((NotOwnerError, CommitError)):

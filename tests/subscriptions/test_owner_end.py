@@ -27,7 +27,7 @@ async def test_an_owner_fenced_while_its_timer_stores_a_lease_end_ends_without_i
             # unseen: a pause); the old owner's next append is its timer's, ending that lease.
             lock = await other.metadata.try_lock("other-lock", "new", 10, nursery)
             assert lock is not None
-            new = await Dispatcher._start(other, "t", "s", lock, b"", "new")
+            new = await Dispatcher._start(other, "t", "s", lock, b"", "new", nursery)
             with trio.fail_after(10):
                 await old.lost.wait()
             assert "refused an append" in old.why_lost

@@ -206,7 +206,7 @@ async def test_a_fenced_owner_can_confirm_nothing(bookies: str) -> None:
             # The new owner skips the lock (as if the old one's had expired) and fences.
             lock = await other.metadata.try_lock("other-lock", "new", 10, nursery)
             assert lock is not None
-            new = await Dispatcher._start(other, "f", "s", lock, b"", "new")
+            new = await Dispatcher._start(other, "f", "s", lock, b"", "new", nursery)
             nursery.start_soon(new._run)
             with pytest.raises(NotOwnerError):
                 await old.lease("c", 1, 1.0)
@@ -288,6 +288,45 @@ async def test_a_snapshot_and_the_events_after_it_rebuild_the_state(
                 again |= {d.position: d.delivery_count for d in await second.lease("d", 100, 10.0)}
             assert again[leased[0].position] == 2  # nacked after the snapshot: its second delivery
             assert leased[2].position not in again and leased[1].position not in again  # acked before and after
+            await second.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def test_settles_under_way_together_share_entries_and_a_snapshot_loses_none_waiting(bookies: str) -> None:
+    """The group commit: acks that arrive while an entry is in flight go out as one entry;
+    events still waiting when a snapshot switches ledgers go to the old ledger, so a new
+    owner rebuilds the state exactly (a lease counted twice would show a third delivery)."""
+    async with bkframe.open_client(bookies) as bk:
+        await fill(bk, "group", 60)
+        await bk.logs.create_subscription("group", "s", lease_s=300)
+        async with trio.open_nursery() as nursery:
+            first = await Dispatcher.take(bk, "group", "s", holder="one", task_group=nursery)
+            leased = []
+            while len(leased) < 60:  # the owner reads the log a segment at a time
+                leased += await first.lease("c", 60, 1.0)
+            before = first.journal.lac
+            async with trio.open_nursery() as settles:
+                for d in leased[:40]:
+                    settles.start_soon(first.settle, "c", Settle(acks=(d.position,)))
+            assert first.journal.lac - before <= 3  # 40 acks, one entry in flight at a time
+            # An entry held in flight (as if slow): what is decided meanwhile waits in the batch.
+            first._journal_in_flight += 1
+            with trio.fail_after(30):  # the switch sends them: nothing else would
+                async with trio.open_nursery() as waiting:
+                    for d in leased[40:50]:
+                        waiting.start_soon(first.settle, "c", Settle(nacks=((d.position, 0.0),)))
+                    await wait_until(lambda: len(first._batch.events) == 10, "the ten nacks waiting in the batch")
+                    await first._snapshot()
+            first._journal_in_flight -= 1
+            again = await first.lease("c", 10, 1.0)
+            assert {d.position for d in again} == {d.position for d in leased[40:50]}
+            state = first.state
+            expected = (set(state.acked), state.mark_delete, dict(state.deliveries), set(state.leases))
+            await first.lock.release()  # as if it died: no snapshot at the end
+            second = await Dispatcher.take(bk, "group", "s", holder="two", task_group=nursery)
+            state = second.state
+            assert (set(state.acked), state.mark_delete, dict(state.deliveries), set(state.leases)) == expected
+            assert {state.deliveries[k] for k in state.leases} == {1, 2}  # 2: the nacked ones, leased again
             await second.aclose()
             nursery.cancel_scope.cancel()
 
