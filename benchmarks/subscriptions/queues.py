@@ -1,23 +1,32 @@
 """A log shared by a fleet of consumers, against the peers' work queues (issue 47, item 7).
 
 Each system is started fresh on loopback, loaded with ``--records`` records of ``--size``
-bytes, then ``--consumers`` consumer processes take them, each record acked on its own with
-its ack confirmed by the server before the next (as a worker that must not lose its acks
-does):
+bytes, then ``--consumers`` consumer processes take them, each record acked on its own, in
+two ways (``--acks``):
+
+- ``confirmed``: each ack confirmed by the server before the next record (as a worker that
+  must not lose its acks does);
+- ``grouped``: acks not waited for one by one, as Pulsar's consumers ack by default (grouped,
+  no receipt) and Kafka share groups do (acks go with the next poll): a consumer that dies
+  has the records whose acks were not sent yet delivered again.
+
+The systems:
 
 - ``bkframe``: a sandbox of 3 bookie processes (sqlite metadata), a ``shared`` subscription;
-  ``msg.ack()`` returns once the ack is in the subscription's state ledger (PD_JOURNAL, A=2).
+  confirmed: ``msg.ack()`` returns once the ack is in the subscription's state ledger
+  (PD_JOURNAL, A=2); grouped: ``subscribe(..., group_acks=True)`` (the acks of a prefetch go
+  to the owner in one request, durable the same way).
 - ``redis-always``: Redis Streams, one consumer group, ``XREADGROUP`` / ``XACK``, AOF with
-  ``appendfsync always``.
+  ``appendfsync always``; grouped: one ``XACK`` of the 16 ids read together.
 - ``nats-r3``: NATS JetStream, a 3-node loopback cluster, a work-queue stream with 3
-  replicas on file storage, one durable pull consumer shared by every process,
-  ``ack_sync`` for each message.
+  replicas on file storage, one durable pull consumer shared by every process; confirmed:
+  ``ack_sync`` for each message; grouped: ``ack`` (sent, no reply awaited).
 
 Printed: records/s from the consumers' start to the last ack, and the latency of one record
 to an idle consumer (append to receipt, median of ``--pings``), with, for bkframe, the same
 for a reader tailing the log (the aim: dispatch within 2x a tail's).
 
-    .venv/bin/python benchmarks/subscriptions/queues.py --records 20000 --consumers 8
+    .venv/bin/python benchmarks/subscriptions/queues.py --records 20000 --consumers 8 --acks confirmed,grouped
 
 Installs what it needs: Debian's redis-server and nats-server (apt-get, when missing);
 the Python clients come with the project's dev dependencies (uv sync).
@@ -233,11 +242,11 @@ class NatsR3(System):
 # -- the consumers (each a process of its own) ---------------------------------------------------
 
 
-def consume_bkframe(uri: str) -> tuple[int, float, list[float]]:
+def consume_bkframe(uri: str, grouped: bool) -> tuple[int, float, list[float]]:
     import bkframe
 
     count, last, lat = 0, 0.0, []
-    with bkframe.connect(uri) as bk, bk.logs.subscribe("jobs", "workers", prefetch=16) as sub:
+    with bkframe.connect(uri) as bk, bk.logs.subscribe("jobs", "workers", prefetch=16, group_acks=grouped) as sub:
         while True:
             msg = sub.receive(timeout_s=IDLE_END_S)
             if msg is None:
@@ -248,7 +257,7 @@ def consume_bkframe(uri: str) -> tuple[int, float, list[float]]:
             count, last = count + 1, time.time()
 
 
-def consume_redis(port: str, me: str) -> tuple[int, float, list[float]]:
+def consume_redis(port: str, me: str, grouped: bool) -> tuple[int, float, list[float]]:
     import redis
 
     r = redis.Redis(host="127.0.0.1", port=int(port))
@@ -261,11 +270,15 @@ def consume_redis(port: str, me: str) -> tuple[int, float, list[float]]:
             for rid, fields in records:
                 if fields[b"p"].startswith(b"ping "):
                     lat.append(time.time() - float(fields[b"p"][5:]))
-                r.xack("jobs", "workers", rid)
+                if not grouped:
+                    r.xack("jobs", "workers", rid)
                 count, last = count + 1, time.time()
+            if grouped:
+                r.xack("jobs", "workers", *(rid for rid, _ in records))
+                last = time.time()
 
 
-def consume_nats(url: str) -> tuple[int, float, list[float]]:
+def consume_nats(url: str, grouped: bool) -> tuple[int, float, list[float]]:
     async def run() -> tuple[int, float, list[float]]:
         import nats
         from nats.errors import TimeoutError as NatsTimeout
@@ -278,7 +291,7 @@ def consume_nats(url: str) -> tuple[int, float, list[float]]:
             try:
                 msgs = await sub.fetch(16, timeout=IDLE_END_S)
             except NatsTimeout:
-                await nc.close()
+                await nc.close()  # flushes the acks sent without a reply
                 return count, last, lat
             except Exception as e:  # a leader moving in the cluster: ask again
                 if time.monotonic() - idle_since > 30:
@@ -289,7 +302,7 @@ def consume_nats(url: str) -> tuple[int, float, list[float]]:
             for m in msgs:
                 if m.data.startswith(b"ping "):
                     lat.append(time.time() - float(m.data[5:]))
-                await m.ack_sync()
+                await (m.ack() if grouped else m.ack_sync())
                 count, last = count + 1, time.time()
 
     return asyncio.run(run())
@@ -297,12 +310,14 @@ def consume_nats(url: str) -> tuple[int, float, list[float]]:
 
 def consumer_main(system: str, args: list[str], me: str) -> None:
     sys.stdin.readline()  # "go"
+    acks, target = args[0], args[1]
+    grouped = acks == "grouped"
     if system == "bkframe":
-        result = consume_bkframe(args[0])
+        result = consume_bkframe(target, grouped)
     elif system == "redis-always":
-        result = consume_redis(args[0], me)
+        result = consume_redis(target, me, grouped)
     else:
-        result = consume_nats(args[0])
+        result = consume_nats(target, grouped)
     print(json.dumps({"count": result[0], "last": result[1], "latencies": result[2]}), flush=True)
 
 
@@ -326,14 +341,14 @@ def tail_latency(system: Bkframe, pings: int) -> list[float]:
     return out
 
 
-def run_system(cls: type[System], records: int, size: int, consumers: int, pings: int) -> dict[str, Any]:
+def run_system(cls: type[System], records: int, size: int, consumers: int, pings: int, acks: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"subbench-{cls.name}-") as tmp:
         system = cls(Path(tmp))
         system.start()
         try:
             system.load(records, size)
             procs = [
-                subprocess.Popen([sys.executable, str(HERE), "--consumer", cls.name, f"c{i}", *system.consumer_args()],
+                subprocess.Popen([sys.executable, str(HERE), "--consumer", cls.name, f"c{i}", acks, *system.consumer_args()],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                 for i in range(consumers)
             ]
@@ -350,9 +365,9 @@ def run_system(cls: type[System], records: int, size: int, consumers: int, pings
                 results.append(json.loads(out.strip().splitlines()[-1]))
             total = sum(r["count"] for r in results)
             elapsed = max(r["last"] for r in results) - go
-            ping = _pings(system, cls, pings)
+            ping = _pings(system, cls, pings, acks)
             row: dict[str, Any] = {
-                "system": cls.name, "records": records, "consumed": total, "size": size, "consumers": consumers,
+                "system": cls.name, "acks": acks, "records": records, "consumed": total, "size": size, "consumers": consumers,
                 "records_per_s": round(records / elapsed), "idle_dispatch_ms_p50": round(statistics.median(ping) * 1000, 2),
             }
             if isinstance(system, Bkframe):
@@ -362,8 +377,8 @@ def run_system(cls: type[System], records: int, size: int, consumers: int, pings
             system.stop()
 
 
-def _pings(system: System, cls: type[System], pings: int) -> list[float]:
-    proc = subprocess.Popen([sys.executable, str(HERE), "--consumer", cls.name, "pinged", *system.consumer_args()],
+def _pings(system: System, cls: type[System], pings: int, acks: str) -> list[float]:
+    proc = subprocess.Popen([sys.executable, str(HERE), "--consumer", cls.name, "pinged", acks, *system.consumer_args()],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdin is not None
     proc.stdin.write("go\n")
@@ -383,6 +398,8 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, default=8)
     parser.add_argument("--pings", type=int, default=30)
     parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--acks", default="confirmed,grouped", help="confirmed, grouped, or both (comma-separated)")
+    parser.add_argument("--rounds", type=int, default=1, help="Each case this many times, taking turns.")
     parser.add_argument("--json", type=Path, default=None, help="Also write the rows here.")
     parser.add_argument("--consumer", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -392,10 +409,12 @@ def main() -> None:
         return
     classes = {c.name: c for c in (Bkframe, RedisAlways, NatsR3)}
     rows = []
-    for name in args.systems.split(","):
-        row = run_system(classes[name], args.records, args.size, args.consumers, args.pings)
-        print(json.dumps(row), flush=True)
-        rows.append(row)
+    for _ in range(args.rounds):
+        for acks in args.acks.split(","):
+            for name in args.systems.split(","):
+                row = run_system(classes[name], args.records, args.size, args.consumers, args.pings, acks)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

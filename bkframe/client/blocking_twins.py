@@ -463,14 +463,24 @@ class BlockingLogs(LogsExtras):
         return self._owner._run(lambda: self._logs.subscriptions(name))
 
     def subscribe(
-        self, name: str, subscription: str, *, prefetch: int = 16, lease_s: float | None = None, password: bytes = b""
+        self,
+        name: str,
+        subscription: str,
+        *,
+        prefetch: int = 16,
+        lease_s: float | None = None,
+        password: bytes = b"",
+        group_acks: bool = False,
     ) -> BlockingSubscription:
         """A consumer of the subscription: ``async with await logs.subscribe(...) as sub:
-        async for msg in sub: ...; await msg.ack()``."""
+        async for msg in sub: ...; await msg.ack()``. ``group_acks``: an ack returns at once
+        and the acks go to the owner together (:class:`~bkframe.subscriptions.consumer.Subscription`)."""
         return BlockingSubscription(
             self._owner,
             self._owner._run(
-                lambda: self._logs.subscribe(name, subscription, prefetch=prefetch, lease_s=lease_s, password=password)
+                lambda: self._logs.subscribe(
+                    name, subscription, prefetch=prefetch, lease_s=lease_s, password=password, group_acks=group_acks
+                )
             ),
         )
 
@@ -685,14 +695,24 @@ class BlockingSubscription(SubscriptionExtras):
     def consumer_id(self) -> str:
         return self.sub.consumer_id
 
-    def receive(self, timeout_s: float | None = None) -> BlockingMessage | None:
-        """The next leased record, waiting up to ``timeout_s`` (None: until one comes); None
-        if none came in time."""
-        return twin_or_none(BlockingMessage, self._owner, self._owner._run(lambda: self.sub.receive(timeout_s)))
+    @property
+    def group_acks(self) -> bool:
+        return self.sub.group_acks
 
-    def ack(self, *positions: Position) -> None:
-        """Ack records by position; returns once durable."""
-        return self._owner._run(lambda: self.sub.ack(*positions))
+    def receive_nowait(self) -> BlockingMessage | None:
+        """The next record already leased to this consumer, without asking the owner (None
+        if there is none: call :meth:`receive`)."""
+        return twin_or_none(BlockingMessage, self._owner, self.sub.receive_nowait())
+
+    def ack_nowait(self, *positions: Position) -> bool:
+        """With ``group_acks``: add the acks to the group and return True, unless the group is
+        due to be sent (then False, nothing done: call :meth:`ack`). The blocking consumer
+        acks this way without a trip to the client's thread."""
+        return self.sub.ack_nowait(*positions)
+
+    def flush(self) -> None:
+        """Send the grouped acks waiting (``group_acks``); returns once they are durable."""
+        return self._owner._run(lambda: self.sub.flush())
 
     def ack_range(self, first: Position, last: Position) -> None:
         """Ack every record from ``first`` to ``last`` (inclusive), held by this consumer or not."""
@@ -719,15 +739,6 @@ class BlockingSubscription(SubscriptionExtras):
     def aclose(self) -> None:
         """Leave: every record this consumer holds (handed out or not) goes back to the others."""
         return self._owner._run(lambda: self.sub.aclose())
-
-    def __iter__(self) -> BlockingSubscription:
-        return self
-
-    def __next__(self) -> BlockingMessage:
-        try:
-            return BlockingMessage(self._owner, self._owner._run(self.sub.__anext__))
-        except StopAsyncIteration:
-            raise StopIteration from None
 
     def __enter__(self) -> BlockingSubscription:
         return self
@@ -771,10 +782,6 @@ class BlockingMessage(MessageExtras):
     @property
     def deadline_ms(self) -> int:
         return self.message.deadline_ms
-
-    def ack(self) -> None:
-        """The record is done; returns once the ack is durable."""
-        return self._owner._run(lambda: self.message.ack())
 
     def nack(self, delay_s: float = 0.0) -> None:
         """Deliver the record again (to any consumer), after ``delay_s``."""

@@ -3,14 +3,17 @@
 
 The consumer leases a few records at a time (``prefetch``) from the subscription's owner,
 hands them out one by one, and sends each ack, nack or extension to the owner, which
-answers once it is durable. Closing the consumer ends its leases at once, so the records it
-held go to the others without waiting for their leases to end.
+answers once it is durable. With ``group_acks`` an ack returns at once and the acks go to the
+owner together, in one request (see :class:`Subscription`). Closing the consumer ends its
+leases at once, so the records it held go to the others without waiting for their leases to
+end.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from types import TracebackType
@@ -28,6 +31,8 @@ log = logging.getLogger("bkframe.subscriptions")
 
 #: How long one lease request waits at the owner for a record before asking again (s).
 LEASE_WAIT_S = 5.0
+#: With ``group_acks``: an ack made when the oldest one waiting is this old sends them all.
+ACK_GROUP_S = 0.1
 
 
 @attrs.define(eq=False)
@@ -47,7 +52,8 @@ class Message:
     _subscription: Subscription = attrs.field(repr=False)
 
     async def ack(self) -> None:
-        """The record is done; returns once the ack is durable."""
+        """The record is done; returns once the ack is durable (with the consumer's
+        ``group_acks``: at once, the ack sent with the next group)."""
         await self._subscription.ack(self.position)
 
     async def nack(self, delay_s: float = 0.0) -> None:
@@ -70,11 +76,18 @@ class Subscription:
     """One consumer of a subscription (made by :meth:`bkframe.Logs.subscribe`).
 
     ``prefetch``: how many records it leases at once (the others wait at the owner for any
-    consumer); ``lease_s``: its leases' length (default: the subscription's)."""
+    consumer); ``lease_s``: its leases' length (default: the subscription's).
+
+    ``group_acks``: :meth:`ack` returns at once, and the acks waiting go to the owner in one
+    request when the consumer asks for more records (its prefetched ones used up), when
+    ``prefetch`` of them wait, with the first ack made once the oldest waited
+    :data:`ACK_GROUP_S`, and at :meth:`flush` and :meth:`aclose`. A consumer that dies before
+    its acks went out has those records delivered again (at least once, as for any consumer
+    that dies holding records). Without it (the default) every ack returns once durable."""
 
     def __init__(
         self, owner: SubscriptionOwner, log: str, name: str, *, prefetch: int = 16, lease_s: float | None = None,
-        consumer_id: str | None = None,
+        consumer_id: str | None = None, group_acks: bool = False,
     ) -> None:
         if prefetch < 1:
             raise ValueError(f"prefetch must be >= 1, got {prefetch}")
@@ -86,7 +99,11 @@ class Subscription:
         self.lease_s: float | None = lease_s
         #: Who this consumer is to the owner (its leases are held under it).
         self.consumer_id: str = consumer_id or uuid.uuid4().hex
+        self.group_acks: bool = group_acks
         self._buffer: collections.deque[Delivery] = collections.deque()
+        #: With group_acks: the acks not sent yet, and since when the oldest waits.
+        self._acks: list[Position] = []
+        self._acks_since = 0.0
         self._closed = False
 
     async def receive(self, timeout_s: float | None = None) -> Message | None:
@@ -95,12 +112,21 @@ class Subscription:
         self._check_open()
         deadline = None if timeout_s is None else anyio.current_time() + timeout_s
         while not self._buffer:
+            await self.flush()  # the acks go before the consumer waits for more records
             wait = LEASE_WAIT_S if deadline is None else max(0.0, min(LEASE_WAIT_S, deadline - anyio.current_time()))
             got = await self.owner.lease(self.consumer_id, self.prefetch, wait, self.lease_s)
             self._buffer.extend(got)
             if not got and deadline is not None and anyio.current_time() >= deadline:
                 return None
-        d = self._buffer.popleft()
+        return self._message(self._buffer.popleft())
+
+    def receive_nowait(self) -> Message | None:
+        """The next record already leased to this consumer, without asking the owner (None
+        if there is none: call :meth:`receive`)."""
+        self._check_open()
+        return self._message(self._buffer.popleft()) if self._buffer else None
+
+    def _message(self, d: Delivery) -> Message:
         return Message(d.position, d.payload, d.key, d.timestamp, d.properties or NO_PROPERTIES, d.delivery_count,
                        d.deadline_ms, self)
 
@@ -115,8 +141,39 @@ class Subscription:
         return message
 
     async def ack(self, *positions: Position) -> None:
-        """Ack records by position; returns once durable."""
-        await self.owner.settle(self.consumer_id, Settle(acks=positions))
+        """Ack records by position; returns once durable (with ``group_acks``: once sent,
+        or at once, see the class)."""
+        if not self.group_acks:
+            await self.owner.settle(self.consumer_id, Settle(acks=positions))
+        elif not self.ack_nowait(*positions):
+            self._acks += positions
+            await self.flush()
+
+    def ack_nowait(self, *positions: Position) -> bool:
+        """With ``group_acks``: add the acks to the group and return True, unless the group is
+        due to be sent (then False, nothing done: call :meth:`ack`). The blocking consumer
+        acks this way without a trip to the client's thread."""
+        if not self.group_acks:
+            return False
+        now = time.monotonic()
+        if len(self._acks) + len(positions) >= self.prefetch or (self._acks and now - self._acks_since >= ACK_GROUP_S):
+            return False
+        if not self._acks:
+            self._acks_since = now
+        self._acks += positions
+        return True
+
+    async def flush(self) -> None:
+        """Send the grouped acks waiting (``group_acks``); returns once they are durable."""
+        if not self._acks:
+            return
+        acks = tuple(self._acks)
+        self._acks.clear()
+        try:
+            await self.owner.settle(self.consumer_id, Settle(acks=acks))
+        except BaseException:
+            self._acks[:0] = acks  # sent with the next group, or at close
+            raise
 
     async def ack_range(self, first: Position, last: Position) -> None:
         """Ack every record from ``first`` to ``last`` (inclusive), held by this consumer or not."""
@@ -149,6 +206,11 @@ class Subscription:
         self._closed = True
         self._buffer.clear()
         with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            try:
+                await self.flush()
+            except BKError as e:  # its records are delivered again: at least once
+                log.info("consumer %s of %s/%s: %d grouped acks not sent (%s)", self.consumer_id, self.log, self.name,
+                         len(self._acks), e)
             try:
                 await self.owner.leave(self.consumer_id)
             except BKError as e:  # its leases end with their deadlines instead: nothing is lost

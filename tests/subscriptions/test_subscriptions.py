@@ -258,6 +258,53 @@ async def test_the_blocking_consumer_is_the_same_api(bookies: str) -> None:
     assert got == [b"r%d" % i for i in range(5)] and backlog == 0
 
 
+async def test_grouped_acks_go_out_together_and_a_consumer_gone_before_loses_only_those(bookies: str) -> None:
+    """``group_acks``: an ack returns at once; the group goes out when a prefetch's worth
+    waits, at flush(), when the consumer asks for more and at close. A consumer gone before its group went out has just those
+    records delivered again (at least once); the blocking consumer groups them too."""
+    async with bkframe.open_client(bookies) as bk:
+        await fill(bk, "g", 12)
+        await bk.logs.create_subscription("g", "s", lease_s=300)
+        sub = await bk.logs.subscribe("g", "s", prefetch=4, group_acks=True)
+        first = [await sub.receive() for _ in range(4)]
+        for msg in first[:3]:
+            assert msg is not None
+            await msg.ack()
+        assert (await bk.logs.subscription_stats("g", "s")).acked == 0  # not sent yet
+        assert first[3] is not None
+        await first[3].ack()  # a prefetch's worth waiting: sent
+        assert (await bk.logs.subscription_stats("g", "s")).acked == 4
+        second = [await sub.receive() for _ in range(4)]
+        for msg in second[:2]:
+            assert msg is not None
+            await msg.ack()
+        await sub.flush()
+        assert (await bk.logs.subscription_stats("g", "s")).acked == 6
+        for msg in second[2:]:
+            assert msg is not None
+            await msg.ack()  # never sent: the consumer goes away without closing
+        await sub.owner.leave(sub.consumer_id)
+        again = await bk.logs.subscribe("g", "s", prefetch=8)
+        back = [await again.receive(timeout_s=10) for _ in range(6)]
+        assert sorted((m.position.entry_id, m.delivery_count) for m in back if m is not None) == [
+            (6, 2), (7, 2), (8, 1), (9, 1), (10, 1), (11, 1)
+        ]
+        await again.aclose()
+
+    def consume_and_count() -> tuple[int, int]:
+        with bkframe.connect(bookies) as blocking:
+            with blocking.logs.subscribe("g", "s", prefetch=4, group_acks=True) as sub:
+                count = 0
+                for msg in sub:
+                    msg.ack()  # in this thread: added to the group
+                    count += 1
+                    if count == 6:
+                        break
+            return count, blocking.logs.subscription_stats("g", "s").backlog  # closing sent the last group
+
+    assert await trio.to_thread.run_sync(consume_and_count) == (6, 0)
+
+
 @pytest.mark.parametrize("inline_bytes", [0, 64 * 1024], ids=["snapshot-in-ledger", "snapshot-inline"])
 async def test_a_snapshot_and_the_events_after_it_rebuild_the_state(
     bookies: str, inline_bytes: int, monkeypatch: pytest.MonkeyPatch

@@ -498,13 +498,15 @@ class Logs:
         ]
 
     async def subscribe(
-        self, name: str, subscription: str, *, prefetch: int = 16, lease_s: float | None = None, password: bytes = b""
+        self, name: str, subscription: str, *, prefetch: int = 16, lease_s: float | None = None, password: bytes = b"",
+        group_acks: bool = False,
     ) -> Subscription:
         """A consumer of the subscription: ``async with await logs.subscribe(...) as sub:
-        async for msg in sub: ...; await msg.ack()``."""
+        async for msg in sub: ...; await msg.ack()``. ``group_acks``: an ack returns at once
+        and the acks go to the owner together (:class:`~bkframe.subscriptions.consumer.Subscription`)."""
         await read_subscription(self.store, name, subscription)  # none: a clear error now, not at the first lease
         return Subscription(self._owner(name, subscription, password), name, subscription, prefetch=prefetch,
-                            lease_s=lease_s)
+                            lease_s=lease_s, group_acks=group_acks)
 
     async def subscription_stats(self, name: str, subscription: str, *, password: bytes = b"") -> SubscriptionStats:
         """Backlog, records in flight, redeliveries, dead letters (asks the owner)."""
