@@ -699,6 +699,12 @@ class BlockingSubscription(SubscriptionExtras):
     def group_acks(self) -> bool:
         return self.sub.group_acks
 
+    @property
+    def unsent_acks(self) -> int:
+        """With ``group_acks``: how many acks wait to be sent (0: every ack made so far went
+        out and was confirmed, unless a call raised)."""
+        return self.sub.unsent_acks
+
     def receive_nowait(self) -> BlockingMessage | None:
         """The next record already leased to this consumer, without asking the owner (None
         if there is none: call :meth:`receive`)."""

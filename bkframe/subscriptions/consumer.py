@@ -120,6 +120,12 @@ class Subscription:
                 return None
         return self._message(self._buffer.popleft())
 
+    @property
+    def unsent_acks(self) -> int:
+        """With ``group_acks``: how many acks wait to be sent (0: every ack made so far went
+        out and was confirmed, unless a call raised)."""
+        return len(self._acks)
+
     def receive_nowait(self) -> Message | None:
         """The next record already leased to this consumer, without asking the owner (None
         if there is none: call :meth:`receive`)."""

@@ -61,7 +61,8 @@ class SubscriptionWorkload:
         return self.spawn_sub_worker("producer", "p", 0)
 
     def spawn_consumer(self: Run, slot: int) -> WorkerProc:
-        return self.spawn_sub_worker("consumer", "c", slot)
+        # Every other slot groups its acks: a kill then loses acks not sent yet.
+        return self.spawn_sub_worker("consumer", "c", slot, *(["--group-acks"] if slot % 2 else []))
 
     def execute_consumer(self: Run, step: Step) -> None:
         """kill -9 a consumer (and start another in its slot), or hang it (SIGSTOP) or resume it."""

@@ -6,7 +6,10 @@
               When the writer loses the log it takes the log over again (``open_writer``).
 ``consumer``  consumes the log's key_shared subscription (``--sub``): records every record it
               receives, works on it a moment, then acks it (recording the ack before it is
-              sent and once it returned) or, now and then, nacks it.
+              sent and once it returned) or, now and then, nacks it. With ``--group-acks``
+              its acks are grouped (``subscribe(..., group_acks=True)``): an ack is recorded
+              as returned once the consumer has no ack left unsent after a call that did
+              not raise (its group went out and was confirmed).
 ``drain``     after the run, with every other worker stopped: settles the log (takes it over
               and closes it, so its end is final), then consumes and acks until the
               subscription's backlog is 0, recording as a consumer does, and records the
@@ -121,8 +124,11 @@ async def produce(wk: Worker, name: str, writer: bkframe.LogWriter, seq: int) ->
     return seq
 
 
-async def handle(wk: Worker, msg: bkframe.Message, *, work_s: float, nack_fraction: float) -> None:
-    """Record the receipt, work a moment, then ack (or nack) it, recording each step."""
+async def handle(
+    wk: Worker, msg: bkframe.Message, *, work_s: float, nack_fraction: float, grouped: list[str] | None = None
+) -> None:
+    """Record the receipt, work a moment, then ack (or nack) it, recording each step. With
+    ``grouped`` (the consumer groups its acks) an ack is added to it, not recorded as returned."""
     got = parse_payload(msg.payload)
     wk.records.write(
         "sub-recv", pos=str(msg.position), key=(msg.key or b"").decode(errors="replace"),
@@ -142,10 +148,16 @@ async def handle(wk: Worker, msg: bkframe.Message, *, work_s: float, nack_fracti
         wk.records.write("sub-nacked", pos=str(msg.position))
         return
     wk.records.write("sub-acking", pos=str(msg.position))
+    if grouped is not None:
+        grouped.append(str(msg.position))  # a failed group stays unsent: its acks go with the next
     try:
         with wk.deadline(f"ack of {msg.position}"):
             await msg.ack()
+        if grouped is not None:
+            return
     except bkframe.BKError as err:
+        if grouped is not None:
+            raise
         # The owner ended (fenced while this process hung, its lock lost): the record comes
         # again to whoever owns it now; nothing more to do here.
         wk.records.write("sub-ack-failed", pos=str(msg.position), error=f"{type(err).__name__}: {err}")
@@ -157,21 +169,33 @@ async def run_consumer(wk: Worker) -> None:
     args = wk.args
     async with bkframe.open_client(args.metadata, subscription_owner_ttl_s=OWNER_TTL_S, subscription_wait_s=WAIT_S) as bk:
         with wk.deadline(f"subscribe({args.log}, {args.sub})"):
-            consumer = await bk.logs.subscribe(args.log, args.sub, prefetch=args.prefetch)
+            consumer = await bk.logs.subscribe(args.log, args.sub, prefetch=args.prefetch, group_acks=args.group_acks)
+        #: Grouped acks made, their group not confirmed yet.
+        grouped: list[str] | None = [] if args.group_acks else None
         async with consumer:
             while not wk.stopping():
                 try:
                     with wk.deadline("receive"):
                         msg = await consumer.receive(timeout_s=1.0)
+                    confirmed(wk, consumer, grouped)
+                    if msg is not None:
+                        await handle(wk, msg, work_s=args.work_s, nack_fraction=NACK_FRACTION, grouped=grouped)
+                        confirmed(wk, consumer, grouped)
                 except bkframe.BKError as err:
                     # Another process owns the subscription (the owner in a consumer's
                     # process), or a failover is under way: ask again.
                     wk.records.write("sub-error", call="receive", error=f"{type(err).__name__}: {err}")
                     await trio.sleep(0.2)
                     continue
-                if msg is not None:
-                    await handle(wk, msg, work_s=args.work_s, nack_fraction=NACK_FRACTION)
             wk.records.write("sub-closing")
+
+
+def confirmed(wk: Worker, consumer: bkframe.Subscription, grouped: list[str] | None) -> None:
+    """After a call that did not raise: with no ack left unsent, every grouped ack returned."""
+    if grouped and consumer.unsent_acks == 0:
+        for pos in grouped:
+            wk.records.write("sub-acked", pos=pos)
+        grouped.clear()
 
 
 async def settle_log(wk: Worker, client: bkframe.Client, name: str, give_up: float) -> None:
@@ -247,6 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log", required=True)
     parser.add_argument("--sub", default="")
     parser.add_argument("--prefetch", type=int, default=4)
+    parser.add_argument("--group-acks", action="store_true", help="a consumer groups its acks")
     parser.add_argument("--work-s", type=float, default=0.02, help="longest time a consumer works on a record")
     parser.add_argument("--drain-s", type=float, default=90.0, help="the drain gives up after this long")
     args = parser.parse_args(argv)
