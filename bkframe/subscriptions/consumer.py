@@ -112,13 +112,37 @@ class Subscription:
         self._check_open()
         deadline = None if timeout_s is None else anyio.current_time() + timeout_s
         while not self._buffer:
-            await self.flush()  # the acks go before the consumer waits for more records
             wait = LEASE_WAIT_S if deadline is None else max(0.0, min(LEASE_WAIT_S, deadline - anyio.current_time()))
-            got = await self.owner.lease(self.consumer_id, self.prefetch, wait, self.lease_s)
-            self._buffer.extend(got)
-            if not got and deadline is not None and anyio.current_time() >= deadline:
+            if self._acks:
+                await self._lease_and_flush(wait)
+            else:
+                self._buffer.extend(await self.owner.lease(self.consumer_id, self.prefetch, wait, self.lease_s))
+            if not self._buffer and deadline is not None and anyio.current_time() >= deadline:
                 return None
         return self._message(self._buffer.popleft())
+
+    async def _lease_and_flush(self, wait_s: float) -> None:
+        """Lease and send the grouped acks side by side (one round trip, not two); both have
+        ended when it returns, and it raises what either raised (not a group of them)."""
+        errors: list[BKError] = []
+
+        async def lease() -> None:
+            try:
+                self._buffer.extend(await self.owner.lease(self.consumer_id, self.prefetch, wait_s, self.lease_s))
+            except BKError as e:
+                errors.append(e)
+
+        async def flush() -> None:
+            try:
+                await self.flush()
+            except BKError as e:
+                errors.append(e)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lease)
+            tg.start_soon(flush)
+        if errors:
+            raise errors[0]
 
     @property
     def unsent_acks(self) -> int:
