@@ -1,0 +1,1 @@
+"""Compaction by key (docs/compaction.md): a log's latest record per key."""
