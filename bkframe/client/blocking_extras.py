@@ -36,9 +36,6 @@ from bkframe.client.write_handle import WriteHandle
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from bkframe.client.blocking_twins import BlockingMessage
-    from bkframe.subscriptions.consumer import Message, Subscription
-
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -179,48 +176,11 @@ class LogsExtras:
 
 
 class MessageExtras:
-    _owner: ClientBase
-    message: Message
-
-    def ack(self) -> None:
-        """The record is done; returns once the ack is durable (with the consumer's
-        ``group_acks``: at once, the ack sent with the next group)."""
-        if not self.message._subscription.ack_nowait(self.message.position):
-            self._owner._run(self.message.ack)
+    pass
 
 
 class SubscriptionExtras:
-    """A consumer's records already leased, and acks grouped, are handled in the caller's
-    thread: a trip to the client's thread for each would cost more than the work."""
-
-    _owner: ClientBase
-    sub: Subscription
-
-    def receive(self, timeout_s: float | None = None) -> BlockingMessage | None:
-        """The next leased record, waiting up to ``timeout_s`` (None: until one comes); None
-        if none came in time."""
-        from bkframe.client.blocking_twins import BlockingMessage
-
-        message = self.sub.receive_nowait() or self._owner._run(lambda: self.sub.receive(timeout_s))
-        return None if message is None else BlockingMessage(self._owner, message)  # type: ignore[arg-type]
-
-    def ack(self, *positions: Position) -> None:
-        """Ack records by position; returns once durable (with ``group_acks``: once sent,
-        or at once, see the class)."""
-        if not self.sub.ack_nowait(*positions):
-            self._owner._run(lambda: self.sub.ack(*positions))
-
-    def __iter__(self) -> Self:
-        return self
-
-    def __next__(self) -> BlockingMessage:
-        from bkframe.client.blocking_twins import BlockingMessage
-
-        if self.sub._closed:
-            raise StopIteration
-        message = self.sub.receive_nowait() or self._owner._run(self.sub.receive)
-        assert message is not None  # no timeout: receive waits until a record comes
-        return BlockingMessage(self._owner, message)  # type: ignore[arg-type]
+    pass
 
 
 class LogWriterExtras:

@@ -699,6 +699,14 @@ class BlockingSubscription(SubscriptionExtras):
     def group_acks(self) -> bool:
         return self.sub.group_acks
 
+    def receive(self, timeout_s: float | None = None) -> BlockingMessage | None:
+        """The next leased record, waiting up to ``timeout_s`` (None: until one comes); None
+        if none came in time."""
+        fast = self.sub.receive_nowait()
+        if fast is not None:
+            return BlockingMessage(self._owner, fast)
+        return twin_or_none(BlockingMessage, self._owner, self._owner._run(lambda: self.sub.receive(timeout_s)))
+
     @property
     def unsent_acks(self) -> int:
         """With ``group_acks``: how many acks wait to be sent (0: every ack made so far went
@@ -707,8 +715,15 @@ class BlockingSubscription(SubscriptionExtras):
 
     def receive_nowait(self) -> BlockingMessage | None:
         """The next record already leased to this consumer, without asking the owner (None
-        if there is none: call :meth:`receive`)."""
+        if there is none, or the consumer is closed: call :meth:`receive`)."""
         return twin_or_none(BlockingMessage, self._owner, self.sub.receive_nowait())
+
+    def ack(self, *positions: Position) -> None:
+        """Ack records by position; returns once durable (with ``group_acks``: once sent,
+        or at once, see the class)."""
+        if self.sub.ack_nowait(*positions):
+            return None
+        return self._owner._run(lambda: self.sub.ack(*positions))
 
     def ack_nowait(self, *positions: Position) -> bool:
         """With ``group_acks``: add the acks to the group and return True, unless the group is
@@ -745,6 +760,18 @@ class BlockingSubscription(SubscriptionExtras):
     def aclose(self) -> None:
         """Leave: every record this consumer holds (handed out or not) goes back to the others."""
         return self._owner._run(lambda: self.sub.aclose())
+
+    def __iter__(self) -> BlockingSubscription:
+        return self
+
+    def __next__(self) -> BlockingMessage:
+        fast = self.sub.receive_nowait()
+        if fast is not None:
+            return BlockingMessage(self._owner, fast)
+        try:
+            return BlockingMessage(self._owner, self._owner._run(self.sub.__anext__))
+        except StopAsyncIteration:
+            raise StopIteration from None
 
     def __enter__(self) -> BlockingSubscription:
         return self
@@ -788,6 +815,18 @@ class BlockingMessage(MessageExtras):
     @property
     def deadline_ms(self) -> int:
         return self.message.deadline_ms
+
+    def ack(self) -> None:
+        """The record is done; returns once the ack is durable (with the consumer's
+        ``group_acks``: at once, the ack sent with the next group)."""
+        if self.message.ack_nowait():
+            return None
+        return self._owner._run(lambda: self.message.ack())
+
+    def ack_nowait(self) -> bool:
+        """With the consumer's ``group_acks``: the ack added to its group (True), unless the
+        group is due to be sent (False, nothing done: call :meth:`ack`)."""
+        return self.message.ack_nowait()
 
     def nack(self, delay_s: float = 0.0) -> None:
         """Deliver the record again (to any consumer), after ``delay_s``."""

@@ -56,6 +56,11 @@ class Message:
         ``group_acks``: at once, the ack sent with the next group)."""
         await self._subscription.ack(self.position)
 
+    def ack_nowait(self) -> bool:
+        """With the consumer's ``group_acks``: the ack added to its group (True), unless the
+        group is due to be sent (False, nothing done: call :meth:`ack`)."""
+        return self._subscription.ack_nowait(self.position)
+
     async def nack(self, delay_s: float = 0.0) -> None:
         """Deliver the record again (to any consumer), after ``delay_s``."""
         await self._subscription.nack(self.position, delay_s)
@@ -152,8 +157,7 @@ class Subscription:
 
     def receive_nowait(self) -> Message | None:
         """The next record already leased to this consumer, without asking the owner (None
-        if there is none: call :meth:`receive`)."""
-        self._check_open()
+        if there is none, or the consumer is closed: call :meth:`receive`)."""
         return self._message(self._buffer.popleft()) if self._buffer else None
 
     def _message(self, d: Delivery) -> Message:
