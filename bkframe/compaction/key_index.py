@@ -71,9 +71,9 @@ class KeyIndex:
         self.workdir = workdir
         self.memory_bytes = memory_bytes
         self.bits = fanout_bits
-        #: Rows the buffer takes before they go to the buckets (a third of the memory: the
-        #: sort of a full buffer needs about as much again).
-        self.buffer_rows = max(1024, memory_bytes // 3 // ROW.itemsize)
+        #: Rows the buffer takes before they go to the buckets (a sixth of the memory: the
+        #: sort of a full buffer needs about twice as much again).
+        self.buffer_rows = max(1024, memory_bytes // 6 // ROW.itemsize)
         self._buffer = np.empty(self.buffer_rows, dtype=ROW)
         self._filled = 0
         self._spilled = False
@@ -126,7 +126,9 @@ class KeyIndex:
             self._reduce(bucket, self.bits)
         self._write_run()
         runs = self._runs
-        yield from _merge_sorted(runs, max(1024, self.memory_bytes // 2 // 8 // max(1, len(runs))), chunk_rows)
+        # The runs' buffers take an eighth of the memory; what one step takes from them is
+        # joined and sorted (twice that at most).
+        yield from _merge_sorted(runs, max(1024, self.memory_bytes // 8 // 8 // max(1, len(runs))), chunk_rows)
 
     def close(self) -> None:
         """Remove the index's files."""
@@ -152,7 +154,7 @@ class KeyIndex:
         """Collect the kept positions of ``bucket`` (hashes agreeing on their top ``shift``
         bits); a bucket too large for the memory is split by the next bits first."""
         size = bucket.stat().st_size
-        if size * 3 > self.memory_bytes and shift + self.bits <= 64:
+        if size * 4 > self.memory_bytes and shift + self.bits <= 64:
             parts = bucket.with_suffix("")
             for rows in _read_rows(bucket, self.buffer_rows):
                 _append_by_bucket(parts, rows, shift, self.bits)
@@ -166,15 +168,16 @@ class KeyIndex:
         kept = _last_of_each(rows)["pos"]
         self._kept.append(kept)
         self._kept_rows += len(kept)
-        if self._kept_rows * 8 * 3 > self.memory_bytes:
+        if self._kept_rows * 8 * 4 > self.memory_bytes:
             self._write_run()
 
     def _write_run(self) -> None:
         """The kept positions collected, sorted, as a run file."""
         if not self._kept_rows:
             return
-        kept = np.sort(np.concatenate(self._kept))
+        kept = np.concatenate(self._kept)
         self._kept, self._kept_rows = [], 0
+        kept.sort()
         directory = self.workdir / "runs"
         directory.mkdir(parents=True, exist_ok=True)
         run = directory / f"{len(self._runs):08d}.u64"
@@ -224,7 +227,8 @@ def _merge_sorted(runs: list[Path], buffer_rows: int, chunk_rows: int) -> Iterat
                 heads[i] = heads[i][cut:]
                 if not len(heads[i]):
                     heads[i] = np.fromfile(files[i], dtype=np.uint64, count=buffer_rows)
-            merged = np.sort(np.concatenate(taken))
+            merged = np.concatenate(taken)
+            merged.sort()
             for lo in range(0, len(merged), chunk_rows):
                 yield merged[lo : lo + chunk_rows]
     finally:
