@@ -57,3 +57,10 @@ def offloader(
         await run_until_signal(service.run, f"offloader running as {alone.holder}", log)
 
     trio.run(alone.run, serve)
+    if once:
+        c = counters
+        failing = f"; failing tiers: {', '.join(sorted(c.failures))}" if c.failures else ""
+        click.echo(
+            f"offloaded {sum(c.segments.values())} segment(s) ({sum(c.object_bytes.values())} bytes); "
+            f"deleted {c.ledgers_deleted} ledger(s) past the deletion lag{failing}"
+        )
