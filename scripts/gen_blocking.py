@@ -187,22 +187,40 @@ def docstring(node: ast.AST, indent: str) -> str:
 
 
 def class_node(module: str, name: str) -> ast.ClassDef:
-    node = next(n for n in parse(module).body if isinstance(n, ast.ClassDef) and n.name == name)
-    if node.bases:
-        raise SystemExit(f"gen_blocking: {module}.{name} has base classes: teach this script to follow them")
-    return node
+    return next(n for n in parse(module).body if isinstance(n, ast.ClassDef) and n.name == name)
+
+
+def class_chain(module: str, name: str) -> list[tuple[ast.ClassDef, str]]:
+    """The class and, after it, the classes it inherits from, with their modules."""
+    node = class_node(module, name)
+    chain = [(node, module)]
+    for base in node.bases:
+        if not isinstance(base, ast.Name):
+            raise SystemExit(f"gen_blocking: {module}.{name}: teach this script to follow a base {ast.unparse(base)}")
+        chain += class_chain(imported_from(module, base.id), base.id)
+    return chain
+
+
+def imported_from(module: str, name: str) -> str:
+    """The module ``module`` imports ``name`` from."""
+    for node, _ in _imports(parse(module)):
+        if isinstance(node, ast.ImportFrom) and node.module and any((a.asname or a.name) == name for a in node.names):
+            return node.module
+    raise SystemExit(f"gen_blocking: {module} imports no {name!r}")
 
 
 def members(module: str, name: str) -> dict[str, tuple[ast.AST, str]]:
-    """Public name -> (its definition: a function or an annotated class attribute, its module)."""
+    """Public name -> (its definition: a function or an annotated class attribute, its
+    module); a base class's first, as a class's own definitions override them."""
     found: dict[str, tuple[ast.AST, str]] = {}
-    for node, mod in [(class_node(module, name), module)]:
+    for node, mod in reversed(class_chain(module, name)):
+        own: dict[str, tuple[ast.AST, str]] = {}
         for item in node.body:
             if isinstance(item, ast.FunctionDef) and item.name == "__init__":
                 for set_ in item.body:  # public attributes annotated where __init__ sets them
                     target = getattr(set_, "target", None)
                     if isinstance(set_, ast.AnnAssign) and isinstance(target, ast.Attribute) and not target.attr.startswith("_"):
-                        found.setdefault(target.attr, (ast.AnnAssign(ast.Name(target.attr), set_.annotation, None, 1), mod))
+                        own.setdefault(target.attr, (ast.AnnAssign(ast.Name(target.attr), set_.annotation, None, 1), mod))
                 continue
             if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
                 key = item.name
@@ -210,8 +228,9 @@ def members(module: str, name: str) -> dict[str, tuple[ast.AST, str]]:
                 key = item.target.id
             else:
                 continue
-            if not key.startswith("_") and key not in found:  # (the extras write __enter__/__exit__)
-                found[key] = (item, mod)
+            if not key.startswith("_") and key not in own:  # (the extras write __enter__/__exit__)
+                own[key] = (item, mod)
+        found.update(own)
     return found
 
 

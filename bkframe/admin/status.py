@@ -17,7 +17,7 @@ import html
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import trio
 from starlette.requests import Request
@@ -26,8 +26,8 @@ from starlette.responses import HTMLResponse, Response
 from bkframe.bookie.bookie import Bookie
 from bkframe.client.client import Client
 from bkframe.client.logs.model import LogMetadata
+from bkframe.common.each_bounded import each_bounded
 from bkframe.core.interfaces.metadata_store import MetadataStore
-from bkframe.core.metadata import LedgerMetadata
 from bkframe.errors import BKError, MetadataError, UnauthorizedError
 
 #: How long the page waits for one bookie's info, and for the metadata store.
@@ -35,8 +35,10 @@ INFO_TIMEOUT_S = 2.0
 STORE_TIMEOUT_S = 5.0
 #: Ledgers and logs (and under-replicated ledgers) shown per page.
 MAX_ROWS = 200
-#: Ledger metadata read at once for a page's rows.
+#: Records (ledger or log metadata) read at once for a page's rows.
 CONCURRENT_READS = 16
+K = TypeVar("K")
+V = TypeVar("V")
 #: How long the page waits for its logs' cursors (lags need each log's end).
 CURSORS_TIMEOUT_S = 2.0
 
@@ -183,19 +185,7 @@ class StatusPage:
     async def _ledgers(self, store: MetadataStore, start: int) -> list[str]:
         ids = await store.list_ledgers(start=start, limit=MAX_ROWS + 1)
         page, more = ids[:MAX_ROWS], len(ids) > MAX_ROWS
-        found: dict[int, LedgerMetadata] = {}
-        limiter = trio.CapacityLimiter(CONCURRENT_READS)
-
-        async def read(ledger_id: int) -> None:
-            async with limiter:
-                try:
-                    found[ledger_id] = await store.read_ledger(ledger_id)
-                except MetadataError:
-                    pass  # deleted since the listing
-
-        async with trio.open_nursery() as nursery:
-            for ledger_id in page:
-                nursery.start_soon(read, ledger_id)
+        found = await _read_each(page, store.read_ledger)
         rows = [
             [
                 str(md.ledger_id), esc(md.state.value), esc(md.ledger_type),
@@ -216,16 +206,10 @@ class StatusPage:
         total = await store.count_logs()
         listed = await store.list_logs(start=start, limit=MAX_ROWS + 1)
         page, more = listed[:MAX_ROWS], len(listed) > MAX_ROWS
-        found: dict[str, LogMetadata] = {}
-        limiter = trio.CapacityLimiter(CONCURRENT_READS)
 
-        async def read(name: str) -> None:
-            async with limiter:
-                try:
-                    versioned = await store.read_log(name)
-                    found[name] = LogMetadata.deserialize(versioned.value, versioned.version)
-                except MetadataError:
-                    pass  # deleted since the listing, or a record the page cannot parse
+        async def read(name: str) -> LogMetadata:
+            versioned = await store.read_log(name)
+            return LogMetadata.deserialize(versioned.value, versioned.version)
 
         cursors: dict[str, str] = {}
 
@@ -234,8 +218,7 @@ class StatusPage:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read_cursors)
-            for name in page:
-                nursery.start_soon(read, name)
+            found = await _read_each(page, read)
         # Older closed segments live in chunk records: the record's summary counts them.
         rows = [
             [
@@ -332,6 +315,21 @@ def _query_int(request: Request, name: str) -> int:
         return max(0, int(request.query_params.get(name, "0")))
     except ValueError:
         return 0
+
+
+async def _read_each(keys: list[K], read: Callable[[K], Awaitable[V]]) -> dict[K, V]:
+    """A page's records, ``CONCURRENT_READS`` at once; one that fails with a MetadataError
+    (deleted since the listing, or a record the page cannot parse) is left out."""
+    found: dict[K, V] = {}
+
+    async def one(key: K) -> None:
+        try:
+            found[key] = await read(key)
+        except MetadataError:
+            pass
+
+    await each_bounded(keys, CONCURRENT_READS, one)
+    return found
 
 
 def _next_link(link_id: str, param: str, value: str, text: str) -> str:

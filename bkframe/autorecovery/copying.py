@@ -15,6 +15,8 @@ import trio
 
 from bkframe.client.bookies.pool import BookiePool
 from bkframe.client.entry_format import Digester, DigestMismatchError
+from bkframe.core.interfaces import Buffer
+from bkframe.errors import BKError
 from bkframe.proto.codes import Status
 
 log = logging.getLogger("bkframe.copying")
@@ -56,21 +58,31 @@ async def list_on_peers(
 
 
 async def fetch_entries(
-    pool: BookiePool,
-    ledger_id: int,
-    chunk: list[tuple[int, list[str]]],
-    got: dict[int, bytes],
-    digester: Digester,
-) -> None:
-    """Read each ``(entry id, peers)`` of ``chunk`` from its peers in turn into ``got``;
-    requests to one peer are pipelined. What no peer could give is left out of ``got``.
+    pool: BookiePool, ledger_id: int, chunk: list[tuple[int, list[str]]], digester: Digester
+) -> tuple[list[int], list[Buffer]]:
+    """Read each ``(entry id, peers)`` of ``chunk`` from its peers in turn; requests to one
+    peer are pipelined. Returns the entry ids ascending and their data; an entry no peer
+    could give is a :class:`BKError` (the repair tries again later).
 
     A copy that cannot be verified (HMAC without the password) is taken only when two
     peers hold the same bytes and none differs: a single copy may be the corrupt one.
     """
-    if not digester.verifies:
-        await _fetch_agreeing(pool, ledger_id, chunk, got, digester)
-        return
+    fetch = _fetch_verified if digester.verifies else _fetch_agreeing
+    got = await fetch(pool, ledger_id, chunk, digester)
+    lost = [entry_id for entry_id, _ in chunk if entry_id not in got]
+    if lost:
+        raise BKError(
+            f"ledger {ledger_id}: no replica could give entries {lost[:10]}"
+            f"{' ...' if len(lost) > 10 else ''} (fewer than needed are reachable); retrying later"
+        )
+    ids = sorted(got)
+    return ids, [got[i] for i in ids]
+
+
+async def _fetch_verified(
+    pool: BookiePool, ledger_id: int, chunk: list[tuple[int, list[str]]], digester: Digester
+) -> dict[int, bytes]:
+    got: dict[int, bytes] = {}
     rounds = max((len(peers) for _, peers in chunk), default=0)
     for r in range(rounds):
         by_peer: dict[str, list[int]] = {}
@@ -80,15 +92,13 @@ async def fetch_entries(
         async with trio.open_nursery() as nursery:
             for peer, ids in by_peer.items():
                 nursery.start_soon(_fetch_from, pool, peer, ledger_id, ids, got, digester)
+    return got
 
 
 async def _fetch_agreeing(
-    pool: BookiePool,
-    ledger_id: int,
-    chunk: list[tuple[int, list[str]]],
-    got: dict[int, bytes],
-    digester: Digester,
-) -> None:
+    pool: BookiePool, ledger_id: int, chunk: list[tuple[int, list[str]]], digester: Digester
+) -> dict[int, bytes]:
+    got: dict[int, bytes] = {}
     copies: dict[str, dict[int, bytes]] = {}
     by_peer: dict[str, list[int]] = {}
     for entry_id, peers in chunk:
@@ -108,6 +118,7 @@ async def _fetch_agreeing(
                 "not copying it", ledger_id, entry_id, len(seen), "y" if len(seen) == 1 else "ies",
                 " and they differ" if len(set(seen)) > 1 else "",
             )
+    return got
 
 
 async def _fetch_from(

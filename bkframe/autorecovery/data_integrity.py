@@ -158,17 +158,9 @@ class LimboRepair:
                         # Peers known to hold the entry first; unknown ones (unlisted) after.
                         peers.sort(key=lambda b: 0 if entry_id in holders.get(b, ()) else 1 if b not in holders else 2)
                         chunk.append((entry_id, peers))
-                    got: dict[int, bytes] = {}
-                    await fetch_entries(pool, md.ledger_id, chunk, got, digester)
-                    lost = [entry_id for entry_id, _ in chunk if entry_id not in got]
-                    if lost:
-                        raise BKError(
-                            f"ledger {md.ledger_id}: no peer could give entries {lost[:10]}"
-                            f"{' ...' if len(lost) > 10 else ''}; retrying later"
-                        )
-                    got_ids = sorted(got)
-                    storage.add_entries(md.ledger_id, got_ids, [got[i] for i in got_ids])
-                    copied += len(got_ids)
+                    entry_ids, entries = await fetch_entries(pool, md.ledger_id, chunk, digester)
+                    storage.add_entries(md.ledger_id, entry_ids, entries)
+                    copied += len(entry_ids)
         self.bookie.repair_status["entries_copied"] += copied
         if copied:
             log.info("ledger %d: copied %d missing entries from peers", md.ledger_id, copied)

@@ -10,8 +10,6 @@ Also what ``bkframe autorecovery status`` reports (:func:`cluster_status`).
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -38,11 +36,6 @@ log = logging.getLogger("bkframe.autorecovery")
 STATUS_MARKS = 100
 #: Lock holders ``status`` asks for at once (the worker of each mark shown).
 STATUS_READS_IN_FLIGHT = 8
-
-
-def default_holder() -> str:
-    """A name for a standalone service's locks: host and process id."""
-    return f"autorecovery@{socket.gethostname()}:{os.getpid()}"
 
 
 @attrs.define(eq=False)

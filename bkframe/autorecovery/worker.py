@@ -415,24 +415,15 @@ class ReplicationWorker:
                     peers = [b for b in replicas(ensemble, entry_id, w) if b != target]
                     peers.sort(key=lambda b: (entry_id not in listed.get(b, ()), b in lost))
                     chunk.append((entry_id, peers))
-                got: dict[int, bytes] = {}
                 with trio.fail_after(timeout):
-                    await fetch_entries(self.ctx.pool, ledger_id, chunk, got, digester)
-                absent = [entry_id for entry_id, _ in chunk if entry_id not in got]
-                if absent:
-                    raise BKError(
-                        f"ledger {ledger_id}: no replica could give entries {absent[:10]}"
-                        f"{' ...' if len(absent) > 10 else ''} (fewer than needed are reachable); retrying later"
-                    )
-                got_ids = sorted(got)
+                    entry_ids, entries = await fetch_entries(self.ctx.pool, ledger_id, chunk, digester)
                 with trio.fail_after(timeout):
                     conn = await self.ctx.pool.get(target)
                     r = await conn.submit_add_batch(
-                        ledger_id, got_ids, [got[i] for i in got_ids], master_key=key, ledger_type=type_id,
-                        recovery=True, timeout_s=timeout,
+                        ledger_id, entry_ids, entries, master_key=key, ledger_type=type_id, recovery=True, timeout_s=timeout
                     ).wait()
                 if r.status != Status.OK:
                     raise BKError(f"ledger {ledger_id}: {target} refused the copies: {r.status.name} {r.message}")
-                copied += len(got_ids)
+                copied += len(entry_ids)
         return copied
 

@@ -126,35 +126,6 @@ async def _bookie_bytes(client: Any, bookie_ids: list[str]) -> int:
     return total
 
 
-async def bench_client(
-    metadata: str,
-    *,
-    entry_size: int,
-    count: int,
-    window: int,
-    ensemble: int,
-    write_quorum: int,
-    ack_quorum: int,
-    ledger_type: str,
-    progress: bool,
-    sync_every: int = 0,
-    settings: dict[str, Any] | None = None,
-) -> BenchResult:
-    """Append through the client library to a new ledger with ``window`` appends in flight;
-    ``settings``: more ``open_client`` keywords (TLS, token)."""
-    from bkframe.client.client import open_client
-
-    async with open_client(metadata, **(settings or {})) as client:
-        with interrupt.work():  # a signal stops the appends, not the client: the ledger is closed
-            result, _ = await append_timed(
-                client, entry_size=entry_size, count=count, window=window, ensemble=ensemble,
-                write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type, progress=progress,
-                sync_every=sync_every,
-            )
-            return result
-    return cast(BenchResult, None)  # stopped by a signal: interrupt.run exits
-
-
 async def append_timed(
     client: Any,
     *,
@@ -294,13 +265,20 @@ class ThroughClient:
     settings: dict[str, Any]
 
     def run(self, load: Load) -> BenchResult:
-        return interrupt.run(
-            lambda: bench_client(
-                self.metadata, entry_size=load.entry_size, count=load.count, window=load.window, ensemble=self.ensemble,
-                write_quorum=self.write_quorum, ack_quorum=self.ack_quorum, ledger_type=self.ledger_type,
-                progress=load.count >= 50_000 and sys.stderr.isatty(), sync_every=self.sync_every, settings=self.settings,
-            )
-        )
+        return interrupt.run(lambda: self._appends(load))
+
+    async def _appends(self, load: Load) -> BenchResult:
+        from bkframe.client.client import open_client
+
+        async with open_client(self.metadata, **self.settings) as client:
+            with interrupt.work():  # a signal stops the appends, not the client: the ledger is closed
+                result, _ = await append_timed(
+                    client, entry_size=load.entry_size, count=load.count, window=load.window, ensemble=self.ensemble,
+                    write_quorum=self.write_quorum, ack_quorum=self.ack_quorum, ledger_type=self.ledger_type,
+                    progress=load.count >= 50_000 and sys.stderr.isatty(), sync_every=self.sync_every,
+                )
+                return result
+        return cast(BenchResult, None)  # stopped by a signal: interrupt.run exits
 
 
 @attrs.frozen

@@ -19,7 +19,7 @@ import attrs
 import click
 import numpy as np
 
-from bkframe.bench.appends import Throughput
+from bkframe.bench.appends import Load, Throughput
 from bkframe.cli import interrupt
 from bkframe.cli.log import run_on_logs
 from bkframe.cli.options import AT_LEAST_ONE, BYTES, auth_token_option, check_quorums, metadata_option
@@ -136,10 +136,8 @@ def _check_log_append(pending: Any) -> None:
 
 async def bench_ledger_vs_log(
     logs: Logs,
+    load: Load,
     *,
-    entry_size: int,
-    count: int,
-    window: int,
     ensemble: int,
     write_quorum: int,
     ack_quorum: int,
@@ -154,6 +152,7 @@ async def bench_ledger_vs_log(
     Long on purpose: a benchmark reads as what it times, in the order it times it (ledger, then
     log, per round).
     """
+    entry_size, count, window = load.entry_size, load.count, load.window
     client = logs.client
     payload = os.urandom(entry_size)
     out: list[LogBenchResult] = []
@@ -168,20 +167,22 @@ async def bench_ledger_vs_log(
             return result
         return attrs.evolve(result, bookies_cpu_us=(after - before) / count * 1e6)
 
+    async def appends(
+        writer: Any, check: Callable[[Any], None], wait_batch: Callable[[Any], Any]
+    ) -> tuple[float, float, np.ndarray[Any, np.dtype[np.float64]]]:
+        """The timed appends to a ledger's or a log's writer, one at a time or in batches."""
+        if batch:
+            return await _drive_batches(
+                writer.append_many_async, wait_batch, payload=payload, count=count, window=window, batch=batch
+            )
+        return await _drive(writer.append_async, check, payload=payload, count=count, window=window)
+
     async def ledger_run() -> LogBenchResult:
         writer = await client.create_ledger(
             ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type
         )
         try:
-            if batch:
-                seconds, cpu, lat = await _drive_batches(
-                    writer.append_many_async, _wait_ledger_batch, payload=payload, count=count, window=window,
-                    batch=batch,
-                )
-            else:
-                seconds, cpu, lat = await _drive(
-                    writer.append_async, _check_ledger_append, payload=payload, count=count, window=window
-                )
+            seconds, cpu, lat = await appends(writer, _check_ledger_append, _wait_ledger_batch)
             await writer.close()
         finally:
             with interrupt.closing():  # stopped by a signal too: the bench's ledger goes
@@ -197,15 +198,7 @@ async def bench_ledger_vs_log(
         )
         try:
             writer = await logs.open_writer(name)
-            if batch:
-                seconds, cpu, lat = await _drive_batches(
-                    writer.append_many_async, _wait_log_batch, payload=payload, count=count, window=window,
-                    batch=batch,
-                )
-            else:
-                seconds, cpu, lat = await _drive(
-                    writer.append_async, _check_log_append, payload=payload, count=count, window=window
-                )
+            seconds, cpu, lat = await appends(writer, _check_log_append, _wait_log_batch)
             md = await writer.close()
         finally:
             with interrupt.closing():  # stopped by a signal too: the bench's log goes (its writer fails)
@@ -259,9 +252,8 @@ def log(
     rows = run_on_logs(
         metadata,
         lambda logs: bench_ledger_vs_log(
-            logs, entry_size=entry_size, count=count, window=window, ensemble=ensemble, write_quorum=write_quorum,
-            ack_quorum=ack_quorum, ledger_type=ledger_type, rollover_entries=rollover_entries, rounds=rounds,
-            batch=batch,
+            logs, Load(entry_size, count, window), ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum,
+            ledger_type=ledger_type, rollover_entries=rollover_entries, rounds=rounds, batch=batch,
         ),
     )
     for row in rows:

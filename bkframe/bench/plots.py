@@ -5,7 +5,7 @@ canvas (no display, no pyplot state). matplotlib is the optional extra ``bkframe
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from matplotlib import ticker
 from matplotlib.axes import Axes
@@ -56,6 +56,13 @@ def _caption(fig: Figure, sweep: dict[str, Any]) -> None:
              fontsize=7, color="dimgray")
 
 
+def _save(fig: Figure, sweep: dict[str, Any], path: Path) -> Path:
+    _caption(fig, sweep)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=DPI)
+    return path
+
+
 def plot_throughput(sweep: dict[str, Any], path: Path, window: int = 256) -> Path:
     """MB/s and entries/s by entry size, one line per ledger type at ``window``; the peers'
     figures from the same run as markers."""
@@ -81,10 +88,7 @@ def plot_throughput(sweep: dict[str, Any], path: Path, window: int = 256) -> Pat
         ax.set_title(f"{title} at window {window}")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=8)
-    _caption(fig, sweep)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(path, dpi=DPI)
-    return path
+    return _save(fig, sweep, path)
 
 
 def _grid(sizes: list[int]) -> tuple[Figure, list[Axes]]:
@@ -96,6 +100,15 @@ def _grid(sizes: list[int]) -> tuple[Figure, list[Axes]]:
     for ax in flat[len(sizes):]:
         ax.set_visible(False)
     return fig, flat
+
+
+def _size_panel(ax: Axes, size: int, xlabel: str, ylabel: str, *, legend: Literal["lower right", "upper left"]) -> None:
+    """Labels, grid and legend of one entry size's panel of a :func:`_grid`."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{_label_size(size)} entries")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc=legend)
 
 
 def plot_latency_cdf(sweep: dict[str, Any], path: Path) -> Path:
@@ -114,15 +127,8 @@ def plot_latency_cdf(sweep: dict[str, Any], path: Path) -> Path:
                 ax.axvline(floor["p50_ms"], label=f"floor {floor['kind']} p50", **FLOOR_STYLE.get(floor["kind"], {}))
         ax.set_xscale("log")
         _plain_log(ax.xaxis)
-        ax.set_xlabel("append latency, ms (window 1)")
-        ax.set_ylabel("fraction of appends")
-        ax.set_title(f"{_label_size(size)} entries")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
-    _caption(fig, sweep)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(path, dpi=DPI)
-    return path
+        _size_panel(ax, size, "append latency, ms (window 1)", "fraction of appends", legend="lower right")
+    return _save(fig, sweep, path)
 
 
 def plot_latency_by_window(sweep: dict[str, Any], path: Path) -> Path:
@@ -141,15 +147,8 @@ def plot_latency_by_window(sweep: dict[str, Any], path: Path) -> Path:
         ax.set_yscale("log")
         _plain_log(ax.yaxis)
         ax.set_xticks(windows, [str(w) for w in windows])
-        ax.set_xlabel("appends in flight (window)")
-        ax.set_ylabel("latency, ms (p50 solid, p99 dotted)")
-        ax.set_title(f"{_label_size(size)} entries")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left")
-    _caption(fig, sweep)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(path, dpi=DPI)
-    return path
+        _size_panel(ax, size, "appends in flight (window)", "latency, ms (p50 solid, p99 dotted)", legend="upper left")
+    return _save(fig, sweep, path)
 
 
 def write_plots(sweep: dict[str, Any], out_dir: Path) -> list[Path]:

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
+from bkframe.common.answers_later import AnswersLater
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces.ledger_storage import LedgerState, LedgerStorage
 from bkframe.proto.codes import Status
@@ -114,7 +115,7 @@ class LacWaiters:
                 del self._by_ledger[ledger_id]
 
 
-class ConnectionPolls:
+class ConnectionPolls(AnswersLater):
     """One connection's waiting long polls, and the answers ready to send.
 
     The server registers each long poll with :meth:`wait` and runs :meth:`run` as one task
@@ -123,6 +124,7 @@ class ConnectionPolls:
     """
 
     def __init__(self, waiters: LacWaiters, *, max_waiting: int, max_total: int, max_timeout_s: float) -> None:
+        super().__init__()
         self.waiters = waiters
         self.max_waiting = max_waiting
         self.max_total = max_total
@@ -130,9 +132,6 @@ class ConnectionPolls:
         #: Polls waiting now.
         self.waiting = 0
         self._deadlines: list[tuple[float, int, _Poll]] = []
-        self._ready: list[bytes] = []
-        self._changed = trio.Event()
-        self._closed = False
 
     def wait(self, req: ReadLacRequest) -> bytes | None:
         """Let ``req`` wait for its ledger's LAC to pass ``req.previous_lac`` (None), or its
@@ -193,18 +192,13 @@ class ConnectionPolls:
         """Send the answers as they come (``send``), answer polls whose time is up, and
         return once the connection is closed and everything is sent."""
         try:
-            while True:
-                if self._ready:
-                    ready, self._ready = self._ready, []
-                    await send(ready)
-                    continue
-                if self._closed:
-                    return
-                self._changed = trio.Event()
-                deadline = self._deadlines[0][0] if self._deadlines else math.inf
-                with trio.move_on_at(deadline):
-                    await self._changed.wait()
-                self._expire(trio.current_time())
+            await super().run(send)
         finally:
             # Cancelled (the connection failed): nothing may stay registered.
             self.close()
+
+    async def _wait(self) -> None:
+        deadline = self._deadlines[0][0] if self._deadlines else math.inf
+        with trio.move_on_at(deadline):
+            await self._changed.wait()
+        self._expire(trio.current_time())

@@ -9,18 +9,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import attrs
 import click
 import trio
 
-from bkframe.autorecovery.service import STATUS_MARKS, AutorecoveryService, cluster_status, default_holder
+from bkframe.autorecovery.service import STATUS_MARKS, AutorecoveryService, cluster_status
 from bkframe.cli import interrupt
 from bkframe.cli.interrupt import run_until_signal
-from bkframe.cli.logging_setup import setup_logging
-from bkframe.cli.options import LOG_OVERRIDES, auth_token_option, client_security, metadata_option, missing_option
+from bkframe.cli.options import auth_token_option, metadata_option
+from bkframe.cli.standalone import standalone, standalone_options
 from bkframe.client.settings import ClientSettings
-from bkframe.common.cluster_record import require_cluster
-from bkframe.core.config import load_config
+from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.plugin_manager import PluginManager
 
 log = logging.getLogger("bkframe.autorecovery")
@@ -28,46 +26,27 @@ log = logging.getLogger("bkframe.autorecovery")
 
 @click.group(invoke_without_command=True)
 @click.pass_context
-@metadata_option(required=False)
-@click.option(
-    "--config", "config_path", type=click.Path(path_type=Path),
-    help="A bookie TOML config: its [autorecovery] keys (enabled is ignored: running alone is enabling it), "
+@standalone_options(
+    "autorecovery",
+    "its [autorecovery] keys (enabled is ignored: running alone is enabling it), "
     "[placement] (where copies go) and [offload] (with enabled = true, the offload service runs too).",
 )
-@click.option("--holder", default="", help="This service's name in the locks it takes (default autorecovery@HOST:PID).")
 @auth_token_option
 def autorecovery(ctx: click.Context, metadata: str | None, config_path: Path | None, holder: str) -> None:
     """Run autorecovery alone (an auditor candidate and a replication worker) until
     SIGTERM / SIGINT; 'bkframe autorecovery status' shows what it is doing."""
     if ctx.invoked_subcommand is not None:
         return
-    if not metadata:
-        raise missing_option(ctx, "metadata")
-    config = load_config(config_path)
-    # A long-running service logs as a bookie does: its config's [logging], -v / --log-format over it.
-    level, log_format = ctx.meta.get(LOG_OVERRIDES, (None, None))
-    setup_logging(attrs.evolve(config.logging, format=log_format) if log_format else config.logging, level=level)
-    plugins = PluginManager(disabled=config.plugins.disable)
-    plugins.check_config(config)  # a wrong [placement] policy fails here, not in the service
-    # TLS and the token from $BKFRAME_TLS_* and --auth-token-file / $BKFRAME_AUTH_TOKEN(_FILE), as the other client commands.
-    settings = ClientSettings.from_placement_section(config.placement, **client_security())
-    name = holder or default_holder()
+    alone = standalone(ctx, "autorecovery", metadata, config_path, holder)
+    config = alone.config
 
-    async def run() -> None:
-        store = plugins.metadata_store(metadata)
-        try:
-            record = await require_cluster(store)
-            # It copies entries without the ledgers' keys: it authenticates as the cluster's own.
-            internal = settings.as_internal(record.secret)
-            service = AutorecoveryService(
-                store, plugins, config.autorecovery, holder=name, settings=internal, offload=config.offload
-            )
-            await run_until_signal(service.run, f"autorecovery running as {name}", log)
-        finally:
-            with trio.CancelScope(shield=True):
-                await store.aclose()
+    async def serve(store: MetadataStore, settings: ClientSettings) -> None:
+        service = AutorecoveryService(
+            store, alone.plugins, config.autorecovery, holder=alone.holder, settings=settings, offload=config.offload
+        )
+        await run_until_signal(service.run, f"autorecovery running as {alone.holder}", log)
 
-    trio.run(run)
+    trio.run(alone.run, serve)
 
 
 @autorecovery.command()

@@ -180,33 +180,34 @@ async def close_ledger(writer: WriteHandle, *, keep_open: bool = False) -> None:
         closed(f"ledger {ledger_id} left open at entry {writer.lac} (--keep-open)")
         return
     later = f"`bkframe ledger close {ledger_id}` closes it"
-    with closing() as scope:
-        try:
-            md = await writer.close()
-        except BKError as e:
-            closed(f"ledger {ledger_id} left open ({e}); {later}")
-            return
-    if scope.cancelled_caught:
-        closed(f"ledger {ledger_id} left open (its close took over {CLOSE_TIMEOUT_S:g} s); {later}")
-        return
-    closed(f"ledger {ledger_id} closed at entry {md.last_entry_id}")
+    md = await _close_step(writer.close, lambda why: f"ledger {ledger_id} left open ({why}); {later}")
+    if md is not None:
+        closed(f"ledger {ledger_id} closed at entry {md.last_entry_id}")
 
 
 async def release_log(writer: LogWriter) -> None:
     """A signal's closing step for a log the command wrote: its segment closed and the log
     given up, so that the next writer opens it at once (bounded, shielded), and said so."""
-    with closing() as scope:
-        try:
-            record = await writer.close()
-        except BKError as e:
-            closed(f"log {writer.name} not released ({e}); the next writer recovers it")
-            return
-    if scope.cancelled_caught:
-        closed(f"log {writer.name} not released (it took over {CLOSE_TIMEOUT_S:g} s); the next writer recovers it")
+    record = await _close_step(writer.close, lambda why: f"log {writer.name} not released ({why}); the next writer recovers it")
+    if record is None:
         return
     written = [s for s in record.segments if s.closed and s.last_entry_id >= 0]
     last = f"its last record {written[-1].number}:{written[-1].last_entry_id}" if written else "it holds no record"
     closed(f"log {writer.name} released ({last})")
+
+
+async def _close_step(close: Callable[[], Awaitable[T]], failed: Callable[[str], str]) -> T | None:
+    """``close()`` within :func:`closing`: what it returned, or None once it failed or ran out
+    of time and ``failed(why)`` was said."""
+    with closing():
+        try:
+            return await close()
+        except BKError as e:
+            closed(failed(str(e)))
+            return None
+    # Only the deadline ends the scope without a return.
+    closed(failed(f"its close took over {CLOSE_TIMEOUT_S:g} s"))
+    return None
 
 
 async def _watch(signals: AsyncIterator[int], state: Interruption) -> None:

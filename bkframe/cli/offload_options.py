@@ -16,22 +16,29 @@ from bkframe.client.logs.model import LogSettings
 NONE = "none"
 
 
+#: Each offload option: its flag, metavar, help, and the default ``log create`` shows.
+_OPTIONS = (
+    ("--offload-after", "DURATION", "Closed segments this old (e.g. 6h, 2d) may be offloaded to a tier", "not by age"),
+    ("--offload-beyond", "BYTES", "Offload the oldest closed segments while the log holds more than this on the bookies",
+     "not by size"),
+    ("--offload-deletion-lag", "DURATION", "How long an offloaded segment's ledger stays on the bookies",
+     "the offload service's [offload] deletion_lag_s, 4h"),
+    ("--offload-tier", "URI", "The tier the offload service moves the log's segments to: file:///PATH or s3://BUCKET?...",
+     "the service's [offload] tier"),
+)  # fmt: skip
+
+
 def offload_options(*, defaults: bool) -> list[Any]:
     """The offload settings' options (``log create`` shows their defaults; ``log configure``
-    changes only those given)."""
+    changes only those given, and ``none`` unsets one)."""
     return [
-        click.option("--offload-after", default=None, metavar="DURATION" + ("" if defaults else "|none"),
-                     help="Closed segments this old (e.g. 6h, 2d) may be offloaded to a tier"
-                     + (" (default: not by age)." if defaults else ".")),
-        click.option("--offload-beyond", default=None, metavar="BYTES" + ("" if defaults else "|none"),
-                     help="Offload the oldest closed segments while the log holds more than this on the bookies"
-                     + (" (default: not by size)." if defaults else ".")),
-        click.option("--offload-deletion-lag", default=None, metavar="DURATION" + ("" if defaults else "|none"),
-                     help="How long an offloaded segment's ledger stays on the bookies"
-                     + (" (default: the offload service's [offload] deletion_lag_s, 4h)." if defaults else ".")),
-        click.option("--offload-tier", default=None, metavar="URI" + ("" if defaults else "|none"),
-                     help="The tier the offload service moves the log's segments to: file:///PATH or s3://BUCKET?..."
-                     + (" (default: the service's [offload] tier)." if defaults else ".")),
+        click.option(
+            flag,
+            default=None,
+            metavar=metavar if defaults else f"{metavar}|{NONE}",
+            help=f"{text} (default: {default})." if defaults else f"{text}.",
+        )
+        for flag, metavar, text, default in _OPTIONS
     ]
 
 

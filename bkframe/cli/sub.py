@@ -10,7 +10,7 @@ import attrs
 import click
 
 from bkframe.cli.log import _log_name, _record_json, run_on_logs
-from bkframe.cli.options import ClientGroup, metadata_option, password_option
+from bkframe.cli.options import ClientGroup, F, metadata_option, password_option
 from bkframe.client.logs.api import Logs
 from bkframe.client.logs.model import LogEntry, check_name
 from bkframe.subscriptions.consumer import Message
@@ -23,16 +23,27 @@ def _sub_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
         raise click.BadParameter(str(e)) from None
 
 
+def _of_subscription(fn: F) -> F:
+    """What every command on one subscription takes: LOG and NAME, the metadata store and
+    the log's password."""
+    # Innermost first, as stacked decorators apply: the help lists them in the usual order.
+    for decorate in (
+        click.argument("name", callback=_sub_name),
+        click.argument("log", callback=_log_name),
+        password_option("log"),
+        metadata_option(),
+    ):
+        fn = decorate(fn)
+    return fn
+
+
 @click.group("sub", cls=ClientGroup)
 def sub_group() -> None:
     """Subscriptions: a log's records shared by many consumers, each leased, acked once."""
 
 
 @sub_group.command()
-@metadata_option()
-@password_option("log")
-@click.argument("log", callback=_log_name)
-@click.argument("name", callback=_sub_name)
+@_of_subscription
 @click.option("--key-shared", is_flag=True, help="One key's records go to one consumer at a time, in log order.")
 @click.option("--lease-s", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
               help="How long a consumer holds a record before it is delivered to another.")
@@ -59,10 +70,7 @@ def create(
 
 
 @sub_group.command()
-@metadata_option()
-@password_option("log")
-@click.argument("log", callback=_log_name)
-@click.argument("name", callback=_sub_name)
+@_of_subscription
 @click.option("-n", "count", type=click.IntRange(min=1), default=None, help="Stop after N records.")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object a line: position, key, payload, delivery_count, time, properties.")
@@ -108,10 +116,7 @@ def _print(msg: Message, as_json: bool) -> None:
 
 
 @sub_group.command()
-@metadata_option()
-@password_option("log")
-@click.argument("log", callback=_log_name)
-@click.argument("name", callback=_sub_name)
+@_of_subscription
 @click.option("--json", "as_json", is_flag=True, help="As one JSON object.")
 def stats(metadata: str, password: str, log: str, name: str, as_json: bool) -> None:
     """Backlog, records in flight, waiting and delayed, deliveries, redeliveries, acks and dead letters."""

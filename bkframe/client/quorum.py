@@ -22,6 +22,7 @@ import anyio
 from bkframe.client.bookies.connection import BookieClient
 from bkframe.client.bookies.pending_response import PendingResponse
 from bkframe.client.bookies.pool import BookiePool
+from bkframe.core.metadata import LedgerMetadata
 from bkframe.errors import BKError, MetadataError
 from bkframe.proto.base import Reply
 
@@ -104,3 +105,20 @@ def covered(ensemble_size: int, write_quorum: int, ack_quorum: int, heard: Colle
     the LAC of every acknowledged add, so nobody else need be asked."""
     e, w = ensemble_size, write_quorum
     return all(sum((i + j) % e not in heard for j in range(w)) < ack_quorum for i in range(e))
+
+
+class Coverage:
+    """:func:`covered` over the answers of a ledger's last fragment as they come: what a LAC
+    read and a long poll stop on."""
+
+    def __init__(self, metadata: LedgerMetadata) -> None:
+        #: The bookies to ask.
+        self.ensemble = metadata.fragments[-1][1]
+        self._index = {b: i for i, b in enumerate(self.ensemble)}
+        self._quorums = metadata.write_quorum, metadata.ack_quorum
+        self._heard: set[int] = set()
+
+    def heard(self, bookie_id: str) -> bool:
+        """Count ``bookie_id``'s answer; whether the answers so far cover every write set."""
+        self._heard.add(self._index[bookie_id])
+        return covered(len(self.ensemble), *self._quorums, self._heard)

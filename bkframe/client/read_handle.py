@@ -15,7 +15,8 @@ from bkframe.client.bookies.errors import error_for
 from bkframe.client.bookies.pending_response import PendingResponse
 from bkframe.client.distribution import replicas
 from bkframe.client.entry_format import Digester, DigestMismatchError
-from bkframe.client.quorum import ask_bookies, covered
+from bkframe.client.ledger_access import LedgerAccess
+from bkframe.client.quorum import Coverage, ask_bookies
 from bkframe.core.metadata import LedgerMetadata
 from bkframe.errors import BKError, NoSuchEntryError
 from bkframe.proto.codes import Status
@@ -146,18 +147,11 @@ async def _wait_any(pendings: list[PendingResponse], timeout_s: float | None) ->
             pr.callback = None
 
 
-class ReadHandle:
+class ReadHandle(LedgerAccess):
     """Made by :meth:`Client.open_ledger`; any number may read a ledger."""
 
-    ledger_id: int
-    metadata: LedgerMetadata
-
     def __init__(self, ctx: ClientContext, metadata: LedgerMetadata, master_key: bytes, digester: Digester) -> None:
-        self._ctx = ctx
-        self.metadata = metadata
-        self.ledger_id = metadata.ledger_id
-        self._master_key = master_key
-        self._digester = digester
+        super().__init__(ctx, metadata, master_key, digester)
         self._lac = metadata.last_entry_id
 
     @property
@@ -407,10 +401,7 @@ class ReadHandle:
         changed, asked once more."""
         if self.closed:
             return self._lac
-        ensemble = self.metadata.fragments[-1][1]
-        index = {b: i for i, b in enumerate(ensemble)}
-        w, a = self.metadata.write_quorum, self.metadata.ack_quorum
-        heard: set[int] = set()
+        last = Coverage(self.metadata)
         best = self._lac
         refused: BKError | None = None
         answered = 0
@@ -425,12 +416,11 @@ class ReadHandle:
             elif response.status != Status.NO_LEDGER:
                 refused = error_for(response.status, response.message, bookie_id, ledger_id=self.ledger_id)
                 return True
-            heard.add(index[bookie_id])
-            return covered(len(ensemble), w, a, heard)
+            return last.heard(bookie_id)
 
         await ask_bookies(
             self._ctx.pool,
-            ensemble,
+            last.ensemble,
             lambda conn: conn.submit_read_lac(self.ledger_id, timeout_s=self._ctx.settings.read_timeout_s),
             decide,
         )
@@ -456,10 +446,7 @@ class ReadHandle:
         covering every write set said it has not (at the poll's end), or the timeout ends."""
         if self.closed:
             return self._lac
-        ensemble = self.metadata.fragments[-1][1]
-        index = {b: i for i, b in enumerate(ensemble)}
-        w, a = self.metadata.write_quorum, self.metadata.ack_quorum
-        heard: set[int] = set()
+        last = Coverage(self.metadata)
         timeout_ms = int(timeout_s * 1000)
         best = self._lac
         started = anyio.current_time()
@@ -471,12 +458,11 @@ class ReadHandle:
             if response.status == Status.OK and response.lac > previous:
                 best = max(best, response.lac)
                 return True  # one answer is enough
-            heard.add(index[bookie_id])
-            return covered(len(ensemble), w, a, heard)
+            return last.heard(bookie_id)
 
         await ask_bookies(
             self._ctx.pool,
-            ensemble,
+            last.ensemble,
             # A long poll keeps its own deadline: the poll time plus a read's.
             lambda conn: conn.submit_read_lac(
                 self.ledger_id,

@@ -49,6 +49,7 @@ import attrs
 
 from bkframe.client.distribution import replicas
 from bkframe.client.entry_format import Digester, DigestMismatchError
+from bkframe.client.ledger_access import LedgerAccess
 from bkframe.client.placement import choose_replacements
 from bkframe.client.quorum import ask_bookies
 from bkframe.core.metadata import Fragments, LedgerMetadata, LedgerStateName, ensemble_at
@@ -89,13 +90,9 @@ def replace_from(fragments: Fragments, entry_id: int, replacements: dict[int, st
     return tuple(out)
 
 
-class Recovery:
+class Recovery(LedgerAccess):
     def __init__(self, ctx: ClientContext, metadata: LedgerMetadata, master_key: bytes, digester: Digester) -> None:
-        self.ctx = ctx
-        self.md = metadata
-        self.ledger_id = metadata.ledger_id
-        self.master_key = master_key
-        self.digester = digester
+        super().__init__(ctx, metadata, master_key, digester)
         self.type_id = ctx.ledger_types.named(metadata.ledger_type).type_id
         self.settings = ctx.settings
         #: Where entries are written back: the writer's fragments plus recovery's replacements.
@@ -104,7 +101,7 @@ class Recovery:
         self._fenced: set[str] = set()
 
     async def run(self) -> LedgerMetadata:
-        counters = self.ctx.counters
+        counters = self._ctx.counters
         try:
             md = await self._mark_in_recovery()
             if md.closed:
@@ -120,19 +117,19 @@ class Recovery:
         return md
 
     async def _mark_in_recovery(self) -> LedgerMetadata:
-        md = self.md
+        md = self.metadata
         while md.state == LedgerStateName.OPEN:
             try:
-                md = await self.ctx.metadata.update_ledger(attrs.evolve(md, state=LedgerStateName.IN_RECOVERY), md.version)
+                md = await self._ctx.metadata.update_ledger(attrs.evolve(md, state=LedgerStateName.IN_RECOVERY), md.version)
             except BadVersionError:
-                md = await self.ctx.metadata.read_ledger(self.ledger_id)
-        self.md = md
+                md = await self._ctx.metadata.read_ledger(self.ledger_id)
+        self.metadata = md
         return md
 
     async def _fence(self) -> int:
         """Fence the last fragment's bookies; return the highest LAC they know."""
-        ensemble = self.md.fragments[-1][1]
-        e, a = self.md.ensemble_size, self.md.ack_quorum
+        ensemble = self.metadata.fragments[-1][1]
+        e, a = self.metadata.ensemble_size, self.metadata.ack_quorum
         ec = e - a + 1
         positives = 0
         answered = 0
@@ -149,7 +146,7 @@ class Recovery:
                 positives += 1
                 lac = max(lac, r.lac)
                 try:
-                    entry_lac, _, _ = self.digester.decode(self.ledger_id, r.entry_id, r.data)
+                    entry_lac, _, _ = self._digester.decode(self.ledger_id, r.entry_id, r.data)
                     lac = max(lac, entry_lac)
                 except DigestMismatchError:
                     pass  # a corrupt last entry says nothing about the LAC; its fence still counts
@@ -161,7 +158,7 @@ class Recovery:
             return positives >= ec or positives + (len(ensemble) - answered) < ec
 
         await ask_bookies(
-            self.ctx.pool,
+            self._ctx.pool,
             ensemble,
             self._fencing_read(LAST_ENTRY),
             decide,
@@ -174,17 +171,17 @@ class Recovery:
                 f"{ec} (E - A + 1) are needed; retry when more bookies are up"
             )
         # Entries up to the LAC were confirmed; the fragment metadata may start earlier.
-        return max(lac, self.md.last_entry_id)
+        return max(lac, self.metadata.last_entry_id)
 
     def _fencing_read(self, entry_id: int) -> Callable[[BookieClient], PendingResponse[ReadResponse]]:
         """A fencing read of ``entry_id`` (``LAST_ENTRY``: the bookie's last), as every
         read of recovery is (BookKeeper's FLAG_DO_FENCING)."""
         return lambda conn: conn.submit_read(
-            self.ledger_id, entry_id, master_key=self.master_key, fence=True, timeout_s=self.settings.read_timeout_s
+            self.ledger_id, entry_id, master_key=self._master_key, fence=True, timeout_s=self.settings.read_timeout_s
         )
 
     def _replicas(self, fragments: Fragments, entry_id: int) -> list[str]:
-        return replicas(ensemble_at(fragments, entry_id), entry_id, self.md.write_quorum)
+        return replicas(ensemble_at(fragments, entry_id), entry_id, self.metadata.write_quorum)
 
     async def _read_entry(self, entry_id: int, *, need_copy: bool = False) -> bytes | None:
         """A recovery read: the entry if recoverable, None if unrecoverable; else RecoveryError.
@@ -195,9 +192,9 @@ class Recovery:
         One function on purpose: the quorum rule (decide as soon as the answers allow) is read
         and reviewed in one place, as BookKeeper's ReadLastConfirmed and recovery reads are.
         """
-        qc = self.md.write_quorum - self.md.ack_quorum + 1
-        verifies = self.digester.verifies
-        asked = self._replicas(self.md.fragments, entry_id)
+        qc = self.metadata.write_quorum - self.metadata.ack_quorum + 1
+        verifies = self._digester.verifies
+        asked = self._replicas(self.metadata.fragments, entry_id)
         copies: list[bytes] = []
         negatives = 0
         answered = 0
@@ -216,7 +213,7 @@ class Recovery:
             answered += 1
             if r is not None and r.status == Status.OK:
                 try:
-                    self.digester.decode(self.ledger_id, entry_id, r.data)
+                    self._digester.decode(self.ledger_id, entry_id, r.data)
                     copies.append(bytes(r.data))
                 except DigestMismatchError as e:
                     log.warning("recovery of ledger %d: %s on %s; ignoring that copy", self.ledger_id, e, bookie_id)
@@ -225,7 +222,7 @@ class Recovery:
             return decided()
 
         await ask_bookies(
-            self.ctx.pool,
+            self._ctx.pool,
             asked,
             # A fencing read, as BookKeeper's recovery reads are (FLAG_DO_FENCING): a negative
             # counts only from a bookie fenced before it answered. Fencing stopped at EC
@@ -275,7 +272,7 @@ class Recovery:
                 batch.append((entry_id, data))
                 entry_id += 1
             if batch:
-                _, length, _ = self.digester.decode(self.ledger_id, batch[-1][0], batch[-1][1])
+                _, length, _ = self._digester.decode(self.ledger_id, batch[-1][0], batch[-1][1])
                 short: list[tuple[int, bytes]] = []
                 async with anyio.create_task_group() as nursery:
                     for entry, data in batch:
@@ -296,7 +293,7 @@ class Recovery:
                 f"ledger {self.ledger_id}: confirmed entry {entry_id} cannot be read ({e}); retry later"
             ) from None
         assert data is not None
-        return self.digester.decode(self.ledger_id, entry_id, data)[1]
+        return self._digester.decode(self.ledger_id, entry_id, data)[1]
 
     async def _first_write_back(self, entry_id: int, data: bytes, short: list[tuple[int, bytes]]) -> None:
         """Write back without replacing anyone; an entry short of its ack quorum goes to ``short``."""
@@ -311,9 +308,9 @@ class Recovery:
         One loop on purpose: the rule that ends it (A bookies hold the entry, or replacing the
         failed ones is allowed or not) is read and reviewed in one place.
         """
-        a = self.md.ack_quorum
+        a = self.metadata.ack_quorum
         acked: set[str] = set()
-        original = set(ensemble_at(self.md.fragments, entry_id))
+        original = set(ensemble_at(self.metadata.fragments, entry_id))
         while True:
             ensemble = ensemble_at(self.fragments, entry_id)
             write_to = self._replicas(self.fragments, entry_id)
@@ -335,13 +332,13 @@ class Recovery:
                 return len(acked & set(write_to)) >= a  # noqa: B023 - as above
 
             await ask_bookies(
-                self.ctx.pool,
+                self._ctx.pool,
                 [b for b in write_to if b not in acked],
                 lambda conn: conn.submit_add(
                     self.ledger_id,
                     entry_id,
                     data,
-                    master_key=self.master_key,
+                    master_key=self._master_key,
                     ledger_type=self.type_id,
                     recovery=True,
                     timeout_s=self.settings.add_timeout_s,
@@ -360,11 +357,11 @@ class Recovery:
             indices = [ensemble.index(b) for b in failed]
             try:
                 new = await choose_replacements(
-                    self.ctx.pool,
+                    self._ctx.pool,
                     ensemble,
                     indices,
                     what=f"recovery of ledger {self.ledger_id}",
-                    write_quorum=self.md.write_quorum,
+                    write_quorum=self.metadata.write_quorum,
                 )
             except BKError as e:
                 raise RecoveryError(
@@ -393,15 +390,15 @@ class Recovery:
             return False
 
         await ask_bookies(
-            self.ctx.pool,
+            self._ctx.pool,
             bookies,
             self._fencing_read(LAST_ENTRY),
             decide,
         )
 
     async def _close(self, last: int, length: int) -> LedgerMetadata:
-        md = self.md
-        started_from = self.md.fragments
+        md = self.metadata
+        started_from = self.metadata.fragments
         while True:
             if md.state != LedgerStateName.IN_RECOVERY or md.fragments != started_from:
                 raise LedgerFencedError(f"ledger {self.ledger_id} changed during recovery (now {md.state.value}); open it again")
@@ -409,10 +406,10 @@ class Recovery:
             fragments = tuple(f for f in self.fragments if f in started_from or f[0] <= last)
             new = attrs.evolve(md, state=LedgerStateName.CLOSED, last_entry_id=last, length=length, fragments=fragments)
             try:
-                closed = await self.ctx.metadata.update_ledger(new, md.version)
+                closed = await self._ctx.metadata.update_ledger(new, md.version)
                 log.info("recovered ledger %d: last entry %d", self.ledger_id, last)
                 return closed
             except BadVersionError:
-                md = await self.ctx.metadata.read_ledger(self.ledger_id)
+                md = await self._ctx.metadata.read_ledger(self.ledger_id)
                 if md.closed:
                     return md  # a concurrent recovery won; its result is the ledger's end

@@ -28,9 +28,11 @@ import anyio
 import attrs
 
 from bkframe.client.bookies.errors import ClientClosedError, error_for
+from bkframe.client.bookies.pending_response import Completion
 from bkframe.client.distribution import write_set
 from bkframe.client.ensemble_change import check_still_open, commit_fragment, not_allowed, replacements
 from bkframe.client.entry_format import Digester, max_payload, too_large
+from bkframe.client.ledger_access import LedgerAccess
 from bkframe.client.write_close import advise_write_close
 from bkframe.core.metadata import LedgerMetadata, LedgerStateName
 from bkframe.errors import (
@@ -57,13 +59,13 @@ def lac_by_sync(last_add_synced: Sequence[int], write_quorum: int, ack_quorum: i
 
 
 @attrs.define(eq=False, slots=True)
-class PendingAppend:
+class PendingAppend(Completion):
     """An append in flight; ``await pending.wait()`` returns its entry id once confirmed.
 
-    The wake-up event is made only when someone waits on an append not done yet: a
-    pipelining appender that waits on every 256th append (or on the last of a batch, as
-    :meth:`WriteHandle.append_many` does) pays for no event per entry, and waiting on an
-    append already done returns at once, without a trip through the scheduler.
+    A pipelining appender that waits on every 256th append (or on the last of a batch, as
+    :meth:`WriteHandle.append_many` does) pays for no event per entry (see
+    :class:`~bkframe.client.bookies.pending_response.Completion`), and waiting on an append
+    already done returns at once, without a trip through the scheduler.
     """
 
     entry_id: int
@@ -72,43 +74,26 @@ class PendingAppend:
     length: int = 0
     acked: set[int] = attrs.Factory(set)
     error: BaseException | None = None
-    _is_done: bool = False
-    _event: anyio.Event | None = None
     #: When the append started (event-loop clock), for the client's add latency.
     started: float = 0.0
 
     async def wait(self) -> int:
-        if not self._is_done:
-            if self._event is None:
-                self._event = anyio.Event()
-            await self._event.wait()
+        await self._until_done()
         if self.error is not None:
             raise self.error
         return self.entry_id
 
-    def done(self) -> bool:
-        return self._is_done
-
     def _finish(self, error: BaseException | None = None) -> None:
-        if not self._is_done:
+        if not self._done:
             self.error = error
-            self._is_done = True
-            if self._event is not None:
-                self._event.set()
+            self._mark_done()
 
 
-class WriteHandle:
+class WriteHandle(LedgerAccess):
     """Made by :meth:`Client.create_ledger` or :meth:`Client.open_writer`; the only writer of its ledger."""
 
-    ledger_id: int
-    metadata: LedgerMetadata
-
     def __init__(self, ctx: ClientContext, metadata: LedgerMetadata, master_key: bytes, digester: Digester) -> None:
-        self._ctx = ctx
-        self.metadata = metadata
-        self.ledger_id = metadata.ledger_id
-        self._master_key = master_key
-        self._digester = digester
+        super().__init__(ctx, metadata, master_key, digester)
         policy = ctx.ledger_types.named(metadata.ledger_type)
         self._type_id = policy.type_id
         self._can_change_ensemble = policy.sync_before_ack and policy.journal_data

@@ -216,17 +216,25 @@ class PluginManager:
         name = config.get("plugin")
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{source}: [{section}] needs a 'plugin' name (a string)")
-        component = self.components.get(kind, name)
+        known = KNOWN_COMPONENT_DISTRIBUTIONS.get((section, name))
+        remedy = f"Install {known} (pip install {known})." if known else "Run 'bkframe plugins' to see what is installed."
+        keys = {k: v for k, v in config.items() if k != "plugin"}
+        named, where = f"{source}: [{section}] plugin = {name!r}", f"{source}: [{section}] (plugin {name!r})"
+        return self._configured(kind, name, keys, named=named, where=where, remedy=remedy)
+
+    def _configured(
+        self, kind: ComponentKind, name: object, options: Mapping[str, Any], *, named: str, where: str, remedy: str = ""
+    ) -> tuple[Component, Any]:
+        """The component registered as ``name`` (``named``: where a config names it), and
+        ``options`` validated by its config class (``where``: how its errors name them)."""
+        component = self.components.get(kind, name) if isinstance(name, str) else None
         if component is None:
-            known = KNOWN_COMPONENT_DISTRIBUTIONS.get((section, name))
-            remedy = f"Install {known} (pip install {known})." if known else "Run 'bkframe plugins' to see what is installed."
             raise ConfigError(
-                f"{source}: [{section}] plugin = {name!r}: no installed plugin provides it (installed: "
-                f"{', '.join(self.components.names(kind)) or 'none'}). {remedy}"
+                f"{named}: no installed plugin provides it (installed: "
+                f"{', '.join(self.components.names(kind)) or 'none'})" + (f". {remedy}" if remedy else "")
             )
         assert component.config is not None
-        keys = {k: v for k, v in config.items() if k != "plugin"}
-        return component, parse_section(component.config, keys, where=f"{source}: [{section}] (plugin {name!r})")
+        return component, parse_section(component.config, options, where=where)
 
     def check_config(self, config: Config) -> None:
         """Validate every component section of ``config`` now (a bookie does it as it starts)."""
@@ -324,14 +332,8 @@ class PluginManager:
     def placement_policy(self, name: str, options: Mapping[str, Any], *, source: str = "placement") -> PlacementPolicy:
         """The placement policy registered as ``name``, made with ``options`` validated
         against its config class (unknown names and keys are clear :class:`ConfigError` s)."""
-        component = self.components.get(ComponentKind.PLACEMENT_POLICY, name)
-        if component is None:
-            raise ConfigError(
-                f"{source}: placement policy {name!r}: no installed plugin provides it (installed: "
-                f"{', '.join(self.components.names(ComponentKind.PLACEMENT_POLICY)) or 'none'})"
-            )
-        assert component.config is not None
-        config: Any = parse_section(component.config, options, where=f"{source}: placement policy {name!r}")
+        what = f"{source}: placement policy {name!r}"
+        component, config = self._configured(ComponentKind.PLACEMENT_POLICY, name, options, named=what, where=what)
         policy: PlacementPolicy = component.factory(config)
         return policy
 
@@ -343,14 +345,8 @@ class PluginManager:
         name = options.pop("provider", DEFAULT_AUTH_PROVIDER)
         readers_of(options, source=source)
         options.pop(READERS_KEY, None)  # the bookie's, not the provider's (see bkframe.core.interfaces.auth)
-        component = self.components.get(ComponentKind.AUTH_PROVIDER, name) if isinstance(name, str) else None
-        if component is None:
-            raise ConfigError(
-                f"{source}: provider = {name!r}: no installed plugin provides it (installed: "
-                f"{', '.join(self.components.names(ComponentKind.AUTH_PROVIDER)) or 'none'})"
-            )
-        assert component.config is not None
-        config: Any = parse_section(component.config, options, where=f"{source} (provider {name!r})")
+        named, where = f"{source}: provider = {name!r}", f"{source} (provider {name!r})"
+        component, config = self._configured(ComponentKind.AUTH_PROVIDER, name, options, named=named, where=where)
         try:
             provider: AuthProvider = component.factory(config)
         except ValueError as e:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 import anyio
 import attrs
@@ -20,7 +21,7 @@ from bkframe.core.interfaces import Spawner
 from bkframe.core.interfaces.metadata_store import LogChange, check_log_changes
 from bkframe.core.metadata import BookieInfo, ClusterRecord, LedgerMetadata, UnderReplicated, Versioned, id_in_use
 from bkframe.core.registry import ComponentRegistry
-from bkframe.errors import BadVersionError, LedgerExistsError, LogExistsError, NoSuchLedgerError, NoSuchLogError
+from bkframe.errors import BadVersionError, BKError, LedgerExistsError, LogExistsError, NoSuchLedgerError, NoSuchLogError
 
 SCHEME = "memory://"
 
@@ -54,6 +55,24 @@ def _page(ids: Iterable[int], start: int, limit: int | None) -> list[int]:
     """Ids ``>= start``, ascending, at most ``limit`` (a test store: sorting is fine)."""
     chosen = sorted(i for i in ids if i >= start)
     return chosen if limit is None else chosen[:limit]
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _held(table: Mapping[K, V], key: K, missing: Callable[[K], BKError]) -> V:
+    """The record ``key`` names, or the store's error for one it does not hold."""
+    current = table.get(key)
+    if current is None:
+        raise missing(key)
+    return current
+
+
+def _check_version(what: str, version: int | None, expected_version: int | None) -> None:
+    """A compare-and-set's check (None: no record)."""
+    if version != expected_version:
+        raise BadVersionError(f"{what} is at version {version}, not {expected_version}")
 
 
 def reset_shared() -> None:
@@ -149,18 +168,12 @@ class MemoryMetadataStore:
 
     async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
         await anyio.lowlevel.checkpoint()
-        try:
-            return self._state.ledgers[ledger_id]
-        except KeyError:
-            raise NoSuchLedgerError(ledger_id) from None
+        return _held(self._state.ledgers, ledger_id, NoSuchLedgerError)
 
     async def update_ledger(self, metadata: LedgerMetadata, expected_version: int) -> LedgerMetadata:
         await anyio.lowlevel.checkpoint()
-        current = self._state.ledgers.get(metadata.ledger_id)
-        if current is None:
-            raise NoSuchLedgerError(metadata.ledger_id)
-        if current.version != expected_version:
-            raise BadVersionError(f"ledger {metadata.ledger_id} is at version {current.version}, not {expected_version}")
+        current = _held(self._state.ledgers, metadata.ledger_id, NoSuchLedgerError)
+        _check_version(f"ledger {metadata.ledger_id}", current.version, expected_version)
         stored = attrs.evolve(metadata, version=expected_version + 1)
         self._state.ledgers[metadata.ledger_id] = stored
         self._index(metadata.ledger_id, current.bookies(), stored.bookies())
@@ -224,9 +237,7 @@ class MemoryMetadataStore:
     async def write_cookie(self, bookie_id: str, value: bytes, expected_version: int | None) -> int:
         await anyio.lowlevel.checkpoint()
         current = self._state.cookies.get(bookie_id)
-        found = None if current is None else current.version
-        if found != expected_version:
-            raise BadVersionError(f"cookie of {bookie_id} is at version {found}, not {expected_version}")
+        _check_version(f"cookie of {bookie_id}", None if current is None else current.version, expected_version)
         version = 1 if current is None else current.version + 1
         self._state.cookies[bookie_id] = Versioned(value, version)
         return version
@@ -242,18 +253,11 @@ class MemoryMetadataStore:
 
     async def read_log(self, name: str) -> Versioned:
         await anyio.lowlevel.checkpoint()
-        try:
-            return self._state.logs[name]
-        except KeyError:
-            raise NoSuchLogError(name) from None
+        return _held(self._state.logs, name, NoSuchLogError)
 
     async def update_log(self, name: str, value: bytes, expected_version: int) -> int:
         await anyio.lowlevel.checkpoint()
-        current = self._state.logs.get(name)
-        if current is None:
-            raise NoSuchLogError(name)
-        if current.version != expected_version:
-            raise BadVersionError(f"log {name!r} is at version {current.version}, not {expected_version}")
+        _check_version(f"log {name!r}", _held(self._state.logs, name, NoSuchLogError).version, expected_version)
         self._state.logs[name] = Versioned(value, expected_version + 1)
         return expected_version + 1
 
@@ -262,22 +266,16 @@ class MemoryMetadataStore:
         checked = check_log_changes(changes)
         await anyio.lowlevel.checkpoint()
         for name, _, expected_version in checked:
-            current = self._state.logs.get(name)
-            if current is None:
-                raise NoSuchLogError(name)
-            if current.version != expected_version:
-                raise BadVersionError(f"log {name!r} is at version {current.version}, not {expected_version}")
+            _check_version(f"log {name!r}", _held(self._state.logs, name, NoSuchLogError).version, expected_version)
         for name, value, expected_version in checked:
             self._state.logs[name] = Versioned(value, expected_version + 1)
         return [expected_version + 1 for _, _, expected_version in checked]
 
     async def delete_log(self, name: str, expected_version: int | None = None) -> None:
         await anyio.lowlevel.checkpoint()
-        current = self._state.logs.get(name)
-        if current is None:
-            raise NoSuchLogError(name)
-        if expected_version is not None and current.version != expected_version:
-            raise BadVersionError(f"log {name!r} is at version {current.version}, not {expected_version}")
+        current = _held(self._state.logs, name, NoSuchLogError)
+        if expected_version is not None:
+            _check_version(f"log {name!r}", current.version, expected_version)
         del self._state.logs[name]
         self._state.cursors.pop(name, None)
 
@@ -300,9 +298,7 @@ class MemoryMetadataStore:
             raise NoSuchLogError(log)
         cursors = self._state.cursors.setdefault(log, {})
         current = cursors.get(cursor)
-        found = None if current is None else current.version
-        if found != expected_version:
-            raise BadVersionError(f"cursor {cursor!r} of log {log!r} is at version {found}, not {expected_version}")
+        _check_version(f"cursor {cursor!r} of log {log!r}", None if current is None else current.version, expected_version)
         version = 1 if current is None else current.version + 1
         cursors[cursor] = Versioned(value, version)
         return version

@@ -29,20 +29,17 @@ log = logging.getLogger("bkframe.placement")
 MAX_SEARCH_STEPS = 5000
 
 
-class RandomPlacement:
-    """Random order, healthy bookies first: ledgers spread evenly over time, and a bookie
-    that failed lately is taken only when no other is left (BookKeeper's default)."""
+class _Counted:
+    """A built-in policy's two choices, each made once there are candidates enough for it
+    (:func:`too_few` otherwise): the policy itself chooses in :meth:`_new_ensemble` and
+    :meth:`_replacements`."""
 
     wants_load = False
-
-    def _order(self, candidates: Sequence[Candidate]) -> list[Candidate]:
-        """The candidates best first (a policy that only orders differently overrides this)."""
-        return healthy_first(shuffled(candidates))
 
     def new_ensemble(self, candidates: Sequence[Candidate], *, ensemble_size: int, write_quorum: int) -> list[str]:
         if len(candidates) < ensemble_size:
             raise too_few(ensemble_size, candidates, f"an ensemble of {ensemble_size}")
-        return [c.bookie_id for c in self._order(candidates)[:ensemble_size]]
+        return self._new_ensemble(candidates, ensemble_size, write_quorum)
 
     def replacements(
         self,
@@ -54,6 +51,31 @@ class RandomPlacement:
     ) -> dict[int, str]:
         if len(candidates) < len(failed):
             raise too_few(len(failed), candidates, f"replacing {len(failed)} bookie(s)")
+        return self._replacements(candidates, ensemble, failed, write_quorum)
+
+    def _new_ensemble(self, candidates: Sequence[Candidate], ensemble_size: int, write_quorum: int) -> list[str]:
+        raise NotImplementedError
+
+    def _replacements(
+        self, candidates: Sequence[Candidate], ensemble: Sequence[Candidate], failed: Sequence[int], write_quorum: int
+    ) -> dict[int, str]:
+        raise NotImplementedError
+
+
+class RandomPlacement(_Counted):
+    """Random order, healthy bookies first: ledgers spread evenly over time, and a bookie
+    that failed lately is taken only when no other is left (BookKeeper's default)."""
+
+    def _order(self, candidates: Sequence[Candidate]) -> list[Candidate]:
+        """The candidates best first (a policy that only orders differently overrides this)."""
+        return healthy_first(shuffled(candidates))
+
+    def _new_ensemble(self, candidates: Sequence[Candidate], ensemble_size: int, write_quorum: int) -> list[str]:
+        return [c.bookie_id for c in self._order(candidates)[:ensemble_size]]
+
+    def _replacements(
+        self, candidates: Sequence[Candidate], ensemble: Sequence[Candidate], failed: Sequence[int], write_quorum: int
+    ) -> dict[int, str]:
         return {idx: c.bookie_id for idx, c in zip(failed, self._order(candidates))}
 
 
@@ -91,7 +113,7 @@ class RackAwareConfig:
     enforce_min_racks: bool = False
 
 
-class RackAwarePlacement:
+class RackAwarePlacement(_Counted):
     """Every write set (W consecutive bookies of the ensemble) spans ``min_racks`` racks.
 
     Bookies are tried healthy first, in random order; at each position a bookie from a rack
@@ -102,30 +124,19 @@ class RackAwarePlacement:
     choice gives, or :class:`PlacementError` with ``enforce_min_racks``.
     """
 
-    wants_load = False
-
     def __init__(self, config: RackAwareConfig) -> None:
         self.min_racks = config.min_racks
         self.enforce = config.enforce_min_racks
 
-    def new_ensemble(self, candidates: Sequence[Candidate], *, ensemble_size: int, write_quorum: int) -> list[str]:
-        if len(candidates) < ensemble_size:
-            raise too_few(ensemble_size, candidates, f"an ensemble of {ensemble_size}")
+    def _new_ensemble(self, candidates: Sequence[Candidate], ensemble_size: int, write_quorum: int) -> list[str]:
         slots: list[Candidate | None] = [None] * ensemble_size
         what = f"a new ensemble of {ensemble_size} (write quorum {write_quorum})"
         placed = self._place(candidates, slots, list(range(ensemble_size)), write_quorum, what)
         return [c.bookie_id for c in placed]
 
-    def replacements(
-        self,
-        candidates: Sequence[Candidate],
-        *,
-        ensemble: Sequence[Candidate],
-        failed: Sequence[int],
-        write_quorum: int,
+    def _replacements(
+        self, candidates: Sequence[Candidate], ensemble: Sequence[Candidate], failed: Sequence[int], write_quorum: int
     ) -> dict[int, str]:
-        if len(candidates) < len(failed):
-            raise too_few(len(failed), candidates, f"replacing {len(failed)} bookie(s)")
         slots: list[Candidate | None] = [None if i in failed else c for i, c in enumerate(ensemble)]
         what = f"replacing {', '.join(ensemble[i].bookie_id for i in failed)} in {[c.bookie_id for c in ensemble]}"
         placed = self._place(candidates, slots, list(failed), write_quorum, what)

@@ -30,6 +30,7 @@ import attrs
 import trio
 
 from bkframe.client.logs.positions import Position
+from bkframe.common.answers_later import AnswersLater
 from bkframe.core.config import SubscriptionsConfig
 from bkframe.core.ledger_keys import password_hash
 from bkframe.errors import NoSuchSubscriptionError, NotOwnerError, SubscriptionError, UnauthorizedError
@@ -316,7 +317,7 @@ class SubscriptionHost:
 
 
 @attrs.define(eq=False)
-class _Connection:
+class _Connection(AnswersLater):
     """One connection's SUB_* calls (:class:`bkframe.bookie.subscription_calls.ConnectionCalls`)."""
 
     host: SubscriptionHost
@@ -324,11 +325,8 @@ class _Connection:
     pending: int = 0
     #: The consumers it leased for: (log, subscription, consumer).
     consumers: set[tuple[str, str, str]] = attrs.Factory(set)
-    _ready: list[bytes] = attrs.Factory(list)
-    _changed: trio.Event = attrs.Factory(trio.Event)
     #: Its leases' cancel scopes: a closed connection's waiting leases end at once.
     _leases: set[trio.CancelScope] = attrs.Factory(set)
-    _closed: bool = False
 
     def call(self, req: SubRequest) -> bytes | None:
         host = self.host
@@ -378,17 +376,6 @@ class _Connection:
             self._changed.set()
             if self._closed and not self.pending:
                 self._leave()
-
-    async def run(self, send: Callable[[list[bytes]], Awaitable[None]]) -> None:
-        while True:
-            if self._ready:
-                ready, self._ready = self._ready, []
-                await send(ready)
-                continue
-            if self._closed:
-                return
-            self._changed = trio.Event()
-            await self._changed.wait()
 
     def close(self) -> None:
         if self._closed:

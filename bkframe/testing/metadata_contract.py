@@ -48,23 +48,19 @@ from bkframe.errors import (
 from bkframe.testing.autorecovery_contract import AutorecoveryContract, SharedAutorecoveryContract
 from bkframe.testing.kit import release_together
 from bkframe.testing.multilog_contract import MultiLogContract, SharedMultiLogContract
+from bkframe.testing.plugin_contract import PluginContract
 
 
 def ledger(ledger_id: int, **kw: object) -> LedgerMetadata:
     return LedgerMetadata(ledger_id, 3, 2, 2, ((0, ("a", "b", "c")),), **kw)  # type: ignore[arg-type]
 
 
-class MetadataStoreContract(AutorecoveryContract, MultiLogContract):
+class MetadataStoreContract(AutorecoveryContract, MultiLogContract, PluginContract):
     """What every :class:`~bkframe.core.interfaces.metadata_store.MetadataStore` does; see the module docstring."""
 
     @pytest.fixture
     def store_uri(self) -> str:
         raise NotImplementedError("a subclass provides the store_uri fixture: a fresh store per test")
-
-    @pytest.fixture
-    def plugins(self) -> PluginManager:
-        """The plugin manager that opens the store (override to add an uninstalled plugin)."""
-        return PluginManager()
 
     @pytest.fixture
     def open_store(self, plugins: PluginManager, store_uri: str) -> Callable[[], MetadataStore]:

@@ -20,8 +20,9 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import ClassVar, Generic, Self, TypeVar
 
 from bkframe.testing.faults.hosts import Host
 from bkframe.testing.kit import missing
@@ -73,54 +74,75 @@ def require(what: str, ok: bool) -> None:
         missing(f"{what} is not installed", "run ./scripts/test, which installs it (Debian packages)")
 
 
-class ZooKeeperServer:
+class _ServerProcess:
+    """A server process of the tests, its files and its output (``log_name``) under ``root``."""
+
+    log_name: ClassVar[str]
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log(self) -> Path:
+        return self.root / self.log_name
+
+    def _spawn(
+        self, argv: list[str], popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen
+    ) -> subprocess.Popen[bytes]:
+        """Start it (``popen``: a simulated host's, to start it there), its output to the log."""
+        with open(self.log, "ab") as log:
+            self.proc = popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        return self.proc
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+class _LocalServer(_ServerProcess):
+    """A server process on a free loopback port."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.port = free_port()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+class ZooKeeperServer(_LocalServer):
+    log_name = "zk.log"
+
     def __init__(self, root: Path, *, jvm_options: Sequence[str] = TEST_JVM_OPTIONS) -> None:
         """``jvm_options``: the test servers' by default; a benchmark holding 10^6 ledgers
         needs a larger heap."""
         require("ZooKeeper (Debian package zookeeper)", Path("/usr/share/java/zookeeper.jar").exists())
         require("java", shutil.which("java") is not None)
-        self.root = root
+        super().__init__(root)
         self.jvm_options = tuple(jvm_options)
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        (root / "data").mkdir(parents=True, exist_ok=True)
+        (root / "data").mkdir(exist_ok=True)
         (root / "zoo.cfg").write_text(
             f"tickTime=500\ndataDir={root / 'data'}\nclientPort={self.port}\nclientPortAddress=127.0.0.1\n"
             "maxClientCnxns=200\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,ruok\n"
             "minSessionTimeout=1000\nmaxSessionTimeout=20000\n"
         )
 
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
     def start(self) -> ZooKeeperServer:
-        log = open(self.root / "zk.log", "ab")
-        self.proc = subprocess.Popen(
+        proc = self._spawn(
             ["java", *self.jvm_options, "-cp", ZK_CLASSPATH, "-Dzookeeper.log.dir=" + str(self.root),
              "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.root / "zoo.cfg")],
-            stdout=log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             # "ruok" answers before the server serves; "srvr" reports Mode: once it does.
-            if "Mode:" in self._four_letters(b"srvr"):
+            if "Mode:" in _four_letters_at("127.0.0.1", self.port, b"srvr"):
                 return self
-            if self.proc.poll() is not None:
+            if proc.poll() is not None:
                 break
             time.sleep(0.2)
-        raise RuntimeError(f"ZooKeeper did not start; see {self.root / 'zk.log'}")
-
-    def _four_letters(self, word: bytes) -> str:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(word)
-                return s.recv(4096).decode(errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        stop_process(self.proc)
+        raise RuntimeError(f"ZooKeeper did not start; see {self.log}")
 
 
 #: etcd keeps a revision of every write and compacts nothing unless told: bkframe rewrites a
@@ -128,67 +150,51 @@ class ZooKeeperServer:
 ETCD_COMPACTION = ("--auto-compaction-mode", "revision", "--auto-compaction-retention", "1000")
 
 
-class EtcdServer:
+class EtcdServer(_LocalServer):
+    log_name = "etcd.log"
+
     def __init__(self, root: Path, *, quota_backend_bytes: int | None = None) -> None:
         """``quota_backend_bytes``: etcd's space quota (default etcd's 2 GiB), to test a full store."""
         require("etcd (Debian package etcd-server)", shutil.which("etcd") is not None)
+        super().__init__(root)
         self.quota_backend_bytes = quota_backend_bytes
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
         self.peer_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
 
     def start(self) -> EtcdServer:
-        log = open(self.root / "etcd.log", "ab")
         client_url = f"http://127.0.0.1:{self.port}"
         peer_url = f"http://127.0.0.1:{self.peer_port}"
-        self.proc = subprocess.Popen(
+        proc = self._spawn(
             ["etcd", "--name", "test", "--data-dir", str(self.root / "data"),
              "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
              "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
              "--initial-cluster", f"test={peer_url}", "--log-level", "warn", *ETCD_COMPACTION,
              *(() if self.quota_backend_bytes is None else ("--quota-backend-bytes", str(self.quota_backend_bytes)))],
-            stdout=log, stderr=subprocess.STDOUT,
         )
-        wait_for_http(self.proc, f"{client_url}/health", b'"health":"true"', what="etcd", log=self.root / "etcd.log")
+        wait_for_http(proc, f"{client_url}/health", b'"health":"true"', what="etcd", log=self.log)
         return self
 
-    def stop(self) -> None:
-        stop_process(self.proc)
 
-
-class S3Server:
+class S3Server(_LocalServer):
     """moto's S3 server (``python -m moto.server``), in memory, on a free loopback port.
     It takes any access key and secret; :meth:`bucket` makes a fresh bucket per test."""
 
     #: Keys the tests sign with (moto checks no signature by default).
     ACCESS_KEY_ID, SECRET_ACCESS_KEY = "bkframe-test-key", "bkframe-test-secret"
+    log_name = "s3.log"
 
     def __init__(self, root: Path) -> None:
         require("moto's S3 server (PyPI moto[s3], flask: the dev dependencies)",
                 importlib.util.find_spec("moto") is not None and importlib.util.find_spec("flask") is not None)
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(root)
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.address}"
 
     def start(self) -> S3Server:
-        log = open(self.root / "s3.log", "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=log, stderr=subprocess.STDOUT,
-        )
+        proc = self._spawn([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)])
         # ListBuckets: answered once the server serves S3.
-        wait_for_http(self.proc, f"{self.endpoint}/", b"ListAllMyBucketsResult", what="the S3 server", log=self.root / "s3.log")
+        wait_for_http(proc, f"{self.endpoint}/", b"ListAllMyBucketsResult", what="the S3 server", log=self.log)
         return self
 
     def bucket(self) -> str:
@@ -206,9 +212,6 @@ class S3Server:
         )
         return path
 
-    def stop(self) -> None:
-        stop_process(self.proc)
-
 
 # -- ensembles on simulated hosts -----------------------------------------------------------
 
@@ -217,6 +220,9 @@ ZK_CLIENT_PORT, ZK_PEER_PORT, ZK_ELECTION_PORT = 2181, 2888, 3888
 ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
 #: How long an ensemble may take to elect a leader and serve.
 ENSEMBLE_START_TIMEOUT_S = 90.0
+
+
+M = TypeVar("M", "ZooKeeperMember", "EtcdMember")
 
 
 def _four_letters_at(address: str, port: int, word: bytes, timeout_s: float = 1.0) -> str:
@@ -228,13 +234,15 @@ def _four_letters_at(address: str, port: int, word: bytes, timeout_s: float = 1.
         return ""
 
 
-class ZooKeeperMember:
+class ZooKeeperMember(_ServerProcess):
     """One member of a :class:`ZooKeeperEnsemble`, on its own host."""
 
+    log_name = "zk.log"
+
     def __init__(self, root: Path, host: Host, myid: int, servers: str) -> None:
-        self.root, self.host, self.myid = root, host, myid
-        self.proc: subprocess.Popen[bytes] | None = None
-        (root / "data").mkdir(parents=True, exist_ok=True)
+        super().__init__(root)
+        self.host, self.myid = host, myid
+        (root / "data").mkdir(exist_ok=True)
         (root / "data" / "myid").write_text(f"{myid}\n")
         (root / "zoo.cfg").write_text(
             f"tickTime=500\ninitLimit=20\nsyncLimit=4\ndataDir={root / 'data'}\n"
@@ -248,11 +256,10 @@ class ZooKeeperMember:
         return f"{self.host.address}:{ZK_CLIENT_PORT}"
 
     def start(self) -> None:
-        log = open(self.root / "zk.log", "ab")
-        self.proc = self.host.popen(
+        self._spawn(
             ["java", *TEST_JVM_OPTIONS, "-cp", ZK_CLASSPATH, "-Dzookeeper.log.dir=" + str(self.root),
              "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.root / "zoo.cfg")],
-            stdout=log, stderr=subprocess.STDOUT,
+            self.host.popen,
         )
 
     def mode(self) -> str:
@@ -263,13 +270,34 @@ class ZooKeeperMember:
                 return line.split(":", 1)[1].strip()
         return ""
 
+
+class _Ensemble(Generic[M]):
+    """Servers forming one ensemble, each on its own host; ``connect`` is the ``HOST:PORT,...``
+    list a URI of the store takes."""
+
+    members: list[M]
+
+    @property
+    def connect(self) -> str:
+        return ",".join(m.address for m in self.members)
+
+    def start(self) -> Self:
+        for m in self.members:
+            m.start()
+        self._wait_serving()
+        return self
+
+    def _wait_serving(self) -> None:
+        raise NotImplementedError
+
     def stop(self) -> None:
-        stop_process(self.proc)
+        for m in self.members:
+            m.stop()
 
 
-class ZooKeeperEnsemble:
-    """Three (or more) ZooKeeper servers forming one ensemble, each on its own host.
-    ``ensemble.connect`` is the ``HOST:PORT,...`` list a ``zk://`` URI takes."""
+class ZooKeeperEnsemble(_Ensemble[ZooKeeperMember]):
+    """Three (or more) ZooKeeper servers forming one ensemble, each on its own host
+    (``zk://`` URIs)."""
 
     def __init__(self, root: Path, hosts: Sequence[Host]) -> None:
         require("ZooKeeper (Debian package zookeeper)", Path("/usr/share/java/zookeeper.jar").exists())
@@ -279,15 +307,8 @@ class ZooKeeperEnsemble:
         )
         self.members = [ZooKeeperMember(root / f"zk-{h.name}", h, i, servers) for i, h in enumerate(hosts, 1)]
 
-    @property
-    def connect(self) -> str:
-        return ",".join(m.address for m in self.members)
-
-    def start(self) -> ZooKeeperEnsemble:
-        for m in self.members:
-            m.start()
+    def _wait_serving(self) -> None:
         self.wait_serving(len(self.members))
-        return self
 
     def wait_serving(self, count: int, timeout_s: float = ENSEMBLE_START_TIMEOUT_S) -> None:
         """Wait until ``count`` members serve (one of them the leader)."""
@@ -308,37 +329,33 @@ class ZooKeeperEnsemble:
                 return m
         raise RuntimeError("the ZooKeeper ensemble has no leader now")
 
-    def stop(self) -> None:
-        for m in self.members:
-            m.stop()
 
-
-class EtcdMember:
+class EtcdMember(_ServerProcess):
     """One member of an :class:`EtcdCluster`, on its own host."""
 
+    log_name = "etcd.log"
+
     def __init__(self, root: Path, host: Host, initial_cluster: str, token: str) -> None:
-        self.root, self.host = root, host
+        super().__init__(root)
+        self.host = host
         self.name = f"m-{host.name}"
         self.initial_cluster, self.token = initial_cluster, token
-        self.proc: subprocess.Popen[bytes] | None = None
-        root.mkdir(parents=True, exist_ok=True)
 
     @property
     def address(self) -> str:
         return f"{self.host.address}:{ETCD_CLIENT_PORT}"
 
     def start(self) -> None:
-        log = open(self.root / "etcd.log", "ab")
         client_url = f"http://{self.host.address}:{ETCD_CLIENT_PORT}"
         peer_url = f"http://{self.host.address}:{ETCD_PEER_PORT}"
-        self.proc = self.host.popen(
+        self._spawn(
             ["etcd", "--name", self.name, "--data-dir", str(self.root / "data"),
              "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
              "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
              "--initial-cluster", self.initial_cluster, "--initial-cluster-token", self.token,
              "--initial-cluster-state", "new", "--heartbeat-interval", "100", "--election-timeout", "1000",
              "--log-level", "warn", *ETCD_COMPACTION],
-            stdout=log, stderr=subprocess.STDOUT,
+            self.host.popen,
         )
 
     def status(self) -> dict[str, str]:
@@ -360,13 +377,9 @@ class EtcdMember:
         except OSError:
             return False
 
-    def stop(self) -> None:
-        stop_process(self.proc)
 
-
-class EtcdCluster:
-    """Three (or more) etcd members forming one cluster, each on its own host.
-    ``cluster.connect`` is the ``HOST:PORT,...`` list an ``etcd://`` URI takes."""
+class EtcdCluster(_Ensemble[EtcdMember]):
+    """Three (or more) etcd members forming one cluster, each on its own host (``etcd://`` URIs)."""
 
     def __init__(self, root: Path, hosts: Sequence[Host]) -> None:
         require("etcd (Debian package etcd-server)", shutil.which("etcd") is not None)
@@ -374,17 +387,11 @@ class EtcdCluster:
         token = f"bkframe-{root.name}-{os.getpid()}"
         self.members = [EtcdMember(root / f"etcd-{h.name}", h, initial, token) for h in hosts]
 
-    @property
-    def connect(self) -> str:
-        return ",".join(m.address for m in self.members)
-
-    def start(self) -> EtcdCluster:
-        for m in self.members:
-            m.start()
+    def _wait_serving(self) -> None:
         deadline = time.monotonic() + ENSEMBLE_START_TIMEOUT_S
         while time.monotonic() < deadline:
             if all(m.healthy() for m in self.members):
-                return self
+                return
             time.sleep(0.2)
         raise RuntimeError(f"the etcd cluster did not become healthy; logs in {self.members[0].root.parent}")
 
@@ -414,6 +421,3 @@ class EtcdCluster:
                 raise RuntimeError(f"etcd did not move its leader to {to.name} in {timeout_s} s")
             time.sleep(0.2)
 
-    def stop(self) -> None:
-        for m in self.members:
-            m.stop()

@@ -34,6 +34,7 @@ import pytest
 from bkframe.core.interfaces.tier import InvalidKeyError, Tier
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.errors import NoSuchObjectError, ObjectExistsError, TierError
+from bkframe.testing.plugin_contract import PluginContract
 
 #: Keys no tier accepts (bkframe.core.interfaces.tier.check_key).
 BAD_KEYS = ("", "/abs", "a//b", "a/", "a/../b", "..", ".", "a/./b", "a\0b", "k" * 1025)
@@ -65,7 +66,7 @@ class BreakingStream(io.RawIOBase):
         return n
 
 
-class TierContract:
+class TierContract(PluginContract):
     """What every :class:`~bkframe.core.interfaces.tier.Tier` does; see the module docstring."""
 
     #: A put larger than this is split into parts by the tier (as the URI asks); the suite
@@ -77,11 +78,6 @@ class TierContract:
     @pytest.fixture
     def tier_uri(self) -> str:
         raise NotImplementedError("a subclass provides the tier_uri fixture: a fresh, empty tier per test")
-
-    @pytest.fixture
-    def plugins(self) -> PluginManager:
-        """The plugin manager that opens the tier (override to add an uninstalled plugin)."""
-        return PluginManager()
 
     @pytest.fixture
     def tier(self, plugins: PluginManager, tier_uri: str) -> Iterator[Tier]:

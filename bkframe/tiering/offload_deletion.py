@@ -23,6 +23,8 @@ read the record *before* step 1 may still turn to the ledger: the deletion lag
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 import attrs
 
 from bkframe.client.logs.ledgers import LedgerClient
@@ -46,17 +48,18 @@ async def unmark(records: LogRecords, name: str, uid: str, seg: Segment) -> Segm
 
 async def delete_ledger(ledgers: LedgerClient, ledger_id: int) -> bool:
     """Step 2: True if the ledger was there and is deleted, False if it was gone already."""
-    try:
-        await ledgers.delete_ledger(ledger_id)
-    except NoSuchLedgerError:
-        return False
-    return True
+    return await _found(ledgers.delete_ledger(ledger_id))
 
 
 async def ledger_exists(ledgers: LedgerClient, ledger_id: int) -> bool:
     """Whether a segment marked off the bookies still has its ledger (a crash after step 1)."""
+    return await _found(ledgers.ledger_metadata(ledger_id))
+
+
+async def _found(call: Awaitable[object]) -> bool:
+    """Whether ``call`` found its ledger (else it raised NoSuchLedgerError)."""
     try:
-        await ledgers.ledger_metadata(ledger_id)
+        await call
     except NoSuchLedgerError:
         return False
     return True

@@ -33,7 +33,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bkframe.client.logs import columns
-from bkframe.client.logs.envelope import BadRecordError
 from bkframe.client.logs.model import Segment
 from bkframe.client.read_handle import EntryBlock, ReadHandle
 from bkframe.errors import BKError, ObjectExistsError
@@ -176,19 +175,7 @@ class _Builder:
             raise BKError(f"ledger {seg.ledger_id}: a read from entry {self._next} returned entries out of order")
         self._next += n
         self._checksum.add_block(block)
-        try:
-            batch = columns.block_batch(
-                self._log,
-                seg.number,
-                seg.ledger_id,
-                block.entry_ids,
-                block.data,
-                block.starts,
-                block.ends,
-                enveloped=seg.enveloped,
-            )
-        except BadRecordError as e:
-            raise BadRecordError(f"log {self._log!r}: segment {seg.number}, entries {block.entry_ids[0]}..: {e}") from None
+        batch = columns.segment_batch(self._log, seg.number, seg.ledger_id, block, enveloped=seg.enveloped)
         batch = batch.append_column(FLAGS, flags_column(block, seg.format))
         sizes = block.ends - block.starts
         self._entry_bytes += int(sizes.sum())

@@ -194,15 +194,10 @@ class Checkpointer:
         """Checkpoint every ``checkpoint_interval_s``. A failed checkpoint (e.g. a full disk)
         leaves the LastLogMark where it was -- the journal keeps everything since -- and is
         logged and retried; the bookie goes on serving (read-only if the disk is full)."""
-        await run_periodically("checkpoint", self.interval_s, self._checkpoint_once, task_status=task_status)
-
-    async def _checkpoint_once(self) -> None:
-        try:
-            await self.checkpoint()
-        except OSError as e:
-            if is_disk_full(e):
-                self.mode.write_failed(e)
-            raise
+        # checkpoint is looked up at each pass, as whoever wraps it expects.
+        await run_periodically(
+            "checkpoint", self.interval_s, lambda: self.checkpoint(), mode=self.mode, task_status=task_status
+        )
 
     async def close(self) -> None:
         """The final checkpoint at a clean stop: close the journal (it flushes), then

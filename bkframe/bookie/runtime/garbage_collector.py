@@ -93,18 +93,12 @@ class GarbageCollector:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Collect every ``interval_s``; a failed pass is logged and retried, never fatal."""
-        await run_periodically("garbage collection", self.interval_s, self._collect_once, task_status=task_status)
-
-    async def _collect_once(self) -> None:
-        try:
-            await self.collect()
-        except OSError as e:
-            if is_disk_full(e):
-                # Compaction copies live entries before it frees their old log: on a full
-                # disk that copy can fail. Nothing was repointed yet; the bookie turns
-                # read-only and the next pass tries again.
-                self.bookie.mode.write_failed(e)
-            raise
+        # Compaction copies live entries before it frees their old log: on a full disk that
+        # copy can fail. Nothing was repointed yet; the bookie turns read-only and the next
+        # pass tries again. collect is looked up at each pass, as whoever wraps it expects.
+        await run_periodically(
+            "garbage collection", self.interval_s, lambda: self.collect(), mode=self.bookie.mode, task_status=task_status
+        )
 
     async def collect(self) -> tuple[int, int]:
         """One pass; returns (ledgers deleted here, bytes the storage freed)."""

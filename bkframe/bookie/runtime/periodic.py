@@ -13,6 +13,9 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from bkframe.bookie.runtime.read_only_mode import ReadOnlyMode
+from bkframe.storage_kit.disk_full import is_disk_full
+
 log = logging.getLogger("bkframe.background")
 
 #: The first retry after a failure comes this soon (or after the interval, if shorter).
@@ -25,9 +28,12 @@ async def run_periodically(
     step: Callable[[], Awaitable[object]],
     *,
     first_retry_s: float = FIRST_RETRY_S,
+    mode: ReadOnlyMode | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Await ``step()`` every ``interval_s`` seconds, forever; never raises but Cancelled.
+    A step that fails for want of disk space turns the bookie read-only (``mode``) before
+    it is retried.
 
     After a failure the next try comes after ``min(first_retry_s, interval_s)``, doubling
     with each further failure up to ``interval_s``. The first failure of a run of them is
@@ -41,6 +47,8 @@ async def run_periodically(
         try:
             await step()
         except Exception as e:  # Cancelled is a BaseException: cancellation still ends the loop
+            if mode is not None and isinstance(e, OSError) and is_disk_full(e):
+                mode.write_failed(e)
             failures += 1
             delay = min(min(first_retry_s, interval_s) * 2 ** (failures - 1), interval_s)
             if failures == 1:

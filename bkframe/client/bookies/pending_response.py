@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar, cast
 
 import anyio
+import attrs
 
 from bkframe.client.bookies.errors import BookieConnectionError
 from bkframe.core.interfaces import Buffer
@@ -16,12 +17,37 @@ from bkframe.proto.base import ErrorResponse, Reply
 R = TypeVar("R", bound=Reply)
 
 
-class PendingResponse(Generic[R]):
+@attrs.define(slots=True, eq=False)
+class Completion:
+    """Done once, and awaited by whoever cares. The wake-up event is made by the first task
+    that waits before it is done: a writer's adds are followed by callbacks, and an event
+    per request would be made for nobody. Also a writer's appends
+    (:class:`~bkframe.client.write_handle.PendingAppend`)."""
+
+    _done: bool = attrs.field(default=False, init=False)
+    _event: anyio.Event | None = attrs.field(default=None, init=False)
+
+    def done(self) -> bool:
+        return self._done
+
+    async def _until_done(self) -> None:
+        if not self._done:
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
+
+    def _mark_done(self) -> None:
+        self._done = True
+        if self._event is not None:
+            self._event.set()
+
+
+class PendingResponse(Completion, Generic[R]):
     """A response that will come; ``await pending.wait()`` returns it, as its request's
     response class (``kind``) whatever the bookie answered: an ERROR message (a request it
     could not parse or serve) comes as that class with the ERROR's status and message."""
 
-    __slots__ = ("_done", "_error", "_event", "_response", "callback", "deadline", "kind", "parts", "submitted", "timeout_s")
+    __slots__ = ("_error", "_response", "callback", "deadline", "kind", "parts", "submitted", "timeout_s")
 
     def __init__(
         self,
@@ -31,11 +57,8 @@ class PendingResponse(Generic[R]):
         submitted: float = 0.0,
         timeout_s: float = 0.0,
     ) -> None:
+        super().__init__()
         self.kind = kind
-        self._done = False
-        # Made by the first waiter only: a writer's adds are followed by callbacks, and an
-        # event per request would be made for nobody.
-        self._event: anyio.Event | None = None
         #: event loop clock time after which the request fails with :class:`BookieTimeoutError`.
         self.deadline = deadline
         #: What was sent, when, and each try's timeout: to send it again on TRY_AGAIN.
@@ -48,14 +71,8 @@ class PendingResponse(Generic[R]):
         #: lets a writer track thousands of adds without a task each.
         self.callback: Callable[[R | None, BaseException | None], None] | None = None
 
-    def done(self) -> bool:
-        return self._done
-
     async def wait(self) -> R:
-        if not self._done:
-            if self._event is None:
-                self._event = anyio.Event()
-            await self._event.wait()
+        await self._until_done()
         if self._error is not None:
             raise self._error
         assert self._response is not None
@@ -86,19 +103,14 @@ class PendingResponse(Generic[R]):
                 self._fail(ProtocolError(f"a {type(response).__name__} answered a request that expects a {self.kind.__name__}"))
                 return
             response = self.kind(response.request_id, response.status, response.message)
-        typed = cast(R, response)
-        self._response = typed
-        self._done = True
-        if self._event is not None:
-            self._event.set()
-        if self.callback is not None:
-            self.callback(typed, None)
+        self._finish(cast(R, response), None)
 
     def _fail(self, error: BaseException) -> None:
         if not self._done:
-            self._error = error
-            self._done = True
-            if self._event is not None:
-                self._event.set()
-            if self.callback is not None:
-                self.callback(None, error)
+            self._finish(None, error)
+
+    def _finish(self, response: R | None, error: BaseException | None) -> None:
+        self._response, self._error = response, error
+        self._mark_done()
+        if self.callback is not None:
+            self.callback(response, error)

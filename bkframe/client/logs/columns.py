@@ -44,6 +44,8 @@ from bkframe.errors import BKError
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from bkframe.client.read_handle import EntryBlock
+
 #: Entry ids fit in 32 bits (a ledger's index takes at most 2**31 entries), so a position
 #: packs into one sortable int64.
 OFFSET_SHIFT = 32
@@ -146,6 +148,17 @@ def block_batch(
         ],
         schema=schema(),
     )
+
+
+def segment_batch(log: str, segment: int, ledger_id: int, block: EntryBlock, *, enveloped: bool) -> pa.RecordBatch:
+    """:func:`block_batch` of a block read from one segment of a log; a record it cannot
+    decode is named by its log, segment and the block's first entry."""
+    try:
+        return block_batch(
+            log, segment, ledger_id, block.entry_ids, block.data, block.starts, block.ends, enveloped=enveloped
+        )
+    except BadRecordError as e:
+        raise BadRecordError(f"log {log!r}: segment {segment}, entries {block.entry_ids[0]}..: {e}") from None
 
 
 def _empty_maps(pa: Any, n: int, map_type: Any = None) -> pa.Array:

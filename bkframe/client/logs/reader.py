@@ -371,19 +371,7 @@ class LogReader:
                     for batch in moved:
                         yield batch
                     continue
-                try:
-                    yield columns.block_batch(
-                        self.name,
-                        part.segment,
-                        part.ledger_id,
-                        block.entry_ids,
-                        block.data,
-                        block.starts,
-                        block.ends,
-                        enveloped=part.enveloped,
-                    )
-                except BadRecordError as e:
-                    raise BadRecordError(f"log {self.name!r}: segment {part.segment}, entries {lo}..: {e}") from None
+                yield columns.segment_batch(self.name, part.segment, part.ledger_id, block, enveloped=part.enveloped)
 
     async def to_arrow(self, start: Where = EARLIEST, end: Position | None = None) -> pa.Table:
         """An exact, repeatable snapshot of the log as one Arrow table: the confirmed records

@@ -47,13 +47,14 @@ _LEAVE = struct.Struct("<BBB")  # log, sub, consumer lengths (then the names)
 _STATS = struct.Struct("<BB")  # log, sub lengths (then the names)
 _COMMIT = struct.Struct("<BBBII")  # log, sub, consumer lengths; positions, outputs (then names, positions, outputs)
 _OUTPUT = struct.Struct("<BBI")  # an output log's name length, password length, ledger count (then those, ids u64)
-_COMMIT_ANSWER = struct.Struct("<I")  # SUB_COMMIT answer: outputs (then each _OUTPUT_ANSWER, its name, segments u64)
 _OUTPUT_ANSWER = struct.Struct("<BI")  # name length, segment count
 _POSITION = np.dtype("<u8")
 _RANGE = np.dtype([("first", "<u8"), ("last", "<u8")])
 _NACK = np.dtype([("position", "<u8"), ("delay_ms", "<u4")])
 
-_COUNT = struct.Struct("<I")  # SUB_LEASE answer: records (then each record)
+#: SUB_LEASE answer: records (then each record); SUB_COMMIT answer: outputs (then each
+#: _OUTPUT_ANSWER, its name, segments u64).
+_COUNT = struct.Struct("<I")
 #: A record of a SUB_LEASE answer: position, delivery count, deadline ms, flags (_HAS_KEY,
 #: _HAS_TIMESTAMP), timestamp ms, key length, property count, payload length; then the key,
 #: the properties (each _PROPERTY then its key and value), the payload.
@@ -323,10 +324,7 @@ def encode_sub_lease_response(request_id: int, records: Sequence[SubRecord]) -> 
 def decode_sub_lease_response(body: memoryview, status: Status, request_id: int, at: int, end: int) -> SubLeaseResponse:
     if status != Status.OK:
         return _refusal(SubLeaseResponse, body, status, request_id, at, end)
-    (count,) = _COUNT.unpack_from(body, at)
-    if count > MAX_SUB_LEASE:
-        raise ProtocolError(f"SUB_LEASE answer of {count} records is more than any request asks ({MAX_SUB_LEASE})")
-    at += _COUNT.size
+    count, at = _count(body, at, MAX_SUB_LEASE, "SUB_LEASE answer", "records")
     records: list[SubRecord] = []
     for _ in range(count):
         if at + _RECORD.size > end:
@@ -579,7 +577,7 @@ def decode_sub_commit(body: memoryview, flags: int, request_id: int, at: int, en
 
 def encode_sub_commit_response(request_id: int, segments: Mapping[str, Sequence[int]]) -> bytes:
     """OK with the segments each output log's ledgers became."""
-    fields = [_COMMIT_ANSWER.pack(len(segments))]
+    fields = [_COUNT.pack(len(segments))]
     for name, numbers in segments.items():
         raw = name.encode("ascii")
         fields += [_OUTPUT_ANSWER.pack(len(raw), len(numbers)), raw, np.array(numbers, dtype=_POSITION).tobytes()]
@@ -589,10 +587,7 @@ def encode_sub_commit_response(request_id: int, segments: Mapping[str, Sequence[
 def decode_sub_commit_response(body: memoryview, status: Status, request_id: int, at: int, end: int) -> SubCommitResponse:
     if status != Status.OK:
         return _refusal(SubCommitResponse, body, status, request_id, at, end)
-    (count,) = _COMMIT_ANSWER.unpack_from(body, at)
-    if count > MAX_SUB_COMMIT_OUTPUTS:
-        raise ProtocolError(f"SUB_COMMIT answer of {count} outputs is more than any request has")
-    at += _COMMIT_ANSWER.size
+    count, at = _count(body, at, MAX_SUB_COMMIT_OUTPUTS, "SUB_COMMIT answer", "outputs")
     segments: dict[str, tuple[int, ...]] = {}
     for _ in range(count):
         if at + _OUTPUT_ANSWER.size > end:
@@ -616,6 +611,15 @@ def encode_sub_refusal(op: Op, request_id: int, status: Status, message: str, ho
         raise ValueError("a refusal needs a status other than OK")
     body = f"{holder}\n{message}" if status == Status.NOT_OWNER else message
     return pack_message(op, status, request_id, body.encode())
+
+
+def _count(body: memoryview, at: int, limit: int, answer: str, what: str) -> tuple[int, int]:
+    """An answer's count of ``what``, and where they start. A count beyond what any request
+    asks for is refused before a decoder loops over it."""
+    (count,) = _COUNT.unpack_from(body, at)
+    if count > limit:
+        raise ProtocolError(f"{answer} of {count} {what} is more than any request asks ({limit})")
+    return count, at + _COUNT.size
 
 
 def _refusal(cls: type[R], body: memoryview, status: Status, request_id: int, at: int, end: int) -> R:
