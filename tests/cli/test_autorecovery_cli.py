@@ -6,17 +6,17 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import trio
 
 from bkframe import LedgerMetadata
 from bkframe.core.plugin_manager import PluginManager
+from tests.cli.forked_cli import bkframe_text
 
 
 def bk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bkframe", *args], capture_output=True, text=True, timeout=120)
+    return bkframe_text(*args)
 
 
 def test_status_and_decommission(tmp_path: Path) -> None:

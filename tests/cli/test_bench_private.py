@@ -8,16 +8,15 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli.forked_cli import bkframe_text
+
 
 def bk(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bkframe", *args], capture_output=True, text=True, timeout=180, env=env, cwd=cwd
-    )
+    return bkframe_text(*args, env=env, cwd=cwd, timeout=180)
 
 
 def snapshot(folder: Path) -> dict[str, str]:

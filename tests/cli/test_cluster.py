@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,10 +18,11 @@ from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.metadata import ClusterRecord
 from bkframe.core.plugin_manager import PluginManager
 from bkframe.testing.cluster import BOOKIE_COMMAND, BookieProcess
+from tests.cli.forked_cli import bkframe_text
 
 
 def bk(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bkframe", *args], capture_output=True, text=True, timeout=timeout)
+    return bkframe_text(*args, timeout=timeout)
 
 
 def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:

@@ -12,10 +12,11 @@ import trio
 
 from bkframe import BKError, MetadataError
 from bkframe.cli.errors import known_error
+from tests.cli.forked_cli import bkframe_text
 
 
 def bk(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bkframe", *args], capture_output=True, text=True, timeout=timeout)
+    return bkframe_text(*args, timeout=timeout)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *says: str) -> None:

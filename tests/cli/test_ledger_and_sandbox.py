@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 
 from bkframe.testing.cluster import Cluster
+from tests.cli.forked_cli import bkframe_text
 
 
 def bk(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bkframe", *args], input=stdin, capture_output=True, text=True, timeout=120
-    )
+    """``bkframe ARGS`` as a process of its own (forked from one that imported the CLI once:
+    tests/cli/forked_cli.py), its output as text."""
+    proc = bkframe_text(*args, stdin=stdin)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc

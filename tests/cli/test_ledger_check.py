@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from typing import Any
 
 from bkframe.client.distribution import replicas
+from tests.cli.forked_cli import bkframe_text
 
 #: Bookies that come back with an empty data dir re-stamp their cookie and start; without
 #: BP-46 protection they do not repair themselves, so the loss stays for the check to see.
@@ -21,9 +21,7 @@ data_loss_protection = false
 
 
 def bk(*args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bkframe", *args], input=stdin, capture_output=True, text=True, timeout=120
-    )
+    proc = bkframe_text(*args, stdin=stdin)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from typing import Any
+
+from tests.cli.forked_cli import bkframe_text
 
 
 def bk(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "bkframe", *args], capture_output=True, text=True, timeout=120)
+    proc = bkframe_text(*args)
     if check:
         assert proc.returncode == 0, proc.stderr
     return proc
