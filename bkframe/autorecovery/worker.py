@@ -101,6 +101,15 @@ class Claim(enum.Enum):
     FAILED = "failed"
 
 
+class _Marked(enum.Enum):
+    """What became of a claimed ledger's replication."""
+
+    #: Replicated here (its mark cleared).
+    DONE = "done"
+    #: Its mark was gone by the time it was claimed: nothing to do.
+    GONE = "gone"
+
+
 @attrs.define
 class WorkerStatus:
     """What ``bkframe autorecovery status`` and the logs tell of one worker."""
@@ -227,10 +236,15 @@ class ReplicationWorker:
 
     async def _replicate_held(self, lock: Lock, mark: UnderReplicated) -> None:
         try:
-            done = bool(await while_held(
-                lock, lambda: self.replicate(mark.ledger_id, mark), log,
+            outcome = await while_held(
+                lock, lambda: self._replicate_if_marked(mark.ledger_id), log,
                 f"lost the claim on ledger {mark.ledger_id}; abandoning its replication",
-            ))
+            )
+            if outcome is _Marked.GONE:
+                # Another worker finished it between this worker's look and its claim.
+                self._retry.pop(mark.ledger_id, None)
+                return
+            done = outcome is _Marked.DONE
         except NotYet as e:
             log.info("ledger %d: %s", mark.ledger_id, e)
             done = False
@@ -250,6 +264,17 @@ class ReplicationWorker:
             _, delay = self._retry.get(mark.ledger_id, (0.0, self.config.check_interval_s / 2))
             delay = min(delay * 2, self.config.max_retry_s)
             self._retry[mark.ledger_id] = (trio.current_time() + delay, delay)
+
+    async def _replicate_if_marked(self, ledger_id: int) -> _Marked:
+        """:meth:`replicate` of a claimed ledger, with its mark read again under the claim:
+        the worker that held the claim before may have finished the ledger and cleared its
+        mark after this worker read the marks, and a ledger is done only once."""
+        with trio.fail_after(self.config.request_timeout_s):
+            found = await self.store.list_under_replicated(start=ledger_id, limit=1)
+        if not found or found[0].ledger_id != ledger_id:
+            return _Marked.GONE
+        await self.replicate(ledger_id, found[0])
+        return _Marked.DONE
 
     # -- one ledger ---------------------------------------------------------------------
 

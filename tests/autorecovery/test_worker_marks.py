@@ -78,7 +78,9 @@ async def test_workers_take_the_marks_a_page_at_a_time(nursery: trio.Nursery) ->
     assert all(n > 0 for n in done), done  # both took marks ...
     # ... several ledgers at a time each (parallel_ledgers), not one after another.
     assert recorder.most_reading > 2, recorder.most_reading
-    assert sum(done) <= (marked - 1) * 1.05, done  # ... hardly ever one the other had done
+    # ... and never one the other had done: a mark is read again under the claim (the other
+    # worker may have finished the ledger between this one's look and its claim).
+    assert sum(done) == marked - 1, done
     # Every look read a page, none the whole list.
     assert recorder.limits and all(limit is not None and limit <= MARKS_PER_LOOK for limit in recorder.limits)
     # The stuck ledger was tried again and again meanwhile, and is still: its back-off
