@@ -32,12 +32,15 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "bkframe.plugins": ("bkframe.core", "bkframe.storage_kit"),
     "bkframe.proto": ("bkframe.core",),
     "bkframe.bookie": ("bkframe.core", "bkframe.storage_kit", "bkframe.common", "bkframe.proto"),
-    "bkframe.client": ("bkframe.core", "bkframe.common", "bkframe.proto", "bkframe.tiering", "bkframe.subscriptions"),
+    "bkframe.client": (
+        "bkframe.core", "bkframe.common", "bkframe.proto", "bkframe.tiering", "bkframe.subscriptions",
+        "bkframe.compaction",
+    ),
     "bkframe.tiering": ("bkframe.core", "bkframe.common", "bkframe.client"),
     # Subscriptions are the client's too (a log's consumers, its owner reading the log).
     "bkframe.subscriptions": ("bkframe.core", "bkframe.common", "bkframe.proto", "bkframe.client", "bkframe.tiering"),
     # Compaction (docs/compaction.md) rewrites a log's segments through the client, on the
-    # bookies and in the tier.
+    # bookies and in the tier; the client's ``Logs.compact`` runs it.
     "bkframe.compaction": ("bkframe.core", "bkframe.common", "bkframe.client", "bkframe.tiering"),
     "bkframe.autorecovery": (
         "bkframe.core", "bkframe.storage_kit", "bkframe.common", "bkframe.proto", "bkframe.bookie", "bkframe.client",

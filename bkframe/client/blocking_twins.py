@@ -10,6 +10,7 @@ returned, its twin.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ from bkframe.client.logs.model import (
     LogMetadata,
     LogSettings,
     Position,
+    Segment,
     SegmentRange,
     TrimResult,
     Where,
@@ -44,6 +46,7 @@ from bkframe.client.logs.writer import LogWriter
 from bkframe.client.read_handle import Entry, EntryBlock, ReadHandle
 from bkframe.client.settings import ClientSettings
 from bkframe.client.write_handle import WriteHandle
+from bkframe.compaction.compactor import CompactionResult
 from bkframe.core.metadata import DigestType, LedgerMetadata
 from bkframe.subscriptions.consumer import Message, Subscription
 from bkframe.subscriptions.owner import SubscriptionStats
@@ -364,7 +367,7 @@ class BlockingLogs(LogsExtras):
 
     def configure(self, name: str, *, password: bytes = b"", **changes: Any) -> LogMetadata:
         """Change settings of an existing log: those of :data:`CONFIGURABLE` (the offload
-        settings), validated as at creation. Returns the record as stored."""
+        and compaction settings), validated as at creation. Returns the record as stored."""
         return self._owner._run(lambda: self._logs.configure(name, password=password, **changes))
 
     def offload(self, name: str, *, tier: str, until: Position | None = None, password: bytes = b"") -> OffloadResult:
@@ -374,6 +377,28 @@ class BlockingLogs(LogsExtras):
         run again, or after a crash: see :mod:`bkframe.tiering.offload`. The ledgers stay
         on the bookies; readers read the objects from then on (docs/tiered-storage.md)."""
         return self._owner._run(lambda: self._logs.offload(name, tier=tier, until=until, password=password))
+
+    def compact(
+        self,
+        name: str,
+        *,
+        password: bytes = b"",
+        work_dir: Path | None = None,
+        memory_bytes: int = 64 << 20,
+        retire_lag_s: float = 600.0,
+    ) -> CompactionResult:
+        """Compact the log by key once (docs/compaction.md): each key's older records in its
+        closed segments are dropped, positions kept. The log's ``compaction`` must be ``key``
+        (:class:`~bkframe.errors.CompactionError` if not, or if another compactor is at it).
+        The key index takes at most about ``memory_bytes`` of memory and spills to
+        ``work_dir`` (default: a temporary directory). A ledger a compaction replaced stays
+        ``retire_lag_s`` for readers that opened it; a later run deletes it. Safe to kill at
+        any step."""
+        return self._owner._run(
+            lambda: self._logs.compact(
+                name, password=password, work_dir=work_dir, memory_bytes=memory_bytes, retire_lag_s=retire_lag_s
+            )
+        )
 
     def trim(self, name: str, *, before: Position | None = None, retention: bool = False, force: bool = False) -> TrimResult:
         """Remove whole closed segments from the start of the log and delete their ledgers:
@@ -644,6 +669,12 @@ class BlockingLogReader(LogReaderExtras):
     def chunks(self, start: Where = EARLIEST, end: Position | None = None) -> BlockingTail[list[LogEntry]]:
         """Like :meth:`read`, a chunk of entries at a time."""
         return BlockingTail(self._owner, singly(self.reader.chunks(start, end)))
+
+    def read_block(self, seg: Segment, first: int, last: int) -> EntryBlock:
+        """The raw entries (envelopes as stored) at positions ``first..last`` of the closed
+        segment ``seg`` from the bookies, in one buffer, with their positions' entry ids (a
+        compacted segment's: only those it kept). What compaction rewrites from."""
+        return self._owner._run(lambda: self.reader.read_block(seg, first, last))
 
     def arrow_batches(self, start: Where = EARLIEST, end: Position | None = None) -> BlockingTail[pa.RecordBatch]:
         """The confirmed records from ``start`` up to ``end`` (exclusive; default the end

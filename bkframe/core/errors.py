@@ -205,6 +205,11 @@ class ObjectExistsError(TierError):
     """A conditional put found an object under the key already."""
 
 
+class CompactionError(LogError):
+    """A log could not be compacted (docs/compaction.md): its policy is not ``key``, or
+    another compactor holds it. Nothing of the log changed."""
+
+
 class SubscriptionError(LogError):
     """A subscription could not do what was asked (docs/subscriptions.md)."""
 
@@ -232,6 +237,7 @@ __all__ = [
     "BookieError",
     "BookieIdInUseError",
     "CommitError",
+    "CompactionError",
     "ConfigError",
     "CursorExistsError",
     "EntryTooLargeError",

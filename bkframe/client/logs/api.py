@@ -21,9 +21,11 @@ closed ledgers (to one log or several at once) :mod:`bkframe.client.logs.commits
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -53,6 +55,7 @@ from bkframe.client.logs.records import LogRecords
 from bkframe.client.logs.retention import trim
 from bkframe.client.logs.writer import LogWriter
 from bkframe.client.write_handle import WriteHandle
+from bkframe.compaction.compactor import CompactionResult, compact
 from bkframe.core.ledger_keys import password_hash
 from bkframe.core.metadata import LedgerMetadata
 from bkframe.errors import (
@@ -77,7 +80,10 @@ from bkframe.tiering.offload_record import OffloadStats
 log = logging.getLogger("bkframe.logs")
 
 #: The settings :meth:`Logs.configure` changes on an existing log.
-CONFIGURABLE = ("offload_after_s", "offload_beyond_bytes", "offload_deletion_lag_s", "offload_tier")
+CONFIGURABLE = (
+    "offload_after_s", "offload_beyond_bytes", "offload_deletion_lag_s", "offload_tier",
+    "compaction", "min_compaction_lag_s", "tombstone_retention_s", "min_dirty_ratio",
+)
 
 
 @attrs.frozen
@@ -171,7 +177,7 @@ class Logs:
             except BadVersionError:
                 continue
         self._acks.forget(name)
-        for ledger_id in sorted(record.ledger_ids() | {s.ledger_id for s in chunked}):
+        for ledger_id in sorted(record.ledger_ids() | {i for s in chunked for i in s.ledgers()}):
             await self._records.delete_ledger_quietly(ledger_id)
         await delete_objects(self.client.context.tiers, name, (*chunked, *record.segments))
         return record
@@ -350,7 +356,7 @@ class Logs:
 
     async def configure(self, name: str, *, password: bytes = b"", **changes: Any) -> LogMetadata:
         """Change settings of an existing log: those of :data:`CONFIGURABLE` (the offload
-        settings), validated as at creation. Returns the record as stored."""
+        and compaction settings), validated as at creation. Returns the record as stored."""
         wrong = sorted(set(changes) - set(CONFIGURABLE))
         if wrong:
             raise TypeError(f"configure log: {', '.join(wrong)} cannot be changed; these can: {', '.join(CONFIGURABLE)}")
@@ -369,6 +375,24 @@ class Logs:
         run again, or after a crash: see :mod:`bkframe.tiering.offload`. The ledgers stay
         on the bookies; readers read the objects from then on (docs/tiered-storage.md)."""
         return await offload(self._records, self.client.context.tiers, name, password=password, tier=tier, until=until)
+
+    async def compact(
+        self, name: str, *, password: bytes = b"", work_dir: Path | None = None, memory_bytes: int = 64 << 20,
+        retire_lag_s: float = 600.0,
+    ) -> CompactionResult:
+        """Compact the log by key once (docs/compaction.md): each key's older records in its
+        closed segments are dropped, positions kept. The log's ``compaction`` must be ``key``
+        (:class:`~bkframe.errors.CompactionError` if not, or if another compactor is at it).
+        The key index takes at most about ``memory_bytes`` of memory and spills to
+        ``work_dir`` (default: a temporary directory). A ledger a compaction replaced stays
+        ``retire_lag_s`` for readers that opened it; a later run deletes it. Safe to kill at
+        any step."""
+        await self._acks.flush(name)
+        with tempfile.TemporaryDirectory(prefix="bkframe-compaction-") as tmp:
+            return await compact(
+                self._records, name, password=password, work_dir=work_dir or Path(tmp), memory_bytes=memory_bytes,
+                retire_lag_s=retire_lag_s,
+            )
 
     # -- retention ----------------------------------------------------------------------
 

@@ -61,6 +61,10 @@ def _positive_or_none(instance: object, attribute: attrs.Attribute[Any], value: 
         raise ValueError(f"{attribute.name} must be > 0 (or unset), got {value!r}")
 
 
+#: The values of :attr:`LogSettings.compaction`.
+COMPACTION_POLICIES = ("none", "key")
+
+
 @attrs.frozen
 class LogSettings:
     """How a log's segments are made, when they roll over, and what retention keeps.
@@ -102,6 +106,17 @@ class LogSettings:
     offload_deletion_lag_s: float | None = attrs.field(default=None, validator=v.optional(v.ge(0)))
     #: The tier (URI) the offload service moves its segments to; None: ``[offload] tier``.
     offload_tier: str | None = attrs.field(default=None, validator=v.optional(v.min_len(1)))
+    #: Compaction (docs/compaction.md): ``key`` keeps only the latest record of each key
+    #: (a record with a key and an empty payload is a tombstone that deletes its key);
+    #: ``none``: every record is kept.
+    compaction: str = attrs.field(default="none", validator=v.in_(COMPACTION_POLICIES))
+    #: Nothing younger than this (s, by the segment's latest timestamp) is compacted.
+    min_compaction_lag_s: float = attrs.field(default=0.0, converter=float, validator=v.ge(0))
+    #: A tombstone lives at least this long (s) before a compaction may drop it.
+    tombstone_retention_s: float = attrs.field(default=24 * 3600.0, converter=float, validator=v.ge(0))
+    #: A scheduled compaction runs once this share of the log's bytes was written since the
+    #: last one.
+    min_dirty_ratio: float = attrs.field(default=0.5, converter=float, validator=[v.ge(0), v.le(1)])
 
     def to_json(self) -> dict[str, Any]:
         d = attrs.asdict(self)
@@ -122,11 +137,40 @@ class LogSettings:
         return cls(**raw)
 
 
-_NEWER_SETTINGS = ("offload_after_s", "offload_beyond_bytes", "offload_deletion_lag_s", "offload_tier")
+_NEWER_SETTINGS = (
+    "offload_after_s", "offload_beyond_bytes", "offload_deletion_lag_s", "offload_tier",
+    "compaction", "min_compaction_lag_s", "tombstone_retention_s", "min_dirty_ratio",
+)
 _DEFAULTS = {f.name: f.default for f in attrs.fields(LogSettings)}
 
 
 # -- segments and the log record --------------------------------------------------------
+
+
+@attrs.frozen
+class Compacted:
+    """What compaction made of a segment (docs/compaction.md, "Compacted segments"): its
+    ledger holds only the records kept, in position order, then ``index_entries`` entries
+    that list the kept records' entry ids (:mod:`bkframe.client.logs.compacted`)."""
+
+    #: Records kept: the ledger's entries ``0..kept-1``; its index follows them.
+    kept: int
+    index_entries: int
+    #: How many compactions rewrote the segment so far.
+    generation: int = 1
+    compacted_at: float = 0.0
+    #: The ledger this one replaced, kept for readers that opened it until a later
+    #: compaction retires it (after its lag); -1 once retired.
+    replaced: int = -1
+
+    def to_json(self) -> list[Any]:
+        return [self.kept, self.index_entries, self.generation, self.compacted_at, self.replaced]
+
+    @classmethod
+    def from_json(cls, raw: Sequence[Any]) -> Compacted:
+        kept, index_entries, generation, at = raw[:4]
+        replaced = raw[4] if len(raw) > 4 else -1
+        return cls(int(kept), int(index_entries), int(generation), float(at), int(replaced))
 
 
 @attrs.frozen
@@ -155,10 +199,20 @@ class Segment:
     max_ts: int = -1
     #: Where its object is, once offloaded to a tier (see :mod:`bkframe.tiering.offload_record`).
     offload: Offload | None = None
+    #: Set once compaction rewrote it: ``ledger_id`` is then the compacted ledger, whose
+    #: entries keep their positions through its index; ``length`` is the kept bytes.
+    compacted: Compacted | None = None
 
     @property
     def entries(self) -> int:
         return self.last_entry_id + 1
+
+    def ledgers(self) -> tuple[int, ...]:
+        """Every ledger the segment holds on to: its own, and the one it replaced by
+        compaction until that is retired."""
+        if self.compacted is not None and self.compacted.replaced >= 0:
+            return (self.ledger_id, self.compacted.replaced)
+        return (self.ledger_id,)
 
     @property
     def enveloped(self) -> bool:
@@ -202,8 +256,10 @@ class Segment:
             self.number, self.ledger_id, int(self.closed), self.last_entry_id, self.length, self.created_at,
             self.closed_at, self.last_sent, self.format, self.min_ts, self.max_ts,
         ]
-        if self.offload is not None:  # appended: older readers take the first 11 and ignore it
-            out.append(self.offload.to_json())
+        if self.offload is not None or self.compacted is not None:  # appended: older readers take the first 11
+            out.append(self.offload.to_json() if self.offload is not None else None)
+        if self.compacted is not None:
+            out.append(self.compacted.to_json())
         return out
 
     @classmethod
@@ -212,9 +268,10 @@ class Segment:
         # Segments stored before envelopes have 8 fields: raw payloads, times unknown.
         fmt, min_ts, max_ts = raw[8:11] if len(raw) >= 11 else (FORMAT_RAW, -1, -1)
         offload = Offload.from_json(raw[11]) if len(raw) > 11 and raw[11] else None
+        compacted = Compacted.from_json(raw[12]) if len(raw) > 12 and raw[12] else None
         return cls(
             int(number), int(ledger_id), bool(closed), int(last), int(length), float(created), float(closed_at),
-            int(last_sent), int(fmt), int(min_ts), int(max_ts), offload,
+            int(last_sent), int(fmt), int(min_ts), int(max_ts), offload, compacted,
         )
 
 
@@ -344,7 +401,7 @@ class LogMetadata:
         return [s for s in self.segments if not s.closed]
 
     def ledger_ids(self) -> set[int]:
-        return {s.ledger_id for s in self.segments} | set(self.spares) | set(self.garbage) | self.staged_ids()
+        return {i for s in self.segments for i in s.ledgers()} | set(self.spares) | set(self.garbage) | self.staged_ids()
 
     def staged_ids(self) -> set[int]:
         return {s.ledger_id for s in self.staged}
@@ -594,9 +651,14 @@ class SegmentRange:
     #: Where the segment's object is, if it is offloaded (readers that read Parquet
     #: themselves -- Spark, DuckDB -- read it there; :mod:`bkframe.tiering.offload_record`).
     offload: Offload | None = None
+    #: Set if compaction rewrote the segment: its ledger's entries are the records kept,
+    #: then their index (:mod:`bkframe.client.logs.compacted`); ``first..last`` are
+    #: positions, some of them dropped.
+    compacted: Compacted | None = None
 
     @property
     def entries(self) -> int:
+        """Positions in the range (a compacted segment holds only some of them)."""
         return max(0, self.last - self.first + 1)
 
     @property

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from bkframe.client.logs import columns
+from bkframe.client.logs import columns, compacted
 from bkframe.client.logs.envelope import FORMAT_RAW, BadRecordError, decode, timestamp_of
 from bkframe.client.logs.model import (
     EARLIEST,
@@ -58,6 +58,14 @@ FIRST_WAIT_S = 0.05
 MAX_HANDLES = 64
 
 
+class _Replaced(Exception):
+    """The segment's ledger was replaced by a compacted one: read that instead (it holds the
+    same positions, less the records compaction dropped)."""
+
+    def __init__(self, segment: Segment) -> None:
+        self.segment = segment
+
+
 class _SegmentGone(Exception):
     """The segment left the log, not by a trim (an empty segment dropped): skip it."""
 
@@ -76,6 +84,8 @@ class LogReader:
         self.metadata = record
         self._password = password
         self._handles: dict[int, ReadHandle] = {}
+        #: Compacted segments' indexes, by ledger id.
+        self._indexes: dict[int, compacted.I64] = {}
         #: Offloaded segments' reads (objects in tiers, the client's open tiers).
         self.tier_reads = TierReads(records.ledgers.context.tiers, record.name)
 
@@ -233,8 +243,11 @@ class LogReader:
             lo = first.entry_id if seg.number == first.segment else 0
             hi = confirmed if seg.number < stop.segment else min(confirmed, stop.entry_id - 1)
             if hi >= lo:
-                size = seg.length // seg.entries if seg.closed and seg.entries > 0 else 0
-                out.append(SegmentRange(seg.number, seg.ledger_id, lo, hi, seg.format, seg.min_ts, seg.max_ts, size, seg.offload))
+                held = seg.compacted.kept if seg.compacted is not None else seg.entries
+                size = seg.length // held if seg.closed and held > 0 else 0
+                out.append(SegmentRange(
+                    seg.number, seg.ledger_id, lo, hi, seg.format, seg.min_ts, seg.max_ts, size, seg.offload, seg.compacted,
+                ))
         return out
 
     async def advance(self, start: Where, max_entries: int, end: Position | None = None) -> Position:
@@ -284,7 +297,7 @@ class LogReader:
         """The segment a snapshot's range is of (from its chunk record if it is in one)."""
         seg = await self._records.segment(self.metadata, part.segment)
         if seg is None or seg.ledger_id != part.ledger_id:
-            seg = Segment(part.segment, part.ledger_id, format=part.format)
+            seg = Segment(part.segment, part.ledger_id, format=part.format, compacted=part.compacted)
         return seg
 
     async def _handle(self, seg: Segment) -> ReadHandle:
@@ -303,11 +316,15 @@ class LogReader:
 
     async def _gone(self, seg: Segment) -> None:
         """The segment's ledger is gone: say why (trimmed, or a segment without an
-        acknowledged entry dropped, its number maybe given to a new segment)."""
+        acknowledged entry dropped, its number maybe given to a new segment), or raise
+        :class:`_Replaced` if compaction replaced it."""
         record = await self.refresh()
+        self._records.forget_chunks(record.uid)
         self._handles.pop(seg.ledger_id, None)
         self._check_not_trimmed(Position(seg.number, 0))
         now = await self._records.segment(record, seg.number)
+        if now is not None and now.ledger_id != seg.ledger_id and now.compacted is not None:
+            raise _Replaced(now)
         if now is None or now.ledger_id != seg.ledger_id:
             raise _SegmentGone()
 
@@ -333,19 +350,42 @@ class LogReader:
         self._handles.pop(seg.ledger_id, None)
         return now
 
+    async def read_block(self, seg: Segment, first: int, last: int) -> EntryBlock:
+        """The raw entries (envelopes as stored) at positions ``first..last`` of the closed
+        segment ``seg`` from the bookies, in one buffer, with their positions' entry ids (a
+        compacted segment's: only those it kept). What compaction rewrites from."""
+        return await self._read_block(seg, first, last)
+
     async def _read_raw(self, seg: Segment, first: int, last: int) -> list[Entry]:
         return (await self._read_block(seg, first, last)).entries()
 
     async def _read_block(self, seg: Segment, first: int, last: int) -> EntryBlock:
+        """Entries ``first..last`` of the segment from its ledger, with their positions'
+        entry ids (those a compacted segment kept)."""
         try:
             handle = await self._handle(seg)
-            return await handle.read_block(first, last)
+            if seg.compacted is None:
+                return await handle.read_block(first, last)
+            return await compacted.read_positions(handle, await self._kept_ids(seg, handle), first, last)
         except (NoSuchLedgerError, NoSuchEntryError):
             try:
                 await self._gone(seg)
             except _SegmentGone:
                 raise NoSuchEntryError(f"log {self.name!r}: segment {seg.number} holds no entries") from None
+            except _Replaced as replaced:
+                return await self._read_block(replaced.segment, first, last)
             raise
+
+    async def _kept_ids(self, seg: Segment, handle: ReadHandle) -> compacted.I64:
+        """The positions a compacted segment kept (its index, read once per ledger)."""
+        assert seg.compacted is not None
+        ids = self._indexes.get(seg.ledger_id)
+        if ids is None:
+            ids = await compacted.read_index(handle, seg.compacted.kept, seg.compacted.index_entries)
+            if len(self._indexes) >= MAX_HANDLES:
+                del self._indexes[next(iter(self._indexes))]
+            self._indexes[seg.ledger_id] = ids
+        return ids
 
     # -- as Arrow ----------------------------------------------------------------------------
 

@@ -89,7 +89,7 @@ async def trim(
             first_segment=max(record.first_segment, removed[-1].number + 1),
             trimmed_entries=record.trimmed_entries + sum(s.entries for s in removed),
             trimmed_bytes=record.trimmed_bytes + sum(s.length for s in removed),
-        ).with_garbage(s.ledger_id for s in removed)
+        ).with_garbage(i for s in removed for i in s.ledgers())
         try:
             stored = await records.cas(new, record.version)
             break

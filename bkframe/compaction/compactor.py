@@ -1,0 +1,416 @@
+"""One compaction of a log by key (docs/compaction.md): what ``bkframe log compact`` runs.
+
+1. Take the log's compaction lock (``compaction/<log>``): one compactor per log.
+2. Settle what a killed run left: its staged ledgers either became segments (the swap was
+   stored, the unstaging not) or go to the garbage.
+3. The range: the closed segments before the head (the first open segment, or the first
+   younger than ``min_compaction_lag_s``).
+4. Pass 1 reads the range in position order (from the bookies or the tier) and indexes
+   each keyed record's key and position (:class:`~bkframe.compaction.key_index.KeyIndex`,
+   on disk beyond its memory budget).
+5. Pass 2 reads each segment still on the bookies only (not offloaded) and keeps a record if
+   it has no key or is its key's latest; a segment that loses records is written as a new
+   ledger of the records kept, then their index (:mod:`bkframe.client.logs.compacted`),
+   staged in the log record before its first entry.
+6. Swaps, oldest segment first: each a compare-and-set of the record that holds the segment,
+   only if the segment is still exactly as pass 1 read it (an offload, a trim or another
+   compaction meanwhile leaves it as it is, and its new ledger goes to the garbage).
+7. Unstage. A replaced ledger stays on the bookies, named by its segment's
+   :class:`~bkframe.client.logs.model.Compacted`, for ``retire_lag_s`` (a reader that
+   planned its read before the swap reads what it planned); the first run after that
+   retires it to the garbage, which is deleted. A reader still on it then reads on from the
+   compacted ledger: the same positions, less those dropped.
+
+Tombstones (a key with an empty payload) are kept: each is its key's latest record, so the
+key's older values go; dropping tombstones themselves is not done yet (docs/compaction.md).
+A segment's entry ids must be below 2**32 (positions are packed into 64 bits).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import attrs
+import numpy as np
+import trio
+
+from bkframe.client.logs import compacted, envelope
+from bkframe.client.logs.model import Compacted, LogMetadata, Position, Segment, Staged
+from bkframe.client.logs.reader import CHUNK, LogReader
+from bkframe.client.logs.records import LogRecords
+from bkframe.common.held_lock import release_quietly, while_held
+from bkframe.compaction.key_index import KeyIndex
+from bkframe.errors import BKError, CompactionError
+from bkframe.tiering.segment_cas import Change, change_segment
+
+log = logging.getLogger("bkframe.compaction")
+
+#: The staging token and group prefix of a compaction's ledgers. The group is
+#: ``compaction:<segment>:<replaced ledger>``: what a later run needs to settle it.
+STAGE_PREFIX = "compaction:"
+#: Appends in flight while a compacted ledger is written.
+WINDOW = 64
+#: The compaction lock's time to live (s): a killed compactor's lock goes after this.
+LOCK_TTL_S = 30.0
+#: How long a replaced ledger stays for the readers that opened it (s).
+RETIRE_LAG_S = 600.0
+
+
+@attrs.frozen
+class CompactionResult:
+    """What one compaction did."""
+
+    log: str
+    #: The head's first position: nothing from here on was looked at.
+    end: Position
+    segments_read: int
+    #: Segments replaced by compacted ledgers.
+    rewritten: tuple[int, ...]
+    #: Segments that changed during the run (trimmed, offloaded, compacted by another
+    #: run) and were left as they are.
+    skipped: tuple[int, ...]
+    records_read: int
+    records_dropped: int
+    bytes_read: int
+    bytes_dropped: int
+    #: Replaced ledgers of earlier runs deleted after their lag.
+    retired: int
+    #: Distinct keys in the range, and tombstones among its records.
+    keys: int
+    tombstones: int
+    seconds: float
+
+
+def _pack(segment: int, entry_id: int) -> int:
+    return segment << 32 | entry_id
+
+
+@attrs.define
+class _Rewrite:
+    """A segment of pass 2 that loses records: its new ledger and what it keeps."""
+
+    segment: Segment
+    ledger_id: int
+    kept: int = 0
+    kept_bytes: int = 0
+    index_entries: int = 0
+
+
+class _KeptStream:
+    """The ascending positions to keep, from the index, consumed in step with pass 2."""
+
+    def __init__(self, chunks: Iterator[np.ndarray]) -> None:
+        self._chunks = chunks
+        self._current = np.empty(0, dtype=np.uint64)
+        self._at = 0
+        self._done = False
+
+    async def _fill(self) -> None:
+        while self._at >= len(self._current) and not self._done:
+            found = await anyio.to_thread.run_sync(next, self._chunks, None)
+            if found is None:
+                self._done = True
+            else:
+                self._current, self._at = found, 0
+
+    async def keeps(self, position: int) -> bool:
+        """Whether ``position`` (packed) is to be kept; positions are asked in ascending order."""
+        while True:
+            await self._fill()
+            if self._done:
+                return False
+            while self._at < len(self._current) and int(self._current[self._at]) < position:
+                self._at += 1
+            if self._at < len(self._current):
+                return int(self._current[self._at]) == position
+
+
+class Compaction:
+    """One run over one log; :func:`compact` makes and runs it."""
+
+    def __init__(
+        self, records: LogRecords, name: str, password: bytes, work_dir: Path, memory_bytes: int, now: float,
+        retire_lag_s: float,
+    ) -> None:
+        self.retire_lag_s = retire_lag_s
+        self.records = records
+        self.name = name
+        self.password = password
+        self.work_dir = work_dir
+        self.memory_bytes = memory_bytes
+        self.now = now
+        self.token = STAGE_PREFIX + uuid.uuid4().hex
+        self.records_read = self.bytes_read = self.records_dropped = self.bytes_dropped = 0
+        self.keys = self.tombstones = 0
+
+    async def run(self) -> CompactionResult:
+        started = time.monotonic()
+        record = await settle_staged(self.records, self.name)
+        if record.settings.compaction != "key":
+            raise CompactionError(
+                f"log {self.name!r} has compaction {record.settings.compaction!r}: nothing to compact "
+                f"(set it with: bkframe log configure {self.name} --compaction key)"
+            )
+        segments, end = await self._range(record)
+        reader = LogReader(self.records, record, self.password)
+        index_dir = self.work_dir / record.uid
+        shutil.rmtree(index_dir, ignore_errors=True)  # what a killed run left
+        index_dir.mkdir(parents=True)
+        index = KeyIndex(index_dir, memory_bytes=self.memory_bytes)
+        try:
+            await self._index(reader, segments, index)
+            stream = _KeptStream(index.latest())
+            rewrites = await self._rewrite(reader, record, segments, stream)
+        finally:
+            await anyio.to_thread.run_sync(index.close)
+            shutil.rmtree(index_dir, ignore_errors=True)
+        rewritten, skipped = await self._swap(record, rewrites)
+        retired = await retire_replaced(self.records, self.name, self.now - self.retire_lag_s)
+        result = CompactionResult(
+            self.name, end, len(segments), tuple(rewritten), tuple(skipped), self.records_read, self.records_dropped,
+            self.bytes_read, self.bytes_dropped, retired, self.keys, self.tombstones, time.monotonic() - started,
+        )
+        log.info(
+            "log %r compacted up to %s: %d segment(s) read, %d rewritten, %d record(s) of %d dropped (%d bytes)",
+            self.name, end, len(segments), len(rewritten), self.records_dropped, self.records_read, self.bytes_dropped,
+        )
+        return result
+
+    async def _range(self, record: LogMetadata) -> tuple[list[Segment], Position]:
+        """The closed segments before the head, and the head's first position."""
+        lag = record.settings.min_compaction_lag_s
+        out: list[Segment] = []
+        for seg in await self.records.segments(record, record.start.segment):
+            if not seg.closed or seg.aged_at() > self.now - lag:
+                return out, Position(seg.number, 0)
+            out.append(seg)
+        return out, Position(record.next_segment, 0)
+
+    async def _index(self, reader: LogReader, segments: list[Segment], index: KeyIndex) -> None:
+        """Pass 1: every keyed record's key and position, in position order."""
+        for seg in segments:
+            if not seg.enveloped or seg.last_entry_id < 0:
+                continue
+            for lo in range(0, seg.last_entry_id + 1, CHUNK):
+                entries = await reader.read_segment(seg.number, lo, min(lo + CHUNK - 1, seg.last_entry_id))
+                keyed = [e for e in entries if e.key is not None]
+                self.tombstones += sum(1 for e in keyed if not e.payload)
+                if keyed:
+                    positions = [_pack(seg.number, e.position.entry_id) for e in keyed]
+                    keys = [e.key for e in keyed if e.key is not None]
+                    await anyio.to_thread.run_sync(index.add, keys, positions)
+
+    async def _rewrite(
+        self, reader: LogReader, record: LogMetadata, segments: list[Segment], stream: _KeptStream
+    ) -> list[_Rewrite]:
+        """Pass 2: the segments on the bookies that lose records, each written anew."""
+        out: list[_Rewrite] = []
+        kept_keys = 0
+        for seg in segments:
+            if not seg.enveloped or seg.last_entry_id < 0:
+                continue
+            # One flag per position (a byte each): which records of the segment stay.
+            keep = np.zeros(seg.last_entry_id + 1, dtype=bool)
+            sizes = np.zeros(seg.last_entry_id + 1, dtype=np.int64)
+            held = np.zeros(seg.last_entry_id + 1, dtype=bool)
+            for lo in range(0, seg.last_entry_id + 1, CHUNK):
+                block = await reader.read_block(seg, lo, min(lo + CHUNK - 1, seg.last_entry_id))
+                for entry_id, data in zip(block.entry_ids.tolist(), block.payloads()):
+                    key = envelope.decode(data)[1]
+                    kept = key is None or await stream.keeps(_pack(seg.number, entry_id))
+                    kept_keys += key is not None and kept
+                    keep[entry_id], sizes[entry_id], held[entry_id] = kept, len(data), True
+            self.records_read += int(held.sum())
+            self.bytes_read += int(sizes.sum())
+            dropped = held & ~keep
+            if not dropped.any() or seg.offload is not None:
+                continue  # nothing to drop, or in the tier (compacted there later: docs/compaction.md)
+            self.records_dropped += int(dropped.sum())
+            self.bytes_dropped += int(sizes[dropped].sum())
+            out.append(await self._write(reader, record, seg, keep))
+        self.keys = kept_keys
+        return out
+
+    async def _write(self, reader: LogReader, record: LogMetadata, seg: Segment, keep: np.ndarray) -> _Rewrite:
+        """The compacted ledger of ``seg``: staged, then the records ``keep`` flags (read
+        again: a segment's payloads never sit in memory) and their index."""
+        s = record.settings
+        writer = await self.records.ledgers.create_ledger(
+            ensemble=s.ensemble, write_quorum=s.write_quorum, ack_quorum=s.ack_quorum, ledger_type=s.ledger_type,
+            digest=s.digest, password=self.password,
+            custom={"bkframe.log": self.name, "bkframe.compacted": str(seg.number), **envelope.ENVELOPE_CUSTOM},
+        )
+        rewrite = _Rewrite(seg, writer.ledger_id)
+        staged = Staged(writer.ledger_id, self.token, f"{STAGE_PREFIX}{seg.number}:{seg.ledger_id}")
+        await self.records.update(self.name, lambda r: attrs.evolve(r, staged=(*r.staged, staged)))
+        kept_ids: list[int] = []
+        pending = []
+        try:
+            for lo in range(0, seg.last_entry_id + 1, CHUNK):
+                block = await reader.read_block(seg, lo, min(lo + CHUNK - 1, seg.last_entry_id))
+                for entry_id, data in zip(block.entry_ids.tolist(), block.payloads()):
+                    if not keep[entry_id]:
+                        continue
+                    kept_ids.append(entry_id)
+                    rewrite.kept_bytes += len(data)
+                    pending.append(writer.append_async(data))
+                    if len(pending) >= WINDOW:
+                        await pending.pop(0).wait()
+            pieces = compacted.encode_index(np.asarray(kept_ids, dtype=np.int64))
+            pending.extend(writer.append_async(piece) for piece in pieces)
+            for p in pending:
+                await p.wait()
+            await writer.close()
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await _close_quietly(writer)
+            raise
+        rewrite.kept = len(kept_ids)
+        rewrite.index_entries = len(pieces)
+        return rewrite
+
+    async def _swap(self, record: LogMetadata, rewrites: list[_Rewrite]) -> tuple[list[int], list[int]]:
+        """Each rewritten segment replaced by its compacted ledger, oldest first; then the
+        run's staged ledgers unstaged (the replaced ones, or the unused new ones, to the
+        garbage)."""
+        swapped: list[_Rewrite] = []
+        skipped: list[int] = []
+        for rw in rewrites:
+            seg = rw.segment
+            generation = seg.compacted.generation + 1 if seg.compacted is not None else 1
+            # A segment compacted again whose first replaced ledger is not retired yet:
+            # that one goes now (readers of it read on from the new ledger).
+            new = attrs.evolve(
+                seg, ledger_id=rw.ledger_id, length=rw.kept_bytes,
+                compacted=Compacted(rw.kept, rw.index_entries, generation, self.now, replaced=seg.ledger_id),
+            )
+            stored = await change_segment(
+                self.records, self.name, record.uid, seg.number, seg.ledger_id,
+                _if_unchanged(seg, new),
+            )
+            if stored is not None and stored.ledger_id == rw.ledger_id:
+                swapped.append(rw)
+            else:
+                skipped.append(seg.number)
+        kept = [rw.ledger_id for rw in swapped]
+        older = [rw.segment.compacted.replaced for rw in swapped if rw.segment.compacted is not None]
+        await self.records.update(
+            self.name,
+            lambda r: r.unstage(token=self.token, keep=kept).with_garbage(i for i in older if i >= 0)
+            if any(s.token == self.token for s in r.staged) else r,
+        )
+        return [rw.segment.number for rw in swapped], skipped
+
+
+def _if_unchanged(read: Segment, new: Segment) -> Change:
+    """The swap: ``new`` over the segment only if it is still exactly as pass 1 read it."""
+    return lambda current: new if current == read else None
+
+
+async def _close_quietly(writer: object) -> None:
+    try:
+        with trio.move_on_after(10):
+            await writer.close()  # type: ignore[attr-defined]
+    except Exception as e:  # noqa: BLE001 - the ledger stays staged: the next run settles it
+        log.warning("closing a compacted ledger failed: %s", e)
+
+
+async def settle_staged(records: LogRecords, name: str) -> LogMetadata:
+    """Settle the ledgers killed compactions staged: one the log's segment names now
+    became that segment (its swap was stored, its unstaging not); any other goes to the
+    garbage. Returns the record as stored."""
+    record = await records.read(name)
+    leftovers = [s for s in record.staged if s.token.startswith(STAGE_PREFIX)]
+    if not leftovers:
+        return record
+    records.forget_chunks(record.uid)
+    became: list[int] = []
+    for s in leftovers:
+        try:
+            number = int(s.group.split(":")[1])
+        except (ValueError, IndexError):
+            raise BKError(f"log {name!r}: staged ledger {s.ledger_id} has a malformed group {s.group!r}") from None
+        seg = await records.segment(record, number)
+        if seg is not None and seg.ledger_id == s.ledger_id:
+            became.append(s.ledger_id)
+    tokens = {s.token for s in leftovers}
+
+    def settle(r: LogMetadata) -> LogMetadata:
+        out = r
+        for token in tokens:
+            out = out.unstage(token=token, keep=became)
+        return out
+
+    record = await records.update(name, settle)
+    log.info("log %r: settled %d ledger(s) a killed compaction staged", name, len(leftovers))
+    return await records.collect_garbage(name)
+
+
+async def retire_replaced(records: LogRecords, name: str, before: float) -> int:
+    """Delete the ledgers compactions replaced before ``before`` (s since the epoch): each
+    goes to the log's garbage, then its segment stops naming it, then the garbage is
+    deleted. Returns how many were retired."""
+    record = await records.read(name)
+    records.forget_chunks(record.uid)
+    due = [
+        s for s in await records.segments(record, record.start.segment)
+        if s.compacted is not None and s.compacted.replaced >= 0 and s.compacted.compacted_at <= before
+    ]
+    if not due:
+        return 0
+    await records.update(name, lambda r: r.with_garbage(s.compacted.replaced for s in due if s.compacted is not None))
+
+    def retired(current: Segment) -> Segment | None:
+        if current.compacted is None or current.compacted.replaced < 0:
+            return None
+        return attrs.evolve(current, compacted=attrs.evolve(current.compacted, replaced=-1))
+
+    for seg in due:
+        await change_segment(records, name, record.uid, seg.number, seg.ledger_id, retired)
+    await records.collect_garbage(name)
+    return len(due)
+
+
+async def compact(
+    records: LogRecords, name: str, *, password: bytes, work_dir: Path, memory_bytes: int = 64 << 20,
+    holder: str = "", now: float | None = None, retire_lag_s: float = RETIRE_LAG_S,
+) -> CompactionResult:
+    """Compact the log ``name`` once (see the module), holding its compaction lock;
+    :class:`CompactionError` if another compactor holds it (or the lock is lost meanwhile:
+    the run stops where it is, which leaves the log as a killed run does)."""
+    store = records.store
+    lock_name = f"compaction/{name}"
+    outcome: list[CompactionResult | None] = []
+    error: list[Exception] = []
+
+    async def work() -> CompactionResult:
+        records.check_password(await records.read(name), password)
+        when = time.time() if now is None else now
+        return await Compaction(records, name, password, work_dir, memory_bytes, when, retire_lag_s).run()
+
+    async with trio.open_nursery() as nursery:  # the lock's keep-alive
+        try:
+            lock = await store.try_lock(lock_name, holder or f"compactor-{uuid.uuid4().hex[:8]}", LOCK_TTL_S, nursery)
+            if lock is None:
+                holder_now = await store.lock_holder(lock_name)
+                raise CompactionError(f"log {name!r} is being compacted by {holder_now or 'another compactor'}; try later")
+            try:
+                outcome.append(await while_held(lock, work, log, f"log {name!r}: lost the compaction lock; stopping"))
+            finally:
+                with trio.CancelScope(shield=True):
+                    await release_quietly(lock, 10.0, log, f"the compaction lock of log {name!r}")
+        except Exception as e:  # noqa: BLE001 - raised below, outside the nursery (not in a group)
+            error.append(e)
+        finally:
+            nursery.cancel_scope.cancel()
+    if error:
+        raise error[0]
+    if not outcome or outcome[0] is None:
+        raise CompactionError(f"log {name!r}: the compaction lost its lock and stopped; run it again")
+    return outcome[0]

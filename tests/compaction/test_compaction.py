@@ -1,0 +1,230 @@
+"""Compaction by key on real bookies (the shared sqlite cluster): what a reader of the log
+sees after it -- every position it kept as it was, each key's latest record, every keyless
+record and tombstone, the head untouched -- and what a compactor killed at any step leaves
+(docs/compaction.md)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import trio
+
+import bkframe
+from bkframe import Position
+from bkframe.client.logs.model import LogMetadata
+from bkframe.compaction import compactor
+from bkframe.testing.cluster import Cluster
+from bkframe.testing.kit import wait_until
+
+Written = dict[Position, tuple[bytes | None, bytes]]
+
+
+async def _fill(writer: bkframe.LogWriter, n: int, keys: int, rng: random.Random, tag: str) -> Written:
+    """``n`` records: most keyed (over ``keys`` keys), some keyless, some tombstones."""
+    pending = []
+    for i in range(n):
+        roll = rng.random()
+        key = None if roll < 0.1 else b"k%03d" % rng.randrange(keys)
+        payload = b"" if key is not None and roll > 0.93 else f"{tag}-{i}".encode()
+        pending.append((key, payload, writer.append_async(payload, key=key)))
+    return {await p.wait(): (key, payload) for key, payload, p in pending}
+
+
+async def _rolled_over(logs: bkframe.Logs, name: str, before: int) -> None:
+    """Wait until every segment numbered below ``before`` shows closed (a segment rolled
+    over is closed moments after its successor starts)."""
+
+    async def closed() -> bool:
+        md = await logs.metadata(name)
+        return all(s.closed for s in md.segments if s.number < before)
+
+    await wait_until(closed, f"log {name}'s rolled-over segments closed")
+
+
+def _latest(written: Written) -> dict[bytes, Position]:
+    out: dict[bytes, Position] = {}
+    for position in sorted(written):
+        key = written[position][0]
+        if key is not None:
+            out[key] = position
+    return out
+
+
+class Read(dict[Position, tuple[bytes | None, bytes]]):
+    """The records a reader read, and the log's end it read to (an open segment's last
+    entries are confirmed only by the writer's next add)."""
+
+    end: Position
+
+
+async def _read_all(logs: bkframe.Logs, name: str) -> Read:
+    reader = await logs.reader(name)
+    end = await reader.end()
+    out = Read((e.position, (e.key, e.payload)) for e in await reader.read(end=end))
+    out.end = end
+    return out
+
+
+def _check(read: Read, written: Written, head: Position | None) -> None:
+    """What a reader must see after compactions of everything before ``head`` (None: of
+    some segments, maybe not all)."""
+    latest = _latest(written)
+    for position, record in read.items():
+        assert written[position] == record, position  # a kept record is as it was, where it was
+    for position, (key, _) in written.items():
+        if position >= read.end:
+            continue
+        if key is None or (head is not None and position >= head) or latest[key] == position:
+            assert position in read, (position, key)  # keyless, in the head, or its key's latest
+    if head is None:
+        return
+    below = [p for p in read if p < head and read[p][0] is not None]
+    keys = [read[p][0] for p in below]
+    assert len(keys) == len(set(keys)), "a key kept twice before the head"
+
+
+async def test_compaction_keeps_positions_latest_values_keyless_records_and_the_head(
+    shared_cluster: Cluster, tmp_path: Path
+) -> None:
+    rng = random.Random(48)
+    async with bkframe.open_client(shared_cluster.metadata) as client:
+        logs = client.logs
+        name = "compact-basic"
+        await logs.create(name, ensemble=2, write_quorum=2, ack_quorum=2, rollover_entries=100, compaction="key")
+        writer = await logs.open_writer(name)
+        with trio.fail_after(120):
+            written = await _fill(writer, 750, 60, rng, "a")
+            await _rolled_over(logs, name, 7)
+        # The head: the open segment (entries 700..749) is never compacted.
+        result = await logs.compact(name, work_dir=tmp_path, retire_lag_s=3600)
+        assert result.end == Position(7, 0)
+        assert result.segments_read == 7 and len(result.rewritten) == 7 and result.records_read == 700
+        assert result.records_dropped > 400 and result.tombstones > 0
+        read = await _read_all(logs, name)
+        _check(read, written, result.end)
+        assert len(read) == read.end.entry_id + 700 - result.records_dropped
+        # The replaced ledgers stay for readers that opened them (the lag), then go.
+        md = await logs.metadata(name)
+        replaced = [s.compacted.replaced for s in md.segments if s.compacted is not None]
+        assert len(replaced) == 7 and all(i >= 0 for i in replaced)
+        await client.ledger_metadata(replaced[0])  # still there
+        # A read from a dropped position reads on from the next kept one.
+        dropped = min(p for p in written if p not in read)
+        reader = await logs.reader(name)
+        first = (await reader.read(dropped, max_entries=1))[0]
+        assert first.position == min(p for p in read if p > dropped)
+
+        # More records, a rollover: the next run compacts the compacted segments again with
+        # the new ones, and retires the ledgers replaced before.
+        with trio.fail_after(120):
+            written.update(await _fill(writer, 300, 60, rng, "b"))
+            await _rolled_over(logs, name, 10)
+        again = await logs.compact(name, work_dir=tmp_path, retire_lag_s=0)
+        # Retired: the ledgers the first run replaced in segments 0-2 (not rewritten again),
+        # and with no lag those this run replaced in segments 3-9; the first run's ledgers
+        # of 3-6, replaced in turn, went at once.
+        assert again.end == Position(10, 0) and again.rewritten == tuple(range(3, 10)) and again.retired == 10
+        md = await logs.metadata(name)
+        assert not md.staged and not md.garbage
+        for seg in md.segments:
+            if seg.compacted is not None:
+                assert seg.compacted.replaced == -1 and seg.compacted.generation in (1, 2)
+        for ledger_id in replaced:
+            with pytest.raises(bkframe.NoSuchLedgerError):
+                await client.ledger_metadata(ledger_id)
+        _check(await _read_all(logs, name), written, again.end)
+        # The writer goes on where it was; its records are read after the rest.
+        position = await writer.append(b"after", key=b"k000")
+        assert position.segment == 10
+        await writer.close()
+        read = await _read_all(logs, name)
+        assert read[position] == (b"k000", b"after")
+
+
+async def test_a_log_without_the_key_policy_is_refused_and_the_setting_can_be_changed(
+    shared_cluster: Cluster, tmp_path: Path
+) -> None:
+    async with bkframe.open_client(shared_cluster.metadata) as client:
+        logs = client.logs
+        name = "compact-policy"
+        await logs.create(name, ensemble=1, write_quorum=1, ack_quorum=1, rollover_entries=10)
+        with pytest.raises(bkframe.CompactionError, match="--compaction key"):
+            await logs.compact(name, work_dir=tmp_path)
+        md = await logs.configure(name, compaction="key", min_compaction_lag_s=3600)
+        assert md.settings.compaction == "key"
+        with pytest.raises(ValueError):
+            await logs.configure(name, compaction="size")
+        async with await logs.open_writer(name) as writer:
+            for i in range(30):
+                writer.append_async(b"v%d" % i, key=b"one")
+        # Everything is younger than the lag: nothing is compacted.
+        result = await logs.compact(name, work_dir=tmp_path)
+        assert result.segments_read == 0 and result.end == Position(0, 0)
+        assert len(await (await logs.reader(name)).read()) == 30
+
+
+class _Killed(BaseException):
+    """Stands for the compactor's process dying: nothing after it runs but what a crash
+    leaves (no ``except Exception`` handler catches it)."""
+
+
+@pytest.mark.parametrize("step", ["written", "swapped-one", "swapped-all"])
+async def test_a_compactor_killed_at_any_step_leaves_the_log_whole_and_the_next_run_settles_it(
+    shared_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    rng = random.Random(step)
+    async with bkframe.open_client(shared_cluster.metadata) as client:
+        logs = client.logs
+        name = f"compact-killed-{step}"
+        await logs.create(name, ensemble=1, write_quorum=1, ack_quorum=1, rollover_entries=50, compaction="key")
+        async with await logs.open_writer(name) as writer:
+            written = await _fill(writer, 200, 20, rng, "x")
+        real_swap = compactor.change_segment
+        swaps = 0
+
+        async def dying_swap(*args: object, **kw: object) -> object:
+            nonlocal swaps
+            if step == "written" or (step == "swapped-one" and swaps == 1):
+                raise _Killed()
+            swaps += 1
+            return await real_swap(*args, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(compactor, "change_segment", dying_swap)
+        if step == "swapped-all":
+
+            async def dying_retire(*args: object, **kw: object) -> int:
+                raise _Killed()
+
+            monkeypatch.setattr(compactor, "retire_replaced", dying_retire)
+        with pytest.raises(BaseException) as killed:
+            await logs.compact(name, work_dir=tmp_path, retire_lag_s=0)
+        assert killed.type is _Killed or killed.group_contains(_Killed, depth=None)
+        monkeypatch.undo()
+        # Killed: the log reads whole (each key's latest, every keyless record), whatever was swapped.
+        md = await logs.metadata(name)
+        if step == "swapped-all":  # killed after unstaging: the replaced ledgers wait for retirement
+            assert not md.staged and all(s.compacted and s.compacted.replaced >= 0 for s in md.segments)
+        else:
+            assert md.staged, "the run's ledgers are staged until it unstages them"
+        # (Some segments may be compacted and some not: no claim on repeats.)
+        _check(await _read_all(logs, name), written, None)
+        # The next run (the lock of the killed one released with its nursery here; a killed
+        # process's expires) settles what the killed one left, and compacts.
+        result = await logs.compact(name, work_dir=tmp_path, retire_lag_s=0)
+        md = await logs.metadata(name)
+        assert not md.staged and not md.garbage
+        _check(await _read_all(logs, name), written, result.end)
+        assert all(s.compacted is not None for s in md.segments)
+        await _no_stray_ledgers(client, md, name)
+
+
+async def _no_stray_ledgers(client: bkframe.Client, md: LogMetadata, name: str) -> None:
+    """Every ledger made for the log is one of its segments (the killed run's are deleted)."""
+    listed = set()
+    for ledger_id in await client.metadata.list_ledgers():
+        found = await client.ledger_metadata(ledger_id)
+        if found.custom.get("bkframe.log") == name:
+            listed.add(ledger_id)
+    assert listed == {s.ledger_id for s in md.segments}
