@@ -23,6 +23,7 @@ from bkframe.client.blocking import (
 from bkframe.client.client import Client, open_client
 from bkframe.client.logs.api import CursorInfo, LogInfo, Logs
 from bkframe.client.logs.columns import Envelopes, decode_envelopes, payload_column
+from bkframe.client.logs.compacted import read_index as read_compacted_index
 from bkframe.client.logs.envelope import ENVELOPE_CUSTOM, BadRecordError, DecodedRecord, Record, decode_record, encode_record
 from bkframe.client.logs.model import (
     EARLIEST,
@@ -185,4 +186,5 @@ __all__ = [
     "open_client",
     "parse_where",
     "payload_column",
+    "read_compacted_index",
 ]

@@ -662,13 +662,20 @@ class BlockingLogReader(LogReaderExtras):
         """Entries ``first..last`` (inclusive) of one segment; they must be confirmed."""
         return self._owner._run(lambda: self.reader.read_segment(segment, first, last))
 
-    def read(self, start: Where = EARLIEST, end: Position | None = None, *, max_entries: int | None = None) -> list[LogEntry]:
-        """Confirmed entries from ``start`` up to ``end`` (exclusive; default the end now)."""
-        return self._owner._run(lambda: self.reader.read(start, end, max_entries=max_entries))
+    def read(
+        self, start: Where = EARLIEST, end: Position | None = None, *, max_entries: int | None = None, compacted: bool = False
+    ) -> list[LogEntry]:
+        """Confirmed entries from ``start`` up to ``end`` (exclusive; default the end now).
+        ``compacted``: the range as a table -- each key's latest record (none for a key
+        whose latest is a tombstone) and every record without a key, in position order
+        (docs/compaction.md, "Reading the table")."""
+        return self._owner._run(lambda: self.reader.read(start, end, max_entries=max_entries, compacted=compacted))
 
-    def chunks(self, start: Where = EARLIEST, end: Position | None = None) -> BlockingTail[list[LogEntry]]:
+    def chunks(
+        self, start: Where = EARLIEST, end: Position | None = None, *, compacted: bool = False
+    ) -> BlockingTail[list[LogEntry]]:
         """Like :meth:`read`, a chunk of entries at a time."""
-        return BlockingTail(self._owner, singly(self.reader.chunks(start, end)))
+        return BlockingTail(self._owner, singly(self.reader.chunks(start, end, compacted=compacted)))
 
     def read_block(self, seg: Segment, first: int, last: int) -> EntryBlock:
         """The raw entries (envelopes as stored) at positions ``first..last`` of the closed
@@ -676,26 +683,31 @@ class BlockingLogReader(LogReaderExtras):
         compacted segment's: only those it kept). What compaction rewrites from."""
         return self._owner._run(lambda: self.reader.read_block(seg, first, last))
 
-    def arrow_batches(self, start: Where = EARLIEST, end: Position | None = None) -> BlockingTail[pa.RecordBatch]:
+    def arrow_batches(
+        self, start: Where = EARLIEST, end: Position | None = None, *, compacted: bool = False
+    ) -> BlockingTail[pa.RecordBatch]:
         """The confirmed records from ``start`` up to ``end`` (exclusive; default the end
         now) as Arrow record batches of the columns of :mod:`bkframe.client.logs.columns`,
-        a read chunk at a time. Needs pyarrow (``bkframe[arrow]``)."""
-        return BlockingTail(self._owner, singly(self.reader.arrow_batches(start, end)))
+        a read chunk at a time (``compacted``: as a table, see :meth:`read`). Needs pyarrow
+        (``bkframe[arrow]``)."""
+        return BlockingTail(self._owner, singly(self.reader.arrow_batches(start, end, compacted=compacted)))
 
-    def to_arrow(self, start: Where = EARLIEST, end: Position | None = None) -> pa.Table:
+    def to_arrow(self, start: Where = EARLIEST, end: Position | None = None, *, compacted: bool = False) -> pa.Table:
         """An exact, repeatable snapshot of the log as one Arrow table: the confirmed records
         from ``start`` up to ``end`` (exclusive; default: the end now). The table's schema
         metadata says which range it holds (``bkframe.log``, ``bkframe.start``,
         ``bkframe.end``): reading that range again gives the same rows, however the log grew.
-        DuckDB, Polars and pandas read it as it is (docs/logs.md#arrow)."""
-        return self._owner._run(lambda: self.reader.to_arrow(start, end))
+        DuckDB, Polars and pandas read it as it is (docs/logs.md#arrow). ``compacted``: the
+        range as a table (see :meth:`read`; the metadata says ``bkframe.compacted``)."""
+        return self._owner._run(lambda: self.reader.to_arrow(start, end, compacted=compacted))
 
-    def dataset(self, start: Where = EARLIEST, end: Position | None = None) -> ds.Dataset:
+    def dataset(self, start: Where = EARLIEST, end: Position | None = None, *, compacted: bool = False) -> ds.Dataset:
         """The snapshot :meth:`to_arrow` gives, as one ``pyarrow.dataset.Dataset`` that DuckDB
         and Polars scan: offloaded segments in a ``file://`` tier as Parquet fragments of
         their objects (read by the engine itself, row groups skipped by statistics), the rest
-        read now into memory (:mod:`bkframe.tiering.snapshot`). Needs pyarrow."""
-        return self._owner._run(lambda: self.reader.dataset(start, end))
+        read now into memory (:mod:`bkframe.tiering.snapshot`). ``compacted``: the table
+        (see :meth:`read`), read now into memory. Needs pyarrow."""
+        return self._owner._run(lambda: self.reader.dataset(start, end, compacted=compacted))
 
 
 class BlockingSubscription(SubscriptionExtras):

@@ -32,12 +32,12 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import attrs
 import numpy as np
+import numpy.typing as npt
 import trio
 
 from bkframe.client.logs import compacted, envelope
@@ -46,6 +46,7 @@ from bkframe.client.logs.reader import CHUNK, LogReader
 from bkframe.client.logs.records import LogRecords
 from bkframe.common.held_lock import release_quietly, while_held
 from bkframe.compaction.key_index import KeyIndex
+from bkframe.compaction.table import KeptPositions, pack
 from bkframe.errors import BKError, CompactionError
 from bkframe.tiering.segment_cas import Change, change_segment
 
@@ -87,10 +88,6 @@ class CompactionResult:
     seconds: float
 
 
-def _pack(segment: int, entry_id: int) -> int:
-    return segment << 32 | entry_id
-
-
 @attrs.define
 class _Rewrite:
     """A segment of pass 2 that loses records: its new ledger and what it keeps."""
@@ -100,35 +97,6 @@ class _Rewrite:
     kept: int = 0
     kept_bytes: int = 0
     index_entries: int = 0
-
-
-class _KeptStream:
-    """The ascending positions to keep, from the index, consumed in step with pass 2."""
-
-    def __init__(self, chunks: Iterator[np.ndarray]) -> None:
-        self._chunks = chunks
-        self._current = np.empty(0, dtype=np.uint64)
-        self._at = 0
-        self._done = False
-
-    async def _fill(self) -> None:
-        while self._at >= len(self._current) and not self._done:
-            found = await anyio.to_thread.run_sync(next, self._chunks, None)
-            if found is None:
-                self._done = True
-            else:
-                self._current, self._at = found, 0
-
-    async def keeps(self, position: int) -> bool:
-        """Whether ``position`` (packed) is to be kept; positions are asked in ascending order."""
-        while True:
-            await self._fill()
-            if self._done:
-                return False
-            while self._at < len(self._current) and int(self._current[self._at]) < position:
-                self._at += 1
-            if self._at < len(self._current):
-                return int(self._current[self._at]) == position
 
 
 class Compaction:
@@ -165,8 +133,8 @@ class Compaction:
         index = KeyIndex(index_dir, memory_bytes=self.memory_bytes)
         try:
             await self._index(reader, segments, index)
-            stream = _KeptStream(index.latest())
-            rewrites = await self._rewrite(reader, record, segments, stream)
+            kept = KeptPositions(await anyio.to_thread.run_sync(index.latest))
+            rewrites = await self._rewrite(reader, record, segments, kept)
         finally:
             await anyio.to_thread.run_sync(index.close)
             shutil.rmtree(index_dir, ignore_errors=True)
@@ -202,12 +170,12 @@ class Compaction:
                 keyed = [e for e in entries if e.key is not None]
                 self.tombstones += sum(1 for e in keyed if not e.payload)
                 if keyed:
-                    positions = [_pack(seg.number, e.position.entry_id) for e in keyed]
+                    ids = np.array([e.position.entry_id for e in keyed], dtype=np.int64)
                     keys = [e.key for e in keyed if e.key is not None]
-                    await anyio.to_thread.run_sync(index.add, keys, positions)
+                    await anyio.to_thread.run_sync(index.add, keys, pack(seg.number, ids))
 
     async def _rewrite(
-        self, reader: LogReader, record: LogMetadata, segments: list[Segment], stream: _KeptStream
+        self, reader: LogReader, record: LogMetadata, segments: list[Segment], latest: KeptPositions
     ) -> list[_Rewrite]:
         """Pass 2: the segments on the bookies that lose records, each written anew."""
         out: list[_Rewrite] = []
@@ -220,12 +188,10 @@ class Compaction:
             sizes = np.zeros(seg.last_entry_id + 1, dtype=np.int64)
             held = np.zeros(seg.last_entry_id + 1, dtype=bool)
             for lo in range(0, seg.last_entry_id + 1, CHUNK):
-                block = await reader.read_block(seg, lo, min(lo + CHUNK - 1, seg.last_entry_id))
-                for entry_id, data in zip(block.entry_ids.tolist(), block.payloads()):
-                    key = envelope.decode(data)[1]
-                    kept = key is None or await stream.keeps(_pack(seg.number, entry_id))
-                    kept_keys += key is not None and kept
-                    keep[entry_id], sizes[entry_id], held[entry_id] = kept, len(data), True
+                ids, keyed, lengths = await self._keys(reader, seg, lo, min(lo + CHUNK - 1, seg.last_entry_id))
+                last = await anyio.to_thread.run_sync(latest.mask, pack(seg.number, ids))
+                kept_keys += int((keyed & last).sum())
+                keep[ids], sizes[ids], held[ids] = ~keyed | last, lengths, True
             self.records_read += int(held.sum())
             self.bytes_read += int(sizes.sum())
             dropped = held & ~keep
@@ -236,6 +202,22 @@ class Compaction:
             out.append(await self._write(reader, record, seg, keep))
         self.keys = kept_keys
         return out
+
+    @staticmethod
+    async def _keys(
+        reader: LogReader, seg: Segment, first: int, last: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+        """The positions of the records ``first..last`` of ``seg``, which have a key, and
+        their sizes as stored."""
+        if seg.offload is not None:  # read where readers read it (the tier, or the bookies)
+            entries = await reader.read_segment(seg.number, first, last)
+            ids = np.array([e.position.entry_id for e in entries], dtype=np.int64)
+            keyed = np.array([e.key is not None for e in entries], dtype=bool)
+            sizes = np.array([len(e.payload) for e in entries], dtype=np.int64)
+            return ids, keyed, sizes
+        block = await reader.read_block(seg, first, last)
+        keyed = np.array([envelope.decode(d)[1] is not None for d in block.payloads()], dtype=bool)
+        return block.entry_ids, keyed, block.ends - block.starts
 
     async def _write(self, reader: LogReader, record: LogMetadata, seg: Segment, keep: np.ndarray) -> _Rewrite:
         """The compacted ledger of ``seg``: staged, then the records ``keep`` flags (read

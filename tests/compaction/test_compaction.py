@@ -228,3 +228,45 @@ async def _no_stray_ledgers(client: bkframe.Client, md: LogMetadata, name: str) 
         if found.custom.get("bkframe.log") == name:
             listed.add(ledger_id)
     assert listed == {s.ledger_id for s in md.segments}
+
+
+def _table(written: Written, end: Position) -> dict[Position, tuple[bytes | None, bytes]]:
+    """The log up to ``end`` as a table: each key's latest record unless a tombstone, and
+    every keyless record."""
+    upto = {p: r for p, r in written.items() if p < end}
+    latest = set(_latest(upto).values())
+    return {p: (k, v) for p, (k, v) in upto.items() if k is None or (p in latest and v)}
+
+
+async def test_the_compacted_read_is_the_table_before_and_after_compaction_in_python_arrow_and_duckdb(
+    shared_cluster: Cluster, tmp_path: Path
+) -> None:
+    import duckdb
+
+    rng = random.Random(5)
+    async with bkframe.open_client(shared_cluster.metadata) as client:
+        logs = client.logs
+        name = "compact-table"
+        await logs.create(name, ensemble=1, write_quorum=1, ack_quorum=1, rollover_entries=80, compaction="key")
+        async with await logs.open_writer(name) as writer:
+            written = await _fill(writer, 500, 40, rng, "t")
+        expected = _table(written, Position(10**6, 0))
+        for compacted_before in (False, True):
+            if compacted_before:
+                await logs.compact(name, work_dir=tmp_path)
+            reader = await logs.reader(name)
+            rows = await reader.read(compacted=True)
+            assert [e.position for e in rows] == sorted(expected)  # in position order, once each
+            assert {e.position: (e.key, e.payload) for e in rows} == expected
+            table = await reader.to_arrow(compacted=True)
+            assert table.schema.metadata[b"bkframe.compacted"] == b"true"
+            assert table.column("position").to_pylist() == [str(p) for p in sorted(expected)]
+            dataset = await reader.dataset(compacted=True)  # noqa: F841 - duckdb reads it by name
+            found = duckdb.sql("select key, payload from dataset where key is not null").fetchall()
+            assert sorted(found) == sorted((k, v) for k, v in expected.values() if k is not None)
+            if not compacted_before:
+                # A range, before compaction: the table of what is before its end. (After,
+                # the log no longer holds the values later records replaced.)
+                end = Position(3, 10)
+                part = await reader.read(end=end, compacted=True)
+                assert {e.position: (e.key, e.payload) for e in part} == _table(written, end)

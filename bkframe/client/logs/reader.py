@@ -43,6 +43,7 @@ from bkframe.client.logs.model import (
 )
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.read_handle import Entry, EntryBlock, ReadHandle
+from bkframe.compaction.table import latest_batches, latest_entries
 from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
 from bkframe.tiering.reads import Fallback, TierReads
 
@@ -276,19 +277,34 @@ class LogReader:
         return await self._read(seg, first, last)
 
     async def read(
-        self, start: Where = EARLIEST, end: Position | None = None, *, max_entries: int | None = None
+        self, start: Where = EARLIEST, end: Position | None = None, *, max_entries: int | None = None,
+        compacted: bool = False,
     ) -> list[LogEntry]:
-        """Confirmed entries from ``start`` up to ``end`` (exclusive; default the end now)."""
+        """Confirmed entries from ``start`` up to ``end`` (exclusive; default the end now).
+        ``compacted``: the range as a table -- each key's latest record (none for a key
+        whose latest is a tombstone) and every record without a key, in position order
+        (docs/compaction.md, "Reading the table")."""
         out: list[LogEntry] = []
-        async for chunk in self.chunks(start, end):
+        async for chunk in self.chunks(start, end, compacted=compacted):
             out.extend(chunk)
             if max_entries is not None and len(out) >= max_entries:
                 return out[:max_entries]
         return out
 
-    async def chunks(self, start: Where = EARLIEST, end: Position | None = None) -> AsyncIterator[list[LogEntry]]:
+    async def chunks(
+        self, start: Where = EARLIEST, end: Position | None = None, *, compacted: bool = False
+    ) -> AsyncIterator[list[LogEntry]]:
         """Like :meth:`read`, a chunk of entries at a time."""
-        for part in await self.snapshot(start, end):
+        parts = await self.snapshot(start, end)
+        if compacted:
+            async for chunk in latest_entries(lambda: self._chunks_of(parts)):
+                yield chunk
+            return
+        async for chunk in self._chunks_of(parts):
+            yield chunk
+
+    async def _chunks_of(self, parts: list[SegmentRange]) -> AsyncIterator[list[LogEntry]]:
+        for part in parts:
             seg = await self._part_segment(part)
             for lo in range(part.first, part.last + 1, CHUNK):
                 yield await self._read(seg, lo, min(lo + CHUNK - 1, part.last))
@@ -389,11 +405,23 @@ class LogReader:
 
     # -- as Arrow ----------------------------------------------------------------------------
 
-    async def arrow_batches(self, start: Where = EARLIEST, end: Position | None = None) -> AsyncIterator[pa.RecordBatch]:
+    async def arrow_batches(
+        self, start: Where = EARLIEST, end: Position | None = None, *, compacted: bool = False
+    ) -> AsyncIterator[pa.RecordBatch]:
         """The confirmed records from ``start`` up to ``end`` (exclusive; default the end
         now) as Arrow record batches of the columns of :mod:`bkframe.client.logs.columns`,
-        a read chunk at a time. Needs pyarrow (``bkframe[arrow]``)."""
-        for part in await self.snapshot(start, end):
+        a read chunk at a time (``compacted``: as a table, see :meth:`read`). Needs pyarrow
+        (``bkframe[arrow]``)."""
+        parts = await self.snapshot(start, end)
+        if compacted:
+            async for batch in latest_batches(lambda: self._batches_of(parts)):
+                yield batch
+            return
+        async for batch in self._batches_of(parts):
+            yield batch
+
+    async def _batches_of(self, parts: list[SegmentRange]) -> AsyncIterator[pa.RecordBatch]:
+        for part in parts:
             seg = await self._part_segment(part)
             for lo in range(part.first, part.last + 1, CHUNK):
                 if self.tier_reads.offloaded(seg):
@@ -413,27 +441,35 @@ class LogReader:
                     continue
                 yield columns.segment_batch(self.name, part.segment, part.ledger_id, block, enveloped=part.enveloped)
 
-    async def to_arrow(self, start: Where = EARLIEST, end: Position | None = None) -> pa.Table:
+    async def to_arrow(self, start: Where = EARLIEST, end: Position | None = None, *, compacted: bool = False) -> pa.Table:
         """An exact, repeatable snapshot of the log as one Arrow table: the confirmed records
         from ``start`` up to ``end`` (exclusive; default: the end now). The table's schema
         metadata says which range it holds (``bkframe.log``, ``bkframe.start``,
         ``bkframe.end``): reading that range again gives the same rows, however the log grew.
-        DuckDB, Polars and pandas read it as it is (docs/logs.md#arrow)."""
+        DuckDB, Polars and pandas read it as it is (docs/logs.md#arrow). ``compacted``: the
+        range as a table (see :meth:`read`; the metadata says ``bkframe.compacted``)."""
         pa_module = columns.pyarrow()
         first = await self.resolve(start)
         stop = end if end is not None else await self.end()
-        batches = [b async for b in self.arrow_batches(first, stop)] if stop > first else []
+        batches = [b async for b in self.arrow_batches(first, stop, compacted=compacted)] if stop > first else []
         metadata = {"bkframe.log": self.name, "bkframe.start": str(first), "bkframe.end": str(max(stop, first))}
+        if compacted:
+            metadata["bkframe.compacted"] = "true"
         table: pa.Table = pa_module.Table.from_batches(batches, schema=columns.schema().with_metadata(metadata))
         return table
 
-    async def dataset(self, start: Where = EARLIEST, end: Position | None = None) -> ds.Dataset:
+    async def dataset(self, start: Where = EARLIEST, end: Position | None = None, *, compacted: bool = False) -> ds.Dataset:
         """The snapshot :meth:`to_arrow` gives, as one ``pyarrow.dataset.Dataset`` that DuckDB
         and Polars scan: offloaded segments in a ``file://`` tier as Parquet fragments of
         their objects (read by the engine itself, row groups skipped by statistics), the rest
-        read now into memory (:mod:`bkframe.tiering.snapshot`). Needs pyarrow."""
+        read now into memory (:mod:`bkframe.tiering.snapshot`). ``compacted``: the table
+        (see :meth:`read`), read now into memory. Needs pyarrow."""
         from bkframe.tiering.snapshot import log_dataset
 
+        if compacted:
+            import pyarrow.dataset as pds
+
+            return pds.dataset(await self.to_arrow(start, end, compacted=True))
         first = await self.resolve(start)
         return await log_dataset(self, first, end if end is not None else await self.end())
 

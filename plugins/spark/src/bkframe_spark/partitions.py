@@ -42,6 +42,10 @@ class EntryRange(InputPartition):
     footer_crc32c: int = 0
     object_entries: int = 0
     object_checksum: int = 0
+    #: A compacted segment's ledger (docs/compaction.md): the records it kept, then its
+    #: index's entries; ``first..last`` are positions, read through the index. -1: not compacted.
+    compacted_kept: int = -1
+    compacted_index_entries: int = 0
 
     @property
     def entries(self) -> int:

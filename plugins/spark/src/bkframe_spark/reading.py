@@ -12,9 +12,11 @@ handle (replica failover, digest checks) and build one Arrow record batch per ch
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import replace
 
+import attrs
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -31,6 +33,7 @@ from bkframe import (
     SegmentRange,
     decode_envelopes,
     payload_column,
+    read_compacted_index,
 )
 from bkframe.errors import NoSuchEntryError, NoSuchLedgerError, NoSuchLogError, PositionTrimmedError
 from bkframe_spark.columns import PROPERTIES_TYPE, TIMESTAMP, empty_properties
@@ -111,16 +114,19 @@ def split(parts: Sequence[EntryRange], entries_per_partition: int, bytes_per_par
 def log_ranges(record: LogMetadata, ranges: Sequence[SegmentRange]) -> list[EntryRange]:
     """Entry ranges of a log's segment ranges; an offloaded segment's names its object (as a
     whole: :func:`~bkframe_spark.tier_reading.plan_objects` cuts it at row groups)."""
-    return [
-        EntryRange(
+    out = []
+    for r in ranges:
+        part = EntryRange(
             record.name, r.segment, r.ledger_id, r.first, r.last, r.entry_size, r.enveloped, r.min_ts, r.max_ts,
             *(
                 (o.tier, o.key, o.size, o.on_bookies, o.footer_crc32c, o.entries, o.checksum)
                 if (o := r.offload) is not None else ()
             ),
         )
-        for r in ranges
-    ]
+        if r.compacted is not None:
+            part = replace(part, compacted_kept=r.compacted.kept, compacted_index_entries=r.compacted.index_entries)
+        out.append(part)
+    return out
 
 
 async def log_snapshot(
@@ -273,10 +279,23 @@ def read_ledger_partition(opts: Options, part: EntryRange, schema: pa.Schema = A
     what = f"reading ledger {part.ledger_id}" + (f" (segment {part.segment} of log {part.log!r})" if part.log else "")
     handle = call(bk, what, opts.timeout_s, _open, bk.client, part, opts.password)
     chunk = CHUNK_ENTRIES if part.entry_size <= 0 else max(1, min(CHUNK_ENTRIES, CHUNK_BYTES // part.entry_size))
-    ranges = [(lo, min(lo + chunk - 1, part.last)) for lo in range(part.first, part.last + 1, chunk)]
+    read: Callable[[int, int], Awaitable[EntryBlock]] = handle.read_block
+    first, last = part.first, part.last
+    if part.compacted_kept >= 0:
+        # Positions are read through the compacted ledger's index: the chunks are cut in
+        # its entries, and each block's entry ids become positions again.
+        kept = call(bk, what, opts.timeout_s, read_compacted_index, handle, part.compacted_kept,
+                    part.compacted_index_entries)
+        first, last = int(np.searchsorted(kept, part.first, "left")), int(np.searchsorted(kept, part.last, "right")) - 1
+
+        async def read(lo: int, hi: int) -> EntryBlock:
+            block = await handle.read_block(lo, hi)
+            return attrs.evolve(block, entry_ids=kept[block.entry_ids])
+
+    ranges = [(lo, min(lo + chunk - 1, last)) for lo in range(first, last + 1, chunk)]
     # One chunk read ahead: the client's loop reads the next chunk while this thread builds
     # the current batch and Spark consumes it (no more than one chunk waits in memory).
-    ahead = call_ahead(bk, what, opts.timeout_s, handle.read_block, *ranges[0]) if ranges else None
+    ahead = call_ahead(bk, what, opts.timeout_s, read, *ranges[0]) if ranges else None
     try:
         for i, (lo, hi) in enumerate(ranges):
             assert ahead is not None
@@ -287,7 +306,7 @@ def read_ledger_partition(opts: Options, part: EntryRange, schema: pa.Schema = A
                 raise PositionTrimmedError(
                     f"{what}: entries {lo}..{hi} are gone (trimmed or deleted after planning): {e}"
                 ) from None
-            ahead = call_ahead(bk, what, opts.timeout_s, handle.read_block, *ranges[i + 1]) if i + 1 < len(ranges) else None
+            ahead = call_ahead(bk, what, opts.timeout_s, read, *ranges[i + 1]) if i + 1 < len(ranges) else None
             yield to_batch(part, block, schema)
     finally:
         if ahead is not None:  # the task stopped early (a limit, a failure): drop the read ahead
