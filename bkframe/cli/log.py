@@ -15,6 +15,7 @@ import click
 import trio
 
 from bkframe.cli import interrupt
+from bkframe.cli.compaction_options import compaction_line, compaction_settings, with_compaction_options
 from bkframe.cli.interrupt import release_log
 from bkframe.cli.offload_options import offload_settings, offloaded_line, settings_line, with_offload_options
 from bkframe.cli.options import (
@@ -102,21 +103,24 @@ def log_group() -> None:
 @click.option("--cursor-ttl", default=None, metavar="DURATION",
               help="A cursor idle this long (e.g. 7d, 12h) stops holding retention back (default: never).")
 @with_offload_options(defaults=True)
+@with_compaction_options(defaults=True)
 @password_option("log")
 def create(
     metadata: str, name: str, ensemble: int, write_quorum: int, ack_quorum: int, ledger_type: str, digest: str,
     rollover_entries: int, rollover_bytes: int, rollover_s: float, retention_s: float | None,
     retention_bytes: int | None, cursor_ttl: str | None, offload_after: str | None, offload_beyond: str | None,
-    offload_deletion_lag: str | None, offload_tier: str | None, password: str,
+    offload_deletion_lag: str | None, offload_tier: str | None, compaction: str | None,
+    min_compaction_lag: str | None, tombstone_retention: str | None, min_dirty_ratio: str | None, password: str,
 ) -> None:
     """Create an empty log."""
     ttl = _duration(cursor_ttl, "--cursor-ttl") if cursor_ttl is not None else None
     offloads = offload_settings(offload_after, offload_beyond, offload_deletion_lag, offload_tier)
+    compactions = compaction_settings(compaction, min_compaction_lag, tombstone_retention, min_dirty_ratio)
     try:
         settings = LogSettings(
             ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum, ledger_type=ledger_type,
             digest=digest, rollover_entries=rollover_entries, rollover_bytes=rollover_bytes, rollover_s=rollover_s,
-            retention_s=retention_s, retention_bytes=retention_bytes, cursor_ttl_s=ttl, **offloads,
+            retention_s=retention_s, retention_bytes=retention_bytes, cursor_ttl_s=ttl, **offloads, **compactions,
         )
     except ValueError as e:
         raise click.ClickException(str(e)) from None
@@ -284,10 +288,13 @@ def _start(start: str | None, since: str | None) -> Where:
 @click.option("--from", "start", default=None, help="POS (e.g. 3:41), earliest or latest  [default: earliest]")
 @click.option("--since", default=None, help="From the first record at or after this time (ISO 8601, ms, or 15m ago).")
 @click.option("--to", "last", default=None, help="Last position to print (default: the last confirmed entry).")
+@click.option("--compacted", is_flag=True,
+              help="Print the log as a table: each key's latest record (none for a deleted key) and every record "
+              "without a key, in log order.")
 @_show_options
 def read(
     metadata: str, password: str, name: str, start: str | None, since: str | None, last: str | None,
-    show_positions: bool, show_keys: bool, show_timestamps: bool, as_json: bool,
+    compacted: bool, show_positions: bool, show_keys: bool, show_timestamps: bool, as_json: bool,
 ) -> None:
     """Print the confirmed records from --from (or --since) to --to, one per line."""
     first = _start(start, since)
@@ -296,7 +303,7 @@ def read(
 
     async def run(logs: Logs) -> None:
         reader = await logs.reader(name, password=password.encode())
-        async for chunk in reader.chunks(first, end):
+        async for chunk in reader.chunks(first, end, compacted=compacted):
             _print_entries(show, chunk)
 
     run_on_logs(metadata, run)
@@ -428,6 +435,7 @@ def info(metadata: str, password: str, name: str, as_json: bool) -> None:
         f"cursor TTL: {_seconds(s.cursor_ttl_s) if s.cursor_ttl_s is not None else 'none'}"
     )
     click.echo(settings_line(s))
+    click.echo(compaction_line(s))
     click.echo(f"writer: {md.writer or '-'} (epoch {md.writer_epoch}); start {md.start}, end {result.end}")
     click.echo(
         f"entries: {sum(result.entries.values())} in {len(result.segments)} segment(s), {md.length} bytes closed; "
@@ -437,6 +445,8 @@ def info(metadata: str, password: str, name: str, as_json: bool) -> None:
     click.echo("segment\tledger\tstate\tentries\tbytes\tcreated\tclosed\trecords from\trecords to")
     for seg in result.segments:
         state = ("offloaded" if seg.offload is not None else "closed") if seg.closed else "open"
+        if seg.compacted is not None:
+            state += f" (compacted, {seg.compacted.kept} kept)"
         size = str(seg.length) if seg.closed else "-"
         known = seg.max_ts >= 0
         click.echo(

@@ -1,4 +1,5 @@
-"""``bkframe log offload`` and ``bkframe log configure``: a log's tiered-storage side.
+"""``bkframe log offload`` and ``bkframe log configure``: a log's tiered-storage side (and
+its compaction settings, which ``log configure`` changes too).
 
 ``log offload NAME --tier URI`` copies the log's closed segments to a tier by hand (see
 :mod:`bkframe.tiering.offload`); ``log configure`` changes the offload settings that
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import click
 
+from bkframe.cli.compaction_options import compaction_line, compaction_settings, with_compaction_options
 from bkframe.cli.log import _log_name, _position, run_on_logs
 from bkframe.cli.offload_options import offload_settings, settings_line, with_offload_options
 from bkframe.cli.options import metadata_option, password_option
@@ -48,12 +50,15 @@ def offload(metadata: str, password: str, name: str, tier: str, until: str | Non
 @password_option("log")
 @click.argument("name", callback=_log_name)
 @with_offload_options(defaults=False)
+@with_compaction_options(defaults=False)
 def configure(
     metadata: str, password: str, name: str, offload_after: str | None, offload_beyond: str | None,
-    offload_deletion_lag: str | None, offload_tier: str | None,
+    offload_deletion_lag: str | None, offload_tier: str | None, compaction: str | None,
+    min_compaction_lag: str | None, tombstone_retention: str | None, min_dirty_ratio: str | None,
 ) -> None:
-    """Change a log's offload settings (those given; 'none' unsets one)."""
+    """Change a log's offload and compaction settings (those given; 'none' unsets an offload one)."""
     changes = offload_settings(offload_after, offload_beyond, offload_deletion_lag, offload_tier)
+    changes.update(compaction_settings(compaction, min_compaction_lag, tombstone_retention, min_dirty_ratio))
     if not changes:
         raise click.UsageError("give a setting to change (see --help)")
     try:
@@ -61,4 +66,4 @@ def configure(
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     record = run_on_logs(metadata, lambda logs: logs.configure(name, password=password.encode(), **changes))
-    click.echo(f"log {name}: {settings_line(record.settings)}")
+    click.echo(f"log {name}: {settings_line(record.settings)}; {compaction_line(record.settings)}")

@@ -31,9 +31,10 @@ QUIET_LIBRARIES = ("kazoo", "etcd3gw", "urllib3", "botocore")
 
 def _log_group() -> click.Command:
     from bkframe.cli.log import log_group
+    from bkframe.cli.log_compaction import compact
     from bkframe.cli.log_tiering import configure, offload
 
-    for command in (offload, configure):
+    for command in (offload, configure, compact):
         if command.name not in log_group.commands:  # once: a ClientGroup adds --auth-token-file each time
             log_group.add_command(command)
     return log_group
