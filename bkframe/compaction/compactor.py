@@ -21,8 +21,11 @@
    retires it to the garbage, which is deleted. A reader still on it then reads on from the
    compacted ledger: the same positions, less those dropped.
 
-Tombstones (a key with an empty payload) are kept: each is its key's latest record, so the
-key's older values go; dropping tombstones themselves is not done yet (docs/compaction.md).
+A tombstone (a key with an empty payload) is its key's latest record, so the key's older
+values go; the tombstone itself goes in a later run, once it is in the clean part (a run
+that rewrote every segment that lost records finished past it: nothing older of its key is
+left anywhere), every cursor and subscription has passed it, and it is older than
+``tombstone_retention_s``.
 A segment's entry ids must be below 2**32 (positions are packed into 64 bits).
 """
 
@@ -82,9 +85,11 @@ class CompactionResult:
     bytes_dropped: int
     #: Replaced ledgers of earlier runs deleted after their lag.
     retired: int
-    #: Distinct keys in the range, and tombstones among its records.
+    #: Keys in the range with a live value, tombstones among its records, and tombstones
+    #: dropped (docs/compaction.md, "Tombstones").
     keys: int
     tombstones: int
+    tombstones_dropped: int
     seconds: float
 
 
@@ -97,6 +102,21 @@ class _Rewrite:
     kept: int = 0
     kept_bytes: int = 0
     index_entries: int = 0
+
+
+@attrs.frozen
+class _Records:
+    """Records of one segment as pass 2 sees them, as arrays: their entry ids, which have a
+    key, which are tombstones (keyed, empty), their timestamps (ms) and stored sizes."""
+
+    ids: npt.NDArray[np.int64]
+    keyed: npt.NDArray[np.bool_]
+    tombstone: npt.NDArray[np.bool_]
+    millis: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int64]
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "tombstone", self.tombstone & self.keyed)
 
 
 class Compaction:
@@ -115,7 +135,14 @@ class Compaction:
         self.now = now
         self.token = STAGE_PREFIX + uuid.uuid4().hex
         self.records_read = self.bytes_read = self.records_dropped = self.bytes_dropped = 0
-        self.keys = self.tombstones = 0
+        self.keys = self.tombstones = self.tombstones_dropped = 0
+        #: Whether every segment that lost records was rewritten (then the log is clean up
+        #: to this run's end: see LogMetadata.compacted_until).
+        self.clean = True
+        # Packed positions before which a tombstone may go (set by run()).
+        self.clean_before = np.uint64(0)
+        self.cursor_floor = np.uint64(0)
+        self.tombstone_cutoff_ms = 0
 
     async def run(self) -> CompactionResult:
         started = time.monotonic()
@@ -126,6 +153,7 @@ class Compaction:
                 f"(set it with: bkframe log configure {self.name} --compaction key)"
             )
         segments, end = await self._range(record)
+        await self._tombstone_bounds(record)
         reader = LogReader(self.records, record, self.password)
         index_dir = self.work_dir / record.uid
         shutil.rmtree(index_dir, ignore_errors=True)  # what a killed run left
@@ -139,16 +167,33 @@ class Compaction:
             await anyio.to_thread.run_sync(index.close)
             shutil.rmtree(index_dir, ignore_errors=True)
         rewritten, skipped = await self._swap(record, rewrites)
+        if self.clean and not skipped and end.segment > record.compacted_until:
+            until = end.segment
+            await self.records.update(
+                self.name,
+                lambda r: attrs.evolve(r, compacted_until=until) if r.compacted_until < until else r,
+            )
         retired = await retire_replaced(self.records, self.name, self.now - self.retire_lag_s)
         result = CompactionResult(
             self.name, end, len(segments), tuple(rewritten), tuple(skipped), self.records_read, self.records_dropped,
-            self.bytes_read, self.bytes_dropped, retired, self.keys, self.tombstones, time.monotonic() - started,
+            self.bytes_read, self.bytes_dropped, retired, self.keys, self.tombstones, self.tombstones_dropped,
+            time.monotonic() - started,
         )
         log.info(
             "log %r compacted up to %s: %d segment(s) read, %d rewritten, %d record(s) of %d dropped (%d bytes)",
             self.name, end, len(segments), len(rewritten), self.records_dropped, self.records_read, self.bytes_dropped,
         )
         return result
+
+    async def _tombstone_bounds(self, record: LogMetadata) -> None:
+        """Where tombstones may be dropped: before the clean part's end, before every
+        cursor and subscription that still holds the log (an expired one does not, as for
+        retention), and older than ``tombstone_retention_s``."""
+        self.clean_before = np.uint64(record.compacted_until << 32)
+        holding = [c.position for c in await self.records.cursors(self.name) if not c.expired(record.settings, self.now)]
+        floor = min(holding, default=Position(record.next_segment, 0))
+        self.cursor_floor = np.uint64(floor.segment << 32 | floor.entry_id)
+        self.tombstone_cutoff_ms = int((self.now - record.settings.tombstone_retention_s) * 1000)
 
     async def _range(self, record: LogMetadata) -> tuple[list[Segment], Position]:
         """The closed segments before the head, and the head's first position."""
@@ -188,15 +233,25 @@ class Compaction:
             sizes = np.zeros(seg.last_entry_id + 1, dtype=np.int64)
             held = np.zeros(seg.last_entry_id + 1, dtype=bool)
             for lo in range(0, seg.last_entry_id + 1, CHUNK):
-                ids, keyed, lengths = await self._keys(reader, seg, lo, min(lo + CHUNK - 1, seg.last_entry_id))
-                last = await anyio.to_thread.run_sync(latest.mask, pack(seg.number, ids))
-                kept_keys += int((keyed & last).sum())
-                keep[ids], sizes[ids], held[ids] = ~keyed | last, lengths, True
+                got = await self._keys(reader, seg, lo, min(lo + CHUNK - 1, seg.last_entry_id))
+                positions = pack(seg.number, got.ids)
+                last = await anyio.to_thread.run_sync(latest.mask, positions)
+                # A tombstone goes once nothing older of its key is left (a clean compaction
+                # passed it), every cursor has passed it, and it is older than its retention.
+                gone = (
+                    got.keyed & last & got.tombstone & (positions < self.clean_before)
+                    & (positions < self.cursor_floor) & (got.millis <= self.tombstone_cutoff_ms)
+                )
+                self.tombstones_dropped += int(gone.sum())
+                kept_keys += int((got.keyed & last & ~got.tombstone).sum())
+                keep[got.ids], sizes[got.ids], held[got.ids] = ~got.keyed | (last & ~gone), got.sizes, True
             self.records_read += int(held.sum())
             self.bytes_read += int(sizes.sum())
             dropped = held & ~keep
+            if dropped.any() and seg.offload is not None:
+                self.clean = False  # in the tier: compacted there later (docs/compaction.md)
             if not dropped.any() or seg.offload is not None:
-                continue  # nothing to drop, or in the tier (compacted there later: docs/compaction.md)
+                continue
             self.records_dropped += int(dropped.sum())
             self.bytes_dropped += int(sizes[dropped].sum())
             out.append(await self._write(reader, record, seg, keep))
@@ -204,20 +259,26 @@ class Compaction:
         return out
 
     @staticmethod
-    async def _keys(
-        reader: LogReader, seg: Segment, first: int, last: int
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
-        """The positions of the records ``first..last`` of ``seg``, which have a key, and
-        their sizes as stored."""
+    async def _keys(reader: LogReader, seg: Segment, first: int, last: int) -> _Records:
+        """What pass 2 needs of the records ``first..last`` of ``seg``."""
         if seg.offload is not None:  # read where readers read it (the tier, or the bookies)
             entries = await reader.read_segment(seg.number, first, last)
-            ids = np.array([e.position.entry_id for e in entries], dtype=np.int64)
-            keyed = np.array([e.key is not None for e in entries], dtype=bool)
-            sizes = np.array([len(e.payload) for e in entries], dtype=np.int64)
-            return ids, keyed, sizes
+            return _Records(
+                np.array([e.position.entry_id for e in entries], dtype=np.int64),
+                np.array([e.key is not None for e in entries], dtype=bool),
+                np.array([not e.payload for e in entries], dtype=bool),
+                np.array([e.timestamp or 0 for e in entries], dtype=np.int64),
+                np.array([len(e.payload) for e in entries], dtype=np.int64),
+            )
         block = await reader.read_block(seg, first, last)
-        keyed = np.array([envelope.decode(d)[1] is not None for d in block.payloads()], dtype=bool)
-        return block.entry_ids, keyed, block.ends - block.starts
+        decoded = [envelope.decode(d) for d in block.payloads()]
+        return _Records(
+            block.entry_ids,
+            np.array([d[1] is not None for d in decoded], dtype=bool),
+            np.array([not d[0] for d in decoded], dtype=bool),
+            np.array([d[2] for d in decoded], dtype=np.int64),
+            block.ends - block.starts,
+        )
 
     async def _write(self, reader: LogReader, record: LogMetadata, seg: Segment, keep: np.ndarray) -> _Rewrite:
         """The compacted ledger of ``seg``: staged, then the records ``keep`` flags (read

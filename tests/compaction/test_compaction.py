@@ -270,3 +270,47 @@ async def test_the_compacted_read_is_the_table_before_and_after_compaction_in_py
                 end = Position(3, 10)
                 part = await reader.read(end=end, compacted=True)
                 assert {e.position: (e.key, e.payload) for e in part} == _table(written, end)
+
+
+async def test_a_tombstone_goes_only_once_nothing_older_is_left_every_cursor_passed_it_and_it_is_old_enough(
+    shared_cluster: Cluster, tmp_path: Path
+) -> None:
+    async with bkframe.open_client(shared_cluster.metadata) as client:
+        logs = client.logs
+        name = "compact-tombstones"
+        await logs.create(
+            name, ensemble=1, write_quorum=1, ack_quorum=1, rollover_entries=4, compaction="key",
+            tombstone_retention_s=3600,
+        )
+        async with await logs.open_writer(name) as writer:
+            for i in range(3):
+                for key in (b"a", b"b", b"c"):
+                    await writer.append(b"%s%d" % (key, i), key=key)
+            deleted = await writer.append(b"", key=b"b")  # b's tombstone
+            for key in (b"a", b"c"):
+                await writer.append(key + b"-last", key=key)
+        await logs.create_cursor(name, "slow-reader")  # at the start: it has not seen the delete
+
+        async def keys_of(**kw: object) -> dict[bytes | None, bytes]:
+            return {e.key: e.payload for e in await (await logs.reader(name)).read(**kw)}  # type: ignore[arg-type]
+
+        # 1st run: b's older values go, its tombstone stays (its older values were there).
+        first = await logs.compact(name, work_dir=tmp_path, retire_lag_s=0)
+        assert first.tombstones == 1 and first.tombstones_dropped == 0
+        assert (await keys_of())[b"b"] == b""
+        assert (await logs.metadata(name)).compacted_until == first.end.segment
+        # 2nd run: nothing older is left and it is old enough, but the cursor has not passed it.
+        await logs.configure(name, tombstone_retention_s=0)
+        second = await logs.compact(name, work_dir=tmp_path, retire_lag_s=0)
+        assert second.tombstones_dropped == 0 and (await keys_of())[b"b"] == b""
+        # The cursor passes it: but it is younger than tombstone_retention_s.
+        await logs.move_cursor(name, "slow-reader", deleted.next())
+        await logs.configure(name, tombstone_retention_s=3600)
+        third = await logs.compact(name, work_dir=tmp_path, retire_lag_s=0)
+        assert third.tombstones_dropped == 0 and b"b" in await keys_of()
+        # Old enough now: it goes, and the key is gone from the log altogether.
+        await logs.configure(name, tombstone_retention_s=0)
+        fourth = await logs.compact(name, work_dir=tmp_path, retire_lag_s=0)
+        assert fourth.tombstones_dropped == 1
+        assert await keys_of() == {b"a": b"a-last", b"c": b"c-last"}
+        assert await keys_of(compacted=True) == {b"a": b"a-last", b"c": b"c-last"}

@@ -381,6 +381,10 @@ class LogMetadata:
     #: docs/subscriptions.md): a new owner raises its epoch here, and a commit an older
     #: owner still sends is refused.
     fences: Mapping[str, int] = attrs.field(factory=dict)
+    #: Compaction is clean before this segment (docs/compaction.md): a compaction finished
+    #: there with every segment that lost records rewritten, so no key has a record there
+    #: but its latest. Tombstones before it may go; what is after it is the dirty part.
+    compacted_until: int = 0
     version: int = -1
 
     # -- queries ---------------------------------------------------------------------
@@ -523,6 +527,8 @@ class LogMetadata:
         }
         if self.fences:  # stored only when set: a log without them stays readable by older releases
             d["fences"] = dict(self.fences)
+        if self.compacted_until:
+            d["compacted_until"] = self.compacted_until
         return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
@@ -548,6 +554,7 @@ class LogMetadata:
                 trimmed_entries=raw.get("trimmed_entries", 0),
                 trimmed_bytes=raw.get("trimmed_bytes", 0),
                 fences={str(k): int(v) for k, v in raw.get("fences", {}).items()},
+                compacted_until=int(raw.get("compacted_until", 0)),
                 version=version,
             )
         except (ValueError, TypeError, KeyError) as e:
