@@ -37,7 +37,8 @@ def compact(metadata: str, password: str, name: str, memory_mb: int, work_dir: P
     click.echo(
         f"compacted log {name} up to {result.end}: {result.segments_read} segment(s) read, "
         f"{len(result.rewritten)} rewritten; dropped {result.records_dropped} of {result.records_read} record(s) "
-        f"({result.bytes_dropped} of {result.bytes_read} bytes); {result.keys} key(s), {result.tombstones} tombstone(s)"
+        f"({result.bytes_dropped} of {result.bytes_read} bytes); {result.keys} key(s), "
+        f"{result.tombstones} tombstone(s) ({result.tombstones_dropped} dropped)"
         + (f"; {len(result.skipped)} segment(s) changed meanwhile, left as they were" if result.skipped else "")
         + (f"; {result.retired} replaced ledger(s) deleted" if result.retired else "")
     )

@@ -1,7 +1,8 @@
 """``bkframe offloader``: run the offload service alone (docs/tiered-storage.md, "The
 offload service"): logs' closed segments moved to their tier by their settings, and their
-ledgers deleted from the bookies after the deletion lag, until SIGTERM / SIGINT -- or one
-pass with ``--once``."""
+ledgers deleted from the bookies after the deletion lag -- and logs compacted by key when
+their dirty part is due (docs/compaction.md; ``[offload] compaction``) -- until SIGTERM /
+SIGINT, or one pass with ``--once``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from bkframe.cli.interrupt import run_until_signal
 from bkframe.cli.options import auth_token_option
 from bkframe.cli.standalone import standalone, standalone_options
 from bkframe.client.settings import ClientSettings
+from bkframe.compaction.service import CompactionCounters, CompactionService
+from bkframe.compaction.service import register as register_compaction
 from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.tiering.offload_metrics import OffloadCounters, offload_registry
 from bkframe.tiering.offload_service import OffloadService
@@ -43,18 +46,34 @@ def offloader(
     and delete their ledgers after the deletion lag, until SIGTERM / SIGINT."""
     alone = standalone(ctx, "offloader", metadata, config_path, holder)
     counters = OffloadCounters()
+    compactions = CompactionCounters()
+    compacting = alone.config.offload.compaction
     if metrics_port is not None:
-        server, _ = start_http_server(metrics_port, addr=metrics_host, registry=offload_registry(counters))
+        registry = offload_registry(counters)
+        register_compaction(compactions, registry)
+        server, _ = start_http_server(metrics_port, addr=metrics_host, registry=registry)
         click.echo(f"metrics at http://{metrics_host}:{server.server_port}/metrics", err=True)
 
     async def serve(store: MetadataStore, settings: ClientSettings) -> None:
-        service = OffloadService(
-            store, alone.plugins, alone.config.offload, holder=alone.holder, settings=settings, counters=counters
+        config = alone.config.offload
+        service = OffloadService(store, alone.plugins, config, holder=alone.holder, settings=settings, counters=counters)
+        compactor = CompactionService(
+            store, alone.plugins, config, holder=alone.holder, settings=settings, counters=compactions
         )
         if once:
             await service.run_once()
+            if compacting:
+                await compactor.run_once()
             return
-        await run_until_signal(service.run, f"offloader running as {alone.holder}", log)
+
+        async def both(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(service.run)
+                if compacting:
+                    await nursery.start(compactor.run)
+                task_status.started()
+
+        await run_until_signal(both, f"offloader running as {alone.holder}", log)
 
     trio.run(alone.run, serve)
     if once:
@@ -64,3 +83,9 @@ def offloader(
             f"offloaded {sum(c.segments.values())} segment(s) ({sum(c.object_bytes.values())} bytes); "
             f"deleted {c.ledgers_deleted} ledger(s) past the deletion lag{failing}"
         )
+        if compacting:
+            k = compactions
+            click.echo(
+                f"compacted {k.runs['done']} log(s): dropped {k.records_dropped} of {k.records_read} record(s) "
+                f"({k.bytes_dropped} bytes)" + (f"; {k.runs['failed']} failed" if k.runs["failed"] else "")
+            )

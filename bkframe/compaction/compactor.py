@@ -167,12 +167,16 @@ class Compaction:
             await anyio.to_thread.run_sync(index.close)
             shutil.rmtree(index_dir, ignore_errors=True)
         rewritten, skipped = await self._swap(record, rewrites)
-        if self.clean and not skipped and end.segment > record.compacted_until:
-            until = end.segment
-            await self.records.update(
-                self.name,
-                lambda r: attrs.evolve(r, compacted_until=until) if r.compacted_until < until else r,
+        clean = end.segment if self.clean and not skipped else 0
+
+        def ended(r: LogMetadata) -> LogMetadata:
+            if r.compaction_end >= end.segment and r.compacted_until >= clean:
+                return r
+            return attrs.evolve(
+                r, compaction_end=max(r.compaction_end, end.segment), compacted_until=max(r.compacted_until, clean)
             )
+
+        await self.records.update(self.name, ended)
         retired = await retire_replaced(self.records, self.name, self.now - self.retire_lag_s)
         result = CompactionResult(
             self.name, end, len(segments), tuple(rewritten), tuple(skipped), self.records_read, self.records_dropped,

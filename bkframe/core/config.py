@@ -455,6 +455,12 @@ class OffloadConfig:
     #: An object no log names is deleted once it is this old: longer than any offload's put
     #: to its metadata commit.
     orphan_grace_s: float = attrs.field(default=6 * 3600.0, validator=at_least(0))
+    #: ``bkframe offloader`` also compacts, each pass, the logs with ``compaction = key``
+    #: whose dirty part reached their ``min_dirty_ratio`` (docs/compaction.md; a log with a
+    #: password is left to ``bkframe log compact --password``).
+    compaction: bool = True
+    #: Memory (MiB) of a compaction's key index; beyond it the index spills to ``spool_dir``.
+    compaction_memory_mb: int = attrs.field(default=64, validator=above(0))
 
 
 @attrs.frozen

@@ -385,6 +385,9 @@ class LogMetadata:
     #: there with every segment that lost records rewritten, so no key has a record there
     #: but its latest. Tombstones before it may go; what is after it is the dirty part.
     compacted_until: int = 0
+    #: Where the last compaction ended (a segment number): the bytes from there on are the
+    #: dirty part a scheduled compaction waits for (``min_dirty_ratio``).
+    compaction_end: int = 0
     version: int = -1
 
     # -- queries ---------------------------------------------------------------------
@@ -529,6 +532,8 @@ class LogMetadata:
             d["fences"] = dict(self.fences)
         if self.compacted_until:
             d["compacted_until"] = self.compacted_until
+        if self.compaction_end:
+            d["compaction_end"] = self.compaction_end
         return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
@@ -555,6 +560,7 @@ class LogMetadata:
                 trimmed_bytes=raw.get("trimmed_bytes", 0),
                 fences={str(k): int(v) for k, v in raw.get("fences", {}).items()},
                 compacted_until=int(raw.get("compacted_until", 0)),
+                compaction_end=int(raw.get("compaction_end", 0)),
                 version=version,
             )
         except (ValueError, TypeError, KeyError) as e:
