@@ -386,6 +386,7 @@ class BlockingLogs(LogsExtras):
         work_dir: Path | None = None,
         memory_bytes: int = 64 << 20,
         retire_lag_s: float = 600.0,
+        lock_ttl_s: float = 30.0,
     ) -> CompactionResult:
         """Compact the log by key once (docs/compaction.md): each key's older records in its
         closed segments are dropped, positions kept. The log's ``compaction`` must be ``key``
@@ -393,10 +394,15 @@ class BlockingLogs(LogsExtras):
         The key index takes at most about ``memory_bytes`` of memory and spills to
         ``work_dir`` (default: a temporary directory). A ledger a compaction replaced stays
         ``retire_lag_s`` for readers that opened it; a later run deletes it. Safe to kill at
-        any step."""
+        any step; a killed run's lock on the log vanishes ``lock_ttl_s`` later."""
         return self._owner._run(
             lambda: self._logs.compact(
-                name, password=password, work_dir=work_dir, memory_bytes=memory_bytes, retire_lag_s=retire_lag_s
+                name,
+                password=password,
+                work_dir=work_dir,
+                memory_bytes=memory_bytes,
+                retire_lag_s=retire_lag_s,
+                lock_ttl_s=lock_ttl_s,
             )
         )
 

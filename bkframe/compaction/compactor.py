@@ -426,7 +426,7 @@ async def retire_replaced(records: LogRecords, name: str, before: float) -> int:
 
 async def compact(
     records: LogRecords, name: str, *, password: bytes, work_dir: Path, memory_bytes: int = 64 << 20,
-    holder: str = "", now: float | None = None, retire_lag_s: float = RETIRE_LAG_S,
+    holder: str = "", now: float | None = None, retire_lag_s: float = RETIRE_LAG_S, lock_ttl_s: float = LOCK_TTL_S,
 ) -> CompactionResult:
     """Compact the log ``name`` once (see the module), holding its compaction lock;
     :class:`CompactionError` if another compactor holds it (or the lock is lost meanwhile:
@@ -443,7 +443,7 @@ async def compact(
 
     async with trio.open_nursery() as nursery:  # the lock's keep-alive
         try:
-            lock = await store.try_lock(lock_name, holder or f"compactor-{uuid.uuid4().hex[:8]}", LOCK_TTL_S, nursery)
+            lock = await store.try_lock(lock_name, holder or f"compactor-{uuid.uuid4().hex[:8]}", lock_ttl_s, nursery)
             if lock is None:
                 holder_now = await store.lock_holder(lock_name)
                 raise CompactionError(f"log {name!r} is being compacted by {holder_now or 'another compactor'}; try later")

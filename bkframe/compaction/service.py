@@ -156,6 +156,7 @@ class CompactionService:
             result = await compact(
                 self.records, name, password=b"", work_dir=self.work_dir,
                 memory_bytes=self.config.compaction_memory_mb << 20, holder=self.holder,
+                lock_ttl_s=self.config.lock_ttl_s,
             )
         except CompactionError as e:
             self.counters.runs["busy"] += 1

@@ -10,7 +10,7 @@ from pathlib import Path
 import attrs
 
 from tests.faults.harness import run_faults
-from tests.faults.schedule import RunConfig, with_subscriptions
+from tests.faults.schedule import RunConfig, with_compaction, with_subscriptions
 
 
 def main() -> int:
@@ -26,6 +26,11 @@ def main() -> int:
              "faults (another schedule than the seed's without it)",
     )
     parser.add_argument(
+        "--compaction", action="store_true",
+        help="add a compacted log with its writer, a compactor and a table reader, and compactor kills to the faults "
+             "(another schedule than the seed's without it; not with partitions: a partition seed runs without them)",
+    )
+    parser.add_argument(
         "--small-disk", choices=("tmpfs", "ext4"), default="",
         help="the last bookie on a real 16 MiB filesystem, filled by another file for disk_full (needs root)",
     )
@@ -35,6 +40,8 @@ def main() -> int:
         config = attrs.evolve(config, small_disk=args.small_disk, partitions=False)
     if args.subscriptions:
         config = with_subscriptions(config)
+    if args.compaction:
+        config = with_compaction(attrs.evolve(config, partitions=False))
     if args.quiet_s is not None:
         config = attrs.evolve(config, cooldown_s=args.quiet_s)
     if args.schedule_only:

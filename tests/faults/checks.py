@@ -110,7 +110,14 @@ class CheckResult:
             f"{s['sub_drain_ms'] / 1000:.1f} s at owner epoch {s['sub_epoch']}"
             + ("".join(f" {k}={self.kinds[k]}" for k in sub_kinds) or ", no breach")
         ] if s["sub_appended"] or s["sub_received"] else []
-        known = (*kinds, *sub_kinds)
+        tab_kinds = tuple(k for k in self.kinds if k.startswith("tab-"))
+        tab = [
+            f"compaction: records appended {s['tab_appended']}, compactions {s['tab_compactions']} (failed or cut "
+            f"short {s['tab_compact_errors']}) dropping {s['tab_dropped']} records ({s['tab_tombstones_dropped']} "
+            f"tombstones), table reads {s['tab_reads']}; {s['tab_log_records']} records left"
+            + ("".join(f" {k}={self.kinds[k]}" for k in tab_kinds) or ", no breach")
+        ] if s["tab_appended"] else []
+        known = (*kinds, *sub_kinds, *tab_kinds)
         return [
             f"ledgers {sum(self.ledgers.values())} ({by_type}): closed by their writer {s['closed_by_writer']}, "
             f"by recovery {s['closed_by_recovery']}",
@@ -124,6 +131,7 @@ class CheckResult:
             + (f" other={sum(v for k, v in self.kinds.items() if k not in known)}" if set(self.kinds) - set(known)
                else ""),
             *sub,
+            *tab,
         ]
 
 

@@ -6,7 +6,10 @@ writer and reader processes, play the schedule (see schedule.py), heal everythin
 workers, then check what the cluster holds against what the workers recorded (see
 checks.py). Subscription runs (``RunConfig.subscriptions``) also make a log with a
 key_shared subscription, run a producer and consumers of it (sub_worker.py), drain it
-after the workers stopped and judge what they all recorded (sub_checks.py). Every step has
+after the workers stopped and judge what they all recorded (sub_checks.py). Compaction runs
+(``RunConfig.compaction``) make a compacted log with its writer, a compactor the schedule
+kills and a table reader (compaction_run.py), and judge the log and the reads
+(compaction_checks.py). Every step has
 a deadline; a step that passes it becomes a failure naming the step, and the run goes on to
 collect everything it can.
 
@@ -38,11 +41,13 @@ from bkframe.testing.faults.small_fs import SmallFilesystem
 from bkframe.testing.faults.small_fs import mount as mount_small_fs
 from tests.faults.checks import CheckResult, check_cluster
 from tests.faults.clock_faults import CLOCK_ACTIONS, FaultClocks
+from tests.faults.compaction_checks import check_compaction
+from tests.faults.compaction_run import CompactionWorkload
 from tests.faults.network import NETWORK_ACTIONS, FaultNetwork, FaultNetworkError
 from tests.faults.payloads import WRITER_KEY
 from tests.faults.procs import WorkerProc, file_tail, resume_worker
 from tests.faults.records import RecordFile, read_record_file, read_records
-from tests.faults.schedule import CONSUMER_ACTIONS, HEALS, Fault, RunConfig, Step, make_schedule
+from tests.faults.schedule import COMPACTOR_ACTIONS, CONSUMER_ACTIONS, HEALS, Fault, RunConfig, Step, make_schedule
 from tests.faults.sub_checks import check_subscriptions
 from tests.faults.sub_run import SubscriptionWorkload
 from tests.faults.worker import GAVE_UP_EXIT, HUNG_EXIT
@@ -159,7 +164,7 @@ class RunReport:
         return "\n".join(lines)
 
 
-class Run(SubscriptionWorkload):
+class Run(SubscriptionWorkload, CompactionWorkload):
     def __init__(self, config: RunConfig, workdir: Path) -> None:
         self.config = config
         self.workdir = workdir
@@ -295,11 +300,14 @@ class Run(SubscriptionWorkload):
 
     # -- workers -------------------------------------------------------------------------
 
-    def spawn(self, role: str, name: str, slot: int, *extra: str, module: str = "tests.faults.worker") -> WorkerProc:
+    def spawn(
+        self, role: str, name: str, slot: int, *extra: str, module: str = "tests.faults.worker", argv_role: str = ""
+    ) -> WorkerProc:
+        """Start a worker process (``argv_role``: its role on its command line, if not ``role``)."""
         cfg = self.config
         log_path = self.logs_dir / f"{name}.log"
         cmd = [
-            sys.executable, "-m", module, role,
+            sys.executable, "-m", module, argv_role or role,
             "--metadata", self.cluster.metadata,
             "--name", name,
             "--records", str(self.records_dir / f"{name}.jsonl"),
@@ -434,6 +442,8 @@ class Run(SubscriptionWorkload):
                 self.spawn_producer()
             elif w.role == "consumer":
                 self.spawn_consumer(w.slot)
+            elif w.role.startswith("table-"):
+                self.spawn_table_worker(w.role.removeprefix("table-"))
 
     # -- the run -------------------------------------------------------------------------
 
@@ -467,6 +477,9 @@ class Run(SubscriptionWorkload):
             return
         if action in CONSUMER_ACTIONS:
             self.execute_consumer(step)
+            return
+        if action in COMPACTOR_ACTIONS:
+            self.execute_compactor(step)
             return
         if action in NETWORK_ACTIONS:
             assert self.network is not None, "network faults are drawn only for partition runs"
@@ -554,6 +567,8 @@ class Run(SubscriptionWorkload):
                 self.spawn_reader(slot)
             if cfg.subscriptions:
                 self.start_subscriptions()
+            if cfg.compaction:
+                self.start_compaction()
             self.start_extra()
             phase("start")
             t0 = self.t0 = time.monotonic()
@@ -581,10 +596,15 @@ class Run(SubscriptionWorkload):
                 # state ledgers as it snapshots).
                 self.drain()
                 phase("drain")
+            if cfg.compaction:
+                self.finish_compaction()
+                phase("compaction")
             records = list(read_records(self.records_dir))
             self.report.check = trio.run(check_cluster, self.cluster, records, cfg.call_timeout_s)
             if cfg.subscriptions:
                 check_subscriptions(records, self.report.check, cfg.sub_lease_s)
+            if self.table_state is not None:
+                check_compaction(records, *self.table_state, self.report.check)
             self.extra_checks(self.report.check)
             phase("checks")
             self.collect_log_errors()

@@ -39,6 +39,9 @@ Rules that keep every loss a defect (none makes a loss legitimate):
 * a clock fault moves a bookie's wall clock (an hour ahead or behind, or twice as fast) and
   puts it right later; it is counted like the others per bookie, though the bookie serves
   on: nothing of a bookie's may depend on its wall clock being right.
+* compaction runs (``compaction=True``: a compacted log, its writer, a compactor and a table
+  reader, compaction_worker.py) add one fault: the compactor killed (kill -9) wherever it is
+  and another started at once. It does not count against ``max_down``.
 * subscription runs (``subscriptions=True``: a producer appending keyed records to a log and
   consumers of its key_shared subscription, sub_worker.py) add two faults of the consumers:
   one killed (kill -9) and replaced at once, and one hung (SIGSTOP) and resumed later, for
@@ -80,6 +83,8 @@ class Fault(enum.Enum):
     # configs without them stay as they were:
     CONSUMER_KILL = "consumer_kill"  # kill -9 a consumer; another takes its place at once
     CONSUMER_HANG = "consumer_hang"  # SIGSTOP a consumer; SIGCONT later ("consumer_resume")
+    # The compactor of a compaction run, after those (the same reason):
+    COMPACTOR_KILL = "compactor_kill"  # kill -9 the compactor wherever it is; another starts at once
 
 
 LINK_FAULTS = (Fault.SLOW_LINK, Fault.NARROW_LINK, Fault.BLACKHOLE, Fault.TORN_FRAME, Fault.LINK_RESET)
@@ -92,6 +97,8 @@ STORE_MEMBERS = 3
 NETWORK_FAULTS = (Fault.ISOLATE, Fault.CUT, *LINK_FAULTS, *STORE_FAULTS)
 #: Faults of the subscription's consumers: only in subscription runs.
 CONSUMER_FAULTS = (Fault.CONSUMER_KILL, Fault.CONSUMER_HANG)
+#: Faults of the compactor: only in compaction runs.
+COMPACTOR_FAULTS = (Fault.COMPACTOR_KILL,)
 #: Faults after which a bookie restarts uncleanly (BYPASS ledgers fenced and in limbo).
 UNCLEAN = (Fault.KILL, Fault.POWER_CUT)
 
@@ -106,6 +113,8 @@ HEAL = {
 HEALS = frozenset(HEAL.values())
 #: The steps that act on a consumer of the subscription (harness.py).
 CONSUMER_ACTIONS = frozenset({*(f.value for f in CONSUMER_FAULTS), HEAL[Fault.CONSUMER_HANG]})
+#: The steps that act on the compactor (harness.py).
+COMPACTOR_ACTIONS = frozenset(f.value for f in COMPACTOR_FAULTS)
 #: What a clock fault does to the bookie's wall clock (bkframe.testing.faults.clocks), drawn per fault.
 CLOCKS = ("ahead", "behind", "fast")
 
@@ -204,6 +213,10 @@ class RunConfig:
     #: records are leased again to the others.
     sub_lease_s: float = 3.0
     consumer_hang_s: tuple[float, float] = (0.5, 6.0)
+    #: A compacted log of keyed records, its writer, a compactor (killed by the schedule's
+    #: compactor faults, drawn only then and only with a weight) and a table reader
+    #: (compaction_worker.py), judged after the run (compaction_checks.py).
+    compaction: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.max_down < self.bookies:
@@ -212,6 +225,8 @@ class RunConfig:
             raise ValueError("hangs and partitions must end before the workers' call deadline, or each is reported as a hang")
         if self.small_disk and self.partitions:
             raise ValueError("small_disk runs have no simulated hosts (partitions=False)")
+        if self.compaction and self.partitions:
+            raise ValueError("compaction runs have no simulated hosts yet (partitions=False)")
         if any(e > self.bookies for _, e, _, _ in self.ledgers):
             raise ValueError(f"an ensemble is larger than the {self.bookies} bookies")
 
@@ -255,6 +270,13 @@ def with_subscriptions(config: RunConfig, weight: float = 2.0) -> RunConfig:
     return attrs.evolve(config, subscriptions=True, weights=tuple(weights.items()))
 
 
+def with_compaction(config: RunConfig, weight: float = 1.0) -> RunConfig:
+    """``config`` with a compacted log, its writer, compactor and table reader, and kills of
+    the compactor drawn among the other faults (``weight``; another schedule than
+    ``config``'s, as its weights differ)."""
+    return attrs.evolve(config, compaction=True, weights=(*config.weights, (Fault.COMPACTOR_KILL, weight)))
+
+
 @attrs.frozen
 class Step:
     """One action of the schedule, at ``at_s`` seconds after the workers started."""
@@ -286,6 +308,8 @@ class Step:
         who = f"writer w{self.target}" if writer else f"bookie-{self.target}"
         if self.action in CONSUMER_ACTIONS:
             who = f"consumer c{self.target}"
+        if self.action in COMPACTOR_ACTIONS:
+            who = "the compactor"
         if self.action.startswith("zk_"):
             who = "the zk leader" if self.action == Fault.ZK_CUT_LEADER.value else f"zk member {self.target}"
         if self.peer >= 0:
@@ -304,6 +328,7 @@ def make_schedule(config: RunConfig) -> list[Step]:
         if config.weight(f) > 0 and (f in BOOKIE_FAULTS or f in STORE_FAULTS or config.writers > 0)
         and (config.partitions or f not in NETWORK_FAULTS) and (f is not Fault.CUT or config.writers > 0)
         and (f not in CONSUMER_FAULTS or (config.subscriptions and config.consumers > 0))
+        and (f not in COMPACTOR_FAULTS or config.compaction)
     ]
     weights = [config.weight(f) for f in kinds]
     steps: list[Step] = []
@@ -382,6 +407,8 @@ def make_schedule(config: RunConfig) -> list[Step]:
                 lo, hi = config.consumer_hang_s
                 hung[slot] = (t + lo + length * (hi - lo), injected)
             steps.append(Step(t, fault.value, slot, injected))
+        elif fault in COMPACTOR_FAULTS:
+            steps.append(Step(t, fault.value, 0, injected))
         else:
             steps.append(Step(t, fault.value, int(pick * config.writers), injected))
         injected += 1

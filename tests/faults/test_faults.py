@@ -44,6 +44,7 @@ from tests.faults.schedule import (
     Fault,
     RunConfig,
     make_schedule,
+    with_compaction,
     with_subscriptions,
 )
 from tests.faults.sub_checks import KINDS as SUB_KINDS
@@ -428,16 +429,22 @@ def test_without_faults_nothing_is_lost(tmp_path: Path, request: pytest.FixtureR
 
 
 @pytest.mark.subprocess
-def test_kill_and_restart_one_bookie_at_a_time(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    """PD_JOURNAL E=3 W=3 A=2, kill -9 and restart of one bookie at a time, nothing else."""
-    config = RunConfig(
+def test_kill_and_restart_one_bookie_at_a_time_under_compaction(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """PD_JOURNAL E=3 W=3 A=2, kill -9 and restart of one bookie at a time; beside the
+    ledgers, a compacted log written, compacted and read as a table while its compactor is
+    killed (kill -9) too (compaction_checks.py)."""
+    config = with_compaction(RunConfig(
         seed=101,
-        events=6,
+        events=8,
         ledgers=(("PD_JOURNAL", 3, 3, 2),),
         weights=((Fault.KILL, 1.0),),
         max_down=1,
-    )
-    run_and_judge(config, tmp_path / "run", request.node.nodeid)
+    ))
+    report = run_and_judge(config, tmp_path / "run", request.node.nodeid)
+    assert report.done["compactor_kill"] >= 2 and report.check is not None, report.done
+    stats = report.check.stats
+    # The compactions bit: records dropped while the run went on, tables read throughout.
+    assert stats["tab_compactions"] > 0 and stats["tab_dropped"] > 0 and stats["tab_reads"] > 0, stats
 
 
 @pytest.mark.subprocess
