@@ -21,6 +21,11 @@ def fault_subscriptions(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--fault-subscriptions"))
 
 
+@pytest.fixture
+def fault_compaction(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--fault-compaction"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # A seeded run's length grows with --fault-events; the harness's own deadlines end a
     # stuck run well before this, which only stops a harness bug from hanging the suite.

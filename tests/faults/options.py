@@ -8,6 +8,9 @@ on the command line, so ``pytest --fault-seeds 20`` from the repo root would be 
 ``--fault-seed S``      run exactly seed S (repeatable; overrides --fault-seeds)
 ``--fault-subscriptions``  the seeded runs add a subscription, its producer and consumers, and
                        consumer kills and hangs to their faults (schedule.with_subscriptions)
+``--fault-compaction``  the seeded runs add a compacted log, its writer, compactor and table
+                       reader, and compactor kills to their faults (schedule.with_compaction;
+                       partition seeds then run without partitions)
 """
 
 from __future__ import annotations
@@ -28,3 +31,5 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run exactly this seed (repeatable); overrides --fault-seeds")
     group.addoption("--fault-subscriptions", action="store_true", default=False,
                     help="seeded runs with a key_shared subscription and consumer kills and hangs (another schedule)")
+    group.addoption("--fault-compaction", action="store_true", default=False,
+                    help="seeded runs with a compacted log, its compactor killed among the faults (another schedule)")

@@ -487,8 +487,15 @@ def test_subscription_under_consumer_and_bookie_faults(tmp_path: Path, request: 
 
 
 @pytest.mark.subprocess
-def test_seeded_fault_schedule(tmp_path: Path, fault_seed: int, fault_events: int, fault_subscriptions: bool) -> None:
+def test_seeded_fault_schedule(
+    tmp_path: Path, fault_seed: int, fault_events: int, fault_subscriptions: bool, fault_compaction: bool
+) -> None:
     """Every fault kind over every ledger type (odd seeds) or the journaled ones (even);
-    with ``--fault-subscriptions``, a subscription's consumers killed and hung among them."""
+    with ``--fault-subscriptions``, a subscription's consumers killed and hung among them;
+    with ``--fault-compaction``, a compacted log's compactor killed among them."""
     config = RunConfig.for_seed(fault_seed, fault_events)
-    run_and_judge(with_subscriptions(config) if fault_subscriptions else config, tmp_path / "run")
+    if fault_subscriptions:
+        config = with_subscriptions(config)
+    if fault_compaction:
+        config = with_compaction(attrs.evolve(config, partitions=False))
+    run_and_judge(config, tmp_path / "run")

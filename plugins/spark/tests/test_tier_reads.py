@@ -136,6 +136,11 @@ def test_one_query_reads_offloaded_segments_from_the_tier_and_hot_ones_from_the_
     df = read_log(spark, t.name, metadata=m, password=PASSWORD, startingPosition=str(first), endingTimestamp=hi)
     assert "FileScan parquet" in df._jdf.queryExecution().executedPlan().toString()
     assert rows(df) == expected(t, [e for e in t.entries if first <= e.position and e.timestamp < hi])
+    # As a table (compacted=True): each key's latest row across tier and bookies, and every
+    # row without a key.
+    latest = {e.key: e for e in t.entries if e.key is not None}
+    table = [e for e in t.entries if e.key is None or latest[e.key] is e]
+    assert rows(read_log(spark, t.name, metadata=m, password=PASSWORD, compacted=True)) == expected(t, table)
     # The log's password holds for the objects too (checked on the driver, as for any read).
     with pytest.raises(UnauthorizedError):
         read_log(spark, t.name, metadata=m, password="wrong")

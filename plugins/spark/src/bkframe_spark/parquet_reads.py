@@ -37,11 +37,32 @@ from bkframe_spark.reading import OFFSET_BITS, SCHEMA, log_snapshot
 _PLANNING = ("startingposition", "endingposition", "startingtimestamp", "endingtimestamp")
 
 
-def read_log(spark: Any, log: str, *, metadata: str | None = None, password: str = "", **options: Any) -> Any:
+def read_log(
+    spark: Any, log: str, *, metadata: str | None = None, password: str = "", compacted: bool = False, **options: Any
+) -> Any:
     """The log ``log`` as a DataFrame of the connector's columns: the snapshot
     ``spark.read.format("bkframe")`` with these options would read, its offloaded segments in
     a ``file://`` tier read by Spark's Parquet reader (see the module). ``options`` are the
-    connector's (``startingPosition``, ``endingTimestamp``, ``tlsCa``, ...)."""
+    connector's (``startingPosition``, ``endingTimestamp``, ``tlsCa``, ...). ``compacted``:
+    the snapshot as a table (docs/compaction.md): each key's latest row unless a tombstone
+    (an empty payload), and every row without a key -- by a window Spark runs."""
+    df = _read_log(spark, log, metadata=metadata, password=password, **options)
+    return latest_rows(df) if compacted else df
+
+
+def latest_rows(df: Any) -> Any:
+    """``df`` (the connector's columns) as a table: the row of greatest ``offset`` of each
+    key, left out if its payload is empty (a tombstone), and every row whose key is null."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    by_key = Window.partitionBy("key").orderBy(F.col("offset").desc())
+    keyed = df.where(F.col("key").isNotNull()).withColumn("_latest", F.row_number().over(by_key))
+    latest = keyed.where((F.col("_latest") == 1) & (F.length("payload") > 0)).drop("_latest")
+    return df.where(F.col("key").isNull()).unionByName(latest)
+
+
+def _read_log(spark: Any, log: str, *, metadata: str | None = None, password: str = "", **options: Any) -> Any:
     given: dict[str, Any] = {"log": log, "password": password, **options}
     if metadata is not None:
         given["metadata"] = metadata
