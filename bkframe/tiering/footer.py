@@ -127,7 +127,10 @@ class ObjectFooter:
         names = metadata.schema.to_arrow_schema().names
         if names != object_schema().names:
             raise CorruptObjectError(f"tier object {key!r} has columns {names}, not a segment object's")
-        groups = tuple(_span(key, metadata, i) for i in range(metadata.num_row_groups))
+        # A compacted segment's object holds fewer rows than its entry ids span: its row
+        # groups' ids have gaps (the records compaction dropped).
+        gaps = content.entries != content.last_entry_id - content.first_entry_id + 1
+        groups = tuple(_span(key, metadata, i, gaps=gaps) for i in range(metadata.num_row_groups))
         return cls(key, size, metadata, content, groups, start, tail[start - tail_offset :])
 
     def groups_for(self, first: int, last: int) -> list[RowGroupSpan]:
@@ -156,7 +159,9 @@ class ObjectFooter:
         return table
 
 
-def _span(key: str, metadata: pq.FileMetaData, index: int) -> RowGroupSpan:
+def _span(key: str, metadata: pq.FileMetaData, index: int, *, gaps: bool = False) -> RowGroupSpan:
+    """Row group ``index``: its entries and times by its statistics, and its bytes. Its
+    entry ids are consecutive, or (``gaps``: a compacted segment's object) ascending."""
     group = metadata.row_group(index)
     ranges: dict[str, tuple[int, int]] = {}
     stats: dict[str, tuple[int, int]] = {}
@@ -171,7 +176,8 @@ def _span(key: str, metadata: pq.FileMetaData, index: int) -> RowGroupSpan:
     if "entry_id" not in stats:
         raise CorruptObjectError(f"tier object {key!r}: row group {index} has no entry id statistics")
     first_id, last_id = stats["entry_id"]
-    if last_id - first_id + 1 != group.num_rows:
+    span = last_id - first_id + 1
+    if span < group.num_rows or (span != group.num_rows and not gaps):
         raise CorruptObjectError(
             f"tier object {key!r}: row group {index} says entries {first_id}..{last_id} in {group.num_rows} rows"
         )

@@ -82,8 +82,6 @@ def _to_offload(
     for seg in segments:
         if not seg.closed or seg.entries <= 0 or (until is not None and not seg.passed_by(until)):
             continue
-        if seg.compacted is not None:
-            continue  # stays on the bookies until objects with gaps are written (docs/compaction.md)
         if only is not None and seg.number not in only:
             continue
         if seg.offload is not None:

@@ -54,9 +54,7 @@ class OffloadPolicy:
         due (s since the epoch) when its age makes it so, else None (due by size)."""
         if not self.offloads:
             return {}
-        candidates = [
-            s for s in segments if s.closed and s.entries > 0 and s.offload is None and s.compacted is None
-        ]
+        candidates = [s for s in segments if s.closed and s.entries > 0 and s.offload is None]
         out: dict[int, float | None] = {}
         if self.after_s is not None:
             for seg in candidates:

@@ -155,9 +155,11 @@ class SegmentPlan:
         group = footer.group_at_time(timestamp)
         if group is None:
             return None
-        lo, hi = group.columns["timestamp"]
+        # A row group with gaps (a compacted segment's) maps a row to its entry by its id.
+        wanted = ["timestamp"] if group.last_entry_id - group.first_entry_id + 1 == group.rows else ["timestamp", "entry_id"]
+        lo, hi = min(group.columns[c][0] for c in wanted), max(group.columns[c][1] for c in wanted)
         data = yield from self._get(lo, hi - lo)
-        table = yield from _work(partial(footer.decode, group, {lo: data}, ["timestamp"]))
+        table = yield from _work(partial(footer.decode, group, {lo: data}, wanted))
         return _first_at(table, group, timestamp)
 
     def _rows(
@@ -368,21 +370,24 @@ def _schema(columns: Sequence[str] | None) -> pa.Schema:
 
 
 def _cut(table: pa.Table, group: RowGroupSpan, first: int, last: int, columns: Sequence[str] | None) -> pa.Table:
-    """Rows ``first..last`` of a row group's table (rows are entries in order, no gap), with
-    the columns asked for."""
-    lo = max(first, group.first_entry_id) - group.first_entry_id
-    hi = min(last, group.last_entry_id) - group.first_entry_id
-    part = table.slice(lo, hi - lo + 1)
-    ids = part.column("entry_id")
-    if len(ids) and (ids[0].as_py() != group.first_entry_id + lo or ids[-1].as_py() != group.first_entry_id + hi):
+    """The rows of entries ``first..last`` of a row group's table (rows are entries in
+    ascending order: consecutive, or with gaps in a compacted segment's object), with the
+    columns asked for."""
+    ids = table.column("entry_id").to_numpy()
+    if len(ids) != group.rows or (len(ids) and (ids[0] != group.first_entry_id or ids[-1] != group.last_entry_id)):
         raise NoSuchEntryError(f"row group {group.index} does not hold entries {first}..{last} where its footer says")
-    return part.select(list(columns) if columns is not None else connector_columns())
+    lo, hi = int(np.searchsorted(ids, first, "left")), int(np.searchsorted(ids, last, "right"))
+    return table.slice(lo, hi - lo).select(list(columns) if columns is not None else connector_columns())
 
 
 def _first_at(table: pa.Table, group: RowGroupSpan, timestamp: int) -> int | None:
     times = table.column("timestamp").cast(pa.int64()).fill_null(-1).to_numpy()
     at = np.flatnonzero(times >= timestamp)
-    return group.first_entry_id + int(at[0]) if at.size else None
+    if not at.size:
+        return None
+    if "entry_id" in table.column_names:
+        return int(table.column("entry_id")[int(at[0])].as_py())
+    return group.first_entry_id + int(at[0])
 
 
 def log_entries(table: pa.Table) -> list[LogEntry]:

@@ -26,13 +26,14 @@ import tempfile
 from pathlib import Path
 
 import anyio
+import attrs
 import crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bkframe.client.logs import columns
+from bkframe.client.logs import columns, compacted
 from bkframe.client.logs.model import Segment
 from bkframe.client.read_handle import EntryBlock, ReadHandle
 from bkframe.errors import BKError, ObjectExistsError
@@ -80,9 +81,13 @@ async def write_segment_object(
             f"log {log!r}: segment {segment.number} (ledger {segment.ledger_id}) is not closed, or empty: "
             "only a closed segment with entries is written to a tier"
         )
-    if handle.ledger_id != segment.ledger_id or handle.lac != last:
+    # A compacted segment's ledger holds its kept records, then their index.
+    c = segment.compacted
+    ledger_last = last if c is None else c.kept + c.index_entries - 1
+    if handle.ledger_id != segment.ledger_id or handle.lac != ledger_last:
         raise SegmentNotClosedError(
-            f"log {log!r}: segment {segment.number} ends at entry {last}, its ledger {handle.ledger_id} at {handle.lac}"
+            f"log {log!r}: segment {segment.number} ends at entry {ledger_last} of its ledger, its ledger "
+            f"{handle.ledger_id} at {handle.lac}"
         )
     key = segment_key(log_uid, segment.number, segment.ledger_id)
     fd, name = tempfile.mkstemp(dir=spool_dir, prefix=f"{segment.number}-{segment.ledger_id}-", suffix=".parquet")
@@ -95,8 +100,10 @@ async def write_segment_object(
             content = await anyio.to_thread.run_sync(builder.finish)
         finally:
             builder.close()
-        if content.entry_bytes != handle.metadata.length:  # end to end: the ledger's own count
-            raise BKError(f"ledger {segment.ledger_id} is {handle.metadata.length} bytes long; {content.entry_bytes} were read")
+        # End to end: the ledger's own count (a compacted one's records: the segment's length).
+        held = handle.metadata.length if c is None else segment.length
+        if content.entry_bytes != held:
+            raise BKError(f"ledger {segment.ledger_id} holds {held} bytes of records; {content.entry_bytes} were read")
         size, object_crc, footer_crc = await anyio.to_thread.run_sync(_file_crc32c, spool)
         summary = ObjectSummary(key, size, object_crc, builder.row_groups, content, footer_crc)
         try:
@@ -112,14 +119,19 @@ async def write_segment_object(
 
 async def _copy_ledger(handle: ReadHandle, segment: Segment, builder: _Builder) -> None:
     """Read the ledger a range ahead of the builder, which takes each range in a thread."""
-    size = segment.length // segment.entries if segment.entries else 0
+    c = segment.compacted
+    records = segment.entries if c is None else c.kept
+    size = segment.length // records if records else 0
     chunk = READ_ENTRIES if size <= 0 else max(1, min(READ_ENTRIES, READ_BYTES // size))
     send, receive = anyio.create_memory_object_stream[EntryBlock](1)
+    # A compacted segment's records are its ledger's first entries, their positions in its index.
+    kept = None if c is None else await compacted.read_index(handle, c.kept, c.index_entries)
 
     async def read() -> None:
         async with send:
-            for lo in range(0, segment.last_entry_id + 1, chunk):
-                await send.send(await handle.read_block(lo, min(lo + chunk - 1, segment.last_entry_id)))
+            for lo in range(0, records, chunk):
+                block = await handle.read_block(lo, min(lo + chunk - 1, records - 1))
+                await send.send(block if kept is None else attrs.evolve(block, entry_ids=kept[block.entry_ids]))
 
     async with anyio.create_task_group() as nursery:
         nursery.start_soon(read)
@@ -161,7 +173,9 @@ class _Builder:
         self._pending: list[pa.RecordBatch] = []
         self._pending_bytes = 0
         self._checksum = EntryChecksum()
+        #: The next entry id a row may have (a compacted segment's skip those it dropped).
         self._next = 0
+        self._rows = 0
         self._entry_bytes = 0
         self._payload_bytes = 0
         self._min_ts: int | None = None
@@ -171,9 +185,15 @@ class _Builder:
     def add(self, block: EntryBlock) -> None:
         seg = self._segment
         n = len(block)
-        if n == 0 or not np.array_equal(block.entry_ids, np.arange(self._next, self._next + n)):
+        ids = block.entry_ids
+        gaps = seg.compacted is not None
+        in_order = bool(ids[0] >= self._next and np.all(np.diff(ids) > 0)) if gaps and n else (
+            n > 0 and np.array_equal(ids, np.arange(self._next, self._next + n))
+        )
+        if n == 0 or not in_order or int(ids[-1]) > seg.last_entry_id:
             raise BKError(f"ledger {seg.ledger_id}: a read from entry {self._next} returned entries out of order")
-        self._next += n
+        self._next = int(ids[-1]) + 1
+        self._rows += n
         self._checksum.add_block(block)
         batch = columns.segment_batch(self._log, seg.number, seg.ledger_id, block, enveloped=seg.enveloped)
         batch = batch.append_column(FLAGS, flags_column(block, seg.format))
@@ -207,8 +227,9 @@ class _Builder:
     def finish(self) -> SegmentContent:
         """Write the last row group and the footer; what the ledger held."""
         seg = self._segment
-        if self._next != seg.last_entry_id + 1:
-            raise BKError(f"ledger {seg.ledger_id}: read {self._next} entries of {seg.last_entry_id + 1}")
+        expected = seg.entries if seg.compacted is None else seg.compacted.kept
+        if self._rows != expected:
+            raise BKError(f"ledger {seg.ledger_id}: read {self._rows} records of {expected}")
         self._flush()
         content = SegmentContent(
             self._log,
@@ -218,7 +239,7 @@ class _Builder:
             seg.format,
             0,
             seg.last_entry_id,
-            self._next,
+            self._rows,
             self._entry_bytes,
             self._payload_bytes,
             self._checksum.value,

@@ -314,3 +314,40 @@ async def test_a_tombstone_goes_only_once_nothing_older_is_left_every_cursor_pas
         assert fourth.tombstones_dropped == 1
         assert await keys_of() == {b"a": b"a-last", b"c": b"c-last"}
         assert await keys_of(compacted=True) == {b"a": b"a-last", b"c": b"c-last"}
+
+
+async def test_compacted_segments_offload_with_their_gaps_and_read_back_from_the_tier(
+    shared_cluster: Cluster, tmp_path: Path
+) -> None:
+    rng = random.Random(9)
+    (tmp_path / "tier").mkdir()
+    tier = (tmp_path / "tier").as_uri()
+    async with bkframe.open_client(shared_cluster.metadata) as client:
+        logs = client.logs
+        name = "compact-offload"
+        await logs.create(name, ensemble=1, write_quorum=1, ack_quorum=1, rollover_entries=100, compaction="key")
+        async with await logs.open_writer(name) as writer:
+            await _fill(writer, 420, 30, rng, "o")
+        await logs.compact(name, work_dir=tmp_path / "work")
+        reader = await logs.reader(name)
+        before = [(e.position, e.key, e.payload, e.timestamp) for e in await reader.read()]
+        table = [(e.position, e.key, e.payload) for e in await reader.read(compacted=True)]
+        # Every segment is compacted (the last one, 400..419, too: the writer closed it).
+        result = await logs.offload(name, tier=tier)
+        assert len(result.offloaded) == 5 and all(s.compacted is not None for s in result.offloaded)
+        assert all(s.offload is not None and s.offload.entries == s.compacted.kept for s in result.offloaded)  # type: ignore[union-attr]
+        reader = await logs.reader(name)
+        assert all(reader.tier_reads.offloaded(s) for s in (await logs.metadata(name)).segments)
+        assert [(e.position, e.key, e.payload, e.timestamp) for e in await reader.read()] == before
+        assert reader.tier_reads.fallbacks == 0  # from the objects, not the bookies
+        assert [(e.position, e.key, e.payload) for e in await reader.read(compacted=True)] == table
+        # A range that starts and ends on dropped positions; Arrow; a seek by time.
+        dropped = [Position(2, i) for i in range(100) if Position(2, i) not in {p for p, *_ in before}]
+        part = await reader.read(dropped[0], dropped[-1])
+        assert [(e.position, e.key, e.payload, e.timestamp) for e in part] == [
+            r for r in before if dropped[0] <= r[0] < dropped[-1]
+        ]
+        arrow = await reader.to_arrow()
+        assert arrow.column("position").to_pylist() == [str(p) for p, *_ in before]
+        third = before[len(before) // 3]
+        assert await reader.position_at(third[3]) <= third[0]
