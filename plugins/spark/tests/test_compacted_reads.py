@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from bkframe_spark.options import Options
 from bkframe_spark.reading import log_ranges, log_snapshot, read_partition, split
+from bkframe_spark.tier_reading import plan_objects
 
 from bkframe import BlockingClient, Position, Record
 from bkframe.testing.cluster import Cluster
@@ -40,6 +41,18 @@ def test_partitions_of_compacted_segments_read_the_kept_records_at_their_positio
             for position, key, payload in zip(*(batch.column(c).to_pylist() for c in ("position", "key", "payload")))
         ]
         assert got == expected
+    # Offloaded with their gaps: partitions of the objects' row groups read the same rows.
+    tier = Path(tempfile.mkdtemp(prefix="spark-compacted-tier-"))
+    bk.logs.offload(name, tier=tier.as_uri())
+    record, ranges = bk.run(log_snapshot, bk.client, opts, name, "earliest", None)
+    parts = bk.run(plan_objects, bk.client, log_ranges(record, ranges), 4096)
+    assert all(p.key for p in parts)  # every partition read from an object
+    got = [
+        (position, key, payload)
+        for part in parts for batch in read_partition(opts, part)
+        for position, key, payload in zip(*(batch.column(c).to_pylist() for c in ("position", "key", "payload")))
+    ]
+    assert got == expected
     # A partition wholly inside dropped positions reads nothing.
     kept = {Position.parse(p) for p, _, _ in expected}
     gap = next(Position(0, i) for i in range(100) if Position(0, i) not in kept and Position(0, i + 1) not in kept)
