@@ -35,6 +35,7 @@ import logging
 import shutil
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -51,6 +52,7 @@ from bkframe.common.held_lock import release_quietly, while_held
 from bkframe.compaction.key_index import KeyIndex
 from bkframe.compaction.table import KeptPositions, pack
 from bkframe.errors import BKError, CompactionError
+from bkframe.tiering.offload_record import Offload
 from bkframe.tiering.segment_cas import Change, change_segment
 
 log = logging.getLogger("bkframe.compaction")
@@ -102,6 +104,8 @@ class _Rewrite:
     kept: int = 0
     kept_bytes: int = 0
     index_entries: int = 0
+    #: A segment only in the tier: its new object (the ledger stays as it is, gone).
+    offload: Offload | None = None
 
 
 @attrs.frozen
@@ -252,13 +256,19 @@ class Compaction:
             self.records_read += int(held.sum())
             self.bytes_read += int(sizes.sum())
             dropped = held & ~keep
-            if dropped.any() and seg.offload is not None:
-                self.clean = False  # in the tier: compacted there later (docs/compaction.md)
-            if not dropped.any() or seg.offload is not None:
+            if not dropped.any():
+                continue
+            if seg.offload is not None and seg.offload.on_bookies:
+                # Offloaded, its ledger kept for the deletion lag: a tier read that fails reads
+                # the ledger, which must hold what the object holds. Compacted once it is gone.
+                self.clean = False
                 continue
             self.records_dropped += int(dropped.sum())
             self.bytes_dropped += int(sizes[dropped].sum())
-            out.append(await self._write(reader, record, seg, keep))
+            if seg.offload is not None:
+                out.append(await self._rewrite_object(record, seg, keep & held))
+            else:
+                out.append(await self._write(reader, record, seg, keep))
         self.keys = kept_keys
         return out
 
@@ -322,6 +332,53 @@ class Compaction:
         rewrite.index_entries = len(pieces)
         return rewrite
 
+    async def _rewrite_object(self, record: LogMetadata, seg: Segment, keep: np.ndarray) -> _Rewrite:
+        """A new object of the records ``keep`` flags, from the segment's object (only in the
+        tier), under the key of the next compaction generation; verified, not recorded yet.
+        If the run dies before its swap, the object is an orphan the tier's sweep deletes."""
+        import pyarrow as pa
+
+        from bkframe.client.read_handle import Entry, EntryBlock
+        from bkframe.tiering.keys import parse_segment_key
+        from bkframe.tiering.object_format import FLAGS, entry_parts
+        from bkframe.tiering.segment_reader import AsyncSegmentObjectReader, connector_columns
+        from bkframe.tiering.segment_writer import write_kept_object
+        from bkframe.tiering.verify import verify_object
+
+        o = seg.offload
+        assert o is not None
+        tier = await self.records.ledgers.context.tiers.get(o.tier)
+        source = AsyncSegmentObjectReader(tier, o.key, size=o.size, footer_crc32c=o.footer_crc32c)
+        parsed = parse_segment_key(o.key)
+        generation = (parsed.generation if parsed is not None else 0) + 1
+        rewrite = _Rewrite(seg, seg.ledger_id, kept=int(keep.sum()))
+
+        async def blocks() -> AsyncIterator[EntryBlock]:
+            async for batch in source.batches(0, seg.last_entry_id, [*connector_columns(), FLAGS]):
+                mask = keep[batch.column("entry_id").to_numpy()]
+                if not mask.any():
+                    continue
+                entries = [
+                    Entry(seg.ledger_id, entry_id, b"".join(parts))
+                    for entry_id, parts in entry_parts(batch.filter(pa.array(mask)))
+                ]
+                rewrite.kept_bytes += sum(len(e.payload) for e in entries)
+                yield EntryBlock.of(seg.ledger_id, entries)
+
+        summary = await write_kept_object(
+            blocks(), tier, log=self.name, log_uid=record.uid, segment=seg, rows=rewrite.kept, generation=generation,
+            spool_dir=self.work_dir,
+        )
+        await verify_object(
+            tier, summary.key, summary.content, size=summary.size, object_crc32c=summary.object_crc32c,
+            footer_crc32c=summary.footer_crc32c,
+        )
+        rewrite.offload = attrs.evolve(
+            o, key=summary.key, size=summary.size, entries=summary.entries, checksum=summary.checksum,
+            object_crc32c=summary.object_crc32c, footer_crc32c=summary.footer_crc32c, offloaded_at=self.now,
+        )
+        return rewrite
+
     async def _swap(self, record: LogMetadata, rewrites: list[_Rewrite]) -> tuple[list[int], list[int]]:
         """Each rewritten segment replaced by its compacted ledger, oldest first; then the
         run's staged ledgers unstaged (the replaced ones, or the unused new ones, to the
@@ -330,6 +387,16 @@ class Compaction:
         skipped: list[int] = []
         for rw in rewrites:
             seg = rw.segment
+            if rw.offload is not None:  # in the tier: the segment names the new object
+                new = attrs.evolve(seg, offload=rw.offload, length=rw.kept_bytes)
+                stored = await change_segment(
+                    self.records, self.name, record.uid, seg.number, seg.ledger_id, _if_unchanged(seg, new)
+                )
+                if stored is not None and stored.offload == rw.offload:
+                    swapped.append(rw)
+                else:
+                    skipped.append(seg.number)
+                continue
             generation = seg.compacted.generation + 1 if seg.compacted is not None else 1
             # A segment compacted again whose first replaced ledger is not retired yet:
             # that one goes now (readers of it read on from the new ledger).
@@ -345,8 +412,10 @@ class Compaction:
                 swapped.append(rw)
             else:
                 skipped.append(seg.number)
-        kept = [rw.ledger_id for rw in swapped]
-        older = [rw.segment.compacted.replaced for rw in swapped if rw.segment.compacted is not None]
+        kept = [rw.ledger_id for rw in swapped if rw.offload is None]
+        older = [
+            rw.segment.compacted.replaced for rw in swapped if rw.offload is None and rw.segment.compacted is not None
+        ]
         await self.records.update(
             self.name,
             lambda r: r.unstage(token=self.token, keep=kept).with_garbage(i for i in older if i >= 0)

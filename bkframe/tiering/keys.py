@@ -15,6 +15,10 @@
 
 An object no log's metadata names (an offload that died between its put and its commit) is
 attributable from its key alone: its log, segment and ledger.
+
+A segment compacted in the tier (docs/compaction.md) gets a new object beside the old one,
+``...-<ledger id>-c<generation>.parquet``; the segment's record then names the new one, and
+the old one (the same segment and ledger, a lower generation) is an orphan.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import attrs
 #: The prefix of every segment object: other kinds of objects may come beside it.
 SEGMENTS = "segments/"
 SUFFIX = ".parquet"
-_KEY = re.compile(r"segments/([0-9a-zA-Z_-]+)/(\d{10,})-(\d+)\.parquet")
+_KEY = re.compile(r"segments/([0-9a-zA-Z_-]+)/(\d{10,})-(\d+)(?:-c(\d+))?\.parquet")
 
 
 @attrs.frozen
@@ -36,9 +40,11 @@ class SegmentKey:
     log_uid: str
     segment: int
     ledger_id: int
+    #: 0 for an offload; n for the object of the n-th compaction in the tier.
+    generation: int = 0
 
     def __str__(self) -> str:
-        return segment_key(self.log_uid, self.segment, self.ledger_id)
+        return segment_key(self.log_uid, self.segment, self.ledger_id, self.generation)
 
 
 def log_prefix(log_uid: str) -> str:
@@ -48,11 +54,13 @@ def log_prefix(log_uid: str) -> str:
     return f"{SEGMENTS}{log_uid}/"
 
 
-def segment_key(log_uid: str, segment: int, ledger_id: int) -> str:
-    """The key of segment ``segment`` (ledger ``ledger_id``) of the log with uid ``log_uid``."""
-    if segment < 0 or ledger_id < 0:
-        raise ValueError(f"segment {segment} and ledger {ledger_id} must be >= 0")
-    return f"{log_prefix(log_uid)}{segment:010d}-{ledger_id}{SUFFIX}"
+def segment_key(log_uid: str, segment: int, ledger_id: int, generation: int = 0) -> str:
+    """The key of segment ``segment`` (ledger ``ledger_id``) of the log with uid ``log_uid``
+    (``generation``: of its ``generation``-th compaction in the tier)."""
+    if segment < 0 or ledger_id < 0 or generation < 0:
+        raise ValueError(f"segment {segment}, ledger {ledger_id} and generation {generation} must be >= 0")
+    tail = f"-c{generation}" if generation else ""
+    return f"{log_prefix(log_uid)}{segment:010d}-{ledger_id}{tail}{SUFFIX}"
 
 
 def parse_segment_key(key: str) -> SegmentKey | None:
@@ -60,4 +68,4 @@ def parse_segment_key(key: str) -> SegmentKey | None:
     found = _KEY.fullmatch(key)
     if found is None:
         return None
-    return SegmentKey(found[1], int(found[2]), int(found[3]))
+    return SegmentKey(found[1], int(found[2]), int(found[3]), int(found[4] or 0))

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -117,6 +119,48 @@ async def write_segment_object(
         spool.unlink(missing_ok=True)
 
 
+async def write_kept_object(
+    blocks: AsyncIterator[EntryBlock],
+    tier: AsyncTier,
+    *,
+    log: str,
+    log_uid: str,
+    segment: Segment,
+    rows: int,
+    generation: int,
+    spool_dir: Path,
+    options: ObjectOptions | None = None,
+) -> ObjectSummary:
+    """An object of the ``rows`` records ``blocks`` gives (ascending positions of closed
+    segment ``segment``, with gaps: what compaction kept of its object), under the key of
+    compaction generation ``generation`` (docs/compaction.md). Put only if absent; an object
+    already there is adopted if it holds the same records."""
+    options = options or ObjectOptions()
+    key = segment_key(log_uid, segment.number, segment.ledger_id, generation)
+    fd, name = tempfile.mkstemp(dir=spool_dir, prefix=f"{segment.number}-{segment.ledger_id}-c", suffix=".parquet")
+    spool = Path(name)
+    os.close(fd)
+    try:
+        builder = await anyio.to_thread.run_sync(partial(_Builder, spool, log, log_uid, segment, options, rows=rows))
+        try:
+            async for block in blocks:
+                await anyio.to_thread.run_sync(builder.add, block)
+            content = await anyio.to_thread.run_sync(builder.finish)
+        finally:
+            builder.close()
+        size, object_crc, footer_crc = await anyio.to_thread.run_sync(_file_crc32c, spool)
+        summary = ObjectSummary(key, size, object_crc, builder.row_groups, content, footer_crc)
+        try:
+            info = await tier.put(key, spool, if_absent=True)
+        except ObjectExistsError:
+            return await _adopt(tier, key, content, footer_crc)
+        if info.size != size:
+            raise BKError(f"tier {tier.uri}: put {key!r} stored {info.size} bytes of {size}")
+        return summary
+    finally:
+        spool.unlink(missing_ok=True)
+
+
 async def _copy_ledger(handle: ReadHandle, segment: Segment, builder: _Builder) -> None:
     """Read the ledger a range ahead of the builder, which takes each range in a thread."""
     c = segment.compacted
@@ -166,8 +210,16 @@ def _file_crc32c(path: Path) -> tuple[int, int, int]:
 class _Builder:
     """The Parquet file being written, fed a ledger range at a time (in a worker thread)."""
 
-    def __init__(self, path: Path, log: str, log_uid: str, segment: Segment, options: ObjectOptions) -> None:
+    def __init__(
+        self, path: Path, log: str, log_uid: str, segment: Segment, options: ObjectOptions, *, rows: int | None = None
+    ) -> None:
+        """``rows``: the records to expect, with gaps in their ids (default: the segment's
+        ledger's -- its entries, or a compacted segment's records)."""
         self._log, self._log_uid, self._segment = log, log_uid, segment
+        self._gaps = rows is not None or segment.compacted is not None
+        if rows is None:
+            rows = segment.entries if segment.compacted is None else segment.compacted.kept
+        self._expected_rows = rows
         self._target = options.row_group_bytes
         self._writer = pq.ParquetWriter(str(path), object_schema(), **options.writer_options())
         self._pending: list[pa.RecordBatch] = []
@@ -186,7 +238,7 @@ class _Builder:
         seg = self._segment
         n = len(block)
         ids = block.entry_ids
-        gaps = seg.compacted is not None
+        gaps = self._gaps
         in_order = bool(ids[0] >= self._next and np.all(np.diff(ids) > 0)) if gaps and n else (
             n > 0 and np.array_equal(ids, np.arange(self._next, self._next + n))
         )
@@ -227,9 +279,8 @@ class _Builder:
     def finish(self) -> SegmentContent:
         """Write the last row group and the footer; what the ledger held."""
         seg = self._segment
-        expected = seg.entries if seg.compacted is None else seg.compacted.kept
-        if self._rows != expected:
-            raise BKError(f"ledger {seg.ledger_id}: read {self._rows} records of {expected}")
+        if self._rows != self._expected_rows:
+            raise BKError(f"ledger {seg.ledger_id}: read {self._rows} records of {self._expected_rows}")
         self._flush()
         content = SegmentContent(
             self._log,

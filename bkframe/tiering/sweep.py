@@ -45,7 +45,7 @@ from bkframe.client.logs.records import LogRecords
 from bkframe.core.interfaces.tier import ObjectInfo
 from bkframe.errors import BKError, NoSuchLogError
 from bkframe.tiering.async_tier import AsyncTier
-from bkframe.tiering.keys import SEGMENTS, parse_segment_key
+from bkframe.tiering.keys import SEGMENTS, SegmentKey, parse_segment_key
 
 log = logging.getLogger("bkframe.tiering")
 
@@ -214,6 +214,8 @@ class _Sweep:
             seg = held.get((parsed.segment, parsed.ledger_id))
             if seg is None:
                 await self._orphan(info, name, f"segment {parsed.segment} (ledger {parsed.ledger_id}) left the log")
+            elif self._replaced_here(seg, parsed):
+                await self._orphan(info, name, f"segment {parsed.segment} was compacted into a newer object")
             elif not self._recorded_here(seg, info.key):
                 where = f"offloaded to {seg.offload.tier}" if seg.offload is not None else "not offloaded yet"
                 self.summary.unrecorded += 1
@@ -259,6 +261,13 @@ class _Sweep:
             return await self.records.segments(record)
         except NoSuchLogError:
             return None
+
+    def _replaced_here(self, seg: Segment, parsed: SegmentKey) -> bool:
+        """The segment's record names a later generation's object (compaction in the tier)."""
+        if seg.offload is None or seg.offload.tier != self.tier.uri:
+            return False
+        recorded = parse_segment_key(seg.offload.key)
+        return recorded is not None and recorded.generation > parsed.generation
 
     def _recorded_here(self, seg: Segment, key: str) -> bool:
         return seg.offload is not None and seg.offload.key == key and seg.offload.tier == self.tier.uri

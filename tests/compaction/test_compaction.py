@@ -351,3 +351,53 @@ async def test_compacted_segments_offload_with_their_gaps_and_read_back_from_the
         assert arrow.column("position").to_pylist() == [str(p) for p, *_ in before]
         third = before[len(before) // 3]
         assert await reader.position_at(third[3]) <= third[0]
+
+
+async def test_segments_offloaded_before_compaction_are_compacted_in_the_tier(
+    shared_cluster: Cluster, tmp_path: Path
+) -> None:
+    from bkframe.client.settings import ClientSettings
+    from bkframe.common.cluster_record import require_cluster
+    from bkframe.core.config import OffloadConfig
+    from bkframe.core.plugin_manager import PluginManager
+    from bkframe.tiering.offload_service import OffloadService
+    from bkframe.tiering.sweep import sweep_tier
+
+    rng = random.Random(11)
+    (tmp_path / "tier").mkdir()
+    tier = (tmp_path / "tier").as_uri()
+    async with bkframe.open_client(shared_cluster.metadata) as client:
+        logs = client.logs
+        name = "compact-in-tier"
+        await logs.create(name, ensemble=1, write_quorum=1, ack_quorum=1, rollover_entries=100, compaction="key",
+                          offload_deletion_lag_s=0)
+        async with await logs.open_writer(name) as writer:
+            written = await _fill(writer, 350, 25, rng, "t")
+        await logs.offload(name, tier=tier)
+        # The offload service deletes the ledgers (no lag): the segments are only in the tier.
+        plugins = PluginManager()
+        settings = ClientSettings().as_internal((await require_cluster(client.metadata)).secret)
+        await OffloadService(client.metadata, plugins, OffloadConfig(), holder="t", settings=settings).run_once()
+        md = await logs.metadata(name)
+        assert all(s.offload is not None and not s.offload.on_bookies for s in md.segments)
+        old_keys = {s.offload.key for s in md.segments if s.offload is not None}
+        result = await logs.compact(name, work_dir=tmp_path / "work")
+        assert result.rewritten == (0, 1, 2, 3) and result.records_dropped > 200
+        md = await logs.metadata(name)
+        assert all(s.offload is not None and s.offload.key.endswith("-c1.parquet") for s in md.segments)
+        assert all(s.compacted is None for s in md.segments)  # the ledgers were not rewritten: gone
+        read = await _read_all(logs, name)
+        _check(read, written, result.end)
+        assert (await logs.reader(name)).tier_reads.fallbacks == 0
+        # Compacted again: the next generation; the replaced objects are orphans the sweep takes.
+        async with await logs.open_writer(name) as writer:
+            written.update(await _fill(writer, 100, 25, rng, "u"))
+        await logs.offload(name, tier=tier)
+        await OffloadService(client.metadata, plugins, OffloadConfig(), holder="t", settings=settings).run_once()
+        again = await logs.compact(name, work_dir=tmp_path / "work")
+        _check(await _read_all(logs, name), written, again.end)
+        swept = await sweep_tier(client, tier, grace_s=0)
+        assert swept.deleted >= len(old_keys)
+        left = {p.name for p in (tmp_path / "tier").rglob("*.parquet")}
+        recorded = {s.offload.key.rsplit("/", 1)[1] for s in (await logs.metadata(name)).segments if s.offload}
+        assert left == recorded
