@@ -1,0 +1,134 @@
+"""Before/after: two checkouts taking turns over the add path's cases, medians and spreads
+(issue 50, item 2). The closing note of every change to the add, read or storage path
+carries its table.
+
+    python3 benchmarks/ab.py base=/tmp/base head=$PWD [--rounds 3] [--quick]
+
+Each checkout needs its own ``.venv`` (``uv sync --all-packages`` in it; make the base with
+``git worktree add /tmp/base <ref>``). Per round, in an order that alternates between
+rounds, each checkout starts a 3-bookie cluster of its own (real processes, sqlite
+metadata, its own code) and runs ``bkframe bench appends`` through the client on it for
+every case: ledger type (PD, VD, BYPASS; E3 W3 A2) x entry size (100 B, 1 KiB, 64 KiB) x
+appends in flight (1, 16, 256). ``--quick``: PD only, 1 KiB and 64 KiB, windows 1 and 256.
+
+It prints, per case, each checkout's median entries/s (and p50 latency at window 1) over
+the rounds with the spread between its rounds (max - min, as a share of the median), and
+flags ``WORSE`` where head's median is below base's by more than both spreads together:
+a slide the rounds' noise does not explain. Absolute figures drift on a shared machine;
+the ratio of one run is what counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+TYPES = ("PD_JOURNAL", "VD_JOURNAL", "BYPASS_JOURNAL")
+SIZES = (100, 1024, 65536)
+WINDOWS = (1, 16, 256)
+#: Bytes a pipelined case appends (a window-1 case: WINDOW1_ENTRIES entries).
+CASE_BYTES = 48 << 20
+WINDOW1_ENTRIES = 1500
+
+#: Run by each checkout's own Python: a cluster of its code, every case through its CLI.
+DRIVER = r"""
+import json, subprocess, sys, tempfile
+from pathlib import Path
+from bkframe.testing.cluster import Cluster
+cases = json.loads(sys.argv[1])
+with tempfile.TemporaryDirectory(prefix="ab-") as tmp:
+    cluster = Cluster(Path(tmp) / "cluster", 3).start()
+    try:
+        for case in cases:
+            cmd = [sys.executable, "-m", "bkframe", "bench", "appends", "--metadata", cluster.metadata, "--json",
+                   "--type", case["type"], "--entry-size", str(case["size"]), "--window", str(case["window"]),
+                   "--count", str(case["count"]), "-e", "3", "-w", "3", "-a", "2"]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=900).stdout
+            print(json.dumps({**case, **json.loads(out.strip().splitlines()[-1])}), flush=True)
+    finally:
+        cluster.close()
+"""
+
+
+def cases(quick: bool) -> list[dict[str, object]]:
+    types, sizes, windows = (("PD_JOURNAL",), (1024, 65536), (1, 256)) if quick else (TYPES, SIZES, WINDOWS)
+    out: list[dict[str, object]] = []
+    for kind in types:
+        for size in sizes:
+            for window in windows:
+                count = WINDOW1_ENTRIES if window == 1 else max(2000, min(200_000, CASE_BYTES // max(size, 1)))
+                out.append({"type": kind, "size": size, "window": window, "count": count})
+    return out
+
+
+def run_checkout(path: Path, todo: list[dict[str, object]]) -> list[dict[str, object]]:
+    python = path / ".venv" / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"{path} has no .venv: run 'uv sync --all-packages' in it first")
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(
+            [str(python), "-c", DRIVER, json.dumps(todo)], cwd=path, capture_output=True, text=True, timeout=7200,
+            env={"PATH": "/usr/bin:/bin", "HOME": tmp},
+        )
+    if proc.returncode != 0:
+        raise SystemExit(f"the cases failed on {path}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def key(case: dict[str, object]) -> tuple[object, ...]:
+    return case["type"], case["size"], case["window"]
+
+
+def spread(values: list[float]) -> float:
+    """max - min over the median: how much the rounds disagree."""
+    middle = statistics.median(values)
+    return (max(values) - min(values)) / middle if middle else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkouts", nargs=2, metavar="NAME=PATH", help="base=PATH head=PATH (the first is the base)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="PD only, 1 KiB and 64 KiB, windows 1 and 256")
+    parser.add_argument("--json", type=Path, default=None, help="also write every result to this file")
+    args = parser.parse_args()
+    named = [(n, Path(p).resolve()) for n, _, p in (c.partition("=") for c in args.checkouts)]
+    todo = cases(args.quick)
+    results: dict[str, dict[tuple[object, ...], list[dict[str, object]]]] = {n: {} for n, _ in named}
+    for r in range(args.rounds):
+        for name, path in named if r % 2 == 0 else list(reversed(named)):
+            print(f"round {r + 1}: {name} ({path})", file=sys.stderr, flush=True)
+            for found in run_checkout(path, todo):
+                results[name].setdefault(key(found), []).append(found)
+    if args.json is not None:
+        args.json.write_text(json.dumps({n: [x for v in c.values() for x in v] for n, c in results.items()}, indent=1))
+    (base, _), (head, _) = named
+    print(f"| case | {base} entries/s (spread) | {head} entries/s (spread) | {head}/{base} | p50 ms at window 1 |")
+    print("|---|---|---|---|---|")
+    for case in todo:
+        k = key(case)
+        b = [float(x["entries_per_s"]) for x in results[base].get(k, [])]  # type: ignore[arg-type]
+        h = [float(x["entries_per_s"]) for x in results[head].get(k, [])]  # type: ignore[arg-type]
+        if not b or not h:
+            continue
+        mb, mh = statistics.median(b), statistics.median(h)
+        worse = mh < mb * (1 - spread(b) - spread(h))
+        latency = ""
+        if case["window"] == 1:
+            pb = statistics.median(float(x["p50_ms"]) for x in results[base][k])  # type: ignore[arg-type]
+            ph = statistics.median(float(x["p50_ms"]) for x in results[head][k])  # type: ignore[arg-type]
+            latency = f"{pb:.2f} / {ph:.2f}"
+        name = f"{str(case['type']).split('_')[0]} {case['size']} B w{case['window']}"
+        print(
+            f"| {name} | {mb:,.0f} ({spread(b):.0%}) | {mh:,.0f} ({spread(h):.0%}) | {mh / mb:.2f}"
+            f"{' **WORSE**' if worse else ''} | {latency} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
