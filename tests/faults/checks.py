@@ -114,7 +114,8 @@ class CheckResult:
         tab = [
             f"compaction: records appended {s['tab_appended']}, compactions {s['tab_compactions']} (failed or cut "
             f"short {s['tab_compact_errors']}) dropping {s['tab_dropped']} records ({s['tab_tombstones_dropped']} "
-            f"tombstones), table reads {s['tab_reads']}; {s['tab_log_records']} records left"
+            f"tombstones), segments offloaded {s['tab_offloaded']}, table reads {s['tab_reads']}; "
+            f"{s['tab_log_records']} records left"
             + ("".join(f" {k}={self.kinds[k]}" for k in tab_kinds) or ", no breach")
         ] if s["tab_appended"] else []
         known = (*kinds, *sub_kinds, *tab_kinds)

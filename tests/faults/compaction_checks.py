@@ -71,6 +71,7 @@ def check_compaction(
     s["tab_appended"] = len(acked)
     s["tab_compactions"] = sum(1 for r in records if r["ev"] == "tab-compacted")
     s["tab_compact_errors"] = sum(1 for r in records if r["ev"] == "tab-compact-error")
+    s["tab_offloaded"] = sum(len(r["segments"]) for r in records if r["ev"] == "tab-offloaded")
     s["tab_dropped"] = sum(r["dropped"] for r in records if r["ev"] == "tab-compacted")
     s["tab_tombstones_dropped"] = sum(r["tombstones_dropped"] for r in records if r["ev"] == "tab-compacted")
     s["tab_log_records"] = len(log)

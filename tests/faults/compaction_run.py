@@ -1,8 +1,9 @@
 """A compaction run's workload (RunConfig.compaction): a compacted log of keyed records, its
-writer, a compactor the schedule kills (kill -9) and replaces, a reader of the log as a
-table (compaction_worker.py), and after the run the settling, one more compaction with no
-fault and the reads the checks judge (compaction_checks.py). A part of the harness's
-:class:`~tests.faults.harness.Run`, kept apart as one concept."""
+writer, a compactor the schedule kills (kill -9) and replaces (it offloads older segments
+to a ``file://`` tier too), a reader of the log as a table (compaction_worker.py), and after
+the run the settling, one more compaction with no fault and the reads the checks judge
+(compaction_checks.py). A part of the harness's :class:`~tests.faults.harness.Run`, kept
+apart as one concept."""
 
 from __future__ import annotations
 
@@ -59,9 +60,12 @@ class CompactionWorkload:
         gen = self.generation[prefix]
         self.generation[prefix] += 1
         name = prefix + (f"g{gen}" if gen else "")
+        tier = self.workdir / "tier"
+        tier.mkdir(exist_ok=True)
+        extra = ("--tier", tier.as_uri()) if role == "compactor" else ()
         return self.spawn(
-            f"table-{role}", name, 0, "--stop-file", str(self.stop_dir / name), "--log", TABLE_LOG, module=TABLE_MODULE,
-            argv_role=role,
+            f"table-{role}", name, 0, "--stop-file", str(self.stop_dir / name), "--log", TABLE_LOG, *extra,
+            module=TABLE_MODULE, argv_role=role,
         )
 
     def execute_compactor(self: Run, step: Step) -> None:

@@ -6,7 +6,8 @@
                ``KEYLESS_EVERY`` has no key. Each append is recorded before it is sent and once
                it returned, with its position. When it loses the log it takes it over again.
 ``compactor``  compacts the log again and again (``Logs.compact``; replaced ledgers stay past
-               the call deadline, so no table read outlives the ledgers it planned to read),
+               the call deadline, so no table read outlives the ledgers it planned to read)
+               and, with ``--tier``, offloads all but its last few closed segments after each,
                recording each run's result or error; the schedule kills it (kill -9) at any
                moment and starts another.
 ``reader``     reads the log as a table (``read(compacted=True)``) again and again, recording
@@ -20,7 +21,8 @@ Records (records.py) added here:
 ``tab-append`` pos seq key tomb       ... and it returned this position (acknowledged)
 ``tab-writer-failed`` error           the writer lost the log (it takes it over again)
 ``tab-compacted`` end dropped tombstones_dropped rewritten   a compaction finished
-``tab-compact-error`` error           a compaction raised (a bookie down: it is tried again)
+``tab-compact-error`` error           a compaction (or an offload) raised (a bookie down: tried again)
+``tab-offloaded`` segments             the compactor offloaded these segments
 ``tab-reading``                       a table read starts (before it asks for the end)
 ``tab-read`` end rows unpassed_from tombstones   ... and returned the rows ``[[pos, key, seq|null], ...]``;
                                       from ``unpassed_from`` (the first record the cursor had not
@@ -56,6 +58,8 @@ KEYLESS_EVERY = 13
 #: takes longer exits as hung, so none can outlive the ledgers it planned to read (the
 #: harness's final compaction retires them).
 RETIRE_MARGIN_S = 30.0
+#: With ``--tier``: the compactor offloads every closed segment but the last this many.
+OFFLOAD_BEHIND = 3
 #: A killed compactor's lock on the log vanishes this long after (the next one waits for it).
 LOCK_TTL_S = 4.0
 #: The pause between two compactions, and between two table reads.
@@ -129,9 +133,27 @@ async def run_compactor(wk: Worker) -> None:
                     )
                 except bkframe.BKError as err:
                     wk.records.write("tab-compact-error", error=f"{type(err).__name__}: {err}")
+                if wk.args.tier:
+                    await offload_some(wk, client, name)
             if scope.cancelled_caught:
                 wk.records.write("tab-compact-error", error=f"cancelled after {wk.args.call_timeout} s")
             await trio.sleep(COMPACT_PAUSE_S)
+
+
+async def offload_some(wk: Worker, client: bkframe.Client, name: str) -> None:
+    """Offload the closed segments but the last ``OFFLOAD_BEHIND`` (their ledgers stay on
+    the bookies): later compactions read those from the tier and leave them as they are,
+    and compacted segments go to the tier with their gaps."""
+    try:
+        record = await client.logs.metadata(name)
+        closed = [s for s in record.segments if s.closed]
+        if len(closed) <= OFFLOAD_BEHIND:
+            return
+        until = closed[-OFFLOAD_BEHIND].first()
+        result = await client.logs.offload(name, tier=wk.args.tier, until=until)
+        wk.records.write("tab-offloaded", segments=[s.number for s in result.offloaded])
+    except bkframe.BKError as err:
+        wk.records.write("tab-compact-error", error=f"offload: {type(err).__name__}: {err}")
 
 
 async def run_reader(wk: Worker) -> None:
@@ -184,6 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stop-file", default="")
     parser.add_argument("--call-timeout", type=float, default=60.0)
     parser.add_argument("--log", required=True)
+    parser.add_argument("--tier", default="", help="the compactor also offloads older segments to this tier")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     worker = Worker(args)
