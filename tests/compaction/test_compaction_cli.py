@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 from bkframe.testing.cluster import Cluster
 from tests.cli.forked_cli import bkframe_text
@@ -55,3 +57,47 @@ def test_compaction_mistakes_get_one_clear_line(shared_cluster: Cluster) -> None
         done = bkframe_text(*args, *meta)
         assert done.returncode != 0, args
         assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_issue_48_done_when(shared_cluster: Cluster, tmp_path: Path) -> None:
+    """10,000 records over 100 keys, 10 of them deleted last: after 'log compact', 'log read
+    --compacted --json' gives exactly the 90 latest records at their original positions, from
+    the bookies and, after an offload and the ledgers' deletion, from the tier; the whole
+    history reads before; appends go on after."""
+    meta = ("--metadata", shared_cluster.metadata)
+    name = "issue-48"
+    tier = tmp_path / "tier"
+    tier.mkdir()
+    made = bkframe_text("log", "create", name, *meta, "-e", "2", "-w", "2", "-a", "2", "--rollover-entries", "2500",
+                        "--compaction", "key", "--offload-deletion-lag", "0")
+    assert made.returncode == 0, made.stderr
+    lines = [f"key{i % 100}=value{i}" for i in range(9990)] + [f"key{k}=" for k in range(90, 100)]
+    appended = bkframe_text("log", "append", name, *meta, "--key-separator", "=", stdin="\n".join(lines) + "\n")
+    assert appended.returncode == 0, appended.stderr
+    positions = appended.stdout.split()
+    assert len(positions) == 10_000
+    latest = {f"key{i % 100}": (positions[i], f"value{i}") for i in range(9900, 9990) if i % 100 < 90}
+    history = bkframe_text("log", "read", name, *meta, "--json")
+    assert len(history.stdout.splitlines()) == 10_000  # the whole history, before compaction
+
+    def table() -> dict[str, tuple[str, str]]:
+        done = bkframe_text("log", "read", name, *meta, "--compacted", "--json")
+        assert done.returncode == 0, done.stderr
+        rows = [json.loads(line) for line in done.stdout.splitlines()]
+        return {r["key"]: (r["position"], r["payload"]) for r in rows}
+
+    compacted = bkframe_text("log", "compact", name, *meta)
+    assert compacted.returncode == 0 and "dropped 9900 of 10000 record(s)" in compacted.stdout, compacted.stdout
+    assert table() == latest
+    whole = bkframe_text("log", "read", name, *meta, "--json")
+    assert len(whole.stdout.splitlines()) == 100  # 90 values and 10 tombstones left
+    offloaded = bkframe_text("log", "offload", name, *meta, "--tier", tier.as_uri())
+    assert offloaded.returncode == 0, offloaded.stderr
+    deleted = bkframe_text("offloader", *meta, "--once")  # no deletion lag: the ledgers go
+    gone = re.search(r"deleted (\d+) ledger", deleted.stdout)
+    assert deleted.returncode == 0 and gone and int(gone[1]) >= 4, deleted.stdout  # (other tests' logs share the cluster)
+    assert table() == latest  # from the tier now: the ledgers are gone
+    more = bkframe_text("log", "append", name, *meta, "--key-separator", "=", stdin="key1=again\nkey95=back\n")
+    assert more.returncode == 0, more.stderr
+    after = table()
+    assert after["key1"][1] == "again" and after["key95"][1] == "back" and len(after) == 91
