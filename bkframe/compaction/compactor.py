@@ -31,8 +31,10 @@ A segment's entry ids must be below 2**32 (positions are packed into 64 bits).
 
 from __future__ import annotations
 
+import collections
 import logging
 import shutil
+import struct
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -48,6 +50,8 @@ from bkframe.client.logs import compacted, envelope
 from bkframe.client.logs.model import Compacted, LogMetadata, Position, Segment, Staged
 from bkframe.client.logs.reader import CHUNK, LogReader
 from bkframe.client.logs.records import LogRecords
+from bkframe.client.read_handle import EntryBlock
+from bkframe.client.write_handle import PendingAppend
 from bkframe.common.held_lock import release_quietly, while_held
 from bkframe.compaction.key_index import KeyIndex
 from bkframe.compaction.table import KeptPositions, pack
@@ -62,6 +66,11 @@ log = logging.getLogger("bkframe.compaction")
 STAGE_PREFIX = "compaction:"
 #: Appends in flight while a compacted ledger is written.
 WINDOW = 64
+#: A segment's kept records up to this many bytes are held from pass 2 to the rewrite
+#: (beyond it they are read again).
+KEPT_BUFFER = 32 << 20
+_HEAD = struct.Struct("<Bq")
+_U32 = struct.Struct("<I")
 #: The compaction lock's time to live (s): a killed compactor's lock goes after this.
 LOCK_TTL_S = 30.0
 #: How long a replaced ledger stays for the readers that opened it (s).
@@ -118,9 +127,44 @@ class _Records:
     tombstone: npt.NDArray[np.bool_]
     millis: npt.NDArray[np.int64]
     sizes: npt.NDArray[np.int64]
+    #: The entries themselves, when read from the bookies.
+    block: EntryBlock | None = None
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "tombstone", self.tombstone & self.keyed)
+
+
+def _heads(block: EntryBlock) -> tuple[_Records, list[bytes]]:
+    """What pass 1 and 2 need of a block of envelopes, read off their heads in place (no
+    payload is copied): the records, and the keys of those that have one, in order."""
+    data = memoryview(block.data)
+    keys: list[bytes] = []
+    n = len(block)
+    keyed = np.zeros(n, dtype=bool)
+    tomb = np.zeros(n, dtype=bool)
+    millis = np.zeros(n, dtype=np.int64)
+    starts, ends = block.starts.tolist(), block.ends.tolist()
+    for i in range(n):
+        start, end = starts[i], ends[i]
+        if end - start < envelope.HEAD_SIZE:
+            raise BKError(f"entry {int(block.entry_ids[i])} of ledger {block.ledger_id} is shorter than an envelope")
+        flags, millis[i] = _HEAD.unpack_from(data, start)
+        if flags & ~(envelope.KEY | envelope.EVENT_TIME):
+            if flags & envelope.PROPERTIES:  # rare: the full decode finds where the payload starts
+                payload, key, _, _, _ = envelope.decode(bytes(data[start:end]))
+                if key is not None:
+                    keyed[i], tomb[i] = True, not payload
+                    keys.append(key)
+                continue
+            envelope.decode(bytes(data[start:end]))  # raises BadRecordError for flags it does not know
+        if flags & envelope.KEY:
+            (length,) = _U32.unpack_from(data, start + envelope.HEAD_SIZE)
+            at = start + envelope.HEAD_SIZE + 4
+            if at + length > end:
+                raise BKError(f"entry {int(block.entry_ids[i])} of ledger {block.ledger_id}: its key runs past its end")
+            keys.append(bytes(data[at : at + length]))
+            keyed[i], tomb[i] = True, at + length == end
+    return _Records(block.entry_ids, keyed, tomb, millis, block.ends - block.starts), keys
 
 
 class Compaction:
@@ -219,13 +263,10 @@ class Compaction:
             if not seg.enveloped or seg.last_entry_id < 0:
                 continue
             for lo in range(0, seg.last_entry_id + 1, CHUNK):
-                entries = await reader.read_segment(seg.number, lo, min(lo + CHUNK - 1, seg.last_entry_id))
-                keyed = [e for e in entries if e.key is not None]
-                self.tombstones += sum(1 for e in keyed if not e.payload)
-                if keyed:
-                    ids = np.array([e.position.entry_id for e in keyed], dtype=np.int64)
-                    keys = [e.key for e in keyed if e.key is not None]
-                    await anyio.to_thread.run_sync(index.add, keys, pack(seg.number, ids))
+                got, keys = await self._records_of(reader, seg, lo, min(lo + CHUNK - 1, seg.last_entry_id))
+                self.tombstones += int(got.tombstone.sum())
+                if keys:
+                    await anyio.to_thread.run_sync(index.add, keys, pack(seg.number, got.ids[got.keyed]))
 
     async def _rewrite(
         self, reader: LogReader, record: LogMetadata, segments: list[Segment], latest: KeptPositions
@@ -240,8 +281,11 @@ class Compaction:
             keep = np.zeros(seg.last_entry_id + 1, dtype=bool)
             sizes = np.zeros(seg.last_entry_id + 1, dtype=np.int64)
             held = np.zeros(seg.last_entry_id + 1, dtype=bool)
+            # The records kept, while they fit KEPT_BUFFER: then the rewrite need not read them again.
+            buffered: list[tuple[int, bytes]] | None = []
+            buffered_bytes = 0
             for lo in range(0, seg.last_entry_id + 1, CHUNK):
-                got = await self._keys(reader, seg, lo, min(lo + CHUNK - 1, seg.last_entry_id))
+                got, _ = await self._records_of(reader, seg, lo, min(lo + CHUNK - 1, seg.last_entry_id))
                 positions = pack(seg.number, got.ids)
                 last = await anyio.to_thread.run_sync(latest.mask, positions)
                 # A tombstone goes once nothing older of its key is left (a clean compaction
@@ -252,7 +296,15 @@ class Compaction:
                 )
                 self.tombstones_dropped += int(gone.sum())
                 kept_keys += int((got.keyed & last & ~got.tombstone).sum())
-                keep[got.ids], sizes[got.ids], held[got.ids] = ~got.keyed | (last & ~gone), got.sizes, True
+                kept_here = ~got.keyed | (last & ~gone)
+                keep[got.ids], sizes[got.ids], held[got.ids] = kept_here, got.sizes, True
+                if buffered is not None and got.block is not None and seg.offload is None:
+                    buffered_bytes += int(got.sizes[kept_here].sum())
+                    if buffered_bytes > KEPT_BUFFER:
+                        buffered = None
+                    else:
+                        payloads = got.block.payloads()
+                        buffered.extend((int(got.ids[i]), payloads[i]) for i in np.flatnonzero(kept_here).tolist())
             self.records_read += int(held.sum())
             self.bytes_read += int(sizes.sum())
             dropped = held & ~keep
@@ -268,35 +320,33 @@ class Compaction:
             if seg.offload is not None:
                 out.append(await self._rewrite_object(record, seg, keep & held))
             else:
-                out.append(await self._write(reader, record, seg, keep))
+                out.append(await self._write(reader, record, seg, keep, buffered))
         self.keys = kept_keys
         return out
 
     @staticmethod
-    async def _keys(reader: LogReader, seg: Segment, first: int, last: int) -> _Records:
-        """What pass 2 needs of the records ``first..last`` of ``seg``."""
+    async def _records_of(reader: LogReader, seg: Segment, first: int, last: int) -> tuple[_Records, list[bytes]]:
+        """What pass 1 and 2 need of the records ``first..last`` of ``seg``, and their keys."""
         if seg.offload is not None:  # read where readers read it (the tier, or the bookies)
             entries = await reader.read_segment(seg.number, first, last)
-            return _Records(
+            records = _Records(
                 np.array([e.position.entry_id for e in entries], dtype=np.int64),
                 np.array([e.key is not None for e in entries], dtype=bool),
                 np.array([not e.payload for e in entries], dtype=bool),
                 np.array([e.timestamp or 0 for e in entries], dtype=np.int64),
                 np.array([len(e.payload) for e in entries], dtype=np.int64),
             )
+            return records, [e.key for e in entries if e.key is not None]
         block = await reader.read_block(seg, first, last)
-        decoded = [envelope.decode(d) for d in block.payloads()]
-        return _Records(
-            block.entry_ids,
-            np.array([d[1] is not None for d in decoded], dtype=bool),
-            np.array([not d[0] for d in decoded], dtype=bool),
-            np.array([d[2] for d in decoded], dtype=np.int64),
-            block.ends - block.starts,
-        )
+        records, keys = _heads(block)
+        return attrs.evolve(records, block=block), keys
 
-    async def _write(self, reader: LogReader, record: LogMetadata, seg: Segment, keep: np.ndarray) -> _Rewrite:
-        """The compacted ledger of ``seg``: staged, then the records ``keep`` flags (read
-        again: a segment's payloads never sit in memory) and their index."""
+    async def _write(
+        self, reader: LogReader, record: LogMetadata, seg: Segment, keep: np.ndarray,
+        buffered: list[tuple[int, bytes]] | None,
+    ) -> _Rewrite:
+        """The compacted ledger of ``seg``: staged, then the records ``keep`` flags (those
+        ``buffered``, or read again when they did not fit in memory) and their index."""
         s = record.settings
         writer = await self.records.ledgers.create_ledger(
             ensemble=s.ensemble, write_quorum=s.write_quorum, ack_quorum=s.ack_quorum, ledger_type=s.ledger_type,
@@ -307,18 +357,14 @@ class Compaction:
         staged = Staged(writer.ledger_id, self.token, f"{STAGE_PREFIX}{seg.number}:{seg.ledger_id}")
         await self.records.update(self.name, lambda r: attrs.evolve(r, staged=(*r.staged, staged)))
         kept_ids: list[int] = []
-        pending = []
+        pending: collections.deque[PendingAppend] = collections.deque()
         try:
-            for lo in range(0, seg.last_entry_id + 1, CHUNK):
-                block = await reader.read_block(seg, lo, min(lo + CHUNK - 1, seg.last_entry_id))
-                for entry_id, data in zip(block.entry_ids.tolist(), block.payloads()):
-                    if not keep[entry_id]:
-                        continue
-                    kept_ids.append(entry_id)
-                    rewrite.kept_bytes += len(data)
-                    pending.append(writer.append_async(data))
-                    if len(pending) >= WINDOW:
-                        await pending.pop(0).wait()
+            async for entry_id, data in _kept_records(reader, seg, keep, buffered):
+                kept_ids.append(entry_id)
+                rewrite.kept_bytes += len(data)
+                pending.append(writer.append_async(data))
+                if len(pending) >= WINDOW:
+                    await pending.popleft().wait()
             pieces = compacted.encode_index(np.asarray(kept_ids, dtype=np.int64))
             pending.extend(writer.append_async(piece) for piece in pieces)
             for p in pending:
@@ -422,6 +468,21 @@ class Compaction:
             if any(s.token == self.token for s in r.staged) else r,
         )
         return [rw.segment.number for rw in swapped], skipped
+
+
+async def _kept_records(
+    reader: LogReader, seg: Segment, keep: np.ndarray, buffered: list[tuple[int, bytes]] | None
+) -> AsyncIterator[tuple[int, bytes]]:
+    """The records of ``seg`` that ``keep`` flags, as (entry id, stored bytes), in order."""
+    if buffered is not None:
+        for item in buffered:
+            yield item
+        return
+    for lo in range(0, seg.last_entry_id + 1, CHUNK):
+        block = await reader.read_block(seg, lo, min(lo + CHUNK - 1, seg.last_entry_id))
+        for entry_id, data in zip(block.entry_ids.tolist(), block.payloads()):
+            if keep[entry_id]:
+                yield entry_id, data
 
 
 def _if_unchanged(read: Segment, new: Segment) -> Change:
