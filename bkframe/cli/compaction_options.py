@@ -15,10 +15,12 @@ from bkframe.client.logs.model import COMPACTION_POLICIES, LogSettings
 _OPTIONS = (
     ("--compaction", "POLICY", "key: keep only each key's latest record (an empty payload deletes its key); none: keep all",
      "none"),
-    ("--min-compaction-lag", "DURATION", "Records younger than this (e.g. 1h) are never compacted", "0"),
-    ("--tombstone-retention", "DURATION", "A tombstone is kept at least this long", "24h"),
+    ("--min-compaction-lag", "DURATION", "Records younger than this (e.g. 1h) are never compacted",
+     "the cluster's, [offload] compaction_lag_s, 0"),
+    ("--tombstone-retention", "DURATION", "A tombstone is kept at least this long",
+     "the cluster's, [offload] tombstone_retention_s, 24h"),
     ("--min-dirty-ratio", "RATIO", "A scheduled compaction waits for this share of the log written since the last",
-     "0.5"),
+     "the cluster's, [offload] min_dirty_ratio, 0.5"),
 )  # fmt: skip
 
 
@@ -66,7 +68,10 @@ def compaction_line(s: LogSettings) -> str:
     """``log info``'s line of compaction settings."""
     if s.compaction == "none":
         return "compaction: none"
+    cluster = "the cluster's"
+    lag, kept, ratio = s.min_compaction_lag_s, s.tombstone_retention_s, s.min_dirty_ratio
     return (
-        f"compaction: {s.compaction}; lag {_seconds(s.min_compaction_lag_s) if s.min_compaction_lag_s else '0'}, "
-        f"tombstones kept {_seconds(s.tombstone_retention_s)}, dirty ratio {s.min_dirty_ratio:g}"
+        f"compaction: {s.compaction}; lag {cluster if lag is None else _seconds(lag) if lag else '0'}, "
+        f"tombstones kept {cluster if kept is None else _seconds(kept)}, "
+        f"dirty ratio {cluster if ratio is None else f'{ratio:g}'}"
     )

@@ -31,6 +31,7 @@ from bkframe.client.logs.envelope import Record
 from bkframe.client.logs.model import (
     EARLIEST,
     CommitResult,
+    CompactionDefaults,
     Cursor,
     LogEntry,
     LogMetadata,
@@ -387,6 +388,7 @@ class BlockingLogs(LogsExtras):
         memory_bytes: int = 64 << 20,
         retire_lag_s: float = 600.0,
         lock_ttl_s: float = 30.0,
+        defaults: CompactionDefaults | None = None,
     ) -> CompactionResult:
         """Compact the log by key once (docs/compaction.md): each key's older records in its
         closed segments are dropped, positions kept. The log's ``compaction`` must be ``key``
@@ -394,7 +396,9 @@ class BlockingLogs(LogsExtras):
         The key index takes at most about ``memory_bytes`` of memory and spills to
         ``work_dir`` (default: a temporary directory). A ledger a compaction replaced stays
         ``retire_lag_s`` for readers that opened it; a later run deletes it. Safe to kill at
-        any step; a killed run's lock on the log vanishes ``lock_ttl_s`` later."""
+        any step; a killed run's lock on the log vanishes ``lock_ttl_s`` later. ``defaults``:
+        what the log's unset compaction settings are (the cluster's ``[offload]`` ones; built
+        in if None)."""
         return self._owner._run(
             lambda: self._logs.compact(
                 name,
@@ -403,6 +407,7 @@ class BlockingLogs(LogsExtras):
                 memory_bytes=memory_bytes,
                 retire_lag_s=retire_lag_s,
                 lock_ttl_s=lock_ttl_s,
+                defaults=defaults,
             )
         )
 

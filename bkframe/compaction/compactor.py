@@ -47,7 +47,7 @@ import numpy.typing as npt
 import trio
 
 from bkframe.client.logs import compacted, envelope
-from bkframe.client.logs.model import Compacted, LogMetadata, Position, Segment, Staged
+from bkframe.client.logs.model import Compacted, CompactionDefaults, LogMetadata, Position, Segment, Staged
 from bkframe.client.logs.reader import CHUNK, LogReader
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.read_handle import EntryBlock
@@ -172,8 +172,9 @@ class Compaction:
 
     def __init__(
         self, records: LogRecords, name: str, password: bytes, work_dir: Path, memory_bytes: int, now: float,
-        retire_lag_s: float,
+        retire_lag_s: float, defaults: CompactionDefaults,
     ) -> None:
+        self.defaults = defaults
         self.retire_lag_s = retire_lag_s
         self.records = records
         self.name = name
@@ -245,11 +246,11 @@ class Compaction:
         holding = [c.position for c in await self.records.cursors(self.name) if not c.expired(record.settings, self.now)]
         floor = min(holding, default=Position(record.next_segment, 0))
         self.cursor_floor = np.uint64(floor.segment << 32 | floor.entry_id)
-        self.tombstone_cutoff_ms = int((self.now - record.settings.tombstone_retention_s) * 1000)
+        self.tombstone_cutoff_ms = int((self.now - self.defaults.tombstones_s(record.settings)) * 1000)
 
     async def _range(self, record: LogMetadata) -> tuple[list[Segment], Position]:
         """The closed segments before the head, and the head's first position."""
-        lag = record.settings.min_compaction_lag_s
+        lag = self.defaults.lag_s(record.settings)
         out: list[Segment] = []
         for seg in await self.records.segments(record, record.start.segment):
             if not seg.closed or seg.aged_at() > self.now - lag:
@@ -557,6 +558,7 @@ async def retire_replaced(records: LogRecords, name: str, before: float) -> int:
 async def compact(
     records: LogRecords, name: str, *, password: bytes, work_dir: Path, memory_bytes: int = 64 << 20,
     holder: str = "", now: float | None = None, retire_lag_s: float = RETIRE_LAG_S, lock_ttl_s: float = LOCK_TTL_S,
+    defaults: CompactionDefaults | None = None,
 ) -> CompactionResult:
     """Compact the log ``name`` once (see the module), holding its compaction lock;
     :class:`CompactionError` if another compactor holds it (or the lock is lost meanwhile:
@@ -569,7 +571,10 @@ async def compact(
     async def work() -> CompactionResult:
         records.check_password(await records.read(name), password)
         when = time.time() if now is None else now
-        return await Compaction(records, name, password, work_dir, memory_bytes, when, retire_lag_s).run()
+        run = Compaction(
+            records, name, password, work_dir, memory_bytes, when, retire_lag_s, defaults or CompactionDefaults()
+        )
+        return await run.run()
 
     async with trio.open_nursery() as nursery:  # the lock's keep-alive
         try:

@@ -26,7 +26,7 @@ import trio
 
 from bkframe.client.client import Client
 from bkframe.client.context import ClientContext
-from bkframe.client.logs.model import LogMetadata, Segment
+from bkframe.client.logs.model import CompactionDefaults, LogMetadata, Segment
 from bkframe.client.logs.records import LogRecords
 from bkframe.client.settings import ClientSettings
 from bkframe.compaction.compactor import compact
@@ -64,6 +64,11 @@ class CompactionCounters:
     dirty_ratio: dict[str, float] = attrs.field(factory=dict)
 
 
+def defaults_of(config: OffloadConfig) -> CompactionDefaults:
+    """The cluster's compaction defaults in a process's ``[offload]`` config."""
+    return CompactionDefaults(config.compaction_lag_s, config.tombstone_retention_s, min(1.0, config.min_dirty_ratio))
+
+
 def dirty_ratio(record: LogMetadata, segments: list[Segment]) -> float:
     """The share of the log's closed bytes written since its last compaction ended."""
     closed = [s for s in segments if s.closed]
@@ -91,6 +96,7 @@ class CompactionService:
         self.work_dir = work_dir if work_dir is not None else spool / "bkframe-compaction"
         self._records: LogRecords | None = None
         self._warned: set[str] = set()
+        self.defaults = defaults_of(config)
 
     @property
     def records(self) -> LogRecords:
@@ -144,7 +150,7 @@ class CompactionService:
             return
         ratio = dirty_ratio(record, segments)
         self.counters.dirty_ratio[name] = ratio
-        if ratio < record.settings.min_dirty_ratio or ratio == 0:
+        if ratio < self.defaults.dirty_ratio(record.settings) or ratio == 0:
             return
         if record.password_hash != NO_PASSWORD:
             if name not in self._warned:
@@ -156,7 +162,7 @@ class CompactionService:
             result = await compact(
                 self.records, name, password=b"", work_dir=self.work_dir,
                 memory_bytes=self.config.compaction_memory_mb << 20, holder=self.holder,
-                lock_ttl_s=self.config.lock_ttl_s,
+                lock_ttl_s=self.config.lock_ttl_s, defaults=self.defaults,
             )
         except CompactionError as e:
             self.counters.runs["busy"] += 1

@@ -461,6 +461,11 @@ class OffloadConfig:
     compaction: bool = True
     #: Memory (MiB) of a compaction's key index; beyond it the index spills to ``spool_dir``.
     compaction_memory_mb: int = attrs.field(default=64, validator=above(0))
+    #: The cluster's defaults of the compaction settings a log leaves unset (its
+    #: ``min_compaction_lag_s``, ``tombstone_retention_s``, ``min_dirty_ratio``).
+    compaction_lag_s: float = attrs.field(default=0.0, validator=at_least(0))
+    tombstone_retention_s: float = attrs.field(default=24 * 3600.0, validator=at_least(0))
+    min_dirty_ratio: float = attrs.field(default=0.5, validator=at_least(0))
 
 
 @attrs.frozen

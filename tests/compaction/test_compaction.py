@@ -401,3 +401,23 @@ async def test_segments_offloaded_before_compaction_are_compacted_in_the_tier(
         left = {p.name for p in (tmp_path / "tier").rglob("*.parquet")}
         recorded = {s.offload.key.rsplit("/", 1)[1] for s in (await logs.metadata(name)).segments if s.offload}
         assert left == recorded
+
+
+async def test_settings_a_log_leaves_unset_are_the_clusters_defaults(shared_cluster: Cluster, tmp_path: Path) -> None:
+    from bkframe.client.logs.model import CompactionDefaults
+
+    async with bkframe.open_client(shared_cluster.metadata) as client:
+        logs = client.logs
+        name = "compact-defaults"
+        md = await logs.create(name, ensemble=1, write_quorum=1, ack_quorum=1, rollover_entries=10, compaction="key")
+        assert md.settings.min_compaction_lag_s is None and md.settings.tombstone_retention_s is None
+        async with await logs.open_writer(name) as writer:
+            for i in range(30):
+                writer.append_async(b"v%d" % i, key=b"one")
+        # The cluster's lag of an hour: nothing is old enough.
+        held = await logs.compact(name, work_dir=tmp_path, defaults=CompactionDefaults(min_compaction_lag_s=3600))
+        assert held.segments_read == 0
+        # The log's own setting wins over the cluster's.
+        await logs.configure(name, min_compaction_lag_s=0)
+        done = await logs.compact(name, work_dir=tmp_path, defaults=CompactionDefaults(min_compaction_lag_s=3600))
+        assert done.segments_read == 3 and done.records_dropped == 29

@@ -40,6 +40,7 @@ from bkframe.client.logs.model import (
     EARLIEST,
     Commit,
     CommitResult,
+    CompactionDefaults,
     Cursor,
     LogMetadata,
     LogSettings,
@@ -378,7 +379,7 @@ class Logs:
 
     async def compact(
         self, name: str, *, password: bytes = b"", work_dir: Path | None = None, memory_bytes: int = 64 << 20,
-        retire_lag_s: float = 600.0, lock_ttl_s: float = 30.0,
+        retire_lag_s: float = 600.0, lock_ttl_s: float = 30.0, defaults: CompactionDefaults | None = None,
     ) -> CompactionResult:
         """Compact the log by key once (docs/compaction.md): each key's older records in its
         closed segments are dropped, positions kept. The log's ``compaction`` must be ``key``
@@ -386,12 +387,14 @@ class Logs:
         The key index takes at most about ``memory_bytes`` of memory and spills to
         ``work_dir`` (default: a temporary directory). A ledger a compaction replaced stays
         ``retire_lag_s`` for readers that opened it; a later run deletes it. Safe to kill at
-        any step; a killed run's lock on the log vanishes ``lock_ttl_s`` later."""
+        any step; a killed run's lock on the log vanishes ``lock_ttl_s`` later. ``defaults``:
+        what the log's unset compaction settings are (the cluster's ``[offload]`` ones; built
+        in if None)."""
         await self._acks.flush(name)
         with tempfile.TemporaryDirectory(prefix="bkframe-compaction-") as tmp:
             return await compact(
                 self._records, name, password=password, work_dir=work_dir or Path(tmp), memory_bytes=memory_bytes,
-                retire_lag_s=retire_lag_s, lock_ttl_s=lock_ttl_s,
+                retire_lag_s=retire_lag_s, lock_ttl_s=lock_ttl_s, defaults=defaults,
             )
 
     # -- retention ----------------------------------------------------------------------

@@ -65,6 +65,29 @@ def _positive_or_none(instance: object, attribute: attrs.Attribute[Any], value: 
 COMPACTION_POLICIES = ("none", "key")
 
 
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@attrs.frozen
+class CompactionDefaults:
+    """What a log's compaction settings left unset (None) are: the cluster's defaults
+    (``[offload]`` of the compacting process's config), these built-in ones otherwise."""
+
+    min_compaction_lag_s: float = attrs.field(default=0.0, validator=v.ge(0))
+    tombstone_retention_s: float = attrs.field(default=24 * 3600.0, validator=v.ge(0))
+    min_dirty_ratio: float = attrs.field(default=0.5, validator=[v.ge(0), v.le(1)])
+
+    def lag_s(self, settings: LogSettings) -> float:
+        return self.min_compaction_lag_s if settings.min_compaction_lag_s is None else settings.min_compaction_lag_s
+
+    def tombstones_s(self, settings: LogSettings) -> float:
+        return self.tombstone_retention_s if settings.tombstone_retention_s is None else settings.tombstone_retention_s
+
+    def dirty_ratio(self, settings: LogSettings) -> float:
+        return self.min_dirty_ratio if settings.min_dirty_ratio is None else settings.min_dirty_ratio
+
+
 @attrs.frozen
 class LogSettings:
     """How a log's segments are made, when they roll over, and what retention keeps.
@@ -111,12 +134,19 @@ class LogSettings:
     #: ``none``: every record is kept.
     compaction: str = attrs.field(default="none", validator=v.in_(COMPACTION_POLICIES))
     #: Nothing younger than this (s, by the segment's latest timestamp) is compacted.
-    min_compaction_lag_s: float = attrs.field(default=0.0, converter=float, validator=v.ge(0))
+    #: None here and in the two below: the cluster's default (``[offload]``
+    #: ``compaction_lag_s``, ``tombstone_retention_s``, ``min_dirty_ratio``; built in: 0 s,
+    #: 24 h, 0.5; see :class:`CompactionDefaults`).
+    min_compaction_lag_s: float | None = attrs.field(default=None, converter=_float_or_none, validator=v.optional(v.ge(0)))
     #: A tombstone lives at least this long (s) before a compaction may drop it.
-    tombstone_retention_s: float = attrs.field(default=24 * 3600.0, converter=float, validator=v.ge(0))
+    tombstone_retention_s: float | None = attrs.field(
+        default=None, converter=_float_or_none, validator=v.optional(v.ge(0))
+    )
     #: A scheduled compaction runs once this share of the log's bytes was written since the
     #: last one.
-    min_dirty_ratio: float = attrs.field(default=0.5, converter=float, validator=[v.ge(0), v.le(1)])
+    min_dirty_ratio: float | None = attrs.field(
+        default=None, converter=_float_or_none, validator=v.optional([v.ge(0), v.le(1)])
+    )
 
     def to_json(self) -> dict[str, Any]:
         d = attrs.asdict(self)
