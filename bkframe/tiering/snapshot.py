@@ -54,7 +54,8 @@ def object_path(tier: str, key: str) -> Path | None:
 def whole_local_object(part: SegmentRange) -> Path | None:
     """``part``'s object file when ``part`` is its whole segment and the object is local."""
     o = part.offload
-    if o is None or part.first != 0 or part.entries != o.entries:
+    # The whole segment (an object with gaps holds fewer rows than the range's positions).
+    if o is None or not (part.whole_segment or (part.first == 0 and part.entries == o.entries)):
         return None
     return object_path(o.tier, o.key)
 

@@ -698,6 +698,13 @@ class SegmentRange:
     #: then their index (:mod:`bkframe.client.logs.compacted`); ``first..last`` are
     #: positions, some of them dropped.
     compacted: Compacted | None = None
+    #: The segment's last entry id when it is closed (-1: open): whether the range is the
+    #: whole segment, whatever it holds.
+    segment_last: int = -1
+
+    @property
+    def whole_segment(self) -> bool:
+        return self.first == 0 and self.segment_last >= 0 and self.last == self.segment_last
 
     @property
     def entries(self) -> int:

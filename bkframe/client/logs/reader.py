@@ -248,6 +248,7 @@ class LogReader:
                 size = seg.length // held if seg.closed and held > 0 else 0
                 out.append(SegmentRange(
                     seg.number, seg.ledger_id, lo, hi, seg.format, seg.min_ts, seg.max_ts, size, seg.offload, seg.compacted,
+                    seg.last_entry_id if seg.closed else -1,
                 ))
         return out
 

@@ -33,6 +33,9 @@ from bkframe_spark.connection import call, client_for
 from bkframe_spark.options import Options
 from bkframe_spark.reading import OFFSET_BITS, SCHEMA, log_snapshot
 
+#: A compacted read broadcasts the keys written since the last clean compaction up to this
+#: many rows (beyond, Spark's own join).
+BROADCAST_KEYS = 1_000_000
 #: Options the snapshot plan takes for itself; the hot runs' reads get positions instead.
 _PLANNING = ("startingposition", "endingposition", "startingtimestamp", "endingtimestamp")
 
@@ -45,9 +48,34 @@ def read_log(
     a ``file://`` tier read by Spark's Parquet reader (see the module). ``options`` are the
     connector's (``startingPosition``, ``endingTimestamp``, ``tlsCa``, ...). ``compacted``:
     the snapshot as a table (docs/compaction.md): each key's latest row unless a tombstone
-    (an empty payload), and every row without a key -- by a window Spark runs."""
-    df = _read_log(spark, log, metadata=metadata, password=password, **options)
-    return latest_rows(df) if compacted else df
+    (an empty payload), and every row without a key."""
+    given: dict[str, Any] = {"log": log, "password": password, **options}
+    if metadata is not None:
+        given["metadata"] = metadata
+    opts = Options.parse({k: str(v) for k, v in given.items()})
+    name = opts.need_log("read_log")
+    bk = client_for(opts)
+    start = opts.starting if opts.starting is not None else "earliest"
+    record, ranges = call(bk, f"planning the read of log {name!r}", opts.timeout_s, _snapshot, bk.client, opts, name, start)
+    if not compacted:
+        return _rows(spark, given, ranges)
+    # The clean part (before LogMetadata.compacted_until) holds each key once: its rows are the
+    # table's unless a tombstone, or a key the rest of the log has again. Only that rest --
+    # what was written since the last clean compaction -- needs the window.
+    clean = [r for r in ranges if r.segment < record.compacted_until]
+    head = [r for r in ranges if r.segment >= record.compacted_until]
+    if not clean:
+        return latest_rows(_rows(spark, given, head))
+    from pyspark.sql import functions as F
+
+    table = _rows(spark, given, clean).where(F.col("key").isNull() | (F.length("payload") > 0))
+    if not head:
+        return table
+    rest = _rows(spark, given, head)
+    keys = rest.where(F.col("key").isNotNull()).select("key").distinct()
+    if sum(r.entries for r in head) <= BROADCAST_KEYS:
+        keys = F.broadcast(keys)
+    return table.join(keys, "key", "left_anti").select(*SCHEMA.names).unionByName(latest_rows(rest))
 
 
 def latest_rows(df: Any) -> Any:
@@ -62,17 +90,11 @@ def latest_rows(df: Any) -> Any:
     return df.where(F.col("key").isNull()).unionByName(latest)
 
 
-def _read_log(spark: Any, log: str, *, metadata: str | None = None, password: str = "", **options: Any) -> Any:
-    given: dict[str, Any] = {"log": log, "password": password, **options}
-    if metadata is not None:
-        given["metadata"] = metadata
+def _rows(spark: Any, given: dict[str, Any], ranges: list[SegmentRange]) -> Any:
+    """The rows of the snapshot's ``ranges``: objects in a ``file://`` tier by Spark's
+    Parquet reader, runs of the other segments by the data source."""
     from bkframe.tiering import object_path, whole_local_object  # pyarrow.dataset: only when used
 
-    opts = Options.parse({k: str(v) for k, v in given.items()})
-    name = opts.need_log("read_log")
-    bk = client_for(opts)
-    start = opts.starting if opts.starting is not None else "earliest"
-    _, ranges = call(bk, f"planning the read of log {name!r}", opts.timeout_s, _snapshot, bk.client, opts, name, start)
     if not ranges:
         return spark.createDataFrame([], SCHEMA)
     whole: list[str] = []  # objects read whole
