@@ -167,31 +167,33 @@ def _heads(block: EntryBlock) -> tuple[_Records, list[bytes]]:
     return _Records(block.entry_ids, keyed, tomb, millis, block.ends - block.starts), keys
 
 
+@attrs.define
 class Compaction:
     """One run over one log; :func:`compact` makes and runs it."""
 
-    def __init__(
-        self, records: LogRecords, name: str, password: bytes, work_dir: Path, memory_bytes: int, now: float,
-        retire_lag_s: float, defaults: CompactionDefaults,
-    ) -> None:
-        self.defaults = defaults
-        self.retire_lag_s = retire_lag_s
-        self.records = records
-        self.name = name
-        self.password = password
-        self.work_dir = work_dir
-        self.memory_bytes = memory_bytes
-        self.now = now
-        self.token = STAGE_PREFIX + uuid.uuid4().hex
-        self.records_read = self.bytes_read = self.records_dropped = self.bytes_dropped = 0
-        self.keys = self.tombstones = self.tombstones_dropped = 0
-        #: Whether every segment that lost records was rewritten (then the log is clean up
-        #: to this run's end: see LogMetadata.compacted_until).
-        self.clean = True
-        # Packed positions before which a tombstone may go (set by run()).
-        self.clean_before = np.uint64(0)
-        self.cursor_floor = np.uint64(0)
-        self.tombstone_cutoff_ms = 0
+    records: LogRecords
+    name: str
+    password: bytes
+    work_dir: Path
+    memory_bytes: int
+    now: float
+    retire_lag_s: float
+    defaults: CompactionDefaults
+    token: str = attrs.Factory(lambda: STAGE_PREFIX + uuid.uuid4().hex)
+    records_read: int = 0
+    bytes_read: int = 0
+    records_dropped: int = 0
+    bytes_dropped: int = 0
+    keys: int = 0
+    tombstones: int = 0
+    tombstones_dropped: int = 0
+    #: Whether every segment that lost records was rewritten (then the log is clean up to
+    #: this run's end: see LogMetadata.compacted_until).
+    clean: bool = True
+    #: Packed positions before which a tombstone may go, and its age's bound (set by run()).
+    clean_before: np.uint64 = attrs.Factory(lambda: np.uint64(0))
+    cursor_floor: np.uint64 = attrs.Factory(lambda: np.uint64(0))
+    tombstone_cutoff_ms: int = 0
 
     async def run(self) -> CompactionResult:
         started = time.monotonic()

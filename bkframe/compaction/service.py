@@ -77,26 +77,30 @@ def dirty_ratio(record: LogMetadata, segments: list[Segment]) -> float:
     return dirty / total if total else 0.0
 
 
+@attrs.define
 class CompactionService:
     """``await nursery.start(service.run)``: a pass every ``config.interval_s`` until
-    cancelled; ``await service.run_pass()`` runs one."""
+    cancelled; ``await service.run_pass()`` runs one. ``work_dir``: where key indexes spill
+    (default: ``<spool_dir>/bkframe-compaction``)."""
 
-    def __init__(
-        self, store: MetadataStore, plugins: PluginManager, config: OffloadConfig, *, holder: str,
-        settings: ClientSettings | None = None, counters: CompactionCounters | None = None,
-        work_dir: Path | None = None,
-    ) -> None:
-        self.store = store
-        self.plugins = plugins
-        self.config = config
-        self.holder = holder
-        self.settings = settings
-        self.counters = counters if counters is not None else CompactionCounters()
-        spool = Path(config.spool_dir) if config.spool_dir else Path(tempfile.gettempdir())
-        self.work_dir = work_dir if work_dir is not None else spool / "bkframe-compaction"
-        self._records: LogRecords | None = None
-        self._warned: set[str] = set()
-        self.defaults = defaults_of(config)
+    store: MetadataStore
+    plugins: PluginManager
+    config: OffloadConfig
+    holder: str = attrs.field(kw_only=True)
+    settings: ClientSettings | None = attrs.field(default=None, kw_only=True)
+    counters: CompactionCounters = attrs.field(factory=CompactionCounters, kw_only=True)
+    work_dir: Path = attrs.field(kw_only=True)
+    defaults: CompactionDefaults = attrs.field(init=False)
+    _records: LogRecords | None = attrs.field(default=None, init=False)
+    _warned: set[str] = attrs.field(factory=set, init=False)
+
+    @work_dir.default
+    def _spool(self) -> Path:
+        spool = Path(self.config.spool_dir) if self.config.spool_dir else Path(tempfile.gettempdir())
+        return spool / "bkframe-compaction"
+
+    def __attrs_post_init__(self) -> None:
+        self.defaults = defaults_of(self.config)
 
     @property
     def records(self) -> LogRecords:

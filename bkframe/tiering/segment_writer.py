@@ -106,15 +106,7 @@ async def write_segment_object(
         held = handle.metadata.length if c is None else segment.length
         if content.entry_bytes != held:
             raise BKError(f"ledger {segment.ledger_id} holds {held} bytes of records; {content.entry_bytes} were read")
-        size, object_crc, footer_crc = await anyio.to_thread.run_sync(_file_crc32c, spool)
-        summary = ObjectSummary(key, size, object_crc, builder.row_groups, content, footer_crc)
-        try:
-            info = await tier.put(key, spool, if_absent=True)
-        except ObjectExistsError:
-            return await _adopt(tier, key, content, footer_crc)
-        if info.size != size:
-            raise BKError(f"tier {tier.uri}: put {key!r} stored {info.size} bytes of {size}")
-        return summary
+        return await _put(tier, key, spool, builder.row_groups, content)
     finally:
         spool.unlink(missing_ok=True)
 
@@ -148,17 +140,23 @@ async def write_kept_object(
             content = await anyio.to_thread.run_sync(builder.finish)
         finally:
             builder.close()
-        size, object_crc, footer_crc = await anyio.to_thread.run_sync(_file_crc32c, spool)
-        summary = ObjectSummary(key, size, object_crc, builder.row_groups, content, footer_crc)
-        try:
-            info = await tier.put(key, spool, if_absent=True)
-        except ObjectExistsError:
-            return await _adopt(tier, key, content, footer_crc)
-        if info.size != size:
-            raise BKError(f"tier {tier.uri}: put {key!r} stored {info.size} bytes of {size}")
-        return summary
+        return await _put(tier, key, spool, builder.row_groups, content)
     finally:
         spool.unlink(missing_ok=True)
+
+
+async def _put(tier: AsyncTier, key: str, spool: Path, row_groups: int, content: SegmentContent) -> ObjectSummary:
+    """Put the finished ``spool`` file under ``key`` if absent; an object already there is
+    adopted if it holds the same records."""
+    size, object_crc, footer_crc = await anyio.to_thread.run_sync(_file_crc32c, spool)
+    summary = ObjectSummary(key, size, object_crc, row_groups, content, footer_crc)
+    try:
+        info = await tier.put(key, spool, if_absent=True)
+    except ObjectExistsError:
+        return await _adopt(tier, key, content, footer_crc)
+    if info.size != size:
+        raise BKError(f"tier {tier.uri}: put {key!r} stored {info.size} bytes of {size}")
+    return summary
 
 
 async def _copy_ledger(handle: ReadHandle, segment: Segment, builder: _Builder) -> None:

@@ -41,24 +41,28 @@ async def test_a_log_is_compacted_when_its_dirty_part_is_due_and_not_before(shar
         await _write(logs, "sched-due", range(100), keys=100)
         await _write(logs, "sched-secret", range(40), keys=3, password=b"pw")
         counters = CompactionCounters()
+        # Other tests' logs share the cluster: a pass may compact them too, so what is
+        # checked is this log's record and its own gauge.
         await _one_pass(uri, counters)
         first = await logs.metadata("sched-due")
-        assert counters.runs["done"] == 1 and first.compaction_end == first.next_segment == 10
+        assert first.compaction_end == first.next_segment == 10 and counters.runs["done"] >= 1
         secret = await logs.metadata("sched-secret")
         assert all(s.compacted is None for s in secret.segments), "a log with a password is not the service's"
         # A few updates: a dirty part of about 10% is not due.
         await _write(logs, "sched-due", range(10), keys=100)
         await _one_pass(uri, counters)
-        assert 0 < counters.dirty_ratio["sched-due"] < 0.5 and counters.runs["done"] == 1
+        assert 0 < counters.dirty_ratio["sched-due"] < 0.5
         assert (await logs.metadata("sched-due")).compaction_end == first.compaction_end
         # Many more: due, compacted, the updated keys' older values dropped.
         await _write(logs, "sched-due", range(100, 250), keys=100)
+        dropped_before = counters.records_dropped
         await _one_pass(uri, counters)
-        assert counters.runs["done"] == 2 and counters.records_dropped >= 100
+        assert (await logs.metadata("sched-due")).compaction_end > first.compaction_end
+        assert counters.records_dropped - dropped_before >= 100
         assert counters.dirty_ratio["sched-due"] == 0.0
         # The metrics.
         families = {m.name: m for m in CompactionCollector(counters).collect()}
-        assert [s.value for s in families["bkframe_compaction_runs"].samples if s.labels["outcome"] == "done"] == [2]
+        assert next(s.value for s in families["bkframe_compaction_runs"].samples if s.labels["outcome"] == "done") >= 2
         assert "sched-due" in {s.labels["log"] for s in families["bkframe_compaction_dirty_ratio"].samples}
 
 
