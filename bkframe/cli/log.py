@@ -8,7 +8,7 @@ import re
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
 import click
@@ -17,6 +17,7 @@ import trio
 from bkframe.cli import interrupt
 from bkframe.cli.compaction_options import compaction_line, compaction_settings, with_compaction_options
 from bkframe.cli.interrupt import release_log
+from bkframe.cli.metadata_only import on_metadata_store
 from bkframe.cli.offload_options import offload_settings, offloaded_line, settings_line, with_offload_options
 from bkframe.cli.options import (
     UNITS,
@@ -27,12 +28,14 @@ from bkframe.cli.options import (
 )
 from bkframe.cli.options import duration as _duration
 from bkframe.cli.options import seconds as _seconds
-from bkframe.cli.stdin_lines import append_lines
-from bkframe.client.client import open_client
-from bkframe.client.logs.api import CursorInfo, Logs
 from bkframe.client.logs.model import EARLIEST, LogEntry, LogSettings, Position, Where, check_name, parse_where
-from bkframe.client.logs.pending import PendingLogAppend
-from bkframe.client.logs.reader import LogReader
+from bkframe.common.cluster_record import require_cluster
+
+if TYPE_CHECKING:  # the client (numpy, trio...) is imported by the commands that open one, not by `log list`
+    from bkframe.client.logs.api import CursorInfo, Logs
+    from bkframe.client.logs.pending import PendingLogAppend
+    from bkframe.client.logs.reader import LogReader
+    from bkframe.core.interfaces.metadata_store import MetadataStore
 
 T = TypeVar("T")
 
@@ -46,6 +49,8 @@ APPEND_LAC_INTERVAL_S = 0.2
 def run_on_logs(metadata: str, fn: Callable[[Logs], Awaitable[T]], *, explicit_lac_interval_s: float = 0.0) -> T:
     """Run ``fn`` on the logs of a client of ``metadata`` (TLS and token from the command line or
     the environment); a signal stops ``fn``, never the client under it."""
+    from bkframe.client.client import open_client
+
     async def main() -> T:
         async with open_client(
             metadata, explicit_lac_interval_s=explicit_lac_interval_s, **client_security()
@@ -195,6 +200,8 @@ def append(
             if not found:  # a line without the separator: a record without a key
                 return writer.append_async(line, properties=properties or None)
             return writer.append_async(payload, key=record_key, properties=properties or None)
+
+        from bkframe.cli.stdin_lines import append_lines
 
         try:
             refused = await append_lines(append_line)
@@ -384,17 +391,18 @@ def tail(
 def list_logs(metadata: str) -> None:
     """Print every log name, one per line."""
 
-    async def run(logs: Logs) -> None:
+    async def run(store: MetadataStore) -> None:
+        await require_cluster(store)
         # A page at a time: a cluster may hold 10^5 logs.
         start = ""
-        while page := await logs.list_logs(start=start, limit=LIST_PAGE):
+        while page := await store.list_logs(start=start, limit=LIST_PAGE):
             for name in page:
                 click.echo(name)
             if len(page) < LIST_PAGE:
                 break
             start = page[-1] + "\0"
 
-    run_on_logs(metadata, run)
+    on_metadata_store(metadata, run)  # the store alone: no client, no bookie (docs/benchmarks/process-costs.md)
 
 
 @log_group.command()

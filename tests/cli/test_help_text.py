@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import click
 
-from bkframe.cli.main import main
+from bkframe.cli.main import COMMANDS, main
 
 #: Markup that means something to Sphinx and nothing to a terminal.
 MARKUP = ("``", ":mod:", ":func:", ":class:", ":meth:", ":data:", ":attr:")
@@ -45,3 +45,13 @@ def test_every_help_text_is_plain() -> None:
     assert {"bkframe ledger metadata", "bkframe bookies list", "bkframe log offload", "bkframe bench scale metadata"} <= set(seen)
     assert not marked, f"--help shows reStructuredText markup: {marked}"
     assert not twice, f"options declared twice: {twice}"
+
+
+def test_the_root_help_lines_are_the_commands_own() -> None:
+    """``bkframe --help`` lists the commands from :data:`bkframe.cli.main.COMMANDS` without
+    importing them: each line there is the command's own (its docstring's first sentence)."""
+    ctx = click.Context(main, info_name="bkframe")
+    for name, (_, summary) in COMMANDS.items():
+        command = main.get_command(ctx, name)
+        assert command is not None
+        assert summary == command.get_short_help_str(limit=10**6), name
