@@ -371,13 +371,21 @@ def tail(
             begin = first if first is not None else await _last_records(reader, TAIL_LINES if lines is None else lines, end)
             if cursor is not None:
                 begin = (await logs.create_cursor(name, cursor, begin, password=password.encode())).position
+        printed: list[Position] = []  # the last position printed, and how many: for the line a signal prints
+        count = 0
         try:
             async for chunk in reader.tail_chunks(begin) if follow else reader.chunks(begin, end):
                 _print_entries(show, chunk)
+                if chunk:
+                    printed[:] = [chunk[-1].position]
+                    count += len(chunk)
                 if cursor is not None and chunk:
                     with trio.CancelScope(shield=True):  # printed, so acknowledged: never one without the other
                         await logs.ack(name, cursor, chunk[-1].position)
         finally:
+            if cursor is None and interrupt.interrupted():  # (with --cursor: where it resumes, below)
+                last = f" (the last at {printed[0]})" if printed else ""
+                interrupt.closed(f"stopped reading log {name} after {count} record{'s' if count != 1 else ''}{last}")
             if cursor is not None and interrupt.interrupted():
                 with interrupt.closing():
                     stored = await logs.cursor(name, cursor)  # stores this run's acks first
