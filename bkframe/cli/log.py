@@ -20,6 +20,7 @@ from bkframe.cli.interrupt import release_log
 from bkframe.cli.metadata_only import on_metadata_store
 from bkframe.cli.offload_options import offload_settings, offloaded_line, settings_line, with_offload_options
 from bkframe.cli.options import (
+    DURATION,
     UNITS,
     ClientGroup,
     client_security,
@@ -102,8 +103,10 @@ def log_group() -> None:
 @click.option("--digest", type=click.Choice(["CRC32C", "HMAC_SHA256"]), default="CRC32C", show_default=True)
 @click.option("--rollover-entries", type=int, default=LogSettings().rollover_entries, show_default=True)
 @click.option("--rollover-bytes", type=int, default=LogSettings().rollover_bytes, show_default=True)
-@click.option("--rollover-s", type=float, default=LogSettings().rollover_s, show_default=True)
-@click.option("--retention-s", type=float, default=None, help="Trim closed segments older than this.")
+@click.option("--rollover-s", type=DURATION, default=LogSettings().rollover_s, show_default=True,
+              help="Start a new segment after this long (seconds, or a duration such as 4h).")
+@click.option("--retention-s", type=DURATION, default=None,
+              help="Trim closed segments older than this (seconds, or a duration such as 7d).")
 @click.option("--retention-bytes", type=int, default=None, help="Trim the oldest closed segments beyond this size.")
 @click.option("--cursor-ttl", default=None, metavar="DURATION",
               help="A cursor idle this long (e.g. 7d, 12h) stops holding retention back (default: never).")
@@ -445,8 +448,8 @@ def info(metadata: str, password: str, name: str, as_json: bool) -> None:
     s = md.settings
     click.echo(f"log {md.name}: {s.ledger_type} E={s.ensemble} W={s.write_quorum} A={s.ack_quorum} {s.digest.value}")
     click.echo(
-        f"rollover: {s.rollover_entries} entries, {s.rollover_bytes} bytes, {s.rollover_s:g} s; "
-        f"retention: {'-' if s.retention_s is None else f'{s.retention_s:g} s'}, "
+        f"rollover: {s.rollover_entries} entries, {s.rollover_bytes} bytes, {_seconds(s.rollover_s)}; "
+        f"retention: {_seconds(s.retention_s)}, "
         f"{'-' if s.retention_bytes is None else f'{s.retention_bytes} bytes'}; "
         f"cursor TTL: {_seconds(s.cursor_ttl_s) if s.cursor_ttl_s is not None else 'none'}"
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,8 @@ from bkframe.cli.logging_setup import setup_logging
 from bkframe.cli.options import LOG_OVERRIDES
 from bkframe.core.config import FORMATS, LoggingConfig
 
+#: ``-v``, ``-vv``... and ``--verbose``: the root group's, wherever they are on the line.
+VERBOSE = re.compile(r"-v+|--verbose")
 #: Commands that run until stopped and log as services do: their libraries' warnings stay.
 SERVICES = ("bookie", "autorecovery", "offloader")
 #: Libraries whose warnings one-shot commands leave out (unless -v).
@@ -101,6 +104,14 @@ class LazyGroup(Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """``bkframe log list -v`` as ``bkframe -v log list``: ``-v`` anywhere before ``--``
+        (no command has a -v of its own; tests/cli/test_help_text.py checks that none does)."""
+        end = args.index("--") if "--" in args else len(args)
+        verbose = [a for a in args[:end] if VERBOSE.fullmatch(a)]
+        rest = [a for a in args[:end] if not VERBOSE.fullmatch(a)]
+        return super().parse_args(ctx, [*verbose, *rest, *args[end:]])
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS:
