@@ -22,9 +22,9 @@ back to the bookies when the tier fails and the ledger is still there.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import anyio
 
@@ -504,7 +504,7 @@ class LogReader:
         yields, advances or waits.
         """
         if idle_timeout_s is not None:
-            chunks = self.tail_chunks(start, poll_timeout_s=poll_timeout_s)
+            chunks = cast(AsyncGenerator[list[LogEntry], None], self.tail_chunks(start, poll_timeout_s=poll_timeout_s))
             while True:
                 got: list[LogEntry] | None = None
                 with anyio.move_on_after(idle_timeout_s):  # never around a yield: the caller's code runs there
