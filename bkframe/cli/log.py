@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
 import click
-import trio
 
 from bkframe.cli import interrupt
 from bkframe.cli.compaction_options import compaction_line, compaction_settings, with_compaction_options
@@ -360,6 +359,8 @@ def tail(
     show = Show(show_positions, show_keys, show_timestamps, as_json)
 
     async def run(logs: Logs) -> None:
+        import trio
+
         reader = await logs.reader(name, password=password.encode())
         # One end for both the start and a dump, so -n N prints N even while writers append.
         end = await reader.end()
