@@ -1,7 +1,8 @@
-"""What ``bkframe --version``, ``bkframe --help`` and a command that only reads the metadata
-store (``log list``) import: never the client's, the bookie's nor the optional libraries. Their
-cost is measured in docs/benchmarks/process-costs.md; here only what they import is checked,
-in a fresh interpreter each, never their time."""
+"""What ``bkframe --version``, ``bkframe --help`` and the commands that only read the metadata
+store (``log list``, ``bookies list``, ``cluster info``) import: never the client's, the
+bookie's nor the optional libraries. Their cost is measured in
+docs/benchmarks/process-costs.md; here only what they import is checked, in a fresh
+interpreter each, never their time."""
 
 from __future__ import annotations
 
@@ -53,12 +54,13 @@ def test_a_groups_help_imports_its_module_only() -> None:
     assert heavy(modules, HEAVY) == []
 
 
-def test_log_list_reads_the_store_without_a_client(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", [["log", "list"], ["bookies", "list"], ["cluster", "info"]], ids=" ".join)
+def test_a_metadata_command_reads_the_store_without_a_client(tmp_path: Path, command: list[str]) -> None:
     uri = f"sqlite:///{tmp_path}/meta.db"
     init = subprocess.run([sys.executable, "-m", "bkframe", "cluster", "init", "--metadata", uri],
                           capture_output=True, text=True, timeout=120)
     assert init.returncode == 0, init
-    modules = imported("log", "list", "--metadata", uri)
+    modules = imported(*command, "--metadata", uri)
     assert "bkframe.core.plugin_manager" in modules  # it did open the store
     assert heavy(modules, (*HEAVY, "trio")) == []  # on asyncio (bkframe.cli.metadata_only): trio is a third of it
 
