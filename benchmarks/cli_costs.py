@@ -32,6 +32,7 @@ def commands(uri: str) -> dict[str, list[str]]:
         "bkframe --help": ["--help"],
         "bkframe log list --metadata sqlite:///...": ["log", "list", "--metadata", uri],
         "bkframe cluster info --metadata sqlite:///...": ["cluster", "info", "--metadata", uri],
+        "bkframe bookies list --metadata sqlite:///...": ["bookies", "list", "--metadata", uri],
     }
 
 
@@ -54,6 +55,7 @@ def main() -> None:
     trees = {"after": env}
     if args.before is not None:
         trees = {"before": {**env, "PYTHONPATH": str(args.before.resolve())}, "after": env}
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as scratch:
         uri = f"sqlite:///{scratch}/meta.db"
         subprocess.run([str(BKFRAME), "cluster", "init", "--metadata", uri], env=env, check=True, stdout=subprocess.DEVNULL)
@@ -74,6 +76,7 @@ def main() -> None:
             walls, cpus = zip(*times[name, tree], strict=True)
             cells.append(f"{statistics.median(walls) * 1000:.0f} / {statistics.median(cpus) * 1000:.0f}")
         print(f"| `{name}` | " + " | ".join(cells) + " |")
+    print(f"\n{os.cpu_count()} cores; load average (1 min) {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
 
 
 if __name__ == "__main__":
