@@ -402,6 +402,7 @@ def tail(
 @metadata_option()
 def list_logs(metadata: str) -> None:
     """Print every log name, one per line."""
+    client_security()  # not needed to read the store; a token given two ways is still an error
 
     async def run(store: MetadataStore) -> None:
         await require_cluster(store)

@@ -1,5 +1,5 @@
 """What ``bkframe --version``, ``bkframe --help`` and the commands that only read the metadata
-store (``log list``, ``bookies list``, ``cluster info``) import: never the client's, the
+store (``log list``, ``ledger list``, ``bookies list``, ``cluster info``) import: never the client's, the
 bookie's nor the optional libraries. Their cost is measured in
 docs/benchmarks/process-costs.md; here only what they import is checked, in a fresh
 interpreter each, never their time."""
@@ -54,7 +54,9 @@ def test_a_groups_help_imports_its_module_only() -> None:
     assert heavy(modules, HEAVY) == []
 
 
-@pytest.mark.parametrize("command", [["log", "list"], ["bookies", "list"], ["cluster", "info"]], ids=" ".join)
+@pytest.mark.parametrize(
+    "command", [["log", "list"], ["ledger", "list"], ["bookies", "list"], ["cluster", "info"]], ids=" ".join
+)
 def test_a_metadata_command_reads_the_store_without_a_client(tmp_path: Path, command: list[str]) -> None:
     uri = f"sqlite:///{tmp_path}/meta.db"
     init = subprocess.run([sys.executable, "-m", "bkframe", "cluster", "init", "--metadata", uri],
