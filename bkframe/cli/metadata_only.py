@@ -1,4 +1,5 @@
-"""Commands that talk to the metadata store alone (``log list``, ``cluster info|init``): the
+"""Commands that talk to the metadata store alone (``log list``, ``ledger list|metadata``,
+``bookies list``, ``cluster info|init``): the
 store opened by its plugin, no client, no connection to a bookie -- so that such a command
 costs a fraction of a second (docs/benchmarks/process-costs.md).
 
