@@ -1,7 +1,7 @@
 """Commands that talk to the metadata store alone (``log list``, ``ledger list|metadata``,
-``bookies list``, ``cluster info|init``): the
-store opened by its plugin, no client, no connection to a bookie -- so that such a command
-costs a fraction of a second (docs/benchmarks/process-costs.md).
+``bookies list``, ``cluster info|init``): the store opened by its plugin, no client, no
+connection to a bookie -- so that such a command costs a fraction of a second
+(docs/benchmarks/process-costs.md).
 
 They run on asyncio, through anyio, as the metadata stores are written (the client runs them
 under either loop): importing trio would be a third of such a command's time. They hold
