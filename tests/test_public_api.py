@@ -1,4 +1,4 @@
-"""``import bkframe``: typed, eager names listed in ``__all__``; one error root; the version
+"""``import bkframe``: typed names listed in ``__all__``, imported on first use; one error root; the version
 from the distribution; what a plain install brings."""
 
 from __future__ import annotations
@@ -9,26 +9,65 @@ import inspect
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pluggy
+import pytest
 from packaging.requirements import Requirement
 
 import bkframe
+import bkframe.core
 import bkframe.core.metadata
 import bkframe.errors
 from bkframe.core.config import DEFAULT_SECTIONS
 from bkframe.core.plugin_manager import SECTION_KINDS, PluginManager
 
 
-def test_every_public_name_is_there_eagerly() -> None:
-    assert "__getattr__" not in vars(bkframe), "names are imported, not looked up lazily"
-    for name in bkframe.__all__:
-        assert name in vars(bkframe), name
+def _type_checking_imports(package: ModuleType) -> dict[str, str]:
+    """The names ``package``'s ``if TYPE_CHECKING:`` block imports, and from where."""
+    tree = ast.parse(Path(package.__file__ or "").read_text())
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for stmt in node.body:
+                if isinstance(stmt, ast.ImportFrom) and stmt.module:
+                    found.update({a.asname or a.name: stmt.module for a in stmt.names})
+    return found
+
+
+def _eager_imports(package: ModuleType) -> set[str]:
+    """The names ``package`` imports when it is imported (its top-level imports)."""
+    tree = ast.parse(Path(package.__file__ or "").read_text())
+    return {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom) for a in node.names}
+
+
+@pytest.mark.parametrize("package", [bkframe, bkframe.core], ids=["bkframe", "bkframe.core"])
+def test_every_public_name_is_there_and_typed(package: ModuleType) -> None:
+    """Every name of ``__all__`` is there, imported on first use (PEP 562: ``bkframe --version``
+    and a metadata-only command must not pay for the client, docs/benchmarks/process-costs.md);
+    type checkers read the ``if TYPE_CHECKING:`` imports, which name the same things, from the
+    same modules, as the look-up table."""
+    lazy = _type_checking_imports(package)
+    table = {name: module for module, names in vars(package)["_DEFINED_IN"].items() for name in names}
+    assert lazy == table
+    eager = _eager_imports(package)  # from the source: a name looked up once is in vars() too
+    assert not eager & set(table) and set(package.__all__) == (eager | set(table)) & set(package.__all__)
+    assert set(table) <= set(package.__all__), "each name is imported eagerly or looked up"
+    for name in package.__all__:
+        value = getattr(package, name)
+        if name in table and (inspect.isclass(value) or inspect.isfunction(value)):
+            assert any(v is value for v in vars(sys.modules[table[name]]).values()), name
+    assert set(package.__all__) <= set(dir(package))
+
+
+def test_the_main_names_are_public() -> None:
     for name in ("open_client", "connect", "Client", "WriteHandle", "ReadHandle", "Entry", "ClientSettings",
-                 "hookimpl", "BKError", "LedgerDeletedError", "NoSuchLedgerError"):
+                 "hookimpl", "BKError", "LedgerDeletedError", "NoSuchLedgerError", "Record", "Logs"):
         assert name in bkframe.__all__, name
     assert isinstance(bkframe.hookimpl, pluggy.HookimplMarker)
     assert inspect.signature(bkframe.open_client).return_annotation != inspect.Signature.empty
+    with pytest.raises(AttributeError, match="no_such_name"):
+        bkframe.no_such_name  # noqa: B018 - the look-up is the test
 
 
 def test_the_plugin_surface_is_bkframe_core() -> None:

@@ -232,7 +232,8 @@ class BookieService:
         cfg = self.config.bookie
         advertised = self.advertised = advertised_address(host, port, cfg.advertised_address)
         bookie_id = bookie.bookie_id = cfg.bookie_id or default_bookie_id(bookie.data_dir, advertised)
-        log.info("bookie %s: listening on %s:%d, advertised as %s (%s)", bookie_id, host, port, advertised, advertised.source)
+        # Not "listening on": that is said once, when the bookie serves (after its cookies are checked).
+        log.info("bookie %s: bound to %s:%d, advertised as %s (%s)", bookie_id, host, port, advertised, advertised.source)
         return bookie_id
 
     async def _check_in(

@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 
 import click
-import trio
 
 from bkframe.cli import interrupt
+from bkframe.cli.metadata_only import on_metadata_store
 from bkframe.cli.options import auth_token_option, client_security, metadata_option
-from bkframe.client.settings import ClientSettings
-from bkframe.core.metadata import BookieInfo
 from bkframe.core.plugin_manager import PluginManager
 
 
@@ -28,14 +26,7 @@ def list_bookies(metadata: str, as_json: bool) -> None:
     (its disk is full: it takes no adds, serves reads; see 'bkframe bookies info' for why). The
     rack is a fourth column once any bookie has a rack label ('-' for those without)."""
 
-    async def run() -> list[BookieInfo]:
-        store = PluginManager().metadata_store(metadata)
-        try:
-            return await store.list_bookies()
-        finally:
-            await store.aclose()
-
-    infos = interrupt.run(run)
+    infos = on_metadata_store(metadata, lambda store: store.list_bookies())  # the store alone: no trio, no client
     racks = any(b.rack for b in infos)
     for b in infos:
         state = "read-only" if b.read_only else "writable"
@@ -54,6 +45,7 @@ def bookie_info(bookie_ids: tuple[str, ...], metadata: str) -> None:
     read_only / read_only_reason / disk_usage (read-only mode on a full disk)."""
     from bkframe.client.bookies.connection import connect_bookie
     from bkframe.client.bookies.errors import BookieConnectionError
+    from bkframe.client.settings import ClientSettings
 
     security = ClientSettings(**client_security())
 
@@ -95,6 +87,8 @@ def decommission(bookie_id: str, metadata: str, no_wait: bool, undo: bool, inter
     """Mark a bookie decommissioned: nothing new is placed on it, it refuses adds (writers
     move off it), and autorecovery copies its ledgers to other bookies. Waits, printing
     progress, until no ledger has a fragment on it; then the bookie can be stopped."""
+    import trio
+
     from bkframe.autorecovery.service import ledgers_using
 
     async def run() -> None:

@@ -194,8 +194,10 @@ async def demo_tier(metadata: str, tier_dir: Path, out: Out) -> dict[str, Any]:
         from_tier = sum(1 for entry in after if entry.position.segment in offloaded)
         reads = reader.tier_reads
         ok = after == before and from_tier == entries and reads.object_reads > 0 and reads.fallbacks == 0
+        rest = len(after) - from_tier
+        from_bookies = f"{rest} from the bookies" if rest else "none from the bookies"
         out(f"  read {len(after)} entries back from 'earliest' in {read_s:.2f} s: {from_tier} from the objects "
-            f"({reads.object_reads} ranged reads), the rest from the bookies; "
+            f"({reads.object_reads} ranged reads), {from_bookies}; "
             f"{'all match what the bookies gave before' if ok else 'MISMATCH'}")
         if not ok:
             raise click.ClickException(f"demo read log {DEMO_LOG!r} back across the tiers differently than before")

@@ -39,12 +39,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
 import click
-import trio
 
 from bkframe.cli.errors import known_error, message
 from bkframe.errors import BKError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # trio is imported where a command runs trio code, never by --help or --version
+    import trio
+
     from bkframe.client.logs.writer import LogWriter
     from bkframe.client.write_handle import WriteHandle
 
@@ -68,12 +69,16 @@ class Interruption:
     done: list[str] = attrs.Factory(list)
     #: The scopes :func:`work` marked, innermost last: the first signal cancels the innermost.
     scopes: list[trio.CancelScope] = attrs.Factory(list)
-    #: The whole command (cancelled by the first signal when no work scope is open).
-    outer: trio.CancelScope = attrs.Factory(trio.CancelScope)
+    #: The whole command (cancelled by the first signal when no work scope is open); made by :func:`run`.
+    outer: trio.CancelScope | None = None
 
     def stop(self, signum: int) -> None:
         """Cancel the innermost work scope (the whole command if none is open)."""
+        import trio
+
         self.signum = signum
+        if self.outer is None:  # no trio code is running: nothing to cancel
+            return
         if self.scopes:
             self.scopes[-1].cancel()
             self.outer.deadline = min(self.outer.deadline, trio.current_time() + GRACE_S)
@@ -152,6 +157,8 @@ def work() -> Iterator[trio.CancelScope]:
     """A part of a command the first signal cancels (reading input, following a log) while
     it is the innermost one open, leaving what encloses it (the client) up while the command
     closes what it opened. Entered after the signal, it is cancelled at once."""
+    import trio
+
     state = _state
     with trio.CancelScope() as scope:
         if state is None:
@@ -169,6 +176,8 @@ def work() -> Iterator[trio.CancelScope]:
 def closing(timeout_s: float = CLOSE_TIMEOUT_S) -> trio.CancelScope:
     """A scope for one closing step: shielded from the signal's cancellation, bounded by
     ``timeout_s`` (``with closing(): await writer.close()``; check ``cancelled_caught``)."""
+    import trio
+
     return trio.CancelScope(deadline=trio.current_time() + timeout_s, shield=True)
 
 
@@ -226,8 +235,10 @@ def run(main: Callable[..., Awaitable[T]], *args: Any) -> T:
     """``trio.run(main, *args)``, stopped by SIGINT or SIGTERM as the module docstring says:
     then it raises :class:`Interrupted` (the root group prints the one line and exits 128 +
     the signal's number). In a thread other than the main one it is ``trio.run``."""
+    import trio
+
     state = _command()
-    state.outer = trio.CancelScope()  # a scope is entered once: one for each run of the command
+    state.outer = outer = trio.CancelScope()  # a scope is entered once: one for each run of the command
 
     async def runner() -> T | None:
         result: T | None = None
@@ -236,7 +247,7 @@ def run(main: Callable[..., Awaitable[T]], *args: Any) -> T:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_watch, signals, state)
-                with state.outer:
+                with outer:
                     result = await main(*args)
                 nursery.cancel_scope.cancel()
         return result
@@ -264,6 +275,8 @@ def run(main: Callable[..., Awaitable[T]], *args: Any) -> T:
 async def run_until_signal(start: Callable[..., Awaitable[Any]], started: str, logger: logging.Logger) -> None:
     """``await nursery.start(start)``, print ``started`` on stderr, then run until SIGTERM or
     SIGINT (logged), which cancels the service."""
+    import trio
+
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(start)

@@ -6,22 +6,27 @@ import json
 import sys
 import tomllib
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 from bkframe.cli import interrupt
 from bkframe.cli.interrupt import close_ledger
+from bkframe.cli.metadata_only import on_metadata_store
 from bkframe.cli.options import ClientGroup, check_quorums, client_security, metadata_option, password_option
-from bkframe.cli.stdin_lines import append_lines
-from bkframe.client.client import Client, open_client
 from bkframe.core.interfaces.metadata_store import iter_ledger_ids
 from bkframe.core.metadata import LEDGER_PAGE
+
+if TYPE_CHECKING:  # the client is imported by the commands that open one, not by `ledger list` or `metadata`
+    from bkframe.client.client import Client
+    from bkframe.core.interfaces.metadata_store import MetadataStore
 
 T = TypeVar("T")
 
 
 def _run(metadata: str, fn: Callable[[Client], Awaitable[T]], **settings: Any) -> T:
+    from bkframe.client.client import open_client
+
     async def main() -> T:
         async with open_client(metadata, **{**client_security(), **settings}) as client:
             with interrupt.work():  # a signal cancels the command, never the client under it
@@ -92,6 +97,8 @@ def append(metadata: str, password: str, keep_open: bool, ledger_id: int) -> Non
     """Each stdin line becomes one entry; prints each entry id once it is acknowledged."""
 
     async def run(client: Client) -> None:
+        from bkframe.cli.stdin_lines import append_lines
+
         writer = await client.open_writer(ledger_id, password=password.encode())
         try:
             refused = await append_lines(writer.append_async)
@@ -148,12 +155,13 @@ def read(metadata: str, password: str, first: int, last: int | None, recover: bo
 @click.argument("ledger_id", type=int)
 def metadata(metadata: str, ledger_id: int) -> None:
     """Print the ledger's metadata as JSON."""
+    client_security()  # not needed to read the store; a token given two ways is still an error
 
-    async def run(client: Client) -> dict[str, Any]:
-        md = await client.ledger_metadata(ledger_id)
+    async def run(store: MetadataStore) -> dict[str, Any]:
+        md = await store.read_ledger(ledger_id)
         return md.to_public_json()  # as the HTTP API's: no password hash
 
-    click.echo(json.dumps(_run(metadata, run), indent=2, sort_keys=True))
+    click.echo(json.dumps(on_metadata_store(metadata, run), indent=2, sort_keys=True))  # the store alone
 
 
 @ledger.command(name="list")
@@ -163,10 +171,11 @@ def metadata(metadata: str, ledger_id: int) -> None:
 def list_ledgers(metadata: str, start: int, limit: int | None) -> None:
     """Print ledger ids from --start on, ascending, one per line. They are read a page at
     a time and printed as they come: a cluster of any size, in little memory."""
+    client_security()  # not needed to read the store; a token given two ways is still an error
 
-    async def run(client: Client) -> None:
+    async def run(store: MetadataStore) -> None:
         left = limit
-        async for ids in iter_ledger_ids(client.metadata, start=start, page=min(LEDGER_PAGE, left or LEDGER_PAGE)):
+        async for ids in iter_ledger_ids(store, start=start, page=min(LEDGER_PAGE, left or LEDGER_PAGE)):
             ids = ids if left is None else ids[:left]
             click.echo("\n".join(map(str, ids)))
             if left is not None:
@@ -174,7 +183,7 @@ def list_ledgers(metadata: str, start: int, limit: int | None) -> None:
                 if left == 0:
                     return
 
-    _run(metadata, run)
+    on_metadata_store(metadata, run)  # the store alone: no client, no bookie
 
 
 @ledger.command()

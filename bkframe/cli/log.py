@@ -8,17 +8,18 @@ import re
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
 import click
-import trio
 
 from bkframe.cli import interrupt
 from bkframe.cli.compaction_options import compaction_line, compaction_settings, with_compaction_options
 from bkframe.cli.interrupt import release_log
+from bkframe.cli.metadata_only import on_metadata_store
 from bkframe.cli.offload_options import offload_settings, offloaded_line, settings_line, with_offload_options
 from bkframe.cli.options import (
+    DURATION,
     UNITS,
     ClientGroup,
     client_security,
@@ -27,12 +28,14 @@ from bkframe.cli.options import (
 )
 from bkframe.cli.options import duration as _duration
 from bkframe.cli.options import seconds as _seconds
-from bkframe.cli.stdin_lines import append_lines
-from bkframe.client.client import open_client
-from bkframe.client.logs.api import CursorInfo, Logs
 from bkframe.client.logs.model import EARLIEST, LogEntry, LogSettings, Position, Where, check_name, parse_where
-from bkframe.client.logs.pending import PendingLogAppend
-from bkframe.client.logs.reader import LogReader
+from bkframe.common.cluster_record import require_cluster
+
+if TYPE_CHECKING:  # the client (numpy, trio...) is imported by the commands that open one, not by `log list`
+    from bkframe.client.logs.api import CursorInfo, Logs
+    from bkframe.client.logs.pending import PendingLogAppend
+    from bkframe.client.logs.reader import LogReader
+    from bkframe.core.interfaces.metadata_store import MetadataStore
 
 T = TypeVar("T")
 
@@ -46,6 +49,8 @@ APPEND_LAC_INTERVAL_S = 0.2
 def run_on_logs(metadata: str, fn: Callable[[Logs], Awaitable[T]], *, explicit_lac_interval_s: float = 0.0) -> T:
     """Run ``fn`` on the logs of a client of ``metadata`` (TLS and token from the command line or
     the environment); a signal stops ``fn``, never the client under it."""
+    from bkframe.client.client import open_client
+
     async def main() -> T:
         async with open_client(
             metadata, explicit_lac_interval_s=explicit_lac_interval_s, **client_security()
@@ -97,8 +102,10 @@ def log_group() -> None:
 @click.option("--digest", type=click.Choice(["CRC32C", "HMAC_SHA256"]), default="CRC32C", show_default=True)
 @click.option("--rollover-entries", type=int, default=LogSettings().rollover_entries, show_default=True)
 @click.option("--rollover-bytes", type=int, default=LogSettings().rollover_bytes, show_default=True)
-@click.option("--rollover-s", type=float, default=LogSettings().rollover_s, show_default=True)
-@click.option("--retention-s", type=float, default=None, help="Trim closed segments older than this.")
+@click.option("--rollover-s", type=DURATION, default=LogSettings().rollover_s, show_default=True,
+              help="Start a new segment after this long (seconds, or a duration such as 4h).")
+@click.option("--retention-s", type=DURATION, default=None,
+              help="Trim closed segments older than this (seconds, or a duration such as 7d).")
 @click.option("--retention-bytes", type=int, default=None, help="Trim the oldest closed segments beyond this size.")
 @click.option("--cursor-ttl", default=None, metavar="DURATION",
               help="A cursor idle this long (e.g. 7d, 12h) stops holding retention back (default: never).")
@@ -195,6 +202,8 @@ def append(
             if not found:  # a line without the separator: a record without a key
                 return writer.append_async(line, properties=properties or None)
             return writer.append_async(payload, key=record_key, properties=properties or None)
+
+        from bkframe.cli.stdin_lines import append_lines
 
         try:
             refused = await append_lines(append_line)
@@ -350,6 +359,8 @@ def tail(
     show = Show(show_positions, show_keys, show_timestamps, as_json)
 
     async def run(logs: Logs) -> None:
+        import trio
+
         reader = await logs.reader(name, password=password.encode())
         # One end for both the start and a dump, so -n N prints N even while writers append.
         end = await reader.end()
@@ -364,13 +375,21 @@ def tail(
             begin = first if first is not None else await _last_records(reader, TAIL_LINES if lines is None else lines, end)
             if cursor is not None:
                 begin = (await logs.create_cursor(name, cursor, begin, password=password.encode())).position
+        printed: list[Position] = []  # the last position printed, and how many: for the line a signal prints
+        count = 0
         try:
             async for chunk in reader.tail_chunks(begin) if follow else reader.chunks(begin, end):
                 _print_entries(show, chunk)
+                if chunk:
+                    printed[:] = [chunk[-1].position]
+                    count += len(chunk)
                 if cursor is not None and chunk:
                     with trio.CancelScope(shield=True):  # printed, so acknowledged: never one without the other
                         await logs.ack(name, cursor, chunk[-1].position)
         finally:
+            if cursor is None and interrupt.interrupted():  # (with --cursor: where it resumes, below)
+                last = f" (the last at {printed[0]})" if printed else ""
+                interrupt.closed(f"stopped reading log {name} after {count} record{'s' if count != 1 else ''}{last}")
             if cursor is not None and interrupt.interrupted():
                 with interrupt.closing():
                     stored = await logs.cursor(name, cursor)  # stores this run's acks first
@@ -383,18 +402,20 @@ def tail(
 @metadata_option()
 def list_logs(metadata: str) -> None:
     """Print every log name, one per line."""
+    client_security()  # not needed to read the store; a token given two ways is still an error
 
-    async def run(logs: Logs) -> None:
+    async def run(store: MetadataStore) -> None:
+        await require_cluster(store)
         # A page at a time: a cluster may hold 10^5 logs.
         start = ""
-        while page := await logs.list_logs(start=start, limit=LIST_PAGE):
+        while page := await store.list_logs(start=start, limit=LIST_PAGE):
             for name in page:
                 click.echo(name)
             if len(page) < LIST_PAGE:
                 break
             start = page[-1] + "\0"
 
-    run_on_logs(metadata, run)
+    on_metadata_store(metadata, run)  # the store alone: no client, no bookie (docs/benchmarks/process-costs.md)
 
 
 @log_group.command()
@@ -429,8 +450,8 @@ def info(metadata: str, password: str, name: str, as_json: bool) -> None:
     s = md.settings
     click.echo(f"log {md.name}: {s.ledger_type} E={s.ensemble} W={s.write_quorum} A={s.ack_quorum} {s.digest.value}")
     click.echo(
-        f"rollover: {s.rollover_entries} entries, {s.rollover_bytes} bytes, {s.rollover_s:g} s; "
-        f"retention: {'-' if s.retention_s is None else f'{s.retention_s:g} s'}, "
+        f"rollover: {s.rollover_entries} entries, {s.rollover_bytes} bytes, {_seconds(s.rollover_s)}; "
+        f"retention: {_seconds(s.retention_s)}, "
         f"{'-' if s.retention_bytes is None else f'{s.retention_bytes} bytes'}; "
         f"cursor TTL: {_seconds(s.cursor_ttl_s) if s.cursor_ttl_s is not None else 'none'}"
     )

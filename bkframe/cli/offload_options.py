@@ -3,14 +3,16 @@ and ``log info``'s lines of offload settings and of what is offloaded."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bkframe.cli.options import duration as _duration
 from bkframe.cli.options import seconds as _seconds
-from bkframe.client.logs.api import LogInfo
 from bkframe.client.logs.model import LogSettings
+
+if TYPE_CHECKING:
+    from bkframe.client.logs.api import LogInfo
 
 #: Written for an option to unset it.
 NONE = "none"

@@ -20,12 +20,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 class EnvOption(click.Option):
     """An option that may come from an environment variable and says so where a user looks:
     in its error ("Missing option '--metadata' (or set $BKFRAME_METADATA)", click's own
-    names only the flag) and in ``--help`` (unless its help text names the variable already)."""
+    names only the flag) and in ``--help``, as every option's help names its variable:
+    ``(or $BKFRAME_METADATA)`` (added unless its help text names the variable already), never
+    click's ``[env var: ...]``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if isinstance(self.envvar, str) and f"${self.envvar}" not in (self.help or ""):
-            self.show_envvar = True
+            self.help = f"{self.help or ''} (or ${self.envvar})".strip()
 
     def get_error_hint(self, ctx: click.Context | None) -> str:
         hint = super().get_error_hint(ctx)
@@ -175,6 +177,22 @@ def duration(text: str, option: str) -> float:
     if not m or float(m.group(1)) <= 0:
         raise click.BadParameter(f"{text!r}: write a duration > 0 such as 90s, 15m, 12h or 7d", param_hint=option)
     return float(m.group(1)) * UNITS.get(m.group(2) or "s", 1)
+
+
+class Duration(click.ParamType):
+    """A duration option's value in seconds: ``604800`` or ``604800s``, ``15m``, ``12h``, ``7d``
+    (options named ``--...-s`` take seconds, and these too, as every other duration option does)."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        return duration(str(value), param.opts[0] if param is not None else "")
+
+
+#: ``type=DURATION``: seconds, or a duration such as ``7d``.
+DURATION = Duration()
 
 
 def seconds(s: float | None) -> str:

@@ -17,25 +17,27 @@ import os
 from collections.abc import Iterable, Mapping
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pluggy
 
 from bkframe.core import hookspecs
 from bkframe.core.config import Config, declared_directories, parse_section
-from bkframe.core.counters import Counters
 from bkframe.core.interfaces.auth import DEFAULT_PROVIDER as DEFAULT_AUTH_PROVIDER
 from bkframe.core.interfaces.auth import READERS_KEY, AuthProvider, readers_of
-from bkframe.core.interfaces.durability import DurabilityPolicy
-from bkframe.core.interfaces.entry_log import EntryLogManager
-from bkframe.core.interfaces.journal import Journal
-from bkframe.core.interfaces.ledger_storage import LedgerStorage
-from bkframe.core.interfaces.metadata_store import MetadataStore
-from bkframe.core.interfaces.placement import PlacementPolicy
-from bkframe.core.interfaces.tier import Tier
 from bkframe.core.registry import Component, ComponentKind, ComponentRegistry, LedgerTypes, PluginDefectError
 from bkframe.errors import ConfigError, MetadataError, PluginError
+
+if TYPE_CHECKING:  # what the parts are; a process that makes none of them does not import them (trio)
+    from bkframe.core.counters import Counters
+    from bkframe.core.interfaces.durability import DurabilityPolicy
+    from bkframe.core.interfaces.entry_log import EntryLogManager
+    from bkframe.core.interfaces.journal import Journal
+    from bkframe.core.interfaces.ledger_storage import LedgerStorage
+    from bkframe.core.interfaces.metadata_store import MetadataStore
+    from bkframe.core.interfaces.placement import PlacementPolicy
+    from bkframe.core.interfaces.tier import Tier
 
 log = logging.getLogger("bkframe.plugins")
 

@@ -24,13 +24,13 @@ from bkframe.core.config import DIRECTORY, DIRECTORY_KEY_NAMES
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces.auth import AuthProvider
 from bkframe.core.interfaces.durability import DurabilityPolicy
-from bkframe.core.interfaces.entry_log import EntryLogManager
-from bkframe.core.interfaces.journal import Journal
-from bkframe.core.interfaces.ledger_storage import LedgerStorage
 from bkframe.core.interfaces.placement import PlacementPolicy
 from bkframe.errors import PluginError, UnknownLedgerTypeError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the storage protocols import trio, which a registry does not need
+    from bkframe.core.interfaces.entry_log import EntryLogManager
+    from bkframe.core.interfaces.journal import Journal
+    from bkframe.core.interfaces.ledger_storage import LedgerStorage
     from bkframe.core.interfaces.metadata_store import MetadataStore
     from bkframe.core.interfaces.tier import Tier
 

@@ -11,17 +11,19 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 import attrs
 
 from bkframe.core.hookspecs import hookimpl
-from bkframe.core.interfaces import Spawner
 from bkframe.core.interfaces.metadata_store import LogChange, check_log_changes
 from bkframe.core.metadata import BookieInfo, ClusterRecord, LedgerMetadata, UnderReplicated, Versioned, id_in_use
 from bkframe.core.registry import ComponentRegistry
 from bkframe.errors import BadVersionError, BKError, LedgerExistsError, LogExistsError, NoSuchLedgerError, NoSuchLogError
+
+if TYPE_CHECKING:  # a type only: the value imports trio (bkframe.core.interfaces)
+    from bkframe.core.interfaces import Spawner
 
 SCHEME = "memory://"
 

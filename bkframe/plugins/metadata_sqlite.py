@@ -19,17 +19,19 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
 from bkframe.core.hookspecs import hookimpl
-from bkframe.core.interfaces import Spawner
 from bkframe.core.interfaces.metadata_store import LogChange, check_log_changes
 from bkframe.core.metadata import BookieInfo, ClusterRecord, LedgerMetadata, UnderReplicated, Versioned, id_in_use
 from bkframe.core.registry import ComponentRegistry
 from bkframe.errors import BadVersionError, LedgerExistsError, LogExistsError, MetadataError, NoSuchLedgerError, NoSuchLogError
 from bkframe.plugins.sqlite_leases import LIVE, SqliteLock, SqliteRegistration, add_lease_columns, expiry_params, now_params
+
+if TYPE_CHECKING:  # a type only: the value imports trio (bkframe.core.interfaces)
+    from bkframe.core.interfaces import Spawner
 
 log = logging.getLogger("bkframe.metadata.sqlite")
 

@@ -19,8 +19,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
-import trio
-
 from bkframe.core.counters import Counters
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import BKError
@@ -81,6 +79,8 @@ class EntryLogFiles:
         self._flushed_writes = 0
         # One thread is enough: fsyncs of one disk do not go faster in parallel, and a
         # limiter of our own keeps them from starving trio's default thread pool.
+        import trio  # here, not at import: registering the plugins that use this module needs no trio
+
         self._limiter = trio.CapacityLimiter(1)
         self._flush_lock = trio.Lock()
         #: Why an fsync failed, once one did (see :meth:`flush`).
@@ -225,6 +225,8 @@ class EntryLogFiles:
 
     async def flush(self) -> None:
         """fsync every log written since the last flush, and the directory if it changed."""
+        import trio
+
         target = self._writes
         async with self._flush_lock:
             if self._sync_failure is not None:

@@ -5,7 +5,6 @@ plugins. Blocking: call them off the event loop where they may wait on the disk.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,9 +76,18 @@ def append_durably(path: Path, data: bytes, *, room: int = 0) -> None:
         fsync_dir(path.parent)
 
 
+def _libc_function(name: str) -> Any:
+    """The C library's ``name``, or None. Looked up among the symbols the process has loaded
+    (libc's among them): ``ctypes.util.find_library`` would run ``ldconfig -p`` twice at
+    every import, ~40 ms of each process's start, a one-shot CLI command's included."""
+    try:
+        return getattr(ctypes.CDLL(None, use_errno=True), name, None)
+    except OSError:  # a platform without dlopen(NULL)
+        return None
+
+
 def _fallocate() -> Any:
-    libc = ctypes.util.find_library("c")
-    fn = getattr(ctypes.CDLL(libc, use_errno=True), "fallocate", None) if libc else None
+    fn = _libc_function("fallocate")
     if fn is not None:
         fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
     return fn
@@ -107,8 +115,7 @@ def remove_durably(path: Path) -> None:
 
 
 def _syncfs() -> object | None:
-    libc = ctypes.util.find_library("c")
-    fn = getattr(ctypes.CDLL(libc, use_errno=True), "syncfs", None) if libc else None
+    fn: object | None = _libc_function("syncfs")
     return fn
 
 

@@ -68,7 +68,7 @@ async def test_a_bookie_bound_to_every_interface_registers_where_it_is_reached(t
     try:
         host, port = bookie.address.rsplit(":", 1)
         assert host not in WILDCARD_HOSTS and int(port) > 0
-        assert f"listening on 0.0.0.0:{port}, advertised as {bookie.address} (" in bookie.log()
+        assert f"bound to 0.0.0.0:{port}, advertised as {bookie.address} (" in bookie.log()
         # The default id is the advertised address, and so is the registered address.
         assert {i: b["address"] for i, b in registered(metadata).items()} == {bookie.address: bookie.address}
         async with bkframe.open_client(metadata) as client:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import click
 
-from bkframe.cli.main import main
+from bkframe.cli.main import COMMANDS, main
 
 #: Markup that means something to Sphinx and nothing to a terminal.
 MARKUP = ("``", ":mod:", ":func:", ":class:", ":meth:", ":data:", ":attr:")
@@ -45,3 +45,28 @@ def test_every_help_text_is_plain() -> None:
     assert {"bkframe ledger metadata", "bkframe bookies list", "bkframe log offload", "bkframe bench scale metadata"} <= set(seen)
     assert not marked, f"--help shows reStructuredText markup: {marked}"
     assert not twice, f"options declared twice: {twice}"
+
+
+def test_the_root_help_lines_are_the_commands_own() -> None:
+    """``bkframe --help`` lists the commands from :data:`bkframe.cli.main.COMMANDS` without
+    importing them: each line there is the command's own (its docstring's first sentence)."""
+    ctx = click.Context(main, info_name="bkframe")
+    for name, (_, summary) in COMMANDS.items():
+        command = main.get_command(ctx, name)
+        assert command is not None
+        assert summary == command.get_short_help_str(limit=10**6), name
+
+
+def test_verbose_may_come_after_the_command() -> None:
+    """``-v`` is the root group's, taken wherever it is on the line before ``--``: so no
+    command may have a ``-v`` or ``--verbose`` of its own."""
+    ctx = click.Context(main, info_name="bkframe")
+    rest = main.parse_args(ctx, ["log", "list", "-vv", "--metadata", "sqlite:///x.db", "-v"])
+    assert ctx.params["verbose"] == 3 and rest[-3:] == ["list", "--metadata", "sqlite:///x.db"]
+    ctx = click.Context(main, info_name="bkframe")
+    rest = main.parse_args(ctx, ["ledger", "read", "--", "-v"])
+    assert ctx.params["verbose"] == 0 and rest[-1] == "-v"
+    for path, command_ctx in commands(main, click.Context(main, info_name="bkframe")):
+        if path != "bkframe":
+            opts = {o for p in command_ctx.command.params for o in (*p.opts, *p.secondary_opts)}
+            assert not opts & {"-v", "--verbose"}, path

@@ -161,6 +161,20 @@ def test_a_log_writer_and_a_cursor_consumer_stop_cleanly(shared_cluster: Cluster
     assert [text for _, text in first_run + second_run] == append.written[: len(append.out)]
 
 
+def test_a_followed_tail_says_what_it_printed(shared_cluster: Cluster, client: BlockingClient) -> None:
+    """Ctrl-C to ``log tail -f`` (no cursor): its line says how far it got, as every other
+    command's says what it closed."""
+    meta = ("--metadata", shared_cluster.metadata)
+    client.logs.create("followed")
+    with client.logs.open_writer("followed") as writer:
+        for i in range(3):
+            writer.append(f"r{i}".encode())
+    tail = Command("log", "tail", "followed", *meta, "-f", "--from", "earliest", "--positions")
+    tail.wait_for(3)
+    line = tail.stop(signal.SIGINT)
+    assert line == f"interrupted: stopped reading log followed after 3 records (the last at {tail.out[-1].split()[0]})"
+
+
 async def test_a_client_that_closes_with_appends_in_flight_blames_no_bookie(
     shared_cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:

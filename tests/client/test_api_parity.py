@@ -99,8 +99,6 @@ BLOCKING_ONLY = {
 #: Keyword-only parameters (with defaults) that only the blocking twin takes.
 BLOCKING_EXTRA_PARAMETERS = {
     "BlockingReadHandle.tail": {"idle_timeout_s": "a plain iterator cannot be cancelled from outside: it ends when idle"},
-    "BlockingLogReader.tail": {"idle_timeout_s": "a plain iterator cannot be cancelled from outside: it ends when idle"},
-    "BlockingLogReader.tail_chunks": {"idle_timeout_s": "(as tail)"},
     "connect": {
         "timeout_s": "bounds opening the metadata store; `async with` is bounded by the caller's cancel scope",
         "loop": "the event loop of the blocking client's thread; the async client runs in the caller's",
@@ -134,7 +132,8 @@ def hints(fn: Callable[..., Any]) -> dict[str, Any]:
     # Names a module imports only for type checking are found among bkframe's public ones.
     # Annotations name pyarrow as `pa` (and pyarrow.dataset as `ds`) under TYPE_CHECKING (an optional dependency),
     # and prometheus_client's CollectorRegistry (imported when a client's metrics are first read).
-    localns = {**vars(bkframe), "pa": pyarrow, "ds": pyarrow.dataset, "CollectorRegistry": prometheus_client.CollectorRegistry}
+    public = {name: getattr(bkframe, name) for name in bkframe.__all__}  # imported on first use: not all in vars()
+    localns = {**public, "pa": pyarrow, "ds": pyarrow.dataset, "CollectorRegistry": prometheus_client.CollectorRegistry}
     return typing.get_type_hints(fn, localns=localns)
 
 

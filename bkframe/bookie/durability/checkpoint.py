@@ -86,7 +86,10 @@ class Checkpointer:
             syncs = sum(fsync.sync_tree(d) for d in self.storage_dirs)
             self.counters.storage_fsyncs += syncs
         self.replayed_records = count
-        log.info("replayed %d journal records after %s", count, mark)
+        since = "since the journal's start (no checkpoint yet)" if mark is None else (
+            f"after the checkpoint at journal file {mark.file_id}, offset {mark.offset}"
+        )
+        log.info("replayed %d journal records %s", count, since)
         return count
 
     def _replay_from(self, mark: JournalPosition | None) -> int:

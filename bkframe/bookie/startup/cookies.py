@@ -86,6 +86,21 @@ class CookieCheck(enum.Enum):
         return self is CookieCheck.FIXED
 
 
+def cookie_conflict(local: Cookie | None, remote: Cookie | None, bookie_id: str) -> str | None:
+    """Why bookie ``bookie_id`` with the data dir's cookie ``local`` is not the bookie the
+    metadata store's cookie ``remote`` stands for, or None if nothing is in the way (they match,
+    or the store knows no such bookie and the data dir is this bookie's or new)."""
+    if local is not None and local.bookie_id != bookie_id:
+        return f"its data dir belongs to bookie {local.bookie_id!r}"
+    if remote is None:
+        return None
+    if local is None:
+        return "its data dir has no cookie: the dir is new, missing or was wiped"
+    if local.instance_id != remote.instance_id:
+        return "its data dir holds another instance's cookie: the dir was replaced (e.g. restored from a backup)"
+    return None
+
+
 def _new_cookie(bookie_id: str, address: str, data_dir: Path) -> Cookie:
     return Cookie(bookie_id, address, (str(data_dir.resolve()),), uuid.uuid4().hex)
 
@@ -105,14 +120,9 @@ async def check_cookies(
     if local is not None and remote is None and local.bookie_id == bookie_id:
         await store.write_cookie(bookie_id, local.serialize(), None)
         return CookieCheck.STAMPED_METADATA
-    if local is not None and remote is not None and local.instance_id == remote.instance_id and local.bookie_id == bookie_id:
+    problem = cookie_conflict(local, remote, bookie_id)
+    if problem is None:
         return CookieCheck.MATCH
-    if local is None:
-        problem = "its data dir has no cookie: the dir is new, missing or was wiped"
-    elif local.bookie_id != bookie_id:
-        problem = f"its data dir belongs to bookie {local.bookie_id!r}"
-    else:
-        problem = "its data dir holds another instance's cookie: the dir was replaced (e.g. restored from a backup)"
     if not auto_fix:
         raise CookieError(
             f"bookie {bookie_id!r} refuses to start: {problem}, but the metadata store knows this bookie. "

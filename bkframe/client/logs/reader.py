@@ -22,9 +22,9 @@ back to the bookies when the tier fails and the ledger is still there.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import anyio
 
@@ -485,20 +485,38 @@ class LogReader:
 
     # -- tailing ---------------------------------------------------------------------------
 
-    async def tail(self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0) -> AsyncIterator[LogEntry]:
+    async def tail(
+        self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0, idle_timeout_s: float | None = None
+    ) -> AsyncIterator[LogEntry]:
         """Yield every confirmed entry from ``start`` on, in order, across segments, waiting
-        for new ones; it ends only when cancelled (or raises if the log is deleted)."""
-        async for chunk in self.tail_chunks(start, poll_timeout_s=poll_timeout_s):
+        for new ones; it ends when cancelled, or (with ``idle_timeout_s``) once no entry came
+        for that long -- as the blocking reader's ``tail`` -- and raises if the log is deleted."""
+        async for chunk in self.tail_chunks(start, poll_timeout_s=poll_timeout_s, idle_timeout_s=idle_timeout_s):
             for entry in chunk:
                 yield entry
 
-    async def tail_chunks(self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0) -> AsyncIterator[list[LogEntry]]:
+    async def tail_chunks(
+        self, start: Where = EARLIEST, *, poll_timeout_s: float = 1.0, idle_timeout_s: float | None = None
+    ) -> AsyncIterator[list[LogEntry]]:
         """:meth:`tail`, a chunk of entries at a time.
 
         One loop on purpose: the tail is a small state machine over (position, wait), each
         branch moving one or the other; read together they show that every way round either
         yields, advances or waits.
         """
+        if idle_timeout_s is not None:
+            chunks = cast(AsyncGenerator[list[LogEntry], None], self.tail_chunks(start, poll_timeout_s=poll_timeout_s))
+            while True:
+                got: list[LogEntry] | None = None
+                with anyio.move_on_after(idle_timeout_s):  # never around a yield: the caller's code runs there
+                    try:
+                        got = await chunks.__anext__()
+                    except StopAsyncIteration:
+                        return
+                if got is None:  # idle for idle_timeout_s: the tail ends
+                    await chunks.aclose()
+                    return
+                yield got
         pos = await self.resolve(start)
         wait = FIRST_WAIT_S
         while True:

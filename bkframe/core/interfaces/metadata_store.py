@@ -12,11 +12,10 @@ them as opaque bytes with a version, compared-and-set like ledger metadata.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio
 
-from bkframe.core.interfaces import Spawner
 from bkframe.core.metadata import (
     LEDGER_PAGE,
     BookieInfo,
@@ -25,6 +24,9 @@ from bkframe.core.metadata import (
     UnderReplicated,
     Versioned,
 )
+
+if TYPE_CHECKING:  # a type only: the value imports trio (bkframe.core.interfaces)
+    from bkframe.core.interfaces import Spawner
 
 
 @runtime_checkable

@@ -29,8 +29,6 @@ from .ledger_index import LedgerIndex
 #: The storage's logger, as before this module was split from it: one name for its messages.
 log = logging.getLogger("bkframe.plugins.ledger_storage_default.storage")
 
-#: A sealed entry log whose live bytes are below this fraction of its size is compacted.
-DEFAULT_COMPACTION_THRESHOLD = 0.5
 #: Bytes of live records copied per step of a compaction (the event loop runs in between).
 COMPACTION_STEP_BYTES = 4 << 20
 

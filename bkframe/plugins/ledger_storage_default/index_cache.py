@@ -17,10 +17,8 @@ from collections.abc import Callable
 
 from bkframe.storage_kit.open_files import open_or_evict
 
+from .config import MIN_OPEN_INDEXES
 from .ledger_index import LedgerIndex
-
-#: Fewest open indexes a cache may be limited to (see the module docstring).
-MIN_OPEN_INDEXES = 2
 
 
 class IndexCache:

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import trio
 
+from .config import DEFAULT_SPARES
+
 log = logging.getLogger("bkframe.bookie")
 
 SPARE_DIR = "spare-index"
-#: Files kept ready; the thread makes more once fewer than half are left.
-DEFAULT_SPARES = 64
 #: Spares are made only while their filesystem has this much free: on a small or nearly
 #: full disk the space is the bookie's, and indexes are made as their ledgers come.
 MIN_FREE_BYTES = 256 * 1024 * 1024

@@ -33,7 +33,13 @@ from bkframe.storage_kit import fsync
 from bkframe.storage_kit.fsync import fsync_dir
 from bkframe.storage_kit.open_files import OutOfFilesError, is_out_of_files
 
-from .compaction import DEFAULT_COMPACTION_THRESHOLD, Compactor
+from .compaction import Compactor
+from .config import (
+    DEFAULT_COMPACTION_THRESHOLD,
+    DEFAULT_INDEX_INITIAL_ENTRIES,
+    DEFAULT_MAX_OPEN_INDEXES,
+    DEFAULT_SPARES,
+)
 from .entry_record import ENTRY_RECORD, RECORD_HEADER_BYTES, RECORD_HEADER_DTYPE, read_record
 from .index_cache import IndexCache
 from .ledger_index import (
@@ -47,12 +53,9 @@ from .ledger_index import (
     sync_index_file,
 )
 from .ledger_table import LedgerTable
-from .spare_index_files import DEFAULT_SPARES, SpareIndexFiles
+from .spare_index_files import SpareIndexFiles
 from .startup import adopt_orphans, log, lost_records
 
-DEFAULT_INDEX_INITIAL_ENTRIES = 1024
-#: Indexes open at once (two file descriptors each): about 512 fds, however many ledgers.
-DEFAULT_MAX_OPEN_INDEXES = 256
 TABLE_FILE = "ledgers.tbl"
 #: Entry ids index a dense table, so a huge id would mean a huge (sparse) index file;
 #: BookKeeper ids count up from 0, and 2**31 entries is far beyond any real ledger.

@@ -40,6 +40,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from bkframe import BlockingClient, connect
@@ -304,15 +305,16 @@ def run_pipeline(
                             "batches": batches}
 
         since_ms = event_ms(rows // 2)
+        since = datetime.fromtimestamp(since_ms / 1000, UTC).isoformat(timespec="milliseconds")  # for people
         start = time.perf_counter()
         sums, replayed = replay_since(spark, metadata, events, since_ms)
         replay_s = time.perf_counter() - start
         if sums != expected_since(rows, since_ms) or replayed != rows - rows // 2:
             raise PipelineError(
-                f"reading log {events!r} from event time {since_ms} gave {replayed} events and sums {sums}; "
+                f"reading log {events!r} from event time {since} ({since_ms} ms) gave {replayed} events and sums {sums}; "
                 f"expected {rows - rows // 2} events and {expected_since(rows, since_ms)}"
             )
-        out(f"  replay from a time: {replayed:,} events of log {events!r} from event time {since_ms} on (the second "
+        out(f"  replay from a time: {replayed:,} events of log {events!r} from event time {since} on (the second "
             f"half, found by time) summed per user in {replay_s:.2f} s: {replayed / replay_s:,.0f} rows/s; verified")
         report["replay"] = {"seconds": replay_s, "rows_per_s": replayed / replay_s, "rows": replayed}
 

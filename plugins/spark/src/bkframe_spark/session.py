@@ -20,6 +20,10 @@ def local_session(
     """``local[threads, task_attempts]``, listening on loopback only: Spark's local mode gives a failed task no second
     attempt unless asked (``local[N, F]``); a cluster retries 4 times by default.
     ``java_options``: for the JVM it starts (``spark.driver.extraJavaOptions``)."""
+    # Spark looks up the machine's address as its JVM starts, before any setting is read, and
+    # warns when the hostname resolves to loopback (Debian's 127.0.1.1): for a local session
+    # the address is loopback on purpose, which SPARK_LOCAL_IP tells it first.
+    os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     builder = _configured(f"local[{threads},{task_attempts}]", app, threads)
     # Everything runs on this machine: the driver listens on loopback only, not on the
     # address Spark would pick (the first interface's, reachable from the network).
