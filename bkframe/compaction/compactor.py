@@ -110,11 +110,12 @@ class _Rewrite:
 
     segment: Segment
     ledger_id: int
-    kept: int = 0
-    kept_bytes: int = 0
-    index_entries: int = 0
+    #: Records kept, their bytes, and the index entries after them (filled as it is written).
+    kept: int = attrs.field(default=0)
+    kept_bytes: int = attrs.field(default=0)
+    index_entries: int = attrs.field(default=0)
     #: A segment only in the tier: its new object (the ledger stays as it is, gone).
-    offload: Offload | None = None
+    offload: Offload | None = attrs.field(default=None)
 
 
 @attrs.frozen
