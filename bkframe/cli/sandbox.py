@@ -125,22 +125,7 @@ def _run(
         # Until SIGINT or SIGTERM (bkframe.cli.interrupt cancels it), or the demo's end.
         try:
             await trio.to_thread.run_sync(partial(cluster.start, parallel=True))
-            state = {
-                "metadata": metadata,
-                "pid": os.getpid(),
-                "bookies": [
-                    {"id": b.bookie_id, "address": b.address, "pid": b.proc.pid if b.proc else 0, "log": str(b.log_path),
-                     "rack": b.rack, "http": b.http_url}
-                    for b in cluster.bookies
-                ],
-            }
-            (data_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
-            click.echo(f"sandbox: {bookies} bookie{'s' if bookies != 1 else ''} on {metadata}")
-            for b in cluster.bookies:
-                rack = f", rack {b.rack}" if b.rack else ""
-                click.echo(f"  {b.bookie_id} at {b.address}{rack} (log: {b.log_path}), admin http {b.http_url}")
-            click.echo(f"status page: {cluster.bookies[0].http_url}/")
-            click.echo(f"wrote {data_dir / STATE_FILE}")
+            _announce(cluster, data_dir, metadata)
             if demo:
                 await run_demo(metadata, bookies, click.echo, tier_dir=data_dir / "tier")
                 if not no_spark:
@@ -168,6 +153,27 @@ def _run(
         click.echo("sandbox stopped", err=True)
         raise click.exceptions.Exit(1) from None
     click.echo("sandbox stopped")
+
+
+def _announce(cluster: Cluster, data_dir: Path, metadata: str) -> None:
+    """Write the running sandbox's state file and say where its bookies are."""
+    state = {
+        "metadata": metadata,
+        "pid": os.getpid(),
+        "bookies": [
+            {"id": b.bookie_id, "address": b.address, "pid": b.proc.pid if b.proc else 0, "log": str(b.log_path),
+             "rack": b.rack, "http": b.http_url}
+            for b in cluster.bookies
+        ],
+    }
+    (data_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+    n = len(cluster.bookies)
+    click.echo(f"sandbox: {n} bookie{'s' if n != 1 else ''} on {metadata}")
+    for b in cluster.bookies:
+        rack = f", rack {b.rack}" if b.rack else ""
+        click.echo(f"  {b.bookie_id} at {b.address}{rack} (log: {b.log_path}), admin http {b.http_url}")
+    click.echo(f"status page: {cluster.bookies[0].http_url}/")
+    click.echo(f"wrote {data_dir / STATE_FILE}")
 
 
 def _whose(given: str | None, own: str) -> str:
