@@ -24,7 +24,11 @@ The systems:
 
 Printed: records/s from the consumers' start to the last ack, and the latency of one record
 to an idle consumer (append to receipt, median of ``--pings``), with, for bkframe, the same
-for a reader tailing the log (the aim: dispatch within 2x a tail's).
+for a reader tailing the log (the aim: dispatch within 2x a tail's). Also the CPU seconds
+per 1,000 records of each server process and of the consumers together (``cpu_per_1k``:
+``/proc/<pid>/stat`` utime+stime from the consumers' start to their end, and each consumer's
+own ``os.times()``), which the machine's load does not change much; for bkframe the bookie
+that hosts the owner is ``owner``.
 
     .venv/bin/python benchmarks/subscriptions/queues.py --records 20000 --consumers 8 --acks confirmed,grouped
 
@@ -97,6 +101,14 @@ class System:
     def publish_one(self, payload: bytes) -> None: ...
     def consumer_args(self) -> list[str]: ...
 
+    def cpu_pids(self) -> dict[str, int]:
+        """The server processes whose CPU is counted, by label."""
+        return {f"server-{i}": p.pid for i, p in enumerate(self.procs)}
+
+    def cpu_labels(self) -> dict[str, str]:
+        """Labels given once the run is over (bkframe: which bookie hosts the owner)."""
+        return {}
+
     def stop(self) -> None:
         for p in self.procs:
             p.send_signal(signal.SIGTERM)
@@ -136,6 +148,13 @@ class Bkframe(System):
 
     def consumer_args(self) -> list[str]:
         return [self.uri]
+
+    def cpu_pids(self) -> dict[str, int]:
+        return {b.bookie_id: b.proc.pid for b in self.cluster.bookies if b.proc is not None}
+
+    def cpu_labels(self) -> dict[str, str]:
+        owner = self.bk.logs.subscription_stats("jobs", "workers").owner
+        return {b.bookie_id: "owner" if b.bookie_id == owner else "other" for b in self.cluster.bookies}
 
     def stop(self) -> None:
         self.writer.close()
@@ -310,6 +329,7 @@ def consume_nats(url: str, grouped: bool) -> tuple[int, float, list[float]]:
 
 def consumer_main(system: str, args: list[str], me: str) -> None:
     sys.stdin.readline()  # "go"
+    t0 = os.times()
     acks, target = args[0], args[1]
     grouped = acks == "grouped"
     if system == "bkframe":
@@ -318,7 +338,16 @@ def consumer_main(system: str, args: list[str], me: str) -> None:
         result = consume_redis(target, me, grouped)
     else:
         result = consume_nats(target, grouped)
-    print(json.dumps({"count": result[0], "last": result[1], "latencies": result[2]}), flush=True)
+    t1 = os.times()
+    cpu, sys_cpu = (t1.user - t0.user) + (t1.system - t0.system), t1.system - t0.system
+    print(json.dumps({"count": result[0], "last": result[1], "latencies": result[2], "cpu": cpu, "sys": sys_cpu}), flush=True)
+
+
+def cpu_s(pid: int) -> tuple[float, float]:
+    """utime + stime and stime of ``pid`` so far (s)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick
 
 
 # -- one run ------------------------------------------------------------------------------------
@@ -353,6 +382,8 @@ def run_system(cls: type[System], records: int, size: int, consumers: int, pings
                 for i in range(consumers)
             ]
             time.sleep(2.0)  # let them connect before the clock starts
+            pids = system.cpu_pids()
+            cpu0 = {label: cpu_s(pid) for label, pid in pids.items()}
             go = time.time()
             for p in procs:
                 assert p.stdin is not None
@@ -363,12 +394,22 @@ def run_system(cls: type[System], records: int, size: int, consumers: int, pings
             for p in procs:
                 out, _ = p.communicate(timeout=600)
                 results.append(json.loads(out.strip().splitlines()[-1]))
+            cpu1 = {label: cpu_s(pid) for label, pid in pids.items()}
             total = sum(r["count"] for r in results)
             elapsed = max(r["last"] for r in results) - go
+            labels = system.cpu_labels()
+            named = {label: f"{label}({labels[label]})" if label in labels else label for label in pids}
+            per_1k = {named[label]: round((cpu1[label][0] - cpu0[label][0]) * 1000 / total, 3) for label in pids}
+            per_1k["consumers"] = round(sum(r["cpu"] for r in results) * 1000 / total, 3)
+            per_1k["total"] = round(sum(per_1k.values()), 3)
+            # Of which in the kernel (system time): sockets, the journal's writes and fsyncs.
+            sys_1k = {named[label]: round((cpu1[label][1] - cpu0[label][1]) * 1000 / total, 3) for label in pids}
+            sys_1k["consumers"] = round(sum(r.get("sys", 0.0) for r in results) * 1000 / total, 3)
             ping = _pings(system, cls, pings, acks)
             row: dict[str, Any] = {
                 "system": cls.name, "acks": acks, "records": records, "consumed": total, "size": size, "consumers": consumers,
                 "records_per_s": round(records / elapsed), "idle_dispatch_ms_p50": round(statistics.median(ping) * 1000, 2),
+                "cpu_per_1k": per_1k, "sys_per_1k": sys_1k, "load": os.getloadavg()[0],
             }
             if isinstance(system, Bkframe):
                 row["tail_ms_p50"] = round(statistics.median(tail_latency(system, pings)) * 1000, 2)
