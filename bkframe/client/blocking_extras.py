@@ -14,6 +14,7 @@ own, because synchronous callers have no loop to lend.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from contextlib import AbstractAsyncContextManager
@@ -22,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, TypeVarTuple, cast
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
+import outcome
+import trio
 
 from bkframe.client.blocking_tail import BlockingTail, singly
 from bkframe.client.client import Client
@@ -66,6 +69,9 @@ class ClientBase:
         self._error: BaseException | None = None
         self._client: Client | None = None
         self._token: anyio.lowlevel.EventLoopToken | None = None
+        #: With the trio loop: its token and thread, for the blocking calls' own hop (:meth:`_run`).
+        self._trio_token: trio.lowlevel.TrioToken | None = None
+        self._loop_thread = 0
         self._stop: anyio.Event | None = None
         self._nursery: anyio.abc.TaskGroup
         self._thread = threading.Thread(target=self._thread_main, name="bkframe-client", daemon=True)
@@ -88,6 +94,9 @@ class ClientBase:
             self._client = client
             self._nursery = nursery
             self._token = anyio.lowlevel.current_token()
+            if self._loop == "trio":
+                self._trio_token = trio.lowlevel.current_trio_token()
+                self._loop_thread = threading.get_ident()
             self._stop = anyio.Event()
             self._ready.set()
             await self._stop.wait()
@@ -95,9 +104,12 @@ class ClientBase:
             nursery.cancel_scope.cancel()
 
     def _run(self, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
+        token = self._trio_token
+        if token is not None and threading.get_ident() != self._loop_thread:
+            return _hop(token, fn, args)
         assert self._token is not None
         # (every fn given here is a coroutine function: anyio's type says so, ours says Awaitable)
-        return anyio.from_thread.run(cast(Callable[[*Ts], Coroutine[Any, Any, T]], fn), *args, token=self._token)
+        return anyio.from_thread.run(_as_coroutine_function(fn), *args, token=self._token)
 
     @property
     def client(self) -> Client:
@@ -138,6 +150,44 @@ class ClientBase:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _as_coroutine_function(fn: Callable[[*Ts], Awaitable[T]]) -> Callable[[*Ts], Coroutine[Any, Any, T]]:
+    return cast(Callable[[*Ts], Coroutine[Any, Any, T]], fn)
+
+
+def _hop(token: trio.lowlevel.TrioToken, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> T:
+    """``await fn(*args)`` in the trio loop of ``token``, from another thread, and its
+    outcome. What ``trio.from_thread.run`` does (a system task in the caller's context, its
+    outcome handed back), without its layers: a blocking consumer's ack makes one of these
+    per record, and anyio's and trio's checks and wrappers were most of its cost."""
+    done = threading.Lock()
+    done.acquire()
+    box: list[outcome.Outcome[T]] = []
+
+    async def job() -> None:
+        try:
+            box.append(outcome.Value(await fn(*args)))
+        except BaseException as e:  # noqa: BLE001 - handed to the calling thread, as trio does
+            box.append(outcome.Error(e))
+        finally:
+            done.release()
+
+    context = contextvars.copy_context()
+
+    def start() -> None:
+        try:
+            trio.lowlevel.spawn_system_task(job, name=fn, context=context)
+        except RuntimeError:  # the system nursery is closed: the loop is ending
+            box.append(outcome.Error(anyio.RunFinishedError()))
+            done.release()
+
+    try:
+        token.run_sync_soon(start)
+    except trio.RunFinishedError:
+        raise anyio.RunFinishedError from None
+    done.acquire()
+    return box[0].unwrap()
 
 
 class WriteHandleExtras:
