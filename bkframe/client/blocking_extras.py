@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from contextlib import AbstractAsyncContextManager
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar, TypeVarTuple, cast
 
 import anyio
@@ -35,6 +37,9 @@ from bkframe.client.logs.writer import LogWriter
 from bkframe.client.read_handle import Entry, ReadHandle
 from bkframe.client.run_ahead import RunAhead
 from bkframe.client.write_handle import WriteHandle
+from bkframe.subscriptions.consumer import Message, Subscription
+from bkframe.subscriptions.direct import DirectAcks
+from bkframe.subscriptions.remote import RemoteOwner
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -226,11 +231,85 @@ class LogsExtras:
 
 
 class MessageExtras:
-    pass
+    _owner: ClientBase
+    message: Message
+
+    def ack(self) -> None:
+        """The record is done; returns once the ack is durable (with the consumer's
+        ``group_acks``: at once, the ack sent with the next group)."""
+        message = self.message
+        if message.ack_nowait():
+            return None
+        if _ack_directly(self._owner, message._subscription, (message.position,)):
+            return None
+        return self._owner._run(message.ack)
 
 
 class SubscriptionExtras:
-    pass
+    _owner: ClientBase
+    sub: Subscription
+
+    def ack(self, *positions: Position) -> None:
+        """Ack records by position; returns once durable (with ``group_acks``: once sent,
+        or at once, see the class)."""
+        sub = self.sub
+        if sub.ack_nowait(*positions):
+            return None
+        if _ack_directly(self._owner, sub, positions):
+            return None
+        return self._owner._run(lambda: sub.ack(*positions))
+
+    def aclose(self) -> None:
+        """Leave: every record this consumer holds (handed out or not) goes back to the others."""
+        try:
+            self._owner._run(self.sub.aclose)
+        finally:
+            _close_direct(self.sub)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        try:
+            self._owner._run(lambda: self.sub.__aexit__(exc_type, exc, tb))
+        finally:
+            _close_direct(self.sub)
+
+
+#: Each blocking consumer's direct acks (None: it has none, e.g. its owner is in this process).
+_DIRECT: weakref.WeakKeyDictionary[Subscription, DirectAcks | None] = weakref.WeakKeyDictionary()
+_DIRECT_LOCK = threading.Lock()
+
+
+def _ack_directly(owner: ClientBase, sub: Subscription, positions: tuple[Position, ...]) -> bool:
+    """A confirmed ack from the caller's thread, on a socket of its own to the owner's bookie
+    (:mod:`bkframe.subscriptions.direct`): True once durable, False to ack the async way."""
+    if sub.group_acks:
+        return False  # a group due: it goes with the flush (and the acks before it)
+    direct = _DIRECT.get(sub, False)
+    if direct is False:
+        with _DIRECT_LOCK:
+            direct = _DIRECT.get(sub, False)
+            if direct is False:
+                direct = _DIRECT[sub] = _direct_acks(owner, sub)
+    return direct is not None and direct.ack(positions)
+
+
+def _direct_acks(owner: ClientBase, sub: Subscription) -> DirectAcks | None:
+    pool = owner.client.pool
+    if not isinstance(sub.owner, RemoteOwner) or pool.tls:
+        return None  # an owner in this process; TLS: the client's loop does it
+
+    def resolve(bookie_id: str) -> str:
+        return owner._run(lambda: pool.resolve(bookie_id))
+
+    return DirectAcks(sub.owner, sub.consumer_id, resolve, pool.auth)
+
+
+def _close_direct(sub: Subscription) -> None:
+    direct = _DIRECT.pop(sub, None)
+    if direct is not None:
+        direct.close()
 
 
 class LogWriterExtras:
