@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+import struct
 import threading
 import time
 from collections.abc import Sequence
@@ -120,6 +121,13 @@ class DirectAcks:
         sock = socket.create_connection((host, int(port)), timeout=timeout_s)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # The timeouts in the kernel, the socket blocking: Python's own socket timeout
+            # polls before every send and receive (two system calls more an ack). A timeout
+            # raises OSError (EAGAIN): the ack goes the async way.
+            sock.settimeout(None)
+            timeval = struct.pack("ll", int(timeout_s), int((timeout_s % 1) * 1_000_000))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
             # AUTH first, as on every connection (no FEATURES: the bookie answers as to a
             # client of protocol version 1, never TRY_AGAIN).
             sock.sendall(pack_frame([encode_auth(0, *self._auth)]))
