@@ -231,7 +231,8 @@ class LogsExtras:
 
 
 class MessageExtras:
-    _owner: ClientBase
+    #: The blocking client (typed loosely: the twins pass it on as the BlockingClient it is).
+    _owner: Any
     message: Message
 
     def ack(self) -> None:
@@ -246,7 +247,7 @@ class MessageExtras:
 
 
 class SubscriptionExtras:
-    _owner: ClientBase
+    _owner: Any  # (as MessageExtras's)
     sub: Subscription
 
     def ack(self, *positions: Position) -> None:
@@ -286,12 +287,11 @@ def _ack_directly(owner: ClientBase, sub: Subscription, positions: tuple[Positio
     (:mod:`bkframe.subscriptions.direct`): True once durable, False to ack the async way."""
     if sub.group_acks:
         return False  # a group due: it goes with the flush (and the acks before it)
-    direct = _DIRECT.get(sub, False)
-    if direct is False:
+    if sub not in _DIRECT:
         with _DIRECT_LOCK:
-            direct = _DIRECT.get(sub, False)
-            if direct is False:
-                direct = _DIRECT[sub] = _direct_acks(owner, sub)
+            if sub not in _DIRECT:
+                _DIRECT[sub] = _direct_acks(owner, sub)
+    direct = _DIRECT.get(sub)
     return direct is not None and direct.ack(positions)
 
 
@@ -303,7 +303,9 @@ def _direct_acks(owner: ClientBase, sub: Subscription) -> DirectAcks | None:
     def resolve(bookie_id: str) -> str:
         return owner._run(lambda: pool.resolve(bookie_id))
 
-    return DirectAcks(sub.owner, sub.consumer_id, resolve, pool.auth)
+    direct = DirectAcks(sub.owner, sub.consumer_id, resolve, pool.auth)
+    weakref.finalize(sub, direct.close)  # a consumer never closed: its socket closes with it
+    return direct
 
 
 def _close_direct(sub: Subscription) -> None:

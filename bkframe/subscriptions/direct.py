@@ -153,8 +153,9 @@ class DirectAcks:
             sock.close()
 
     def close(self) -> None:
-        with self._lock:
-            self._drop()
+        """Close the socket (without the lock: it may run from a finalizer; an ack under way
+        in another thread then fails and goes the async way)."""
+        self._drop()
 
 
 __all__ = ["DirectAcks"]
