@@ -22,9 +22,14 @@ The systems:
   replicas on file storage, one durable pull consumer shared by every process; confirmed:
   ``ack_sync`` for each message; grouped: ``ack`` (sent, no reply awaited).
 
-Printed: records/s from the consumers' start to the last ack, and the latency of one record
+Printed: records/s from the consumers' start (each imported, connected and subscribed
+before it: start-up is not the records' work) to the last ack, and the latency of one record
 to an idle consumer (append to receipt, median of ``--pings``), with, for bkframe, the same
-for a reader tailing the log (the aim: dispatch within 2x a tail's).
+for a reader tailing the log (the aim: dispatch within 2x a tail's). Also the CPU seconds
+per 1,000 records of each server process and of the consumers together (``cpu_per_1k``:
+``/proc/<pid>/stat`` utime+stime from the consumers' start to their end, and each consumer's
+own ``os.times()``), which the machine's load does not change much; for bkframe the bookie
+that hosts the owner is ``owner``.
 
     .venv/bin/python benchmarks/subscriptions/queues.py --records 20000 --consumers 8 --acks confirmed,grouped
 
@@ -97,6 +102,14 @@ class System:
     def publish_one(self, payload: bytes) -> None: ...
     def consumer_args(self) -> list[str]: ...
 
+    def cpu_pids(self) -> dict[str, int]:
+        """The server processes whose CPU is counted, by label."""
+        return {f"server-{i}": p.pid for i, p in enumerate(self.procs)}
+
+    def cpu_labels(self) -> dict[str, str]:
+        """Labels given once the run is over (bkframe: which bookie hosts the owner)."""
+        return {}
+
     def stop(self) -> None:
         for p in self.procs:
             p.send_signal(signal.SIGTERM)
@@ -136,6 +149,13 @@ class Bkframe(System):
 
     def consumer_args(self) -> list[str]:
         return [self.uri]
+
+    def cpu_pids(self) -> dict[str, int]:
+        return {b.bookie_id: b.proc.pid for b in self.cluster.bookies if b.proc is not None}
+
+    def cpu_labels(self) -> dict[str, str]:
+        owner = self.bk.logs.subscription_stats("jobs", "workers").owner
+        return {b.bookie_id: "owner" if b.bookie_id == owner else "other" for b in self.cluster.bookies}
 
     def stop(self) -> None:
         self.writer.close()
@@ -242,11 +262,26 @@ class NatsR3(System):
 # -- the consumers (each a process of its own) ---------------------------------------------------
 
 
-def consume_bkframe(uri: str, grouped: bool) -> tuple[int, float, list[float]]:
+class Start:
+    """A consumer's start: it imports, connects and subscribes first, says ``ready`` and waits
+    for ``go``; its CPU counts from there (``os.times``), so it is the records' and not the
+    interpreter's start-up."""
+
+    def __init__(self) -> None:
+        self.times = os.times()
+
+    def go(self) -> None:
+        print("ready", flush=True)
+        sys.stdin.readline()  # "go"
+        self.times = os.times()
+
+
+def consume_bkframe(uri: str, grouped: bool, start: Start) -> tuple[int, float, list[float]]:
     import bkframe
 
     count, last, lat = 0, 0.0, []
     with bkframe.connect(uri) as bk, bk.logs.subscribe("jobs", "workers", prefetch=16, group_acks=grouped) as sub:
+        start.go()
         while True:
             msg = sub.receive(timeout_s=IDLE_END_S)
             if msg is None:
@@ -257,10 +292,12 @@ def consume_bkframe(uri: str, grouped: bool) -> tuple[int, float, list[float]]:
             count, last = count + 1, time.time()
 
 
-def consume_redis(port: str, me: str, grouped: bool) -> tuple[int, float, list[float]]:
+def consume_redis(port: str, me: str, grouped: bool, start: Start) -> tuple[int, float, list[float]]:
     import redis
 
     r = redis.Redis(host="127.0.0.1", port=int(port))
+    r.ping()
+    start.go()
     count, last, lat = 0, 0.0, []
     while True:
         got = r.xreadgroup("workers", me, {"jobs": ">"}, count=16, block=int(IDLE_END_S * 1000))
@@ -278,13 +315,14 @@ def consume_redis(port: str, me: str, grouped: bool) -> tuple[int, float, list[f
                 last = time.time()
 
 
-def consume_nats(url: str, grouped: bool) -> tuple[int, float, list[float]]:
+def consume_nats(url: str, grouped: bool, start: Start) -> tuple[int, float, list[float]]:
     async def run() -> tuple[int, float, list[float]]:
         import nats
         from nats.errors import TimeoutError as NatsTimeout
 
         nc = await nats.connect(url)
         sub = await nc.jetstream().pull_subscribe("jobs", durable="workers")
+        await asyncio.get_running_loop().run_in_executor(None, start.go)
         count, last, lat = 0, 0.0, []
         idle_since = time.monotonic()
         while True:
@@ -309,16 +347,25 @@ def consume_nats(url: str, grouped: bool) -> tuple[int, float, list[float]]:
 
 
 def consumer_main(system: str, args: list[str], me: str) -> None:
-    sys.stdin.readline()  # "go"
     acks, target = args[0], args[1]
     grouped = acks == "grouped"
+    start = Start()
     if system == "bkframe":
-        result = consume_bkframe(target, grouped)
+        result = consume_bkframe(target, grouped, start)
     elif system == "redis-always":
-        result = consume_redis(target, me, grouped)
+        result = consume_redis(target, me, grouped, start)
     else:
-        result = consume_nats(target, grouped)
-    print(json.dumps({"count": result[0], "last": result[1], "latencies": result[2]}), flush=True)
+        result = consume_nats(target, grouped, start)
+    t0, t1 = start.times, os.times()
+    cpu, sys_cpu = (t1.user - t0.user) + (t1.system - t0.system), t1.system - t0.system
+    print(json.dumps({"count": result[0], "last": result[1], "latencies": result[2], "cpu": cpu, "sys": sys_cpu}), flush=True)
+
+
+def cpu_s(pid: int) -> tuple[float, float]:
+    """utime + stime and stime of ``pid`` so far (s)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick
 
 
 # -- one run ------------------------------------------------------------------------------------
@@ -352,7 +399,12 @@ def run_system(cls: type[System], records: int, size: int, consumers: int, pings
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                 for i in range(consumers)
             ]
-            time.sleep(2.0)  # let them connect before the clock starts
+            for p in procs:  # connected and subscribed before the clock starts
+                assert p.stdout is not None
+                if p.stdout.readline().strip() != "ready":
+                    raise RuntimeError(f"a {cls.name} consumer did not start")
+            pids = system.cpu_pids()
+            cpu0 = {label: cpu_s(pid) for label, pid in pids.items()}
             go = time.time()
             for p in procs:
                 assert p.stdin is not None
@@ -363,12 +415,22 @@ def run_system(cls: type[System], records: int, size: int, consumers: int, pings
             for p in procs:
                 out, _ = p.communicate(timeout=600)
                 results.append(json.loads(out.strip().splitlines()[-1]))
+            cpu1 = {label: cpu_s(pid) for label, pid in pids.items()}
             total = sum(r["count"] for r in results)
             elapsed = max(r["last"] for r in results) - go
+            labels = system.cpu_labels()
+            named = {label: f"{label}({labels[label]})" if label in labels else label for label in pids}
+            per_1k = {named[label]: round((cpu1[label][0] - cpu0[label][0]) * 1000 / total, 3) for label in pids}
+            per_1k["consumers"] = round(sum(r["cpu"] for r in results) * 1000 / total, 3)
+            per_1k["total"] = round(sum(per_1k.values()), 3)
+            # Of which in the kernel (system time): sockets, the journal's writes and fsyncs.
+            sys_1k = {named[label]: round((cpu1[label][1] - cpu0[label][1]) * 1000 / total, 3) for label in pids}
+            sys_1k["consumers"] = round(sum(r.get("sys", 0.0) for r in results) * 1000 / total, 3)
             ping = _pings(system, cls, pings, acks)
             row: dict[str, Any] = {
                 "system": cls.name, "acks": acks, "records": records, "consumed": total, "size": size, "consumers": consumers,
                 "records_per_s": round(records / elapsed), "idle_dispatch_ms_p50": round(statistics.median(ping) * 1000, 2),
+                "cpu_per_1k": per_1k, "sys_per_1k": sys_1k, "load": os.getloadavg()[0],
             }
             if isinstance(system, Bkframe):
                 row["tail_ms_p50"] = round(statistics.median(tail_latency(system, pings)) * 1000, 2)
@@ -380,7 +442,9 @@ def run_system(cls: type[System], records: int, size: int, consumers: int, pings
 def _pings(system: System, cls: type[System], pings: int, acks: str) -> list[float]:
     proc = subprocess.Popen([sys.executable, str(HERE), "--consumer", cls.name, "pinged", acks, *system.consumer_args()],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdin is not None
+    assert proc.stdin is not None and proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        raise RuntimeError(f"a {cls.name} consumer did not start")
     proc.stdin.write("go\n")
     proc.stdin.flush()
     time.sleep(1.0)  # idle: waiting for a record

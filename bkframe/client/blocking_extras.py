@@ -14,14 +14,19 @@ own, because synchronous callers have no loop to lend.
 
 from __future__ import annotations
 
+import contextvars
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from contextlib import AbstractAsyncContextManager
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar, TypeVarTuple, cast
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
+import outcome
+import trio
 
 from bkframe.client.blocking_tail import BlockingTail, singly
 from bkframe.client.client import Client
@@ -32,6 +37,9 @@ from bkframe.client.logs.writer import LogWriter
 from bkframe.client.read_handle import Entry, ReadHandle
 from bkframe.client.run_ahead import RunAhead
 from bkframe.client.write_handle import WriteHandle
+from bkframe.subscriptions.consumer import Message, Subscription
+from bkframe.subscriptions.direct import DirectAcks
+from bkframe.subscriptions.remote import RemoteOwner
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -66,6 +74,9 @@ class ClientBase:
         self._error: BaseException | None = None
         self._client: Client | None = None
         self._token: anyio.lowlevel.EventLoopToken | None = None
+        #: With the trio loop: its token and thread, for the blocking calls' own hop (:meth:`_run`).
+        self._trio_token: trio.lowlevel.TrioToken | None = None
+        self._loop_thread = 0
         self._stop: anyio.Event | None = None
         self._nursery: anyio.abc.TaskGroup
         self._thread = threading.Thread(target=self._thread_main, name="bkframe-client", daemon=True)
@@ -88,6 +99,9 @@ class ClientBase:
             self._client = client
             self._nursery = nursery
             self._token = anyio.lowlevel.current_token()
+            if self._loop == "trio":
+                self._trio_token = trio.lowlevel.current_trio_token()
+                self._loop_thread = threading.get_ident()
             self._stop = anyio.Event()
             self._ready.set()
             await self._stop.wait()
@@ -95,9 +109,12 @@ class ClientBase:
             nursery.cancel_scope.cancel()
 
     def _run(self, fn: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
+        token = self._trio_token
+        if token is not None and threading.get_ident() != self._loop_thread:
+            return _hop(token, fn, args)
         assert self._token is not None
         # (every fn given here is a coroutine function: anyio's type says so, ours says Awaitable)
-        return anyio.from_thread.run(cast(Callable[[*Ts], Coroutine[Any, Any, T]], fn), *args, token=self._token)
+        return anyio.from_thread.run(_as_coroutine_function(fn), *args, token=self._token)
 
     @property
     def client(self) -> Client:
@@ -140,6 +157,44 @@ class ClientBase:
         self.close()
 
 
+def _as_coroutine_function(fn: Callable[[*Ts], Awaitable[T]]) -> Callable[[*Ts], Coroutine[Any, Any, T]]:
+    return cast(Callable[[*Ts], Coroutine[Any, Any, T]], fn)
+
+
+def _hop(token: trio.lowlevel.TrioToken, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> T:
+    """``await fn(*args)`` in the trio loop of ``token``, from another thread, and its
+    outcome. What ``trio.from_thread.run`` does (a system task in the caller's context, its
+    outcome handed back), without its layers: a blocking consumer's ack makes one of these
+    per record, and anyio's and trio's checks and wrappers were most of its cost."""
+    done = threading.Lock()
+    done.acquire()
+    box: list[outcome.Outcome[T]] = []
+
+    async def job() -> None:
+        try:
+            box.append(outcome.Value(await fn(*args)))
+        except BaseException as e:  # noqa: BLE001 - handed to the calling thread, as trio does
+            box.append(outcome.Error(e))
+        finally:
+            done.release()
+
+    context = contextvars.copy_context()
+
+    def start() -> None:
+        try:
+            trio.lowlevel.spawn_system_task(job, name=fn, context=context)
+        except RuntimeError:  # the system nursery is closed: the loop is ending
+            box.append(outcome.Error(anyio.RunFinishedError()))
+            done.release()
+
+    try:
+        token.run_sync_soon(start)
+    except trio.RunFinishedError:
+        raise anyio.RunFinishedError from None
+    done.acquire()
+    return box[0].unwrap()
+
+
 class WriteHandleExtras:
     _owner: ClientBase
     handle: WriteHandle
@@ -176,11 +231,87 @@ class LogsExtras:
 
 
 class MessageExtras:
-    pass
+    #: The blocking client (typed loosely: the twins pass it on as the BlockingClient it is).
+    _owner: Any
+    message: Message
+
+    def ack(self) -> None:
+        """The record is done; returns once the ack is durable (with the consumer's
+        ``group_acks``: at once, the ack sent with the next group)."""
+        message = self.message
+        if message.ack_nowait():
+            return None
+        if _ack_directly(self._owner, message._subscription, (message.position,)):
+            return None
+        return self._owner._run(message.ack)
 
 
 class SubscriptionExtras:
-    pass
+    _owner: Any  # (as MessageExtras's)
+    sub: Subscription
+
+    def ack(self, *positions: Position) -> None:
+        """Ack records by position; returns once durable (with ``group_acks``: once sent,
+        or at once, see the class)."""
+        sub = self.sub
+        if sub.ack_nowait(*positions):
+            return None
+        if _ack_directly(self._owner, sub, positions):
+            return None
+        return self._owner._run(lambda: sub.ack(*positions))
+
+    def aclose(self) -> None:
+        """Leave: every record this consumer holds (handed out or not) goes back to the others."""
+        try:
+            self._owner._run(self.sub.aclose)
+        finally:
+            _close_direct(self.sub)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        try:
+            self._owner._run(lambda: self.sub.__aexit__(exc_type, exc, tb))
+        finally:
+            _close_direct(self.sub)
+
+
+#: Each blocking consumer's direct acks (None: it has none, e.g. its owner is in this process).
+_DIRECT: weakref.WeakKeyDictionary[Subscription, DirectAcks | None] = weakref.WeakKeyDictionary()
+_DIRECT_LOCK = threading.Lock()
+
+
+def _ack_directly(owner: ClientBase, sub: Subscription, positions: tuple[Position, ...]) -> bool:
+    """A confirmed ack from the caller's thread, on a socket of its own to the owner's bookie
+    (:mod:`bkframe.subscriptions.direct`): True once durable, False to ack the async way."""
+    if sub.group_acks:
+        return False  # a group due: it goes with the flush (and the acks before it)
+    if sub not in _DIRECT:
+        with _DIRECT_LOCK:
+            if sub not in _DIRECT:
+                _DIRECT[sub] = _direct_acks(owner, sub)
+    direct = _DIRECT.get(sub)
+    return direct is not None and direct.ack(positions)
+
+
+def _direct_acks(owner: ClientBase, sub: Subscription) -> DirectAcks | None:
+    pool = owner.client.pool
+    if not isinstance(sub.owner, RemoteOwner) or pool.tls:
+        return None  # an owner in this process; TLS: the client's loop does it
+
+    def resolve(bookie_id: str) -> str:
+        return owner._run(lambda: pool.resolve(bookie_id))
+
+    direct = DirectAcks(sub.owner, sub.consumer_id, resolve, pool.auth)
+    weakref.finalize(sub, direct.close)  # a consumer never closed: its socket closes with it
+    return direct
+
+
+def _close_direct(sub: Subscription) -> None:
+    direct = _DIRECT.pop(sub, None)
+    if direct is not None:
+        direct.close()
 
 
 class LogWriterExtras:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from bkframe.client.blocking_extras import (
@@ -772,13 +771,6 @@ class BlockingSubscription(SubscriptionExtras):
         if there is none, or the consumer is closed: call :meth:`receive`)."""
         return twin_or_none(BlockingMessage, self._owner, self.sub.receive_nowait())
 
-    def ack(self, *positions: Position) -> None:
-        """Ack records by position; returns once durable (with ``group_acks``: once sent,
-        or at once, see the class)."""
-        if self.sub.ack_nowait(*positions):
-            return None
-        return self._owner._run(lambda: self.sub.ack(*positions))
-
     def ack_nowait(self, *positions: Position) -> bool:
         """With ``group_acks``: add the acks to the group and return True, unless the group is
         due to be sent (then False, nothing done: call :meth:`ack`). The blocking consumer
@@ -811,10 +803,6 @@ class BlockingSubscription(SubscriptionExtras):
         positions = list(positions)
         return self._owner._run(lambda: self.sub.commit(positions, ledgers, password=password))
 
-    def aclose(self) -> None:
-        """Leave: every record this consumer holds (handed out or not) goes back to the others."""
-        return self._owner._run(lambda: self.sub.aclose())
-
     def __iter__(self) -> BlockingSubscription:
         return self
 
@@ -826,12 +814,6 @@ class BlockingSubscription(SubscriptionExtras):
             return BlockingMessage(self._owner, self._owner._run(self.sub.__anext__))
         except StopAsyncIteration:
             raise StopIteration from None
-
-    def __enter__(self) -> BlockingSubscription:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._owner._run(lambda: self.sub.__aexit__(exc_type, exc, tb))
 
 
 class BlockingMessage(MessageExtras):
@@ -869,13 +851,6 @@ class BlockingMessage(MessageExtras):
     @property
     def deadline_ms(self) -> int:
         return self.message.deadline_ms
-
-    def ack(self) -> None:
-        """The record is done; returns once the ack is durable (with the consumer's
-        ``group_acks``: at once, the ack sent with the next group)."""
-        if self.message.ack_nowait():
-            return None
-        return self._owner._run(lambda: self.message.ack())
 
     def ack_nowait(self) -> bool:
         """With the consumer's ``group_acks``: the ack added to its group (True), unless the

@@ -130,6 +130,12 @@ class Dispatcher:
         self.lost = anyio.Event()
         self.why_lost = ""
         self._changed = anyio.Event()
+        #: The timers' task sleeps until ``_timer_at`` (ms) unless woken by this: set when a
+        #: deadline earlier than that appears (not at every change: most add none).
+        self._timer_wake = anyio.Event()
+        self._timer_at = 0
+        #: Set once SNAPSHOT_EVENTS events wait for a snapshot.
+        self._snapshot_due = anyio.Event()
         self._reload = anyio.Event()
         self._dead: set[int] = set()
         self._dead_wake = anyio.Event()
@@ -372,6 +378,8 @@ class Dispatcher:
         batch = self._batch
         batch.events += events
         self._events += len(events)
+        if self._events >= SNAPSHOT_EVENTS:
+            self._snapshot_due.set()
         self._notify()
         if self._journal_in_flight < JOURNAL_IN_FLIGHT:
             self._send_batch()
@@ -416,6 +424,9 @@ class Dispatcher:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
+        nxt = self.state.next_deadline()
+        if nxt is not None and nxt < self._timer_at:
+            self._timer_wake.set()
 
     def _check(self) -> None:
         if self.lost.is_set():
@@ -511,7 +522,8 @@ class Dispatcher:
                 await self._read_run(first, last)
 
     async def _timers(self) -> None:
-        """Leases that end, delayed records that come due."""
+        """Leases that end, delayed records that come due. It sleeps until the next of them,
+        woken earlier only when an earlier one appears (see :meth:`_notify`)."""
         while True:
             now = now_ms()
             expired = self.state.expired(now)
@@ -519,12 +531,15 @@ class Dispatcher:
                 events = self._release(None, expired, 0)
                 if events:
                     await self._commit(events)
-            self.state.wake(now)
-            self._notify()
+            if self.state.wake(now):
+                self._notify()
+            # A new event before the next deadline is read: a deadline added from here on
+            # (by another task, while this one sleeps) is compared with _timer_at and wakes it.
+            self._timer_wake = wake = anyio.Event()
             nxt = self.state.next_deadline()
-            changed = self._changed
+            self._timer_at = NEVER_MS if nxt is None else nxt
             with anyio.move_on_after(1.0 if nxt is None else max(0.001, (nxt - now_ms()) / 1000)):
-                await changed.wait()
+                await wake.wait()
 
     async def _dead_letters(self) -> None:
         """Records at their last delivery: appended to the dead-letter log, then acked. The
@@ -576,9 +591,14 @@ class Dispatcher:
             await self._snapshot()  # the previous owners' ledgers go: the next recovery reads less
         last = anyio.current_time()
         while True:
-            changed = self._changed
-            with anyio.move_on_after(SNAPSHOT_INTERVAL_S):
-                await changed.wait()
+            # Woken when SNAPSHOT_EVENTS events wait or the interval is up, not at every
+            # change; past the interval with nothing changed, at the next change.
+            self._snapshot_due = due_now = anyio.Event()
+            left = last + SNAPSHOT_INTERVAL_S - anyio.current_time()
+            if self._events < SNAPSHOT_EVENTS and (left > 0 or not self._events):
+                wake = due_now if left > 0 else self._changed
+                with anyio.move_on_after(left if left > 0 else SNAPSHOT_INTERVAL_S):
+                    await wake.wait()
             due = self._events >= SNAPSHOT_EVENTS or (self._events and anyio.current_time() - last >= SNAPSHOT_INTERVAL_S)
             if due:
                 await self._snapshot()

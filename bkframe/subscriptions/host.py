@@ -64,6 +64,8 @@ MAX_LEASE_ANSWER_BYTES = MAX_FRAME_SIZE // 4
 CLOSE_TIMEOUT_S = 5.0
 #: Seconds a consumer's leave (its connection closed) may take.
 LEAVE_TIMEOUT_S = 10.0
+#: Passwords whose hashes the host keeps (then it forgets them all and starts again).
+MAX_HASHES_KEPT = 64
 
 _OPS: dict[type[SubRequest], Op] = {
     SubLeaseRequest: Op.SUB_LEASE,
@@ -149,6 +151,8 @@ class SubscriptionHost:
     _leased_through: dict[tuple[str, str, str], _Connection] = attrs.field(factory=dict, init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
     _take: OwnerFactory | None = attrs.field(default=None, init=False)
+    #: Passwords' hashes computed lately (every call checks one: two SHA-256 each otherwise).
+    _hashes: dict[bytes, str] = attrs.field(factory=dict, init=False)
 
     @property
     def running(self) -> bool:
@@ -192,7 +196,7 @@ class SubscriptionHost:
             if owner is not None:
                 if not owner.lost.is_set():
                     # The owner reads the log with its password: a caller must know it too.
-                    if not hmac.compare_digest(password_hash(password), password_hash(getattr(owner, "password", b""))):
+                    if not hmac.compare_digest(self._hash(password), self._hash(getattr(owner, "password", b""))):
                         raise _Refused(Status.UNAUTHORIZED, f"wrong password for log {log_name!r}")
                     return owner
                 self._drop(key, owner)
@@ -214,6 +218,14 @@ class SubscriptionHost:
             await taking.done.wait()
             if taking.refused is not None:
                 raise taking.refused
+
+    def _hash(self, password: bytes) -> str:
+        hashed = self._hashes.get(password)
+        if hashed is None:
+            if len(self._hashes) >= MAX_HASHES_KEPT:
+                self._hashes.clear()
+            hashed = self._hashes[bytes(password)] = password_hash(password)
+        return hashed
 
     async def _take_over(self, key: tuple[str, str], taking: _Taking, password: bytes) -> None:
         try:

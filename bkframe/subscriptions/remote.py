@@ -217,6 +217,12 @@ class RemoteOwner:
 
     async def _send(self, bookie_id: str, operation: Operation[Any, P], encode: Callable[[int], Any], timeout_s: float) -> P:
         pool = self.client.pool
+        conn = pool.connected(bookie_id)
+        if conn is not None:
+            # Connected: the request's own timeout bounds the wait (BookieTimeoutError), with
+            # no cancel scope of its own per call.
+            answer: P = await conn.submit(operation, encode, timeout_s=timeout_s).wait()
+            return answer
         # The connect (if any) and the answer both within the call's time: a hung bookie
         # costs one timeout, then the call moves on.
         with anyio.fail_after(pool.connect_timeout_s + timeout_s):

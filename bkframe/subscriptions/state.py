@@ -363,13 +363,16 @@ class SubscriptionState:
             return []
         return [k for k in keys if self.deliveries.get(k, 0) >= limit and not self.is_acked(k)]
 
-    def wake(self, now_ms: int) -> None:
-        """Delayed records whose time has come become leasable."""
+    def wake(self, now_ms: int) -> int:
+        """Delayed records whose time has come become leasable; how many did."""
+        woken = 0
         while self._timers and self._timers[0][0] <= now_ms:
             _, key = heapq.heappop(self._timers)
             held = self.held.get(key)
             if held is not None and held.not_before_ms <= now_ms:
                 self._push_ready(key)
+                woken += 1
+        return woken
 
     # -- applying events --------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from bkframe import Position
 from bkframe.admin.metrics import bookie_registry
 from bkframe.admin.status import StatusPage
 from bkframe.bench.scale_metadata import Admin
+from bkframe.client.blocking_extras import _DIRECT
 from bkframe.errors import NotOwnerError, SubscriptionError, SubscriptionExistsError, UnauthorizedError
 from bkframe.subscriptions.dispatcher import Dispatcher
 from bkframe.subscriptions.owner import Settle
@@ -256,6 +257,46 @@ async def test_the_blocking_consumer_is_the_same_api(bookies: str) -> None:
 
     got, backlog = await trio.to_thread.run_sync(consume)
     assert got == [b"r%d" % i for i in range(5)] and backlog == 0
+
+
+async def test_a_blocking_consumers_acks_go_on_a_socket_of_their_own_and_the_async_way_when_that_fails(
+    bookies: str,
+) -> None:
+    """The blocking consumer's confirmed acks go from its own thread to the owner's bookie
+    (bkframe.subscriptions.direct); a broken socket or a bookie that is not the owner sends
+    that ack the async way, and the next goes direct again. Every record is acked once."""
+    async with bkframe.open_client(bookies) as bk:
+        await fill(bk, "d", 9)
+        await bk.logs.create_subscription("d", "s")
+        bookie_ids = [b.bookie_id for b in (await bk.pool.bookies.view()).writable]
+
+    def consume() -> tuple[int, int, object]:
+        with bkframe.connect(bookies) as blocking, blocking.logs.subscribe("d", "s", prefetch=3) as sub:
+            msgs = [sub.receive(timeout_s=10) for _ in range(9)]
+            assert all(m is not None for m in msgs)
+            msgs[0].ack()  # type: ignore[union-attr]
+            direct = _DIRECT[sub.sub]
+            assert direct is not None and (direct.sent, direct.passed) == (1, 0)
+            msgs[1].ack()  # type: ignore[union-attr]
+            assert blocking.logs.subscription_stats("d", "s").acked == 2  # durable once it returned
+            assert direct._sock is not None
+            direct._sock.close()  # the socket broke: this ack goes the async way
+            msgs[2].ack()  # type: ignore[union-attr]
+            assert (direct.sent, direct.passed) == (2, 1)
+            msgs[3].ack()  # type: ignore[union-attr]
+            assert (direct.sent, direct.passed) == (3, 1)  # connected again
+            owner = sub.sub.owner
+            holder = owner.bookie
+            owner.bookie = next(b for b in bookie_ids if b != holder)  # as if the owner had moved
+            msgs[4].ack()  # type: ignore[union-attr]  # NOT_OWNER there: the async way, which follows it
+            assert (direct.sent, direct.passed) == (3, 2) and owner.bookie == holder
+            for m in msgs[5:]:
+                m.ack()  # type: ignore[union-attr]
+            assert (direct.sent, direct.passed) == (7, 2)
+            stats = blocking.logs.subscription_stats("d", "s")
+            return stats.acked, stats.redelivered, stats.backlog
+
+    assert await trio.to_thread.run_sync(consume) == (9, 0, 0)
 
 
 async def test_grouped_acks_go_out_together_and_a_consumer_gone_before_loses_only_those(bookies: str) -> None:

@@ -351,7 +351,17 @@ class BookieClient:
         """Fail each request whose deadline passed (the bookie may be hung: SIGSTOP, a
         stalled disk, a partition); its late answer, if any, is dropped."""
         while True:
-            deadlines = self._deadlines
+            deadlines, pending_by_id = self._deadlines, self._pending
+            # Entries of requests answered (or given a later deadline) since are dropped now,
+            # not at their deadline: the loop sleeps until the oldest request still waiting
+            # is due, so a steady stream of answered requests wakes it about once a timeout,
+            # not once a request (each wake a pass of the loop and a cancel scope's expiry).
+            while deadlines:
+                deadline, rid = deadlines[0]
+                pending = pending_by_id.get(rid)
+                if pending is not None and pending.deadline <= deadline:
+                    break
+                heapq.heappop(deadlines)
             if not deadlines:
                 await self._earlier_deadline.wait()
                 self._earlier_deadline = anyio.Event()

@@ -71,6 +71,16 @@ class BookiePool:
         self._on_try_again = on_try_again
 
     @property
+    def auth(self) -> tuple[str, bytes]:
+        """The AUTH request's (method, credential) every connection sends first."""
+        return self._auth
+
+    @property
+    def tls(self) -> bool:
+        """The connections are TLS."""
+        return self._ssl_context is not None
+
+    @property
     def nursery(self) -> anyio.abc.TaskGroup:
         """The client's nursery: connections, and what placement asks in the background."""
         return self._nursery

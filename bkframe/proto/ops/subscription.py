@@ -51,6 +51,50 @@ _OUTPUT_ANSWER = struct.Struct("<BI")  # name length, segment count
 _POSITION = np.dtype("<u8")
 _RANGE = np.dtype([("first", "<u8"), ("last", "<u8")])
 _NACK = np.dtype([("position", "<u8"), ("delay_ms", "<u4")])
+#: Arrays up to this long are packed and read with struct (a settle of one ack: numpy's
+#: per-call cost is most of it); longer ones with numpy.
+_SMALL = 64
+
+
+def _pack_u64s(values: Sequence[int]) -> bytes:
+    n = len(values)
+    return struct.pack(f"<{n}Q", *values) if n <= _SMALL else np.array(values, dtype=_POSITION).tobytes()
+
+
+def _pack_ranges(pairs: Sequence[tuple[int, int]]) -> bytes:
+    n = len(pairs)
+    if n <= _SMALL:
+        return struct.pack(f"<{2 * n}Q", *(x for pair in pairs for x in pair))
+    return np.array(list(pairs), dtype=_RANGE).tobytes()
+
+
+def _pack_nacks(nacks: Sequence[tuple[int, int]]) -> bytes:
+    n = len(nacks)
+    if n <= _SMALL:
+        return struct.pack("<" + "QI" * n, *(x for pair in nacks for x in pair))
+    return np.array(list(nacks), dtype=_NACK).tobytes()
+
+
+def _read_u64s(body: memoryview, at: int, n: int) -> tuple[int, ...]:
+    if n <= _SMALL:
+        return struct.unpack_from(f"<{n}Q", body, at)
+    return tuple(np.frombuffer(body, dtype=_POSITION, count=n, offset=at).tolist())
+
+
+def _read_ranges(body: memoryview, at: int, n: int) -> tuple[tuple[int, int], ...]:
+    if n <= _SMALL:
+        flat = struct.unpack_from(f"<{2 * n}Q", body, at)
+        return tuple(zip(flat[0::2], flat[1::2], strict=True))
+    ranges = np.frombuffer(body, dtype=_RANGE, count=n, offset=at)
+    return tuple(zip(ranges["first"].tolist(), ranges["last"].tolist(), strict=True))
+
+
+def _read_nacks(body: memoryview, at: int, n: int) -> tuple[tuple[int, int], ...]:
+    if n <= _SMALL:
+        flat = struct.unpack_from("<" + "QI" * n, body, at)
+        return tuple(zip(flat[0::2], flat[1::2], strict=True))
+    nacks = np.frombuffer(body, dtype=_NACK, count=n, offset=at)
+    return tuple(zip(nacks["position"].tolist(), nacks["delay_ms"].tolist(), strict=True))
 
 #: SUB_LEASE answer: records (then each record); SUB_COMMIT answer: outputs (then each
 #: _OUTPUT_ANSWER, its name, segments u64).
@@ -379,12 +423,7 @@ def encode_sub_settle(
     """Positions packed; ``nacks``: (position, delay ms); ``lease_ms`` 0: the subscription's."""
     names = (_name_bytes(log, "log"), _name_bytes(subscription, "subscription"), _consumer_bytes(consumer))
     head = _SETTLE.pack(*map(len, names), lease_ms, len(acks), len(ack_ranges), len(nacks), len(extends))
-    arrays = [
-        np.array(acks, dtype=_POSITION).tobytes(),
-        np.array(list(ack_ranges), dtype=_RANGE).tobytes(),
-        np.array(list(nacks), dtype=_NACK).tobytes(),
-        np.array(extends, dtype=_POSITION).tobytes(),
-    ]
+    arrays = [_pack_u64s(acks), _pack_ranges(ack_ranges), _pack_nacks(nacks), _pack_u64s(extends)]
     flags, secret = _password_parts(password)
     fields = [head, *names, *arrays, *secret]
     return [message_head(sum(map(len, fields)), Op.SUB_SETTLE, flags, request_id), *fields]
@@ -400,22 +439,17 @@ def decode_sub_settle(body: memoryview, flags: int, request_id: int, at: int, en
     size = (n_acks + n_extends) * _POSITION.itemsize + n_ranges * _RANGE.itemsize + n_nacks * _NACK.itemsize
     if at + size != end:
         raise ProtocolError("SUB_SETTLE message has the wrong length for its counts")
-    acks = np.frombuffer(body, dtype=_POSITION, count=n_acks, offset=at)
-    at += acks.nbytes
-    ranges = np.frombuffer(body, dtype=_RANGE, count=n_ranges, offset=at)
-    at += ranges.nbytes
-    nacks = np.frombuffer(body, dtype=_NACK, count=n_nacks, offset=at)
-    at += nacks.nbytes
-    extends = np.frombuffer(body, dtype=_POSITION, count=n_extends, offset=at)
-    pairs = tuple(zip(ranges["first"].tolist(), ranges["last"].tolist()))
+    acks = _read_u64s(body, at, n_acks)
+    at += n_acks * _POSITION.itemsize
+    pairs = _read_ranges(body, at, n_ranges)
+    at += n_ranges * _RANGE.itemsize
+    nacks = _read_nacks(body, at, n_nacks)
+    at += n_nacks * _NACK.itemsize
+    extends = _read_u64s(body, at, n_extends)
     for first, last in pairs:
         if first > last:
             raise ProtocolError(f"SUB_SETTLE ack range {first}..{last} is backwards (packed positions)")
-    return SubSettleRequest(
-        request_id, log, sub, consumer, tuple(acks.tolist()), pairs,
-        tuple(zip(nacks["position"].tolist(), nacks["delay_ms"].tolist())), tuple(extends.tolist()), lease_ms,
-        password=password,
-    )
+    return SubSettleRequest(request_id, log, sub, consumer, acks, pairs, nacks, extends, lease_ms, password=password)
 
 
 def encode_sub_settle_response(request_id: int) -> bytes:
