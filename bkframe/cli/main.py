@@ -1,6 +1,6 @@
 """The ``bkframe`` command line: the root group and its commands, one module per group.
 
-``bookie`` (:mod:`.bookie`), ``plugins`` (:mod:`.plugins`), ``sandbox`` (:mod:`.sandbox`),
+``bookie`` (:mod:`.bookie`), ``plugins`` (:mod:`.plugins`), ``plugin new`` (:mod:`.plugin_new`), ``sandbox`` (:mod:`.sandbox`),
 ``bench ...`` (:mod:`.bench`: the benchmarks of :mod:`bkframe.bench`),
 ``ledger ...`` (:mod:`.ledger`), ``log ...`` (:mod:`.log`), ``bookies ...`` (:mod:`.bookies`),
 ``cluster ...`` (:mod:`.cluster`), ``cookie ...`` (:mod:`.cookie`), ``autorecovery ...`` (:mod:`.autorecovery`),
@@ -52,6 +52,7 @@ COMMANDS: dict[str, str | Callable[[], click.Command]] = {
     "cookie": "bkframe.cli.cookie:cookie",
     "ledger": "bkframe.cli.ledger:ledger",
     "log": _log_group,
+    "plugin": "bkframe.cli.plugin_new:plugin_group",
     "plugins": "bkframe.cli.plugins:plugins",
     "sandbox": "bkframe.cli.sandbox:sandbox",
     "sub": "bkframe.cli.sub:sub_group",
