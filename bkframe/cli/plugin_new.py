@@ -62,7 +62,7 @@ KINDS: dict[str, Kind] = {
 
 
 def check_name(kind: Kind, name: str) -> None:
-    """:class:`click.UsageError` for a name that cannot be the component's (or is taken)."""
+    """One line (:class:`click.ClickException`) for a name that cannot be the component's, or is taken."""
     if kind.component.by_scheme:
         if not SCHEME_NAME.fullmatch(name):
             raise click.ClickException(
