@@ -6,6 +6,8 @@ the development one, and pytest processes): every kind installed, imported and r
 (`bkframe plugins` of that venv); a bare `pytest` passes in the ledger storage's and the auth
 provider's folders, and the journal, entry-log, tier and placement suites pass in one more
 pytest run (the metadata store's, 20 s, only registers: its suite is bkframe's sqlite one).
+docs/plugins.md's ledger-storage and entry-log tutorials, each put in a package written by
+`bkframe plugin new` in place of its plugin module, installed, pass that package's tests too.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from click.testing import CliRunner
 from bkframe.cli.main import main
 from bkframe.cli.plugin_new import KINDS
 from bkframe.testing.kit import missing
+from tests.plugins.test_plugins_tutorial import ENTRY_LOG, LEDGER_STORAGE, tutorial_source
 
 #: A name per kind: a scheme for the kinds picked by URI scheme.
 NAMES = {kind: "x" + kind.replace("-", "") for kind in KINDS}
@@ -129,6 +132,12 @@ def clean_env() -> dict[str, str]:
 @pytest.mark.slow
 def test_every_kind_installs_registers_and_passes_its_contract_suite(tmp_path: Path) -> None:
     folders = write_all(tmp_path)
+    # The tutorials, as docs/plugins.md tells a reader to build them.
+    for kind, name, title in (("ledger-storage", "files", LEDGER_STORAGE), ("entry-log", "rolling", ENTRY_LOG)):
+        folders[f"tutorial {kind}"] = folder = tmp_path / f"tutorial-{kind}"
+        code, output = plugin_new(kind, name, "--dir", str(folder))
+        assert code == 0, output
+        (folder / "src" / f"bkframe_{KINDS[kind].word}_{name}" / "plugin.py").write_text(tutorial_source(title))
     python = throwaway_venv(tmp_path)
     env = clean_env()
     uv = shutil.which("uv") or str(Path.home() / ".local/bin/uv")
@@ -152,6 +161,9 @@ def test_every_kind_installs_registers_and_passes_its_contract_suite(tmp_path: P
     assert pytest_run(cwd=folders["ledger-storage"]) == "8 passed"
     assert pytest_run(cwd=folders["auth"]) == "4 passed"
     # The other suites in one process (the same module name in each: importlib mode).
-    others = [str(folders[k] / "tests") for k in ("journal", "entry-log", "tier", "placement")]
+    others = [
+        str(folders[k] / "tests")
+        for k in ("journal", "entry-log", "tier", "placement", "tutorial ledger-storage", "tutorial entry-log")
+    ]
     metadata = str(folders["metadata-store"] / "tests" / "test_contract.py") + "::test_is_registered"
-    assert pytest_run("-q", "--import-mode=importlib", *others, metadata, cwd=tmp_path) == "36 passed"
+    assert pytest_run("-q", "--import-mode=importlib", *others, metadata, cwd=tmp_path) == "52 passed"
