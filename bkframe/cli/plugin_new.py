@@ -146,13 +146,15 @@ def plugin_group() -> None:
     "directory",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
-    help="Where to write the package (default: ./bkframe-KIND-NAME); it must not exist, or be empty.",
+    help="Where to write the package (default: ./ and its distribution's name, e.g. bkframe-storage-NAME); "
+    "it must not exist, or be empty.",
 )
 def new(kind: str, name: str, directory: Path | None) -> None:
     """Write a plugin package: a KIND component called NAME that works from the first minute.
 
-    KIND is what it provides; NAME is what config files pick it by (a metadata store's or
-    tier's URI scheme). The package has its pyproject.toml and bkframe entry point, an
+    KIND is what it provides: journal, ledger-storage, entry-log, metadata-store, tier,
+    placement or auth. NAME is what config files pick it by (a metadata store's or tier's
+    URI scheme). The package has its pyproject.toml and bkframe entry point, an
     implementation that starts as one of bkframe's own (its comments say what to change),
     a test running the kind's contract suite (a bare `pytest` in the folder passes) and a
     README saying how to install it and try it in a sandbox.
