@@ -1,6 +1,6 @@
 """The ``bkframe`` command line: the root group and its commands, one module per group.
 
-``bookie`` (:mod:`.bookie`), ``plugins`` (:mod:`.plugins`), ``sandbox`` (:mod:`.sandbox`),
+``bookie`` (:mod:`.bookie`), ``plugins`` (:mod:`.plugins`), ``plugin new`` (:mod:`.plugin_new`), ``sandbox`` (:mod:`.sandbox`),
 ``bench ...`` (:mod:`.bench`: the benchmarks of :mod:`bkframe.bench`),
 ``ledger ...`` (:mod:`.ledger`), ``log ...`` (:mod:`.log`), ``bookies ...`` (:mod:`.bookies`),
 ``cluster ...`` (:mod:`.cluster`), ``cookie ...`` (:mod:`.cookie`), ``autorecovery ...`` (:mod:`.autorecovery`),
@@ -76,6 +76,10 @@ COMMANDS: dict[str, tuple[str | Callable[[], click.Command], str]] = {
     "log": (
         _log_group,
         "Named logs: unbounded streams made of ledgers, with one writer, cursors and retention.",
+    ),
+    "plugin": (
+        "bkframe.cli.plugin_new:plugin_group",
+        "Write plugins of your own (docs/plugins.md). `bkframe plugins` lists the installed ones.",
     ),
     "plugins": (
         "bkframe.cli.plugins:plugins",
