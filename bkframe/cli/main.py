@@ -79,7 +79,7 @@ COMMANDS: dict[str, tuple[str | Callable[[], click.Command], str]] = {
     ),
     "plugin": (
         "bkframe.cli.plugin_new:plugin_group",
-        "Write plugins of your own (docs/plugins.md). `bkframe plugins` lists the installed ones.",
+        "Write plugins of your own (docs/plugins.md).",
     ),
     "plugins": (
         "bkframe.cli.plugins:plugins",

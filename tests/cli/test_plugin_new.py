@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -167,3 +168,39 @@ def test_every_kind_installs_registers_and_passes_its_contract_suite(tmp_path: P
     ]
     metadata = str(folders["metadata-store"] / "tests" / "test_contract.py") + "::test_is_registered"
     assert pytest_run("-q", "--import-mode=importlib", *others, metadata, cwd=tmp_path) == "52 passed"
+    # And it serves a sandbox, as its README says: a named log written and read back on a
+    # bookie that stores its ledgers with it.
+    name = NAMES["ledger-storage"]
+    config = tmp_path / f"{name}.toml"
+    config.write_text(f'[ledger_storage]\nplugin = "{name}"\n')
+    data = tmp_path / "sandbox"
+    sandbox = subprocess.Popen(
+        [python, "-m", "bkframe", "sandbox", "--bookies", "1", "--data-dir", str(data), "--config", str(config)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    try:
+        assert sandbox.stdout is not None
+        lines = []
+        for line in sandbox.stdout:  # until the bookies are up (or the sandbox ends: a failure)
+            lines.append(line)
+            if line.startswith("status page:"):
+                break
+        assert lines and lines[-1].startswith("status page:"), "".join(lines)
+        meta = ("--metadata", f"sqlite://{data / 'metadata.db'}")
+
+        def cli(*args: str, stdin: str | None = None) -> str:
+            done = subprocess.run([python, "-m", "bkframe", *args, *meta], input=stdin, capture_output=True, text=True,
+                                  env=env, timeout=120)
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        cli("log", "create", "plugged", "-e", "1", "-w", "1", "-a", "1")
+        cli("log", "append", "plugged", stdin="one\ntwo\n")
+        assert cli("log", "read", "plugged") == "one\ntwo\n"
+    finally:
+        sandbox.send_signal(signal.SIGINT)
+        rest = sandbox.communicate(timeout=60)[0]
+    # Stopped by Ctrl-C as a user stops it (128 + SIGINT). A bookie whose [ledger_storage]
+    # plugin is not installed does not start: the sandbox would have ended before its
+    # status page, above.
+    assert sandbox.returncode == 128 + signal.SIGINT and "sandbox stopped" in rest, rest
