@@ -175,11 +175,19 @@ async def _copy_ledger(handle: ReadHandle, segment: Segment, builder: _Builder) 
                 block = await handle.read_block(lo, min(lo + chunk - 1, records - 1))
                 await send.send(block if kept is None else attrs.evolve(block, entry_ids=kept[block.entry_ids]))
 
-    async with anyio.create_task_group() as nursery:
-        nursery.start_soon(read)
-        async with receive:
-            async for block in receive:
-                await anyio.to_thread.run_sync(builder.add, block)
+    try:
+        async with anyio.create_task_group() as nursery:
+            nursery.start_soon(read)
+            async with receive:
+                async for block in receive:
+                    await anyio.to_thread.run_sync(builder.add, block)
+    except* (BKError, OSError) as group:
+        # A read that failed (every replica down, say) is raised as itself, as any other
+        # offload failure is: callers catch a BKError, not a group of one.
+        first: BaseException = group
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
 
 
 async def _adopt(tier: AsyncTier, key: str, content: SegmentContent, footer_crc32c: int) -> ObjectSummary:

@@ -47,7 +47,8 @@ class CompactionWorkload:
                 with trio.fail_after(cfg.call_timeout_s):
                     # Tombstones may go as soon as the reader's cursor passed them.
                     await client.logs.create(
-                        TABLE_LOG, rollover_entries=TABLE_ROLLOVER_ENTRIES, compaction="key", tombstone_retention_s=0
+                        TABLE_LOG, rollover_entries=TABLE_ROLLOVER_ENTRIES, compaction="key", tombstone_retention_s=0,
+                        offload_deletion_lag_s=0,
                     )
                     await client.logs.create_cursor(TABLE_LOG, TABLE_CURSOR)
 
@@ -96,6 +97,10 @@ class CompactionWorkload:
                     await wait_until(
                         lambda: _free(client.metadata), f"the compaction lock of {TABLE_LOG} free", 3 * LOCK_TTL_S
                     )
+                    # The offloaded segments' ledgers deleted (the log's deletion lag is 0), as
+                    # the offload service does: the segments the run offloaded before they were
+                    # compacted are then compacted in the tier, and the log holds each key once.
+                    await _delete_offloaded_ledgers(client.metadata)
                     with tempfile.TemporaryDirectory() as work:
                         await logs.compact(TABLE_LOG, work_dir=Path(work), retire_lag_s=0)
                     record = await logs.metadata(TABLE_LOG)
@@ -115,3 +120,17 @@ class CompactionWorkload:
 
 async def _free(store: MetadataStore) -> bool:
     return await store.lock_holder(f"compaction/{TABLE_LOG}") is None
+
+
+async def _delete_offloaded_ledgers(store: MetadataStore) -> None:
+    """One pass of the offload service, as the cluster's own: no segment is due (the log
+    sets no offload policy), and the ledgers of offloaded segments go (no deletion lag)."""
+    from bkframe.client.settings import ClientSettings
+    from bkframe.common.cluster_record import require_cluster
+    from bkframe.core.config import OffloadConfig
+    from bkframe.core.plugin_manager import PluginManager
+    from bkframe.tiering.offload_service import OffloadService
+
+    settings = ClientSettings().as_internal((await require_cluster(store)).secret)
+    service = OffloadService(store, PluginManager(), OffloadConfig(compaction=False), holder="harness", settings=settings)
+    await service.run_once()
