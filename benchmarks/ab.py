@@ -126,10 +126,21 @@ def cases(quick: bool) -> list[dict[str, object]]:
     return out
 
 
-def run_checkout(path: Path, driver: str, todo: object) -> list[dict[str, object]]:
+def compile_checkout(path: Path) -> None:
+    """Write the bytecode of a checkout's code and packages once, before any round: a fresh
+    worktree has none, and where PYTHONDONTWRITEBYTECODE is set (this machine sets it) every
+    process would compile what it imports again, ~0.4 CPU-s a client process and more in a
+    bookie's lazily imported modules, counted against that checkout (issue 50, item 1: a
+    "slide" of 30% in client CPU per entry was exactly this)."""
     python = path / ".venv" / "bin" / "python"
     if not python.exists():
         raise SystemExit(f"{path} has no .venv: run 'uv sync --all-packages' in it first")
+    sources = [str(p) for p in [path / "bkframe", *path.glob("plugins/*/src"), *path.glob(".venv/lib/python3*/site-packages")]]
+    subprocess.run([str(python), "-m", "compileall", "-q", *sources], cwd=path, capture_output=True, timeout=1800)
+
+
+def run_checkout(path: Path, driver: str, todo: object) -> list[dict[str, object]]:
+    python = path / ".venv" / "bin" / "python"
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run(
             [str(python), "-c", driver, json.dumps(todo)], cwd=path, capture_output=True, text=True, timeout=7200,
@@ -169,6 +180,8 @@ def main() -> None:
         todo = [c for c in cases(False) if (str(c["type"]).split("_")[0], c["size"], c["window"]) in wanted]
     results: dict[str, dict[tuple[object, ...], list[dict[str, object]]]] = {n: {} for n, _ in named}
     sparks: dict[str, list[dict[str, object]]] = {n: [] for n, _ in named}
+    for _, path in named:
+        compile_checkout(path)
     for r in range(args.rounds):
         for name, path in named if r % 2 == 0 else list(reversed(named)):
             print(f"round {r + 1}: {name} ({path})", file=sys.stderr, flush=True)
