@@ -28,13 +28,13 @@ import sniffio
 from anyio.streams.tls import TLSStream
 
 from bkframe.client.bookies.asyncio_stream import connect_asyncio
-from bkframe.client.bookies.direct_socket import nonblocking_send, readable_receiver
+from bkframe.client.bookies.direct_socket import nonblocking_send, readable_receiver, scattered_sender
 from bkframe.client.bookies.errors import BookieConnectionError, BookieTimeoutError, ClientClosedError
 from bkframe.client.bookies.pending_response import PendingResponse, R
 from bkframe.core.interfaces import Buffer
 from bkframe.errors import BKError, ProtocolError, UnauthorizedError
 from bkframe.proto import table
-from bkframe.proto.codes import TARGET_FRAME_SIZE, Feature, Status
+from bkframe.proto.codes import FRAME_HEADER, TARGET_FRAME_SIZE, Feature, Status
 from bkframe.proto.frames import FrameBuffer, pack_frame
 from bkframe.proto.ops.add import AddResponse, encode_add
 from bkframe.proto.ops.add_batch import AddBatchResponse, encode_add_batch
@@ -58,6 +58,8 @@ TRY_AGAIN_BACKOFF_S = 0.05
 DEFAULT_TRY_AGAIN_S = 15.0
 
 
+#: A frame whose parts average at least this many bytes is sent from the parts (``writev``).
+SCATTER_PART_BYTES = 4096
 #: Receive this much at a time (a frame larger than that arrives in several receives).
 RECEIVE_SIZE = 256 * 1024
 
@@ -100,6 +102,7 @@ class BookieClient:
         #: A non-blocking send (None: TLS, anyio's asyncio stream), whether the send loop holds
         #: frames, and the unsent tail of a frame sent directly (the loop sends it first).
         self._send_now = nonblocking_send(stream)
+        self._send_scattered = scattered_sender(stream)
         self._sending = False
         self._rest: memoryview | None = None
         self._closed: BaseException | None = None
@@ -329,10 +332,23 @@ class BookieClient:
                 start = 0
                 for cut in [*cuts, len(parts)]:
                     if cut > start:
-                        await self._stream.send(pack_frame(parts[start:cut]))
+                        await self._send_frame(parts[start:cut])
                     start = cut
             finally:
                 self._sending = False
+
+    async def _send_frame(self, parts: list[Buffer]) -> None:
+        """One frame of ``parts``: from the parts themselves where their average is large
+        (entries of a few KiB and more), else joined first (many small parts: one copy is
+        cheaper than a ``writev`` entry and a view each)."""
+        size = sum(map(len, parts))
+        if self._send_scattered is None or size < SCATTER_PART_BYTES * len(parts):
+            await self._stream.send(pack_frame(parts))
+            return
+        try:
+            await self._send_scattered([FRAME_HEADER.pack(size), *parts])
+        except OSError as e:
+            raise BookieConnectionError(f"sending to bookie {self.address} failed: {e}") from None
 
     async def _resend_loop(self) -> None:
         """Send again, after their backoff, the requests answered TRY_AGAIN."""

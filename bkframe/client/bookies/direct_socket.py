@@ -17,6 +17,8 @@ object, and anyio's asyncio stream buffers in a transport of its own (the client
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -46,6 +48,46 @@ def nonblocking_send(stream: anyio.abc.ByteStream) -> Callable[[Buffer], int] | 
         return stream.send_nowait
     sock = _trio_socket(stream)
     return partial(send_now, sock) if sock is not None else None
+
+
+#: At most this many buffers go in one ``writev`` (Linux's IOV_MAX).
+IOV_MAX = 1024
+
+
+def scattered_sender(stream: anyio.abc.ByteStream) -> Callable[[list[Buffer]], Awaitable[None]] | None:
+    """Under trio, a send of a frame's parts from the buffers themselves (:func:`send_scattered`);
+    None for other streams (they send a joined frame)."""
+    sock = _trio_socket(stream)
+    return partial(send_scattered, sock) if sock is not None else None
+
+
+async def send_scattered(sock: socket.socket, parts: list[Buffer]) -> None:
+    """Send ``parts``, in order, with ``writev`` from the buffers themselves, waiting while the
+    socket is full: a frame of large entries is not first joined into one ``bytes``, which
+    copied every payload byte once more for each bookie of the write set. OSError when the
+    connection failed or was closed."""
+    views = [memoryview(part) for part in parts]
+    at = 0
+    while True:
+        while at < len(views) and not views[at].nbytes:
+            at += 1
+        if at == len(views):
+            return
+        fd = sock.fileno()  # each time: -1 once closed (the number may be reused)
+        if fd < 0:
+            raise OSError(errno.EBADF, "the connection is closed")
+        try:
+            sent = os.writev(fd, views[at : at + IOV_MAX])
+        except BlockingIOError:
+            await anyio.wait_writable(sock)
+            continue
+        while sent:
+            view = views[at]
+            if sent < view.nbytes:
+                views[at] = view[sent:]
+                break
+            sent -= view.nbytes
+            at += 1
 
 
 def readable_receiver(stream: anyio.abc.ByteStream) -> Callable[[int], Awaitable[bytes]] | None:
