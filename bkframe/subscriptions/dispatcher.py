@@ -102,6 +102,23 @@ class _Batch:
     #: Set once the entry is durable, or failed (``error``).
     done: anyio.Event = attrs.Factory(anyio.Event)
     error: BKError | None = None
+    #: Called (with ``error``) once it is done: a bookie's settle answered without a task
+    #: of its own waiting for it (:meth:`Dispatcher.settle_nowait`).
+    callbacks: list[Callable[[BKError | None], None]] = attrs.Factory(list)
+
+    def finish(self, error: BKError | None) -> None:
+        if self.done.is_set():
+            return
+        self.error = error
+        self.done.set()
+        callbacks, self.callbacks = self.callbacks, []
+        for callback in callbacks:
+            callback(error)
+
+
+#: What :meth:`Dispatcher.settle_nowait` returns: the batch whose entry makes the settle
+#: durable (None: nothing to wait for).
+Durable = _Batch
 
 
 def segments_of(segments: Sequence[Segment]) -> Segments:
@@ -143,6 +160,8 @@ class Dispatcher:
         #: The group commit: the events waiting for the next entry, and entries in flight.
         self._batch = _Batch()
         self._journal_in_flight = 0
+        #: The last batch sent and not confirmed yet.
+        self._in_flight: _Batch | None = None
         #: Where the tasks confirming state-ledger entries run.
         self._tasks = tasks
         #: Records not acked, as of the last count (the metrics' backlog; stats() counts afresh).
@@ -288,7 +307,26 @@ class Dispatcher:
             self._check()
 
     async def settle(self, consumer: str, settle: Settle) -> None:
+        batch = self.settle_nowait(consumer, settle)
+        if batch is not None:
+            await self._durable(batch)
+
+    def settle_nowait(self, consumer: str, settle: Settle) -> Durable | None:
+        """:meth:`settle` without waiting: ``settle`` applied and its events queued for the
+        state ledger; returns the batch whose entry makes it durable (its ``callbacks`` are
+        called once it is, with the error if it failed: then this owner ended), or None when
+        nothing need be waited for. A bookie answers SUB_SETTLE this way, with no task per
+        call. A settle that changes nothing (its records acked already) still waits for the
+        entries under way: the ack it repeats may be in one of them, not durable yet."""
         self._check()
+        events = self._settle_events(consumer, settle)
+        if events:
+            return self._queue(events)
+        if self._batch.events:
+            return self._batch
+        return self._in_flight
+
+    def _settle_events(self, consumer: str, settle: Settle) -> list[Event]:
         events: list[Event] = []
         if settle.acks:
             self._add(events, self.state.ack(pack(p) for p in settle.acks))
@@ -300,8 +338,7 @@ class Dispatcher:
         for position, delay_s in settle.nacks:
             not_before = now_ms() + int(delay_s * 1000) if delay_s > 0 else 0
             events += self._release(consumer, [pack(position)], not_before)
-        if events:
-            await self._commit(events)
+        return events
 
     async def leave(self, consumer: str) -> None:
         self._check()
@@ -375,6 +412,11 @@ class Dispatcher:
         decided meanwhile wait in one batch, which goes out as the next entry once one of
         them is confirmed. Entries go out in the order their events were applied (a batch is
         appended before any later event can be), so recovery applies them in that order."""
+        await self._durable(self._queue(events))
+
+    def _queue(self, events: list[Event]) -> _Batch:
+        """Queue applied ``events`` for the next entry (sent now if none is in flight); the
+        batch they went into."""
         batch = self._batch
         batch.events += events
         self._events += len(events)
@@ -383,6 +425,9 @@ class Dispatcher:
         self._notify()
         if self._journal_in_flight < JOURNAL_IN_FLIGHT:
             self._send_batch()
+        return batch
+
+    async def _durable(self, batch: _Batch) -> None:
         await batch.done.wait()
         if batch.error is not None:
             raise NotOwnerError(f"subscription {self.record.name!r}: this owner ended ({self.why_lost}); ask again")
@@ -399,17 +444,22 @@ class Dispatcher:
             self._failed(batch, e)
             return
         self._journal_in_flight += 1
+        self._in_flight = batch
         self._tasks.start_soon(self._confirm, batch, pending)
 
     async def _confirm(self, batch: _Batch, pending: list[PendingAppend]) -> None:
+        error: BKError | None = None
         try:
             for p in pending:
                 await p.wait()
         except BKError as e:
+            error = e
             self._failed(batch, e)
         finally:
             self._journal_in_flight -= 1
-            batch.done.set()
+            if self._in_flight is batch:
+                self._in_flight = None
+            batch.finish(error)
             if not self.lost.is_set():
                 self._send_batch()  # what was decided while this entry was in flight
             else:
@@ -418,8 +468,7 @@ class Dispatcher:
     def _failed(self, batch: _Batch, error: BKError | None) -> None:
         if error is not None:
             self._end(f"its state ledger refused an append ({error}): another owner took over, or the bookies failed")
-        batch.error = error or BKError(self.why_lost)
-        batch.done.set()
+        batch.finish(error or BKError(self.why_lost))
 
     def _notify(self) -> None:
         self._changed.set()

@@ -20,9 +20,11 @@ since (a consumer that reconnected keeps its leases).
 
 from __future__ import annotations
 
+import enum
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol
 
 import anyio
@@ -328,6 +330,12 @@ class SubscriptionHost:
             log.info("consumer %s of subscription %s did not leave (%r); its leases end at their deadline", consumer, name, e)
 
 
+class _Later(enum.Enum):
+    """:meth:`_Connection._settle_now`: the settle goes the way of every call."""
+
+    LATER = 0
+
+
 @attrs.define(eq=False)
 class _Connection(AnswersLater):
     """One connection's SUB_* calls (:class:`bkframe.bookie.subscription_calls.ConnectionCalls`)."""
@@ -361,10 +369,60 @@ class _Connection(AnswersLater):
                 self.consumers.discard(key)
                 if host._leased_through.get(key) is self:
                     del host._leased_through[key]
+        if type(req) is SubSettleRequest:
+            settled = self._settle_now(req)
+            if settled is not _Later.LATER:
+                return settled
         self.pending += 1
         host.calls += 1
         host._nursery.start_soon(self._serve, req)
         return None
+
+    def _settle_now(self, req: SubSettleRequest) -> bytes | _Later | None:
+        """A settle for an owner here, served without a task: applied now, answered by the
+        owner's callback once its state-ledger entry is durable (a confirmed ack is one such
+        call a record: its task, cancel scope and wake-ups were a good part of the bookie's
+        CPU). Returns the answer now, None (answered later), or ``_Later.LATER`` when it must go
+        the way of every call (no owner here yet, one without ``settle_nowait``)."""
+        host = self.host
+        owner = host.owners.get((req.log, req.subscription))
+        settle_nowait = getattr(owner, "settle_nowait", None)
+        if owner is None or settle_nowait is None or owner.lost.is_set():
+            return _Later.LATER
+        try:
+            if not hmac.compare_digest(host._hash(req.password), host._hash(getattr(owner, "password", b""))):
+                raise _Refused(Status.UNAUTHORIZED, f"wrong password for log {req.log!r}")
+            durable = settle_nowait(req.consumer, _settle(req))
+        except Exception as e:  # noqa: BLE001 - a consumer is told, the bookie goes on
+            refused = _refused_for(e)
+            return encode_sub_refusal(Op.SUB_SETTLE, req.request_id, refused.status, refused.message, refused.holder)
+        if durable is None:
+            return encode_sub_settle_response(req.request_id)
+        self.pending += 1
+        host.calls += 1
+        durable.callbacks.append(partial(self._settled, req))
+        return None
+
+    def _settled(self, req: SubSettleRequest, error: BaseException | None) -> None:
+        """The owner's callback: a settle of :meth:`_settle_now` is durable (or failed)."""
+        if error is None:
+            answer = encode_sub_settle_response(req.request_id)
+        else:
+            answer = encode_sub_refusal(
+                Op.SUB_SETTLE, req.request_id, Status.NOT_OWNER,
+                f"subscription {req.subscription!r}: its owner here ended ({error}); ask again",
+            )
+        self._answered(answer)
+
+    def _answered(self, answer: bytes) -> None:
+        """A call's end: its answer goes (unless the connection closed)."""
+        self.pending -= 1
+        self.host.calls -= 1
+        if answer and not self._closed:
+            self._ready.append(answer)
+        self._changed.set()
+        if self._closed and not self.pending:
+            self._leave()
 
     async def _serve(self, req: SubRequest) -> None:
         answer = b""
@@ -381,13 +439,7 @@ class _Connection(AnswersLater):
             else:
                 answer = await self.host.serve(req)
         finally:
-            self.pending -= 1
-            self.host.calls -= 1
-            if answer and not self._closed:
-                self._ready.append(answer)
-            self._changed.set()
-            if self._closed and not self.pending:
-                self._leave()
+            self._answered(answer)
 
     def close(self) -> None:
         if self._closed:

@@ -256,6 +256,13 @@ class BookieServer:
         SUB_* calls), until the connection closes."""
 
         async def deliver(answers: list[bytes]) -> None:
+            if conn.outbox.idle:
+                # The writer holds nothing (no earlier answer waits for the journal): sent
+                # from here, not a scheduler pass later by the writer (a subscription's
+                # confirmed ack is one such answer a record). The outbox's lock orders it
+                # with a send the writer or the reader starts meanwhile.
+                await conn.outbox.send(pack_frame(answers))
+                return
             conn.outbox.idle = False  # handed over: later answers go after it
             parts: list[Buffer] = list(answers)
             await send.send(ResponseBatch(parts))
