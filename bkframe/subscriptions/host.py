@@ -52,6 +52,7 @@ from bkframe.proto.ops.subscription import (
     encode_sub_settle_response,
     encode_sub_stats_response,
 )
+from bkframe.subscriptions.in_bookie import InBookieAdds
 from bkframe.subscriptions.owner import Delivery, Settle, SubscriptionOwner
 from bkframe.subscriptions.settings import pack, unpack
 
@@ -143,6 +144,9 @@ class SubscriptionHost:
     holder: str
     client_factory: Callable[[anyio.abc.TaskGroup], Any] | None = attrs.field(default=None, kw_only=True)
     factory: OwnerFactory | None = attrs.field(default=None, kw_only=True)
+    #: The hosting bookie taking the owners' state-ledger appends without a socket
+    #: (:mod:`bkframe.subscriptions.in_bookie`); None: they go by the socket.
+    in_bookie: InBookieAdds | None = attrs.field(default=None, kw_only=True)
     #: The owners held, by (log, subscription).
     owners: dict[tuple[str, str], HostedOwner] = attrs.field(factory=dict, init=False)
     #: Calls under way and leases waiting for records, on the whole bookie.
@@ -170,7 +174,11 @@ class SubscriptionHost:
             if take is None:
                 if self.client_factory is None:
                     raise ValueError("SubscriptionHost needs a factory or a client_factory")
-                take = dispatcher_factory(self.client_factory(client_tasks), client_tasks, self.holder, self.config.owner_ttl_s)
+                client = self.client_factory(client_tasks)
+                if self.in_bookie is not None:
+                    await client_tasks.start(self.in_bookie.run)
+                    client.pool.in_process[self.holder] = self.in_bookie
+                take = dispatcher_factory(client, client_tasks, self.holder, self.config.owner_ttl_s)
             try:
                 async with trio.open_nursery() as nursery:
                     self._take, self._nursery = take, nursery
@@ -179,6 +187,10 @@ class SubscriptionHost:
                     await trio.sleep_forever()
             finally:
                 self._nursery = self._take = None
+                if self.in_bookie is not None:
+                    # Stopping: the bookie's server has stopped serving, and so do its own adds
+                    # (the owners' last appends go by the socket, as every client's do).
+                    self.in_bookie.close()
                 owners, self.owners = list(self.owners.values()), {}
                 self._taking.clear()
                 with trio.CancelScope(shield=True):

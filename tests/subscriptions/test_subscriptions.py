@@ -464,6 +464,9 @@ async def test_a_bookie_shows_the_owners_it_hosts_on_its_metrics(tmp_path: Path)
         [host] = [s for s in services if s.bookie is not None and s.bookie.bookie_id == owner]
         metrics = prometheus_client.generate_latest(bookie_registry(host)).decode()
         assert 'bkframe_subscription_acked_total{log="watched",subscription="s"} 10.0' in metrics
+        assert host.bookie is not None
+        # The owner's state-ledger appends to the bookie hosting it went in-process, not by a socket.
+        assert host.bookie.context.subscriptions.in_bookie.served > 0  # type: ignore[attr-defined]
 
 
 async def test_the_status_page_shows_a_subscriptions_backlog_and_owner(bookies: str) -> None:
