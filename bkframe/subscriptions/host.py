@@ -407,6 +407,8 @@ class _Connection(AnswersLater):
             durable = settle_nowait(req.consumer, _settle(req))
         except Exception as e:  # noqa: BLE001 - a consumer is told, the bookie goes on
             refused = _refused_for(e)
+            if refused.status == Status.IO_ERROR:
+                log.warning("a settle of subscription %s of log %s failed: %r", req.subscription, req.log, e)
             return encode_sub_refusal(Op.SUB_SETTLE, req.request_id, refused.status, refused.message, refused.holder)
         if durable is None:
             return encode_sub_settle_response(req.request_id)
