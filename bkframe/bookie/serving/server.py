@@ -476,7 +476,10 @@ class BookieServer:
             # (those the writer answers with one send): answer now, not one scheduler pass
             # later in the writer (BYPASS and VD adds, reads). Not while draining: the
             # writer's send may outlive this task's cancel scope, this one may not (see .outbox).
-            await out.send(pack_frame(batch.parts))
+            # A frame whose answers all come later (a long poll, a subscription call) sends
+            # nothing: an empty frame would cost a send here and a wake-up at the client.
+            if batch.parts:
+                await out.send(pack_frame(batch.parts))
             bookie.requests.answered((batch,))
             batch.on_answered()
         else:
