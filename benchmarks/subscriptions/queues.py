@@ -388,7 +388,39 @@ def tail_latency(system: Bkframe, pings: int) -> list[float]:
     return out
 
 
-def run_system(cls: type[System], records: int, size: int, consumers: int, pings: int, acks: str) -> dict[str, Any]:
+def start_profiles(pids: dict[str, int], where: Path | None, name: str) -> list[tuple[str, subprocess.Popen[bytes]]]:
+    """``py-spy record`` of each server process (``--profile``; samples of the thread holding
+    the GIL, collapsed stacks): where its CPU goes. It slows what it samples: a profiled run's
+    figures are not the benchmark's."""
+    if where is None:
+        return []
+    where.mkdir(parents=True, exist_ok=True)
+    spy = shutil.which("py-spy")
+    command = [spy] if spy else [str(Path.home() / ".local/bin/uvx"), "py-spy"]
+    return [
+        (label, subprocess.Popen(
+            [*command, "record", "--gil", "-r", "250", "-p", str(pid), "-f", "raw", "-o", str(where / f"{name}-{label}.txt")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))
+        for label, pid in pids.items()
+    ]
+
+
+def stop_profiles(
+    spies: list[tuple[str, subprocess.Popen[bytes]]], where: Path | None, name: str, labels: dict[str, str],
+) -> None:
+    for _, spy in spies:
+        spy.send_signal(signal.SIGINT)
+    for label, spy in spies:
+        spy.wait(timeout=60)
+        assert where is not None
+        if label in labels:
+            (where / f"{name}-{label}.txt").rename(where / f"{name}-{labels[label]}-{label}.txt")
+
+
+def run_system(
+    cls: type[System], records: int, size: int, consumers: int, pings: int, acks: str, profile: Path | None = None,
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"subbench-{cls.name}-") as tmp:
         system = cls(Path(tmp))
         system.start()
@@ -404,6 +436,7 @@ def run_system(cls: type[System], records: int, size: int, consumers: int, pings
                 if p.stdout.readline().strip() != "ready":
                     raise RuntimeError(f"a {cls.name} consumer did not start")
             pids = system.cpu_pids()
+            spies = start_profiles(pids, profile, f"{cls.name}-{acks}")
             cpu0 = {label: cpu_s(pid) for label, pid in pids.items()}
             go = time.time()
             for p in procs:
@@ -419,6 +452,7 @@ def run_system(cls: type[System], records: int, size: int, consumers: int, pings
             total = sum(r["count"] for r in results)
             elapsed = max(r["last"] for r in results) - go
             labels = system.cpu_labels()
+            stop_profiles(spies, profile, f"{cls.name}-{acks}", labels)
             named = {label: f"{label}({labels[label]})" if label in labels else label for label in pids}
             per_1k = {named[label]: round((cpu1[label][0] - cpu0[label][0]) * 1000 / total, 3) for label in pids}
             per_1k["consumers"] = round(sum(r["cpu"] for r in results) * 1000 / total, 3)
@@ -465,6 +499,8 @@ def main() -> None:
     parser.add_argument("--acks", default="confirmed,grouped", help="confirmed, grouped, or both (comma-separated)")
     parser.add_argument("--rounds", type=int, default=1, help="Each case this many times, taking turns.")
     parser.add_argument("--json", type=Path, default=None, help="Also write the rows here.")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="py-spy each server process while the consumers run, into this folder (slows them).")
     parser.add_argument("--consumer", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.consumer:
@@ -476,7 +512,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for acks in args.acks.split(","):
             for name in args.systems.split(","):
-                row = run_system(classes[name], args.records, args.size, args.consumers, args.pings, acks)
+                row = run_system(classes[name], args.records, args.size, args.consumers, args.pings, acks, args.profile)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     if args.json:
