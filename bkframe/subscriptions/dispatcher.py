@@ -448,10 +448,13 @@ class Dispatcher:
         self._tasks.start_soon(self._confirm, batch, pending)
 
     async def _confirm(self, batch: _Batch, pending: list[PendingAppend]) -> None:
-        error: BKError | None = None
+        # Cancelled (the hosting process stops) before the entry was confirmed: the settles
+        # waiting for it are told it failed, never that it is durable.
+        error: BKError | None = BKError("the owner stopped before its state-ledger entry was confirmed")
         try:
             for p in pending:
                 await p.wait()
+            error = None
         except BKError as e:
             error = e
             self._failed(batch, e)

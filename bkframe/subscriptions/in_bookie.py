@@ -73,6 +73,7 @@ class InBookieAdds:
     served: int = 0
     _open: bool = attrs.field(default=False, init=False)
     _waiting: list[_Add] = attrs.field(factory=list, init=False)
+    _answering: list[_Add] = attrs.field(factory=list, init=False)
     _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
     _ids: Any = attrs.field(factory=lambda: itertools.count(1), init=False)
     _nursery: trio.Nursery | None = attrs.field(default=None, init=False)
@@ -123,12 +124,12 @@ class InBookieAdds:
                     if not self._waiting:
                         self._wake = trio.Event()
                         await self._wake.wait()
-                    adds, self._waiting = self._waiting, []
-                    await self._answer(adds)
+                    self._answering, self._waiting = self._waiting, []
+                    await self._answer(self._answering)
         finally:
             self._open = False
             self._nursery = None
-            for add in self._waiting:
+            for add in (*self._answering, *self._waiting):  # (an add answered already keeps its answer)
                 add.pending.complete(None, BookieConnectionError("the bookie's own adds stopped before this one was answered"))
 
     async def _answer(self, adds: list[_Add]) -> None:
@@ -144,13 +145,17 @@ class InBookieAdds:
         self._complete(adds, parts)
 
     async def _answer_deferred(self, add: _Add) -> None:
-        with trio.move_on_at(add.deadline):
-            parts = list(await self.requests.durable_answers([add.batch]))
-            for deferred in add.batch.deferred:
-                parts.append(await deferred())
-            self.requests.answered([add.batch])
-            self._complete([add], parts)
-        add.pending.complete(None, BookieTimeoutError("this bookie did not answer its own add in time"))
+        try:
+            with trio.move_on_at(add.deadline):
+                parts = list(await self.requests.durable_answers([add.batch]))
+                for deferred in add.batch.deferred:
+                    parts.append(await deferred())
+                self.requests.answered([add.batch])
+                self._complete([add], parts)
+                return
+            add.pending.complete(None, BookieTimeoutError("this bookie did not answer its own add in time"))
+        finally:  # (the first completion counts: this one only if stopped before any)
+            add.pending.complete(None, BookieConnectionError("the bookie's own adds stopped before this one was answered"))
 
     @staticmethod
     def _complete(adds: list[_Add], parts: list[Buffer]) -> None:
