@@ -128,7 +128,8 @@ class Bkframe(System):
         sys.path.insert(0, str(ROOT))
         from bkframe.launcher import Cluster
 
-        self.cluster = Cluster(self.workdir / "cluster", 3).start(parallel=True)
+        # The admin HTTP service on: the owner's metrics tell events per state-ledger entry.
+        self.cluster = Cluster(self.workdir / "cluster", 3, bookie_args=("--http-port", "0")).start(parallel=True)
         self.uri = self.cluster.metadata
         import bkframe
 
@@ -156,6 +157,19 @@ class Bkframe(System):
     def cpu_labels(self) -> dict[str, str]:
         owner = self.bk.logs.subscription_stats("jobs", "workers").owner
         return {b.bookie_id: "owner" if b.bookie_id == owner else "other" for b in self.cluster.bookies}
+
+    def state_entries(self) -> tuple[int, int]:
+        """(entries, events) the owner appended to the subscription's state ledgers so far."""
+        import urllib.request
+
+        owner = self.bk.logs.subscription_stats("jobs", "workers").owner
+        url = self.cluster.by_id(owner).http_url
+        found = {"entries": 0, "events": 0}
+        for line in urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode().splitlines():
+            for name in found:
+                if line.startswith(f"bkframe_subscription_state_{name}_total{{") and 'subscription="workers"' in line:
+                    found[name] = int(float(line.rsplit(" ", 1)[1]))
+        return found["entries"], found["events"]
 
     def stop(self) -> None:
         self.writer.close()
@@ -437,6 +451,7 @@ def run_system(
                     raise RuntimeError(f"a {cls.name} consumer did not start")
             pids = system.cpu_pids()
             spies = start_profiles(pids, profile, f"{cls.name}-{acks}")
+            entries0 = system.state_entries() if isinstance(system, Bkframe) else (0, 0)
             cpu0 = {label: cpu_s(pid) for label, pid in pids.items()}
             go = time.time()
             for p in procs:
@@ -449,6 +464,7 @@ def run_system(
                 out, _ = p.communicate(timeout=600)
                 results.append(json.loads(out.strip().splitlines()[-1]))
             cpu1 = {label: cpu_s(pid) for label, pid in pids.items()}
+            entries1 = system.state_entries() if isinstance(system, Bkframe) else (0, 0)
             total = sum(r["count"] for r in results)
             elapsed = max(r["last"] for r in results) - go
             labels = system.cpu_labels()
@@ -467,6 +483,10 @@ def run_system(
                 "cpu_per_1k": per_1k, "sys_per_1k": sys_1k, "load": os.getloadavg()[0],
             }
             if isinstance(system, Bkframe):
+                # The group commit: state-ledger entries per 1,000 records, and events in each.
+                entries, events = entries1[0] - entries0[0], entries1[1] - entries0[1]
+                row["state_entries_per_1k"] = round(entries * 1000 / total, 1)
+                row["events_per_entry"] = round(events / entries, 2) if entries else 0.0
                 row["tail_ms_p50"] = round(statistics.median(tail_latency(system, pings)) * 1000, 2)
             return row
         finally:

@@ -162,6 +162,10 @@ class Dispatcher:
         self._journal_in_flight = 0
         #: The last batch sent and not confirmed yet.
         self._in_flight: _Batch | None = None
+        #: State-ledger entries of events this owner appended, and the events in them (the
+        #: group commit's work: events per entry; metrics, benchmarks).
+        self.entries_sent = 0
+        self.events_sent = 0
         #: Where the tasks confirming state-ledger entries run.
         self._tasks = tasks
         #: Records not acked, as of the last count (the metrics' backlog; stats() counts afresh).
@@ -443,6 +447,8 @@ class Dispatcher:
         except BKError as e:
             self._failed(batch, e)
             return
+        self.entries_sent += len(pending)
+        self.events_sent += len(batch.events)
         self._journal_in_flight += 1
         self._in_flight = batch
         self._tasks.start_soon(self._confirm, batch, pending)
