@@ -398,6 +398,8 @@ async def test_settles_under_way_together_share_entries_and_a_snapshot_loses_non
                     settles.start_soon(first.settle, "c", Settle(acks=(d.position,)))
             assert first.journal.lac - before <= 3  # 40 acks, one entry in flight at a time
             # An entry held in flight (as if slow): what is decided meanwhile waits in the batch.
+            # (Once the last one is confirmed and its gather over: nothing else sends then.)
+            await wait_until(lambda: first._journal_in_flight == 0, "the last entry confirmed")
             first._journal_in_flight += 1
             with trio.fail_after(30):  # the switch sends them: nothing else would
                 async with trio.open_nursery() as waiting:
