@@ -31,7 +31,6 @@ from bkframe.errors import (
     BadVersionError,
     BKError,
     LogExistsError,
-    MetadataError,
     NoSuchSubscriptionError,
     NotOwnerError,
     SubscriptionError,
@@ -70,8 +69,6 @@ READ_RUN = 500
 #: and go out together as the next entry (a group commit): under load, one entry (one
 #: replicated, fsynced add) carries the settles of many consumers; a lone one goes at once.
 JOURNAL_IN_FLIGHT = 1
-#: A group of events larger than this (encoded) is split over several entries.
-JOURNAL_ENTRY_BYTES = 1 << 20
 #: Once an entry is confirmed, the next waits (at most this long, s) for as many calls as
 #: that entry answered: see :meth:`Dispatcher._gather`.
 GATHER_MAX_S = 0.002
@@ -210,7 +207,7 @@ class Dispatcher:
         store = client.metadata  # type: ignore[attr-defined]
         record = await read_record(store, log_name, name)
         reader = await client.logs.reader(log_name, password=password)  # type: ignore[attr-defined]
-        state = await recover(client, record, password)
+        state = await journal.recover(client, record, password)
         settings = reader.metadata.settings
         handle = await client.create_ledger(  # type: ignore[attr-defined]
             ensemble=settings.ensemble, write_quorum=settings.write_quorum, ack_quorum=settings.ack_quorum,
@@ -454,7 +451,7 @@ class Dispatcher:
             return
         self._batch = _Batch()
         try:
-            pending = [self.journal.append_async(entry) for entry in _entries(batch.events)]
+            pending = [self.journal.append_async(entry) for entry in journal.entries(batch.events)]
         except BKError as e:
             self._failed(batch, e)
             return
@@ -774,51 +771,6 @@ def _runs(keys: Sequence[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def _entries(events: list[Event]) -> list[bytes]:
-    """``events`` as state-ledger entries of at most about JOURNAL_ENTRY_BYTES each."""
-    entry = journal.encode_events(events)
-    if len(entry) <= JOURNAL_ENTRY_BYTES or len(events) == 1:
-        return [entry]
-    half = len(events) // 2
-    return _entries(events[:half]) + _entries(events[half:])
-
-
-async def recover(client: object, record: SubscriptionRecord, password: bytes) -> SubscriptionState:
-    """The state as the record and its state ledgers hold it. Opening the ledgers with
-    recovery fences them: a previous owner can append nothing more."""
-    ref = record.snapshot
-    ledgers = list(record.state_ledgers)
-    if ref is not None and ref.ledger_id in ledgers:
-        ledgers = ledgers[ledgers.index(ref.ledger_id) :]
-    handles = [await client.open_ledger(lid, password=password, recovery=True) for lid in ledgers]  # type: ignore[attr-defined]
-    if ref is None:
-        state = SubscriptionState(record.settings, pack(record.mark_delete))
-        start = 0
-    elif ref.inline is not None:
-        state = journal.decode_snapshot(record.settings, ref.inline)
-        start = ref.last + 1
-    else:
-        parts = await handles[0].read(ref.first, ref.last)
-        state = journal.decode_snapshot(record.settings, journal.join_parts([e.payload for e in parts]))
-        start = ref.last + 1
-    for i, handle in enumerate(handles):
-        first = start if i == 0 else 0
-        for lo in range(first, handle.lac + 1, 1000):
-            for entry in await handle.read(lo, min(handle.lac, lo + 999)):
-                if entry.payload[:1] == journal.PART:
-                    continue  # a snapshot the record did not name yet: the events before it are here
-                try:
-                    events = journal.decode_events(entry.payload)
-                except ValueError as e:
-                    raise MetadataError(
-                        f"subscription {record.name!r} of log {record.log!r}: state ledger {handle.ledger_id} entry "
-                        f"{entry.entry_id} does not parse ({e})"
-                    ) from None
-                for event in events:
-                    state.apply(event)
-    return state
-
-
 async def _discard(client: object, handle: WriteHandle) -> None:
     with anyio.CancelScope(shield=True):
         try:
@@ -828,4 +780,4 @@ async def _discard(client: object, handle: WriteHandle) -> None:
             pass
 
 
-__all__ = ["Dispatcher", "lock_name", "recover"]
+__all__ = ["Dispatcher", "lock_name"]
