@@ -1,8 +1,8 @@
 """The state-ledger appends of the owners a bookie hosts, into that bookie without a socket
 (docs/subscriptions.md, "Which process owns it").
 
-A bookie-hosted owner's state ledger has the hosting bookie in its ensemble (the client
-prefers it, as any writer's local bookie), so one of the three replicas of every append went
+A bookie-hosted owner's state ledger normally has the hosting bookie in its ensemble (always
+with three bookies and E=3), so one of the three replicas of every append went
 from the owner's client through the loopback socket into the same process: a frame encoded,
 sent, received, decoded, answered and the answer decoded again, with a wake-up of three tasks
 on the way. :class:`InBookieAdds` hands the add to the bookie's request handler directly,
