@@ -128,7 +128,8 @@ class Bkframe(System):
         sys.path.insert(0, str(ROOT))
         from bkframe.launcher import Cluster
 
-        self.cluster = Cluster(self.workdir / "cluster", 3).start(parallel=True)
+        # The admin HTTP service on: the owner's metrics tell events per state-ledger entry.
+        self.cluster = Cluster(self.workdir / "cluster", 3, bookie_args=("--http-port", "0")).start(parallel=True)
         self.uri = self.cluster.metadata
         import bkframe
 
@@ -156,6 +157,19 @@ class Bkframe(System):
     def cpu_labels(self) -> dict[str, str]:
         owner = self.bk.logs.subscription_stats("jobs", "workers").owner
         return {b.bookie_id: "owner" if b.bookie_id == owner else "other" for b in self.cluster.bookies}
+
+    def state_entries(self) -> tuple[int, int]:
+        """(entries, events) the owner appended to the subscription's state ledgers so far."""
+        import urllib.request
+
+        owner = self.bk.logs.subscription_stats("jobs", "workers").owner
+        url = self.cluster.by_id(owner).http_url
+        found = {"entries": 0, "events": 0}
+        for line in urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode().splitlines():
+            for name in found:
+                if line.startswith(f"bkframe_subscription_state_{name}_total{{") and 'subscription="workers"' in line:
+                    found[name] = int(float(line.rsplit(" ", 1)[1]))
+        return found["entries"], found["events"]
 
     def stop(self) -> None:
         self.writer.close()
@@ -388,7 +402,39 @@ def tail_latency(system: Bkframe, pings: int) -> list[float]:
     return out
 
 
-def run_system(cls: type[System], records: int, size: int, consumers: int, pings: int, acks: str) -> dict[str, Any]:
+def start_profiles(pids: dict[str, int], where: Path | None, name: str) -> list[tuple[str, subprocess.Popen[bytes]]]:
+    """``py-spy record`` of each server process (``--profile``; samples of the thread holding
+    the GIL, collapsed stacks): where its CPU goes. It slows what it samples: a profiled run's
+    figures are not the benchmark's."""
+    if where is None:
+        return []
+    where.mkdir(parents=True, exist_ok=True)
+    spy = shutil.which("py-spy")
+    command = [spy] if spy else [str(Path.home() / ".local/bin/uvx"), "py-spy"]
+    return [
+        (label, subprocess.Popen(
+            [*command, "record", "--gil", "-r", "250", "-p", str(pid), "-f", "raw", "-o", str(where / f"{name}-{label}.txt")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))
+        for label, pid in pids.items()
+    ]
+
+
+def stop_profiles(
+    spies: list[tuple[str, subprocess.Popen[bytes]]], where: Path | None, name: str, labels: dict[str, str],
+) -> None:
+    for _, spy in spies:
+        spy.send_signal(signal.SIGINT)
+    for label, spy in spies:
+        spy.wait(timeout=60)
+        assert where is not None
+        if label in labels:
+            (where / f"{name}-{label}.txt").rename(where / f"{name}-{labels[label]}-{label}.txt")
+
+
+def run_system(
+    cls: type[System], records: int, size: int, consumers: int, pings: int, acks: str, profile: Path | None = None,
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"subbench-{cls.name}-") as tmp:
         system = cls(Path(tmp))
         system.start()
@@ -404,6 +450,8 @@ def run_system(cls: type[System], records: int, size: int, consumers: int, pings
                 if p.stdout.readline().strip() != "ready":
                     raise RuntimeError(f"a {cls.name} consumer did not start")
             pids = system.cpu_pids()
+            spies = start_profiles(pids, profile, f"{cls.name}-{acks}")
+            entries0 = system.state_entries() if isinstance(system, Bkframe) else (0, 0)
             cpu0 = {label: cpu_s(pid) for label, pid in pids.items()}
             go = time.time()
             for p in procs:
@@ -416,9 +464,11 @@ def run_system(cls: type[System], records: int, size: int, consumers: int, pings
                 out, _ = p.communicate(timeout=600)
                 results.append(json.loads(out.strip().splitlines()[-1]))
             cpu1 = {label: cpu_s(pid) for label, pid in pids.items()}
+            entries1 = system.state_entries() if isinstance(system, Bkframe) else (0, 0)
             total = sum(r["count"] for r in results)
             elapsed = max(r["last"] for r in results) - go
             labels = system.cpu_labels()
+            stop_profiles(spies, profile, f"{cls.name}-{acks}", labels)
             named = {label: f"{label}({labels[label]})" if label in labels else label for label in pids}
             per_1k = {named[label]: round((cpu1[label][0] - cpu0[label][0]) * 1000 / total, 3) for label in pids}
             per_1k["consumers"] = round(sum(r["cpu"] for r in results) * 1000 / total, 3)
@@ -433,6 +483,10 @@ def run_system(cls: type[System], records: int, size: int, consumers: int, pings
                 "cpu_per_1k": per_1k, "sys_per_1k": sys_1k, "load": os.getloadavg()[0],
             }
             if isinstance(system, Bkframe):
+                # The group commit: state-ledger entries per 1,000 records, and events in each.
+                entries, events = entries1[0] - entries0[0], entries1[1] - entries0[1]
+                row["state_entries_per_1k"] = round(entries * 1000 / total, 1)
+                row["events_per_entry"] = round(events / entries, 2) if entries else 0.0
                 row["tail_ms_p50"] = round(statistics.median(tail_latency(system, pings)) * 1000, 2)
             return row
         finally:
@@ -465,6 +519,8 @@ def main() -> None:
     parser.add_argument("--acks", default="confirmed,grouped", help="confirmed, grouped, or both (comma-separated)")
     parser.add_argument("--rounds", type=int, default=1, help="Each case this many times, taking turns.")
     parser.add_argument("--json", type=Path, default=None, help="Also write the rows here.")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="py-spy each server process while the consumers run, into this folder (slows them).")
     parser.add_argument("--consumer", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.consumer:
@@ -476,7 +532,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for acks in args.acks.split(","):
             for name in args.systems.split(","):
-                row = run_system(classes[name], args.records, args.size, args.consumers, args.pings, acks)
+                row = run_system(classes[name], args.records, args.size, args.consumers, args.pings, acks, args.profile)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     if args.json:

@@ -14,6 +14,7 @@ import trio
 
 from bkframe.autorecovery.data_integrity import LimboRepair
 from bkframe.autorecovery.service import in_bookie
+from bkframe.bookie.access import Access
 from bkframe.bookie.bookie import Bookie
 from bkframe.bookie.service import AdminHttp, BookieService, SubscriptionHost
 from bkframe.cli.logging_setup import setup_logging
@@ -103,10 +104,15 @@ def subscription_host(bookie: Bookie, store: MetadataStore, bookie_id: str) -> S
     """The host of subscription owners a bookie runs (``[subscriptions] enabled``): its owners
     take subscriptions with a client made as the in-bookie autorecovery's, under the bookie's id."""
     from bkframe.subscriptions.host import SubscriptionHost, in_bookie_client
+    from bkframe.subscriptions.in_bookie import InBookieAdds
 
     settings = ClientSettings.for_bookie(bookie.config, bookie.own_credential())
+    # The owners' state-ledger appends to this bookie skip the socket; served as a
+    # connection of the bookie's own (plain access: the adds carry the ledger's key).
+    adds = InBookieAdds(bookie.requests, Access(f"subscriptions of {bookie_id}"), bookie.ready)
     return SubscriptionHost(
-        bookie.config.subscriptions, bookie_id, client_factory=in_bookie_client(store, bookie.plugins, settings)
+        bookie.config.subscriptions, bookie_id, client_factory=in_bookie_client(store, bookie.plugins, settings),
+        in_bookie=adds,
     )
 
 

@@ -248,7 +248,7 @@ class WriteHandle(LedgerAccess):
 
     def _send_batch(self, pendings: list[PendingAppend], idx: int) -> None:
         bookie_id = self._ensemble[idx]
-        client = self._ctx.pool.connected(bookie_id)
+        client = self._ctx.pool.adds_to(bookie_id)
         if client is None:
             self._bookie_failed(bookie_id, "not connected")
             return

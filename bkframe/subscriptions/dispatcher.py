@@ -31,7 +31,6 @@ from bkframe.errors import (
     BadVersionError,
     BKError,
     LogExistsError,
-    MetadataError,
     NoSuchSubscriptionError,
     NotOwnerError,
     SubscriptionError,
@@ -70,8 +69,9 @@ READ_RUN = 500
 #: and go out together as the next entry (a group commit): under load, one entry (one
 #: replicated, fsynced add) carries the settles of many consumers; a lone one goes at once.
 JOURNAL_IN_FLIGHT = 1
-#: A group of events larger than this (encoded) is split over several entries.
-JOURNAL_ENTRY_BYTES = 1 << 20
+#: Once an entry is confirmed, the next waits (at most this long, s) for as many calls as
+#: that entry answered: see :meth:`Dispatcher._gather`.
+GATHER_MAX_S = 0.002
 
 
 def lock_name(log_name: str, name: str) -> str:
@@ -102,6 +102,25 @@ class _Batch:
     #: Set once the entry is durable, or failed (``error``).
     done: anyio.Event = attrs.Factory(anyio.Event)
     error: BKError | None = None
+    #: Called (with ``error``) once it is done: a bookie's settle answered without a task
+    #: of its own waiting for it (:meth:`Dispatcher.settle_nowait`).
+    callbacks: list[Callable[[BKError | None], None]] = attrs.Factory(list)
+    #: The calls (settles, leases, ...) whose events it carries.
+    calls: int = 0
+
+    def finish(self, error: BKError | None) -> None:
+        if self.done.is_set():
+            return
+        self.error = error
+        self.done.set()
+        callbacks, self.callbacks = self.callbacks, []
+        for callback in callbacks:
+            callback(error)
+
+
+#: What :meth:`Dispatcher.settle_nowait` returns: the batch whose entry makes the settle
+#: durable (None: nothing to wait for).
+Durable = _Batch
 
 
 def segments_of(segments: Sequence[Segment]) -> Segments:
@@ -143,6 +162,15 @@ class Dispatcher:
         #: The group commit: the events waiting for the next entry, and entries in flight.
         self._batch = _Batch()
         self._journal_in_flight = 0
+        #: The last batch sent and not confirmed yet.
+        self._in_flight: _Batch | None = None
+        #: State-ledger entries of events this owner appended, and the events in them (the
+        #: group commit's work: events per entry; metrics, benchmarks).
+        self.entries_sent = 0
+        self.events_sent = 0
+        #: While a gather waits (:meth:`_gather`): the calls it waits for, and its wake-up.
+        self._gather_want = 0
+        self._gathered = anyio.Event()
         #: Where the tasks confirming state-ledger entries run.
         self._tasks = tasks
         #: Records not acked, as of the last count (the metrics' backlog; stats() counts afresh).
@@ -179,7 +207,7 @@ class Dispatcher:
         store = client.metadata  # type: ignore[attr-defined]
         record = await read_record(store, log_name, name)
         reader = await client.logs.reader(log_name, password=password)  # type: ignore[attr-defined]
-        state = await recover(client, record, password)
+        state = await journal.recover(client, record, password)
         settings = reader.metadata.settings
         handle = await client.create_ledger(  # type: ignore[attr-defined]
             ensemble=settings.ensemble, write_quorum=settings.write_quorum, ack_quorum=settings.ack_quorum,
@@ -288,7 +316,26 @@ class Dispatcher:
             self._check()
 
     async def settle(self, consumer: str, settle: Settle) -> None:
+        batch = self.settle_nowait(consumer, settle)
+        if batch is not None:
+            await self._durable(batch)
+
+    def settle_nowait(self, consumer: str, settle: Settle) -> Durable | None:
+        """:meth:`settle` without waiting: ``settle`` applied and its events queued for the
+        state ledger; returns the batch whose entry makes it durable (its ``callbacks`` are
+        called once it is, with the error if it failed: then this owner ended), or None when
+        nothing need be waited for. A bookie answers SUB_SETTLE this way, with no task per
+        call. A settle that changes nothing (its records acked already) still waits for the
+        entries under way: the ack it repeats may be in one of them, not durable yet."""
         self._check()
+        events = self._settle_events(consumer, settle)
+        if events:
+            return self._queue(events)
+        if self._batch.events:
+            return self._batch
+        return self._in_flight
+
+    def _settle_events(self, consumer: str, settle: Settle) -> list[Event]:
         events: list[Event] = []
         if settle.acks:
             self._add(events, self.state.ack(pack(p) for p in settle.acks))
@@ -300,8 +347,7 @@ class Dispatcher:
         for position, delay_s in settle.nacks:
             not_before = now_ms() + int(delay_s * 1000) if delay_s > 0 else 0
             events += self._release(consumer, [pack(position)], not_before)
-        if events:
-            await self._commit(events)
+        return events
 
     async def leave(self, consumer: str) -> None:
         self._check()
@@ -375,14 +421,25 @@ class Dispatcher:
         decided meanwhile wait in one batch, which goes out as the next entry once one of
         them is confirmed. Entries go out in the order their events were applied (a batch is
         appended before any later event can be), so recovery applies them in that order."""
+        await self._durable(self._queue(events))
+
+    def _queue(self, events: list[Event]) -> _Batch:
+        """Queue applied ``events`` for the next entry (sent now if none is in flight); the
+        batch they went into."""
         batch = self._batch
         batch.events += events
+        batch.calls += 1
+        if self._gather_want and batch.calls >= self._gather_want:
+            self._gathered.set()
         self._events += len(events)
         if self._events >= SNAPSHOT_EVENTS:
             self._snapshot_due.set()
         self._notify()
         if self._journal_in_flight < JOURNAL_IN_FLIGHT:
             self._send_batch()
+        return batch
+
+    async def _durable(self, batch: _Batch) -> None:
         await batch.done.wait()
         if batch.error is not None:
             raise NotOwnerError(f"subscription {self.record.name!r}: this owner ended ({self.why_lost}); ask again")
@@ -394,32 +451,65 @@ class Dispatcher:
             return
         self._batch = _Batch()
         try:
-            pending = [self.journal.append_async(entry) for entry in _entries(batch.events)]
+            pending = [self.journal.append_async(entry) for entry in journal.entries(batch.events)]
         except BKError as e:
             self._failed(batch, e)
             return
+        self.entries_sent += len(pending)
+        self.events_sent += len(batch.events)
         self._journal_in_flight += 1
+        self._in_flight = batch
         self._tasks.start_soon(self._confirm, batch, pending)
 
     async def _confirm(self, batch: _Batch, pending: list[PendingAppend]) -> None:
+        # Cancelled (the hosting process stops) before the entry was confirmed: the settles
+        # waiting for it are told it failed, never that it is durable.
+        error: BKError | None = BKError("the owner stopped before its state-ledger entry was confirmed")
         try:
             for p in pending:
                 await p.wait()
+            error = None
         except BKError as e:
+            error = e
             self._failed(batch, e)
         finally:
+            if self._in_flight is batch:
+                self._in_flight = None
+            batch.finish(error)
+            if error is None and not self.lost.is_set():
+                with anyio.CancelScope(shield=True):
+                    await self._gather(batch.calls)
             self._journal_in_flight -= 1
-            batch.done.set()
             if not self.lost.is_set():
                 self._send_batch()  # what was decided while this entry was in flight
             else:
                 self._failed(self._batch, None)
 
+    async def _gather(self, answered: int) -> None:
+        """Before the next entry goes out, wait (at most GATHER_MAX_S) until as many calls
+        wait for it as the entry just confirmed answered.
+
+        Each consumer has one call at a time waiting for the state ledger (an ack, a lease),
+        so without this the consumers split into two cohorts: those answered by the entry in
+        flight, whose next calls come a moment after it is confirmed, and the others, whose
+        calls came while it was in flight and go out at once as the next entry -- each entry
+        half the calls it could carry, twice the appends (each replicated and fsynced), which
+        on a busy machine is the owner's and the bookies' CPU. Waiting for the answered
+        cohort to call again merges them; a consumer alone is never held (its next call is
+        the one waited for), a slow or gone one at most GATHER_MAX_S, and the wait shrinks
+        with the calls the next entry carries."""
+        if answered <= 1 or self._batch.calls >= answered:
+            return  # (one: its next call goes at once when it comes, merging nothing by waiting)
+        self._gather_want = answered
+        self._gathered = gathered = anyio.Event()
+        with anyio.move_on_after(GATHER_MAX_S):
+            await gathered.wait()
+        self._gather_want = 0
+
     def _failed(self, batch: _Batch, error: BKError | None) -> None:
         if error is not None:
             self._end(f"its state ledger refused an append ({error}): another owner took over, or the bookies failed")
-        batch.error = error or BKError(self.why_lost)
-        batch.done.set()
+        batch.finish(error or BKError(self.why_lost))
 
     def _notify(self) -> None:
         self._changed.set()
@@ -681,51 +771,6 @@ def _runs(keys: Sequence[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def _entries(events: list[Event]) -> list[bytes]:
-    """``events`` as state-ledger entries of at most about JOURNAL_ENTRY_BYTES each."""
-    entry = journal.encode_events(events)
-    if len(entry) <= JOURNAL_ENTRY_BYTES or len(events) == 1:
-        return [entry]
-    half = len(events) // 2
-    return _entries(events[:half]) + _entries(events[half:])
-
-
-async def recover(client: object, record: SubscriptionRecord, password: bytes) -> SubscriptionState:
-    """The state as the record and its state ledgers hold it. Opening the ledgers with
-    recovery fences them: a previous owner can append nothing more."""
-    ref = record.snapshot
-    ledgers = list(record.state_ledgers)
-    if ref is not None and ref.ledger_id in ledgers:
-        ledgers = ledgers[ledgers.index(ref.ledger_id) :]
-    handles = [await client.open_ledger(lid, password=password, recovery=True) for lid in ledgers]  # type: ignore[attr-defined]
-    if ref is None:
-        state = SubscriptionState(record.settings, pack(record.mark_delete))
-        start = 0
-    elif ref.inline is not None:
-        state = journal.decode_snapshot(record.settings, ref.inline)
-        start = ref.last + 1
-    else:
-        parts = await handles[0].read(ref.first, ref.last)
-        state = journal.decode_snapshot(record.settings, journal.join_parts([e.payload for e in parts]))
-        start = ref.last + 1
-    for i, handle in enumerate(handles):
-        first = start if i == 0 else 0
-        for lo in range(first, handle.lac + 1, 1000):
-            for entry in await handle.read(lo, min(handle.lac, lo + 999)):
-                if entry.payload[:1] == journal.PART:
-                    continue  # a snapshot the record did not name yet: the events before it are here
-                try:
-                    events = journal.decode_events(entry.payload)
-                except ValueError as e:
-                    raise MetadataError(
-                        f"subscription {record.name!r} of log {record.log!r}: state ledger {handle.ledger_id} entry "
-                        f"{entry.entry_id} does not parse ({e})"
-                    ) from None
-                for event in events:
-                    state.apply(event)
-    return state
-
-
 async def _discard(client: object, handle: WriteHandle) -> None:
     with anyio.CancelScope(shield=True):
         try:
@@ -735,4 +780,4 @@ async def _discard(client: object, handle: WriteHandle) -> None:
             pass
 
 
-__all__ = ["Dispatcher", "lock_name", "recover"]
+__all__ = ["Dispatcher", "lock_name"]

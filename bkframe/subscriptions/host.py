@@ -20,9 +20,11 @@ since (a consumer that reconnected keeps its leases).
 
 from __future__ import annotations
 
+import enum
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol
 
 import anyio
@@ -50,6 +52,7 @@ from bkframe.proto.ops.subscription import (
     encode_sub_settle_response,
     encode_sub_stats_response,
 )
+from bkframe.subscriptions.in_bookie import InBookieAdds
 from bkframe.subscriptions.owner import Delivery, Settle, SubscriptionOwner
 from bkframe.subscriptions.settings import pack, unpack
 
@@ -141,6 +144,9 @@ class SubscriptionHost:
     holder: str
     client_factory: Callable[[anyio.abc.TaskGroup], Any] | None = attrs.field(default=None, kw_only=True)
     factory: OwnerFactory | None = attrs.field(default=None, kw_only=True)
+    #: The hosting bookie taking the owners' state-ledger appends without a socket
+    #: (:mod:`bkframe.subscriptions.in_bookie`); None: they go by the socket.
+    in_bookie: InBookieAdds | None = attrs.field(default=None, kw_only=True)
     #: The owners held, by (log, subscription).
     owners: dict[tuple[str, str], HostedOwner] = attrs.field(factory=dict, init=False)
     #: Calls under way and leases waiting for records, on the whole bookie.
@@ -168,7 +174,11 @@ class SubscriptionHost:
             if take is None:
                 if self.client_factory is None:
                     raise ValueError("SubscriptionHost needs a factory or a client_factory")
-                take = dispatcher_factory(self.client_factory(client_tasks), client_tasks, self.holder, self.config.owner_ttl_s)
+                client = self.client_factory(client_tasks)
+                if self.in_bookie is not None:
+                    await client_tasks.start(self.in_bookie.run)
+                    client.pool.in_process[self.holder] = self.in_bookie
+                take = dispatcher_factory(client, client_tasks, self.holder, self.config.owner_ttl_s)
             try:
                 async with trio.open_nursery() as nursery:
                     self._take, self._nursery = take, nursery
@@ -177,6 +187,10 @@ class SubscriptionHost:
                     await trio.sleep_forever()
             finally:
                 self._nursery = self._take = None
+                if self.in_bookie is not None:
+                    # Stopping: the bookie's server has stopped serving, and so do its own adds
+                    # (the owners' last appends go by the socket, as every client's do).
+                    self.in_bookie.close()
                 owners, self.owners = list(self.owners.values()), {}
                 self._taking.clear()
                 with trio.CancelScope(shield=True):
@@ -328,6 +342,12 @@ class SubscriptionHost:
             log.info("consumer %s of subscription %s did not leave (%r); its leases end at their deadline", consumer, name, e)
 
 
+class _Later(enum.Enum):
+    """:meth:`_Connection._settle_now`: the settle goes the way of every call."""
+
+    LATER = 0
+
+
 @attrs.define(eq=False)
 class _Connection(AnswersLater):
     """One connection's SUB_* calls (:class:`bkframe.bookie.subscription_calls.ConnectionCalls`)."""
@@ -361,10 +381,62 @@ class _Connection(AnswersLater):
                 self.consumers.discard(key)
                 if host._leased_through.get(key) is self:
                     del host._leased_through[key]
+        if type(req) is SubSettleRequest:
+            settled = self._settle_now(req)
+            if settled is not _Later.LATER:
+                return settled
         self.pending += 1
         host.calls += 1
         host._nursery.start_soon(self._serve, req)
         return None
+
+    def _settle_now(self, req: SubSettleRequest) -> bytes | _Later | None:
+        """A settle for an owner here, served without a task: applied now, answered by the
+        owner's callback once its state-ledger entry is durable (a confirmed ack is one such
+        call a record: its task, cancel scope and wake-ups were a good part of the bookie's
+        CPU). Returns the answer now, None (answered later), or ``_Later.LATER`` when it must go
+        the way of every call (no owner here yet, one without ``settle_nowait``)."""
+        host = self.host
+        owner = host.owners.get((req.log, req.subscription))
+        settle_nowait = getattr(owner, "settle_nowait", None)
+        if owner is None or settle_nowait is None or owner.lost.is_set():
+            return _Later.LATER
+        try:
+            if not hmac.compare_digest(host._hash(req.password), host._hash(getattr(owner, "password", b""))):
+                raise _Refused(Status.UNAUTHORIZED, f"wrong password for log {req.log!r}")
+            durable = settle_nowait(req.consumer, _settle(req))
+        except Exception as e:  # noqa: BLE001 - a consumer is told, the bookie goes on
+            refused = _refused_for(e)
+            if refused.status == Status.IO_ERROR:
+                log.warning("a settle of subscription %s of log %s failed: %r", req.subscription, req.log, e)
+            return encode_sub_refusal(Op.SUB_SETTLE, req.request_id, refused.status, refused.message, refused.holder)
+        if durable is None:
+            return encode_sub_settle_response(req.request_id)
+        self.pending += 1
+        host.calls += 1
+        durable.callbacks.append(partial(self._settled, req))
+        return None
+
+    def _settled(self, req: SubSettleRequest, error: BaseException | None) -> None:
+        """The owner's callback: a settle of :meth:`_settle_now` is durable (or failed)."""
+        if error is None:
+            answer = encode_sub_settle_response(req.request_id)
+        else:
+            answer = encode_sub_refusal(
+                Op.SUB_SETTLE, req.request_id, Status.NOT_OWNER,
+                f"subscription {req.subscription!r}: its owner here ended ({error}); ask again",
+            )
+        self._answered(answer)
+
+    def _answered(self, answer: bytes) -> None:
+        """A call's end: its answer goes (unless the connection closed)."""
+        self.pending -= 1
+        self.host.calls -= 1
+        if answer and not self._closed:
+            self._ready.append(answer)
+        self._changed.set()
+        if self._closed and not self.pending:
+            self._leave()
 
     async def _serve(self, req: SubRequest) -> None:
         answer = b""
@@ -381,13 +453,7 @@ class _Connection(AnswersLater):
             else:
                 answer = await self.host.serve(req)
         finally:
-            self.pending -= 1
-            self.host.calls -= 1
-            if answer and not self._closed:
-                self._ready.append(answer)
-            self._changed.set()
-            if self._closed and not self.pending:
-                self._leave()
+            self._answered(answer)
 
     def close(self) -> None:
         if self._closed:

@@ -1,5 +1,5 @@
-"""A subscription's durable form: events and snapshots as entries of its state ledgers
-(docs/subscriptions.md, "Where it is kept").
+"""A subscription's durable form: events and snapshots as entries of its state ledgers, and
+the state read back from them (docs/subscriptions.md, "Where it is kept").
 
 An entry is one of
 - ``E`` + a JSON list of events (the decisions of one group commit, in the order taken);
@@ -19,7 +19,7 @@ from typing import Any
 from pyroaring import BitMap64
 
 from bkframe.errors import MetadataError
-from bkframe.subscriptions.settings import SubscriptionSettings
+from bkframe.subscriptions.settings import SubscriptionRecord, SubscriptionSettings, pack
 from bkframe.subscriptions.state import (
     Acked,
     Committed,
@@ -38,6 +38,8 @@ EVENTS = b"E"
 PART = b"P"
 #: A snapshot larger than this is written as several entries.
 PART_BYTES = 1 << 20
+#: A group of events larger than this (encoded) is split over several entries.
+ENTRY_BYTES = 1 << 20
 _HEADER_LEN = struct.Struct(">I")
 
 
@@ -155,11 +157,61 @@ def join_parts(entries: Sequence[bytes]) -> bytes:
     return b"".join(e[1:] for e in entries)
 
 
+# -- writing and reading the state ledgers -----------------------------------------------
+
+
+def entries(events: list[Event]) -> list[bytes]:
+    """``events`` as state-ledger entries of at most about ENTRY_BYTES each (one group commit)."""
+    entry = encode_events(events)
+    if len(entry) <= ENTRY_BYTES or len(events) == 1:
+        return [entry]
+    half = len(events) // 2
+    return entries(events[:half]) + entries(events[half:])
+
+
+async def recover(client: object, record: SubscriptionRecord, password: bytes) -> SubscriptionState:
+    """The state as the record and its state ledgers hold it. Opening the ledgers with
+    recovery fences them: a previous owner can append nothing more."""
+    ref = record.snapshot
+    ledgers = list(record.state_ledgers)
+    if ref is not None and ref.ledger_id in ledgers:
+        ledgers = ledgers[ledgers.index(ref.ledger_id) :]
+    handles = [await client.open_ledger(lid, password=password, recovery=True) for lid in ledgers]  # type: ignore[attr-defined]
+    if ref is None:
+        state = SubscriptionState(record.settings, pack(record.mark_delete))
+        start = 0
+    elif ref.inline is not None:
+        state = decode_snapshot(record.settings, ref.inline)
+        start = ref.last + 1
+    else:
+        parts = await handles[0].read(ref.first, ref.last)
+        state = decode_snapshot(record.settings, join_parts([e.payload for e in parts]))
+        start = ref.last + 1
+    for i, handle in enumerate(handles):
+        first = start if i == 0 else 0
+        for lo in range(first, handle.lac + 1, 1000):
+            for entry in await handle.read(lo, min(handle.lac, lo + 999)):
+                if entry.payload[:1] == PART:
+                    continue  # a snapshot the record did not name yet: the events before it are here
+                try:
+                    events = decode_events(entry.payload)
+                except ValueError as e:
+                    raise MetadataError(
+                        f"subscription {record.name!r} of log {record.log!r}: state ledger {handle.ledger_id} entry "
+                        f"{entry.entry_id} does not parse ({e})"
+                    ) from None
+                for event in events:
+                    state.apply(event)
+    return state
+
+
 __all__ = [
     "decode_events",
     "decode_snapshot",
     "encode_events",
     "encode_snapshot",
+    "entries",
     "join_parts",
+    "recover",
     "snapshot_parts",
 ]

@@ -34,6 +34,10 @@ class SubscriptionCollector:
             "redelivered": CounterMetricFamily(PREFIX + "redelivered", "Leases of records delivered before", labels=labels),
             "acked": CounterMetricFamily(PREFIX + "acked", "Records acked", labels=labels),
             "dead_lettered": CounterMetricFamily(PREFIX + "dead_lettered", "Records sent to the dead-letter log", labels=labels),
+            # This owner's (not the subscription's): events per entry is the group commit's doing.
+            "state_entries": CounterMetricFamily(PREFIX + "state_entries", "State-ledger entries of events this owner appended",
+                                                 labels=labels),
+            "state_events": CounterMetricFamily(PREFIX + "state_events", "Events in those entries", labels=labels),
         }
         for d in self.owners():
             if d.lost.is_set():
@@ -47,5 +51,7 @@ class SubscriptionCollector:
             for name, value in (("delivered", c.delivered), ("redelivered", c.redelivered), ("acked", c.acked),
                                 ("dead_lettered", c.dead_lettered)):
                 counters[name].add_metric(key, value)
+            counters["state_entries"].add_metric(key, d.entries_sent)
+            counters["state_events"].add_metric(key, d.events_sent)
         yield from gauges.values()
         yield from counters.values()

@@ -398,6 +398,8 @@ async def test_settles_under_way_together_share_entries_and_a_snapshot_loses_non
                     settles.start_soon(first.settle, "c", Settle(acks=(d.position,)))
             assert first.journal.lac - before <= 3  # 40 acks, one entry in flight at a time
             # An entry held in flight (as if slow): what is decided meanwhile waits in the batch.
+            # (Once the last one is confirmed and its gather over: nothing else sends then.)
+            await wait_until(lambda: first._journal_in_flight == 0, "the last entry confirmed")
             first._journal_in_flight += 1
             with trio.fail_after(30):  # the switch sends them: nothing else would
                 async with trio.open_nursery() as waiting:
@@ -464,6 +466,9 @@ async def test_a_bookie_shows_the_owners_it_hosts_on_its_metrics(tmp_path: Path)
         [host] = [s for s in services if s.bookie is not None and s.bookie.bookie_id == owner]
         metrics = prometheus_client.generate_latest(bookie_registry(host)).decode()
         assert 'bkframe_subscription_acked_total{log="watched",subscription="s"} 10.0' in metrics
+        assert host.bookie is not None
+        # The owner's state-ledger appends to the bookie hosting it went in-process, not by a socket.
+        assert host.bookie.context.subscriptions.in_bookie.served > 0  # type: ignore[attr-defined]
 
 
 async def test_the_status_page_shows_a_subscriptions_backlog_and_owner(bookies: str) -> None:

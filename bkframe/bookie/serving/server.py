@@ -256,6 +256,13 @@ class BookieServer:
         SUB_* calls), until the connection closes."""
 
         async def deliver(answers: list[bytes]) -> None:
+            if conn.outbox.idle:
+                # The writer holds nothing (no earlier answer waits for the journal): sent
+                # from here, not a scheduler pass later by the writer (a subscription's
+                # confirmed ack is one such answer a record). The outbox's lock orders it
+                # with a send the writer or the reader starts meanwhile.
+                await conn.outbox.send(pack_frame(answers))
+                return
             conn.outbox.idle = False  # handed over: later answers go after it
             parts: list[Buffer] = list(answers)
             await send.send(ResponseBatch(parts))
@@ -469,7 +476,10 @@ class BookieServer:
             # (those the writer answers with one send): answer now, not one scheduler pass
             # later in the writer (BYPASS and VD adds, reads). Not while draining: the
             # writer's send may outlive this task's cancel scope, this one may not (see .outbox).
-            await out.send(pack_frame(batch.parts))
+            # A frame whose answers all come later (a long poll, a subscription call) sends
+            # nothing: an empty frame would cost a send here and a wake-up at the client.
+            if batch.parts:
+                await out.send(pack_frame(batch.parts))
             bookie.requests.answered((batch,))
             batch.on_answered()
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Callable
+from typing import Protocol
 
 import anyio
 
@@ -17,9 +18,29 @@ from bkframe.client.bookies.errors import BookieConnectionError, BookieTimeoutEr
 from bkframe.client.bookies.health import BookieHealth
 from bkframe.client.bookies.listing import BookieSet
 from bkframe.client.bookies.pending_response import PendingResponse
+from bkframe.core.interfaces import Buffer
 from bkframe.core.interfaces.metadata_store import MetadataStore
 from bkframe.core.interfaces.placement import PlacementPolicy
 from bkframe.errors import BKError
+from bkframe.proto.ops.add_batch import AddBatchResponse
+
+
+class InProcessBookie(Protocol):
+    """A bookie in the client's own process that takes the client's adds without a socket
+    (a bookie's own subscription owners append their state ledgers to it: docs/subscriptions.md).
+    It serves them as it serves a connection's, with the same answers."""
+
+    @property
+    def taking_adds(self) -> bool:
+        """Whether it takes adds now (serving, not stopping): else they go by the connection."""
+        ...
+
+    def submit_add_batch(
+        self, ledger_id: int, entry_ids: list[int], entries: list[Buffer], *, master_key: bytes, lac: int = -1,
+        ledger_type: int = 0, recovery: bool = False, timeout_s: float | None = None,
+    ) -> PendingResponse[AddBatchResponse]:
+        """As :meth:`BookieClient.submit_add_batch <bkframe.client.bookies.connection.BookieClient.submit_add_batch>`."""
+        ...
 
 
 class BookiePool:
@@ -60,6 +81,8 @@ class BookiePool:
         #: Bookies whose ledger count is being asked for in the background.
         self.asking_counts: set[str] = set()
         self._clients: dict[str, BookieClient] = {}
+        #: Bookies in this process, by id: writers' adds to them skip the socket (:meth:`adds_to`).
+        self.in_process: dict[str, InProcessBookie] = {}
         self._addresses: dict[str, str] = {}
         #: Connects under way, by bookie id (see :meth:`get`).
         self._attempts: dict[str, _Attempt] = {}
@@ -100,6 +123,14 @@ class BookiePool:
     def connected(self, bookie_id: str) -> BookieClient | None:
         client = self._clients.get(bookie_id)
         return client if client is not None and not client.closed else None
+
+    def adds_to(self, bookie_id: str) -> BookieClient | InProcessBookie | None:
+        """Where a writer sends its adds to ``bookie_id``: the bookie itself when it runs in
+        this process and takes them, else its connection (None: not connected)."""
+        local = self.in_process.get(bookie_id)
+        if local is not None and local.taking_adds:
+            return local
+        return self.connected(bookie_id)
 
     async def get(self, bookie_id: str) -> BookieClient:
         """The connection to ``bookie_id``, opened if need be.
