@@ -1,4 +1,5 @@
-"""A Python data source with no I/O: the ceiling of the Python data source's hand-off to the JVM.
+"""Data sources for the benchmarks: one with no I/O, the ceiling of the Python data source's
+hand-off to the JVM; and ``bkframe`` as it was before its tasks froze what a worker holds.
 
 ``spark.read.format("bkframe-memory").option("files", "a.parquet,b.parquet").load()`` has
 bkframe's read columns (``.schema(...)`` may name some, as for ``bkframe``) and one partition
@@ -9,19 +10,28 @@ a task then only yields its row group's batches from memory. What a read costs b
 Spark's own Parquet read of the same files is then the hand-off alone: Python writing Arrow
 batches to the JVM, the JVM reading them and turning every row into a Spark row.
 
-Option ``rowsPerBatch`` re-slices the kept batches (zero-copy) to show what the batch size
+Like ``bkframe``, the first moves what a worker holds before its first read out of the reach of
+Python's collector (``gc.freeze``; option ``freeze=false`` does not): pyspark's worker runs a
+full collection after every task. Option ``rowsPerBatch`` re-slices the kept batches (zero-copy) to show what the batch size
 of the hand-off does. The module must be importable by the Python workers: the benchmark
 puts its directory on ``PYTHONPATH`` before Spark starts.
+
+``spark.read.format("bkframe-unfrozen")`` is ``bkframe`` with every object its task froze
+given back to Python's collector as the task starts reading (``gc.unfreeze``): the
+connector as it was before ``task_starts``, to compare both in one run.
 """
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from bkframe_spark.connection import task_starts
 from bkframe_spark.reading import SCHEMA, check_schema
+from bkframe_spark.source import BatchReader, BkframeDataSource, PushdownReader
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
@@ -44,14 +54,15 @@ class MemorySource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return MemoryReader(tuple(self.options["files"].split(",")), check_schema(schema),
-                            int(self.options.get("rowsPerBatch", "0")))
+                            int(self.options.get("rowsPerBatch", "0")), self.options.get("freeze", "true") == "true")
 
 
 class MemoryReader(DataSourceReader):
-    def __init__(self, files: tuple[str, ...], schema: pa.Schema, rows_per_batch: int) -> None:
+    def __init__(self, files: tuple[str, ...], schema: pa.Schema, rows_per_batch: int, freeze: bool) -> None:
         self.files = files
         self.arrow = schema
         self.rows_per_batch = rows_per_batch
+        self.freeze = freeze
 
     def partitions(self) -> Sequence[InputPartition]:
         count = sum(pq.ParquetFile(f).metadata.num_row_groups for f in self.files)
@@ -59,6 +70,10 @@ class MemoryReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RowGroup)
+        if self.freeze:
+            task_starts()  # as bkframe's tasks do
+        else:
+            gc.unfreeze()
         key = (self.files, str(self.arrow))
         groups = _kept.get(key)
         if groups is None:  # every row group at once: a later task never decodes
@@ -71,3 +86,25 @@ class MemoryReader(DataSourceReader):
             step = self.rows_per_batch or batch.num_rows
             for start in range(0, batch.num_rows, step):
                 yield batch.slice(start, step)
+
+
+class UnfrozenSource(BkframeDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "bkframe-unfrozen"
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        reader = super().reader(schema)
+        reader.__class__ = UnfrozenPushdownReader if isinstance(reader, PushdownReader) else UnfrozenReader
+        return reader
+
+
+class UnfrozenReader(BatchReader):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        batches = super().read(partition)
+        gc.unfreeze()
+        return batches
+
+
+class UnfrozenPushdownReader(UnfrozenReader, PushdownReader):
+    pass

@@ -17,6 +17,9 @@ Then, round after round in alternating order, an action that touches every paylo
   the path before offloaded segments were read from their tier;
 - ``s3``, ``s3_payload``: the data source reading the S3 log's objects;
 - ``bookies_payload``: ``bookies`` with ``.schema("payload binary")``;
+- ``tier_unfrozen``, ``bookies_unfrozen``, ``memory_unfrozen``: ``tier``, ``bookies`` and
+  ``memory`` with the objects of the Python workers left to the collector pyspark runs
+  after every task (``memory_source.py``): the reads as they were before ``task_starts``;
 - ``memory``, ``memory_payload``, ``memory_2k``: the ceiling of any Python data source here
   (``memory_source.py``): the batches the ``tier`` read yields, kept in each Python worker's
   memory, handed to Spark with no I/O (``memory_2k``: sliced to 2,000 rows, the bookies'
@@ -48,14 +51,14 @@ from bkframe_spark.connection import close_all
 from bkframe_spark.parquet_reads import read_log
 from bkframe_spark.session import local_session
 from loads_and_reads import spark_load, with_cluster  # beside this script: sys.path[0]
-from tree_cpu import PARTS, snapshot, spent
+from tree_cpu import PARTS, snapshot, spent, threads
 
 import bkframe
 from bkframe.testing.servers import S3Server
 
 READS = (
     "parquet", "read_log", "tier", "tier_payload", "bookies", "bookies_payload", "s3", "s3_payload",
-    "memory", "memory_payload", "memory_2k",
+    "memory", "memory_payload", "memory_2k", "tier_unfrozen", "bookies_unfrozen", "memory_unfrozen",
 )
 
 
@@ -71,7 +74,7 @@ def _connector(
     reader = spark.read.format(source)
     if payload_only:
         reader = reader.schema("payload binary")
-    named = {"metadata": metadata, "log": log} if source == "bkframe" else {}
+    named = {"metadata": metadata, "log": log} if source != "bkframe-memory" else {}
     for key, value in {**named, **options}.items():
         reader = reader.option(key, value)
     return _sum(reader.load())
@@ -98,9 +101,10 @@ def bench(
     s3 = any(r.startswith("s3") for r in reads)
     s3_server = S3Server(work / "s3").start() if s3 else None
     try:
-        from memory_source import MemorySource
+        from memory_source import MemorySource, UnfrozenSource
 
         spark.dataSource.register(MemorySource)
+        spark.dataSource.register(UnfrozenSource)
         rows = max(partitions, total_mb * 1_000_000 // size)
         df = spark.range(0, rows, numPartitions=partitions).select(
             F.expr(f"cast(randstr({size}, 7) as binary)").alias("payload")
@@ -125,6 +129,10 @@ def bench(
             "memory": memory,
             "memory_payload": partial(memory, True),
             "memory_2k": partial(memory, rowsPerBatch="2000"),
+            "tier_unfrozen": partial(_connector, spark, metadata, "tiered", source="bkframe-unfrozen"),
+            "bookies_unfrozen": partial(_connector, spark, metadata, "tiered", source="bkframe-unfrozen",
+                                        offloaded="bookies"),
+            "memory_unfrozen": partial(memory, freeze="false"),
         }
         if s3_server is not None:
             creds = s3_server.credentials_file(work / "s3.ini")
@@ -178,7 +186,7 @@ def _perf_start(directory: str, name: str) -> subprocess.Popen[bytes]:
     into ``DIR/NAME.data``, with ``DIR/NAME.parts.json`` saying which part each pid is."""
     tree = snapshot()
     base = Path(directory) / name
-    base.with_suffix(".parts.json").write_text(json.dumps({pid: part for pid, (part, _) in tree.items()}))
+    base.with_suffix(".parts.json").write_text(json.dumps(threads(tree)))
     sampler = subprocess.Popen(
         ["perf", "record", "-q", "-F", "199", "-p", ",".join(map(str, tree)), "-o", str(base.with_suffix(".data"))],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -63,3 +63,15 @@ def spent(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, floa
     for pid, (part, cpu) in after.items():
         out[part] += cpu - before.get(pid, (part, 0.0))[1]
     return out
+
+
+def threads(tree: dict[int, tuple[str, float]]) -> dict[int, str]:
+    """Every thread of the processes of ``tree`` (a :func:`snapshot`): tid -> part (what
+    ``perf report --sort pid`` names)."""
+    out = {}
+    for pid, (part, _) in tree.items():
+        try:
+            out.update({int(tid): part for tid in os.listdir(f"/proc/{pid}/task")})
+        except OSError:
+            continue
+    return out
