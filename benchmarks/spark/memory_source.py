@@ -16,9 +16,10 @@ full collection after every task. Option ``rowsPerBatch`` re-slices the kept bat
 of the hand-off does. The module must be importable by the Python workers: the benchmark
 puts its directory on ``PYTHONPATH`` before Spark starts.
 
-``spark.read.format("bkframe-unfrozen")`` is ``bkframe`` with every object its task froze
-given back to Python's collector as the task starts reading (``gc.unfreeze``): the
-connector as it was before ``task_starts``, to compare both in one run.
+``spark.read.format("bkframe-before")`` is ``bkframe`` as it was before issue 50: every
+object its task froze given back to Python's collector as the task starts reading
+(``gc.unfreeze``), and an object's row groups handed to Spark as they decode, not cut to
+``HANDOFF_BYTES``: to compare both in one run.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from bkframe_spark import tier_reading
 from bkframe_spark.connection import task_starts
 from bkframe_spark.reading import SCHEMA, check_schema
 from bkframe_spark.source import BatchReader, BkframeDataSource, PushdownReader
@@ -88,23 +90,31 @@ class MemoryReader(DataSourceReader):
                 yield batch.slice(start, step)
 
 
-class UnfrozenSource(BkframeDataSource):
+class BeforeSource(BkframeDataSource):
     @classmethod
     def name(cls) -> str:
-        return "bkframe-unfrozen"
+        return "bkframe-before"
 
     def reader(self, schema: StructType) -> DataSourceReader:
         reader = super().reader(schema)
-        reader.__class__ = UnfrozenPushdownReader if isinstance(reader, PushdownReader) else UnfrozenReader
+        reader.__class__ = BeforePushdownReader if isinstance(reader, PushdownReader) else BeforeReader
         return reader
 
 
-class UnfrozenReader(BatchReader):
+class BeforeReader(BatchReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        batches = super().read(partition)
-        gc.unfreeze()
-        return batches
+        return _as_before(super().read(partition))
 
 
-class UnfrozenPushdownReader(UnfrozenReader, PushdownReader):
+class BeforePushdownReader(BeforeReader, PushdownReader):
     pass
+
+
+def _as_before(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    gc.unfreeze()  # what the task froze as it started
+    cut = tier_reading.HANDOFF_BYTES
+    tier_reading.HANDOFF_BYTES = 1 << 62  # a row group's batches as they decode
+    try:
+        yield from batches
+    finally:
+        tier_reading.HANDOFF_BYTES = cut

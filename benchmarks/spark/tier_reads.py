@@ -17,9 +17,9 @@ Then, round after round in alternating order, an action that touches every paylo
   the path before offloaded segments were read from their tier;
 - ``s3``, ``s3_payload``: the data source reading the S3 log's objects;
 - ``bookies_payload``: ``bookies`` with ``.schema("payload binary")``;
-- ``tier_unfrozen``, ``bookies_unfrozen``, ``memory_unfrozen``: ``tier``, ``bookies`` and
-  ``memory`` with the objects of the Python workers left to the collector pyspark runs
-  after every task (``memory_source.py``): the reads as they were before ``task_starts``;
+- ``tier_before``, ``bookies_before``: ``tier`` and ``bookies`` as they were before issue 50
+  (``memory_source.py``: a worker's objects left to the collector pyspark runs after every
+  task, an object's row groups handed over whole); ``memory_unfrozen``: ``memory`` so;
 - ``memory``, ``memory_payload``, ``memory_2k``: the ceiling of any Python data source here
   (``memory_source.py``): the batches the ``tier`` read yields, kept in each Python worker's
   memory, handed to Spark with no I/O (``memory_2k``: sliced to 2,000 rows, the bookies'
@@ -58,7 +58,7 @@ from bkframe.testing.servers import S3Server
 
 READS = (
     "parquet", "read_log", "tier", "tier_payload", "bookies", "bookies_payload", "s3", "s3_payload",
-    "memory", "memory_payload", "memory_2k", "tier_unfrozen", "bookies_unfrozen", "memory_unfrozen",
+    "memory", "memory_payload", "memory_2k", "tier_before", "bookies_before", "memory_unfrozen",
 )
 
 
@@ -101,10 +101,10 @@ def bench(
     s3 = any(r.startswith("s3") for r in reads)
     s3_server = S3Server(work / "s3").start() if s3 else None
     try:
-        from memory_source import MemorySource, UnfrozenSource
+        from memory_source import BeforeSource, MemorySource
 
         spark.dataSource.register(MemorySource)
-        spark.dataSource.register(UnfrozenSource)
+        spark.dataSource.register(BeforeSource)
         rows = max(partitions, total_mb * 1_000_000 // size)
         df = spark.range(0, rows, numPartitions=partitions).select(
             F.expr(f"cast(randstr({size}, 7) as binary)").alias("payload")
@@ -129,9 +129,9 @@ def bench(
             "memory": memory,
             "memory_payload": partial(memory, True),
             "memory_2k": partial(memory, rowsPerBatch="2000"),
-            "tier_unfrozen": partial(_connector, spark, metadata, "tiered", source="bkframe-unfrozen"),
-            "bookies_unfrozen": partial(_connector, spark, metadata, "tiered", source="bkframe-unfrozen",
-                                        offloaded="bookies"),
+            "tier_before": partial(_connector, spark, metadata, "tiered", source="bkframe-before"),
+            "bookies_before": partial(_connector, spark, metadata, "tiered", source="bkframe-before",
+                                      offloaded="bookies"),
             "memory_unfrozen": partial(memory, freeze="false"),
         }
         if s3_server is not None:
