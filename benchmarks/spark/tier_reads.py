@@ -30,7 +30,8 @@ and the CPU each read cost per row in each part of the process tree (the JVM, Sp
 workers, the bookies, the S3 server, this driver), from ``/proc``. ``--reads`` picks some
 reads (``parquet`` is always one); ``--jfr DIR`` records the JVM with Java Flight Recorder
 during each timed read, into ``DIR/READ-ROUND.jfr`` (``jfr_top.py`` summarises them);
-``--perf DIR`` samples every process of the tree with ``perf record`` (``perf_top.py``).
+``--perf DIR`` samples every process of the tree with ``perf record`` (``perf_top.py``;
+``perf`` is this process's child: its own CPU shows as the driver's).
 """
 
 from __future__ import annotations
