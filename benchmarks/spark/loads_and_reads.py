@@ -13,6 +13,7 @@ each round and the medians. Starts its own 3-bookie cluster unless given ``--met
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
@@ -83,6 +84,15 @@ def _spark_read_payload(spark: Any, metadata: str, log: str) -> None:
     ).collect()
 
 
+def _spark_read_before(spark: Any, metadata: str, log: str) -> None:
+    """:func:`_spark_read` through the connector as it was before issue 50 (``memory_source.py``)."""
+    from pyspark.sql import functions as F
+
+    spark.read.format("bkframe-before").option("metadata", metadata).option("log", log).load().select(
+        F.sum(F.length("payload"))
+    ).collect()
+
+
 def _parquet_read(spark: Any, path: Path) -> None:
     from pyspark.sql import functions as F
 
@@ -98,10 +108,16 @@ def _timed(fn: Any) -> float:
 def bench(metadata: str, work: Path, sizes: list[int], total_mb: int, rounds: int, partitions: int) -> list[dict[str, Any]]:
     from pyspark.sql import functions as F
 
+    # The Python workers import memory_source.py from beside this script.
+    here = str(Path(__file__).resolve().parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
     spark = local_session(2, app="bkframe-bench")
     spark.sparkContext.setLogLevel("ERROR")
     results = []
     try:
+        from memory_source import BeforeSource
+
+        spark.dataSource.register(BeforeSource)
         settings = bkframe.LogSettings()  # the log the load creates has the default settings
         ledger_type, e, w, a = "VD_JOURNAL", settings.write_quorum, settings.write_quorum, settings.ack_quorum
         for size in sizes:
@@ -131,6 +147,7 @@ def bench(metadata: str, work: Path, sizes: list[int], total_mb: int, rounds: in
                 reads: list[tuple[str, Callable[[], Any]]] = [
                     ("spark_read", partial(_spark_read, spark, metadata, log_name)),
                     ("spark_read_payload", partial(_spark_read_payload, spark, metadata, log_name)),
+                    ("spark_read_before", partial(_spark_read_before, spark, metadata, log_name)),
                     ("parquet_read", partial(_parquet_read, spark, parquet)),
                 ]
                 if r % 2:
@@ -157,7 +174,8 @@ def _line(row: dict[str, Any]) -> str:
         f"{_rate(row, 'parquet_write'):.1f} | {_rate(row, 'spark_load') / _rate(row, 'direct'):.2f} | "
         f"{_rate(row, 'spark_read'):.1f} | {_rate(row, 'spark_read_payload'):.1f} | {_rate(row, 'parquet_read'):.1f} | "
         f"{_rate(row, 'spark_read') / _rate(row, 'parquet_read'):.2f} | "
-        f"{_rate(row, 'spark_read_payload') / _rate(row, 'parquet_read'):.2f} |"
+        f"{_rate(row, 'spark_read_payload') / _rate(row, 'parquet_read'):.2f} | "
+        f"{_rate(row, 'spark_read_before') / _rate(row, 'parquet_read'):.2f} |"
     )
 
 
@@ -165,7 +183,7 @@ def report(results: list[dict[str, Any]]) -> str:
     head = (
         "| rows of | round | Spark load MB/s | direct client MB/s | Parquet write MB/s | load / direct | "
         "Spark read MB/s | Spark read, payload column MB/s | Parquet read MB/s | read / Parquet | "
-        "payload read / Parquet |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        "payload read / Parquet | read before issue 50 / Parquet |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head] + [_line(r) for r in results]
     for size in sorted({r["size"] for r in results}):
@@ -173,8 +191,10 @@ def report(results: list[dict[str, Any]]) -> str:
         load = statistics.median(_rate(r, "spark_load") / _rate(r, "direct") for r in mine)
         read = statistics.median(_rate(r, "spark_read") / _rate(r, "parquet_read") for r in mine)
         payload = statistics.median(_rate(r, "spark_read_payload") / _rate(r, "parquet_read") for r in mine)
+        before = statistics.median(_rate(r, "spark_read_before") / _rate(r, "parquet_read") for r in mine)
         lines.append(f"\n{size:,} B rows: median load / direct {load:.2f} (aim >= 0.70), "
-                     f"median read / Parquet {read:.2f}, payload column only {payload:.2f} (aim >= 0.60)")
+                     f"median read / Parquet {read:.2f}, payload column only {payload:.2f} (aim >= 0.60), "
+                     f"the read before issue 50 {before:.2f}")
     return "\n".join(lines)
 
 

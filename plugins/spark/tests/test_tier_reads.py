@@ -17,9 +17,9 @@ from typing import Any
 
 import attrs
 import pytest
-from bkframe_spark import read_log
+from bkframe_spark import read_log, tier_reading
 from bkframe_spark.options import Options
-from bkframe_spark.reading import EntryRange, read_partition
+from bkframe_spark.reading import EntryRange, plan_log, read_partition
 from bkframe_spark.tier_reading import on_bookies, plan_objects
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -163,11 +163,20 @@ def test_one_query_reads_offloaded_segments_from_the_tier_and_hot_ones_from_the_
         read_log(spark, t.name, metadata=m, password="wrong")
 
 
-def test_a_tier_that_fails_is_read_around_from_the_bookies_while_the_ledger_is_there(
-    spark_cluster: Cluster, bk: BlockingClient, tiered: Tiered, tmp_path: Path
+def test_a_task_cuts_row_groups_into_batches_and_reads_around_a_tier_that_fails(
+    spark_cluster: Cluster, bk: BlockingClient, tiered: Tiered, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No Spark: the planning and a task's read as the driver and an executor run them."""
     m, t = spark_cluster.metadata, tiered
+    # A row group reaches Spark cut into batches of about HANDOFF_BYTES: every row once, in order.
+    opts = Options.parse({"metadata": m, "log": t.name, "password": PASSWORD})
+    part = next(p for p in bk.run(plan_log, bk.client, opts, t.name, "earliest", None) if p.key)
+    monkeypatch.setattr(tier_reading, "HANDOFF_BYTES", 8 << 10)
+    batches = list(read_partition(opts, part))
+    assert len(batches) > 1 and all(b.nbytes < 16 << 10 for b in batches)
+    assert [p for b in batches for p in b.column("payload").to_pylist()] == [
+        e.payload for e in t.entries if e.position.segment == part.segment and part.first <= e.position.entry_id <= part.last
+    ]
     hot = [e for e in t.entries if e.position.segment == 3][:100]
     # Segment 3 as if offloaded to a tier that is gone (its ledger is on the bookies).
     gone = EntryRange(t.name, 3, hot[0].ledger_id, 0, 99, enveloped=True, tier=(tmp_path / "gone").as_uri(),
@@ -175,7 +184,6 @@ def test_a_tier_that_fails_is_read_around_from_the_bookies_while_the_ledger_is_t
     assert bk.run(plan_objects, bk.client, [gone], 1 << 20) == [on_bookies(gone)]
     with pytest.raises(TierError, match="is only in tier"):
         bk.run(plan_objects, bk.client, [replace(gone, on_bookies=False)], 1 << 20)
-    opts = Options.parse({"metadata": m, "log": t.name, "password": PASSWORD})
     batches = list(read_partition(opts, gone))
     assert [p for b in batches for p in b.column("payload").to_pylist()] == [e.payload for e in hot]
     with pytest.raises(TierError, match="no longer on the bookies"):

@@ -15,6 +15,7 @@ task -- and Spark retries it -- instead of hanging the job.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import threading
 import weakref
@@ -37,6 +38,8 @@ _clients: dict[tuple[str, ...], BlockingClient] = {}
 #: Clients whose bookies have answered an authenticated request (see :func:`check_bookies`).
 _checked: weakref.WeakSet[Client] = weakref.WeakSet()
 _lock = threading.Lock()
+#: This process has run a task (see :func:`task_starts`).
+_ran_a_task = False
 
 
 class ConnectorTimeoutError(BKError, TimeoutError):
@@ -125,6 +128,25 @@ def call_ahead(bk: BlockingClient, what: str, timeout_s: float, fn: Callable[...
             return await fn(*args)
 
     return Ahead(bk.run_ahead(bounded), what, timeout_s)
+
+
+def task_starts() -> None:
+    """Called as Spark runs a task of this data source in this (Python worker) process: what
+    the process holds now is moved out of the reach of Python's cyclic collector
+    (``gc.freeze``).
+
+    pyspark's worker runs a *full* collection after every task (``pyspark.daemon``), which
+    walks every object the process holds -- pyspark, pyarrow, numpy, bkframe and the client:
+    ~30-40 ms each time, as much CPU as a 1 KiB-row task spends on thousands of rows
+    (docs/benchmarks/spark.md). Frozen, those objects are not walked again. What a task
+    leaves behind is still collected (by that collection, before the next task freezes);
+    what is frozen is what was alive when a task started -- modules, the client, caches --
+    and is freed as usual when its count drops, unless it is in a cycle by then."""
+    global _ran_a_task
+    if not _ran_a_task:  # the garbage of starting the worker: not worth keeping
+        _ran_a_task = True
+        gc.collect()
+    gc.freeze()
 
 
 def close_all() -> None:

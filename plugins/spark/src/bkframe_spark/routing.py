@@ -43,7 +43,7 @@ from pyspark.sql.types import StringType, StructType
 from bkframe import ENVELOPE_CUSTOM, Client, CommitResult, check_name
 from bkframe.errors import BKError, LogExistsError, NoSuchLogError
 from bkframe_spark.columns import DataError, WriteColumns, encode_rows
-from bkframe_spark.connection import call, client_for
+from bkframe_spark.connection import call, client_for, task_starts
 from bkframe_spark.first_line import message_first
 from bkframe_spark.options import OptionError, Options
 from bkframe_spark.streaming import batch_ids, stream_batch, stream_token
@@ -327,6 +327,7 @@ class RoutingWriter(DataSourceArrowWriter):
         self.token = f"spark:write:{self.write_id}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> RoutedMessage:  # type: ignore[override]
+        task_starts()
         return route_task(self.opts, self.ledger_type, self.write_id, self.token, self.columns, iterator)
 
     @message_first
@@ -351,6 +352,7 @@ class RoutingStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> RoutedMessage:  # type: ignore[override]
         token, write = stream_batch(self.run)
+        task_starts()
         return route_task(self.opts, self.ledger_type, write, token, self.columns, iterator)
 
     @message_first

@@ -33,7 +33,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from bkframe_spark.columns import WriteColumns
-from bkframe_spark.connection import call, client_for
+from bkframe_spark.connection import call, client_for, task_starts
 from bkframe_spark.first_line import message_first
 from bkframe_spark.logsets import describe
 from bkframe_spark.options import OptionError, Options
@@ -149,6 +149,7 @@ class BatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, EntryRange):
             return iter(())  # Spark's stand-in partition for an empty plan
+        task_starts()
         return read_partition(self.opts, partition, self.schema)
 
 
@@ -280,6 +281,7 @@ class BulkWriter(DataSourceArrowWriter):
         self.token = f"spark:write:{self.write_id}"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerMessage:  # type: ignore[override]
+        task_starts()
         return write_task(self.opts, self.spec, self.write_id, self.token, self.columns, iterator)
 
     @message_first

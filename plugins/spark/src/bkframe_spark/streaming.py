@@ -45,7 +45,7 @@ from pyspark.sql.streaming.datasource import (
 from bkframe import EARLIEST, Client, LogEntry, LogReader, Position, SegmentRange
 from bkframe.errors import CursorExistsError, NoSuchCursorError, NoSuchLogError, PositionTrimmedError
 from bkframe_spark.columns import WriteColumns
-from bkframe_spark.connection import call, client_for
+from bkframe_spark.connection import call, client_for, task_starts
 from bkframe_spark.first_line import message_first
 from bkframe_spark.logsets import describe, fair_shares, log_names, offset, positions_of
 from bkframe_spark.options import OptionError, Options
@@ -336,6 +336,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EntryRange)
+        task_starts()
         return read_partition(self.opts, partition, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -397,6 +398,7 @@ class LogStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LedgerMessage:  # type: ignore[override]
         token, write = stream_batch(self.run)
+        task_starts()
         return write_task(self.opts, self.spec, write, token, self.columns, iterator)
 
     @message_first

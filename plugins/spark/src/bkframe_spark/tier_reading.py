@@ -50,6 +50,11 @@ MAX_FOOTERS = 256
 _footers: OrderedDict[tuple[str, str], ObjectFooter] = OrderedDict()
 _lock = threading.Lock()
 
+#: About this many bytes per Arrow batch handed to Spark: a row group (32 MiB) is cut, so the
+#: JVM turns one batch into rows while the worker writes the next, rather than each waiting
+#: for the other's whole row group.
+HANDOFF_BYTES = 4 << 20
+
 ReadLedger = Callable[["Options", EntryRange, pa.Schema], Iterator[pa.RecordBatch]]
 
 
@@ -199,7 +204,9 @@ def read_object_partition(
             assert ahead is not None
             table = ahead.result()
             ahead = call_ahead(bk, what, opts.timeout_s, fetch, *groups[i + 1]) if i + 1 < len(groups) else None
-            yield from table.cast(schema).to_batches()
+            table = table.cast(schema)
+            rows = max(1, HANDOFF_BYTES * table.num_rows // max(1, table.nbytes))
+            yield from table.to_batches(max_chunksize=rows)
             next_entry = hi + 1
     except (BKError, OSError, ImportError, CorruptObjectError) as e:
         if not part.on_bookies:

@@ -1,0 +1,65 @@
+"""``perf_top.py DIR/READ-ROUND.data [...]``: where the samples of ``tier_reads.py --perf``
+went, by part of the process tree (the JVM, Spark's Python workers, the bookies, ...) and by
+shared object (``[unknown]`` in the JVM is JIT-compiled Java; ``libpython`` is the Python
+interpreter itself) and thread name (digits folded), then the top symbols of each part. Percentages are of all samples of
+the files given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+#: ``  12.34%  TID:COMM  WHAT`` (a thread's name may have spaces; perf pads it to 16 columns).
+_LINE = re.compile(r"^\s*([\d.]+)%\s+(\d+):(.{16})\s*(.*?)\s*$")
+
+
+def _report(data: Path, key: str) -> list[tuple[float, int, str, str]]:
+    out = subprocess.run(
+        ["perf", "report", "-i", str(data), "--stdio", "--no-children", "-g", "none", "--sort", f"pid,{key}",
+         "--percent-limit", "0.05"],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    return [
+        (float(m[1]), int(m[2]), re.sub(r"\d+", "N", m[3].strip()), m[4])
+        for line in out.splitlines() if (m := _LINE.match(line))
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--top", type=int, default=12)
+    args = parser.parse_args()
+    by_thread: Counter[tuple[str, str]] = Counter()
+    by_dso: Counter[tuple[str, str]] = Counter()
+    by_sym: Counter[tuple[str, str]] = Counter()
+    for data in args.files:
+        parts = {int(k): v for k, v in json.loads(data.with_suffix(".parts.json").read_text()).items()}
+        for share, pid, thread, dso in _report(data, "dso"):
+            by_dso[(parts.get(pid, "other"), dso)] += share / len(args.files)
+            by_thread[(parts.get(pid, "other"), thread)] += share / len(args.files)
+        for share, pid, _, sym in _report(data, "sym"):
+            by_sym[(parts.get(pid, "other"), sym)] += share / len(args.files)
+    totals: Counter[str] = Counter()
+    for (part, _), share in by_dso.items():
+        totals[part] += share
+    for part, total in totals.most_common():
+        print(f"\n{part}: {total:.1f}% of samples")
+        for (p, thread), share in by_thread.most_common():
+            if p == part and share >= 0.5:
+                print(f"  {share:5.1f}%  thread {thread}")
+        for (p, dso), share in by_dso.most_common():
+            if p == part and share >= 0.3:
+                print(f"  {share:5.1f}%  {dso}")
+        print("  top symbols:")
+        for (_, sym), share in [x for x in by_sym.most_common() if x[0][0] == part][: args.top]:
+            print(f"  {share:5.1f}%  {sym[:110]}")
+
+
+if __name__ == "__main__":
+    main()
