@@ -71,7 +71,7 @@ def own_script(checkout: Path, path: str, before_issue_39: list[str]) -> list[st
 
 
 def per_add(label: str, checkout: Path) -> dict[str, dict[str, float]]:
-    script = own_script(checkout, "benchmarks/latency/cpu_per_add.py", ["benchmarks/latency/cpu_per_add.py"])
+    script = own_script(checkout, "benchmarks/latency/cpu_per_add.py", ["scripts/latency/cpu_per_add.py"])
     text = run([str(checkout / ".venv" / "bin" / "python"), *script, label], checkout)
     return {
         m["type"]: {"p50": float(m["p50"]), "bookie": float(m["bookie"]), "client": float(m["client"])}
@@ -85,7 +85,9 @@ def peers(checkout: Path) -> dict[tuple[str, int], float]:
         [sys.executable, str(SHARED / "peers.py"), "--plugin", str(SHARED / "bkframe_peer.py"),
          "--systems", "disk-group,redis-always,bkframe-pd", "--sizes", "1024,65536", "--counts", "50000,4000",
          "--out", str(out_file)],
-        HERE, env={"BKFRAME_CHECKOUT": str(checkout)},
+        # In the checkout: its sandbox starts bookies with ``python -m bkframe``, which imports
+        # the bkframe of the working directory first.
+        checkout, env={"BKFRAME_CHECKOUT": str(checkout)},
     )
     results = json.loads(out_file.read_text())["results"]
     out_file.unlink()
