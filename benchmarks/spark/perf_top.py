@@ -11,8 +11,9 @@ import argparse
 import json
 import re
 import subprocess
-from collections import Counter
+from collections import defaultdict
 from pathlib import Path
+from typing import TypeVar
 
 #: ``  12.34%  TID:COMM  WHAT`` (a thread's name may have spaces; perf pads it to 16 columns).
 _LINE = re.compile(r"^\s*([\d.]+)%\s+(\d+):(.{16})\s*(.*?)\s*$")
@@ -30,14 +31,23 @@ def _report(data: Path, key: str) -> list[tuple[float, int, str, str]]:
     ]
 
 
+K = TypeVar("K")
+
+
+def _ranked(shares: dict[K, float]) -> list[tuple[K, float]]:
+    """Largest share first (as Counter.most_common)."""
+    return sorted(shares.items(), key=lambda item: item[1], reverse=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args()
-    by_thread: Counter[tuple[str, str]] = Counter()
-    by_dso: Counter[tuple[str, str]] = Counter()
-    by_sym: Counter[tuple[str, str]] = Counter()
+    # (shares are fractions: a Counter's values are ints to mypy)
+    by_thread: defaultdict[tuple[str, str], float] = defaultdict(float)
+    by_dso: defaultdict[tuple[str, str], float] = defaultdict(float)
+    by_sym: defaultdict[tuple[str, str], float] = defaultdict(float)
     for data in args.files:
         parts = {int(k): v for k, v in json.loads(data.with_suffix(".parts.json").read_text()).items()}
         for share, pid, thread, dso in _report(data, "dso"):
@@ -45,19 +55,19 @@ def main() -> None:
             by_thread[(parts.get(pid, "other"), thread)] += share / len(args.files)
         for share, pid, _, sym in _report(data, "sym"):
             by_sym[(parts.get(pid, "other"), sym)] += share / len(args.files)
-    totals: Counter[str] = Counter()
+    totals: defaultdict[str, float] = defaultdict(float)
     for (part, _), share in by_dso.items():
         totals[part] += share
-    for part, total in totals.most_common():
+    for part, total in _ranked(totals):
         print(f"\n{part}: {total:.1f}% of samples")
-        for (p, thread), share in by_thread.most_common():
+        for (p, thread), share in _ranked(by_thread):
             if p == part and share >= 0.5:
                 print(f"  {share:5.1f}%  thread {thread}")
-        for (p, dso), share in by_dso.most_common():
+        for (p, dso), share in _ranked(by_dso):
             if p == part and share >= 0.3:
                 print(f"  {share:5.1f}%  {dso}")
         print("  top symbols:")
-        for (_, sym), share in [x for x in by_sym.most_common() if x[0][0] == part][: args.top]:
+        for (_, sym), share in [x for x in _ranked(by_sym) if x[0][0] == part][: args.top]:
             print(f"  {share:5.1f}%  {sym[:110]}")
 
 
