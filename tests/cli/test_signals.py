@@ -89,6 +89,12 @@ class Command:
         self.proc.send_signal(signum)
         try:
             self.proc.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            # Say where it hung (CI saw bench wait a minute for its bookie once, 2026-11-29).
+            self.proc.kill()
+            self.proc.wait()
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise AssertionError(f"it did not exit within {WAIT_S} s of the signal; its stderr:\n{err[-4000:]}") from None
         finally:
             self._stop_feeding.set()
             self.proc.kill()
