@@ -16,6 +16,9 @@ The systems:
   confirmed: ``msg.ack()`` returns once the ack is in the subscription's state ledger
   (PD_JOURNAL, A=2); grouped: ``subscribe(..., group_acks=True)`` (the acks of a prefetch go
   to the owner in one request, durable the same way).
+- ``bkframe-bypass``: the same with the subscription's state ledgers ``BYPASS_JOURNAL``: a
+  confirmed ack is in the page cache of two bookies, not fsynced (what NATS JetStream's file
+  store does by default; it survives the kill of every process, not a power cut).
 - ``redis-always``: Redis Streams, one consumer group, ``XREADGROUP`` / ``XACK``, AOF with
   ``appendfsync always``; grouped: one ``XACK`` of the 16 ids read together.
 - ``nats-r3``: NATS JetStream, a 3-node loopback cluster, a work-queue stream with 3
@@ -56,7 +59,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[2]
-SYSTEMS = ("bkframe", "redis-always", "nats-r3")
+SYSTEMS = ("bkframe", "bkframe-bypass", "redis-always", "nats-r3")
 IDLE_END_S = 3.0  # a consumer that got nothing for this long reports and stops
 
 
@@ -123,6 +126,8 @@ class System:
 
 class Bkframe(System):
     name = "bkframe"
+    #: The subscription's state ledgers (docs/subscriptions.md, "How durable an ack is").
+    state_ledger_type = "PD_JOURNAL"
 
     def start(self) -> None:
         sys.path.insert(0, str(ROOT))
@@ -143,7 +148,7 @@ class Bkframe(System):
         payload = b"x" * size
         for lo in range(0, count, 1000):
             self.writer.append_many([payload] * min(1000, count - lo))
-        self.bk.logs.create_subscription("jobs", "workers", start="earliest")
+        self.bk.logs.create_subscription("jobs", "workers", start="earliest", state_ledger_type=self.state_ledger_type)
 
     def publish_one(self, payload: bytes) -> None:
         self.writer.append_many([payload])
@@ -175,6 +180,14 @@ class Bkframe(System):
         self.writer.close()
         self.bk.close()
         self.cluster.close()
+
+
+class BkframeBypass(Bkframe):
+    """Acks in BYPASS_JOURNAL state ledgers: in the page cache of two bookies, not fsynced --
+    NATS JetStream's default durability (it does not fsync each message either)."""
+
+    name = "bkframe-bypass"
+    state_ledger_type = "BYPASS_JOURNAL"
 
 
 class RedisAlways(System):
@@ -364,7 +377,7 @@ def consumer_main(system: str, args: list[str], me: str) -> None:
     acks, target = args[0], args[1]
     grouped = acks == "grouped"
     start = Start()
-    if system == "bkframe":
+    if system.startswith("bkframe"):
         result = consume_bkframe(target, grouped, start)
     elif system == "redis-always":
         result = consume_redis(target, me, grouped, start)
@@ -527,7 +540,7 @@ def main() -> None:
         system, me, *rest = args.consumer
         consumer_main(system, rest, me)
         return
-    classes = {c.name: c for c in (Bkframe, RedisAlways, NatsR3)}
+    classes = {c.name: c for c in (Bkframe, BkframeBypass, RedisAlways, NatsR3)}
     rows = []
     for _ in range(args.rounds):
         for acks in args.acks.split(","):

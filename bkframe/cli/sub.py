@@ -14,6 +14,7 @@ from bkframe.cli.options import ClientGroup, F, metadata_option, password_option
 from bkframe.client.logs.api import Logs
 from bkframe.client.logs.model import LogEntry, check_name
 from bkframe.subscriptions.consumer import Message
+from bkframe.subscriptions.settings import STATE_LEDGER_TYPES
 
 
 def _sub_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -52,9 +53,13 @@ def sub_group() -> None:
 @click.option("--dead-letter", default=None, callback=lambda ctx, p, v: v and _log_name(ctx, p, v),
               help="The log records delivered --max-deliveries times go to (made when first needed).")
 @click.option("--from", "start", default="earliest", show_default=True, help="POS, earliest or latest: the first record.")
+@click.option("--state-ledger-type", type=click.Choice(sorted(STATE_LEDGER_TYPES)), default="PD_JOURNAL",
+              show_default=True,
+              help="What a confirmed ack survives: PD_JOURNAL a power cut (fsynced); BYPASS_JOURNAL any process "
+                   "crash, not a power cut of the bookies (faster).")
 def create(
     metadata: str, password: str, log: str, name: str, key_shared: bool, lease_s: float, max_deliveries: int | None,
-    dead_letter: str | None, start: str,
+    dead_letter: str | None, start: str, state_ledger_type: str,
 ) -> None:
     """Create subscription NAME of LOG."""
     from bkframe.cli.log import _where
@@ -64,7 +69,7 @@ def create(
         click.echo("note: without --dead-letter, a record past --max-deliveries is delivered again", err=True)
     record = run_on_logs(metadata, lambda logs: logs.create_subscription(
         log, name, kind="key_shared" if key_shared else "shared", lease_s=lease_s, max_deliveries=max_deliveries,
-        dead_letter=dead_letter, start=where, password=password.encode(),
+        dead_letter=dead_letter, start=where, password=password.encode(), state_ledger_type=state_ledger_type,
     ))
     click.echo(f"created subscription {name} of log {log} ({record.settings.kind.value}) at {record.mark_delete}")
 
@@ -134,10 +139,12 @@ def stats(metadata: str, password: str, log: str, name: str, as_json: bool) -> N
 @metadata_option()
 @click.argument("log", callback=_log_name)
 def list_(metadata: str, log: str) -> None:
-    """Each subscription of LOG: NAME, KIND, MARK-DELETE (as of its last snapshot), LEASE, MAX DELIVERIES, DEAD LETTER."""
+    """Each subscription of LOG: NAME, KIND, MARK-DELETE (as of its last snapshot), LEASE, MAX DELIVERIES, DEAD LETTER,
+    STATE LEDGER TYPE."""
     for r in run_on_logs(metadata, lambda logs: logs.subscriptions(log)):
         s = r.settings
-        fields = (r.name, s.kind.value, r.mark_delete, f"{s.lease_s:g}s", s.max_deliveries or "-", s.dead_letter or "-")
+        fields = (r.name, s.kind.value, r.mark_delete, f"{s.lease_s:g}s", s.max_deliveries or "-", s.dead_letter or "-",
+                  s.state_ledger_type)
         click.echo("\t".join(map(str, fields)))
 
 

@@ -473,10 +473,14 @@ class BlockingLogs(LogsExtras):
         dead_letter: str | None = None,
         start: Where = EARLIEST,
         password: bytes = b"",
+        state_ledger_type: str = "PD_JOURNAL",
     ) -> SubscriptionRecord:
         """A subscription of the log (``kind`` ``shared`` or ``key_shared``) whose consumers
         get the records from ``start`` on: each leased for ``lease_s``, and after
-        ``max_deliveries`` deliveries without an ack appended to the log ``dead_letter``."""
+        ``max_deliveries`` deliveries without an ack appended to the log ``dead_letter``.
+        ``state_ledger_type`` decides what a confirmed ack survives: ``PD_JOURNAL`` a power
+        cut, ``BYPASS_JOURNAL`` any process crash but not a power cut of the bookies (faster;
+        docs/subscriptions.md, "How durable an ack is")."""
         return self._owner._run(
             lambda: self._logs.create_subscription(
                 name,
@@ -487,6 +491,7 @@ class BlockingLogs(LogsExtras):
                 dead_letter=dead_letter,
                 start=start,
                 password=password,
+                state_ledger_type=state_ledger_type,
             )
         )
 

@@ -211,7 +211,7 @@ class Dispatcher:
         settings = reader.metadata.settings
         handle = await client.create_ledger(  # type: ignore[attr-defined]
             ensemble=settings.ensemble, write_quorum=settings.write_quorum, ack_quorum=settings.ack_quorum,
-            ledger_type="PD_JOURNAL", digest=settings.digest, password=password,
+            ledger_type=record.settings.state_ledger_type, digest=settings.digest, password=password,
             custom={"bkframe.subscription": f"{log_name}/{name}"},
         )
         new = attrs.evolve(
@@ -704,7 +704,7 @@ class Dispatcher:
         settings = self.reader.metadata.settings
         handle = await self.client.create_ledger(  # type: ignore[attr-defined]
             ensemble=settings.ensemble, write_quorum=settings.write_quorum, ack_quorum=settings.ack_quorum,
-            ledger_type="PD_JOURNAL", digest=settings.digest, password=self.password,
+            ledger_type=self.record.settings.state_ledger_type, digest=settings.digest, password=self.password,
             custom={"bkframe.subscription": f"{self.record.log}/{self.record.name}"},
         )
         try:

@@ -42,6 +42,27 @@ class Kind(enum.StrEnum):
     KEY_SHARED = "key_shared"
 
 
+#: The ledger types a subscription's state ledgers may have, and what an ack survives with
+#: each (docs/subscriptions.md, "How durable an ack is").
+STATE_LEDGER_TYPES = {
+    "PD_JOURNAL": "fsynced in the journals of the ack quorum before it is confirmed: survives a power cut",
+    "BYPASS_JOURNAL": (
+        "in the page cache of the ack quorum's bookies before it is confirmed: survives any process crash, "
+        "not a power cut of those bookies together"
+    ),
+}
+
+
+def _state_ledger_type(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value not in STATE_LEDGER_TYPES:
+        # VD_JOURNAL is left out on purpose: it confirms an add before the bookie wrote it, so
+        # killing the processes of an ack quorum could bring an acked record back.
+        raise ValueError(
+            f"state_ledger_type {value!r} is not one a subscription can use: PD_JOURNAL (the default: acks "
+            "survive power cuts) or BYPASS_JOURNAL (acks survive process crashes, not a power cut of the bookies)"
+        )
+
+
 def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not value > 0:
         raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
@@ -62,10 +83,15 @@ class SubscriptionSettings:
     #: How many read records (not leased yet: ahead of the consumers, or held behind their
     #: key) the owner keeps in memory before it stops reading ahead.
     max_held: int = attrs.field(default=10_000, validator=v.ge(1))
+    #: The ledger type of its state ledgers, which decides what a confirmed ack survives
+    #: (:data:`STATE_LEDGER_TYPES`).
+    state_ledger_type: str = attrs.field(default="PD_JOURNAL", validator=_state_ledger_type)
 
     def to_json(self) -> dict[str, Any]:
         d = attrs.asdict(self)
         d["kind"] = self.kind.value
+        if self.state_ledger_type == "PD_JOURNAL":
+            del d["state_ledger_type"]  # the default: records an older bkframe can still read
         return d
 
     @classmethod

@@ -137,7 +137,7 @@ class RunReport:
             f"in {self.seconds:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in self.phases.items())}), "
             f"{cfg.bookies} bookies, {cfg.writers} writers, {cfg.readers} readers"
             + (f", a log producer and {cfg.consumers} consumers of its key_shared subscription (lease "
-               f"{cfg.sub_lease_s:g} s)" if cfg.subscriptions else "")
+               f"{cfg.sub_lease_s:g} s, {cfg.sub_state_ledger_type} state ledgers)" if cfg.subscriptions else "")
             + (", each on a simulated host (bookies behind link proxies; metadata on a 3-member ZooKeeper ensemble)"
                if cfg.partitions else ""),
             "ledger menu: " + ", ".join(f"{k} {e}/{w}/{a}" for k, e, w, a in cfg.ledgers),

@@ -212,6 +212,8 @@ class RunConfig:
     #: The subscription's lease time: hangs of consumers run past it at the top, so that their
     #: records are leased again to the others.
     sub_lease_s: float = 3.0
+    #: The ledger type of the subscription's state ledgers (what a confirmed ack survives).
+    sub_state_ledger_type: str = "PD_JOURNAL"
     consumer_hang_s: tuple[float, float] = (0.5, 6.0)
     #: A compacted log of keyed records, its writer, a compactor (killed by the schedule's
     #: compactor faults, drawn only then and only with a weight) and a table reader

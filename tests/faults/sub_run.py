@@ -41,7 +41,8 @@ class SubscriptionWorkload:
             async with bkframe.open_client(self.cluster.metadata) as client:
                 with trio.fail_after(cfg.call_timeout_s):
                     await client.logs.create(SUB_LOG, rollover_entries=SUB_ROLLOVER_ENTRIES)
-                    await client.logs.create_subscription(SUB_LOG, SUB_NAME, kind="key_shared", lease_s=cfg.sub_lease_s)
+                    await client.logs.create_subscription(SUB_LOG, SUB_NAME, kind="key_shared", lease_s=cfg.sub_lease_s,
+                                                          state_ledger_type=cfg.sub_state_ledger_type)
 
         trio.run(create)
         self.spawn_producer()

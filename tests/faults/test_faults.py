@@ -470,12 +470,18 @@ def test_large_entries_written_once_under_kills_and_power_cuts(tmp_path: Path, r
 
 
 @pytest.mark.subprocess
-def test_subscription_under_consumer_and_bookie_faults(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize("state_ledger_type", ["PD_JOURNAL", "BYPASS_JOURNAL"])
+def test_subscription_under_consumer_and_bookie_faults(
+    tmp_path: Path, request: pytest.FixtureRequest, state_ledger_type: str
+) -> None:
     """A key_shared subscription's consumers killed (kill -9) and hung (SIGSTOP, one past the
     lease time), bookies killed under its state ledgers and its log: drained afterwards,
     nothing acknowledged to the producer is lost, no acked record is leased again, no key's
-    records overlap or leave log order, delivery counts grow (sub_checks.py)."""
-    report = run_and_judge(SUBSCRIPTION_RUN, tmp_path / "run", request.node.nodeid)
+    records overlap or leave log order, delivery counts grow (sub_checks.py). With
+    BYPASS_JOURNAL state ledgers a killed bookie comes back with them in limbo (BP-46) and
+    the owner's recovery waits for their repair: still no acked record comes again."""
+    config = attrs.evolve(SUBSCRIPTION_RUN, sub_state_ledger_type=state_ledger_type)
+    report = run_and_judge(config, tmp_path / "run", request.node.nodeid)
     assert {k: report.done[k] for k in ("kill", "consumer_kill", "consumer_hang")} == {
         "kill": 3, "consumer_kill": 3, "consumer_hang": 2,
     }, report.done

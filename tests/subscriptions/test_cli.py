@@ -39,3 +39,8 @@ def test_sub_commands(shared_cluster: Cluster) -> None:
     assert exists.returncode == 0
     again = bk("sub", "create", "sub-cli", "w2", *meta, check=False)
     assert again.returncode != 0 and "already" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+    bk("sub", "create", "sub-cli", "w3", *meta, "--state-ledger-type", "BYPASS_JOURNAL")
+    listed = {line.split("\t")[0]: line.split("\t")[-1] for line in bk("sub", "list", "sub-cli", *meta).stdout.splitlines()}
+    assert listed == {"w2": "PD_JOURNAL", "w3": "BYPASS_JOURNAL"}
+    vd = bk("sub", "create", "sub-cli", "w4", *meta, "--state-ledger-type", "VD_JOURNAL", check=False)
+    assert vd.returncode != 0 and "--state-ledger-type" in vd.stderr and "Traceback" not in vd.stderr

@@ -221,3 +221,13 @@ def test_ten_million_acks_out_of_order_stay_small() -> None:
     assert len(blob) < 8 << 20, len(blob)
     again = journal.decode_snapshot(state.settings, blob)
     assert len(again.acked) == 10_000_000 and unpack(again.mark_delete) == Position(0, 0)
+
+
+def test_the_state_ledger_type_is_kept_in_the_record_and_the_default_reads_as_before() -> None:
+    bypass = SubscriptionSettings(state_ledger_type="BYPASS_JOURNAL")
+    assert SubscriptionSettings.from_json(bypass.to_json()) == bypass
+    # The default is left out of the record, so a bkframe from before the setting reads it.
+    assert "state_ledger_type" not in SubscriptionSettings().to_json()
+    assert SubscriptionSettings.from_json({"kind": "shared"}).state_ledger_type == "PD_JOURNAL"
+    with pytest.raises(ValueError, match="'VD_JOURNAL' is not one a subscription can use"):
+        SubscriptionSettings(state_ledger_type="VD_JOURNAL")

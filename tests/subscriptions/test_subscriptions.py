@@ -23,6 +23,7 @@ from bkframe.client.blocking_extras import _DIRECT
 from bkframe.errors import NotOwnerError, SubscriptionError, SubscriptionExistsError, UnauthorizedError
 from bkframe.subscriptions.dispatcher import Dispatcher
 from bkframe.subscriptions.owner import Settle
+from bkframe.subscriptions.settings import unpack
 from bkframe.subscriptions.state import DELIVER_AT
 from bkframe.testing.cluster import make_config, running_bookie
 from bkframe.testing.kit import wait_until
@@ -376,6 +377,38 @@ async def test_a_snapshot_and_the_events_after_it_rebuild_the_state(
                 again |= {d.position: d.delivery_count for d in await second.lease("d", 100, 10.0)}
             assert again[leased[0].position] == 2  # nacked after the snapshot: its second delivery
             assert leased[2].position not in again and leased[1].position not in again  # acked before and after
+            await second.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def test_bypass_journal_state_ledgers_hold_the_acks_for_the_next_owner(bookies: str) -> None:
+    """``state_ledger_type="BYPASS_JOURNAL"``: every state ledger the owners make (the first,
+    and the one a snapshot starts) has that type, and the next owner rebuilds the acks from
+    them; a type that could lose acks to process crashes is refused with why."""
+    async with bkframe.open_client(bookies) as bk:
+        await fill(bk, "byp", 30)
+        with pytest.raises(ValueError, match="VD_JOURNAL' is not one a subscription can use: PD_JOURNAL"):
+            await bk.logs.create_subscription("byp", "vd", state_ledger_type="VD_JOURNAL")
+        made = await bk.logs.create_subscription("byp", "s", lease_s=300, state_ledger_type="BYPASS_JOURNAL")
+        assert made.settings.state_ledger_type == "BYPASS_JOURNAL"
+        async with trio.open_nursery() as nursery:
+            first = await Dispatcher.take(bk, "byp", "s", holder="one", task_group=nursery)
+            leased = await first.lease("c", 20, 1.0)
+            await first.settle("c", Settle(acks=tuple(d.position for d in leased[:10])))
+            await first._snapshot()
+            await first.settle("c", Settle(acks=tuple(d.position for d in leased[10:15])))
+            record = await bk.logs.subscription("byp", "s")
+            types = {(await bk.ledger_metadata(lid)).ledger_type for lid in record.state_ledgers}
+            assert types == {"BYPASS_JOURNAL"} and record.settings.state_ledger_type == "BYPASS_JOURNAL"
+            acked = (set(first.state.acked), first.state.mark_delete)
+            assert unpack(first.state.mark_delete) == Position(0, 15)  # the first 15 acked
+            await first.lock.release()  # as if it died: no snapshot at the end
+            second = await Dispatcher.take(bk, "byp", "s", holder="two", task_group=nursery)
+            assert (set(second.state.acked), second.state.mark_delete) == acked
+            fresh = {d.position for d in await second.lease("d", 30, 10.0)}  # neither acked nor leased to "c"
+            assert fresh and not fresh & {d.position for d in leased}
+            record = await bk.logs.subscription("byp", "s")
+            assert (await bk.ledger_metadata(record.state_ledgers[-1])).ledger_type == "BYPASS_JOURNAL"
             await second.aclose()
             nursery.cancel_scope.cancel()
 

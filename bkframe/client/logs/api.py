@@ -496,15 +496,20 @@ class Logs:
     async def create_subscription(
         self, name: str, subscription: str, *, kind: str = "shared", lease_s: float = 30.0,
         max_deliveries: int | None = None, dead_letter: str | None = None, start: Where = EARLIEST,
-        password: bytes = b"",
+        password: bytes = b"", state_ledger_type: str = "PD_JOURNAL",
     ) -> SubscriptionRecord:
         """A subscription of the log (``kind`` ``shared`` or ``key_shared``) whose consumers
         get the records from ``start`` on: each leased for ``lease_s``, and after
-        ``max_deliveries`` deliveries without an ack appended to the log ``dead_letter``."""
+        ``max_deliveries`` deliveries without an ack appended to the log ``dead_letter``.
+        ``state_ledger_type`` decides what a confirmed ack survives: ``PD_JOURNAL`` a power
+        cut, ``BYPASS_JOURNAL`` any process crash but not a power cut of the bookies (faster;
+        docs/subscriptions.md, "How durable an ack is")."""
         check_name(subscription, "subscription")
         if dead_letter is not None:
             check_name(dead_letter)
-        settings = SubscriptionSettings(kind, lease_s, max_deliveries, dead_letter)  # bad values: ValueError here
+        settings = SubscriptionSettings(  # bad values: ValueError here
+            kind, lease_s, max_deliveries, dead_letter, state_ledger_type=state_ledger_type
+        )
         record, position = await self._where(name, start, password)
         new = SubscriptionRecord(name, subscription, settings, position, log_uid=record.uid)
         try:
