@@ -128,3 +128,21 @@ def test_a_password_longer_than_its_message_is_refused() -> None:
     message[-1] = 200  # the length byte says more than the message holds
     decoded = one_request(bytes(message))
     assert isinstance(decoded, BadMessage) and "password" in decoded.reason
+
+
+def test_names_checked_once_are_kept_within_a_bound_and_bad_ones_never() -> None:
+    from bkframe.proto.ops import subscription as ops
+
+    ops._NAMES_SEEN.clear()
+    for i in range(3):  # the second and third come from what the first checked
+        assert one_request(encode_sub_settle(i, "log", "sub", "me", acks=[i])) == SubSettleRequest(i, "log", "sub", "me", (i,))
+    assert len(ops._NAMES_SEEN) == 1
+    bad = bytearray(encode_sub_leave(9, "log", "sub", "me"))
+    bad[bad.index(b"log")] = ord("/")  # same lengths, a name the rules refuse: checked, refused, not kept
+    for _ in range(2):
+        decoded = one_request(bytes(bad))
+        assert isinstance(decoded, BadMessage) and "log name b'/og' is invalid" in decoded.reason
+    assert len(ops._NAMES_SEEN) == 1
+    for i in range(ops.MAX_NAMES_SEEN + 10):  # a sender of ever new names cannot grow it
+        one_request(encode_sub_leave(i, "log", f"s{i}", "me"))
+    assert len(ops._NAMES_SEEN) <= ops.MAX_NAMES_SEEN

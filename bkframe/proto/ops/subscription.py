@@ -260,9 +260,31 @@ def _consumer_bytes(consumer: str) -> bytes:
     return raw
 
 
+#: Names checked already, by their lengths and bytes: a consumer sends the same three with
+#: every call (a confirmed ack is one call a record), and checking them again was a good part
+#: of decoding a settle. Bounded: emptied when full, so no sender can grow it.
+_NAMES_SEEN: dict[tuple[tuple[int, ...], bytes], list[str]] = {}
+MAX_NAMES_SEEN = 4096
+
+
 def _names(op: str, body: memoryview, at: int, end: int, lengths: Sequence[int]) -> tuple[list[str], int]:
     """The names after a request's fixed fields (log, subscription[, consumer]) and where
     they end; each checked: lengths within the message, log rules, UTF-8."""
+    total = sum(lengths)
+    if at + total <= end:
+        key = (tuple(lengths), bytes(body[at : at + total]))
+        seen = _NAMES_SEEN.get(key)
+        if seen is not None:
+            return seen, at + total
+        out, after = _check_names(op, body, at, end, lengths)
+        if len(_NAMES_SEEN) >= MAX_NAMES_SEEN:
+            _NAMES_SEEN.clear()
+        _NAMES_SEEN[key] = out
+        return out, after
+    return _check_names(op, body, at, end, lengths)
+
+
+def _check_names(op: str, body: memoryview, at: int, end: int, lengths: Sequence[int]) -> tuple[list[str], int]:
     out: list[str] = []
     for i, length in enumerate(lengths):
         if at + length > end:
