@@ -6,6 +6,10 @@ HOST:PORT`` line it prints; a :class:`Cluster` is several of them on one metadat
 bookie's log (stderr) goes to a file next to its data dir: a pipe nobody reads would fill
 and block it. :mod:`bkframe.testing.cluster` adds the fault layers tests use (power loss, a
 disk of limited size) on top of these.
+
+A command that starts a bookie for itself alone (``bkframe bench appends``) starts it with
+``die_with_parent``: on Linux the kernel sends the bookie SIGTERM when the command ends, however
+it ends (SIGKILL, a crash), so that it never outlives the command that owns it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
@@ -55,6 +59,34 @@ def _signals_held() -> Iterator[None]:
             signal.raise_signal(caught[0])  # now, to the handler the block held it from
 
 
+#: ``prctl``'s option that sets the signal a process gets when its parent ends (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
+
+def _death_signal_on_parent_exit() -> Callable[[], None] | None:
+    """A ``preexec_fn`` (None off Linux) that has the kernel send the child SIGTERM when the
+    thread that spawns it ends -- with the process, when that is the main thread. Checked
+    after it is set: a parent that ended between the fork and the ``prctl`` sent nothing, and
+    the child ends before its ``exec``. ``prctl`` is looked up here, in the parent: the child
+    only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent = os.getpid()
+
+    def set_death_signal() -> None:
+        if prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:
+            os._exit(1)  # its parent has ended already: no signal will come
+
+    return set_death_signal
+
+
 class BookieStartError(BKError):
     """A bookie process did not start; the message has the end of its log."""
 
@@ -65,6 +97,9 @@ class BookieProcess:
     ``bookie_id``, ``metadata`` and ``args`` are passed at every start (with ``--port 0``);
     :meth:`start` takes more arguments for that start only. ``init_cluster``: start with
     ``--init-cluster`` (the bookie makes its metadata store a cluster if it is none).
+    ``die_with_parent``: on Linux the bookie gets SIGTERM when the thread that spawned it
+    ends (see the module's docstring): spawn it from the thread that lives as long as its
+    owner (the main thread), never from a worker thread that a pool may end.
     """
 
     def __init__(
@@ -79,9 +114,11 @@ class BookieProcess:
         rack: str = "",
         prefix: Sequence[str] = (),
         init_cluster: bool = False,
+        die_with_parent: bool = False,
     ) -> None:
         self.data_dir = data_dir
         self.init_cluster = init_cluster
+        self.die_with_parent = die_with_parent
         #: Put before the command, e.g. ``ip netns exec NS`` to run it in a simulated host.
         self.prefix = tuple(prefix)
         self.bookie_id = bookie_id
@@ -123,9 +160,11 @@ class BookieProcess:
         if self.init_cluster:
             cmd += ["--init-cluster"]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        preexec = _death_signal_on_parent_exit() if self.die_with_parent else None
         with open(self.log_path, "a") as log_file, _signals_held():
             self.proc = subprocess.Popen(
-                [*cmd, *self.args, *extra], stdout=subprocess.PIPE, stderr=log_file, text=True, env=environ
+                [*cmd, *self.args, *extra], stdout=subprocess.PIPE, stderr=log_file, text=True, env=environ,
+                preexec_fn=preexec,
             )
         self.address = ""
         self.http_url = ""
@@ -135,6 +174,25 @@ class BookieProcess:
         :class:`BookieStartError` if it does not come."""
         assert self.proc is not None and self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        return self._read_address(bool(ready), timeout_s)
+
+    async def wait_started_async(self, timeout_s: float = START_TIMEOUT_S) -> Self:
+        """:meth:`wait_started` in trio code: the wait for the bookie's first line is a
+        checkpoint, so that a cancellation (a command's signal) ends it at once; the process
+        is then still the caller's to stop."""
+        import trio
+
+        assert self.proc is not None and self.proc.stdout is not None
+        ready = False
+        with trio.move_on_after(timeout_s):
+            await trio.lowlevel.wait_readable(self.proc.stdout)
+            ready = True
+        return self._read_address(ready, timeout_s)
+
+    def _read_address(self, ready: bool, timeout_s: float) -> Self:
+        """The rest of a wait for the start, once the bookie's stdout is ``ready`` to read
+        (or not, after ``timeout_s``)."""
+        assert self.proc is not None and self.proc.stdout is not None
         line = self.proc.stdout.readline() if ready else ""
         if line.startswith("admin http on "):
             self.http_url = line.split()[-1]

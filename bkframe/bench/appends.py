@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -211,6 +213,10 @@ class Load:
     window: int
 
 
+#: How long bench's own bookie may take to stop (SIGTERM: it drains and flushes) before SIGKILL.
+STOP_TIMEOUT_S = 60.0
+
+
 @attrs.frozen
 class OneBookie:
     """Bookie mode: raw adds to one ledger of one bookie with no metadata store -- the one at
@@ -222,33 +228,50 @@ class OneBookie:
     ledger_id: int
 
     def run(self, load: Load) -> BenchResult:
-        started: BookieProcess | None = None
-        tmp = None
-        data_dir = self.data_dir
+        if self.address:
+            host, _, port = self.address.rpartition(":")
+            return interrupt.run(lambda: self._adds(host, int(port), load))
+        with contextlib.ExitStack() as stack:
+            data_dir = self.data_dir
+            if data_dir is None:
+                data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bkframe-bench-"))) / "bookie"
+            return interrupt.run(self._on_private_bookie, data_dir, load)
+
+    async def _on_private_bookie(self, data_dir: Path, load: Load) -> BenchResult:
+        """The run on a bookie started for it, from its spawn to its stop inside
+        :func:`interrupt.run`: a signal at any moment -- while the bookie starts, while the
+        adds run -- cancels the run, and the bookie is stopped here (SIGTERM, then SIGKILL
+        after :data:`STOP_TIMEOUT_S`). Bench SIGKILLed, the bookie gets SIGTERM from the
+        kernel (``die_with_parent``)."""
+        import trio
+
+        bookie = BookieProcess(data_dir, die_with_parent=True)
         try:
-            if self.address:
-                host, _, port_s = self.address.rpartition(":")
-                port = int(port_s)
-            else:
-                if data_dir is None:
-                    tmp = tempfile.TemporaryDirectory(prefix="bkframe-bench-")
-                    data_dir = Path(tmp.name) / "bookie"
-                extra = ("--config", str(self.config_path)) if self.config_path else ()
-                # Made before it is spawned: a signal while it starts still stops it (finally).
-                started = BookieProcess(data_dir)
-                started.start(*extra)
-                host, port = started.host, started.port
-            return interrupt.run(
-                lambda: bench_bookie(
-                    host, port, entry_size=load.entry_size, count=load.count, window=load.window, ledger_id=self.ledger_id
-                )
-            )
+            # Spawned in this thread, the main one: the bookie's death signal comes when the
+            # thread that spawned it ends.
+            bookie.spawn(*(("--config", str(self.config_path)) if self.config_path else ()))
+            await bookie.wait_started_async()
+            return await self._adds(bookie.host, bookie.port, load)
         finally:
-            if started is not None and started.proc is not None:
-                started.stop()
-                interrupt.closed(f"the bookie it started (pid {started.proc.pid}) stopped")
-            if tmp is not None:
-                tmp.cleanup()
+            if bookie.proc is not None:
+                pid = bookie.proc.pid
+                with trio.CancelScope(shield=True):
+                    stopped = await trio.to_thread.run_sync(_stop, bookie)
+                interrupt.closed(f"the bookie it started (pid {pid}) {stopped}")
+
+    async def _adds(self, host: str, port: int, load: Load) -> BenchResult:
+        return await bench_bookie(
+            host, port, entry_size=load.entry_size, count=load.count, window=load.window, ledger_id=self.ledger_id
+        )
+
+
+def _stop(bookie: BookieProcess) -> str:
+    """Stop bench's own bookie, bounded; how it ended, for the line an interrupted bench prints."""
+    try:
+        bookie.stop(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"killed (it did not stop within {STOP_TIMEOUT_S:g} s of SIGTERM)"
+    return "stopped"
 
 
 @attrs.frozen

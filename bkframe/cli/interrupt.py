@@ -15,7 +15,11 @@ command group (:func:`reported`), once every block of the command has closed, pr
 no traceback, and exits 128 + the signal's number, as a shell reports a process that signal
 killed. A second signal exits at once, closing nothing more. Outside :func:`run` SIGINT is
 Python's KeyboardInterrupt, and :func:`reported` makes SIGTERM raise alike, so that a
-command's ``finally`` stops the private bookies it started before anything else.
+command's ``finally`` stops the private bookies it started before anything else. Both hold
+however the command was started: a shell starts a background job with SIGINT ignored, and
+Python then leaves it ignored, while :func:`run` takes it all the same -- a Ctrl-C sent
+before :func:`run` was lost, one after it was not (``bench appends``, SIGINTed while its
+bookie started, ran its whole benchmark).
 
 Closing steps run in shielded scopes with a timeout at their call site (:func:`closing`), so
 a dead bookie cannot hold the exit; :data:`GRACE_S` after the first signal, whatever is still
@@ -132,13 +136,17 @@ def _command() -> Interruption:
 @contextmanager
 def reported() -> Iterator[None]:
     """Around a whole command (the root group's ``invoke``): outside :func:`run`, SIGTERM
-    raises as Ctrl-C does (so that ``finally`` stops a private bookie); an interrupted
-    command's one line is printed here, after every block has closed, and it exits 128 +
-    the signal's number."""
+    raises as Ctrl-C does (so that ``finally`` stops a private bookie), and Ctrl-C raises
+    KeyboardInterrupt even if the command inherited SIGINT ignored; an interrupted command's
+    one line is printed here, after every block has closed, and it exits 128 + the signal's
+    number."""
     global _state
     _state = state = Interruption()
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    previous: dict[int, Any] = {}
+    if main_thread:  # (SIGINT's first: a SIGTERM handler in /proc/PID/status says both are in)
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _terminate)
     try:
         yield
     except (Interrupted, KeyboardInterrupt) as e:  # KeyboardInterrupt: outside run(), Python's SIGINT handler
@@ -148,8 +156,8 @@ def reported() -> Iterator[None]:
         click.echo(stopped.line(), err=True)
         raise SystemExit(128 + stopped.signum) from None
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 @contextmanager
@@ -264,6 +272,13 @@ def run(main: Callable[..., Awaitable[T]], *args: Any) -> T:
         if known is None:
             raise
         state.done.append(f"then: {message(known)}")
+        result = None
+    except BaseExceptionGroup as group:  # (not an Exception: one that holds a BaseException)
+        # Ctrl-C just before the receiver opened: trio raises it in the main task at its next
+        # checkpoint, inside the nursery, which wraps it.
+        if group.split(KeyboardInterrupt)[1] is not None:
+            raise
+        state.signum = state.signum or signal.SIGINT
         result = None
     if state.signum is not None:
         raise Interrupted(state)

@@ -7,14 +7,17 @@ checks goes through an in-process client: a process more would cost seconds of i
 from __future__ import annotations
 
 import logging
+import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
+from typing import TypeVar, cast
 
 import pytest
 import trio
@@ -27,6 +30,8 @@ from bkframe.client.logs.model import Position
 from bkframe.testing.cluster import Cluster
 from bkframe.testing.kit import wait_until
 
+T = TypeVar("T")
+
 #: How long a process may take to print what the test waits for, or to close what it
 #: opened and exit once stopped (the machine runs the suite at a load of 15).
 WAIT_S = 60
@@ -38,13 +43,25 @@ def client(shared_cluster: Cluster) -> Iterator[BlockingClient]:
         yield bk
 
 
+#: Sets SIGINT's disposition ({}), then becomes ``python -m bkframe ARGS`` (the same process:
+#: ``exec`` keeps an ignored signal ignored, a default one default).
+LAUNCH = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.{}); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'bkframe', *sys.argv[1:]])"
+)
+
+
 class Command:
     """``bkframe ARGS`` as a real process: its stdout lines collected as they come (a
-    thread), its stdin fed ``line-0``, ``line-1``, ... on :meth:`feed` (another)."""
+    thread), its stdin fed ``line-0``, ``line-1``, ... on :meth:`feed` (another).
 
-    def __init__(self, *args: str) -> None:
+    It starts with SIGINT at its default disposition, as a terminal's foreground job does,
+    whatever this process has: a suite started as a shell's background job has SIGINT
+    ignored, and so would each process it starts (``sigint_ignored=True``: as that)."""
+
+    def __init__(self, *args: str, sigint_ignored: bool = False) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bkframe", *args],
+            [sys.executable, "-S", "-c", LAUNCH.format("SIG_IGN" if sigint_ignored else "SIG_DFL"), *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         self.out: list[str] = []
@@ -201,32 +218,125 @@ async def test_a_client_that_closes_with_appends_in_flight_blames_no_bookie(
     assert not any(bk.pool.health.quarantined(b) for b in writer.metadata.bookies())
 
 
-def cmdline(pid: str) -> bytes:
+def cmdline(pid: str | int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return b""  # gone already
+        return b""  # gone already (a zombie's is empty too)
 
 
-def test_bench_stops_the_bookie_it_started(tmp_path: Path) -> None:
-    """SIGINT to ``bench`` while it starts its private bookie or while it appends (whichever
-    the signal meets): that bookie is stopped, no process is left."""
-    bench = Command("bench", "appends", "--count", "50000000", "--data-dir", str(tmp_path / "bookie"))
+def processes_naming(path: Path) -> list[int]:
+    """The live processes whose command line names ``path`` (a bench and its bookie name
+    their data dir)."""
+    needle = str(path).encode()
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and needle in cmdline(p.name)]
+
+
+def wait_for(check: Callable[[], T], what: str) -> T:
+    """What ``check`` returns once it is true (polled, bounded by :data:`WAIT_S`)."""
+    return trio.run(partial(wait_until, check, what, WAIT_S, every_s=0.01))
+
+
+@pytest.fixture
+def bench_dir(tmp_path: Path) -> Iterator[Path]:
+    """``tmp_path``, for a bench and its bookie; what still names it after the test (a test
+    that failed) is killed."""
+    yield tmp_path
+    for pid in processes_naming(tmp_path):
+        os.kill(pid, signal.SIGKILL)
+
+
+def bench_with_a_private_bookie(tmp_path: Path, *, sigint_ignored: bool = False) -> Command:
+    """``bench appends`` with a bookie of its own in ``tmp_path/bookie`` (log: ``bookie.log``),
+    far from done when a signal comes."""
+    return Command("bench", "appends", "--count", "50000000", "--data-dir", str(tmp_path / "bookie"),
+                   sigint_ignored=sigint_ignored)
+
+
+def its_bookie(bench: Command) -> int:
+    """The pid of the bookie ``bench`` started, as soon as that process exists (before the
+    bookie is up: its imports take a second)."""
     children = Path(f"/proc/{bench.proc.pid}/task/{bench.proc.pid}/children")
-    deadline = time.monotonic() + WAIT_S
-    # The word "bookie" as an argument: a child forked but not yet exec'd (trio's import runs
-    # ldconfig) still has bench's own command line, whose --data-dir ends in "bookie".
-    while not (bookies := [pid for pid in children.read_text().split() if b"\0bookie\0" in cmdline(pid)]):
-        assert time.monotonic() < deadline and bench.proc.poll() is None, "no bookie started"
-        time.sleep(0.05)
-    bookie_pid = int(bookies[0])
+
+    def bookie() -> int | None:
+        assert bench.proc.poll() is None, "bench ended before it started a bookie"
+        # The word "bookie" as an argument: a child forked but not yet exec'd (an import's
+        # ldconfig) still has bench's own command line, whose --data-dir ends in "bookie".
+        return next((int(pid) for pid in children.read_text().split() if b"\0bookie\0" in cmdline(pid)), None)
+
+    return cast(int, wait_for(bookie, "bench's bookie process"))
+
+
+def stopped_with_its_bookie(bench: Command, tmp_path: Path) -> str:
+    """SIGINT sent to ``bench``: its one line, once it exited 130 and no process of its is left."""
     try:
-        # Longer than bench's own bound on its bookie's stop (BookieProcess.stop: 60 s, then
-        # SIGKILL and an error): a stop slowed by the suite's fsyncs is no failure of bench's,
-        # a bookie that never stops shows as bench's error, with the bookie's log below.
+        # Longer than bench's own bound on its bookie's stop (60 s, then SIGKILL): a stop
+        # slowed by the suite's fsyncs is no failure of bench's.
         line = bench.stop(signal.SIGINT, timeout_s=WAIT_S + 30)
     except AssertionError as e:
         log = tmp_path / "bookie.log"
         raise AssertionError(f"{e}\nits bookie's log:\n{log.read_text()[-6000:] if log.exists() else '(none)'}") from None
+    assert not processes_naming(tmp_path)
+    return line
+
+
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["SIGINT-default", "SIGINT-inherited-ignored"])
+def test_bench_stops_the_bookie_it_started(bench_dir: Path, sigint_ignored: bool) -> None:
+    """SIGINT to ``bench`` as soon as its private bookie's process exists, while bench waits
+    for it to start: the wait ends, the bookie is stopped, no process is left. Also when bench
+    inherited SIGINT ignored (a suite started as a shell's background job): a Ctrl-C before
+    bench's signal handling took SIGINT over was lost once, and bench ran its whole benchmark."""
+    bench = bench_with_a_private_bookie(bench_dir, sigint_ignored=sigint_ignored)
+    bookie_pid = its_bookie(bench)
+    line = stopped_with_its_bookie(bench, bench_dir)
     assert line == f"interrupted: the bookie it started (pid {bookie_pid}) stopped"
-    assert not Path(f"/proc/{bookie_pid}").exists()
+
+
+def test_bench_stops_the_bookie_it_is_spawning(bench_dir: Path) -> None:
+    """SIGINT to ``bench`` as soon as it opened its bookie's log, just before the spawn: the
+    bookie is spawned all the same (a signal waits for the end of the spawn) and stopped."""
+    bench = bench_with_a_private_bookie(bench_dir)
+    wait_for(lambda: (bench_dir / "bookie.log").exists() or bench.proc.poll() is not None, "bench to open its bookie's log")
+    line = stopped_with_its_bookie(bench, bench_dir)
+    assert re.fullmatch(r"interrupted: the bookie it started \(pid \d+\) stopped", line), line
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``signum``."""
+    status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    return bool(int(status["SigCgt"], 16) >> (signum - 1) & 1)
+
+
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["SIGINT-default", "SIGINT-inherited-ignored"])
+def test_bench_interrupted_as_its_command_starts(bench_dir: Path, sigint_ignored: bool) -> None:
+    """SIGINT to ``bench`` the moment its command runs (the root group's SIGTERM handler is
+    in, after SIGINT's; bench is still importing, far from its bookie): it exits 130 with its
+    one line, and leaves no bookie -- even when it inherited SIGINT ignored."""
+    bench = bench_with_a_private_bookie(bench_dir, sigint_ignored=sigint_ignored)
+
+    def runs() -> bool:
+        assert bench.proc.poll() is None, "bench ended before a signal came"
+        return b"\0-m\0bkframe\0" in cmdline(bench.proc.pid) and catches(bench.proc.pid, signal.SIGTERM)
+
+    wait_for(runs, "bench's command to run")
+    line = stopped_with_its_bookie(bench, bench_dir)
+    # (The bookie too, when this process was slow to send the signal.)
+    assert re.fullmatch(r"interrupted(: the bookie it started \(pid \d+\) stopped)?", line), line
+
+
+@pytest.mark.parametrize("when", ["starting", "appending"])
+def test_a_killed_bench_leaves_no_bookie(bench_dir: Path, when: str) -> None:
+    """SIGKILL to ``bench`` (nothing of it runs to stop its bookie): the bookie goes all the
+    same, on the SIGTERM the kernel sends it when bench ends -- while it starts, or once bench
+    appends to it (then it drains and stops cleanly)."""
+    bench = bench_with_a_private_bookie(bench_dir)
+    bookie_pid = its_bookie(bench)
+    log = bench_dir / "bookie.log"
+    if when == "appending":
+        wait_for(lambda: "authenticated" in log.read_text(), "bench's connection to its bookie")
+    bench.proc.kill()
+    bench.proc.wait(timeout=WAIT_S)
+    wait_for(lambda: not processes_naming(bench_dir), "bench's bookie to end by itself")
+    assert not cmdline(bookie_pid)
+    if when == "appending":
+        assert "received SIGTERM" in log.read_text() and "bookie stopped cleanly" in log.read_text(), log.read_text()
