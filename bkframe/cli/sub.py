@@ -53,7 +53,7 @@ def sub_group() -> None:
 @click.option("--dead-letter", default=None, callback=lambda ctx, p, v: v and _log_name(ctx, p, v),
               help="The log records delivered --max-deliveries times go to (made when first needed).")
 @click.option("--from", "start", default="earliest", show_default=True, help="POS, earliest or latest: the first record.")
-@click.option("--state-ledger-type", type=click.Choice(sorted(STATE_LEDGER_TYPES)), default="PD_JOURNAL",
+@click.option("--state-ledger-type", type=click.Choice(STATE_LEDGER_TYPES), default="PD_JOURNAL",
               show_default=True,
               help="What a confirmed ack survives: PD_JOURNAL a power cut (fsynced); BYPASS_JOURNAL any process "
                    "crash, not a power cut of the bookies (faster).")

@@ -42,15 +42,11 @@ class Kind(enum.StrEnum):
     KEY_SHARED = "key_shared"
 
 
-#: The ledger types a subscription's state ledgers may have, and what an ack survives with
-#: each (docs/subscriptions.md, "How durable an ack is").
-STATE_LEDGER_TYPES = {
-    "PD_JOURNAL": "fsynced in the journals of the ack quorum before it is confirmed: survives a power cut",
-    "BYPASS_JOURNAL": (
-        "in the page cache of the ack quorum's bookies before it is confirmed: survives any process crash, "
-        "not a power cut of those bookies together"
-    ),
-}
+#: The ledger types a subscription's state ledgers may have: with PD_JOURNAL a confirmed ack is
+#: fsynced on the ack quorum (it survives a power cut); with BYPASS_JOURNAL it is in their page
+#: cache (any process crash, not a power cut of those bookies together). docs/subscriptions.md,
+#: "How durable an ack is".
+STATE_LEDGER_TYPES = ("PD_JOURNAL", "BYPASS_JOURNAL")
 
 
 def _state_ledger_type(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
